@@ -1,0 +1,172 @@
+"""The acceptance ledger: Events in acceptance order, their explicit targets, ancestry,
+KV namespaces and causal diagnostics.
+
+``causal`` is the lowest app: it knows nothing of Work or routes. Scopes are named by their
+path; Work and attempts are named by id (no foreign key crosses upwards).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class RouteState(models.TextChoices):
+    """Where an Event stands in routing. Every accepted Event ends in exactly one of the
+    settled states, or stays ``unrouted`` with a readable reason."""
+
+    UNROUTED = "unrouted", "unrouted"
+    ROUTED = "routed", "routed"
+    SKIPPED = "skipped", "skipped"
+    FAILED = "failed", "failed (dead-lettered)"
+
+
+class Event(models.Model):
+    """An accepted Event. ``seq`` is its place in the total acceptance order.
+
+    The envelope follows CloudEvents 1.0 (``envelope_id`` is the CloudEvents ``id``: unique
+    per ``source``). ``work_id``, ``execution_id`` and the rows of :class:`EventKey` are the
+    Event's *explicit* targets, fixed at acceptance: the router knows what an Event targets
+    even when its handler fails.
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    envelope_id = models.CharField(max_length=512)
+    source = models.CharField(max_length=512)
+    type = models.CharField(max_length=255)
+    subject = models.CharField(max_length=512, blank=True, default="")
+    time = models.DateTimeField(null=True, blank=True)
+    specversion = models.CharField(max_length=16, default="1.0")
+    datacontenttype = models.CharField(max_length=255, blank=True, default="application/json")
+    data = models.JSONField(null=True, blank=True)
+    extensions = models.JSONField(default=dict, blank=True)
+
+    scope = models.CharField(max_length=255, db_index=True)
+    correlation = models.JSONField(default=list, blank=True)
+    work_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    execution_id = models.BigIntegerField(null=True, blank=True)
+
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    root = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="descendants"
+    )
+    depth = models.PositiveIntegerField(default=0)
+
+    accepted_at = models.DateTimeField()
+    accepted_by = models.CharField(max_length=150, blank=True, default="")
+
+    route_state = models.CharField(max_length=16, choices=RouteState.choices, default=RouteState.UNROUTED)
+    routed_at = models.DateTimeField(null=True, blank=True)
+    # Why an unrouted Event is still unrouted (a conflicting identity, a retried failure).
+    unrouted_reason = models.TextField(blank=True, default="")
+    # Retryable route failures back off; the window skips an Event until then (R14).
+    retry_at = models.DateTimeField(null=True, blank=True)
+    # A short durable lease so several route loops rarely evaluate the same Event.
+    claimed_by = models.CharField(max_length=128, blank=True, default="")
+    claimed_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [
+            # Deduplication: the same (source, id) accepted twice is the same Event.
+            models.UniqueConstraint(fields=["source", "envelope_id"], name="event_source_id_unique"),
+        ]
+        indexes = [
+            # The router's window: the oldest unrouted Events.
+            models.Index(fields=["seq"], name="event_unrouted_idx", condition=Q(route_state="unrouted")),
+            models.Index(fields=["scope", "seq"], name="event_scope_seq_idx"),
+            models.Index(fields=["type", "seq"], name="event_type_seq_idx"),
+            models.Index(fields=["route_state", "seq"], name="event_state_seq_idx"),
+            models.Index(fields=["root", "seq"], name="event_root_seq_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.type} ({self.source} {self.envelope_id})"
+
+    @property
+    def root_seq(self) -> int:
+        """The seq of this Event's root (itself when it is a root)."""
+        return self.root_id or self.seq
+
+    @property
+    def is_settled(self) -> bool:
+        return self.route_state != RouteState.UNROUTED
+
+
+class EventKey(models.Model):
+    """An explicit correlation key of an Event, indexed so that "earlier unrouted input for
+    this key" is one indexed query."""
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="keys")
+    scope = models.CharField(max_length=255)
+    key = models.CharField(max_length=512)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event", "key"], name="eventkey_event_key_unique"),
+        ]
+        indexes = [models.Index(fields=["scope", "key", "event"], name="eventkey_scope_key_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.key} <- #{self.event_id}"
+
+
+class KV(models.Model):
+    """A versioned JSON value in a namespace (``core.routing.failures``,
+    ``core.causal.pins``, ``core.causal.buckets``, ``core.routing.heartbeats``…)."""
+
+    namespace = models.CharField(max_length=128)
+    key = models.CharField(max_length=512)
+    value = models.JSONField()
+    version = models.PositiveBigIntegerField(default=1)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "KV entry"
+        verbose_name_plural = "KV entries"
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "key"], name="kv_namespace_key_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}:{self.key}"
+
+
+class DiagnosticKind(models.TextChoices):
+    MISSING_PARENT = "missing_parent", "missing parent"
+    DEPTH_EXCEEDED = "depth_exceeded", "depth exceeded"
+    RATE_EXCEEDED = "rate_exceeded", "rate exceeded"
+    FORGED_PARENT = "forged_parent", "conflicting parent"
+    RESERVED_TYPE = "reserved_type", "reserved type"
+    CROSS_WORK = "cross_work", "cross-Work identity"
+    STALE_LEASE = "stale_lease", "stale lease"
+
+
+class CausalDiagnostic(models.Model):
+    """A durable, redacted record of a derived Event the causal limits refused.
+
+    Redacted: ids, types, limits, counts and times only, never payload data.
+    """
+
+    kind = models.CharField(max_length=32, choices=DiagnosticKind.choices)
+    at = models.DateTimeField()
+    root_seq = models.BigIntegerField(null=True, blank=True, db_index=True)
+    parent_seq = models.BigIntegerField(null=True, blank=True)
+    work_id = models.BigIntegerField(null=True, blank=True)
+    attempt_id = models.BigIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=512, blank=True, default="")
+    type = models.CharField(max_length=255, blank=True, default="")
+    envelope_id = models.CharField(max_length=512, blank=True, default="")
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    count = models.PositiveIntegerField(null=True, blank=True)
+    minute = models.DateTimeField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["at"], name="diag_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.at:%Y-%m-%d %H:%M:%S} (root #{self.root_seq})"

@@ -1,0 +1,186 @@
+"""Conduit settings: one module, driven by environment variables.
+
+Every setting has an embedded default (SQLite under ``var/``, no other service),
+so ``manage.py`` works on a fresh checkout. Production sets ``CONDUIT_ENV=production``
+(or ``DEBUG=false``), ``SECRET_KEY`` and ``ALLOWED_HOSTS``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("CONDUIT_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+PRODUCTION = os.environ.get("CONDUIT_ENV", "development") == "production"
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if PRODUCTION:
+        raise RuntimeError("SECRET_KEY must be set when CONDUIT_ENV=production")
+    SECRET_KEY = "conduit-development-only-not-for-production"
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"]
+)
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "channels",
+    "causal",
+    "worklife",
+    "routing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "conduit_site.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "conduit_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Storage -------------------------------------------------------------------------------
+# SQLite (the embedded default) runs in WAL mode with synchronous=FULL so that an Event
+# acknowledged by acceptance survives a power loss; writers serialise with BEGIN IMMEDIATE
+# and wait up to the busy timeout for each other.
+SQLITE_PATH = VAR_DIR / "conduit.sqlite3"
+DATABASE_URL = os.environ.get("DATABASE_URL", "") or f"sqlite:///{SQLITE_PATH}"
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 0))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env_int("SQLITE_BUSY_TIMEOUT", 30),
+            "init_command": (
+                "PRAGMA journal_mode=WAL;"
+                f"PRAGMA synchronous={os.environ.get('SQLITE_SYNCHRONOUS', 'FULL')};"
+                "PRAGMA foreign_keys=ON;"
+            ),
+        }
+    )
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels ------------------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+else:
+    # Without Redis the web process and the router process still share messages through a
+    # small SQLite file beside the database (the in-memory layer is per process).
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "CONFIG": {"path": str(VAR_DIR / "channels.sqlite3")},
+        }
+    }
+
+# --- Auth ----------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console-home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# --- Security (production) -----------------------------------------------------------------
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- Conduit -------------------------------------------------------------------------------
+# Route handlers and executors: name -> dotted path. The built-ins are present unless a
+# deployment removes them; a user's package adds its own.
+CONDUIT_ROUTE_HANDLERS = {"match": "routing.handlers.Match"}
+CONDUIT_EXECUTORS = {
+    "python": "worklife.executors.PythonExecutor",
+    "command": "worklife.executors.CommandExecutor",
+}
+CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
+CONDUIT_ROUTE_TIMEOUT = float(os.environ.get("CONDUIT_ROUTE_TIMEOUT", "5"))
+CONDUIT_MAX_ROUTE_FAILURES = env_int("CONDUIT_MAX_ROUTE_FAILURES", 5)
+CONDUIT_ROUTE_FAILURE_WINDOW = env_int("CONDUIT_ROUTE_FAILURE_WINDOW", 15 * 60)
+CONDUIT_CAUSAL_MAX_DEPTH = env_int("CONDUIT_CAUSAL_MAX_DEPTH", 32)
+CONDUIT_CAUSAL_RATE_PER_MINUTE = env_int("CONDUIT_CAUSAL_RATE_PER_MINUTE", 128)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

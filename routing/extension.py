@@ -1,0 +1,132 @@
+"""The route-handler API: what a handler receives and what it returns.
+
+A handler class is named in ``CONDUIT_ROUTE_HANDLERS`` and instantiated once per
+configuration generation with no arguments::
+
+    class MyHandler:
+        def match(self, event: EventSnapshot, route: RouteInfo) -> RouteDecision: ...
+        # optional (RouteSampler, R45):
+        def samples(self, scope: str, route: RouteInfo, clock: Clock) -> list[Sample]: ...
+
+How a handler's outcome maps to route failures (R10):
+
+- a :class:`RouteDecision` (``matched`` or :func:`skip`) is a decision; its ``reason`` only
+  explains it and never changes it (R40);
+- ``raise Invalid("…")``: the input is malformed → ``handler_invalid``, not retried;
+- ``raise Unavailable("…")`` (or a subclass: the handler's declared transient errors) →
+  ``handler_failed``, retried with backoff;
+- any other exception → ``handler_panic``, not retried; the record keeps the exception and
+  its stack;
+- no decision before the deadline → ``handler_timeout``, retried.
+
+``match`` must be free of side effects: traces call it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+Clock = Callable[[], datetime]
+
+REFUSAL_MAX_BYTES = 500
+
+
+class Invalid(Exception):
+    """The handler says the input is malformed (``handler_invalid``, not retried)."""
+
+
+class Unavailable(Exception):
+    """A transient failure: the handler's dependency is restarting or down
+    (``handler_failed``, retried with backoff). Subclass it for declared transient errors."""
+
+
+def freeze(value: Any) -> Any:
+    """A deep, read-only copy of JSON-like data: dicts become mapping proxies, lists tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EventSnapshot:
+    """A detached, read-only snapshot of an Event (R5): no model instance, no connection."""
+
+    seq: int
+    id: str
+    source: str
+    type: str
+    subject: str
+    scope: str
+    time: datetime | None
+    data: Any
+    correlation: tuple[str, ...]
+    work_id: int | None
+    execution_id: int | None
+    causation_id: int | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteInfo:
+    """The effective route a handler is asked about."""
+
+    slot: str
+    scope: str
+    params: Any
+    binding: str
+    policy: str
+    fallback: str
+    start: bool = True
+    handler: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """A handler's answer. ``keys`` are correlation keys the match attaches; ``work_id``
+    optionally names an explicit target Work."""
+
+    matched: bool
+    reason: str = ""
+    keys: tuple[str, ...] = ()
+    work_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys))
+
+
+def skip(reason: str) -> RouteDecision:
+    """A non-match, with the reason operators read in refusals."""
+    return RouteDecision(matched=False, reason=reason)
+
+
+def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
+    """A refusal reason cut to one line of at most ``limit`` bytes of UTF-8 (R28)."""
+    line = " ".join(str(reason).split())
+    encoded = line.encode("utf-8")
+    if len(encoded) <= limit:
+        return line
+    return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A named sample Event a handler offers for traces (R45)."""
+
+    name: str
+    event: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class RouteHandler(Protocol):
+    def match(self, event: EventSnapshot, route: RouteInfo) -> RouteDecision: ...
+
+
+@runtime_checkable
+class RouteSampler(Protocol):
+    def samples(self, scope: str, route: RouteInfo, clock: Clock) -> list[Sample]: ...

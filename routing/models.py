@@ -1,0 +1,191 @@
+"""Configuration (generations of scopes, bindings and routes), route records and API tokens."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from causal.models import Event
+from worklife.models import Work
+
+
+class GenerationKind(models.TextChoices):
+    APPLIED = "applied", "applied"
+    CANDIDATE = "candidate", "candidate"
+
+
+class Generation(models.Model):
+    """One configuration document, stored whole, with its scopes, bindings and routes.
+
+    Applied generations are numbered in order (the newest applied one is live); a
+    candidate is stored for trace previews and never routes.
+    """
+
+    number = models.PositiveIntegerField(null=True, blank=True, unique=True)
+    kind = models.CharField(max_length=16, choices=GenerationKind.choices)
+    document = models.TextField()
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    note = models.CharField(max_length=255, blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind="candidate", number__isnull=True) | Q(kind="applied", number__isnull=False),
+                name="generation_number_iff_applied",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        if self.kind == GenerationKind.APPLIED:
+            return f"generation {self.number}"
+        return f"candidate {self.pk}"
+
+    @property
+    def label(self) -> str:
+        """What a route record or trace names: the number, or ``candidate``."""
+        return str(self.number) if self.kind == GenerationKind.APPLIED else "candidate"
+
+
+class Scope(models.Model):
+    """A scope of one generation, named by its path (``acme/web``); its parent is the path
+    without the last segment."""
+
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="scopes")
+    path = models.CharField(max_length=255)
+
+    class Meta:
+        ordering = ["generation", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["generation", "path"], name="scope_generation_path_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.path
+
+    @property
+    def parent_path(self) -> str | None:
+        head, sep, _ = self.path.rpartition("/")
+        return head if sep else None
+
+
+class Binding(models.Model):
+    """A named binding declared in a scope: an executor registration and its settings, and
+    the optional controls it claims (validated against the implementation, R2)."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="bindings")
+    name = models.CharField(max_length=128)
+    executor = models.CharField(max_length=128, blank=True, default="")
+    settings = models.JSONField(default=dict, blank=True)
+    controls = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["scope", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "name"], name="binding_scope_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope.path}:{self.name}"
+
+
+class Policy(models.TextChoices):
+    QUEUE = "queue", "queue"
+    INJECT = "inject", "inject"
+    INTERRUPT = "interrupt", "interrupt"
+    DROP = "drop", "drop"
+
+
+class Fallback(models.TextChoices):
+    QUEUE = "queue", "queue"
+    DROP = "drop", "drop"
+
+
+class Route(models.Model):
+    """A route declared in a scope, at ``position`` in the scope's order."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="routes")
+    position = models.PositiveIntegerField()
+    slot = models.CharField(max_length=128)
+    handler = models.CharField(max_length=128)
+    params = models.JSONField(default=dict, blank=True)
+    binding = models.CharField(max_length=128, blank=True, default="")
+    policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.QUEUE)
+    fallback = models.CharField(max_length=16, choices=Fallback.choices, blank=True, default="")
+    start = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["scope", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "slot"], name="route_scope_slot_unique"),
+            models.UniqueConstraint(fields=["scope", "position"], name="route_scope_position_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope.path}:{self.slot}"
+
+
+class Disposition(models.TextChoices):
+    """How a route decision settled its Event (the Event's ``route_state`` mirrors it)."""
+
+    ROUTED = "routed", "routed"
+    SKIPPED = "skipped", "skipped"
+    FAILED = "failed", "failed (dead-lettered)"
+
+
+class RouteRecord(models.Model):
+    """The one decision about an Event, written with marking it routed (R27).
+
+    ``policy`` is the effective policy (``start``, ``queue``, ``inject``, ``interrupt``,
+    ``drop``, ``wake``, ``context``, ``terminal``, ``unmatched``, ``skipped``, ``failed``);
+    ``reason`` explains it (``no_match``, ``addressed``, a route error code…).
+    """
+
+    event = models.OneToOneField(Event, on_delete=models.PROTECT, related_name="route_record")
+    work = models.ForeignKey(
+        Work, null=True, blank=True, on_delete=models.PROTECT, related_name="route_records"
+    )
+    scope = models.CharField(max_length=255, blank=True, default="")
+    route = models.CharField(max_length=128, blank=True, default="")
+    binding = models.CharField(max_length=128, blank=True, default="")
+    generation = models.CharField(max_length=32, blank=True, default="")
+    policy = models.CharField(max_length=32)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    disposition = models.CharField(max_length=16, choices=Disposition.choices, default=Disposition.ROUTED)
+    refusals = models.JSONField(default=list, blank=True)
+    keys = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    decided_at = models.DateTimeField()
+    decided_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["-event"]
+        indexes = [
+            models.Index(fields=["work", "event"], name="routerecord_work_idx"),
+            models.Index(fields=["disposition", "event"], name="routerecord_disp_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.event_id}: {self.policy} ({self.reason or '-'})"
+
+
+class ApiToken(models.Model):
+    """A per-user JSON API token, stored as a SHA-256 digest; the secret is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) for {self.user}"

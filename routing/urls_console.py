@@ -1,0 +1,3 @@
+"""The console (session-authenticated pages)."""
+
+urlpatterns: list = []

@@ -1,0 +1,39 @@
+"""Factories for the acceptance ledger."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import factory
+
+from causal.models import KV, Event, EventKey
+
+
+class EventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Event
+
+    envelope_id = factory.Sequence(lambda n: f"evt-{n}")
+    source = "tests"
+    type = "test.event"
+    scope = "acme"
+    data = factory.LazyFunction(dict)
+    accepted_at = factory.LazyFunction(lambda: datetime(2026, 1, 5, 12, 0, tzinfo=UTC))
+
+    @factory.post_generation
+    def keys(self, create, extracted, **kwargs):
+        """``EventFactory(correlation=[...])`` also writes the explicit key index rows."""
+        if create and self.correlation:
+            EventKey.objects.bulk_create(
+                [EventKey(event=self, scope=self.scope, key=key) for key in self.correlation]
+            )
+
+
+class KVFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = KV
+
+    namespace = "tests"
+    key = factory.Sequence(lambda n: f"key-{n}")
+    value = factory.LazyFunction(dict)
+    updated_at = factory.LazyFunction(lambda: datetime(2026, 1, 5, 12, 0, tzinfo=UTC))

@@ -1,0 +1,30 @@
+"""Shared fixtures: a fake clock and the database on whichever backend DATABASE_URL names."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+
+class FakeClock:
+    """An injectable clock that only moves when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float = 0, **kwargs: float) -> datetime:
+        self.now = self.now + timedelta(seconds=seconds, **kwargs)
+        return self.now
+
+    def set(self, when: datetime) -> datetime:
+        self.now = when
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()

@@ -1,0 +1,53 @@
+"""Factories for Work and what belongs to it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import factory
+
+from worklife.models import Attempt, CorrelationKey, Wait, Work
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+class WorkFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Work
+
+    scope = "acme"
+    binding = "triage"
+    created_at = T0
+    updated_at = T0
+
+
+class CorrelationKeyFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CorrelationKey
+
+    work = factory.SubFactory(WorkFactory)
+    scope = factory.SelfAttribute("work.scope")
+    key = factory.Sequence(lambda n: f"key:{n}")
+    attached_at = T0
+
+
+class AttemptFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Attempt
+
+    work = factory.SubFactory(WorkFactory)
+    number = factory.Sequence(lambda n: n + 1)
+    binding = "triage"
+    executor = "python"
+    generation = 1
+    capabilities = factory.LazyFunction(list)
+    started_at = T0
+
+
+class WaitFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Wait
+
+    work = factory.SubFactory(WorkFactory)
+    match = factory.LazyFunction(dict)
+    created_at = T0

@@ -1,0 +1,280 @@
+"""Work and what belongs to it: owned correlation keys, attempts, input (queued and
+injected), intents, waits, timers and dependency subscriptions."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from causal.models import Event
+
+
+class WorkStatus(models.TextChoices):
+    READY = "ready", "ready"
+    RUNNING = "running", "running"
+    WAITING = "waiting", "waiting"
+    COMPLETED = "completed", "completed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({WorkStatus.COMPLETED, WorkStatus.CANCELLED})
+
+
+class Work(models.Model):
+    """A unit of work routed Events feed. Its scope never changes.
+
+    ``version`` increases on every change: the router's commit compares it with the
+    snapshot its decision assumed (R7).
+    """
+
+    scope = models.CharField(max_length=255, db_index=True)
+    status = models.CharField(max_length=16, choices=WorkStatus.choices, default=WorkStatus.READY)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    predecessor = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="successor"
+    )
+    trigger = models.ForeignKey(
+        Event, null=True, blank=True, on_delete=models.PROTECT, related_name="triggered_work"
+    )
+    # The binding the Work was started on (the starting route's effective binding name).
+    binding = models.CharField(max_length=128, blank=True, default="")
+    # The binding a retry will run on; Control.Rebind rewrites it.
+    retry_binding = models.CharField(max_length=128, blank=True, default="")
+    # The last rebind and the attempt number it followed (R30).
+    rebind_binding = models.CharField(max_length=128, blank=True, default="")
+    rebind_after_attempt = models.PositiveIntegerField(null=True, blank=True)
+    version = models.PositiveBigIntegerField(default=1)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        verbose_name_plural = "Work"
+        indexes = [models.Index(fields=["status", "id"], name="work_status_idx")]
+
+    def __str__(self) -> str:
+        return f"Work {self.pk} ({self.scope}, {self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class CorrelationKey(models.Model):
+    """A correlation key owned by exactly one Work, for ever (a uniqueness constraint)."""
+
+    scope = models.CharField(max_length=255)
+    key = models.CharField(max_length=512)
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="keys")
+    attached_by = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    attached_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="correlationkey_owner_unique"),
+        ]
+        indexes = [models.Index(fields=["work"], name="correlationkey_work_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key} -> Work {self.work_id}"
+
+
+class AttemptState(models.TextChoices):
+    RUNNING = "running", "running"
+    WAITING = "waiting", "waiting (parked)"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+ACTIVE_ATTEMPT_STATES = frozenset({AttemptState.RUNNING, AttemptState.WAITING})
+
+
+class Attempt(models.Model):
+    """One execution of Work. Its configuration is pinned at start (R36): the binding, the
+    executor registration behind it, the generation and the capabilities. ``lease_epoch``
+    fences stale holders. The attempt's id is the Execution id Events may target."""
+
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="attempts")
+    number = models.PositiveIntegerField()
+    binding = models.CharField(max_length=128)
+    executor = models.CharField(max_length=128, blank=True, default="")
+    generation = models.PositiveIntegerField()
+    capabilities = models.JSONField(default=list, blank=True)
+    lease_epoch = models.PositiveBigIntegerField(default=1)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    trigger = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16, choices=AttemptState.choices, default=AttemptState.RUNNING)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["work", "number"], name="attempt_work_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Attempt {self.number} of Work {self.work_id} ({self.state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_ATTEMPT_STATES
+
+
+class InputKind(models.TextChoices):
+    QUEUE = "queue", "queued"
+    INJECT = "inject", "injected"
+    INTERRUPT = "interrupt", "interrupt"
+    CONTEXT = "context", "context (waiting Work)"
+    HELD = "held", "held for the running attempt"
+
+
+class InputState(models.TextChoices):
+    PENDING = "pending", "pending"
+    CONSUMED = "consumed", "consumed"
+    DROPPED = "dropped", "dropped (Work cancelled)"
+
+
+class WorkInput(models.Model):
+    """An Event given to a Work as input, in acceptance order (``seq`` is the Event's seq).
+
+    One row per (Work, Event): replaying a route can never enqueue it twice, and consumption
+    keeps its attempt association (R46).
+    """
+
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="inputs")
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="work_inputs")
+    seq = models.BigIntegerField()
+    binding = models.CharField(max_length=128, blank=True, default="")
+    kind = models.CharField(max_length=16, choices=InputKind.choices, default=InputKind.QUEUE)
+    state = models.CharField(max_length=16, choices=InputState.choices, default=InputState.PENDING)
+    attempt = models.ForeignKey(
+        Attempt, null=True, blank=True, on_delete=models.PROTECT, related_name="inputs"
+    )
+    created_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["work", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["work", "event"], name="workinput_work_event_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["work", "seq"], name="workinput_work_seq_idx"),
+            models.Index(
+                fields=["work", "seq"],
+                name="workinput_pending_idx",
+                condition=Q(state="pending"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} -> Work {self.work_id} ({self.kind}, {self.state})"
+
+
+class IntentState(models.TextChoices):
+    PENDING = "pending", "pending"
+    CONFIRMED = "confirmed", "confirmed"
+    SUPERSEDED = "superseded", "superseded (attempt ended)"
+
+
+class Intent(models.Model):
+    """A stable inject/interrupt intent for one attempt at one lease epoch (R32)."""
+
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="intents")
+    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="intents")
+    lease_epoch = models.PositiveBigIntegerField()
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="intents")
+    kind = models.CharField(max_length=16, choices=[("inject", "inject"), ("interrupt", "interrupt")])
+    state = models.CharField(max_length=16, choices=IntentState.choices, default=IntentState.PENDING)
+    created_at = models.DateTimeField()
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["attempt", "lease_epoch", "event"], name="intent_identity_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.event_id} -> attempt {self.attempt_id}@{self.lease_epoch}"
+
+
+class WaitState(models.TextChoices):
+    ACTIVE = "active", "active"
+    WOKEN = "woken", "woken"
+    TIMED_OUT = "timed_out", "timed out"
+    CANCELLED = "cancelled", "cancelled"
+
+
+class Wait(models.Model):
+    """A parked attempt waiting for an Event matching ``match`` (type glob and keys), or
+    for ``timeout_at``."""
+
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="waits")
+    attempt = models.ForeignKey(
+        Attempt, null=True, blank=True, on_delete=models.PROTECT, related_name="waits"
+    )
+    name = models.CharField(max_length=128, blank=True, default="")
+    match = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=WaitState.choices, default=WaitState.ACTIVE)
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    woken_by = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    blocked_reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["work", "state"], name="wait_work_state_idx")]
+
+    def __str__(self) -> str:
+        return f"Wait {self.name or self.pk} of Work {self.work_id} ({self.state})"
+
+
+class TimerState(models.TextChoices):
+    PENDING = "pending", "pending"
+    FIRED = "fired", "fired"
+    CANCELLED = "cancelled", "cancelled"
+    REFUSED = "refused", "refused by causal limits"
+
+
+class Timer(models.Model):
+    """A timer owned by a Work; firing emits an Event, derived from ``parent`` when set (R56)."""
+
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="timers")
+    due_at = models.DateTimeField()
+    type = models.CharField(max_length=255)
+    data = models.JSONField(null=True, blank=True)
+    parent = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16, choices=TimerState.choices, default=TimerState.PENDING)
+    fired_event = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["due_at"], name="timer_due_idx", condition=Q(state="pending")),
+        ]
+
+    def __str__(self) -> str:
+        return f"Timer {self.pk} of Work {self.work_id} due {self.due_at:%Y-%m-%d %H:%M:%S}"
+
+
+class DependencySubscription(models.Model):
+    """A waiting Work's subscription to Events of another scope (R42)."""
+
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="subscriptions")
+    wait = models.ForeignKey(Wait, on_delete=models.PROTECT, related_name="subscriptions")
+    scope = models.CharField(max_length=255)
+    match = models.JSONField(default=dict, blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["scope"], name="depsub_scope_idx", condition=Q(active=True))]
+
+    def __str__(self) -> str:
+        return f"Work {self.work_id} subscribes to {self.scope}"
