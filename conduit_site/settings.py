@@ -112,6 +112,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+# Lets several test runs share one database server (or one var/ folder) side by side.
+if os.environ.get("TEST_DATABASE_NAME"):
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ["TEST_DATABASE_NAME"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels ------------------------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""Writes to the acceptance ledger.
+
+``event_accept_in_tx`` is the trusted acceptance primitive: it stores an Event (or returns
+the one already accepted under the same ``(source, id)``) and its explicit key index. It does
+not decide who may accept what: ingress validation (``routing.ingress``) and the causal
+limits (``causal.limits``) call it after their own checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from causal.clock import Clock
+from causal.models import KV, Event, EventKey
+
+# Acceptance order is the commit order: on PostgreSQL a sequence value is taken before
+# commit, so two concurrent acceptances could commit out of seq order and a router could
+# route seq 6 before seq 5 appears. One transaction-scoped advisory lock serialises the
+# insert and commit of accepted Events. (SQLite serialises writers with BEGIN IMMEDIATE.)
+ACCEPT_LOCK_ID = 0x436F6E64  # "Cond"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A validated Event envelope (CloudEvents 1.0 attributes plus Conduit's targets)."""
+
+    id: str
+    source: str
+    type: str
+    scope: str
+    subject: str = ""
+    time: datetime | None = None
+    specversion: str = "1.0"
+    datacontenttype: str = "application/json"
+    data: Any = None
+    extensions: dict[str, Any] = field(default_factory=dict)
+    correlation: tuple[str, ...] = ()
+    work_id: int | None = None
+    execution_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    event: Event
+    created: bool
+
+
+def assert_in_tx() -> None:
+    """Guard for ``*_in_tx`` functions: they must run inside the caller's transaction."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("this function must be called inside transaction.atomic()")
+
+
+def acceptance_lock_in_tx() -> None:
+    """Serialise acceptance so that seq order is commit order (no-op on SQLite)."""
+    assert_in_tx()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ACCEPT_LOCK_ID])
+
+
+def event_accept_in_tx(
+    *,
+    envelope: Envelope,
+    clock: Clock,
+    parent: Event | None = None,
+    accepted_by: str = "",
+) -> Accepted:
+    """Store ``envelope`` as an accepted Event, or return the Event already accepted under
+    the same ``(source, id)`` (deduplication stores nothing new)."""
+    assert_in_tx()
+    existing = Event.objects.filter(source=envelope.source, envelope_id=envelope.id).first()
+    if existing is not None:
+        return Accepted(existing, created=False)
+    acceptance_lock_in_tx()
+    event = Event(
+        envelope_id=envelope.id,
+        source=envelope.source,
+        type=envelope.type,
+        subject=envelope.subject,
+        time=envelope.time,
+        specversion=envelope.specversion,
+        datacontenttype=envelope.datacontenttype,
+        data=envelope.data,
+        extensions=dict(envelope.extensions),
+        scope=envelope.scope,
+        correlation=list(envelope.correlation),
+        work_id=envelope.work_id,
+        execution_id=envelope.execution_id,
+        parent=parent,
+        root_id=(parent.root_seq if parent is not None else None),
+        depth=(parent.depth + 1 if parent is not None else 0),
+        accepted_at=clock(),
+        accepted_by=accepted_by,
+    )
+    try:
+        with transaction.atomic():
+            event.save(force_insert=True)
+    except IntegrityError:
+        # A concurrent acceptance of the same (source, id) won the race.
+        existing = Event.objects.filter(source=envelope.source, envelope_id=envelope.id).first()
+        if existing is None:
+            raise
+        return Accepted(existing, created=False)
+    if envelope.correlation:
+        EventKey.objects.bulk_create(
+            [
+                EventKey(event=event, scope=envelope.scope, key=key)
+                for key in dict.fromkeys(envelope.correlation)
+            ]
+        )
+    return Accepted(event, created=True)
+
+
+def kv_get(namespace: str, key: str) -> KV | None:
+    return KV.objects.filter(namespace=namespace, key=key).first()
+
+
+def kv_put_in_tx(*, namespace: str, key: str, value: Any, clock: Clock) -> KV:
+    """Create or replace a KV value, bumping its version."""
+    assert_in_tx()
+    entry = KV.objects.select_for_update().filter(namespace=namespace, key=key).first()
+    if entry is None:
+        return KV.objects.create(namespace=namespace, key=key, value=value, version=1, updated_at=clock())
+    entry.value = value
+    entry.version += 1
+    entry.updated_at = clock()
+    entry.save(update_fields=["value", "version", "updated_at"])
+    return entry
+
+
+def kv_delete_in_tx(*, namespace: str, key: str) -> int:
+    assert_in_tx()
+    deleted, _ = KV.objects.filter(namespace=namespace, key=key).delete()
+    return deleted
