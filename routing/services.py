@@ -1,0 +1,230 @@
+"""Writes of the routing app: each a function with keyword-only arguments and one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from causal.clock import Clock
+from causal.models import Event
+from causal.services import Accepted, Envelope, event_accept_in_tx
+from routing.ingress import (
+    BatchInvalid,
+    EnvelopeInvalid,
+    check_size,
+    encoded_size,
+    parse_envelope,
+    parse_envelopes,
+)
+from routing.models import ApiToken, Generation, GenerationKind, Scope
+from routing.tokens import token_digest, token_generate, token_well_formed
+
+# --- acceptance -----------------------------------------------------------------------------
+
+
+def event_accept(*, payload: Any, clock: Clock, accepted_by: str = "", trusted: bool = False) -> Accepted:
+    """Validate one offered Event (a decoded structured-mode CloudEvent) and accept it.
+
+    The durable commit is the acknowledgement. The same ``(source, id)`` accepted before
+    returns that Event with ``created=False`` and stores nothing. Raises
+    :class:`~routing.ingress.EnvelopeInvalid` naming the field at fault (nothing stored):
+    a malformed envelope, a reserved ``core`` type or source unless ``trusted``, an Event
+    larger than ``CONDUIT_MAX_EVENT_BYTES``, or a scope not in the live configuration.
+    """
+    envelope = _validated(payload, trusted=trusted)
+    with transaction.atomic():
+        _refuse_unknown_scopes_in_tx([envelope], batch=False)
+        return event_accept_in_tx(envelope=envelope, clock=clock, accepted_by=accepted_by)
+
+
+def events_accept(
+    *, payloads: Sequence[Any], clock: Clock, accepted_by: str = "", trusted: bool = False
+) -> list[Accepted]:
+    """Validate every Event of a batch, then accept them all in one transaction, in order.
+
+    All or nothing: when any Event is refused, :class:`~routing.ingress.BatchInvalid` lists
+    every refusal (each with its ``index``) and nothing is stored. Duplicates (of earlier
+    Events or of an earlier Event in the same batch) come back with ``created=False``.
+    """
+    if not payloads:
+        raise EnvelopeInvalid(None, "the batch is empty: it holds no Event")
+    envelopes = _validated_batch(payloads, trusted=trusted)
+    with transaction.atomic():
+        _refuse_unknown_scopes_in_tx(envelopes, batch=True)
+        return [event_accept_in_tx(envelope=e, clock=clock, accepted_by=accepted_by) for e in envelopes]
+
+
+def _validated(payload: Any, *, trusted: bool) -> Envelope:
+    envelope = parse_envelope(payload, trusted=trusted)
+    _check_encoded_size(payload)
+    return envelope
+
+
+def _validated_batch(payloads: Sequence[Any], *, trusted: bool) -> list[Envelope]:
+    errors: list[EnvelopeInvalid] = []
+    try:
+        envelopes = parse_envelopes(list(payloads), trusted=trusted)
+    except BatchInvalid as exc:
+        errors.extend(exc.errors)
+        envelopes = []
+    failed = {error.index for error in errors}
+    for index, payload in enumerate(payloads):
+        if index in failed:
+            continue
+        try:
+            _check_encoded_size(payload)
+        except EnvelopeInvalid as exc:
+            errors.append(exc.at(index))
+    if errors:
+        raise BatchInvalid(sorted(errors, key=lambda error: error.index or 0))
+    return envelopes
+
+
+def _check_encoded_size(payload: Any) -> None:
+    # A decoded payload is measured as compact JSON: never more than the body it came in, so
+    # an HTTP body that passed the raw size check passes this one too.
+    check_size(encoded_size(payload), settings.CONDUIT_MAX_EVENT_BYTES)
+
+
+def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) -> None:
+    """Refuse Events whose scope is not in the live generation (the newest applied one).
+
+    A retry of an Event already accepted is not refused: it is acknowledged as the
+    duplicate it is, whatever the configuration says now.
+    """
+    live = Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").first()
+    paths = {envelope.scope for envelope in envelopes}
+    known: set[str] = set()
+    if live is not None:
+        known = set(Scope.objects.filter(generation=live, path__in=paths).values_list("path", flat=True))
+    errors = []
+    for index, envelope in enumerate(envelopes):
+        if envelope.scope in known:
+            continue
+        if Event.objects.filter(source=envelope.source, envelope_id=envelope.id).exists():
+            continue
+        if live is None:
+            message = f"unknown scope {envelope.scope!r}: no configuration has been applied yet"
+        else:
+            message = (
+                f"unknown scope {envelope.scope!r}: it is not in the live configuration "
+                f"(generation {live.number})"
+            )
+        errors.append(EnvelopeInvalid("scope", message, index=index if batch else None))
+    if errors:
+        raise BatchInvalid(errors) if batch else errors[0]
+
+
+# --- api tokens -----------------------------------------------------------------------------
+
+# last_used_at is a hint for operators, not an audit log: write it at most once a minute per
+# token so that a busy client does not turn every API call into a write.
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
+TOKEN_NAME_MAX = 100
+
+
+class ApiTokenInvalid(ValueError):
+    """A token operation is refused; ``field`` names the argument at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A token just created, with its secret: the only time the secret exists in clear."""
+
+    token: ApiToken
+    secret: str
+
+
+def api_token_create(*, user: AbstractBaseUser, name: str, clock: Clock) -> IssuedToken:
+    """Create an API token for ``user``; the returned secret is shown once and never stored.
+
+    Raises :class:`ApiTokenInvalid` for an inactive user or a bad name (nothing stored).
+    """
+    name = name.strip()
+    if not name:
+        raise ApiTokenInvalid("name", "a token needs a non-empty name")
+    if len(name) > TOKEN_NAME_MAX:
+        raise ApiTokenInvalid(
+            "name", f"the name is {len(name)} characters long; the limit is {TOKEN_NAME_MAX}"
+        )
+    if not user.is_active:
+        raise ApiTokenInvalid("user", f"user {user.get_username()!r} is inactive")
+    with transaction.atomic():
+        # Prefixes only name tokens for operators (the digest is the unique credential), so a
+        # rare collision is simply avoided by drawing again.
+        for _ in range(5):
+            prefix, secret = token_generate()
+            if not ApiToken.objects.filter(prefix=prefix).exists():
+                break
+        token = ApiToken.objects.create(
+            user=user, name=name, prefix=prefix, digest=token_digest(secret), created_at=clock()
+        )
+    return IssuedToken(token=token, secret=secret)
+
+
+def api_token_create_for_username(*, username: str, name: str, clock: Clock) -> IssuedToken:
+    """Create an API token for the user named ``username`` (see :func:`api_token_create`)."""
+    user_model = get_user_model()
+    try:
+        user = user_model._default_manager.get_by_natural_key(username)
+    except user_model.DoesNotExist:
+        raise ApiTokenInvalid("USERNAME", f"no user named {username!r}") from None
+    return api_token_create(user=user, name=name, clock=clock)
+
+
+def api_token_revoke(*, prefix: str, clock: Clock) -> ApiToken:
+    """Revoke the live token whose prefix is ``prefix``: it authenticates nothing from now on.
+
+    Raises :class:`ApiTokenInvalid` when no token, or more than one, has that prefix, or when
+    it was already revoked.
+    """
+    with transaction.atomic():
+        tokens = list(ApiToken.objects.select_for_update().select_related("user").filter(prefix=prefix)[:2])
+        if not tokens:
+            raise ApiTokenInvalid("PREFIX", f"no API token has the prefix {prefix!r}")
+        if len(tokens) > 1:
+            raise ApiTokenInvalid(
+                "PREFIX", f"several API tokens have the prefix {prefix!r}; revoke them in the admin"
+            )
+        token = tokens[0]
+        if token.revoked_at is not None:
+            raise ApiTokenInvalid(
+                "PREFIX", f"API token {prefix} was already revoked at {token.revoked_at:%Y-%m-%d %H:%M:%S}Z"
+            )
+        token.revoked_at = clock()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def api_token_authenticate(*, secret: str, clock: Clock) -> ApiToken | None:
+    """The live token whose secret is ``secret`` (with its user), or ``None``.
+
+    A revoked token, a token of an inactive user and a malformed secret authenticate
+    nothing. Records when the token was last used (at most once a minute).
+    """
+    if not token_well_formed(secret):
+        return None
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=token_digest(secret), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    now = clock()
+    if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
