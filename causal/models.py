@@ -63,6 +63,11 @@ class Event(models.Model):
     unrouted_reason = models.TextField(blank=True, default="")
     # Retryable route failures back off; the window skips an Event until then (R14).
     retry_at = models.DateTimeField(null=True, blank=True)
+    # The earlier unrouted Event this one waits behind (same target, I4): the route loop's
+    # window passes over it until that one settles, so a stuck target holds only its own lane.
+    waiting_on = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     # A short durable lease so several route loops rarely evaluate the same Event.
     claimed_by = models.CharField(max_length=128, blank=True, default="")
     claimed_until = models.DateTimeField(null=True, blank=True)
