@@ -1,0 +1,71 @@
+# Conduit. `make run` serves the console and the router; `make test` runs the tests.
+# Needs only make and Python 3.12+ (scripts/find-python finds one); everything else goes into .venv.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.requirements-installed
+VAR := $(or $(CONDUIT_VAR_DIR),var)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+OPERATOR := operator
+DEMO_CONFIG := demo/conduit.yaml
+LOCAL_POSTGRES := postgres://postgres@127.0.0.1:5432/test
+# Extra pytest arguments, e.g. make test PYTEST_ARGS='-k r15 -x'
+PYTEST_ARGS ?=
+
+.PHONY: help run test test-postgres lint venv
+
+help: ## Show the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 24
+
+# The virtualenv is (re)built when it is missing, broken, or older than requirements.txt.
+$(STAMP): requirements.txt
+	@if ! $(PY) -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then \
+	    python=$$(scripts/find-python); \
+	    echo "Creating $(VENV) with $$python"; \
+	    rm -rf $(VENV); \
+	    "$$python" -m venv $(VENV); \
+	fi
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+venv: $(STAMP) ## Create or update .venv from requirements.txt.
+
+$(VAR):
+	@mkdir -p $@
+
+run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the operator login, serve on HOST:PORT.
+	@if [ -z "$${DATABASE_URL:-}" ] && [ ! -e $(VAR)/conduit.sqlite3 ]; then \
+	    rm -f $(VAR)/demo.applied $(VAR)/operator-password; \
+	fi
+	$(PY) manage.py migrate --noinput
+	@digest=$$($(PY) -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' $(DEMO_CONFIG)); \
+	if [ "$$(cat $(VAR)/demo.applied 2>/dev/null)" != "$$digest" ]; then \
+	    echo "Applying $(DEMO_CONFIG)"; \
+	    $(PY) manage.py config apply $(DEMO_CONFIG); \
+	    echo "$$digest" > $(VAR)/demo.applied; \
+	fi
+	@reset=; [ -s $(VAR)/operator-password ] || reset=--reset-password; \
+	password=$$($(PY) manage.py operator create $(OPERATOR) $$reset); \
+	if [ -n "$$password" ]; then \
+	    (umask 077; printf '%s\n' "$$password" > $(VAR)/operator-password); \
+	    chmod 600 $(VAR)/operator-password; \
+	fi
+	@echo "Sign in at http://$(HOST):$(PORT)/ as $(OPERATOR) with the password in $(VAR)/operator-password"
+	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLite under var/).
+	DATABASE_URL= $(PY) -m pytest $(PYTEST_ARGS)
+
+test-postgres: $(STAMP) | $(VAR) ## Run the tests on PostgreSQL (DATABASE_URL, default the local server).
+	DATABASE_URL=$${DATABASE_URL:-$(LOCAL_POSTGRES)} $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) | $(VAR) ## ruff format --check, ruff check, manage.py check, makemigrations --check.
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run

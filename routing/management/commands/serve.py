@@ -1,0 +1,302 @@
+"""``manage.py serve``: the console (daphne) and the router loop (``route_loop``) together."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+
+from django.conf import settings
+from django.core.management import get_commands
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
+
+ASGI_APPLICATION = "conduit_site.asgi:application"
+POLL_SECONDS = 0.2
+READY_TIMEOUT_SECONDS = 60.0
+# Exit statuses a child may report after we forwarded SIGINT/SIGTERM to it: a clean stop.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    """One supervised child process."""
+
+    name: str
+    argv: list[str]
+    process: subprocess.Popen | None = None
+    returncode: int | None = field(default=None)
+    signalled: bool = False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.returncode is None
+
+    def poll(self) -> int | None:
+        if self.process is not None and self.returncode is None:
+            self.returncode = self.process.poll()
+        return self.returncode
+
+    def send(self, signum: int) -> None:
+        self.signalled = True
+        if self.alive():
+            try:
+                self.process.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+
+def url_for(host: str, port: int) -> str:
+    """The console URL for a bind address (IPv6 literals in brackets)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/"
+
+
+def probe_host(host: str) -> str:
+    """Where to connect to check that a server bound to ``host`` is listening."""
+    host = host.strip("[]")
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def ensure_can_listen(host: str, port: int) -> None:
+    """Raise :class:`CommandError` unless ``host:port`` can be listened on right now.
+
+    Daphne would log the failure and exit, but the readiness probe could meanwhile reach
+    whatever already listens there and announce the wrong server.
+    """
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as error:
+            raise CommandError(
+                f"--host/--port: cannot listen on {host}:{port}: {error.strerror or error}"
+            ) from error
+
+
+def clean_stop(returncode: int) -> bool:
+    """Whether a child's exit status is a clean stop after a forwarded stop signal."""
+    return returncode == 0 or any(returncode in (-signum, 128 + signum) for signum in STOP_SIGNALS)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # Linux only: if serve itself is killed (SIGKILL), its children get SIGTERM rather than
+    # living on as orphans holding the port. 1 is PR_SET_PDEATHSIG.
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))
+
+
+class Command(BaseCommand):
+    help = (
+        "Serve the console (daphne, HTTP and websockets) and run the router loop (manage.py "
+        "route_loop) as two child processes. Prints the console URL once it answers, forwards "
+        "SIGINT/SIGTERM to both, and exits when either one exits (non-zero if one failed). "
+        "A second SIGINT/SIGTERM kills both at once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="Address the console binds to (default 127.0.0.1)."
+        )
+        parser.add_argument(
+            "--port", type=int, default=8000, help="Port the console listens on (default 8000)."
+        )
+        parser.add_argument(
+            "--no-router",
+            action="store_true",
+            help="Serve only the console; do not start manage.py route_loop.",
+        )
+        parser.add_argument(
+            "--stop-timeout",
+            type=float,
+            default=10.0,
+            help="Seconds to wait for the children to stop after a signal before killing them (default 10).",
+        )
+
+    def handle(self, *args, **options) -> None:
+        host: str = options["host"].strip()
+        port: int = options["port"]
+        if not host:
+            raise CommandError("--host: must not be empty")
+        if not 1 <= port <= 65535:
+            raise CommandError(f"--port: must be between 1 and 65535, got {port}")
+        if options["stop_timeout"] <= 0:
+            raise CommandError(f"--stop-timeout: must be positive, got {options['stop_timeout']}")
+        with_router = not options["no_router"]
+        if with_router and "route_loop" not in get_commands():
+            raise CommandError(
+                "the router cannot start: this checkout has no 'route_loop' management command. "
+                "Serve the console alone with --no-router."
+            )
+        ensure_can_listen(host, port)
+        self._warn_unapplied_migrations()
+
+        children = [
+            Child(
+                name="daphne",
+                argv=[sys.executable, "-m", "daphne", "-b", host, "-p", str(port), ASGI_APPLICATION],
+            )
+        ]
+        if with_router:
+            children.append(
+                Child(
+                    name="route_loop",
+                    argv=[sys.executable, str(settings.BASE_DIR / "manage.py"), "route_loop"],
+                )
+            )
+        returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"]).run(
+            url=url_for(host, port), probe=(probe_host(host), port)
+        )
+        if returncode:
+            raise CommandError("stopped because a child process failed (see above)", returncode=returncode)
+
+    def _warn_unapplied_migrations(self) -> None:
+        connection = connections[DEFAULT_DB_ALIAS]
+        try:
+            executor = MigrationExecutor(connection)
+            plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        finally:
+            # The children open their own connections; the supervisor holds none.
+            connection.close()
+        if plan:
+            self.stderr.write(
+                f"{len(plan)} migration(s) are not applied; run 'manage.py migrate' first "
+                "(the console and the router may fail until then)."
+            )
+
+
+class Supervisor:
+    """Runs the children, forwards stop signals, and stops everything when one exits."""
+
+    def __init__(self, command: BaseCommand, children: list[Child], *, stop_timeout: float) -> None:
+        self.command = command
+        self.children = children
+        self.stop_timeout = stop_timeout
+        self.stop_requested = threading.Event()
+        # Set by the signal handler so that waits end at once; cleared after each wait.
+        self.wakeup = threading.Event()
+        self.signals_received = 0
+
+    def run(self, *, url: str, probe: tuple[str, int]) -> int:
+        """Start the children and supervise them; the exit status serve should return."""
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
+        first: Child | None = None
+        try:
+            for child in self.children:
+                if self.stop_requested.is_set():
+                    break
+                self._start(child)
+                if self.stop_requested.is_set() and not child.signalled:
+                    # The signal came while this child was starting: it missed the forward.
+                    child.send(signal.SIGTERM)
+            self._announce_when_ready(url, probe)
+            first = self._wait_for_exit_or_stop()
+            self._shut_down(first)
+        finally:
+            for child in self.children:
+                if child.alive():
+                    child.process.kill()
+                    child.returncode = child.process.wait()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        return self._status(first)
+
+    def _start(self, child: Child) -> None:
+        env = dict(os.environ)
+        env.setdefault("DJANGO_SETTINGS_MODULE", settings.SETTINGS_MODULE)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        linux = sys.platform.startswith("linux")
+        # Own process group: a terminal's Ctrl-C reaches serve only, and serve forwards it
+        # once, so the children see one graceful stop rather than two.
+        child.process = subprocess.Popen(
+            child.argv,
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            process_group=0,
+            # preexec_fn is unsafe only with threads; serve starts none.
+            preexec_fn=_die_with_parent if linux else None,
+        )
+
+    def _sleep(self, seconds: float) -> None:
+        self.wakeup.wait(seconds)
+        self.wakeup.clear()
+
+    def _announce_when_ready(self, url: str, probe: tuple[str, int]) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.stop_requested.is_set() or any(child.poll() is not None for child in self.children):
+                return
+            try:
+                with socket.create_connection(probe, timeout=POLL_SECONDS):
+                    break
+            except OSError:
+                self._sleep(POLL_SECONDS)
+        else:
+            self.command.stderr.write(f"The console did not answer within {READY_TIMEOUT_SECONDS:.0f} s.")
+            return
+        router = "running" if len(self.children) > 1 else "off (--no-router)"
+        self.command.stdout.write(f"Conduit console: {url}  (router: {router}; Ctrl-C stops)")
+        self.command.stdout.flush()
+
+    def _wait_for_exit_or_stop(self) -> Child | None:
+        """The first child to exit, or None when a stop signal came first."""
+        while not self.stop_requested.is_set():
+            for child in self.children:
+                if child.poll() is not None:
+                    return child
+            self._sleep(POLL_SECONDS)
+        return None
+
+    def _shut_down(self, first: Child | None) -> None:
+        if first is not None and not self.stop_requested.is_set():
+            self.command.stderr.write(f"{first.name} exited with status {first.returncode}; stopping.")
+            for child in self.children:
+                child.send(signal.SIGTERM)
+        # Children that got the forwarded signal are already stopping: a second signal would
+        # kill them before they finish their current transaction, so only wait here.
+        deadline = time.monotonic() + self.stop_timeout
+        while any(child.alive() and child.poll() is None for child in self.children):
+            if time.monotonic() >= deadline:
+                for child in self.children:
+                    if child.alive():
+                        self.command.stderr.write(f"{child.name} did not stop in time; killing it.")
+                        child.process.kill()
+                        child.returncode = child.process.wait()
+                break
+            self._sleep(POLL_SECONDS)
+
+    def _status(self, first: Child | None) -> int:
+        if self.signals_received > 1:
+            return 1
+        if first is not None and not self.stop_requested.is_set():
+            failed = [first] if first.returncode != 0 else []
+        else:
+            failed = [
+                child
+                for child in self.children
+                if child.returncode is not None and not clean_stop(child.returncode)
+            ]
+        if not failed:
+            return 0
+        code = failed[0].returncode
+        return code if 0 < code < 256 else 1
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals_received += 1
+        self.wakeup.set()
+        if self.signals_received == 1:
+            self.stop_requested.set()
+            for child in self.children:
+                child.send(signum)
+            return
+        for child in self.children:
+            child.send(signal.SIGKILL)
