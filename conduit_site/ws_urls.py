@@ -1,3 +1,12 @@
-"""Websocket routes."""
+"""Websocket routes: live updates of the console's pages (``ws/work/<id>/``, ``ws/events/``)."""
 
-websocket_urlpatterns: list = []
+from __future__ import annotations
+
+from django.urls import path
+
+from routing.consumers import EventsConsumer, WorkConsumer
+
+websocket_urlpatterns = [
+    path("ws/work/<int:work_id>/", WorkConsumer.as_asgi(), name="ws-work"),
+    path("ws/events/", EventsConsumer.as_asgi(), name="ws-events"),
+]

@@ -1,0 +1,76 @@
+"""Admin of configuration generations, route records and API tokens.
+
+A generation (with its scopes, bindings and routes) is a stored document that routing and
+RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
+read-only. API tokens have their own admin (``routing.admin_tokens``): added with the
+secret shown once, revoked by an action.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from causal.admin import HistoryAdmin, HistoryInline
+from routing.admin_tokens import ApiTokenAdmin
+from routing.models import ApiToken, Binding, Generation, Route, RouteRecord, Scope
+
+
+class ScopeInline(HistoryInline):
+    model = Scope
+    fields = ("path",)
+
+
+class BindingInline(HistoryInline):
+    model = Binding
+    fields = ("name", "executor", "settings", "controls")
+
+
+class RouteInline(HistoryInline):
+    model = Route
+    fields = ("position", "slot", "handler", "binding", "policy", "fallback", "start")
+
+
+@admin.register(Generation)
+class GenerationAdmin(HistoryAdmin):
+    list_display = ("id", "number", "kind", "digest", "created_at", "created_by", "note")
+    list_filter = ("kind",)
+    search_fields = ("=id", "=number", "=digest", "note")
+    ordering = ("-id",)
+    inlines = (ScopeInline,)
+
+
+@admin.register(Scope)
+class ScopeAdmin(HistoryAdmin):
+    list_display = ("path", "generation")
+    list_select_related = ("generation",)
+    search_fields = ("=path", "=generation__number")
+    ordering = ("-generation", "path")
+    inlines = (BindingInline, RouteInline)
+
+
+@admin.register(Binding)
+class BindingAdmin(HistoryAdmin):
+    list_display = ("name", "scope", "executor", "controls")
+    list_select_related = ("scope", "scope__generation")
+    search_fields = ("=name", "=scope__path", "=scope__generation__number")
+    ordering = ("-scope__generation", "scope__path", "name")
+
+
+@admin.register(Route)
+class RouteAdmin(HistoryAdmin):
+    list_display = ("slot", "scope", "position", "handler", "binding", "policy", "fallback", "start")
+    list_select_related = ("scope", "scope__generation")
+    search_fields = ("=slot", "=scope__path", "=scope__generation__number")
+    ordering = ("-scope__generation", "scope__path", "position")
+
+
+@admin.register(RouteRecord)
+class RouteRecordAdmin(HistoryAdmin):
+    list_display = ("event", "work", "policy", "reason", "disposition", "route", "generation", "decided_at")
+    list_filter = ("disposition", "policy")
+    list_select_related = ("event", "work")
+    search_fields = ("=event__seq", "=event__envelope_id", "=work__id", "=route")
+    ordering = ("-event",)
+
+
+admin.site.register(ApiToken, ApiTokenAdmin)

@@ -1,0 +1,131 @@
+"""Websocket consumers: live updates of the console's Work page and Events list.
+
+A consumer accepts only a signed-in user, joins the page's group (``conduit_site.live``) and,
+on each update, re-renders the same partials the page's HTTP view renders and sends them as
+htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment. Updates that
+arrive in a burst are coalesced into one render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+from django.utils.datastructures import MultiValueDict
+
+from conduit_site.live import EVENTS_GROUP, group_name_for_work
+from routing.views.events import LIST_TEMPLATE, event_rows_context
+from routing.views.forms import EventFilterForm
+from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
+from worklife.models import Work
+from worklife.selectors import work_get
+
+# Close codes in the application range (4000-4999): the page's script can tell them apart.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+CLOSE_BAD_REQUEST = 4400
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Base: authenticate, join one group, coalesce updates, send rendered fragments."""
+
+    # Updates arriving within this many seconds of the first are rendered once.
+    coalesce_seconds = 0.2
+
+    group: str | None = None
+    _dirty: bool = False
+    _flusher: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        group, close_code = await self.prepare()
+        if group is None:
+            await self.close(code=close_code)
+            return
+        self.group = group
+        await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """The page sends nothing we act on; incoming frames are ignored."""
+
+    async def console_update(self, message: dict[str, Any]) -> None:
+        """A ``console.update`` group message: re-render soon (coalesced)."""
+        self._dirty = True
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._dirty:
+            await asyncio.sleep(self.coalesce_seconds)
+            self._dirty = False
+            html = await database_sync_to_async(self.render)()
+            if html:
+                await self.send(text_data=html)
+
+    async def prepare(self) -> tuple[str | None, int]:
+        """The group to join, or ``(None, close_code)`` to refuse the connection."""
+        raise NotImplementedError
+
+    def render(self) -> str:
+        """The out-of-band fragments to send (runs in a thread; may read the database)."""
+        raise NotImplementedError
+
+
+class WorkConsumer(LiveConsumer):
+    """``ws/work/<id>/``: the Work page's state, unrouted input, input and history."""
+
+    work_id: int = 0
+
+    async def prepare(self) -> tuple[str | None, int]:
+        self.work_id = int(self.scope["url_route"]["kwargs"]["work_id"])
+        exists = await database_sync_to_async(Work.objects.filter(pk=self.work_id).exists)()
+        if not exists:
+            return None, CLOSE_NOT_FOUND
+        return group_name_for_work(self.work_id), 0
+
+    def render(self) -> str:
+        try:
+            work = work_get(self.work_id)
+        except Work.DoesNotExist:
+            return ""
+        context = work_detail_context(work, LIVE_PARTIALS)
+        context["oob"] = True
+        return "".join(render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS)
+
+
+class EventsConsumer(LiveConsumer):
+    """``ws/events/?scope=&type=&route_state=``: the first page of the Events list's rows,
+    with the list's filters."""
+
+    form: EventFilterForm | None = None
+
+    async def prepare(self) -> tuple[str | None, int]:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        form = EventFilterForm(MultiValueDict(query))
+        if not form.is_valid() or form.cleaned_data["before"] is not None:
+            return None, CLOSE_BAD_REQUEST
+        self.form = form
+        return EVENTS_GROUP, 0
+
+    def render(self) -> str:
+        assert self.form is not None
+        context = event_rows_context(self.form.filters())
+        context["oob"] = True
+        return render_to_string(f"{LIST_TEMPLATE}#event-rows", context)

@@ -1,0 +1,18 @@
+"""The console's home page."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from routing.selectors import console_summary
+from routing.views.common import render_console
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """Counts of unrouted Events and of Work by status, the live generation, and links."""
+    summary = console_summary()
+    return render_console(request, "routing/home.html", {"section": "home", "summary": summary})
