@@ -9,6 +9,7 @@ import factory
 from django.contrib.auth import get_user_model
 
 from routing.models import ApiToken, Generation, GenerationKind, Scope
+from routing.services import config_apply, config_candidate
 from routing.tokens import token_digest, token_generate
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -45,6 +46,87 @@ def live_scopes(*paths: str) -> Generation:
     for path in paths:
         ScopeFactory(generation=generation, path=path)
     return generation
+
+
+# --- configuration documents (through the real services) ------------------------------------
+
+# A small valid document for tests. Scopes acme and acme/web. Bindings in acme: ``agent``
+# (python, claims inject and interrupt), ``shell`` (command, no controls), ``inbox``
+# (queue-only). Routes of acme, in order:
+#   prs    github.pull_request.*  keys pr:{data.repository}#{data.number}  agent  queue
+#   chat   chat.message           keys thread:{data.thread}                agent  inject, fallback queue
+#   stop   ops.stop               keys pr:{data.repository}#{data.number}  agent  interrupt, fallback drop
+#   notes  note.*                 keys note:{subject}                      inbox  queue, start false
+#   noise  *.ping                 (no keys)                                -      drop
+# acme/web redefines ``agent`` as a command (no controls: chat and stop fall back there),
+# overrides ``prs`` in place (policy queue on ``shell``) and appends ``deploys``.
+DEFAULT_TEST_CONFIG = """\
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      agent:
+        executor: python
+        settings: {target: "demo.agents:triage"}
+        controls: [inject, interrupt]
+      shell:
+        executor: command
+        settings: {argv: ["true"]}
+      inbox: {}
+    routes:
+      - slot: prs
+        handler: match
+        params: {type: "github.pull_request.*", keys: ["pr:{data.repository}#{data.number}"]}
+        binding: agent
+        policy: queue
+      - slot: chat
+        handler: match
+        params: {type: "chat.message", keys: ["thread:{data.thread}"]}
+        binding: agent
+        policy: inject
+        fallback: queue
+      - slot: stop
+        handler: match
+        params: {type: "ops.stop", keys: ["pr:{data.repository}#{data.number}"]}
+        binding: agent
+        policy: interrupt
+        fallback: drop
+      - slot: notes
+        handler: match
+        params: {type: "note.*", keys: ["note:{subject}"]}
+        binding: inbox
+        policy: queue
+        start: false
+      - slot: noise
+        handler: match
+        params: {type: "*.ping"}
+        policy: drop
+  - path: acme/web
+    bindings:
+      agent:
+        executor: command
+        settings: {argv: ["true"]}
+    routes:
+      - slot: prs
+        handler: match
+        params: {type: "github.pull_request.*", keys: ["pr:{data.repository}#{data.number}"]}
+        binding: shell
+        policy: queue
+      - slot: deploys
+        handler: match
+        params: {type: "deploy.*", keys: ["deploy:{data.service}"]}
+        binding: agent
+        policy: queue
+"""
+
+
+def apply_config(
+    yaml_text: str = DEFAULT_TEST_CONFIG, clock=None, *, candidate: bool = False, created_by: str = "tests"
+) -> Generation:
+    """Store a YAML document through the real services: applied as the next live generation,
+    or as a candidate. Raises ``routing.config.ConfigInvalid`` like the services do."""
+    store = config_candidate if candidate else config_apply
+    return store(document=yaml_text, clock=clock or (lambda: T0), created_by=created_by)
 
 
 # --- users and API tokens --------------------------------------------------------------------

@@ -1,0 +1,557 @@
+"""Built-in route handlers: ``match``, the declarative one.
+
+``routing.handlers.Match`` (registered as ``match``) decides from its route's ``params``::
+
+    type: "github.pull_request.*"        # glob on the Event type (required)
+    source: "github*"                     # glob on the source (optional)
+    subject: "repo/*"                     # glob on the subject (optional)
+    where:                                # all must hold (optional)
+      - {field: data.action, in: [opened, synchronize]}
+      - {field: data.draft, equals: false}
+      - {field: data.labels, exists: true}
+      - {field: data.title, matches: "^WIP"}   # a Python regular expression, searched
+    keys: ["pr:{data.repository}#{data.number}"]   # correlation key templates (optional)
+
+Fields are dotted paths into the Event: ``type``, ``source``, ``subject``, ``scope``, ``id``,
+``data`` and ``data.<key>.<key>…`` (a numeric segment indexes a list). Globs are
+case-sensitive shell patterns (``*``, ``?``, ``[abc]``) over the whole value. ``equals`` and
+``in`` compare JSON values strictly (``false`` is not ``0``). ``matches`` searches the string
+value (anchor with ``^``/``$``); a non-string value does not match. In a key template ``{field}``
+is replaced by the field's value; ``{{`` and ``}}`` are literal braces. A field a key needs that
+is missing (or null, or not a scalar) makes the route skip with a reason naming the field.
+
+Every skip reason says which condition failed; operators read it in refusals (R28). Params
+are compiled once per handler and params object (and, across objects, per distinct params),
+and ``match`` has no side effects: traces call it too (R40).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import string
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any
+
+from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, RouteInfo, Sample, skip
+
+FIELD_ROOTS: tuple[str, ...] = ("type", "source", "subject", "scope", "id", "data")
+MAX_KEY_LENGTH = 512  # worklife.models.CorrelationKey.key
+_SHOW_LIMIT = 80
+_CACHE_LIMIT = 1024
+
+_MISSING: Any = object()
+_SEGMENT = re.compile(r"^[^.\s{}\[\]]+$")
+_GLOB_KEYS = ("type", "source", "subject")
+_PARAM_KEYS = ("type", "source", "subject", "where", "keys")
+_OPERATORS = ("equals", "in", "exists", "matches")
+
+
+class MatchParamsError(ValueError):
+    """The route's ``match`` params are invalid; ``problems`` lists ``(place, message)``."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{place}: {message}" for place, message in self.problems))
+
+
+# --- values -------------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    """A short, readable rendering of a JSON-like value for a skip reason."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        text = value if len(value) <= _SHOW_LIMIT else value[: _SHOW_LIMIT - 1] + "…"
+        return f"'{text}'"
+    text = json.dumps(_thaw(value), default=str, separators=(",", ":"))
+    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 1] + "…"
+
+
+def _bare(value: Any) -> str:
+    """Like :func:`_show` but strings unquoted (list items: ``[opened, synchronize]``)."""
+    return value if isinstance(value, str) else _show(value)
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: booleans are not numbers, lists equal tuples, mappings compare by items."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    a_seq = isinstance(a, list | tuple)
+    b_seq = isinstance(b, list | tuple)
+    if a_seq or b_seq:
+        return a_seq and b_seq and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+# --- field paths --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPath:
+    """A compiled dotted path into an Event (``data.pull_request.number``)."""
+
+    text: str
+    root: str
+    parts: tuple[str, ...]
+
+    def get(self, event: EventSnapshot) -> Any:
+        """The value at this path, or the module's missing marker."""
+        value = getattr(event, self.root)
+        for part in self.parts:
+            if isinstance(value, Mapping):
+                value = value.get(part, _MISSING)
+                if value is _MISSING:
+                    return _MISSING
+            elif isinstance(value, list | tuple) and part.isdigit():
+                index = int(part)
+                if index >= len(value):
+                    return _MISSING
+                value = value[index]
+            else:
+                return _MISSING
+        return value
+
+
+def parse_field(text: Any) -> FieldPath:
+    """Compile a dotted field path; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"expected a field path like 'data.action', got {_show(text)}")
+    root, *parts = text.split(".")
+    if root not in FIELD_ROOTS:
+        raise ValueError(f"field {text!r} must start with one of: {', '.join(FIELD_ROOTS)}")
+    if parts and root != "data":
+        raise ValueError(f"field {text!r}: only data has nested fields")
+    for part in parts:
+        if not _SEGMENT.match(part):
+            raise ValueError(f"field {text!r} has an empty or malformed segment")
+    return FieldPath(text=text, root=root, parts=tuple(parts))
+
+
+# --- compiled params ---------------------------------------------------------------------
+
+Check = Callable[[EventSnapshot], str | None]
+
+
+def _glob_check(name: str, glob: str) -> Check:
+    regex = re.compile(fnmatch.translate(glob), re.DOTALL)
+    fullmatch = regex.match  # translate() anchors at both ends
+
+    def check(event: EventSnapshot) -> str | None:
+        value = getattr(event, name)
+        if fullmatch(value) is not None:
+            return None
+        return f"{name} {value or "''"} does not match {glob}"
+
+    return check
+
+
+def _predicate_check(path: FieldPath, operator: str, operand: Any) -> Check:
+    field = path.text
+    get = path.get
+    if operator == "equals":
+
+        def check(event: EventSnapshot) -> str | None:
+            value = get(event)
+            if value is _MISSING:
+                return f"{field} is missing, expected {_show(operand)}"
+            return None if _same(value, operand) else f"{field} is {_show(value)}, not {_show(operand)}"
+
+    elif operator == "in":
+        shown = "[" + ", ".join(_bare(item) for item in operand) + "]"
+
+        def check(event: EventSnapshot) -> str | None:
+            value = get(event)
+            if value is _MISSING:
+                return f"{field} is missing, expected one of {shown}"
+            if any(_same(value, item) for item in operand):
+                return None
+            return f"{field} is {_show(value)}, not one of {shown}"
+
+    elif operator == "exists":
+        wanted = bool(operand)
+
+        def check(event: EventSnapshot) -> str | None:
+            value = get(event)
+            if (value is not _MISSING) == wanted:
+                return None
+            return (
+                f"{field} is missing" if wanted else f"{field} is present ({_show(value)}), expected absent"
+            )
+
+    else:  # matches
+        search = re.compile(operand).search
+
+        def check(event: EventSnapshot) -> str | None:
+            value = get(event)
+            if value is _MISSING:
+                return f"{field} is missing, expected to match /{operand}/"
+            if not isinstance(value, str):
+                return f"{field} is {_show(value)}, not a string matching /{operand}/"
+            return None if search(value) else f"{field} is {_show(value)}, which does not match /{operand}/"
+
+    return check
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTemplate:
+    """A compiled correlation key template: literal text and fields, in order."""
+
+    text: str
+    parts: tuple[str | FieldPath, ...]
+
+    def render(self, event: EventSnapshot) -> tuple[str | None, str]:
+        """``(key, "")`` or ``(None, reason)`` when a field the key needs is unusable."""
+        out = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = part.get(event)
+            if value is _MISSING:
+                return None, f"key {self.text} needs {part.text}, which is missing"
+            if value is None:
+                return None, f"key {self.text} needs {part.text}, which is null"
+            if isinstance(value, bool):
+                out.append("true" if value else "false")
+            elif isinstance(value, str | int | float):
+                out.append(str(value))
+            else:
+                return None, f"key {self.text} needs {part.text}, which is {_show(value)}, not a scalar"
+        return "".join(out), ""
+
+
+def parse_key_template(text: Any) -> KeyTemplate:
+    """Compile a key template like ``"pr:{data.repository}#{data.number}"``; raises
+    ``ValueError`` saying what is wrong."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"expected a key template string, got {_show(text)}")
+    parts: list[str | FieldPath] = []
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(
+            f"bad key template {text!r}: {exc} (write {{{{ and }}}} for literal braces)"
+        ) from None
+    for literal, field_name, format_spec, conversion in parsed:
+        if literal:
+            parts.append(literal)
+        if field_name is None:
+            continue
+        if conversion or format_spec:
+            raise ValueError(f"bad key template {text!r}: {{{field_name}}} takes no '!' or ':' suffix")
+        if not field_name:
+            raise ValueError(f"bad key template {text!r}: empty {{}}; name a field like {{data.number}}")
+        try:
+            parts.append(parse_field(field_name))
+        except ValueError as exc:
+            raise ValueError(f"bad key template {text!r}: {exc}") from None
+    return KeyTemplate(text=text, parts=tuple(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledMatch:
+    """``match`` params compiled once: the checks in order and the key templates."""
+
+    type_glob: str
+    checks: tuple[Check, ...]
+    keys: tuple[KeyTemplate, ...]
+    # For samples: the globs and predicates as written.
+    globs: tuple[tuple[str, str], ...]
+    predicates: tuple[tuple[FieldPath, str, Any], ...]
+
+    def decide(self, event: EventSnapshot) -> RouteDecision:
+        """Match ``event``: the first failing condition's reason, or the keys it attaches."""
+        for check in self.checks:
+            reason = check(event)
+            if reason is not None:
+                return skip(reason)
+        keys = []
+        for template in self.keys:
+            key, reason = template.render(event)
+            if key is None:
+                return skip(reason)
+            if len(key) > MAX_KEY_LENGTH:
+                raise Invalid(
+                    f"key {template.text} renders to {len(key)} characters (at most {MAX_KEY_LENGTH})"
+                )
+            keys.append(key)
+        return RouteDecision(
+            matched=True, reason=f"type {event.type} matches {self.type_glob}", keys=tuple(keys)
+        )
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+def compile_params(params: Any) -> CompiledMatch:
+    """Validate and compile ``match`` params; raises :class:`MatchParamsError` listing every
+    problem with its place inside params (``where[1].matches``)."""
+    problems: list[tuple[str, str]] = []
+    if not isinstance(params, Mapping):
+        raise MatchParamsError([("", f"expected a mapping of match params, got {_show(params)}")])
+    for key in params:
+        if key not in _PARAM_KEYS:
+            problems.append((str(key), f"unknown key {key!r} (expected one of: {', '.join(_PARAM_KEYS)})"))
+    checks: list[Check] = []
+    globs: list[tuple[str, str]] = []
+    for name in _GLOB_KEYS:
+        glob = params.get(name)
+        if glob is None:
+            if name == "type":
+                problems.append(("type", "required: a glob on the Event type, like 'github.pull_request.*'"))
+            continue
+        if not isinstance(glob, str) or not glob:
+            problems.append((name, f"expected a non-empty glob string, got {_show(glob)}"))
+            continue
+        globs.append((name, glob))
+        if glob != "*":  # "*" matches every value: no check, no cost
+            checks.append(_glob_check(name, glob))
+
+    predicates: list[tuple[FieldPath, str, Any]] = []
+    where = params.get("where", ())
+    if not _is_list(where):
+        problems.append(("where", f"expected a list of conditions, got {_show(where)}"))
+        where = ()
+    for index, predicate in enumerate(where):
+        place = f"where[{index}]"
+        if not isinstance(predicate, Mapping):
+            problems.append(
+                (
+                    place,
+                    f"expected a mapping like {{field: data.action, equals: opened}}, got {_show(predicate)}",
+                )
+            )
+            continue
+        unknown = [k for k in predicate if k != "field" and k not in _OPERATORS]
+        for key in unknown:
+            problems.append(
+                (
+                    f"{place}.{key}",
+                    f"unknown key {key!r} (expected field and one of: {', '.join(_OPERATORS)})",
+                )
+            )
+        try:
+            path = parse_field(predicate.get("field"))
+        except ValueError as exc:
+            problems.append((f"{place}.field", str(exc)))
+            path = None
+        operators = [k for k in _OPERATORS if k in predicate]
+        if len(operators) != 1:
+            problems.append(
+                (place, f"needs exactly one of: {', '.join(_OPERATORS)} (found {len(operators)})")
+            )
+            continue
+        operator = operators[0]
+        operand = predicate[operator]
+        op_place = f"{place}.{operator}"
+        if operator == "in":
+            if not _is_list(operand) or not operand:
+                problems.append((op_place, "expected a non-empty list of values"))
+                continue
+            operand = tuple(operand)
+        elif operator == "exists":
+            if not isinstance(operand, bool):
+                problems.append((op_place, f"expected true or false, got {_show(operand)}"))
+                continue
+        elif operator == "matches":
+            if not isinstance(operand, str):
+                problems.append((op_place, f"expected a regular expression string, got {_show(operand)}"))
+                continue
+            try:
+                re.compile(operand)
+            except re.error as exc:
+                problems.append((op_place, f"invalid regular expression {operand!r}: {exc}"))
+                continue
+        if path is not None:
+            predicates.append((path, operator, operand))
+            checks.append(_predicate_check(path, operator, operand))
+
+    templates: list[KeyTemplate] = []
+    keys = params.get("keys", ())
+    if not _is_list(keys):
+        problems.append(("keys", f"expected a list of key templates, got {_show(keys)}"))
+        keys = ()
+    for index, text in enumerate(keys):
+        try:
+            templates.append(parse_key_template(text))
+        except ValueError as exc:
+            problems.append((f"keys[{index}]", str(exc)))
+
+    if problems:
+        raise MatchParamsError(problems)
+    return CompiledMatch(
+        type_glob=params["type"],
+        checks=tuple(checks),
+        keys=tuple(templates),
+        globs=tuple(globs),
+        predicates=tuple(predicates),
+    )
+
+
+_shared: dict[str, CompiledMatch] = {}
+_shared_lock = Lock()
+
+
+def compiled(params: Any) -> CompiledMatch:
+    """The compiled form of ``params``, shared by every route with equal params."""
+    try:
+        canonical = json.dumps(_thaw(params), sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return compile_params(params)
+    found = _shared.get(canonical)
+    if found is None:
+        found = compile_params(params)
+        with _shared_lock:
+            if len(_shared) >= _CACHE_LIMIT:
+                _shared.clear()
+            _shared[canonical] = found
+    return found
+
+
+# --- samples -------------------------------------------------------------------------------
+
+
+def glob_example(glob: str, filler: str = "sample") -> str:
+    """A value the glob matches: ``*`` becomes ``filler``, ``?`` an ``x``, a class its first
+    member."""
+    out: list[str] = []
+    i = 0
+    while i < len(glob):
+        char = glob[i]
+        if char == "*":
+            out.append(filler)
+        elif char == "?":
+            out.append("x")
+        elif char == "[":
+            end = glob.find("]", i + 2)
+            if end == -1:
+                out.append(char)
+            else:
+                members = glob[i + 1 : end]
+                if members.startswith("!"):
+                    # Any character outside the class: pick one that is not in it.
+                    out.append(next(c for c in "x0_-" if c not in members))
+                else:
+                    out.append(members[0])
+                i = end
+        else:
+            out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _set_path(event: dict[str, Any], path: FieldPath, value: Any, *, replace: bool = True) -> None:
+    if not path.parts:
+        if replace or path.root not in event:
+            event[path.root] = value
+        return
+    node = event.setdefault("data", {})
+    if not isinstance(node, dict):
+        node = event["data"] = {}
+    for part in path.parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    if replace or path.parts[-1] not in node:
+        node[path.parts[-1]] = value
+
+
+def _drop_path(event: dict[str, Any], path: FieldPath) -> None:
+    node: Any = event
+    names = (path.root, *path.parts)
+    for part in names[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(names[-1], None)
+
+
+# --- the handler ---------------------------------------------------------------------------
+
+
+class Match:
+    """The declarative route handler: globs on type/source/subject, ``where`` predicates and
+    key templates (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # id(params) -> (params, compiled): the route's params object is held, so its id
+        # cannot be reused while the entry exists.
+        self._by_id: dict[int, tuple[Any, CompiledMatch]] = {}
+
+    @classmethod
+    def validate_params(cls, params: Any) -> Iterable[tuple[str, str]]:
+        """Yield ``(place, message)`` for each problem in a route's params."""
+        try:
+            compile_params(params)
+        except MatchParamsError as exc:
+            return exc.problems
+        return ()
+
+    def _compiled(self, params: Any) -> CompiledMatch:
+        entry = self._by_id.get(id(params))
+        if entry is not None and entry[0] is params:
+            return entry[1]
+        found = compiled(params)
+        if len(self._by_id) >= _CACHE_LIMIT:
+            self._by_id = {}
+        self._by_id[id(params)] = (params, found)
+        return found
+
+    def match(self, event: EventSnapshot, route: RouteInfo) -> RouteDecision:
+        """Decide whether ``event`` matches the route's params; the reason names the first
+        failing condition. Raises :class:`MatchParamsError` for params that do not compile
+        (a configuration problem, not the Event's), and :class:`~routing.extension.Invalid`
+        for a key too long to store."""
+        return self._compiled(route.params).decide(event)
+
+    def samples(self, scope: str, route: RouteInfo, clock: Clock) -> list[Sample]:
+        """One sample Event built from the params (R45): its type and source from the globs,
+        data satisfying the ``equals``/``in``/``exists`` conditions and the key templates,
+        and ``time`` from ``clock`` (ISO 8601)."""
+        spec = self._compiled(route.params)
+        event: dict[str, Any] = {
+            "id": f"sample-{route.slot}",
+            "source": "sample",
+            "type": "",
+            "subject": "",
+            "scope": scope,
+            "time": clock().isoformat(),
+            "data": {},
+        }
+        for name, glob in spec.globs:
+            event[name] = glob_example(glob)
+        for path, operator, operand in spec.predicates:
+            if operator == "equals":
+                _set_path(event, path, _thaw(operand))
+            elif operator == "in":
+                _set_path(event, path, _thaw(operand[0]))
+            elif operator == "exists":
+                if operand:
+                    _set_path(event, path, "sample", replace=False)
+                else:
+                    _drop_path(event, path)
+        for template in spec.keys:
+            for part in template.parts:
+                if isinstance(part, FieldPath):
+                    _set_path(event, part, "sample", replace=False)
+        return [Sample(name=route.slot, event=event)]

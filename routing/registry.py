@@ -1,0 +1,71 @@
+"""The route-handler registry, fed by ``CONDUIT_ROUTE_HANDLERS``.
+
+``CONDUIT_ROUTE_HANDLERS`` maps a handler name (what a route's ``handler:`` says) to a dotted
+path, ``"pkg.mod.Class"`` or ``"pkg.mod:Class"``, so a user's own package adds handlers::
+
+    CONDUIT_ROUTE_HANDLERS = {"match": "routing.handlers.Match", "mine": "myext.handlers:Mine"}
+
+A handler class is instantiated once per configuration generation, with no arguments, and
+implements ``match(event, route)`` (see :mod:`routing.extension`). It may also check a route's
+``params`` when a configuration is validated, with a classmethod
+``validate_params(params) -> Iterable[tuple[str, str]]`` yielding ``(place inside params,
+message)`` for each problem; the configuration then refuses the document.
+
+A lookup of a name that is not registered (or whose registration can no longer be imported:
+its extension was removed) finds nothing: :func:`find_handler_class` returns ``None`` and
+:func:`handler_class` raises :class:`HandlerMissing`. The router reports it as
+``handler_missing`` (R10).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from django.conf import settings
+
+from worklife.executors import RegistrationError, import_dotted
+
+
+class HandlerMissing(LookupError):
+    """No usable route handler is registered under the name; the message says why."""
+
+
+def registered_handlers() -> dict[str, str]:
+    """``CONDUIT_ROUTE_HANDLERS`` as read now: handler name -> dotted path."""
+    return dict(getattr(settings, "CONDUIT_ROUTE_HANDLERS", {}) or {})
+
+
+def handler_class(name: str) -> type:
+    """The handler class registered as ``name``.
+
+    Raises :class:`HandlerMissing` when the name is not registered, its path cannot be
+    imported, or it names something without a ``match`` method.
+    """
+    path = registered_handlers().get(name)
+    if path is None:
+        raise HandlerMissing(f"handler {name!r} is not registered")
+    try:
+        cls = import_dotted(path)
+    except RegistrationError as exc:
+        raise HandlerMissing(
+            f"handler {name!r} is registered as {path!r} but cannot be loaded: {exc}"
+        ) from exc
+    if not inspect.isclass(cls) or not callable(getattr(cls, "match", None)):
+        raise HandlerMissing(
+            f"handler {name!r} is registered as {path!r}, which is not a class with a match method"
+        )
+    return cls
+
+
+def find_handler_class(name: str) -> type | None:
+    """The handler class registered as ``name``, or ``None`` when there is none usable."""
+    try:
+        return handler_class(name)
+    except HandlerMissing:
+        return None
+
+
+def new_handler(name: str) -> Any:
+    """A new instance of the handler registered as ``name`` (raises :class:`HandlerMissing`)."""
+    return handler_class(name)()
