@@ -1,0 +1,473 @@
+"""The two README commands' parts: find-python, the operator login, serve, deploy checks, README."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import identify_hasher
+from django.core.management import call_command, get_commands
+from django.core.management.base import BaseCommand, CommandError
+
+from routing.management.commands import serve as serve_module
+from routing.management.commands.serve import Child, Supervisor, clean_stop, url_for
+
+ROOT = Path(settings.BASE_DIR)
+FIND_PYTHON = ROOT / "scripts" / "find-python"
+BASH = shutil.which("bash") or "/bin/bash"
+
+
+# --- scripts/find-python ---------------------------------------------------------------------
+
+
+def fake_bin(tmp_path: Path, name: str = "bin") -> Path:
+    """A PATH directory holding only the few tools find-python needs (no python at all)."""
+    directory = tmp_path / name
+    directory.mkdir()
+    for tool in ("ls", "grep", "sort"):
+        (directory / tool).symlink_to(shutil.which(tool))
+    return directory
+
+
+def write_script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{BASH}\n{textwrap.dedent(body)}")
+    path.chmod(0o755)
+    return path
+
+
+def run_find_python(path_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BASH, str(FIND_PYTHON)],
+        env={"PATH": str(path_dir), "HOME": str(path_dir), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def version_of(python: str) -> tuple[int, int]:
+    out = subprocess.run(
+        [python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, check=True
+    ).stdout
+    major, minor = out.split()
+    return int(major), int(minor)
+
+
+def test_find_python_with_only_an_old_python_exits_non_zero_with_the_install_hint(tmp_path):
+    bin_dir = fake_bin(tmp_path)
+    write_script(bin_dir / "python3.11", 'echo "Python 3.11.2"; exit 1\n')
+    write_script(bin_dir / "python3", 'exec "$(dirname "$0")/python3.11" "$@"\n')
+    # A pyenv shim that exists but whose version is not activated fails when run.
+    write_script(bin_dir / "python3.13", 'echo "pyenv: python3.13: command not found" >&2; exit 127\n')
+
+    result = run_find_python(bin_dir)
+
+    assert result.returncode != 0
+    assert result.stdout == ""
+    assert "needs Python 3.12 or newer" in result.stderr
+    assert "apt-get install python3.13 python3.13-venv" in result.stderr
+    assert "pyenv install 3.13" in result.stderr
+    assert str(bin_dir / "python3.13") in result.stderr  # says what it tried
+
+
+def test_find_python_prints_a_real_python_on_path(tmp_path):
+    bin_dir = fake_bin(tmp_path)
+    (bin_dir / "python3.12").symlink_to(sys.executable)
+
+    result = run_find_python(bin_dir)
+
+    assert result.returncode == 0, result.stderr
+    found = result.stdout.strip()
+    assert Path(found).is_absolute()
+    assert version_of(found) >= (3, 12)
+
+
+def test_find_python_falls_back_to_the_newest_working_pyenv_version(tmp_path):
+    bin_dir = fake_bin(tmp_path)
+    root = tmp_path / "pyenv-root"
+    write_script(bin_dir / "pyenv", f'[ "$1" = root ] && echo "{root}"\n')
+    write_script(bin_dir / "python3.12", "echo 'pyenv: python3.12: command not found' >&2; exit 127\n")
+    # 3.13.0 is broken; of the 3.12s, 3.12.10 is newer than 3.12.9 (numeric, not text order).
+    write_script(root / "versions" / "3.13.0" / "bin" / "python3", "exit 1\n")
+    write_script(root / "versions" / "3.12.9" / "bin" / "python3", "exit 1\n")
+    newest = root / "versions" / "3.12.10" / "bin" / "python3"
+    newest.parent.mkdir(parents=True)
+    newest.symlink_to(sys.executable)
+    write_script(root / "versions" / "myenv" / "bin" / "python3", "exit 1\n")
+
+    result = run_find_python(bin_dir)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(newest)
+    assert version_of(result.stdout.strip()) >= (3, 12)
+
+
+# --- manage.py operator ----------------------------------------------------------------------
+
+
+def run_operator(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("operator", "create", *args, stdout=out, stderr=err, no_color=True)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.django_db
+def test_operator_create_is_idempotent_stores_the_password_hashed_and_prints_it_once():
+    printed, note = run_operator("operator")
+    password = printed.strip()
+    assert printed == password + "\n"  # stdout holds the password alone
+    assert len(password) >= 24
+    assert "Created operator 'operator'" in note
+
+    user = get_user_model().objects.get(username="operator")
+    assert user.is_staff and user.is_superuser and user.is_active
+    assert password not in user.password
+    identify_hasher(user.password)  # a real hash, not the password
+    assert user.check_password(password)
+    stored = user.password
+
+    printed_again, note_again = run_operator("operator")
+
+    assert printed_again == ""
+    assert "exists; nothing changed" in note_again
+    assert get_user_model().objects.filter(username="operator").count() == 1
+    user.refresh_from_db()
+    assert user.password == stored
+
+
+@pytest.mark.django_db
+def test_operator_create_reset_password_prints_a_new_one_once():
+    old = run_operator("operator")[0].strip()
+
+    new = run_operator("operator", "--reset-password")[0].strip()
+
+    user = get_user_model().objects.get(username="operator")
+    assert new and new != old
+    assert user.check_password(new) and not user.check_password(old)
+
+
+@pytest.mark.django_db
+def test_operator_create_takes_the_password_from_a_file_and_prints_nothing(tmp_path):
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("correct horse battery staple\n")
+
+    printed, _ = run_operator("alice", "--password-file", str(secret_file))
+
+    assert printed == ""
+    assert get_user_model().objects.get(username="alice").check_password("correct horse battery staple")
+
+
+@pytest.mark.django_db
+def test_operator_create_reads_the_password_from_stdin(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a much longer passphrase\n"))
+
+    run_operator("bob", "--password-file", "-")
+
+    assert get_user_model().objects.get(username="bob").check_password("a much longer passphrase")
+
+
+@pytest.mark.django_db
+def test_operator_create_sets_a_given_password_on_an_existing_login(tmp_path):
+    run_operator("operator")
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("another fine passphrase")
+
+    _, note = run_operator("operator", "--password-file", str(secret_file))
+
+    assert "password was set" in note
+    assert get_user_model().objects.get(username="operator").check_password("another fine passphrase")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "file_text", "message"),
+    [
+        (["bad name!"], None, "USERNAME: Enter a valid username"),
+        ([""], None, "USERNAME: This field cannot be blank"),
+        (
+            ["carol", "--password-file", "{file}"],
+            "short\n",
+            "--password-file {file}: This password is too short",
+        ),
+        (["carol", "--password-file", "{file}"], "\n", "--password-file: '{file}' is empty"),
+        (["carol", "--password-file", "{missing}"], None, "--password-file: cannot read '{missing}'"),
+    ],
+)
+def test_operator_create_refuses_bad_input_naming_the_field_and_stores_nothing(
+    tmp_path, args, file_text, message
+):
+    secret_file = tmp_path / "pw"
+    if file_text is not None:
+        secret_file.write_text(file_text)
+    names = {"file": str(secret_file), "missing": str(tmp_path / "missing")}
+
+    with pytest.raises(CommandError) as raised:
+        run_operator(*[arg.format(**names) for arg in args])
+
+    assert message.format(**names) in str(raised.value)
+    assert get_user_model().objects.count() == 0
+
+
+def test_operator_create_refuses_both_a_file_and_a_reset(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "operator", "create", "x", "--password-file", "f", "--reset-password"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "not allowed with argument" in result.stderr
+
+
+# --- manage.py serve -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_serve_fails_clearly_when_route_loop_is_missing(monkeypatch):
+    monkeypatch.setattr(serve_module, "get_commands", lambda: {"serve": "routing"})
+
+    with pytest.raises(CommandError, match="no 'route_loop' management command.*--no-router"):
+        call_command("serve", "--port", str(free_port()))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "0"], "--port: must be between 1 and 65535, got 0"),
+        (["--port", "70000"], "--port: must be between 1 and 65535, got 70000"),
+        (["--host", " "], "--host: must not be empty"),
+        (["--stop-timeout", "0"], "--stop-timeout: must be positive"),
+    ],
+)
+def test_serve_refuses_bad_arguments_naming_them(args, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("serve", "--no-router", *args)
+
+
+def test_serve_refuses_a_port_already_in_use():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(CommandError, match=f"cannot listen on 127.0.0.1:{port}"):
+            call_command("serve", "--no-router", "--port", str(port))
+
+
+def test_serve_url_and_clean_stop_statuses():
+    assert url_for("127.0.0.1", 8000) == "http://127.0.0.1:8000/"
+    assert url_for("::1", 8000) == "http://[::1]:8000/"
+    assert clean_stop(0) and clean_stop(-signal.SIGTERM) and clean_stop(128 + signal.SIGINT)
+    assert not clean_stop(1) and not clean_stop(-signal.SIGKILL)
+
+
+class Quiet(BaseCommand):
+    """A command whose output the supervisor tests read."""
+
+    def __init__(self) -> None:
+        super().__init__(stdout=io.StringIO(), stderr=io.StringIO(), no_color=True)
+
+
+def python_child(name: str, code: str) -> Child:
+    return Child(name=name, argv=[sys.executable, "-c", code])
+
+
+def test_serve_supervisor_stops_the_other_child_and_fails_when_one_child_fails():
+    command = Quiet()
+    survivor = python_child("survivor", "import time; time.sleep(60)")
+    crasher = python_child("crasher", "import sys; sys.exit(3)")
+
+    started = time.monotonic()
+    status = Supervisor(command, [survivor, crasher], stop_timeout=10).run(
+        url="http://127.0.0.1:1/", probe=("127.0.0.1", free_port())
+    )
+
+    assert status == 3
+    assert survivor.returncode == -signal.SIGTERM  # stopped, not left running
+    assert time.monotonic() - started < 30
+    assert "crasher exited with status 3; stopping." in command.stderr.getvalue()
+
+
+def test_serve_supervisor_forwards_sigterm_once_and_exits_zero_on_a_clean_stop(tmp_path):
+    marker = tmp_path / "terms"
+    # Each child counts the SIGTERMs it receives and exits 0 on the first.
+    code = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        def stop(signum, frame):
+            with open({str(marker)!r}, "a") as f:
+                f.write("x")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    children = [python_child("one", code), python_child("two", code)]
+    timer = threading.Timer(2.0, os.kill, args=(os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        status = Supervisor(Quiet(), children, stop_timeout=10).run(
+            url="http://127.0.0.1:1/", probe=("127.0.0.1", free_port())
+        )
+    finally:
+        timer.cancel()
+
+    assert status == 0
+    assert [child.returncode for child in children] == [0, 0]
+    assert marker.read_text(encoding="utf-8") == "xx"  # one SIGTERM each, no second one
+
+
+@pytest.mark.slow
+def test_serve_starts_on_a_free_port_answers_login_and_stops_cleanly_on_sigterm(tmp_path):
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    env = {
+        **os.environ,
+        "CONDUIT_VAR_DIR": str(var_dir),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'serve.sqlite3'}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("TEST_DATABASE_NAME", None)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=180,
+    )
+    port = free_port()
+    # The router loop runs beside the console once the route_loop command exists.
+    router_args = [] if "route_loop" in get_commands() else ["--no-router"]
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), *router_args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True)
+    reader.start()
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 60
+        while not any(f"Conduit console: {url}" in line for line in lines):
+            assert server.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
+
+        status, location = get_without_redirects(f"{url}login/")
+        assert status == 200 or (status == 302 and "/login/" in location), (status, location)
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0, "".join(lines)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    reader.join(timeout=5)
+    with socket.socket() as sock:  # the console child is gone too: nothing listens any more
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def get_without_redirects(url: str) -> tuple[int, str]:
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(url, timeout=10) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Location", "")
+
+
+# --- manage.py check --deploy ----------------------------------------------------------------
+
+
+def test_check_deploy_passes_with_production_settings():
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DEBUG", "ALLOWED_HOSTS", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(CONDUIT_ENV="production", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="example.com")
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "DEBUG"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+    assert "WARNING" not in result.stdout + result.stderr
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key():
+    env = {key: value for key, value in os.environ.items() if key not in {"SECRET_KEY"}}
+    env["CONDUIT_ENV"] = "production"
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when CONDUIT_ENV=production" in result.stderr
+
+
+# --- README ----------------------------------------------------------------------------------
+
+
+def test_readme_lists_every_environment_variable_of_the_settings():
+    source = (ROOT / "conduit_site" / "settings.py").read_text(encoding="utf-8")
+    names = set(
+        re.findall(
+            r"""(?:getenv\(|environ(?:\.get)?\(|environ\[|env_\w+\()\s*["']([A-Z][A-Z0-9_]+)["']""", source
+        )
+    )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    assert {"DATABASE_URL", "SECRET_KEY", "CONDUIT_VAR_DIR"} <= names
+    missing = sorted(name for name in names if f"`{name}`" not in readme)
+    assert missing == [], f"README.md 'Configuration' does not list {missing}"
+
+
+def test_readme_opens_with_the_two_commands():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    head = readme[: readme.index("\n## ", readme.index("make test"))]
+
+    assert "make run" in head and "make test" in head
+    for target in ("run", "test", "test-postgres", "lint"):
+        assert re.search(rf"^{target}:", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE), (
+            target
+        )
