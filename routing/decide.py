@@ -1,0 +1,438 @@
+"""The policy decision: a pure function of (Event snapshot, evaluation, effective scope, the
+world the commit reads, clock).
+
+``route_loop`` computes it inside the commit transaction from state it has just read and
+writes the result; ``trace`` computes it from the same reads and only shows it. One code
+path: a trace cannot disagree with routing (R39).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from routing.errors import RouteError, RouteErrorCode
+from routing.evaluate import Evaluation
+from routing.extension import EventSnapshot
+
+if TYPE_CHECKING:
+    from routing.config import EffectiveScope
+
+
+class Effect:
+    """What a decision does. Recorded as the RouteRecord's ``policy``."""
+
+    START = "start"
+    QUEUE = "queue"
+    INJECT = "inject"
+    INTERRUPT = "interrupt"
+    HELD = "held"  # for the running attempt, which cannot take it yet (R11)
+    DROP = "drop"
+    WAKE = "wake"
+    UNMATCHED = "unmatched"
+    CONFLICT = "conflict"  # not a settlement: the Event stays unrouted (R8)
+    ERROR = "error"  # a route failure: the Event stays unrouted or is given up on
+
+
+class Reason:
+    NO_MATCH = "no_match"
+    ADDRESSED = "addressed"
+    TERMINAL = "terminal"
+    CONTEXT = "context"  # kept as context for a waiting Work (R41)
+    NO_WORK = "no_work"
+
+
+INPUT_EFFECTS = frozenset(
+    {Effect.START, Effect.QUEUE, Effect.INJECT, Effect.INTERRUPT, Effect.HELD, Effect.WAKE}
+)
+
+MANUAL_SOURCE = "core.manual"
+
+
+# --- the world a decision reads --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    id: int
+    number: int
+    binding: str
+    capabilities: frozenset[str]
+    lease_epoch: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitView:
+    id: int
+    name: str
+    match: dict
+    timeout_at: datetime | None
+    blocked_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkView:
+    """What routing reads of a Work. ``id`` is negative for Work a window creates."""
+
+    id: int
+    scope: str
+    status: str
+    version: int = 1
+    binding: str = ""
+    retry_binding: str = ""
+    rebind_binding: str = ""
+    rebind_after_attempt: int | None = None
+    active_attempt: AttemptView | None = None
+    latest_attempt: AttemptView | None = None
+    active_wait: WaitView | None = None
+    queued_binding: str = ""
+    max_input_seq: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("completed", "cancelled")
+
+
+@dataclass(slots=True)
+class World:
+    """Work, key owners and attempts as the commit transaction reads them; a window's
+    earlier decisions are applied to it in memory so later Events see them."""
+
+    now: datetime
+    works: dict[int, WorkView] = field(default_factory=dict)
+    owners: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, key) -> work id
+    attempt_work: dict[int, int] = field(default_factory=dict)  # execution (attempt) id -> work id
+    missing_works: set[int] = field(default_factory=set)
+    _next_new: int = -1
+
+    def new_work_id(self) -> int:
+        value = self._next_new
+        self._next_new -= 1
+        return value
+
+    def apply(self, event: EventSnapshot, decision: Decision) -> None:
+        """Mirror a decision's effects so the rest of the window decides on them."""
+        if decision.work_id is None or decision.effect not in INPUT_EFFECTS:
+            return
+        work = self.works.get(decision.work_id)
+        if work is None:  # started by this decision
+            work = WorkView(id=decision.work_id, scope=event.scope, status="ready", binding=decision.binding)
+        changes: dict = {"max_input_seq": max(work.max_input_seq, event.seq)}
+        if (
+            decision.effect in (Effect.START, Effect.QUEUE)
+            and decision.binding
+            and decision.input_kind == "queue"
+        ):
+            changes["queued_binding"] = decision.binding
+        if decision.effect == Effect.WAKE:
+            changes.update(status="running", active_wait=None)
+        elif decision.timed_out_wait is not None:
+            changes.update(status="ready", active_wait=None)
+        self.works[work.id] = replace(work, **changes)
+        for key in decision.attach_keys:
+            self.owners[(event.scope, key)] = work.id
+
+
+# --- the decision ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What routing does with one Event."""
+
+    effect: str
+    reason: str = ""
+    work_id: int | None = None
+    new_work: bool = False
+    route: str = ""
+    route_scope: str = ""
+    binding: str = ""
+    input_kind: str = ""  # WorkInput kind when the Event becomes input
+    attach_keys: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()  # every key the Event carries (explicit and decided)
+    intent_kind: str = ""
+    intent_attempt: AttemptView | None = None
+    wake_wait: WaitView | None = None
+    timed_out_wait: WaitView | None = None
+    error: RouteError | None = None
+    refusals: tuple[dict, ...] = ()
+    evaluation: Evaluation | None = None
+
+    @property
+    def settles(self) -> bool:
+        """Whether this decision routes the Event (a conflict or an error does not)."""
+        return self.effect not in (Effect.CONFLICT, Effect.ERROR)
+
+    @property
+    def policy(self) -> str:
+        return self.effect
+
+
+def glob(pattern: str, value: str) -> bool:
+    return fnmatch.fnmatchcase(value, pattern)
+
+
+def wait_matches(wait: WaitView, event: EventSnapshot, keys: Iterable[str]) -> bool:
+    """Whether ``event`` satisfies a wait: its type (and source) globs and, when the wait
+    names keys, one of them."""
+    match = wait.match or {}
+    if "type" in match and not glob(match["type"], event.type):
+        return False
+    if "source" in match and not glob(match["source"], event.source):
+        return False
+    wanted = match.get("keys") or []
+    return not wanted or bool(set(wanted) & set(keys))
+
+
+def is_addressed(event: EventSnapshot) -> bool:
+    """An operator Event that names its Work (R30)."""
+    return event.source == MANUAL_SOURCE and not event.type.startswith("core.") and event.work_id is not None
+
+
+def addressed_binding(work: WorkView) -> str:
+    """The binding the Work runs on next: its queued input's, else its retry state's, else
+    the newer of its last rebind and its latest attempt's (R30)."""
+    if work.queued_binding:
+        return work.queued_binding
+    if work.retry_binding:
+        return work.retry_binding
+    latest = work.latest_attempt
+    if work.rebind_binding and (latest is None or (work.rebind_after_attempt or 0) >= latest.number):
+        return work.rebind_binding
+    if latest is not None:
+        return latest.binding
+    return work.binding
+
+
+def decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, world: World) -> Decision:
+    """Decide what routing does with ``event`` given its routes' ``evaluation``."""
+    decided = evaluation.decision
+    keys = tuple(dict.fromkeys([*event.correlation, *(decided.keys if decided else ())]))
+
+    # Identities: every explicit and decided target must name the same Work (R26).
+    targets: dict[int, str] = {}
+    if event.work_id is not None:
+        if event.work_id in world.missing_works or event.work_id not in world.works:
+            return _conflict(evaluation, keys, f"work_id {event.work_id} names no Work")
+        targets[event.work_id] = "work_id"
+    if event.execution_id is not None:
+        work_id = world.attempt_work.get(event.execution_id)
+        if work_id is None:
+            return _conflict(evaluation, keys, f"execution_id {event.execution_id} names no attempt")
+        targets.setdefault(work_id, f"execution_id {event.execution_id}")
+    if decided is not None and decided.work_id is not None:
+        if decided.work_id not in world.works:
+            return _conflict(evaluation, keys, f"route chose Work {decided.work_id}, which does not exist")
+        targets.setdefault(decided.work_id, "route")
+    for key in keys:
+        owner = world.owners.get((event.scope, key))
+        if owner is not None:
+            targets.setdefault(owner, f"key {key}")
+    if len(targets) > 1:
+        named = ", ".join(f"Work {w} by {how}" for w, how in sorted(targets.items()))
+        return _conflict(evaluation, keys, f"conflicting targets: {named}")
+    work = world.works[next(iter(targets))] if targets else None
+    if work is not None and work.scope != event.scope:
+        return _conflict(evaluation, keys, f"Work {work.id} is in scope {work.scope}, not {event.scope}")
+    unowned = tuple(k for k in keys if (event.scope, k) not in world.owners)
+
+    if work is None:
+        return _decide_new(event, evaluation, scope, keys, unowned)
+
+    if work.terminal:
+        # Terminal records are immutable; late input is checkpointed as terminal (R43, R49).
+        return Decision(
+            Effect.DROP, Reason.TERMINAL, work_id=work.id, keys=keys, evaluation=evaluation.bypassed()
+        )
+    if work.max_input_seq > event.seq:
+        return _conflict(evaluation, keys, f"Work {work.id} already has later input #{work.max_input_seq}")
+
+    timed_out = None
+    wait = work.active_wait
+    if wait is not None and work.status == "waiting":
+        if wait.timeout_at is not None and wait.timeout_at <= world.now:
+            # The due timeout wins first: the Work is ready again and the Event routes to it.
+            timed_out, wait = wait, None
+            work = replace(work, status="ready", active_wait=None)
+        elif wait_matches(wait, event, keys):
+            return Decision(
+                Effect.WAKE,
+                f"wins wait {wait.name or wait.id}",
+                work_id=work.id,
+                input_kind="queue",
+                attach_keys=unowned,
+                keys=keys,
+                wake_wait=wait,
+                evaluation=evaluation.bypassed(),
+            )
+    decision = _decide_existing(event, evaluation, scope, work, keys, unowned)
+    return replace(decision, timed_out_wait=timed_out) if timed_out is not None else decision
+
+
+def _decide_new(
+    event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, keys: tuple, unowned: tuple
+) -> Decision:
+    if evaluation.error is not None:
+        return _error(evaluation, keys, None)
+    route = evaluation.route
+    if route is None:
+        return _unmatched(evaluation, keys)
+    base = {"route": route.slot, "route_scope": route.scope, "keys": keys, "evaluation": evaluation}
+    if route.policy == "drop":
+        return Decision(Effect.DROP, evaluation.decision.reason, **base)
+    problem = _binding_problem(route, scope)
+    if problem is not None:
+        return _error(evaluation, keys, None, problem)
+    if not route.start:
+        return Decision(Effect.UNMATCHED, Reason.NO_WORK, refusals=tuple(evaluation.refusals), **base)
+    return Decision(
+        Effect.START,
+        evaluation.decision.reason,
+        new_work=True,
+        binding=route.binding,
+        input_kind="queue",
+        attach_keys=unowned,
+        **base,
+    )
+
+
+def _decide_existing(
+    event: EventSnapshot,
+    evaluation: Evaluation,
+    scope: EffectiveScope,
+    work: WorkView,
+    keys: tuple,
+    unowned: tuple,
+) -> Decision:
+    waiting = work.status == "waiting"
+    if evaluation.error is not None:
+        return _error(evaluation, keys, work.id)
+    route = evaluation.route
+    if route is None:
+        if is_addressed(event):
+            binding = addressed_binding(work)
+            if binding and binding in scope.bindings:
+                return Decision(
+                    Effect.QUEUE,
+                    Reason.ADDRESSED,
+                    work_id=work.id,
+                    binding=binding,
+                    input_kind="context" if waiting else "queue",
+                    attach_keys=unowned,
+                    keys=keys,
+                    evaluation=evaluation,
+                )
+        return replace(_unmatched(evaluation, keys), work_id=work.id)
+
+    base = {
+        "work_id": work.id,
+        "route": route.slot,
+        "route_scope": route.scope,
+        "keys": keys,
+        "evaluation": evaluation,
+    }
+    reason = evaluation.decision.reason
+    if route.policy == "drop":
+        return Decision(Effect.DROP, reason, **base)
+    problem = _binding_problem(route, scope)
+    if problem is not None:
+        return _error(evaluation, keys, work.id, problem)
+    queue = Decision(
+        Effect.QUEUE, reason, binding=route.binding, input_kind="queue", attach_keys=unowned, **base
+    )
+    if waiting:
+        # Kept as context: the wait still decides (R41).
+        return replace(queue, reason=Reason.CONTEXT, input_kind="context")
+    attempt = work.active_attempt
+    if route.policy == "queue" or attempt is None or work.status != "running":
+        return queue  # ready or waiting Work queues ordinary input (R35)
+    # inject / interrupt for a running attempt (R32, R34, R11)
+    if attempt.binding != route.binding:
+        why = f"attempt runs binding {attempt.binding}, route selects {route.binding}"
+    elif route.policy not in attempt.capabilities:
+        why = f"attempt's pinned capabilities lack {route.policy}"
+    else:
+        return Decision(
+            Effect.INJECT if route.policy == "inject" else Effect.INTERRUPT,
+            reason,
+            binding=route.binding,
+            input_kind=route.policy,
+            attach_keys=unowned,
+            intent_kind=route.policy,
+            intent_attempt=attempt,
+            **base,
+        )
+    if route.fallback == "queue":
+        return replace(queue, reason=f"fallback queue: {why}")
+    if route.fallback == "drop":
+        return Decision(Effect.DROP, f"fallback drop: {why}", **base)
+    return Decision(
+        Effect.HELD,
+        f"held until the attempt ends: {why}",
+        binding=route.binding,
+        input_kind="held",
+        attach_keys=unowned,
+        **base,
+    )
+
+
+def _binding_problem(route, scope: EffectiveScope) -> RouteError | None:
+    """A route whose binding is gone or cannot take its policy (R10: binding_invalid,
+    policy_invalid)."""
+    if route.policy not in ("queue", "inject", "interrupt", "drop"):
+        return RouteError(
+            RouteErrorCode.POLICY_INVALID,
+            f"route {route.slot}: unknown policy {route.policy!r}",
+            route=route.slot,
+        )
+    binding = scope.bindings.get(route.binding)
+    if binding is None:
+        return RouteError(
+            RouteErrorCode.BINDING_INVALID,
+            f"route {route.slot}: binding {route.binding!r} is not in scope {scope.path}",
+            route=route.slot,
+        )
+    if (
+        route.policy in ("inject", "interrupt")
+        and route.policy not in binding.capabilities
+        and not route.fallback
+    ):
+        return RouteError(
+            RouteErrorCode.POLICY_INVALID,
+            f"route {route.slot}: binding {route.binding} cannot {route.policy} and the route has no fallback",
+            route=route.slot,
+        )
+    return None
+
+
+def _unmatched(evaluation: Evaluation, keys: tuple) -> Decision:
+    return Decision(
+        Effect.UNMATCHED,
+        Reason.NO_MATCH,
+        keys=keys,
+        refusals=tuple(evaluation.refusals),
+        evaluation=evaluation,
+    )
+
+
+def _conflict(evaluation: Evaluation, keys: tuple, why: str) -> Decision:
+    return Decision(Effect.CONFLICT, why, keys=keys, evaluation=evaluation)
+
+
+def _error(
+    evaluation: Evaluation, keys: tuple, work_id: int | None, error: RouteError | None = None
+) -> Decision:
+    error = error or evaluation.error
+    return Decision(
+        Effect.ERROR,
+        error.code.value,
+        work_id=work_id,
+        route=error.route,
+        keys=keys,
+        error=error,
+        evaluation=evaluation,
+    )

@@ -1,0 +1,42 @@
+"""Route failures (R10): a :class:`RouteError` carries one of seven codes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class RouteErrorCode(StrEnum):
+    HANDLER_MISSING = "handler_missing"  # the route's handler is not registered
+    BINDING_INVALID = "binding_invalid"  # the route's binding is gone or cannot take its policy
+    POLICY_INVALID = "policy_invalid"  # the active policy is unknown, or unsupported with no fallback
+    HANDLER_INVALID = "handler_invalid"  # the handler said the input is malformed (extension.Invalid)
+    HANDLER_FAILED = "handler_failed"  # extension.Unavailable (or a subclass): transient
+    HANDLER_TIMEOUT = "handler_timeout"  # no decision before the deadline
+    HANDLER_PANIC = "handler_panic"  # any other exception; carries the exception and its stack
+
+
+RETRIED_CODES = frozenset({RouteErrorCode.HANDLER_FAILED, RouteErrorCode.HANDLER_TIMEOUT})
+
+
+@dataclass(frozen=True, slots=True)
+class RouteError:
+    """A route failure on one Event: the route that failed, the code, the error text (for a
+    panic, the exception and its stack), and when a retry may happen (``backoff_until``)."""
+
+    code: RouteErrorCode
+    message: str
+    route: str = ""
+    stack: str = ""
+    attempts: int = 0
+    backoff_until: datetime | None = None
+
+    @property
+    def retried(self) -> bool:
+        return self.code in RETRIED_CODES
+
+    @property
+    def error_text(self) -> str:
+        """What the RouteRecord and ``route.decided`` keep as ``error``."""
+        return f"{self.message}\n{self.stack}".strip() if self.stack else self.message

@@ -1,0 +1,147 @@
+"""Asking a scope's routes about one Event: the handler half of routing and of trace.
+
+Evaluation reads nothing from storage and writes nothing: it needs only the Event's detached
+snapshot, the effective scope and the handler instances, so it runs outside any transaction
+and on any thread (R5). The first match wins, including a drop route; a handler error stops
+the evaluation (R6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from routing.errors import RouteError, RouteErrorCode
+from routing.extension import EventSnapshot, Invalid, RouteDecision, Unavailable, one_line
+
+if TYPE_CHECKING:
+    from causal.models import Event
+    from routing.config import EffectiveRoute, EffectiveScope
+
+
+class Verdict:
+    MATCH = "match"
+    SKIP = "skip"
+    NOT_REACHED = "not_reached"
+    BYPASSED = "bypassed"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteVerdict:
+    """What one route said about the Event (trace shows every one, R40)."""
+
+    route: str
+    scope: str
+    verdict: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The routes' answer for one Event: the first matching route and its decision, or the
+    refusals, or the error that stopped evaluation."""
+
+    verdicts: tuple[RouteVerdict, ...]
+    route: EffectiveRoute | None = None
+    decision: RouteDecision | None = None
+    error: RouteError | None = None
+
+    @property
+    def matched(self) -> bool:
+        return self.route is not None and self.error is None
+
+    @property
+    def refusals(self) -> list[dict[str, str]]:
+        """Each route that declined, in route order, its reason cut to one line (R28)."""
+        return [{"route": v.route, "reason": v.reason} for v in self.verdicts if v.verdict == Verdict.SKIP]
+
+    def bypassed(self) -> Evaluation:
+        """The same routes, none consulted (terminal Work, a won wait)."""
+        return Evaluation(tuple(RouteVerdict(v.route, v.scope, Verdict.BYPASSED) for v in self.verdicts))
+
+
+def snapshot(event: Event) -> EventSnapshot:
+    """A detached, read-only snapshot of an Event row: handlers never see a model (R5)."""
+    from routing.extension import freeze
+
+    return EventSnapshot(
+        seq=event.seq,
+        id=event.envelope_id,
+        source=event.source,
+        type=event.type,
+        subject=event.subject,
+        scope=event.scope,
+        time=event.time,
+        data=freeze(event.data),
+        correlation=tuple(event.correlation or ()),
+        work_id=event.work_id,
+        execution_id=event.execution_id,
+        causation_id=event.parent_id,
+        depth=event.depth,
+    )
+
+
+def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str, Any]) -> Evaluation:
+    """Ask each route of ``scope`` in order; the first match wins (R6).
+
+    Exceptions map to route failures (R10): ``Invalid`` → handler_invalid, ``Unavailable``
+    → handler_failed (retried), anything else → handler_panic with its stack.
+    """
+    verdicts: list[RouteVerdict] = []
+    routes = scope.routes
+    for index, route in enumerate(routes):
+        handler = handlers.get(route.handler)
+        if handler is None:
+            verdicts.append(RouteVerdict(route.slot, route.scope, Verdict.ERROR, "handler not registered"))
+            error = RouteError(
+                RouteErrorCode.HANDLER_MISSING,
+                f"route {route.slot}: handler {route.handler!r} is not registered",
+                route=route.slot,
+            )
+            return Evaluation(_rest(verdicts, routes, index), route=route, error=error)
+        try:
+            decision = handler.match(event, route.info())
+        except Invalid as exc:
+            error = RouteError(RouteErrorCode.HANDLER_INVALID, f"route {route.slot}: {exc}", route=route.slot)
+        except Unavailable as exc:
+            error = RouteError(RouteErrorCode.HANDLER_FAILED, f"route {route.slot}: {exc}", route=route.slot)
+        except Exception as exc:  # noqa: BLE001 - a handler's panic is recovered here (R12)
+            import traceback
+
+            error = RouteError(
+                RouteErrorCode.HANDLER_PANIC,
+                f"route {route.slot}: {type(exc).__name__}: {exc}",
+                route=route.slot,
+                stack="".join(traceback.format_exception(exc)),
+            )
+        else:
+            if not isinstance(decision, RouteDecision):
+                error = RouteError(
+                    RouteErrorCode.HANDLER_PANIC,
+                    f"route {route.slot}: handler returned {type(decision).__name__}, not a RouteDecision",
+                    route=route.slot,
+                )
+            elif decision.matched:
+                verdicts.append(
+                    RouteVerdict(route.slot, route.scope, Verdict.MATCH, one_line(decision.reason))
+                )
+                return Evaluation(_rest(verdicts, routes, index), route=route, decision=decision)
+            else:
+                verdicts.append(
+                    RouteVerdict(route.slot, route.scope, Verdict.SKIP, one_line(decision.reason))
+                )
+                continue
+        verdicts.append(RouteVerdict(route.slot, route.scope, Verdict.ERROR, one_line(error.message)))
+        return Evaluation(_rest(verdicts, routes, index), route=route, error=error)
+    return Evaluation(tuple(verdicts))
+
+
+def _rest(
+    verdicts: list[RouteVerdict], routes: tuple[EffectiveRoute, ...], index: int
+) -> tuple[RouteVerdict, ...]:
+    """Routes after the deciding one are not reached."""
+    return tuple(verdicts) + tuple(
+        RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in routes[index + 1 :]
+    )

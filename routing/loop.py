@@ -1,0 +1,111 @@
+"""The route loop's host: one router per configuration generation, swapped without a restart
+when a new generation is applied (R4), and a heartbeat doctor reads."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from causal.clock import Clock
+from causal.models import Event, RouteState
+from causal.services import kv_put_in_tx
+from routing.config import live_generation
+from routing.handler_pool import HandlerPool
+from routing.router import GenerationChanged, Router, RouterOptions, build_router, loop_identity
+
+logger = logging.getLogger("conduit.routing.loop")
+
+HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    settled: int = 0
+    unrouted: int = 0
+    generation: str = ""
+    empty: bool = False
+    generation_changed: bool = False
+
+
+class RouteLoop:
+    """Runs router passes; owns the handler pool across generations."""
+
+    def __init__(self, *, clock: Clock, options: RouterOptions | None = None) -> None:
+        self.clock = clock
+        self.options = options or RouterOptions.from_settings()
+        self.owner = loop_identity()
+        self.pool = HandlerPool(workers=self.options.workers, max_abandoned=self.options.max_abandoned)
+        self.router: Router | None = None
+        self.passes = 0
+        self.routed_total = 0
+
+    def step(self) -> StepResult:
+        """One pass: take the live generation (rebuilding the router when it changed), route
+        one window, record the heartbeat."""
+        changed = self._ensure_router()
+        if self.router is None:
+            self._heartbeat("")
+            return StepResult(empty=True)
+        try:
+            outcomes = self.router.route_pending()
+        except GenerationChanged:
+            self.router = None
+            return StepResult(generation_changed=True)
+        settled = sum(1 for o in outcomes if o.settled)
+        self.passes += 1
+        self.routed_total += settled
+        label = self.router.configuration.label
+        self._heartbeat(label)
+        return StepResult(
+            settled=settled,
+            unrouted=len(outcomes) - settled,
+            generation=label,
+            empty=not outcomes,
+            generation_changed=changed,
+        )
+
+    def backlog(self) -> int:
+        """Unrouted Events now (including those backing off or waiting behind others)."""
+        return Event.objects.filter(route_state=RouteState.UNROUTED).count()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def _ensure_router(self) -> bool:
+        live = live_generation()
+        if live is None:
+            self.router = None
+            return False
+        if self.router is not None and self.router.generation.pk == live.pk:
+            return False
+        previous = self.router.configuration.label if self.router else None
+        self.router = build_router(clock=self.clock, generation=live, options=self.options, pool=self.pool)
+        self.router.owner = self.owner
+        if previous is not None:
+            # A new generation retries failing Events at once (R14).
+            Event.objects.filter(route_state=RouteState.UNROUTED, retry_at__isnull=False).update(
+                retry_at=None
+            )
+        logger.info(
+            "route_loop.generation",
+            extra={"generation": self.router.configuration.label, "previous": previous},
+        )
+        return True
+
+    def _heartbeat(self, generation: str) -> None:
+        with transaction.atomic():
+            kv_put_in_tx(
+                namespace=HEARTBEATS_NAMESPACE,
+                key=self.owner,
+                value={
+                    "at": self.clock().isoformat(),
+                    "generation": generation,
+                    "passes": self.passes,
+                    "routed": self.routed_total,
+                    "abandoned_calls": self.pool.abandoned,
+                    "abandoned_total": self.pool.abandoned_total,
+                },
+                clock=self.clock,
+            )

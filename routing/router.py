@@ -1,0 +1,928 @@
+"""The router: accepted Events, in acceptance order, into Work.
+
+A pass takes a *window* of unrouted Events (the oldest ones, or one Event and the earlier
+input it must wait behind), then:
+
+1. **Evaluate** each Event's routes on the handler pool, outside any transaction, on a
+   detached snapshot, each call under the deadline (R5, R12). Evaluation depends only on the
+   Event and the configuration generation, never on Work state.
+2. **Commit** in one transaction: check the generation is still live, read the world the
+   decisions need (key owners, Work, attempts, waits, earlier unrouted input), decide each
+   Event in acceptance order with :func:`routing.decide.decide` (the same code trace calls),
+   mirror each decision into the in-memory world so later Events of the window see it, and
+   write every effect with set-based statements. Because the decision is computed from state
+   read inside the commit, the snapshot it assumes is the one committed (R7); a changed
+   generation discards the window and evaluates again.
+
+Ordering (I3, I4): an Event that shares a target (an explicit key, its Work) with an earlier
+unrouted Event waits behind it, and so does everything after it on that target. A uniqueness
+violation (another process owns the key first) rolls the window back and the pass is tried
+again (bounded): ownership comes from the database constraint, never from a check.
+
+Several route loops (PostgreSQL): each claims its window with ``FOR UPDATE SKIP LOCKED`` and
+a short lease; commits are serialised by a transaction-scoped advisory lock and a window only
+commits the Events no other live loop holds an earlier claim before, so commit order is
+acceptance order on every target. On SQLite, ``BEGIN IMMEDIATE`` serialises writers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, OuterRef, Q, Subquery
+
+from causal.clock import Clock
+from causal.models import KV, Event, EventKey, RouteState
+from routing.config import Configuration, EffectiveScope, live_generation, load_configuration
+from routing.decide import INPUT_EFFECTS, AttemptView, Decision, Effect, WaitView, WorkView, World, decide
+from routing.errors import RouteError, RouteErrorCode
+from routing.evaluate import Evaluation, RouteVerdict, Verdict, evaluate, snapshot
+from routing.extension import EventSnapshot
+from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
+from routing.models import Disposition, Generation, RouteRecord
+from worklife.models import (
+    ACTIVE_ATTEMPT_STATES,
+    Attempt,
+    CorrelationKey,
+    Intent,
+    Wait,
+    WaitState,
+    Work,
+    WorkInput,
+)
+
+logger = logging.getLogger("conduit.routing")
+
+FAILURES_NAMESPACE = "core.routing.failures"
+COMMIT_LOCK_ID = 0x526F7574  # "Rout": serialises route commits on PostgreSQL
+BACKOFF_START = timedelta(seconds=2)
+BACKOFF_CAP = timedelta(minutes=5)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterOptions:
+    """How a router runs. Defaults come from settings (``CONDUIT_ROUTE_TIMEOUT``…)."""
+
+    route_timeout: float = 5.0
+    max_route_failures: int = 5
+    route_failure_window: timedelta = timedelta(minutes=15)
+    workers: int = 4
+    max_abandoned: int = 16
+    batch_size: int = 200
+    claim_seconds: float = 60.0
+    max_retries: int = 3
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> RouterOptions:
+        values = {
+            "route_timeout": float(settings.CONDUIT_ROUTE_TIMEOUT),
+            "max_route_failures": int(settings.CONDUIT_MAX_ROUTE_FAILURES),
+            "route_failure_window": timedelta(seconds=int(settings.CONDUIT_ROUTE_FAILURE_WINDOW)),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteOutcome:
+    """What happened to one Event in a pass."""
+
+    seq: int
+    state: str  # an Event route_state: unrouted, routed, skipped, failed
+    decision: Decision | None = None
+    error: RouteError | None = None
+    reason: str = ""  # why it is still unrouted
+    record_id: int | None = None
+    waiting_on: int | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.state != RouteState.UNROUTED
+
+
+class GenerationChanged(RuntimeError):
+    """A newer configuration generation was applied: the router must be rebuilt."""
+
+
+def backoff_for(failures: int) -> timedelta:
+    """Retry delay after ``failures`` retryable failures: 2 s, doubling, capped at 5 min (R14)."""
+    if failures < 1:
+        return timedelta(0)
+    exponent = min(failures - 1, 16)
+    return min(BACKOFF_START * (2**exponent), BACKOFF_CAP)
+
+
+def gives_up(
+    *, error: RouteError, failures: int, first_failed_at: datetime, now: datetime, options: RouterOptions
+) -> bool:
+    """Whether routing gives up on an Event after its ``failures``-th failure (R15): at once for
+    a failure that is not retried; otherwise only once the count AND the window are reached."""
+    if not error.retried:
+        return True
+    return failures >= options.max_route_failures and now - first_failed_at >= options.route_failure_window
+
+
+def loop_identity() -> str:
+    """A name for this process's claims: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Router:
+    """Routes Events with one configuration generation (R1, R4).
+
+    ``handlers`` maps handler names to classes (or factories); each is instantiated once for
+    this generation. ``executors`` maps executor registrations to implementation classes; it
+    is only read (the router makes no execution or control calls, R33). Maps are copied here:
+    a caller mutating its dict afterwards changes nothing.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        generation: Generation,
+        handlers: Mapping[str, Callable[[], Any]],
+        executors: Mapping[str, type] | None = None,
+        options: RouterOptions | None = None,
+        pool: HandlerPool | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.clock = clock
+        self.generation = generation
+        self.options = options or RouterOptions()
+        self.handler_classes = dict(handlers)
+        self.executors = dict(executors or {})
+        self.handlers: dict[str, Any] = {name: factory() for name, factory in self.handler_classes.items()}
+        self.configuration: Configuration = load_configuration(generation)
+        self._own_pool = pool is None
+        self.pool = pool or HandlerPool(
+            workers=self.options.workers, max_abandoned=self.options.max_abandoned
+        )
+        self.owner = owner or loop_identity()
+
+    # -- public API ---------------------------------------------------------------------
+    def route(self, seq: int) -> RouteOutcome:
+        """Route one Event (R5): first the earlier unrouted input it must wait behind, then it.
+
+        Within a retryable failure's backoff the failure is returned with its backoff and the
+        handler is not called (R14)."""
+        event = Event.objects.filter(seq=seq).first()
+        if event is None:
+            raise Event.DoesNotExist(f"no Event #{seq}")
+        if event.is_settled:
+            return self._settled_outcome(event)
+        window = self._window_for(event)
+        mine = None
+        retries = 0
+        while True:
+            outcomes = self._pass(window, honour_claims=False)
+            mine = next((o for o in outcomes if o.seq == seq), None)
+            if mine is None or mine.settled:
+                break
+            present = {e.seq for e in window}
+            behind = mine.waiting_on
+            if behind is not None and behind not in present and len(window) < self.options.batch_size:
+                # Earlier input the Event waits behind (known only once its route decided its
+                # keys) joins the call, in acceptance order (R17, R25).
+                window = sorted(
+                    [*window, *Event.objects.filter(seq=behind).prefetch_related("keys")], key=lambda e: e.seq
+                )
+                continue
+            if mine.reason == "retry" and retries < self.options.max_retries:
+                retries += 1
+                continue
+            break
+        return mine or RouteOutcome(seq, RouteState.UNROUTED, reason="retry")
+
+    def route_pending(self, *, limit: int | None = None) -> list[RouteOutcome]:
+        """One pass over the oldest routable Events (the route loop's step)."""
+        window = self._claim_window(limit or self.options.batch_size)
+        if not window:
+            return []
+        return self._pass(window, honour_claims=True)
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+
+    # -- windows --------------------------------------------------------------------------
+    def _window_for(self, event: Event) -> list[Event]:
+        """The Event and the earlier unrouted Events that share an explicit target with it
+        (R17, R25): they route first, in acceptance order."""
+        tokens = self._explicit_tokens([event])
+        earlier = list(
+            Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=event.seq)
+            .filter(
+                Q(keys__scope=event.scope, keys__key__in=list(event.correlation or []))
+                | Q(work_id__in=[t[1] for t in tokens if t[0] == "work"])
+            )
+            .distinct()
+            .prefetch_related("keys")
+            .order_by("seq")[: self.options.batch_size]
+        )
+        return [*earlier, event]
+
+    def _claim_window(self, limit: int) -> list[Event]:
+        """Claim the oldest unrouted Events that are not backing off or held by another loop."""
+        now = self.clock()
+        until = now + timedelta(seconds=self.options.claim_seconds)
+        with transaction.atomic():
+            query = (
+                Event.objects.filter(route_state=RouteState.UNROUTED)
+                .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+                .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now) | Q(claimed_by=self.owner))
+                # Pass over Events waiting behind an earlier one that has not settled (I7).
+                .filter(Q(waiting_on__isnull=True) | ~Q(waiting_on__route_state=RouteState.UNROUTED))
+                .order_by("seq")
+            )
+            if connection.features.has_select_for_update_skip_locked:
+                query = query.select_for_update(skip_locked=True, of=("self",))
+            seqs = list(query.values_list("seq", flat=True)[:limit])
+            if not seqs:
+                return []
+            Event.objects.filter(seq__in=seqs).update(claimed_by=self.owner, claimed_until=until)
+        return list(Event.objects.filter(seq__in=seqs).prefetch_related("keys").order_by("seq"))
+
+    # -- a pass ---------------------------------------------------------------------------
+    def _pass(self, window: list[Event], *, honour_claims: bool) -> list[RouteOutcome]:
+        now = self.clock()
+        failures = self._failures([e.seq for e in window])
+        snapshots = {e.seq: snapshot(e) for e in window}
+        evaluations: dict[int, Evaluation] = {}
+        backing_off: dict[int, RouteError] = {}
+        to_evaluate: list[Event] = []
+        for event in window:
+            entry = failures.get(event.seq)
+            if entry is not None and _in_backoff(entry, now, self.configuration.label):
+                backing_off[event.seq] = _error_from_entry(entry)
+            else:
+                to_evaluate.append(event)
+        evaluations.update(self._evaluate(to_evaluate, snapshots))
+        for attempt in range(self.options.max_retries + 1):
+            try:
+                return self._commit(window, snapshots, evaluations, backing_off, failures, honour_claims)
+            except IntegrityError:
+                # Another process took a key or decided an Event first: read again and retry.
+                logger.info("route.commit_retry", extra={"attempt": attempt + 1})
+                continue
+        return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
+
+    def _evaluate(
+        self, events: Sequence[Event], snapshots: Mapping[int, EventSnapshot]
+    ) -> dict[int, Evaluation]:
+        results: dict[int, Evaluation] = {}
+        calls: list[Callable[[], Evaluation]] = []
+        scoped: list[tuple[Event, EffectiveScope]] = []
+        for event in events:
+            scope = self.configuration.scope(event.scope)
+            if scope is None:
+                # The scope left the configuration: no route can select the Event.
+                results[event.seq] = Evaluation(())
+                continue
+            snap = snapshots[event.seq]
+            calls.append(lambda snap=snap, scope=scope: evaluate(snap, scope, self.handlers))
+            scoped.append((event, scope))
+        if not calls:
+            return results
+        try:
+            outcomes = self.pool.run_all(calls, timeout=self.options.route_timeout)
+        except PoolExhausted as exc:
+            outcomes = [CallOutcome(exception=exc) for _ in calls]
+        for (event, scope), outcome in zip(scoped, outcomes, strict=True):
+            results[event.seq] = _evaluation_from(outcome, scope, self.options.route_timeout)
+        return results
+
+    def _commit(
+        self,
+        window: list[Event],
+        snapshots: Mapping[int, EventSnapshot],
+        evaluations: Mapping[int, Evaluation],
+        backing_off: Mapping[int, RouteError],
+        failures: Mapping[int, dict],
+        honour_claims: bool,
+    ) -> list[RouteOutcome]:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+            now = self.clock()
+            live = live_generation()
+            if live is None or live.pk != self.generation.pk:
+                raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
+            seqs = [e.seq for e in window]
+            still = set(
+                Event.objects.filter(seq__in=seqs, route_state=RouteState.UNROUTED).values_list(
+                    "seq", flat=True
+                )
+            )
+            events = [e for e in window if e.seq in still]
+            writer = _Writes(now=now, generation=self.configuration.label)
+            world = self._read_world(events, snapshots, evaluations, now)
+            blocked = self._outside_blockers(events, world, honour_claims, now)
+            outcomes: list[RouteOutcome] = []
+            for event in window:
+                if event.seq not in still:
+                    outcomes.append(RouteOutcome(event.seq, RouteState.ROUTED, reason="decided elsewhere"))
+                    continue
+                snap = snapshots[event.seq]
+                tokens = _tokens(snap, evaluations.get(event.seq), world)
+                behind = min(
+                    (blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None
+                )
+                if behind is not None:
+                    reason = f"waiting behind earlier input #{behind}"
+                    writer.unrouted(event.seq, reason, waiting_on=behind)
+                    _block(blocked, tokens, event.seq)
+                    outcomes.append(
+                        RouteOutcome(event.seq, RouteState.UNROUTED, reason=reason, waiting_on=behind)
+                    )
+                    continue
+                if event.seq in backing_off:
+                    error = backing_off[event.seq]
+                    _block(blocked, tokens, event.seq)
+                    outcomes.append(
+                        RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=error.code)
+                    )
+                    continue
+                scope = self.configuration.scope(snap.scope) or EffectiveScope(
+                    path=snap.scope, routes=(), bindings={}
+                )
+                decision = decide(event=snap, evaluation=evaluations[event.seq], scope=scope, world=world)
+                if decision.effect == Effect.CONFLICT:
+                    writer.unrouted(event.seq, f"conflicting identity: {decision.reason}", waiting_on=None)
+                    _block(blocked, tokens, event.seq)
+                    outcomes.append(
+                        RouteOutcome(event.seq, RouteState.UNROUTED, decision, reason=decision.reason)
+                    )
+                    continue
+                if decision.effect == Effect.ERROR:
+                    outcome = self._failure(event, decision, failures.get(event.seq), writer, now)
+                    if not outcome.settled:
+                        _block(blocked, tokens, event.seq)
+                        outcomes.append(outcome)
+                        continue
+                    decision = outcome.decision
+                if decision.new_work:
+                    decision = replace(decision, work_id=world.new_work_id())
+                world.apply(snap, decision)
+                writer.settle(event, snap, decision, failures.get(event.seq))
+                outcomes.append(
+                    RouteOutcome(
+                        event.seq,
+                        Disposition.FAILED if decision.error else RouteState.ROUTED,
+                        decision,
+                        error=decision.error,
+                    )
+                )
+            writer.flush(world)
+        for outcome in outcomes:
+            if outcome.decision is not None and outcome.settled:
+                _log_decided(outcome, self.configuration.label)
+        return outcomes
+
+    # -- failures (R13–R18) -----------------------------------------------------------------
+    def _failure(
+        self, event: Event, decision: Decision, entry: dict | None, writer: _Writes, now: datetime
+    ) -> RouteOutcome:
+        """Count a route failure on its Event; give up (dead-letter) or back off."""
+        error = decision.error
+        count = (entry or {}).get("count", 0) + 1
+        first = _parse_time((entry or {}).get("first_failed_at")) or now
+        if gives_up(error=error, failures=count, first_failed_at=first, now=now, options=self.options):
+            error = replace(error, attempts=count)
+            logger.warning(
+                "route.gave_up",
+                extra={"event": event.seq, "code": error.code.value, "attempts": count, "route": error.route},
+            )
+            return RouteOutcome(
+                event.seq,
+                Disposition.FAILED,
+                replace(decision, error=error, reason=error.code.value),
+                error=error,
+            )
+        until = now + backoff_for(count) if error.retried else None
+        error = replace(error, attempts=count, backoff_until=until)
+        writer.failure(
+            event.seq,
+            {
+                "code": error.code.value,
+                "route": error.route,
+                "error": error.error_text[:4000],
+                "count": count,
+                "first_failed_at": first.isoformat(),
+                "last_failed_at": now.isoformat(),
+                "backoff_until": until.isoformat() if until else None,
+                "generation": self.configuration.label,
+            },
+            retry_at=until,
+            reason=f"{error.code.value} (failure {count}): {error.message}"[:1000],
+        )
+        return RouteOutcome(event.seq, RouteState.UNROUTED, decision, error=error, reason=error.code.value)
+
+    def _failures(self, seqs: Iterable[int]) -> dict[int, dict]:
+        keys = [str(s) for s in seqs]
+        rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).values_list("key", "value")
+        return {int(k): v for k, v in rows}
+
+    # -- reading the world -------------------------------------------------------------------
+    def _explicit_tokens(self, events: Iterable[Event]) -> set[tuple]:
+        tokens: set[tuple] = set()
+        for event in events:
+            if event.work_id is not None:
+                tokens.add(("work", event.work_id))
+            for key in event.correlation or ():
+                tokens.add(("key", event.scope, key))
+        return tokens
+
+    def _read_world(
+        self,
+        events: Sequence[Event],
+        snapshots: Mapping[int, EventSnapshot],
+        evaluations: Mapping[int, Evaluation],
+        now: datetime,
+    ) -> World:
+        world = World(now=now)
+        keys_by_scope: dict[str, set[str]] = {}
+        work_ids: set[int] = set()
+        execution_ids: set[int] = set()
+        for event in events:
+            snap = snapshots[event.seq]
+            wanted = keys_by_scope.setdefault(snap.scope, set())
+            wanted.update(snap.correlation)
+            evaluation = evaluations.get(event.seq)
+            if evaluation is not None and evaluation.decision is not None:
+                wanted.update(evaluation.decision.keys)
+                if evaluation.decision.work_id is not None:
+                    work_ids.add(evaluation.decision.work_id)
+            if snap.work_id is not None:
+                work_ids.add(snap.work_id)
+            if snap.execution_id is not None:
+                execution_ids.add(snap.execution_id)
+        owner_query = Q(pk__in=[])
+        for scope, keys in keys_by_scope.items():
+            if keys:
+                owner_query |= Q(scope=scope, key__in=sorted(keys))
+        for scope, key, work_id in CorrelationKey.objects.filter(owner_query).values_list(
+            "scope", "key", "work_id"
+        ):
+            world.owners[(scope, key)] = work_id
+            work_ids.add(work_id)
+        if execution_ids:
+            for attempt_id, work_id in Attempt.objects.filter(pk__in=execution_ids).values_list(
+                "pk", "work_id"
+            ):
+                world.attempt_work[attempt_id] = work_id
+                work_ids.add(work_id)
+        world.works.update(read_work_views(work_ids))
+        world.missing_works = work_ids - set(world.works)
+        return world
+
+    def _outside_blockers(
+        self, events: Sequence[Event], world: World, honour_claims: bool, now: datetime
+    ) -> dict[tuple, int]:
+        """Earlier unrouted Events outside the window, by the targets they block (I4)."""
+        if not events:
+            return {}
+        window = [e.seq for e in events]
+        query = Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=max(window)).exclude(
+            seq__in=window
+        )
+        blocked: dict[tuple, int] = {}
+        rows = list(
+            query.order_by("seq").values_list(
+                "seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until"
+            )[:10000]
+        )
+        if not rows:
+            return blocked
+        seqs = [r[0] for r in rows]
+        keys: dict[int, list[tuple[str, str]]] = {}
+        for seq, scope, key in EventKey.objects.filter(event_id__in=seqs).values_list(
+            "event_id", "scope", "key"
+        ):
+            keys.setdefault(seq, []).append((scope, key))
+        extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
+        if extra_keys:
+            query = Q(pk__in=[])
+            for scope, key in extra_keys:
+                query |= Q(scope=scope, key=key)
+            owners = dict(
+                ((s, k), w)
+                for s, k, w in CorrelationKey.objects.filter(query).values_list("scope", "key", "work_id")
+            )
+        else:
+            owners = {}
+        for seq, _scope, work_id, execution_id, claimed_by, claimed_until in rows:
+            if (
+                honour_claims
+                and claimed_by
+                and claimed_by != self.owner
+                and claimed_until
+                and claimed_until > now
+            ):
+                # Another live loop holds an earlier Event whose targets it has not decided:
+                # nothing after it commits before it does.
+                blocked[("all",)] = min(blocked.get(("all",), seq), seq)
+            tokens: set[tuple] = set()
+            if work_id is not None:
+                tokens.add(("work", work_id))
+            if execution_id is not None and execution_id in world.attempt_work:
+                tokens.add(("work", world.attempt_work[execution_id]))
+            for pair in keys.get(seq, []):
+                tokens.add(("key", *pair))
+                owner = world.owners.get(pair, owners.get(pair))
+                if owner is not None:
+                    tokens.add(("work", owner))
+            _block(blocked, tokens, seq)
+        return blocked
+
+    def _settled_outcome(self, event: Event) -> RouteOutcome:
+        record = RouteRecord.objects.filter(event_id=event.seq).first()
+        return RouteOutcome(event.seq, event.route_state, record_id=record.pk if record else None)
+
+
+def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
+    """What routing (and trace) reads of these Works, in a fixed number of queries."""
+    ids = sorted(set(work_ids))
+    if not ids:
+        return {}
+    pending_queue = WorkInput.objects.filter(work=OuterRef("pk"), state="pending", kind="queue").order_by(
+        "-seq"
+    )
+    latest_input = WorkInput.objects.filter(work=OuterRef("pk")).order_by("-seq")
+    latest_attempt = Attempt.objects.filter(work=OuterRef("pk")).order_by("-number")
+    works = Work.objects.filter(pk__in=ids).annotate(
+        queued_binding=Subquery(pending_queue.values("binding")[:1]),
+        max_input_seq=Subquery(latest_input.values("seq")[:1]),
+        latest_attempt_id=Subquery(latest_attempt.values("pk")[:1]),
+    )
+    works = list(works)
+    attempt_ids = [w.latest_attempt_id for w in works if w.latest_attempt_id]
+    attempts = {
+        a.pk: a
+        for a in Attempt.objects.filter(
+            Q(pk__in=attempt_ids) | Q(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES)
+        )
+    }
+    active = {a.work_id: a for a in attempts.values() if a.state in ACTIVE_ATTEMPT_STATES}
+    waiting = [w.pk for w in works if w.status == "waiting"]
+    waits = {}
+    if waiting:
+        for wait in Wait.objects.filter(work_id__in=waiting, state=WaitState.ACTIVE).order_by(
+            "created_at", "pk"
+        ):
+            waits.setdefault(wait.work_id, wait)
+    views: dict[int, WorkView] = {}
+    for work in works:
+        latest = attempts.get(work.latest_attempt_id)
+        wait = waits.get(work.pk)
+        views[work.pk] = WorkView(
+            id=work.pk,
+            scope=work.scope,
+            status=work.status,
+            version=work.version,
+            binding=work.binding,
+            retry_binding=work.retry_binding,
+            rebind_binding=work.rebind_binding,
+            rebind_after_attempt=work.rebind_after_attempt,
+            active_attempt=_attempt_view(active.get(work.pk)),
+            latest_attempt=_attempt_view(latest),
+            active_wait=(
+                WaitView(wait.pk, wait.name, dict(wait.match or {}), wait.timeout_at, wait.blocked_reason)
+                if wait
+                else None
+            ),
+            queued_binding=work.queued_binding or "",
+            max_input_seq=work.max_input_seq or 0,
+        )
+    return views
+
+
+def _attempt_view(attempt: Attempt | None) -> AttemptView | None:
+    if attempt is None:
+        return None
+    return AttemptView(
+        id=attempt.pk,
+        number=attempt.number,
+        binding=attempt.binding,
+        capabilities=frozenset(attempt.capabilities or ()),
+        lease_epoch=attempt.lease_epoch,
+        state=attempt.state,
+    )
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) -> set[tuple]:
+    """The targets an Event touches: its keys (explicit and decided), its Work."""
+    tokens: set[tuple] = {("all",)}
+    keys = list(snap.correlation)
+    if evaluation is not None and evaluation.decision is not None:
+        keys.extend(evaluation.decision.keys)
+        if evaluation.decision.work_id is not None:
+            tokens.add(("work", evaluation.decision.work_id))
+    for key in keys:
+        tokens.add(("key", snap.scope, key))
+        owner = world.owners.get((snap.scope, key))
+        if owner is not None:
+            tokens.add(("work", owner))
+    if snap.work_id is not None:
+        tokens.add(("work", snap.work_id))
+    if snap.execution_id is not None and snap.execution_id in world.attempt_work:
+        tokens.add(("work", world.attempt_work[snap.execution_id]))
+    return tokens
+
+
+def _block(blocked: dict[tuple, int], tokens: Iterable[tuple], seq: int) -> None:
+    for token in tokens:
+        if token == ("all",):
+            continue
+        if token not in blocked or blocked[token] > seq:
+            blocked[token] = seq
+
+
+def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:
+    if outcome.timed_out:
+        error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
+        verdicts = tuple(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in scope.routes)
+        return Evaluation(verdicts, error=error)
+    if outcome.exception is not None:
+        if isinstance(outcome.exception, PoolExhausted):
+            error = RouteError(RouteErrorCode.HANDLER_FAILED, str(outcome.exception))
+        else:  # evaluate() recovers handler exceptions itself; this is a bug in routing code
+            error = RouteError(
+                RouteErrorCode.HANDLER_PANIC,
+                f"{type(outcome.exception).__name__}: {outcome.exception}",
+                stack=outcome.stack,
+            )
+        return Evaluation((), error=error)
+    return outcome.result
+
+
+def _in_backoff(entry: dict, now: datetime, generation: str) -> bool:
+    until = _parse_time(entry.get("backoff_until"))
+    # A new configuration generation is tried at once (R14).
+    return until is not None and until > now and entry.get("generation") == generation
+
+
+def _error_from_entry(entry: dict) -> RouteError:
+    return RouteError(
+        RouteErrorCode(entry["code"]),
+        entry.get("error", ""),
+        route=entry.get("route", ""),
+        attempts=entry.get("count", 0),
+        backoff_until=_parse_time(entry.get("backoff_until")),
+    )
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _log_decided(outcome: RouteOutcome, generation: str) -> None:
+    decision = outcome.decision
+    logger.info(
+        "route.decided",
+        extra={
+            "event": outcome.seq,
+            "work": decision.work_id,
+            "route": decision.route,
+            "binding": decision.binding,
+            "generation": generation,
+            "policy": decision.policy if not decision.error else "failed",
+            "reason": decision.reason,
+            "route.refusals": list(decision.refusals),
+            "route.error": decision.error.error_text if decision.error else "",
+            "route.attempts": decision.error.attempts if decision.error else 0,
+        },
+    )
+
+
+@dataclass
+class _Writes:
+    """The window's effects, written with set-based statements at the end of the commit."""
+
+    now: datetime
+    generation: str
+    new_works: dict[int, Work] = field(default_factory=dict)
+    keys: list[tuple[int, CorrelationKey]] = field(default_factory=list)
+    inputs: list[tuple[int, WorkInput]] = field(default_factory=list)
+    intents: list[tuple[int, Intent]] = field(default_factory=list)
+    records: list[tuple[int | None, RouteRecord]] = field(default_factory=list)
+    settled: dict[str, list[int]] = field(default_factory=dict)
+    touched_works: set[int] = field(default_factory=set)
+    wakes: list[tuple[int, int, int]] = field(default_factory=list)  # (work, wait, event)
+    timeouts: list[tuple[int, int]] = field(default_factory=list)  # (work, wait)
+    reasons: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    failures: dict[int, tuple[dict, datetime | None, str]] = field(default_factory=dict)
+    cleared_failures: list[int] = field(default_factory=list)
+
+    def unrouted(self, seq: int, reason: str, *, waiting_on: int | None) -> None:
+        self.reasons[seq] = (reason, waiting_on)
+
+    def failure(self, seq: int, entry: dict, *, retry_at: datetime | None, reason: str) -> None:
+        self.failures[seq] = (entry, retry_at, reason)
+
+    def settle(self, event: Event, snap: EventSnapshot, decision: Decision, failure: dict | None) -> None:
+        work_id = decision.work_id
+        if decision.new_work:
+            self.new_works[work_id] = Work(
+                scope=snap.scope,
+                status="ready",
+                binding=decision.binding,
+                trigger_id=event.seq,
+                created_at=self.now,
+                updated_at=self.now,
+            )
+        elif work_id is not None:
+            self.touched_works.add(work_id)
+        for key in decision.attach_keys:
+            self.keys.append(
+                (
+                    work_id,
+                    CorrelationKey(scope=snap.scope, key=key, attached_by_id=event.seq, attached_at=self.now),
+                )
+            )
+        if decision.effect in INPUT_EFFECTS and work_id is not None and not decision.error:
+            self.inputs.append(
+                (
+                    work_id,
+                    WorkInput(
+                        event_id=event.seq,
+                        seq=event.seq,
+                        binding=decision.binding,
+                        kind=decision.input_kind or "queue",
+                        attempt_id=decision.intent_attempt.id if decision.intent_attempt else None,
+                        created_at=self.now,
+                    ),
+                )
+            )
+        if decision.intent_attempt is not None:
+            attempt = decision.intent_attempt
+            self.intents.append(
+                (
+                    work_id,
+                    Intent(
+                        attempt_id=attempt.id,
+                        lease_epoch=attempt.lease_epoch,
+                        event_id=event.seq,
+                        kind=decision.intent_kind,
+                        created_at=self.now,
+                    ),
+                )
+            )
+        if decision.wake_wait is not None:
+            self.wakes.append((work_id, decision.wake_wait.id, event.seq))
+        if decision.timed_out_wait is not None:
+            self.timeouts.append((work_id, decision.timed_out_wait.id))
+        error = decision.error
+        disposition = Disposition.FAILED if error else Disposition.ROUTED
+        self.records.append(
+            (
+                work_id,
+                RouteRecord(
+                    event_id=event.seq,
+                    scope=snap.scope,
+                    route=decision.route,
+                    binding=decision.binding,
+                    generation=self.generation,
+                    policy="failed" if error else decision.policy,
+                    reason=decision.reason[:500],
+                    disposition=disposition,
+                    refusals=list(decision.refusals),
+                    keys=list(decision.keys),
+                    error=error.error_text if error else "",
+                    attempts=error.attempts if error else 0,
+                    decided_at=self.now,
+                ),
+            )
+        )
+        self.settled.setdefault(disposition.value, []).append(event.seq)
+        if failure is not None:
+            self.cleared_failures.append(event.seq)
+
+    def flush(self, world: World) -> None:
+        ids: dict[int, int] = {}
+        if self.new_works:
+            temp = list(self.new_works)
+            created = Work.objects.bulk_create([self.new_works[t] for t in temp])
+            ids = {t: w.pk for t, w in zip(temp, created, strict=True)}
+
+        def real(work_id: int | None) -> int | None:
+            return ids.get(work_id, work_id) if work_id is not None else None
+
+        if self.keys:
+            keys = []
+            for work_id, row in self.keys:
+                row.work_id = real(work_id)
+                keys.append(row)
+            CorrelationKey.objects.bulk_create(keys)
+        if self.inputs:
+            rows = []
+            for work_id, row in self.inputs:
+                row.work_id = real(work_id)
+                rows.append(row)
+            WorkInput.objects.bulk_create(rows)
+        if self.intents:
+            rows = []
+            for work_id, row in self.intents:
+                row.work_id = real(work_id)
+                rows.append(row)
+            Intent.objects.bulk_create(rows)
+        if self.records:
+            rows = []
+            for work_id, row in self.records:
+                row.work_id = real(work_id)
+                rows.append(row)
+            RouteRecord.objects.bulk_create(rows)
+        for state, seqs in self.settled.items():
+            Event.objects.filter(seq__in=seqs).update(
+                route_state=state,
+                routed_at=self.now,
+                unrouted_reason="",
+                waiting_on=None,
+                retry_at=None,
+                claimed_by="",
+                claimed_until=None,
+            )
+        if self.touched_works:
+            Work.objects.filter(pk__in=self.touched_works).update(
+                version=F("version") + 1, updated_at=self.now
+            )
+        for work_id, wait_id, seq in self.wakes:
+            Wait.objects.filter(pk=wait_id).update(state=WaitState.WOKEN, woken_by_id=seq, ended_at=self.now)
+            Work.objects.filter(pk=work_id).update(status="running")
+            Attempt.objects.filter(work_id=work_id, state="waiting").update(state="running")
+        for work_id, wait_id in self.timeouts:
+            Wait.objects.filter(pk=wait_id).update(state=WaitState.TIMED_OUT, ended_at=self.now)
+            Work.objects.filter(pk=work_id, status="waiting").update(status="ready")
+        if self.cleared_failures:
+            KV.objects.filter(
+                namespace=FAILURES_NAMESPACE, key__in=[str(s) for s in self.cleared_failures]
+            ).delete()
+        by_reason: dict[tuple[str, int | None], list[int]] = {}
+        for seq, reason in self.reasons.items():
+            by_reason.setdefault(reason, []).append(seq)
+        for (reason, waiting_on), seqs in by_reason.items():
+            Event.objects.filter(seq__in=seqs).update(
+                unrouted_reason=reason[:1000], waiting_on_id=waiting_on, claimed_by="", claimed_until=None
+            )
+        for seq, (entry, retry_at, reason) in self.failures.items():
+            _kv_put(FAILURES_NAMESPACE, str(seq), entry, self.now)
+            Event.objects.filter(seq=seq).update(
+                unrouted_reason=reason, waiting_on=None, retry_at=retry_at, claimed_by="", claimed_until=None
+            )
+
+
+def _kv_put(namespace: str, key: str, value: dict, now: datetime) -> None:
+    updated = KV.objects.filter(namespace=namespace, key=key).update(
+        value=value, version=F("version") + 1, updated_at=now
+    )
+    if not updated:
+        KV.objects.create(namespace=namespace, key=key, value=value, version=1, updated_at=now)
+
+
+def build_router(
+    *,
+    clock: Clock,
+    generation: Generation | None = None,
+    options: RouterOptions | None = None,
+    pool: HandlerPool | None = None,
+) -> Router | None:
+    """A router for the live generation (or ``generation``) with the registered handlers and
+    executors; ``None`` when no configuration was ever applied."""
+    from routing.registry import find_handler_class
+    from worklife.executors import find_executor_class, registered_executors
+
+    generation = generation or live_generation()
+    if generation is None:
+        return None
+    configuration_handlers = {}
+    for name in _handler_names(generation):
+        cls = find_handler_class(name)
+        if cls is not None:
+            configuration_handlers[name] = cls
+    return Router(
+        clock=clock,
+        generation=generation,
+        handlers=configuration_handlers,
+        executors={name: cls for name in registered_executors() if (cls := find_executor_class(name))},
+        options=options,
+        pool=pool,
+    )
+
+
+def _handler_names(generation: Generation) -> set[str]:
+    from routing.models import Route
+
+    return set(Route.objects.filter(scope__generation=generation).values_list("handler", flat=True))

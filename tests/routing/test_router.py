@@ -1,0 +1,529 @@
+"""The router (R1–R9, R24–R35, R60): each regression the specification lists, by name."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from causal.models import RouteState
+from routing.models import RouteRecord
+from routing.router import GenerationChanged, Router, RouterOptions, build_router
+from tests.routing import sample_handlers
+from tests.routing.routerkit import DOCUMENT, HANDLERS, SCRIPTED_ONLY, accept, apply, drain, router, state
+from worklife import services as work
+from worklife.models import CorrelationKey, InputKind, Intent, Work, WorkInput
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+    sample_handlers.BROKEN.clear()
+    sample_handlers.CALLS.clear()
+    sample_handlers.RELEASE.clear()
+    yield
+    sample_handlers.RELEASE.set()
+
+
+@pytest.fixture
+def live(clock):
+    return apply(clock)
+
+
+def pr(clock, number=1, action="opened", **kw):
+    return accept(clock, f"github.pull_request.{action}", {"repo": "acme/api", "number": number}, **kw)
+
+
+def record(event) -> RouteRecord:
+    return RouteRecord.objects.get(event=event)
+
+
+def inputs(work_id):
+    return list(WorkInput.objects.filter(work_id=work_id).order_by("seq").values_list("seq", "kind", "state"))
+
+
+# --- R1, R4, R5, R6 ---------------------------------------------------------------------------
+
+
+def test_r1_option_maps_are_copied_at_construction(clock, live):
+    handlers = {"match": sample_handlers.Scripted}
+    executors = {"python": object}
+    r = Router(clock=clock, generation=live, handlers=handlers, executors=executors, options=RouterOptions())
+    handlers["match"] = sample_handlers.Mutating
+    executors.clear()
+    assert r.handler_classes["match"] is sample_handlers.Scripted
+    assert "python" in r.executors
+    r.close()
+
+
+def test_r6_first_match_wins_including_a_drop(clock, live):
+    noise = accept(clock, "noise.ping")
+    opened = pr(clock)
+    r = router(clock)
+    drain(r)
+    assert record(noise).policy == "drop" and record(noise).route == "noise"
+    assert record(noise).work_id is None
+    assert record(opened).policy == "start" and record(opened).route == "pr"
+
+
+def test_r5_handlers_get_a_detached_read_only_snapshot(clock, settings):
+    apply(
+        clock,
+        SCRIPTED_ONLY.replace("handler: scripted", "handler: mutating"),
+    )
+    sample_handlers.Mutating.seen.clear()
+    event = accept(clock, "x.y", {"a": 1})
+    r = router(clock)
+    drain(r)
+    event.refresh_from_db()
+    assert event.data == {"a": 1}
+    assert sample_handlers.Mutating.seen == ["data: TypeError", "type: FrozenInstanceError"]
+    assert record(event).policy == "unmatched"
+
+
+def test_r27_route_record_is_written_with_mark_routed(clock, live):
+    event = pr(clock, 7)
+    r = router(clock)
+    outcome = r.route(event.seq)
+    assert outcome.settled
+    assert state(event) == RouteState.ROUTED
+    rec = record(event)
+    assert (rec.route, rec.binding, rec.policy, rec.generation) == ("pr", "triage", "start", str(live.number))
+    assert rec.work.trigger_id == event.seq
+    assert list(rec.work.keys.values_list("key", flat=True)) == ["pr:acme/api#7"]
+
+
+def test_r28_no_match_records_refusals_in_route_order_cut_to_one_line(clock, live):
+    long_why = "line one\nline two " + "é" * 400
+    event = accept(clock, "x.other", {"behaviour": "skip", "why": long_why})
+    router(clock).route(event.seq)
+    rec = record(event)
+    assert (rec.policy, rec.reason) == ("unmatched", "no_match")
+    assert [r["route"] for r in rec.refusals] == ["pr", "chat", "ops", "follow-up", "noise", "scripted"]
+    assert "does not match" in rec.refusals[0]["reason"]
+    last = rec.refusals[-1]["reason"]
+    assert "\n" not in last and len(last.encode()) <= 500 and last.startswith("line one line two")
+
+
+# --- attachment (R24–R26) -------------------------------------------------------------------------
+
+
+def test_r24_attachment_adds_keys_with_the_route_effects(clock, live):
+    first = pr(clock, 3)
+    comment = accept(clock, "followup.comment", {"repo": "acme/api", "number": 3}, correlation=["review:3"])
+    drain(router(clock))
+    work_id = record(first).work_id
+    assert record(comment).work_id == work_id
+    assert set(CorrelationKey.objects.filter(work_id=work_id).values_list("key", flat=True)) == {
+        "pr:acme/api#3",
+        "review:3",
+    }
+    assert [i[0] for i in inputs(work_id)] == [first.seq, comment.seq]
+
+
+def test_r25_backlog_joins_in_acceptance_order(clock, live):
+    # An earlier Event carrying key K explicitly fails first; a later one attaches K by route.
+    early = accept(clock, "x.early", {"keys": []}, correlation=["pr:acme/api#9"], id="early")
+    sample_handlers.BROKEN.add("early")
+    r = router(clock)
+    drain(r)
+    assert state(early) == RouteState.UNROUTED
+    later = pr(clock, 9)
+    drain(r)
+    assert state(later) == RouteState.UNROUTED, "later input must wait behind earlier input for its key"
+    later.refresh_from_db()
+    assert later.waiting_on_id == early.seq
+    sample_handlers.BROKEN.clear()
+    clock.advance(3)  # past the first backoff
+    outcome = r.route(later.seq)
+    assert outcome.settled
+    work_id = record(later).work_id
+    assert record(early).work_id == work_id
+    assert [i[0] for i in inputs(work_id)] == [early.seq, later.seq]
+
+
+def test_r25_checkpointed_input_stays_historical(clock, live):
+    # Unmatched first (no Work for its key yet): it must not be resurrected when Work appears.
+    orphan = accept(clock, "followup.comment", {"repo": "acme/api", "number": 4})
+    r = router(clock)
+    drain(r)
+    assert record(orphan).policy == "unmatched" and record(orphan).reason == "no_work"
+    opened = pr(clock, 4)
+    drain(r)
+    work_id = record(opened).work_id
+    assert [i[0] for i in inputs(work_id)] == [opened.seq]
+    assert record(orphan).work_id is None
+
+
+def test_r26_owned_keys_never_transfer_and_conflicts_stay_unrouted(clock, live):
+    a = pr(clock, 1)
+    b = accept(clock, "chat.message", {"thread": "t1"})
+    r = router(clock)
+    drain(r)
+    work_a, work_b = record(a).work_id, record(b).work_id
+    assert work_a != work_b
+    # One Event whose keys belong to two Work: unrouted, readable, nothing transferred.
+    both = accept(clock, "chat.message", {"thread": "t1"}, correlation=["pr:acme/api#1"])
+    outcome = r.route(both.seq)
+    assert not outcome.settled
+    both.refresh_from_db()
+    assert both.route_state == RouteState.UNROUTED
+    assert "conflicting identity" in both.unrouted_reason and f"Work {work_a}" in both.unrouted_reason
+    assert CorrelationKey.objects.get(key="thread:t1").work_id == work_b
+    assert CorrelationKey.objects.get(key="pr:acme/api#1").work_id == work_a
+
+
+def test_r26_explicit_work_execution_and_keys_must_agree(clock, live):
+    a = pr(clock, 1)
+    b = pr(clock, 2)
+    r = router(clock)
+    drain(r)
+    attempt = work.attempt_start(
+        work_id=record(b).work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=[],
+        clock=clock,
+    )
+    mixed = pr(clock, 1, action="edited", work_id=record(a).work_id, execution_id=attempt.pk)
+    r.route(mixed.seq)
+    mixed.refresh_from_db()
+    assert mixed.route_state == RouteState.UNROUTED and "conflicting targets" in mixed.unrouted_reason
+    missing = accept(clock, "noise.ping", work_id=999999)
+    r.route(missing.seq)
+    missing.refresh_from_db()
+    assert "names no Work" in missing.unrouted_reason
+
+
+def test_r60_conflicting_input_isolation(clock, live):
+    a = pr(clock, 1)
+    b = accept(clock, "chat.message", {"thread": "t1"})
+    r = router(clock)
+    drain(r)
+    accept(clock, "chat.message", {"thread": "t1"}, correlation=["pr:acme/api#1"])
+    other = pr(clock, 5)
+    same_b = accept(clock, "chat.message", {"thread": "t2"}, work_id=record(b).work_id)
+    drain(r)
+    assert state(other) == RouteState.ROUTED
+    assert record(a).work_id != record(other).work_id
+    # The conflicting Event waits on Work a's and b's lanes; later input for b waits behind it.
+    assert state(same_b) == RouteState.UNROUTED
+
+
+def test_r60_execution_only_target(clock, live):
+    start = pr(clock, 1)
+    r = router(clock)
+    drain(r)
+    work_id = record(start).work_id
+    attempt = work.attempt_start(
+        work_id=work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=["inject"],
+        clock=clock,
+    )
+    event = accept(
+        clock, "github.pull_request.edited", {"repo": "other", "number": 77}, execution_id=attempt.pk
+    )
+    r.route(event.seq)
+    assert record(event).work_id == work_id
+
+
+def test_r60_effective_binding_override_in_child_scope(clock, live):
+    event = accept(clock, "github.pull_request.opened", {"repo": "web", "number": 1}, scope="acme/web")
+    router(clock).route(event.seq)
+    rec = record(event)
+    # The inherited pr route runs on acme/web's own "triage" binding.
+    assert (rec.route, rec.binding, rec.policy) == ("pr", "triage", "start")
+    chat = accept(clock, "chat.message", {"thread": "w"}, scope="acme/web")
+    router(clock).route(chat.seq)
+    assert record(chat).route == "chat" and record(chat).scope == "acme/web"
+
+
+def test_r60_ancestor_revision_reaches_child_scope(clock, live):
+    r = router(clock)
+    apply(clock, DOCUMENT.replace('type: "noise.*"', 'type: "quiet.*"'))
+    event = accept(clock, "quiet.tick", scope="acme/web")
+    with pytest.raises(GenerationChanged):  # the old router sees a newer generation at commit
+        r.route(event.seq)
+    fresh = router(clock)
+    fresh.route(event.seq)
+    assert record(event).route == "noise" and record(event).generation == "2"
+
+
+# --- policies and intents (R11, R30–R35) -------------------------------------------------------------
+
+
+def _running(clock, r, number=1, capabilities=("inject", "interrupt"), binding="triage"):
+    start = pr(clock, number)
+    r.route(start.seq)
+    work_id = record(start).work_id
+    attempt = work.attempt_start(
+        work_id=work_id,
+        binding=binding,
+        executor="python",
+        generation=1,
+        capabilities=capabilities,
+        clock=clock,
+    )
+    return work_id, attempt
+
+
+def _consume_all(clock, work_id, attempt):
+    from django.db import transaction
+
+    with transaction.atomic():
+        pending = work.pending_inputs_in_tx(work_id=work_id)
+        work.consume_inputs_in_tx(
+            attempt_id=attempt.pk, lease_epoch=1, input_ids=[p.pk for p in pending], clock=clock
+        )
+
+
+def test_r31_queued_input_keeps_acceptance_order(clock, live):
+    events = [pr(clock, 1, action=a) for a in ("opened", "edited", "synchronize", "closed")]
+    drain(router(clock))
+    work_id = record(events[0]).work_id
+    assert [i[0] for i in inputs(work_id)] == [e.seq for e in events]
+
+
+def test_r32_inject_records_a_stable_intent_for_the_attempt_and_lease_epoch(clock, live):
+    r = router(clock)
+    work_id, attempt = _running(clock, r)
+    event = pr(clock, 1, action="edited")
+    r.route(event.seq)
+    assert record(event).policy == "inject"
+    intent = Intent.objects.get(event=event)
+    assert (intent.attempt_id, intent.lease_epoch, intent.kind) == (attempt.pk, 1, "inject")
+    assert (event.seq, InputKind.INJECT, "pending") in inputs(work_id)
+    # Replaying the route cannot duplicate the intent or the input.
+    r.route(event.seq)
+    assert Intent.objects.filter(event=event).count() == 1
+
+
+def test_r34_unsupported_control_takes_the_explicit_fallback(clock, live):
+    r = router(clock)
+    work_id, _ = _running(clock, r, capabilities=())
+    event = pr(clock, 1, action="edited")
+    r.route(event.seq)
+    rec = record(event)
+    assert rec.policy == "queue" and rec.reason.startswith("fallback queue")
+    assert not Intent.objects.filter(event=event).exists()
+
+
+def test_r34_other_binding_than_the_attempt_needs_a_fallback(clock, live):
+    r = router(clock)
+    work_id, _ = _running(clock, r, binding="plain")
+    event = pr(clock, 1, action="edited")
+    r.route(event.seq)
+    assert record(event).reason == "fallback queue: attempt runs binding plain, route selects triage"
+
+
+def test_r11_input_the_attempt_cannot_take_is_held_then_queues(clock, live):
+    r = router(clock)
+    first = accept(clock, "chat.message", {"thread": "t9"})
+    r.route(first.seq)
+    work_id = record(first).work_id
+    attempt = work.attempt_start(
+        work_id=work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=["inject"],
+        clock=clock,
+    )
+    event = accept(clock, "chat.message", {"thread": "t9"})  # interrupt, no fallback
+    outcome = r.route(event.seq)
+    assert outcome.settled and outcome.error is None
+    assert record(event).policy == "held"
+    assert (event.seq, InputKind.HELD, "pending") in inputs(work_id)
+    work.attempt_end(attempt_id=attempt.pk, lease_epoch=1, state="succeeded", clock=clock)
+    assert (event.seq, InputKind.QUEUE, "pending") in inputs(work_id)
+
+
+def test_r35_ready_work_queues_instead_of_controls(clock, live):
+    r = router(clock)
+    first = pr(clock, 1)
+    r.route(first.seq)
+    event = pr(clock, 1, action="edited")
+    r.route(event.seq)
+    assert record(event).policy == "queue"
+    assert not Intent.objects.exists()
+
+
+def test_r30_addressed_operator_event_queues_on_the_next_binding(clock, live):
+    r = router(clock)
+    work_id, attempt = _running(clock, r, binding="plain")
+    _consume_all(clock, work_id, attempt)
+    work.attempt_end(attempt_id=attempt.pk, lease_epoch=1, state="failed", clock=clock)
+    note = accept(clock, "operator.note", {"text": "retry please"}, source="core.manual", work_id=work_id)
+    r.route(note.seq)
+    rec = record(note)
+    assert (rec.policy, rec.reason, rec.route, rec.binding, rec.work_id) == (
+        "queue",
+        "addressed",
+        "",
+        "plain",
+        work_id,
+    )
+    # Any other source naming the Work is routed by routes alone.
+    other = accept(clock, "operator.note", {"text": "x"}, source="elsewhere", work_id=work_id)
+    r.route(other.seq)
+    assert record(other).policy == "unmatched"
+
+
+def test_r30_addressed_to_a_binding_gone_from_the_scope_is_unmatched(clock, live):
+    r = router(clock)
+    work_id, attempt = _running(clock, r, binding="retired")
+    _consume_all(clock, work_id, attempt)
+    note = accept(clock, "operator.note", {}, source="core.manual", work_id=work_id)
+    r.route(note.seq)
+    assert (record(note).policy, record(note).reason) == ("unmatched", "no_match")
+
+
+def test_r49_terminal_work_checkpoints_late_input(clock, live):
+    r = router(clock)
+    first = pr(clock, 1)
+    r.route(first.seq)
+    Work.objects.filter(pk=record(first).work_id).update(status="completed")
+    late = pr(clock, 1, action="edited")
+    r.route(late.seq)
+    rec = record(late)
+    assert (rec.policy, rec.reason, rec.work_id) == ("drop", "terminal", record(first).work_id)
+    assert not WorkInput.objects.filter(event=late).exists()
+
+
+def test_r33_the_router_never_calls_an_executor(clock, live, settings):
+    from worklife import executors
+
+    calls = []
+    original = executors.PythonExecutor.start
+
+    def spy(self, *args, **kwargs):
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    executors.PythonExecutor.start = spy
+    try:
+        r = router(clock)
+        _running(clock, r)
+        r.route(pr(clock, 1, action="edited").seq)
+    finally:
+        executors.PythonExecutor.start = original
+    assert calls == []
+
+
+# --- R46 ---------------------------------------------------------------------------------------------
+
+
+def test_r46_consumption_keeps_the_attempt_and_replay_cannot_enqueue_again(clock, live):
+    from django.db import transaction
+
+    r = router(clock)
+    work_id, attempt = _running(clock, r)
+    with transaction.atomic():
+        pending = work.pending_inputs_in_tx(work_id=work_id)
+        consumed = work.consume_inputs_in_tx(
+            attempt_id=attempt.pk, lease_epoch=1, input_ids=[p.pk for p in pending], clock=clock
+        )
+    assert [c.attempt_id for c in consumed] == [attempt.pk]
+    assert work.pending_inputs(work_id=work_id) == []
+    seq = consumed[0].event_id
+    r.route(seq)  # replay: the Event is settled, nothing is enqueued
+    assert WorkInput.objects.filter(event_id=seq).count() == 1
+    with transaction.atomic(), pytest.raises(work.StaleLease):
+        work.consume_inputs_in_tx(attempt_id=attempt.pk, lease_epoch=2, input_ids=[], clock=clock)
+
+
+# --- R4, R7, R9 ---------------------------------------------------------------------------------------
+
+
+def test_r4_a_running_loop_takes_a_new_generation_without_restart(clock, live):
+    from routing.loop import RouteLoop
+
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        first = accept(clock, "quiet.tick")
+        loop.step()
+        assert record(first).policy == "unmatched"
+        apply(clock, DOCUMENT.replace('type: "noise.*"', 'type: "quiet.*"'))
+        second = accept(clock, "quiet.tick")
+        loop.step()
+        assert record(second).policy == "drop" and record(second).generation == "2"
+    finally:
+        loop.close()
+
+
+def test_r9_a_blocked_handler_holds_only_its_own_lane(clock):
+    apply(clock, SCRIPTED_ONLY)
+    hung = accept(clock, "x", {"behaviour": "hang", "keys": ["k1"]}, correlation=["k1"])
+    behind = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"])
+    others = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(2, 6)]
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=0.5))
+    try:
+        r.route_pending()
+    finally:
+        sample_handlers.RELEASE.set()
+        r.close()
+    assert state(hung) == RouteState.UNROUTED
+    assert state(behind) == RouteState.UNROUTED
+    assert all(state(e) == RouteState.ROUTED for e in others)
+
+
+def test_r9_cross_key_ordering_waits_only_on_shared_keys(clock):
+    apply(clock, SCRIPTED_ONLY)
+    failing = accept(clock, "x", {"keys": ["a"]}, correlation=["a"], id="failing")
+    sample_handlers.BROKEN.add("failing")
+    shared = accept(clock, "x", {"keys": ["a", "b"]}, correlation=["b"])
+    on_b = accept(clock, "x", {"keys": ["b"]}, correlation=["b"])
+    free = accept(clock, "x", {"keys": ["c"]}, correlation=["c"])
+    r = router(clock)
+    drain(r)
+    assert [state(e) for e in (failing, shared, on_b, free)] == ["unrouted", "unrouted", "unrouted", "routed"]
+    sample_handlers.BROKEN.clear()
+    clock.advance(3)
+    drain(r)
+    assert [state(e) for e in (failing, shared, on_b)] == ["routed"] * 3
+    assert record(failing).work_id == record(shared).work_id == record(on_b).work_id
+    work_id = record(failing).work_id
+    assert [i[0] for i in inputs(work_id)] == [failing.seq, shared.seq, on_b.seq]
+
+
+def test_r7_a_generation_applied_before_commit_discards_the_window(clock, live):
+    r = router(clock)
+    event = accept(clock, "noise.ping")
+    apply(clock, DOCUMENT)
+    with pytest.raises(GenerationChanged):
+        r.route(event.seq)
+    assert state(event) == RouteState.UNROUTED
+    fresh = router(clock)
+    fresh.route(event.seq)
+    assert record(event).generation == "2"
+
+
+def test_r7_decisions_read_work_state_at_commit(clock, live):
+    r = router(clock)
+    first = pr(clock, 1)
+    r.route(first.seq)
+    # The Work changes between two Events' routing: the second decision sees it.
+    Work.objects.filter(pk=record(first).work_id).update(status="cancelled")
+    late = pr(clock, 1, action="edited")
+    r.route(late.seq)
+    assert record(late).reason == "terminal"
+
+
+def test_r9_route_timeout_is_measured_per_call(clock):
+    apply(clock, SCRIPTED_ONLY)
+    event = accept(clock, "x", {"behaviour": "hang"})
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=0.3))
+    try:
+        outcome = r.route(event.seq)
+    finally:
+        sample_handlers.RELEASE.set()
+        r.close()
+    assert outcome.error is not None and outcome.error.code == "handler_timeout"
+    event.refresh_from_db()
+    assert event.retry_at == clock() + timedelta(seconds=2)
