@@ -1,0 +1,403 @@
+"""Derived acceptance under the causal limits (R51–R55): depth, rate, pins, replay, refusals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from causal.limits import (
+    BUCKETS_NAMESPACE,
+    PINS_NAMESPACE,
+    Causal,
+    CausalRefused,
+    Limits,
+    bucket_key,
+    derived_atomic,
+    minute_start,
+)
+from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event
+from tests.causal.factories import EventFactory
+from tests.causal.support import SECRET, assert_redacted, bucket_count, envelope
+
+MINUTE = "2026-01-05T12:00"
+
+
+@pytest.fixture
+def causal(clock) -> Causal:
+    return Causal(clock, Limits(max_depth=32, rate_per_minute=128))
+
+
+@pytest.fixture
+def root():
+    return EventFactory(type="test.root", data={"token": SECRET})
+
+
+def derive_chain(causal: Causal, parent: Event, length: int, prefix: str = "chain") -> Event:
+    for i in range(length):
+        parent = causal.derive(parent=parent, envelope=envelope(f"{prefix}-{i}")).event
+    return parent
+
+
+# --- depth (R52) -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r52_root_depth_is_zero_and_a_child_is_one_deeper(causal, root):
+    assert root.depth == 0 and root.root_seq == root.seq
+    child = causal.derive(parent=root, envelope=envelope("child")).event
+    grandchild = causal.derive(parent=child, envelope=envelope("grandchild")).event
+    assert (child.depth, child.parent_id, child.root_id) == (1, root.seq, root.seq)
+    assert (grandchild.depth, grandchild.parent_id, grandchild.root_id) == (2, child.seq, root.seq)
+
+
+@pytest.mark.django_db
+def test_r52_depth_32_accepted_and_33_refused(causal, root):
+    deepest = derive_chain(causal, root, 32)
+    assert deepest.depth == 32
+    with pytest.raises(CausalRefused) as refused:
+        causal.derive(parent=deepest, envelope=envelope("too-deep"))
+    assert refused.value.kind == DiagnosticKind.DEPTH_EXCEEDED
+    assert (refused.value.limit, refused.value.count) == (32, 33)
+    assert not Event.objects.filter(envelope_id="too-deep").exists()
+    assert bucket_count(root.seq, MINUTE) == 32  # the refusal spent no token
+    diagnostic = CausalDiagnostic.objects.get()
+    assert (diagnostic.kind, diagnostic.root_seq, diagnostic.parent_seq) == (
+        "depth_exceeded",
+        root.seq,
+        deepest.seq,
+    )
+    assert (diagnostic.limit, diagnostic.count) == (32, 33)
+
+
+@pytest.mark.django_db
+def test_r52_default_limits_come_from_settings(settings, clock):
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 3
+    settings.CONDUIT_CAUSAL_RATE_PER_MINUTE = 7
+    assert Causal(clock).limits == Limits(max_depth=3, rate_per_minute=7)
+
+
+@pytest.mark.django_db
+def test_r52_the_shipped_defaults_are_depth_32_and_128_a_minute(clock):
+    assert Causal(clock).limits == Limits(max_depth=32, rate_per_minute=128)
+
+
+# --- rate (R52, R55) ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r52_128_derived_a_minute_per_root_and_the_129th_refused(causal, root):
+    for i in range(128):
+        causal.derive(parent=root, envelope=envelope(f"sibling-{i}"))
+    with pytest.raises(CausalRefused) as refused:
+        causal.derive(parent=root, envelope=envelope("sibling-128"))
+    assert refused.value.kind == DiagnosticKind.RATE_EXCEEDED
+    assert (refused.value.limit, refused.value.count) == (128, 128)
+    assert Event.objects.filter(root_id=root.seq).count() == 128
+    assert bucket_count(root.seq, MINUTE) == 128
+    diagnostic = CausalDiagnostic.objects.get()
+    assert diagnostic.minute == datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+    assert (diagnostic.kind, diagnostic.root_seq, diagnostic.limit, diagnostic.count) == (
+        "rate_exceeded",
+        root.seq,
+        128,
+        128,
+    )
+
+
+@pytest.mark.django_db
+def test_r52_the_rate_counts_all_descendants_of_a_root_and_roots_apart(clock, root):
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=3))
+    child = causal.derive(parent=root, envelope=envelope("a")).event
+    grandchild = causal.derive(parent=child, envelope=envelope("b")).event
+    causal.derive(parent=grandchild, envelope=envelope("c"))
+    with pytest.raises(CausalRefused):
+        causal.derive(parent=child, envelope=envelope("d"))
+    other = EventFactory()
+    assert causal.derive(parent=other, envelope=envelope("e")).created  # its own bucket
+
+
+@pytest.mark.django_db
+def test_r55_minute_boundary_at_59_999_and_60_000(clock, root):
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=128))
+    clock.set(datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC))
+    for i in range(128):
+        causal.derive(parent=root, envelope=envelope(f"m0-{i}"))
+    clock.set(datetime(2026, 1, 5, 12, 0, 59, 999000, tzinfo=UTC))
+    with pytest.raises(CausalRefused) as refused:
+        causal.derive(parent=root, envelope=envelope("at-59.999"))
+    assert refused.value.kind == DiagnosticKind.RATE_EXCEEDED
+    clock.set(datetime(2026, 1, 5, 12, 1, 0, 0, tzinfo=UTC))
+    accepted = causal.derive(parent=root, envelope=envelope("at-60.000"))
+    assert accepted.created and accepted.event.accepted_at == clock.now
+    assert bucket_count(root.seq, "2026-01-05T12:00") == 128
+    assert bucket_count(root.seq, "2026-01-05T12:01") == 1
+
+
+@pytest.mark.django_db
+def test_r55_the_next_minute_restores_rate_capacity_but_not_depth(clock, root):
+    causal = Causal(clock, Limits(max_depth=2, rate_per_minute=2))
+    deepest = derive_chain(causal, root, 2)
+    with pytest.raises(CausalRefused) as rate:
+        causal.derive(parent=root, envelope=envelope("third-this-minute"))
+    with pytest.raises(CausalRefused) as depth:
+        causal.derive(parent=deepest, envelope=envelope("too-deep"))
+    assert (rate.value.kind, depth.value.kind) == ("rate_exceeded", "depth_exceeded")
+    clock.advance(minutes=1)
+    assert causal.derive(parent=root, envelope=envelope("third-this-minute")).created
+    with pytest.raises(CausalRefused) as again:
+        causal.derive(parent=deepest, envelope=envelope("too-deep"))
+    assert again.value.kind == DiagnosticKind.DEPTH_EXCEEDED
+
+
+def test_r52_minute_buckets_are_fixed_utc_minutes():
+    from zoneinfo import ZoneInfo
+
+    local = datetime(2026, 1, 5, 13, 30, 59, 999999, tzinfo=ZoneInfo("Europe/Paris"))
+    assert minute_start(local) == datetime(2026, 1, 5, 12, 30, tzinfo=UTC)
+    assert bucket_key(7, local) == "7:2026-01-05T12:30"
+    with pytest.raises(ValueError, match="aware"):
+        minute_start(datetime(2026, 1, 5, 12, 30))
+
+
+# --- replay (R52) ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r61_replay_a_deduplicated_derived_event_spends_no_token(causal, root):
+    first = causal.derive(parent=root, envelope=envelope("once"))
+    again = causal.derive(parent=root, envelope=envelope("once"))
+    assert first.created and not again.created
+    assert again.event.seq == first.event.seq
+    assert bucket_count(root.seq, MINUTE) == 1
+    assert Event.objects.filter(envelope_id="once").count() == 1
+
+
+@pytest.mark.django_db
+def test_r61_replay_is_returned_as_is_even_when_the_bucket_is_full(clock, root):
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=1))
+    first = causal.derive(parent=root, envelope=envelope("only"))
+    again = causal.derive(parent=root, envelope=envelope("only"))
+    assert again.event.seq == first.event.seq and not again.created
+    assert not CausalDiagnostic.objects.exists()
+    assert bucket_count(root.seq, MINUTE) == 1
+
+
+# --- pins (R53) ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r53_limits_are_pinned_on_the_first_derived_acceptance(causal, root, clock):
+    assert not KV.objects.filter(namespace=PINS_NAMESPACE).exists()
+    causal.derive(parent=root, envelope=envelope("first"))
+    pin = KV.objects.get(namespace=PINS_NAMESPACE, key=str(root.seq))
+    assert pin.value == {"max_depth": 32, "rate_per_minute": 128, "pinned_at": clock.now.isoformat()}
+    clock.advance(minutes=5)
+    causal.derive(parent=root, envelope=envelope("second"))
+    assert KV.objects.get(namespace=PINS_NAMESPACE, key=str(root.seq)).value == pin.value
+
+
+@pytest.mark.django_db
+def test_r53_descendants_keep_pinned_limits_when_a_new_causal_has_other_limits(clock, root):
+    Causal(clock, Limits(max_depth=32, rate_per_minute=128)).derive(parent=root, envelope=envelope("pinning"))
+    restarted = Causal(clock, Limits(max_depth=1, rate_per_minute=2))
+    child = restarted.derive(parent=root, envelope=envelope("child")).event
+    grandchild = restarted.derive(parent=child, envelope=envelope("grandchild")).event  # depth 2 > 1
+    assert grandchild.depth == 2
+    for i in range(5):  # more than 2 this minute
+        restarted.derive(parent=root, envelope=envelope(f"more-{i}"))
+    assert bucket_count(root.seq, MINUTE) == 8
+    # A root first derived from under the new limits is pinned with them.
+    other = EventFactory()
+    restarted.derive(parent=other, envelope=envelope("o1"))
+    restarted.derive(parent=other, envelope=envelope("o2"))
+    with pytest.raises(CausalRefused) as refused:
+        restarted.derive(parent=other, envelope=envelope("o3"))
+    assert refused.value.limit == 2
+
+
+@pytest.mark.django_db
+def test_r53_descendants_keep_pinned_limits_across_a_settings_change(settings, clock, root):
+    Causal(clock).derive(parent=root, envelope=envelope("pinning"))
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 1
+    settings.CONDUIT_CAUSAL_RATE_PER_MINUTE = 1
+    restarted = Causal(clock)
+    assert restarted.limits == Limits(max_depth=1, rate_per_minute=1)
+    child = restarted.derive(parent=root, envelope=envelope("child")).event
+    assert restarted.derive(parent=child, envelope=envelope("grandchild")).event.depth == 2
+    assert restarted.limits_for(root.seq) == Limits(max_depth=32, rate_per_minute=128)
+
+
+@pytest.mark.django_db
+def test_r53_a_refused_first_derivation_pins_nothing(clock, root):
+    with pytest.raises(CausalRefused):
+        Causal(clock, Limits(max_depth=32, rate_per_minute=0)).derive(parent=root, envelope=envelope("no"))
+    assert not KV.objects.filter(namespace__in=[PINS_NAMESPACE, BUCKETS_NAMESPACE]).exists()
+    # The next Causal, with capacity, pins its own limits.
+    Causal(clock, Limits(max_depth=5, rate_per_minute=5)).derive(parent=root, envelope=envelope("yes"))
+    assert KV.objects.get(namespace=PINS_NAMESPACE, key=str(root.seq)).value["max_depth"] == 5
+
+
+# --- missing parents and diagnostics (R55) ---------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "parent", [None, Event(), Event(seq=987654321)], ids=["no parent", "unsaved parent", "unknown parent"]
+)
+def test_r55_a_missing_parent_is_refused_with_a_diagnostic(causal, parent):
+    with pytest.raises(CausalRefused) as refused:
+        causal.derive(parent=parent, envelope=envelope("orphan"))
+    assert refused.value.kind == DiagnosticKind.MISSING_PARENT
+    assert not Event.objects.exists()
+    assert not KV.objects.exists()
+    diagnostic = CausalDiagnostic.objects.get()
+    assert diagnostic.kind == "missing_parent"
+    assert diagnostic.parent_seq == (987654321 if parent is not None and parent.pk else None)
+    assert refused.value.diagnostic.pk == diagnostic.pk
+
+
+@pytest.mark.django_db
+def test_r55_every_refusal_writes_a_redacted_diagnostic(clock, root):
+    causal = Causal(clock, Limits(max_depth=1, rate_per_minute=1))
+    child = causal.derive(parent=root, envelope=envelope("child")).event
+    refusals = []
+    for parent, name in ((None, "missing"), (child, "too-deep"), (root, "too-many")):
+        with pytest.raises(CausalRefused) as refused:
+            causal.derive(parent=parent, envelope=envelope(name, extensions={"note": SECRET}))
+        assert SECRET not in str(refused.value)
+        refusals.append(refused.value)
+    assert [r.kind for r in refusals] == ["missing_parent", "depth_exceeded", "rate_exceeded"]
+    assert CausalDiagnostic.objects.count() == 3
+    for diagnostic in CausalDiagnostic.objects.all():
+        assert_redacted(diagnostic)
+        assert diagnostic.at == clock.now
+        assert (diagnostic.source, diagnostic.type) == ("tests.agent", "test.derived")
+        assert diagnostic.detail
+
+
+# --- atomicity and the refusal boundary (R54, R55) -------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r54_an_error_after_derive_in_tx_leaves_no_event_and_no_token(causal, root):
+    causal.derive(parent=root, envelope=envelope("before"))
+    with pytest.raises(ZeroDivisionError), derived_atomic():
+        accepted = causal.derive_in_tx(parent=root, envelope=envelope("rolled-back"))
+        assert accepted.created
+        assert bucket_count(root.seq, MINUTE) == 2  # spent inside the transaction...
+        1 / 0  # noqa: B018 - the caller's own effect fails after the derivation
+    assert not Event.objects.filter(envelope_id="rolled-back").exists()
+    assert bucket_count(root.seq, MINUTE) == 1  # ...and given back with it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r54_a_rolled_back_first_derivation_leaves_no_pin(causal, root):
+    with pytest.raises(RuntimeError, match="caller"), derived_atomic():
+        causal.derive_in_tx(parent=root, envelope=envelope("first"))
+        raise RuntimeError("the caller fails")
+    assert not KV.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r54_effects_commit_with_the_derived_event(causal, root, clock):
+    from causal.services import kv_put_in_tx
+
+    with derived_atomic():
+        event = causal.derive_in_tx(parent=root, envelope=envelope("with-effect")).event
+        kv_put_in_tx(namespace="tests.effects", key=str(event.seq), value={"ok": True}, clock=clock)
+    assert KV.objects.filter(namespace="tests.effects", key=str(event.seq)).exists()
+    assert Event.objects.filter(seq=event.seq).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r55_the_diagnostic_survives_the_callers_rollback(clock, root):
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=0))
+    with pytest.raises(CausalRefused), derived_atomic():
+        causal.derive_in_tx(parent=root, envelope=envelope("refused"))
+    diagnostic = CausalDiagnostic.objects.get()
+    assert diagnostic.kind == "rate_exceeded"
+    assert_redacted(diagnostic)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r55_a_caught_refusal_leaves_the_callers_transaction_usable(clock, root):
+    causal = Causal(clock, Limits(max_depth=1, rate_per_minute=5))
+    child = causal.derive(parent=root, envelope=envelope("child")).event
+    with derived_atomic():
+        with pytest.raises(CausalRefused):
+            causal.derive_in_tx(parent=child, envelope=envelope("too-deep"))
+        sibling = causal.derive_in_tx(parent=root, envelope=envelope("sibling")).event
+    assert Event.objects.filter(seq=sibling.seq).exists()
+    assert bucket_count(root.seq, MINUTE) == 2
+    assert CausalDiagnostic.objects.get().kind == "depth_exceeded"  # written once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r54_derive_in_tx_must_run_in_a_transaction_and_a_refusal_boundary(causal, root):
+    with pytest.raises(RuntimeError, match="transaction.atomic"):
+        causal.derive_in_tx(parent=root, envelope=envelope("no-tx"))
+    with pytest.raises(RuntimeError, match="derived_atomic"), transaction.atomic():
+        causal.derive_in_tx(parent=root, envelope=envelope("no-boundary"))
+    assert not Event.objects.filter(envelope_id__in=["no-tx", "no-boundary"]).exists()
+
+
+# --- dry run, input checks -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r41_would_refuse_is_a_dry_run_that_writes_nothing(clock, root):
+    causal = Causal(clock, Limits(max_depth=1, rate_per_minute=1))
+    assert causal.would_refuse(parent=root) is None
+    assert not KV.objects.exists()
+    child = causal.derive(parent=root, envelope=envelope("child")).event
+    assert causal.would_refuse(parent=child).kind == "depth_exceeded"
+    assert causal.would_refuse(parent=root).kind == "rate_exceeded"
+    assert causal.would_refuse(parent=None).kind == "missing_parent"
+    assert not CausalDiagnostic.objects.exists()
+    clock.advance(seconds=60)
+    assert causal.would_refuse(parent=root) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_depth": -1, "rate_per_minute": 1}, "max_depth"),
+        ({"max_depth": 1, "rate_per_minute": 1.5}, "rate_per_minute"),
+        ({"max_depth": True, "rate_per_minute": 1}, "max_depth"),
+    ],
+)
+def test_r52_limits_reject_bad_values_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        Limits(**kwargs)
+
+
+def test_r52_a_bad_setting_is_named(settings, clock):
+    settings.CONDUIT_CAUSAL_RATE_PER_MINUTE = "lots"
+    with pytest.raises(ImproperlyConfigured, match="CONDUIT_CAUSAL_RATE_PER_MINUTE"):
+        Causal(clock)
+
+
+@pytest.mark.django_db
+def test_r51_a_naive_clock_is_refused_with_nothing_stored(root):
+    causal = Causal(lambda: datetime(2026, 1, 5, 12, 0), Limits(32, 128))
+    with pytest.raises(ValueError, match="aware"):
+        causal.derive(parent=root, envelope=envelope("naive"))
+    assert not Event.objects.filter(envelope_id="naive").exists()
+    assert not CausalDiagnostic.objects.exists()
+
+
+@pytest.mark.django_db
+def test_r51_derive_takes_an_envelope(causal, root):
+    with pytest.raises(TypeError, match="Envelope"):
+        causal.derive(parent=root, envelope={"id": "x"})
+
+
+@pytest.mark.django_db
+def test_r52_accepted_at_is_the_trusted_clock(causal, root, clock):
+    clock.advance(timedelta(seconds=12.5).total_seconds())
+    event = causal.derive(parent=root, envelope=envelope("timed")).event
+    assert event.accepted_at == clock.now
+    assert event.accepted_by == "core.causal"
