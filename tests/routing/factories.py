@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import factory
 from django.contrib.auth import get_user_model
 
-from routing.models import ApiToken, Generation, GenerationKind, Scope
+from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
 from routing.services import config_apply, config_candidate
 from routing.tokens import token_digest, token_generate
 
@@ -161,3 +161,23 @@ def api_token_with_secret(**kwargs) -> tuple[ApiToken, str]:
     """A stored API token and its secret (which the database does not hold)."""
     _, secret = token_generate()
     return ApiTokenFactory(secret=secret, **kwargs), secret
+
+
+# --- route records (console tests) -----------------------------------------------------------
+
+
+class RouteRecordFactory(factory.django.DjangoModelFactory):
+    """A RouteRecord deciding an Event; pass ``work=`` to put it in a Work's history."""
+
+    class Meta:
+        model = RouteRecord
+
+    event = factory.SubFactory("tests.causal.factories.EventFactory", route_state="routed")
+    work = None
+    scope = factory.SelfAttribute("event.scope")
+    route = "prs"
+    binding = "agent"
+    generation = "1"
+    policy = "queue"
+    reason = ""
+    decided_at = T0

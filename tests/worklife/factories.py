@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import factory
 
-from worklife.models import Attempt, CorrelationKey, Wait, Work
+from worklife.models import Attempt, CorrelationKey, Wait, Work, WorkInput
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -50,4 +50,24 @@ class WaitFactory(factory.django.DjangoModelFactory):
 
     work = factory.SubFactory(WorkFactory)
     match = factory.LazyFunction(dict)
+    created_at = T0
+
+
+# --- input (console tests) -------------------------------------------------------------------
+
+
+class WorkInputFactory(factory.django.DjangoModelFactory):
+    """An Event given to a Work as input; ``seq`` follows the Event's."""
+
+    class Meta:
+        model = WorkInput
+
+    work = factory.SubFactory(WorkFactory)
+    event = factory.SubFactory(
+        "tests.causal.factories.EventFactory",
+        route_state="routed",
+        scope=factory.SelfAttribute("..work.scope"),
+    )
+    seq = factory.SelfAttribute("event.seq")
+    binding = "triage"
     created_at = T0
