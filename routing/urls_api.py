@@ -1,3 +1,15 @@
-"""The JSON API (token-authenticated)."""
+"""The JSON API (token-authenticated), mounted under ``/api/``.
 
-urlpatterns: list = []
+Every route here is an :func:`routing.api_auth.api_view` and is described in
+``routing/openapi.py`` (a test walks these patterns and fails for any missing route or method).
+"""
+
+from django.urls import path
+
+from routing import api
+
+urlpatterns = [
+    path("events", api.events_accept, name="api-events"),
+    path("events/<int:seq>", api.event_detail, name="api-event-detail"),
+    path("openapi.json", api.openapi_json, name="api-openapi"),
+]

@@ -1,0 +1,50 @@
+"""JSON API endpoints (token-authenticated, see ``routing.api_auth``). Events are named by
+their ``seq``: envelope ids are unique only per source."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
+
+from causal.clock import system_clock
+from causal.models import Event
+from causal.selectors import event_get
+from routing import services
+from routing.api_auth import ApiError, api_view, request_json
+from routing.openapi import openapi_schema
+from routing.serializers import accepted_json, event_json
+
+
+@api_view(["POST"])
+def events_accept(request: HttpRequest) -> JsonResponse:
+    """Accept one Event (a JSON object: 201 new, 200 duplicate) or a batch (a JSON array,
+    all or nothing: 201 when any is new, else 200)."""
+    body = request_json(request)
+    accepted_by = request.user.get_username()
+    if isinstance(body, list):
+        results = services.events_accept(payloads=body, clock=system_clock, accepted_by=accepted_by)
+        created = any(result.created for result in results)
+        return JsonResponse(
+            {"results": [accepted_json(r.event, created=r.created) for r in results]},
+            status=201 if created else 200,
+        )
+    accepted = services.event_accept(payload=body, clock=system_clock, accepted_by=accepted_by)
+    response = JsonResponse(event_json(accepted.event), status=201 if accepted.created else 200)
+    response["Location"] = reverse("api-event-detail", args=[accepted.event.seq])
+    return response
+
+
+@api_view(["GET"])
+def event_detail(request: HttpRequest, seq: int) -> JsonResponse:
+    """One Event by its ``seq``: envelope, targets, ancestry and route state."""
+    try:
+        event = event_get(seq)
+    except Event.DoesNotExist:
+        raise ApiError(404, "not_found", f"no Event has seq {seq}") from None
+    return JsonResponse(event_json(event))
+
+
+@api_view(["GET"], public=True)
+def openapi_json(request: HttpRequest) -> JsonResponse:
+    """The OpenAPI 3.1 schema of this API (public: it describes, it holds no data)."""
+    return JsonResponse(openapi_schema(server_url=request.build_absolute_uri("/")))

@@ -1,0 +1,209 @@
+"""The JSON API's front door: token authentication, allowed methods and error mapping.
+
+Write every endpoint of ``/api`` with :func:`api_view`::
+
+    @api_view(["POST"], errors={EventNotUnrouted: (409, "not_unrouted")})
+    def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
+        body = request_json(request, allow_empty=True)
+        result = services.event_skip(seq=seq, by=request.user.get_username(), clock=system_clock)
+        return JsonResponse(skip_json(result))
+
+then add the route to ``routing/urls_api.py`` and describe it in ``routing/openapi.py`` (a
+test walks the URLconf and fails for any route or method the schema lacks).
+
+What the decorator does, in order:
+
+1. authenticates ``Authorization: Bearer <token>`` (a per-user :class:`~routing.models.ApiToken`):
+   a missing, malformed, unknown or revoked token, or one of an inactive user, gets
+   ``401`` with a JSON error and ``WWW-Authenticate: Bearer``; then ``request.user`` is the
+   token's user and ``request.api_token`` the token. ``public=True`` skips this (the schema);
+2. refuses a method not in ``methods`` with ``405`` and an ``Allow`` header;
+3. calls the view and maps the domain errors it raises to JSON ``4xx`` responses: an
+   :class:`ApiError` as it says; exceptions listed in ``errors=`` or registered with
+   :func:`register_api_error`, most specific class first; ``ObjectDoesNotExist``/``Http404`` →
+   404; ``PermissionDenied`` → 403. An exception with a ``details()`` method (like
+   :class:`~routing.ingress.EnvelopeInvalid`) supplies the JSON body itself (``error``,
+   ``field``, ``message``…); others give ``{"error": code, "message": str(exc)}``.
+   Anything else is a bug and propagates (500).
+
+The API is CSRF-exempt: it authenticates with a header a browser never adds by itself, not
+with cookies. Responses carry ``Cache-Control: no-store``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from causal.clock import system_clock
+from routing.ingress import EnvelopeInvalid, EventTooLarge, parse_json
+from routing.services import ApiTokenInvalid, api_token_authenticate
+
+ErrorMapping = Mapping[type[BaseException], tuple[int, str]]
+View = Callable[..., HttpResponse]
+
+REALM = "conduit"
+JSON_CONTENT_TYPES = frozenset(
+    {"application/json", "application/cloudevents+json", "application/cloudevents-batch+json"}
+)
+
+
+class ApiError(Exception):
+    """Raise from a view to answer with a JSON error: ``{"error": code, "message": …, **extra}``."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+    def details(self) -> dict[str, Any]:
+        """The JSON body of the error."""
+        return {"error": self.code, "message": self.message, **self.extra}
+
+
+# Domain errors every endpoint maps; most specific class wins (looked up along the MRO).
+_ERRORS: dict[type[BaseException], tuple[int, str]] = {
+    EventTooLarge: (413, "event_too_large"),
+    EnvelopeInvalid: (400, "invalid_event"),
+    ApiTokenInvalid: (400, "invalid_token_request"),
+    ObjectDoesNotExist: (404, "not_found"),
+    Http404: (404, "not_found"),
+    PermissionDenied: (403, "forbidden"),
+}
+
+
+def register_api_error(exc_type: type[BaseException], status: int, code: str) -> None:
+    """Map a domain exception to a JSON error for every endpoint (``status`` must be 4xx)."""
+    if not 400 <= status < 500:
+        raise ValueError(f"a domain error maps to a 4xx status, not {status}")
+    _ERRORS[exc_type] = (status, code)
+
+
+def json_error(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
+    """A JSON error response: ``{"error": code, "message": message, **extra}``."""
+    return JsonResponse({"error": code, "message": message, **extra}, status=status)
+
+
+def _unauthorized(message: str, *, invalid: bool) -> JsonResponse:
+    response = json_error(401, "unauthorized", message)
+    challenge = f'Bearer realm="{REALM}"'
+    if invalid:
+        challenge += ', error="invalid_token"'
+    response["WWW-Authenticate"] = challenge
+    return response
+
+
+def _authenticate(request: HttpRequest) -> JsonResponse | None:
+    """Set ``request.user``/``request.api_token`` from the bearer token, or answer 401."""
+    header = request.headers.get("Authorization", "")
+    if not header:
+        return _unauthorized(
+            "an API token is required: send the header 'Authorization: Bearer <token>'", invalid=False
+        )
+    scheme, _, secret = header.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        return _unauthorized("the Authorization header must read 'Bearer <token>'", invalid=True)
+    token = api_token_authenticate(secret=secret.strip(), clock=system_clock)
+    if token is None:
+        return _unauthorized("the API token is unknown, revoked or of an inactive user", invalid=True)
+    request.user = token.user
+    request.api_token = token
+    return None
+
+
+def _error_response(exc: BaseException, mapping: ErrorMapping) -> JsonResponse:
+    if isinstance(exc, ApiError):
+        return JsonResponse(exc.details(), status=exc.status)
+    status, code = next(mapping[cls] for cls in type(exc).__mro__ if cls in mapping)
+    details = getattr(exc, "details", None)
+    body = details() if callable(details) else {"error": code, "message": str(exc) or code}
+    body.setdefault("error", code)
+    return JsonResponse(body, status=status)
+
+
+def api_view(
+    methods: Iterable[str], *, public: bool = False, errors: ErrorMapping | None = None
+) -> Callable[[View], View]:
+    """Make a function a JSON API endpoint: token authentication, ``methods`` only (405
+    otherwise) and domain errors mapped to JSON 4xx (see the module documentation).
+
+    ``public=True`` serves without a token (only for documents like the schema).
+    ``errors`` maps further exception classes to ``(status, code)`` for this view.
+    """
+    allowed = tuple(method.upper() for method in methods)
+    if not allowed:
+        raise ValueError("api_view needs at least one method")
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            response = None if public else _authenticate(request)
+            if response is None and request.method not in allowed:
+                response = json_error(
+                    405,
+                    "method_not_allowed",
+                    f"{request.method} is not allowed here; use {', '.join(allowed)}",
+                )
+                response["Allow"] = ", ".join(allowed)
+            if response is None:
+                mapping = {**_ERRORS, **(errors or {})}
+                try:
+                    response = view(request, *args, **kwargs)
+                except (ApiError, *mapping) as exc:
+                    response = _error_response(exc, mapping)
+            response["Cache-Control"] = "no-store"
+            return response
+
+        wrapper.api_methods = allowed  # type: ignore[attr-defined]
+        wrapper.api_public = public  # type: ignore[attr-defined]
+        return csrf_exempt(wrapper)
+
+    return decorator
+
+
+def request_json(request: HttpRequest, *, max_bytes: int | None = None, allow_empty: bool = False) -> Any:
+    """The request's JSON body, after checking its media type and its size.
+
+    The size (``max_bytes``, by default ``CONDUIT_MAX_EVENT_BYTES``) is checked on the raw body
+    before parsing: 413. A media type other than JSON (``application/json``,
+    ``application/cloudevents+json``, ``application/cloudevents-batch+json`` or any
+    ``+json`` type): 415. Invalid JSON: 400 (:class:`~routing.ingress.EnvelopeInvalid`). An
+    empty body is ``None`` when ``allow_empty``, else 400.
+    """
+    limit = settings.CONDUIT_MAX_EVENT_BYTES if max_bytes is None else max_bytes
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "event_too_large", _too_large(int(declared), limit), field=None)
+    try:
+        body = request.body
+    except RequestDataTooBig as exc:
+        raise ApiError(
+            413, "event_too_large", f"the request body is larger than {limit} bytes", field=None
+        ) from exc
+    if len(body) > limit:
+        raise ApiError(413, "event_too_large", _too_large(len(body), limit), field=None)
+    if not body.strip():
+        if allow_empty:
+            return None
+        raise ApiError(400, "invalid_event", "the request body is empty: send a JSON document", field=None)
+    media_type = (request.content_type or "").lower()
+    if media_type not in JSON_CONTENT_TYPES and not media_type.endswith("+json"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"Content-Type {media_type or '(none)'!s} is not accepted: send application/json or "
+            "application/cloudevents+json (structured mode)",
+        )
+    return parse_json(body)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"the request body is {size} bytes; the limit is {limit} bytes (CONDUIT_MAX_EVENT_BYTES)"

@@ -1,0 +1,108 @@
+"""``manage.py api_token create|list|revoke``: per-user tokens for the JSON API.
+
+The secret is printed once, by ``create``; only its SHA-256 digest is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from causal.clock import system_clock
+from routing import services
+from routing.models import ApiToken
+from routing.serializers import timestamp
+
+DEFAULT_NAME = "api"
+
+
+def create_arguments(parser: CommandParser) -> None:
+    """Arguments of ``api_token create``."""
+    parser.add_argument("username", metavar="USERNAME", help="The user the token acts as.")
+    parser.add_argument(
+        "--name",
+        default=DEFAULT_NAME,
+        help=f"A label to recognise the token by (default {DEFAULT_NAME!r}), up to 100 characters.",
+    )
+
+
+def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Create a token and print its secret, the only time it is shown."""
+    try:
+        issued = services.api_token_create_for_username(
+            username=options["username"], name=options["name"], clock=system_clock
+        )
+    except services.ApiTokenInvalid as exc:
+        raise CommandError(str(exc)) from exc
+    token = issued.token
+    command.stderr.write(
+        f"Created API token {token.prefix} ({token.name!r}) for {token.user.get_username()}. "
+        "Store the secret now: it is shown only this once."
+    )
+    command.stdout.write(issued.secret)
+
+
+def list_arguments(parser: CommandParser) -> None:
+    """Arguments of ``api_token list``."""
+    parser.add_argument("--user", metavar="USERNAME", default=None, help="Only the tokens of this user.")
+    parser.add_argument("--all", action="store_true", help="Include revoked tokens.")
+
+
+def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Print one line per token: prefix, user, name, created, last used, state."""
+    tokens = ApiToken.objects.select_related("user").order_by("created_at", "id")
+    if options["user"]:
+        tokens = tokens.filter(user__username=options["user"])
+    if not options["all"]:
+        tokens = tokens.filter(revoked_at__isnull=True)
+    for token in tokens:
+        state = f"revoked {timestamp(token.revoked_at)}" if token.revoked_at else "active"
+        command.stdout.write(
+            "\t".join(
+                [
+                    token.prefix,
+                    token.user.get_username(),
+                    token.name,
+                    f"created {timestamp(token.created_at)}",
+                    f"last used {timestamp(token.last_used_at) or 'never'}",
+                    state,
+                ]
+            )
+        )
+
+
+def revoke_arguments(parser: CommandParser) -> None:
+    """Arguments of ``api_token revoke``."""
+    parser.add_argument("prefix", metavar="PREFIX", help="The token's prefix, as 'list' shows it (cdt_…).")
+
+
+def revoke_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Revoke a token: it authenticates nothing from now on."""
+    try:
+        token = services.api_token_revoke(prefix=options["prefix"], clock=system_clock)
+    except services.ApiTokenInvalid as exc:
+        raise CommandError(str(exc)) from exc
+    command.stdout.write(f"Revoked API token {token.prefix} ({token.name!r}) of {token.user.get_username()}.")
+
+
+SUBCOMMANDS: dict[str, tuple[str, Callable[[CommandParser], None], Callable[[BaseCommand, dict], None]]] = {
+    "create": ("Create a token for USERNAME and print its secret once.", create_arguments, create_run),
+    "list": ("List tokens (active ones unless --all).", list_arguments, list_run),
+    "revoke": ("Revoke the token with PREFIX.", revoke_arguments, revoke_run),
+}
+
+
+class Command(BaseCommand):
+    help = "Manage per-user API tokens for the JSON API (Authorization: Bearer <token>)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        subparsers = parser.add_subparsers(
+            dest="subcommand", metavar="SUBCOMMAND", required=True, help="create, list or revoke."
+        )
+        for name, (help_text, add_arguments, _) in SUBCOMMANDS.items():
+            add_arguments(subparsers.add_parser(name, help=help_text, description=help_text))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        SUBCOMMANDS[options["subcommand"]][2](self, options)

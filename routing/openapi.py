@@ -1,0 +1,269 @@
+"""The OpenAPI 3.1 description of the JSON API, written by hand.
+
+Every route of ``routing.urls_api`` must be described here with each of its methods: a
+test walks the URLconf and fails otherwise. To add an endpoint, add its path item to
+``PATHS`` (reusing the component schemas and responses below).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django.conf import settings
+
+API_VERSION = "1.0.0"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _response(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+SEQ_PARAMETER = {
+    "name": "seq",
+    "in": "path",
+    "required": True,
+    "description": "The Event's place in the acceptance order (Events are named by seq: envelope ids "
+    "are unique only per source).",
+    "schema": {"type": "integer", "minimum": 1},
+}
+
+TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
+NULLABLE_TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}
+
+SCHEMAS: dict[str, Any] = {
+    "CloudEventInput": {
+        "type": "object",
+        "description": "A structured-mode CloudEvent 1.0 with the router's fields beside the attributes. "
+        "Any other attribute is a CloudEvents extension attribute: its name is 1 to 20 lowercase "
+        "letters a-z and digits 0-9, its value a string, an integer or a boolean; it is kept in "
+        "`extensions`. A null optional attribute is an absent one. Types and sources `core` and "
+        "`core.*` are reserved for core Events.",
+        "required": ["specversion", "id", "source", "type", "scope"],
+        "properties": {
+            "specversion": {"type": "string", "const": "1.0"},
+            "id": {"type": "string", "minLength": 1, "maxLength": 512, "description": "Unique per source."},
+            "source": {"type": "string", "minLength": 1, "maxLength": 512},
+            "type": {"type": "string", "minLength": 1, "maxLength": 255},
+            "subject": {"type": "string", "maxLength": 512},
+            "time": TIMESTAMP,
+            "datacontenttype": {"type": "string", "default": "application/json", "maxLength": 255},
+            "dataschema": {"type": "string", "description": "Kept in `extensions`."},
+            "data": {"description": "Any JSON value (finite numbers, no NUL characters)."},
+            "scope": {
+                "type": "string",
+                "maxLength": 255,
+                "description": "A scope path of the live configuration generation.",
+            },
+            "correlation": {
+                "type": "array",
+                "maxItems": 64,
+                "items": {"type": "string", "minLength": 1, "maxLength": 512},
+                "description": "Correlation keys: the Event's explicit targets.",
+            },
+            "work_id": {"type": "integer", "minimum": 1, "description": "An explicit target Work."},
+            "execution_id": {"type": "integer", "minimum": 1, "description": "An explicit target Execution."},
+        },
+        "additionalProperties": {"type": ["string", "integer", "boolean"]},
+    },
+    "Event": {
+        "type": "object",
+        "description": "An accepted Event.",
+        "required": [
+            "seq",
+            "specversion",
+            "id",
+            "source",
+            "type",
+            "scope",
+            "accepted_at",
+            "route_state",
+        ],
+        "properties": {
+            "seq": {"type": "integer", "description": "Place in the acceptance order."},
+            "specversion": {"type": "string"},
+            "id": {"type": "string"},
+            "source": {"type": "string"},
+            "type": {"type": "string"},
+            "subject": {"type": "string"},
+            "time": NULLABLE_TIMESTAMP,
+            "datacontenttype": {"type": "string"},
+            "data": {},
+            "extensions": {
+                "type": "object",
+                "additionalProperties": {"type": ["string", "integer", "boolean"]},
+            },
+            "scope": {"type": "string"},
+            "correlation": {"type": "array", "items": {"type": "string"}},
+            "work_id": {"type": ["integer", "null"]},
+            "execution_id": {"type": ["integer", "null"]},
+            "parent_seq": {"type": ["integer", "null"], "description": "The causal parent, when derived."},
+            "root_seq": {
+                "type": "integer",
+                "description": "The root of the causal chain (itself for a root).",
+            },
+            "depth": {"type": "integer", "minimum": 0},
+            "accepted_at": TIMESTAMP,
+            "accepted_by": {"type": "string"},
+            "route_state": {"type": "string", "enum": ["unrouted", "routed", "skipped", "failed"]},
+            "routed_at": NULLABLE_TIMESTAMP,
+            "unrouted_reason": {"type": "string", "description": "Why an unrouted Event is still unrouted."},
+        },
+    },
+    "AcceptedBatch": {
+        "type": "object",
+        "required": ["results"],
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["created", "event"],
+                    "properties": {"created": {"type": "boolean"}, "event": _ref("Event")},
+                },
+            }
+        },
+    },
+    "Error": {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {
+                "type": "string",
+                "description": "A stable code: invalid_event, event_too_large, unauthorized, not_found, "
+                "method_not_allowed, unsupported_media_type…",
+            },
+            "message": {"type": "string"},
+            "field": {"type": ["string", "null"], "description": "The field at fault, when one is."},
+            "index": {"type": "integer", "description": "The Event's position in a batch."},
+            "errors": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "Every refusal of a batch (each with index, field and message).",
+            },
+        },
+    },
+}
+
+RESPONSES: dict[str, Any] = {
+    "Invalid": {"description": "Invalid input; nothing is stored.", "content": _json(_ref("Error"))},
+    "Unauthorized": {
+        "description": "No valid API token (missing, malformed, unknown, revoked, or its user inactive).",
+        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+        "content": _json(_ref("Error")),
+    },
+    "NotFound": {"description": "No such record.", "content": _json(_ref("Error"))},
+    "MethodNotAllowed": {"description": "The method is not allowed.", "content": _json(_ref("Error"))},
+    "TooLarge": {
+        "description": "The request body is larger than the limit; nothing is stored.",
+        "content": _json(_ref("Error")),
+    },
+    "UnsupportedMediaType": {"description": "The body is not JSON.", "content": _json(_ref("Error"))},
+}
+
+PATHS: dict[str, Any] = {
+    "/api/events": {
+        "post": {
+            "operationId": "events_accept",
+            "summary": "Accept an Event, or a batch of Events",
+            "description": "A JSON object is one Event; a JSON array is a batch, validated whole and accepted "
+            "in one transaction (all or nothing). The durable commit is the acknowledgement. The same "
+            "(source, id) accepted again returns the first Event and stores nothing (200).",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    media: {
+                        "schema": {
+                            "oneOf": [
+                                _ref("CloudEventInput"),
+                                {"type": "array", "items": _ref("CloudEventInput")},
+                            ]
+                        }
+                    }
+                    for media in (
+                        "application/cloudevents+json",
+                        "application/json",
+                        "application/cloudevents-batch+json",
+                    )
+                },
+            },
+            "responses": {
+                "201": {
+                    "description": "Accepted: a new Event (or a batch with at least one new Event).",
+                    "headers": {"Location": {"schema": {"type": "string"}, "description": "The new Event."}},
+                    "content": _json({"oneOf": [_ref("Event"), _ref("AcceptedBatch")]}),
+                },
+                "200": {
+                    "description": "A duplicate: the Event (or every Event of the batch) was accepted before.",
+                    "content": _json({"oneOf": [_ref("Event"), _ref("AcceptedBatch")]}),
+                },
+                "400": _response("Invalid"),
+                "401": _response("Unauthorized"),
+                "405": _response("MethodNotAllowed"),
+                "413": _response("TooLarge"),
+                "415": _response("UnsupportedMediaType"),
+            },
+        }
+    },
+    "/api/events/{seq}": {
+        "get": {
+            "operationId": "event_detail",
+            "summary": "An Event by its seq",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "The Event.", "content": _json(_ref("Event"))},
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/openapi.json": {
+        "get": {
+            "operationId": "openapi_json",
+            "summary": "This OpenAPI document",
+            "security": [],
+            "responses": {
+                "200": {"description": "The OpenAPI 3.1 document.", "content": _json({"type": "object"})},
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+}
+
+
+def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the JSON API, served from ``server_url``."""
+    limit = settings.CONDUIT_MAX_EVENT_BYTES
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Conduit API",
+            "version": API_VERSION,
+            "description": "The JSON API of Conduit, a durable event router. Authenticate with a per-user "
+            "API token: `Authorization: Bearer <token>` (create one with `manage.py api_token create "
+            f"USERNAME` or in the admin). Request bodies are limited to {limit} bytes.",
+        },
+        "servers": [{"url": server_url.rstrip("/") or "/"}],
+        "security": [{"bearerToken": []}],
+        "paths": copy.deepcopy(PATHS),
+        "components": {
+            "securitySchemes": {
+                "bearerToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A per-user API token (cdt_…), shown once when created.",
+                }
+            },
+            "schemas": copy.deepcopy(SCHEMAS),
+            "responses": copy.deepcopy(RESPONSES),
+        },
+    }

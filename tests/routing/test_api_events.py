@@ -1,0 +1,365 @@
+"""POST /api/events, GET /api/events/<seq> and the OpenAPI schema."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, reverse
+
+from causal.models import Event
+from routing import urls_api
+from tests.causal.factories import EventFactory
+from tests.routing.factories import ScopeFactory, api_token_with_secret, live_scopes
+
+EVENTS_URL = "/api/events"
+
+
+def cloud_event(**overrides):
+    event = {
+        "specversion": "1.0",
+        "id": "evt-1",
+        "source": "github/acme",
+        "type": "github.pull_request.opened",
+        "scope": "acme",
+        "data": {"number": 7},
+    }
+    event.update(overrides)
+    return {key: value for key, value in event.items() if value is not ...}
+
+
+@pytest.fixture
+def auth():
+    """The Authorization header of a fresh token (its user is ``alice``)."""
+    _, secret = api_token_with_secret(user__username="alice")
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def acme():
+    return live_scopes("acme")
+
+
+def post(client, body, auth, content_type="application/cloudevents+json"):
+    data = body if isinstance(body, bytes | str) else json.dumps(body)
+    return client.post(EVENTS_URL, data=data, content_type=content_type, headers=auth)
+
+
+def assert_refused(response, status, field):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert body["field"] == field, body
+    assert body["message"]
+    assert Event.objects.count() == 0
+    return body
+
+
+# --- acceptance ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_api_accept_new_event_is_201_with_the_event(client, auth, acme):
+    response = post(client, cloud_event(correlation=["pr:acme#7"], work_id=3), auth)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    event = Event.objects.get()
+    assert body["seq"] == event.seq
+    assert response["Location"] == f"/api/events/{event.seq}"
+    assert (body["id"], body["source"], body["type"], body["scope"]) == (
+        "evt-1",
+        "github/acme",
+        "github.pull_request.opened",
+        "acme",
+    )
+    assert body["correlation"] == ["pr:acme#7"]
+    assert body["work_id"] == 3
+    assert body["accepted_by"] == "alice"
+    assert body["route_state"] == "unrouted"
+    assert body["accepted_at"].endswith("Z")
+
+
+@pytest.mark.django_db
+def test_api_accept_duplicate_is_200_with_the_first_event(client, auth, acme):
+    first = post(client, cloud_event(), auth)
+    again = post(client, cloud_event(data={"changed": True}), auth)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["seq"] == first.json()["seq"]
+    assert again.json()["data"] == {"number": 7}
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("content_type", ["application/cloudevents+json", "application/json; charset=utf-8"])
+def test_api_accept_structured_mode_cloudevent_as_is(client, auth, acme, content_type):
+    structured = {
+        "specversion": "1.0",
+        "type": "com.github.pull_request.opened",
+        "source": "https://github.com/cloudevents/spec/pull",
+        "subject": "123",
+        "id": "A234-1234-1234",
+        "time": "2018-04-05T17:31:00Z",
+        "comexampleextension1": "value",
+        "comexampleothervalue": 5,
+        "datacontenttype": "text/xml",
+        "data": '<much wow="xml"/>',
+        "scope": "acme",
+    }
+    response = post(client, structured, auth, content_type=content_type)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    for name in (
+        "specversion",
+        "type",
+        "source",
+        "subject",
+        "id",
+        "time",
+        "datacontenttype",
+        "data",
+        "scope",
+    ):
+        assert body[name] == structured[name], name
+    assert body["extensions"] == {"comexampleextension1": "value", "comexampleothervalue": 5}
+    event = Event.objects.get()
+    assert event.extensions == {"comexampleextension1": "value", "comexampleothervalue": 5}
+    assert event.data == '<much wow="xml"/>'
+
+
+@pytest.mark.django_db
+def test_api_accept_invalid_json_is_400(client, auth, acme):
+    body = assert_refused(post(client, b'{"specversion": "1.0",', auth), 400, None)
+    assert body["error"] == "invalid_event"
+    assert "invalid JSON" in body["message"]
+
+
+@pytest.mark.django_db
+def test_api_accept_missing_field_is_400_naming_it(client, auth, acme):
+    body = assert_refused(post(client, cloud_event(source=...), auth), 400, "source")
+    assert body == {"error": "invalid_event", "field": "source", "message": "source is required"}
+
+
+@pytest.mark.django_db
+def test_api_accept_mistyped_field_is_400_naming_it(client, auth, acme):
+    assert_refused(post(client, cloud_event(work_id="12"), auth), 400, "work_id")
+
+
+@pytest.mark.django_db
+def test_api_accept_bad_time_is_400_naming_it(client, auth, acme):
+    body = assert_refused(post(client, cloud_event(time="5 January 2026"), auth), 400, "time")
+    assert "RFC 3339" in body["message"]
+
+
+@pytest.mark.django_db
+def test_api_accept_bad_extension_name_is_400_naming_it(client, auth, acme):
+    assert_refused(post(client, cloud_event(myExt="x"), auth), 400, "myExt")
+
+
+@pytest.mark.django_db
+def test_api_accept_unknown_scope_is_400(client, auth, acme):
+    body = assert_refused(post(client, cloud_event(scope="acme/unknown"), auth), 400, "scope")
+    assert "acme/unknown" in body["message"]
+
+
+@pytest.mark.django_db
+def test_api_accept_without_live_generation_every_scope_is_unknown(client, auth):
+    # A candidate generation is not live, whatever scopes it holds.
+    ScopeFactory(path="acme", generation__kind="candidate", generation__number=None)
+    assert_refused(post(client, cloud_event(), auth), 400, "scope")
+
+
+@pytest.mark.django_db
+def test_r51_api_refuses_core_type_from_external_caller(client, auth, acme):
+    assert_refused(post(client, cloud_event(type="core.manual.skip_event"), auth), 400, "type")
+
+
+@pytest.mark.django_db
+def test_r51_api_refuses_core_manual_source_from_external_caller(client, auth, acme):
+    assert_refused(post(client, cloud_event(source="core.manual", work_id=1), auth), 400, "source")
+
+
+@pytest.mark.django_db
+def test_api_accept_body_over_the_limit_is_413_before_parsing(client, auth, acme, settings):
+    settings.CONDUIT_MAX_EVENT_BYTES = 2048
+    # Not even JSON: the size is checked on the raw body first.
+    body = assert_refused(post(client, b"{" + b" " * 2048, auth), 413, None)
+    assert body["error"] == "event_too_large"
+    assert "2048" in body["message"]
+
+
+@pytest.mark.django_db
+def test_api_accept_body_at_the_limit_is_accepted(client, auth, acme, settings):
+    event = cloud_event(data={"pad": ""})
+    size = len(json.dumps(event).encode())
+    settings.CONDUIT_MAX_EVENT_BYTES = size + 100
+    event["data"]["pad"] = "x" * 100
+    assert len(json.dumps(event).encode()) == settings.CONDUIT_MAX_EVENT_BYTES
+    assert post(client, event, auth).status_code == 201
+
+
+@pytest.mark.django_db
+def test_api_accept_non_json_media_type_is_415(client, auth, acme):
+    response = post(client, json.dumps(cloud_event()), auth, content_type="text/plain")
+    assert response.status_code == 415
+    assert response.json()["error"] == "unsupported_media_type"
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_api_accept_empty_body_is_400(client, auth, acme):
+    assert_refused(post(client, b"", auth), 400, None)
+
+
+@pytest.mark.django_db
+def test_api_accept_batch_is_all_or_nothing(client, auth, acme):
+    batch = [
+        cloud_event(id="a"),
+        cloud_event(id="b", correlation="not-a-list"),
+        cloud_event(id="c", scope="x"),
+    ]
+    response = post(client, batch, auth, content_type="application/cloudevents-batch+json")
+    body = assert_refused(response, 400, "correlation")
+    assert body["index"] == 1
+    assert [(e["index"], e["field"]) for e in body["errors"]] == [(1, "correlation")]
+    batch[1] = cloud_event(id="b")
+    body = assert_refused(post(client, batch, auth), 400, "scope")
+    assert body["index"] == 2
+
+
+@pytest.mark.django_db
+def test_api_accept_batch_reports_each_event(client, auth, acme):
+    post(client, cloud_event(id="a"), auth)
+    response = post(client, [cloud_event(id="a"), cloud_event(id="b")], auth)
+    assert response.status_code == 201
+    results = response.json()["results"]
+    assert [(r["created"], r["event"]["id"]) for r in results] == [(False, "a"), (True, "b")]
+    again = post(client, [cloud_event(id="a"), cloud_event(id="b")], auth)
+    assert again.status_code == 200
+    assert Event.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_api_is_csrf_exempt_it_uses_tokens(auth, acme):
+    client = Client(enforce_csrf_checks=True)
+    assert post(client, cloud_event(), auth).status_code == 201
+
+
+@pytest.mark.django_db
+def test_api_wrong_method_is_405_with_allow(client, auth):
+    response = client.get(EVENTS_URL, headers=auth)
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.json()["error"] == "method_not_allowed"
+    assert client.delete("/api/events/1", headers=auth).status_code == 405
+
+
+# --- event detail ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_api_event_detail_returns_envelope_targets_ancestry_and_state(client, auth):
+    root = EventFactory()
+    parent = EventFactory(parent=root, root=root, depth=1)
+    event = EventFactory(
+        parent=parent,
+        root=root,
+        depth=2,
+        correlation=["k:1"],
+        work_id=5,
+        execution_id=6,
+        extensions={"traceparent": "00-1"},
+        unrouted_reason="retrying after handler_failed",
+    )
+    response = client.get(f"/api/events/{event.seq}", headers=auth)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["seq"] == event.seq
+    assert (body["parent_seq"], body["root_seq"], body["depth"]) == (parent.seq, root.seq, 2)
+    assert (body["correlation"], body["work_id"], body["execution_id"]) == (["k:1"], 5, 6)
+    assert body["extensions"] == {"traceparent": "00-1"}
+    assert body["route_state"] == "unrouted"
+    assert body["unrouted_reason"] == "retrying after handler_failed"
+    assert body["accepted_at"] == "2026-01-05T12:00:00Z"
+    root_body = client.get(f"/api/events/{root.seq}", headers=auth).json()
+    assert (root_body["parent_seq"], root_body["root_seq"], root_body["depth"]) == (None, root.seq, 0)
+
+
+@pytest.mark.django_db
+def test_api_event_detail_unknown_seq_is_404_json(client, auth):
+    response = client.get("/api/events/999999", headers=auth)
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_api_event_detail_query_count_is_fixed(client, auth, django_assert_max_num_queries):
+    event = EventFactory(parent=EventFactory())
+    # Token lookup (joined with its user), last-used update, the Event.
+    with django_assert_max_num_queries(3):
+        assert client.get(f"/api/events/{event.seq}", headers=auth).status_code == 200
+
+
+# --- OpenAPI ---------------------------------------------------------------------------------
+
+
+def api_routes(patterns=None, prefix="/api/"):
+    """Every (path template, view) of routing.urls_api, walking included URLconfs."""
+    for pattern in patterns if patterns is not None else urls_api.urlpatterns:
+        route = str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            yield from api_routes(pattern.url_patterns, prefix + route)
+        elif isinstance(pattern, URLPattern):
+            template = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", prefix + route)
+            yield template, pattern.callback
+
+
+def test_api_every_route_and_method_is_in_the_openapi_schema():
+    from routing.openapi import openapi_schema
+
+    schema = openapi_schema()
+    routes = list(api_routes())
+    assert routes, "routing.urls_api has no routes"
+    for template, view in routes:
+        assert template in schema["paths"], f"{template} is missing from routing/openapi.py"
+        methods = getattr(view, "api_methods", None)
+        assert methods, f"{template}: the view is not an api_view"
+        for method in methods:
+            assert method.lower() in schema["paths"][template], f"{method} {template} is not in the schema"
+    assert set(schema["paths"]) == {template for template, _ in routes}, (
+        "the schema lists routes that do not exist"
+    )
+
+
+def test_api_openapi_schema_references_resolve():
+    from routing.openapi import openapi_schema
+
+    schema = openapi_schema()
+    refs = re.findall(r'"\$ref": "#/components/(\w+)/(\w+)"', json.dumps(schema))
+    assert refs
+    for section, name in refs:
+        assert name in schema["components"][section], f"#/components/{section}/{name} does not exist"
+
+
+@pytest.mark.django_db
+def test_api_every_non_public_route_requires_a_token(client):
+    for template, view in api_routes():
+        url = template.replace("{seq}", "1")
+        for method in view.api_methods:
+            response = client.generic(method, url)
+            if view.api_public:
+                assert response.status_code == 200, url
+            else:
+                assert response.status_code == 401, f"{method} {url}"
+                assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.django_db
+def test_api_openapi_json_is_served(client):
+    response = client.get(reverse("api-openapi"))
+    assert response.status_code == 200
+    schema = response.json()
+    assert schema["openapi"] == "3.1.0"
+    assert schema["servers"] == [{"url": "http://testserver"}]
+    assert "/api/events" in schema["paths"]

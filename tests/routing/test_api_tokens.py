@@ -1,0 +1,229 @@
+"""API tokens: bearer authentication of the JSON API, hashed storage, the api_token command
+and the admin."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from causal.models import Event
+from routing.models import ApiToken
+from routing.services import ApiTokenInvalid, api_token_authenticate, api_token_create, api_token_revoke
+from routing.tokens import token_digest
+from tests.routing.factories import UserFactory, api_token_with_secret, live_scopes
+
+EVENTS_URL = "/api/events"
+EVENT = {"specversion": "1.0", "id": "e1", "source": "tests", "type": "test.event", "scope": "acme"}
+
+
+def post_event(client, headers):
+    return client.post(EVENTS_URL, data=json.dumps(EVENT), content_type="application/json", headers=headers)
+
+
+def assert_unauthorized(response, *, invalid):
+    assert response.status_code == 401, response.content
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"] == "unauthorized"
+    assert response["WWW-Authenticate"].startswith('Bearer realm="conduit"')
+    assert ('error="invalid_token"' in response["WWW-Authenticate"]) is invalid
+    assert Event.objects.count() == 0
+
+
+def call(*args, stdin=None):
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+# --- 401 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_api_without_token_is_401(client):
+    live_scopes("acme")
+    assert_unauthorized(post_event(client, {}), invalid=False)
+
+
+@pytest.mark.django_db
+def test_api_session_login_is_not_an_api_credential(client):
+    live_scopes("acme")
+    client.force_login(UserFactory())
+    assert_unauthorized(post_event(client, {}), invalid=False)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Bearer cdt_00000000_" + "A" * 43,  # well-formed, unknown
+        "Bearer not-a-token",
+        "Bearer ",
+        "Basic YWxpY2U6c2VjcmV0",
+        "cdt_00000000_" + "A" * 43,
+    ],
+)
+def test_api_with_wrong_token_is_401(client, header):
+    live_scopes("acme")
+    api_token_with_secret()
+    assert_unauthorized(post_event(client, {"Authorization": header}), invalid=True)
+
+
+@pytest.mark.django_db
+def test_api_with_a_token_one_character_off_is_401(client):
+    live_scopes("acme")
+    _, secret = api_token_with_secret()
+    wrong = secret[:-1] + ("B" if secret[-1] != "B" else "C")
+    assert_unauthorized(post_event(client, {"Authorization": f"Bearer {wrong}"}), invalid=True)
+
+
+@pytest.mark.django_db
+def test_api_with_revoked_token_is_401(client, clock):
+    live_scopes("acme")
+    token, secret = api_token_with_secret()
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert client.get("/api/events/1", headers=headers).status_code == 404
+    api_token_revoke(prefix=token.prefix, clock=clock)
+    assert_unauthorized(post_event(client, headers), invalid=True)
+
+
+@pytest.mark.django_db
+def test_api_token_of_inactive_user_is_401(client):
+    live_scopes("acme")
+    _, secret = api_token_with_secret(user__is_active=False)
+    assert_unauthorized(post_event(client, {"Authorization": f"Bearer {secret}"}), invalid=True)
+
+
+@pytest.mark.django_db
+def test_api_valid_token_acts_as_its_user(client):
+    live_scopes("acme")
+    _, secret = api_token_with_secret(user__username="bob")
+    response = post_event(client, {"Authorization": f"bearer {secret}"})
+    assert response.status_code == 201
+    assert Event.objects.get().accepted_by == "bob"
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_api_token_is_stored_hashed_the_secret_is_nowhere_in_the_database(clock):
+    user = UserFactory()
+    issued = api_token_create(user=user, name="ci", clock=clock)
+    assert re.fullmatch(r"cdt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}", issued.secret)
+    row = ApiToken.objects.get()
+    assert row.digest == token_digest(issued.secret)
+    assert row.prefix == issued.secret[:12]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {ApiToken._meta.db_table}")
+        stored = repr(cursor.fetchall())
+    assert issued.secret not in stored
+    assert issued.secret[12:] not in stored
+
+
+@pytest.mark.django_db
+def test_api_token_authenticate_records_last_use_at_most_once_a_minute(clock):
+    token, secret = api_token_with_secret()
+    assert api_token_authenticate(secret=secret, clock=clock).pk == token.pk
+    first = clock()
+    clock.advance(30)
+    api_token_authenticate(secret=secret, clock=clock)
+    token.refresh_from_db()
+    assert token.last_used_at == first
+    clock.advance(31)
+    api_token_authenticate(secret=secret, clock=clock)
+    token.refresh_from_db()
+    assert token.last_used_at == clock()
+
+
+@pytest.mark.django_db
+def test_api_token_create_refuses_bad_input_and_stores_nothing(clock):
+    user = UserFactory()
+    with pytest.raises(ApiTokenInvalid) as info:
+        api_token_create(user=user, name="  ", clock=clock)
+    assert info.value.field == "name"
+    with pytest.raises(ApiTokenInvalid):
+        api_token_create(user=user, name="n" * 101, clock=clock)
+    with pytest.raises(ApiTokenInvalid) as info:
+        api_token_create(user=UserFactory(is_active=False), name="x", clock=clock)
+    assert info.value.field == "user"
+    assert ApiToken.objects.count() == 0
+
+
+# --- the api_token command -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_api_token_command_create_list_revoke(client):
+    live_scopes("acme")
+    UserFactory(username="carol")
+    secret, note = call("api_token", "create", "carol", "--name", "deploy bot")
+    secret = secret.strip()
+    assert "shown only this once" in note
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert post_event(client, headers).status_code == 201
+    assert Event.objects.get().accepted_by == "carol"
+
+    listing, _ = call("api_token", "list")
+    prefix = secret[:12]
+    assert prefix in listing and "carol" in listing and "deploy bot" in listing
+    assert secret not in listing
+
+    done, _ = call("api_token", "revoke", prefix)
+    assert f"Revoked API token {prefix}" in done
+    assert client.get("/api/events/1", headers=headers).status_code == 401
+    assert prefix not in call("api_token", "list")[0]
+    assert "revoked" in call("api_token", "list", "--all")[0]
+
+
+@pytest.mark.django_db
+def test_api_token_command_errors_are_non_zero_exits():
+    with pytest.raises(CommandError, match="no user named 'nobody'"):
+        call("api_token", "create", "nobody")
+    with pytest.raises(CommandError, match="no API token has the prefix"):
+        call("api_token", "revoke", "cdt_deadbeef")
+    token, _ = api_token_with_secret()
+    call("api_token", "revoke", token.prefix)
+    with pytest.raises(CommandError, match="already revoked"):
+        call("api_token", "revoke", token.prefix)
+    assert ApiToken.objects.count() == 1
+
+
+# --- the admin -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_api_token_admin_add_shows_the_secret_once_and_revokes(client):
+    live_scopes("acme")
+    admin_user = UserFactory(username="root", is_staff=True, is_superuser=True)
+    owner = UserFactory(username="dave")
+    client.force_login(admin_user)
+    response = client.post("/admin/routing/apitoken/add/", {"user": owner.pk, "name": "laptop"})
+    assert response.status_code == 200, response.content[:500]
+    assert "no-store" in response["Cache-Control"]
+    secret = re.search(rb'value="(cdt_[0-9a-f]{8}_[A-Za-z0-9_-]{43})"', response.content).group(1).decode()
+    token = ApiToken.objects.get()
+    assert (token.user, token.name, token.digest) == (owner, "laptop", token_digest(secret))
+
+    # The secret is never shown again.
+    page = client.get(f"/admin/routing/apitoken/{token.pk}/change/")
+    assert page.status_code == 200
+    assert secret.encode() not in page.content
+    assert token.prefix.encode() in page.content
+
+    api = client.__class__()
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert post_event(api, headers).status_code == 201
+
+    response = client.post(
+        "/admin/routing/apitoken/",
+        {"action": "revoke_tokens", "_selected_action": [token.pk]},
+    )
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert api.get("/api/events/1", headers=headers).status_code == 401

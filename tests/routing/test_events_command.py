@@ -1,0 +1,264 @@
+"""``manage.py events accept``: Events from a file or standard input."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from causal.models import Event
+from tests.routing.factories import UserFactory, live_scopes
+
+
+def cloud_event(**overrides):
+    event = {
+        "specversion": "1.0",
+        "id": "evt-1",
+        "source": "github/acme",
+        "type": "github.pull_request.opened",
+        "scope": "acme",
+        "data": {"number": 7},
+    }
+    event.update(overrides)
+    return {key: value for key, value in event.items() if value is not ...}
+
+
+def accept(*args, stdin: str | bytes | None = None):
+    """Run ``events accept``; return (stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    options = {"stdout": out, "stderr": err}
+    if stdin is not None:
+        options["stdin"] = io.BytesIO(stdin.encode() if isinstance(stdin, str) else stdin)
+    call_command("events", "accept", *args, **options)
+    return out.getvalue(), err.getvalue()
+
+
+def refused(*args, stdin, field_text):
+    with pytest.raises(CommandError) as info:
+        accept(*args, stdin=stdin)
+    assert field_text in str(info.value), str(info.value)
+    assert Event.objects.count() == 0
+    return str(info.value)
+
+
+@pytest.fixture
+def acme():
+    return live_scopes("acme")
+
+
+# --- accepting -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_events_accept_a_file_prints_seq_created_source_id(acme, tmp_path):
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(cloud_event(), indent=2))
+    out, _ = accept(str(path))
+    event = Event.objects.get()
+    assert out == f"{event.seq} created github/acme evt-1\n"
+    assert event.accepted_by == "cli"
+
+
+@pytest.mark.django_db
+def test_events_accept_duplicate_says_duplicate(acme):
+    first, _ = accept("-", stdin=json.dumps(cloud_event()))
+    again, _ = accept("-", stdin=json.dumps(cloud_event(data={"changed": 1})))
+    seq = Event.objects.get().seq
+    assert first == f"{seq} created github/acme evt-1\n"
+    assert again == f"{seq} duplicate github/acme evt-1\n"
+
+
+@pytest.mark.django_db
+def test_events_accept_json_lines_from_stdin_in_order(acme):
+    lines = "\n".join(json.dumps(cloud_event(id=f"e{i}")) for i in range(3)) + "\n"
+    out, _ = accept("-", stdin=lines)
+    seqs = list(Event.objects.order_by("seq").values_list("seq", "envelope_id"))
+    assert [(s, i) for s, i in seqs] == [(seqs[0][0] + n, f"e{n}") for n in range(3)]
+    assert out.splitlines() == [f"{seq} created github/acme {eid}" for seq, eid in seqs]
+
+
+@pytest.mark.django_db
+def test_events_accept_json_array(acme):
+    out, _ = accept("-", stdin=json.dumps([cloud_event(id="a"), cloud_event(id="b"), cloud_event(id="a")]))
+    assert [line.split()[1:] for line in out.splitlines()] == [
+        ["created", "github/acme", "a"],
+        ["created", "github/acme", "b"],
+        ["duplicate", "github/acme", "a"],
+    ]
+    assert Event.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_events_accept_as_user_records_accepted_by(acme):
+    UserFactory(username="erin")
+    accept("-", "--as", "erin", stdin=json.dumps(cloud_event()))
+    assert Event.objects.get().accepted_by == "erin"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("user", [None, "inactive"])
+def test_events_accept_as_unknown_or_inactive_user_is_refused(acme, user):
+    if user:
+        UserFactory(username=user, is_active=False)
+    refused("-", "--as", user or "ghost", stdin=json.dumps(cloud_event()), field_text="--as")
+
+
+@pytest.mark.django_db
+def test_events_accept_json_output(acme):
+    out, _ = accept("-", "--json", stdin=json.dumps(cloud_event(correlation=["k"])))
+    results = json.loads(out)["results"]
+    assert len(results) == 1
+    assert results[0]["created"] is True
+    assert results[0]["event"]["seq"] == Event.objects.get().seq
+    assert results[0]["event"]["correlation"] == ["k"]
+
+
+# --- refusals --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_events_accept_invalid_json_is_refused(acme):
+    refused("-", stdin='{"specversion": ', field_text="invalid JSON")
+
+
+@pytest.mark.django_db
+def test_events_accept_missing_field_is_refused_naming_it(acme):
+    refused("-", stdin=json.dumps(cloud_event(type=...)), field_text="type: type is required")
+
+
+@pytest.mark.django_db
+def test_events_accept_mistyped_field_is_refused_naming_it(acme):
+    refused("-", stdin=json.dumps(cloud_event(execution_id="x")), field_text="execution_id:")
+
+
+@pytest.mark.django_db
+def test_events_accept_unknown_scope_is_refused(acme):
+    refused(
+        "-", stdin=json.dumps(cloud_event(scope="elsewhere")), field_text="scope: unknown scope 'elsewhere'"
+    )
+
+
+@pytest.mark.django_db
+def test_r51_events_accept_refuses_core_type(acme):
+    refused("-", stdin=json.dumps(cloud_event(type="core.work.created")), field_text="type:")
+
+
+@pytest.mark.django_db
+def test_r51_events_accept_refuses_core_manual_source(acme):
+    refused("-", stdin=json.dumps(cloud_event(source="core.manual")), field_text="source:")
+
+
+@pytest.mark.django_db
+def test_events_accept_event_over_the_limit_is_refused(acme, settings):
+    settings.CONDUIT_MAX_EVENT_BYTES = 512
+    refused("-", stdin=json.dumps(cloud_event(data="x" * 600)), field_text="CONDUIT_MAX_EVENT_BYTES")
+
+
+@pytest.mark.django_db
+def test_events_accept_batch_is_all_or_nothing_naming_each_line(acme):
+    lines = [
+        json.dumps(cloud_event(id="ok-1")),
+        json.dumps(cloud_event(id="ok-2")),
+        json.dumps(cloud_event(id="bad-time", time="tomorrow")),
+        "",
+        json.dumps(cloud_event(id="bad-type", type=7)),
+    ]
+    message = refused("-", stdin="\n".join(lines), field_text="line 3: time:")
+    assert "line 5: type:" in message
+    assert "nothing was accepted" in message
+
+
+@pytest.mark.django_db
+def test_events_accept_batch_with_an_unknown_scope_stores_nothing(acme):
+    batch = [cloud_event(id="a"), cloud_event(id="b", scope="nowhere")]
+    refused("-", stdin=json.dumps(batch), field_text="[1]: scope:")
+
+
+@pytest.mark.django_db
+def test_events_accept_json_error_names_the_field(acme):
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command(
+            "events",
+            "accept",
+            "-",
+            "--json",
+            stdin=io.BytesIO(json.dumps(cloud_event(time="noon")).encode()),
+            stdout=out,
+        )
+    error = json.loads(out.getvalue())
+    assert (error["error"], error["field"]) == ("invalid_event", "time")
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_events_accept_missing_file_is_refused(acme, tmp_path):
+    refused(str(tmp_path / "absent.json"), stdin=None, field_text="FILE: cannot read")
+
+
+def test_events_help_lists_subcommands_and_every_argument_has_help():
+    from routing.management.commands.events import SUBCOMMANDS, Command
+
+    parser = Command().create_parser("manage.py", "events")
+    subparsers = next(a for a in parser._actions if a.dest == "subcommand")
+    assert set(subparsers.choices) == set(SUBCOMMANDS)
+    for name, subparser in subparsers.choices.items():
+        for action in subparser._actions:
+            assert action.help, f"events {name}: {action.dest} has no help"
+
+
+# --- a real process --------------------------------------------------------------------------
+
+
+def database_url() -> str:
+    """The URL of the database this test run uses, for a child process."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    user = quote(db["USER"] or "")
+    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
+    return f"postgres://{user}{password}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def run_manage(*args: str, stdin: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATABASE_URL": database_url()}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        input=stdin.encode(),
+        capture_output=True,
+        cwd=Path(settings.BASE_DIR),
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_accept_stdin_in_a_subprocess():
+    live_scopes("acme")
+    lines = json.dumps(cloud_event(id="p1")) + "\n" + json.dumps(cloud_event(id="p2")) + "\n"
+    done = run_manage("events", "accept", "-", stdin=lines)
+    assert done.returncode == 0, done.stderr.decode()
+    events = list(Event.objects.order_by("seq"))
+    assert [e.envelope_id for e in events] == ["p1", "p2"]
+    assert done.stdout.decode().splitlines() == [
+        f"{e.seq} created github/acme {e.envelope_id}" for e in events
+    ]
+
+    again = run_manage("events", "accept", "-", stdin=lines)
+    assert again.returncode == 0, again.stderr.decode()
+    assert [line.split()[1] for line in again.stdout.decode().splitlines()] == ["duplicate", "duplicate"]
+
+    bad = run_manage("events", "accept", "-", stdin=json.dumps(cloud_event(id="p3", time="noon")))
+    assert bad.returncode == 1
+    assert "time:" in bad.stderr.decode()
+    assert Event.objects.count() == 2

@@ -1,0 +1,400 @@
+"""Envelope parsing and validation (routing.ingress) and the acceptance service
+(routing.services.event_accept / events_accept)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from causal.models import Event, EventKey
+from routing import services
+from routing.ingress import (
+    BatchInvalid,
+    EnvelopeInvalid,
+    EventTooLarge,
+    parse_envelope,
+    parse_json,
+    read_documents,
+)
+from routing.services import event_accept, events_accept
+from tests.routing.factories import live_scopes
+
+
+def cloud_event(**overrides):
+    """A valid structured-mode CloudEvent for the scope ``acme``."""
+    event = {
+        "specversion": "1.0",
+        "id": "evt-1",
+        "source": "github/acme",
+        "type": "github.pull_request.opened",
+        "scope": "acme",
+        "data": {"number": 7},
+    }
+    event.update(overrides)
+    return {key: value for key, value in event.items() if value is not ...}
+
+
+def refused(obj, field, *, trusted=False):
+    with pytest.raises(EnvelopeInvalid) as info:
+        parse_envelope(obj, trusted=trusted)
+    assert info.value.field == field, info.value.details()
+    return info.value
+
+
+# --- parse_envelope: the envelope ------------------------------------------------------------
+
+
+def test_ingress_parses_every_cloudevents_attribute_and_router_field():
+    envelope = parse_envelope(
+        cloud_event(
+            subject="pr/7",
+            time="2026-01-05T13:30:00.250+01:00",
+            datacontenttype="application/vnd.github+json",
+            dataschema="https://example.com/schema",
+            correlation=["pr:acme#7", "repo:acme", "pr:acme#7"],
+            work_id=12,
+            execution_id=34,
+            traceparent="00-abc-def-01",
+            priority=3,
+            urgent=True,
+        )
+    )
+    assert envelope.id == "evt-1"
+    assert envelope.source == "github/acme"
+    assert envelope.type == "github.pull_request.opened"
+    assert envelope.subject == "pr/7"
+    assert envelope.time == datetime(2026, 1, 5, 12, 30, 0, 250000, tzinfo=UTC)
+    assert envelope.time.tzinfo is UTC
+    assert envelope.datacontenttype == "application/vnd.github+json"
+    assert envelope.data == {"number": 7}
+    assert envelope.scope == "acme"
+    # Duplicate keys name one target; order is kept.
+    assert envelope.correlation == ("pr:acme#7", "repo:acme")
+    assert envelope.work_id == 12
+    assert envelope.execution_id == 34
+    assert envelope.extensions == {
+        "dataschema": "https://example.com/schema",
+        "traceparent": "00-abc-def-01",
+        "priority": 3,
+        "urgent": True,
+    }
+
+
+def test_ingress_null_optional_attributes_are_absent():
+    envelope = parse_envelope(cloud_event(subject=None, time=None, datacontenttype=None, correlation=None))
+    assert envelope.subject == ""
+    assert envelope.time is None
+    assert envelope.datacontenttype == "application/json"
+    assert envelope.correlation == ()
+
+
+@pytest.mark.parametrize("field", ["specversion", "id", "source", "type", "scope"])
+def test_ingress_required_attribute_missing_is_named(field):
+    error = refused(cloud_event(**{field: ...}), field)
+    assert "required" in error.message
+
+
+@pytest.mark.parametrize("field", ["specversion", "id", "source", "type", "scope"])
+def test_ingress_required_attribute_null_is_missing(field):
+    refused(cloud_event(**{field: None}), field)
+
+
+@pytest.mark.parametrize("field", ["id", "source", "type", "scope", "subject", "datacontenttype"])
+def test_ingress_mistyped_string_attribute_is_named(field):
+    error = refused(cloud_event(**{field: 5}), field)
+    assert "must be a string" in error.message
+
+
+@pytest.mark.parametrize("field", ["id", "source", "type", "scope"])
+def test_ingress_empty_required_string_is_named(field):
+    refused(cloud_event(**{field: ""}), field)
+
+
+def test_ingress_only_specversion_1_0():
+    error = refused(cloud_event(specversion="0.3"), "specversion")
+    assert "1.0" in error.message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-01-05",
+        "2026-01-05T12:00:00",
+        "yesterday",
+        "2026-01-05T25:00:00Z",
+        "2026-02-30T12:00:00Z",
+        1767614400,
+    ],
+)
+def test_ingress_time_must_be_rfc3339(value):
+    error = refused(cloud_event(time=value), "time")
+    assert "RFC 3339" in error.message or "date" in error.message
+
+
+@pytest.mark.parametrize(
+    "value", ["2026-01-05T12:00:00Z", "2026-01-05t12:00:00z", "2026-01-05T12:00:00.123456789-05:00"]
+)
+def test_ingress_time_rfc3339_variants_become_aware_utc(value):
+    assert parse_envelope(cloud_event(time=value)).time.utcoffset().total_seconds() == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("pr:1", "correlation"),
+        ([1], "correlation[0]"),
+        (["ok", ""], "correlation[1]"),
+        (["x" * 513], "correlation[0]"),
+    ],
+)
+def test_ingress_correlation_must_be_a_list_of_strings(value, field):
+    refused(cloud_event(correlation=value), field)
+
+
+@pytest.mark.parametrize("field", ["work_id", "execution_id"])
+@pytest.mark.parametrize("value", ["12", 1.5, True, 0, -3, 2**63])
+def test_ingress_target_ids_must_be_positive_integers(field, value):
+    refused(cloud_event(**{field: value}), field)
+
+
+@pytest.mark.parametrize("name", ["Trace", "my_ext", "my-ext", "ünï", "a" * 21])
+def test_ingress_extension_names_are_lowercase_alphanumerics(name):
+    error = refused(cloud_event(**{name: "x"}), name)
+    assert "a-z" in error.message
+
+
+@pytest.mark.parametrize("value", [{"nested": 1}, [1, 2], 1.5, 2**31])
+def test_ingress_extension_values_are_cloudevents_scalars(value):
+    refused(cloud_event(ext=value), "ext")
+
+
+def test_ingress_binary_data_is_refused_with_a_reason():
+    refused(cloud_event(data=..., data_base64="aGVsbG8="), "data_base64")
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"text": "a\x00b"}, "data.text"),
+        ({"list": [1, float("inf")]}, "data.list[1]"),
+        ({"k\x00": 1}, "data.k\x00"),
+        ("\ud800", "data"),
+    ],
+)
+def test_ingress_data_no_backend_can_store_is_refused(data, field):
+    refused(cloud_event(data=data), field)
+
+
+def test_ingress_overlong_attribute_is_refused_naming_the_limit():
+    error = refused(cloud_event(type="t" * 256), "type")
+    assert "255" in error.message
+
+
+@pytest.mark.parametrize("obj", [[], "event", 5, None])
+def test_ingress_an_event_must_be_an_object(obj):
+    refused(obj, None)
+
+
+# --- reserved core families (R51) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event_type", ["core", "core.manual.skip_event", "core.work.created"])
+def test_r51_external_caller_cannot_send_core_types(event_type):
+    refused(cloud_event(type=event_type), "type")
+
+
+@pytest.mark.parametrize("source", ["core.manual", "core", "core.router"])
+def test_r51_external_caller_cannot_use_core_sources(source):
+    refused(cloud_event(source=source), "source")
+
+
+def test_r51_trusted_core_code_may_use_core_families():
+    envelope = parse_envelope(cloud_event(source="core.manual", type="core.manual.skip_event"), trusted=True)
+    assert envelope.type == "core.manual.skip_event"
+
+
+def test_r51_core_lookalikes_are_not_reserved():
+    assert (
+        parse_envelope(cloud_event(type="corebank.payment", source="core-banking")).type == "corebank.payment"
+    )
+
+
+# --- documents -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", [b"{", b'{"a": NaN}', b"\xff\xfe{", b'{"a": 1} x'])
+def test_ingress_invalid_json_is_refused_without_a_field(raw):
+    with pytest.raises(EnvelopeInvalid) as info:
+        parse_json(raw)
+    assert info.value.field is None
+    assert "JSON" in info.value.message or "UTF-8" in info.value.message
+
+
+def test_ingress_reads_an_object_an_array_or_json_lines():
+    one, batch = read_documents(b'{"id": "1"}')
+    assert ([d.obj for d in one], batch) == ([{"id": "1"}], False)
+    many, batch = read_documents(b'[{"id": "1"}, {"id": "2"}]')
+    assert ([d.label for d in many], batch) == (["[0]", "[1]"], True)
+    lines, batch = read_documents(b'{"id": "1"}\n\n{"id": "2"}\n')
+    assert ([d.obj["id"] for d in lines], [d.label for d in lines], batch) == (
+        ["1", "2"],
+        ["line 1", "line 3"],
+        True,
+    )
+
+
+def test_ingress_json_lines_error_names_the_line():
+    with pytest.raises(EnvelopeInvalid) as info:
+        read_documents(b'{"id": "1"}\n{"id": \n')
+    assert info.value.message.startswith("line 2:")
+
+
+@pytest.mark.parametrize("raw", [b"", b"  \n", b"[]"])
+def test_ingress_empty_input_is_refused(raw):
+    with pytest.raises(EnvelopeInvalid):
+        read_documents(raw)
+
+
+# --- the acceptance service ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_event_accept_stores_the_envelope_and_its_keys(clock):
+    live_scopes("acme")
+    accepted = event_accept(
+        payload=cloud_event(correlation=["pr:acme#7"], traceparent="00-1"), clock=clock, accepted_by="alice"
+    )
+    assert accepted.created
+    event = Event.objects.get(seq=accepted.event.seq)
+    assert (event.envelope_id, event.source, event.scope) == ("evt-1", "github/acme", "acme")
+    assert event.extensions == {"traceparent": "00-1"}
+    assert event.accepted_at == clock()
+    assert event.accepted_by == "alice"
+    assert list(EventKey.objects.filter(event=event).values_list("key", flat=True)) == ["pr:acme#7"]
+
+
+@pytest.mark.django_db
+def test_event_accept_same_source_and_id_returns_the_first_event(clock):
+    live_scopes("acme")
+    first = event_accept(payload=cloud_event(), clock=clock)
+    again = event_accept(payload=cloud_event(data={"different": True}), clock=clock)
+    assert not again.created
+    assert again.event.seq == first.event.seq
+    assert again.event.data == {"number": 7}
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_event_accept_unknown_scope_is_refused(clock):
+    live_scopes("acme")
+    with pytest.raises(EnvelopeInvalid) as info:
+        event_accept(payload=cloud_event(scope="acme/web"), clock=clock)
+    assert info.value.field == "scope"
+    assert "acme/web" in info.value.message
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_event_accept_without_a_live_generation_every_scope_is_unknown(clock):
+    with pytest.raises(EnvelopeInvalid) as info:
+        event_accept(payload=cloud_event(), clock=clock)
+    assert info.value.field == "scope"
+    assert "no configuration" in info.value.message
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_event_accept_only_the_newest_applied_generation_is_live(clock):
+    live_scopes("acme")
+    live_scopes("other")
+    with pytest.raises(EnvelopeInvalid):
+        event_accept(payload=cloud_event(scope="acme"), clock=clock)
+    assert event_accept(payload=cloud_event(scope="other"), clock=clock).created
+
+
+@pytest.mark.django_db
+def test_event_accept_a_retry_is_acknowledged_after_its_scope_left_the_configuration(clock):
+    live_scopes("acme")
+    first = event_accept(payload=cloud_event(), clock=clock)
+    live_scopes("other")
+    again = event_accept(payload=cloud_event(), clock=clock)
+    assert (again.created, again.event.seq) == (False, first.event.seq)
+
+
+@pytest.mark.django_db
+def test_event_accept_refuses_an_event_over_the_size_limit(clock, settings):
+    live_scopes("acme")
+    settings.CONDUIT_MAX_EVENT_BYTES = 1024
+    with pytest.raises(EventTooLarge):
+        event_accept(payload=cloud_event(data={"blob": "x" * 1024}), clock=clock)
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_event_accept_trusted_core_event(clock):
+    live_scopes("acme")
+    accepted = event_accept(
+        payload=cloud_event(source="core.manual", type="core.manual.skip_event"), clock=clock, trusted=True
+    )
+    assert accepted.event.type == "core.manual.skip_event"
+
+
+@pytest.mark.django_db
+def test_events_accept_batch_is_all_or_nothing_and_lists_every_refusal(clock):
+    live_scopes("acme")
+    batch = [
+        cloud_event(id="a"),
+        cloud_event(id="b", time="noon"),
+        cloud_event(id="c"),
+        cloud_event(id="d", scope="nowhere"),
+        cloud_event(id="e", type="core.x"),
+    ]
+    with pytest.raises(BatchInvalid) as info:
+        events_accept(payloads=batch, clock=clock)
+    assert [(e.index, e.field) for e in info.value.errors] == [(1, "time"), (4, "type")]
+    assert Event.objects.count() == 0
+    # Once the shape is right, the scope check refuses the whole batch too.
+    batch[1], batch[4] = cloud_event(id="b"), cloud_event(id="e")
+    with pytest.raises(BatchInvalid) as info:
+        events_accept(payloads=batch, clock=clock)
+    assert [(e.index, e.field) for e in info.value.errors] == [(3, "scope")]
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_events_accept_batch_keeps_order_and_reports_duplicates(clock):
+    live_scopes("acme")
+    event_accept(payload=cloud_event(id="old"), clock=clock)
+    results = events_accept(
+        payloads=[cloud_event(id="n1"), cloud_event(id="old"), cloud_event(id="n2"), cloud_event(id="n1")],
+        clock=clock,
+    )
+    assert [r.created for r in results] == [True, False, True, False]
+    assert results[0].event.seq < results[2].event.seq
+    assert results[3].event.seq == results[0].event.seq
+    assert Event.objects.count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_accept_batch_commits_in_one_transaction(clock, monkeypatch):
+    """A failure while storing the third Event leaves none of the batch stored."""
+    live_scopes("acme")
+    real = services.event_accept_in_tx
+    calls = []
+
+    def failing_third(**kwargs):
+        calls.append(kwargs["envelope"].id)
+        if len(calls) == 3:
+            raise RuntimeError("the disk is full")
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "event_accept_in_tx", failing_third)
+    with pytest.raises(RuntimeError):
+        events_accept(payloads=[cloud_event(id=str(i)) for i in range(4)], clock=clock)
+    assert calls == ["0", "1", "2"]
+    assert Event.objects.count() == 0
+    monkeypatch.setattr(services, "event_accept_in_tx", real)
+    results = events_accept(payloads=[cloud_event(id=str(i)) for i in range(4)], clock=clock)
+    assert [r.created for r in results] == [True] * 4
+    assert Event.objects.count() == 4
