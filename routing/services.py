@@ -16,7 +16,7 @@ from django.db.models import Max
 from causal.clock import Clock
 from causal.models import Event
 from causal.services import Accepted, Envelope, event_accept_in_tx
-from routing.config import ParsedDocument, parse_document
+from routing.config import ParsedDocument, live_generation, parse_document
 from routing.ingress import (
     BatchInvalid,
     EnvelopeInvalid,
@@ -101,7 +101,7 @@ def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) 
     A retry of an Event already accepted is not refused: it is acknowledged as the
     duplicate it is, whatever the configuration says now.
     """
-    live = Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").first()
+    live = live_generation()
     paths = {envelope.scope for envelope in envelopes}
     known: set[str] = set()
     if live is not None:

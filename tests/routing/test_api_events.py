@@ -12,7 +12,7 @@ from django.urls import URLPattern, URLResolver, reverse
 from causal.models import Event
 from routing import urls_api
 from tests.causal.factories import EventFactory
-from tests.routing.factories import ScopeFactory, api_token_with_secret, live_scopes
+from tests.routing.factories import ScopeFactory, api_token_with_secret, apply_config
 
 EVENTS_URL = "/api/events"
 
@@ -39,7 +39,8 @@ def auth():
 
 @pytest.fixture
 def acme():
-    return live_scopes("acme")
+    """The default test configuration (scopes acme and acme/web), applied through the service."""
+    return apply_config()
 
 
 def post(client, body, auth, content_type="application/cloudevents+json"):

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from causal.models import Event
-from tests.routing.factories import UserFactory, live_scopes
+from tests.routing.factories import UserFactory, apply_config, live_scopes
 
 
 def cloud_event(**overrides):
@@ -52,7 +52,8 @@ def refused(*args, stdin, field_text):
 
 @pytest.fixture
 def acme():
-    return live_scopes("acme")
+    """The default test configuration (scopes acme and acme/web), applied through the service."""
+    return apply_config()
 
 
 # --- accepting -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from routing.ingress import (
     read_documents,
 )
 from routing.services import event_accept, events_accept
-from tests.routing.factories import live_scopes
+from tests.routing.factories import apply_config, live_scopes
 
 
 def cloud_event(**overrides):
@@ -311,6 +311,22 @@ def test_event_accept_only_the_newest_applied_generation_is_live(clock):
     with pytest.raises(EnvelopeInvalid):
         event_accept(payload=cloud_event(scope="acme"), clock=clock)
     assert event_accept(payload=cloud_event(scope="other"), clock=clock).created
+
+
+@pytest.mark.django_db
+def test_event_accept_scopes_follow_the_applied_configuration(clock):
+    apply_config()
+    assert event_accept(payload=cloud_event(id="w1", scope="acme/web"), clock=clock).created
+    apply_config("version: 1\nscopes:\n  - path: acme\n")
+    with pytest.raises(EnvelopeInvalid) as info:
+        event_accept(payload=cloud_event(id="w2", scope="acme/web"), clock=clock)
+    assert info.value.field == "scope"
+    assert "generation 2" in info.value.message
+    # A candidate is never live.
+    apply_config(candidate=True)
+    with pytest.raises(EnvelopeInvalid):
+        event_accept(payload=cloud_event(id="w3", scope="acme/web"), clock=clock)
+    assert Event.objects.count() == 1
 
 
 @pytest.mark.django_db
