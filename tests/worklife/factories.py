@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import factory
 
-from worklife.models import Attempt, CorrelationKey, Wait, Work, WorkInput
+from worklife.models import Attempt, CorrelationKey, Timer, Wait, Work, WorkInput
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -70,4 +70,20 @@ class WorkInputFactory(factory.django.DjangoModelFactory):
     )
     seq = factory.SelfAttribute("event.seq")
     binding = "triage"
+    created_at = T0
+
+
+# --- timers (causal limits tests) ------------------------------------------------------------
+
+
+class TimerFactory(factory.django.DjangoModelFactory):
+    """A pending timer of a Work, due at ``T0``; ``parent=`` an Event makes its firing derived."""
+
+    class Meta:
+        model = Timer
+
+    work = factory.SubFactory(WorkFactory)
+    due_at = T0
+    type = "test.timer.due"
+    data = factory.LazyFunction(dict)
     created_at = T0
