@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import factory
 
-from causal.models import KV, Event, EventKey
+from causal.models import KV, CausalDiagnostic, Event, EventKey
 
 
 class EventFactory(factory.django.DjangoModelFactory):
@@ -37,3 +37,22 @@ class KVFactory(factory.django.DjangoModelFactory):
     key = factory.Sequence(lambda n: f"key-{n}")
     value = factory.LazyFunction(dict)
     updated_at = factory.LazyFunction(lambda: datetime(2026, 1, 5, 12, 0, tzinfo=UTC))
+
+
+# --- causal diagnostics (console and admin tests) ---------------------------------------------
+
+
+class CausalDiagnosticFactory(factory.django.DjangoModelFactory):
+    """A redacted record of a refused derived Event."""
+
+    class Meta:
+        model = CausalDiagnostic
+
+    kind = "depth_exceeded"
+    at = factory.LazyFunction(lambda: datetime(2026, 1, 5, 12, 0, tzinfo=UTC))
+    root_seq = 1
+    parent_seq = 1
+    type = "test.derived"
+    source = "tests"
+    limit = 32
+    count = 33

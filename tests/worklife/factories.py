@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import factory
 
-from worklife.models import Attempt, CorrelationKey, Timer, Wait, Work, WorkInput
+from worklife.models import Attempt, CorrelationKey, Intent, Timer, Wait, Work, WorkInput
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -70,6 +70,20 @@ class WorkInputFactory(factory.django.DjangoModelFactory):
     )
     seq = factory.SelfAttribute("event.seq")
     binding = "triage"
+    created_at = T0
+
+
+class IntentFactory(factory.django.DjangoModelFactory):
+    """An inject intent for an attempt at its lease epoch."""
+
+    class Meta:
+        model = Intent
+
+    attempt = factory.SubFactory(AttemptFactory)
+    work = factory.SelfAttribute("attempt.work")
+    lease_epoch = factory.SelfAttribute("attempt.lease_epoch")
+    event = factory.SubFactory("tests.causal.factories.EventFactory", route_state="routed")
+    kind = "inject"
     created_at = T0
 
 
