@@ -16,6 +16,7 @@ from causal.selectors import (
     keyset_page,
     unrouted_event_count,
 )
+from routing.config import live_generation
 from routing.models import Generation, GenerationKind, RouteRecord, Scope
 from worklife.selectors import work_status_counts
 
@@ -46,11 +47,6 @@ def work_route_history_page(work_id: int, *, before: int | None = None, limit: i
     Event seq ``before`` when given."""
     queryset = RouteRecord.objects.filter(work_id=work_id).select_related("event")
     return keyset_page(queryset, key="event_id", cursor=before, limit=limit)
-
-
-def generation_live() -> Generation | None:
-    """The live configuration generation: the newest applied one, or ``None``."""
-    return Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").first()
 
 
 def live_scope_paths() -> list[str]:
@@ -87,5 +83,5 @@ def console_summary() -> ConsoleSummary:
     return ConsoleSummary(
         unrouted_events=unrouted_event_count(),
         work_by_status=work_status_counts(),
-        live_generation=generation_live(),
+        live_generation=live_generation(),
     )

@@ -7,8 +7,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from routing.config import live_generation
 from routing.models import Generation
-from routing.selectors import generation_get, generation_live, generations_page
+from routing.selectors import generation_get, generations_page
 from routing.views.common import query_string, render_console
 from routing.views.forms import ConfigListForm
 
@@ -27,7 +28,7 @@ def config_list(request: HttpRequest) -> HttpResponse:
     before = form.cleaned_data["before"]
     chosen = form.cleaned_data["generation"]
     page = generations_page(before=before)
-    live = generation_live()
+    live = live_generation()
     if chosen is None:
         shown = live
     else:

@@ -1,0 +1,127 @@
+"""Live updates over websockets: the consumers behind ``ws/work/<id>/`` and ``ws/events/``,
+driven through the real ASGI application (origin check, session auth, URL routing)."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+
+from conduit_site.asgi import application
+from conduit_site.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
+from routing.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from tests.causal.factories import EventFactory
+from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.worklife.factories import WorkFactory, WorkInputFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def channel_layer(settings, tmp_path):
+    """A private SQLite channel layer file for each test."""
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
+        }
+    }
+
+
+def headers(client=None) -> list[tuple[bytes, bytes]]:
+    result = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if client is not None:
+        result.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
+    return result
+
+
+@pytest.fixture
+def signed_in(client):
+    client.force_login(UserFactory())
+    return client
+
+
+def connect_and_collect(path: str, client, publish=None, *, expect_message: bool = True):
+    """Connect to ``path``, run ``publish`` (sync, in a thread), return (accepted, close
+    code or None, the text received or None)."""
+
+    async def scenario():
+        communicator = WebsocketCommunicator(application, path, headers=headers(client))
+        connected, code = await communicator.connect(timeout=5)
+        if not connected:
+            return False, code, None
+        text = None
+        if publish is not None:
+            await sync_to_async(publish)()
+            if expect_message:
+                text = await communicator.receive_from(timeout=10)
+            else:
+                assert await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+        return True, None, text
+
+    return async_to_sync(scenario)()
+
+
+def test_d4_unauthenticated_socket_is_refused(client):
+    work = WorkFactory()
+    accepted, code, _ = connect_and_collect(f"/ws/work/{work.pk}/", None)
+    assert not accepted
+    assert code == CLOSE_UNAUTHENTICATED
+    accepted, code, _ = connect_and_collect("/ws/events/", None)
+    assert (accepted, code) == (False, CLOSE_UNAUTHENTICATED)
+
+
+def test_d4_unknown_work_and_bad_filters_are_refused(signed_in):
+    assert connect_and_collect("/ws/work/999999/", signed_in)[:2] == (False, CLOSE_NOT_FOUND)
+    assert connect_and_collect("/ws/events/?route_state=bogus", signed_in)[:2] == (False, CLOSE_BAD_REQUEST)
+
+
+def test_d4_work_socket_sends_the_work_history_partial_out_of_band(signed_in):
+    work = WorkFactory()
+    WorkInputFactory(work=work)
+
+    def route_an_event():
+        # A service's write: the record and the publish commit together.
+        with transaction.atomic():
+            record = RouteRecordFactory(work=work, policy="queue", reason="matched-by-test")
+            publish_on_commit(group_name_for_work(work.pk), {"work_id": work.pk, "seq": record.event_id})
+
+    accepted, _, html = connect_and_collect(f"/ws/work/{work.pk}/", signed_in, route_an_event)
+    assert accepted
+    assert '<section id="work-history" hx-swap-oob="true">' in html
+    assert "matched-by-test" in html
+    # The same fragments the HTTP page renders: state and input too.
+    assert '<section id="work-summary" hx-swap-oob="true">' in html
+    assert '<section id="work-input" hx-swap-oob="true">' in html
+
+
+def test_d4_rolled_back_change_sends_nothing(signed_in):
+    work = WorkFactory()
+
+    def failed_write():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            publish_on_commit(group_name_for_work(work.pk), {"work_id": work.pk})
+            raise RuntimeError("rolled back")
+
+    accepted, _, html = connect_and_collect(
+        f"/ws/work/{work.pk}/", signed_in, failed_write, expect_message=False
+    )
+    assert accepted and html is None
+
+
+def test_d4_events_socket_sends_filtered_event_rows_out_of_band(signed_in):
+    def accept_events():
+        with transaction.atomic():
+            EventFactory(scope="acme", type="github.push")
+            EventFactory(scope="other", type="github.push")
+            publish_on_commit(EVENTS_GROUP, {"seq": 0})
+
+    accepted, _, html = connect_and_collect("/ws/events/?scope=acme", signed_in, accept_events)
+    assert accepted
+    assert html.startswith('\n<div id="event-rows" hx-swap-oob="true">') or (
+        '<div id="event-rows" hx-swap-oob="true">' in html
+    )
+    assert "github.push" in html
+    assert ">acme<" in html and ">other<" not in html
