@@ -837,7 +837,7 @@ class _Validator:
 
     def effective(self, scopes: list[ParsedScope]) -> None:
         places = {(scope.path, route.slot): route.place for scope in scopes for route in scope.routes}
-        seen: set[tuple[str, str]] = set()
+        seen: set[str] = set()
         for effective in _resolve(scopes).values():
             for route in effective.routes:
                 if not route.binding:
@@ -871,8 +871,10 @@ class _Validator:
                     )
                 else:
                     continue
-                if (place, message) not in seen:
-                    seen.add((place, message))
+                # One binding problem per route: the declaring scope's (resolved first), else
+                # the first inheriting scope's.
+                if place not in seen:
+                    seen.add(place)
                     self.problem(place, message)
 
 

@@ -1,0 +1,711 @@
+"""Configuration documents: validation (nothing stored on error), storage, and the effective
+configuration (R1, R2, R3, R34)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from textwrap import dedent, indent
+
+import pytest
+from django.db import connection
+
+from routing.config import (
+    ConfigInvalid,
+    GenerationNotFound,
+    build_configuration,
+    find_generation,
+    live_generation,
+    load_configuration,
+    parse_document,
+)
+from routing.extension import RouteInfo
+from routing.models import Binding, Generation, GenerationKind, Route, Scope
+from routing.services import config_apply, config_candidate
+
+from .factories import DEFAULT_TEST_CONFIG, apply_config
+
+DEMO = Path(__file__).resolve().parents[2] / "demo" / "conduit.yaml"
+
+BASE = """\
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      triage:
+        executor: python
+        settings: {target: "demo.agents:triage"}
+        controls: [inject, interrupt]
+      plain:
+        executor: command
+        settings: {argv: ["./bin/triage"]}
+      inbox: {}
+    routes:
+      - slot: pull-requests
+        handler: match
+        params:
+          type: "github.pull_request.*"
+          keys: ["pr:{data.repository}#{data.number}"]
+        binding: triage
+        policy: queue
+"""
+
+
+def scopes(text: str) -> str:
+    """More scopes for the document's list, written flush left in the test."""
+    return indent(dedent(text), "  ")
+
+
+def refused(clock, document: str, place: str, fragment: str):
+    """Apply ``document``, expect ConfigInvalid with a problem at ``place`` whose message
+    holds ``fragment``, and check that no Generation was stored."""
+    before = [model.objects.count() for model in (Generation, Scope, Binding, Route)]
+    with pytest.raises(ConfigInvalid) as caught:
+        config_apply(document=document, clock=clock)
+    problems = caught.value.problems
+    assert any(p.place == place and fragment in p.message for p in problems), [str(p) for p in problems]
+    assert [model.objects.count() for model in (Generation, Scope, Binding, Route)] == before
+    return problems
+
+
+# --- each validation error: the place, and nothing stored -------------------------------------
+
+pytestmark = pytest.mark.django_db
+
+
+def test_r10_unknown_handler(clock):
+    document = BASE.replace("handler: match", "handler: matcher")
+    problems = refused(clock, document, "scopes[0].routes[0].handler", "unknown handler 'matcher'")
+    assert "registered: match" in problems[0].message
+
+
+def test_r3_unknown_binding(clock):
+    document = BASE + scopes(
+        """\
+          - path: acme/web
+            routes:
+              - slot: pull-requests
+                handler: match
+                params: {type: "github.pull_request.opened"}
+                binding: triag
+                policy: queue
+        """
+    )
+    problems = refused(clock, document, "scopes[1].routes[0].binding", "unknown binding 'triag'")
+    assert str(problems[0]).startswith("scopes[1].routes[0].binding: unknown binding 'triag'")
+
+
+def test_r34_bad_policy(clock):
+    document = BASE.replace("policy: queue", "policy: enqueue")
+    refused(clock, document, "scopes[0].routes[0].policy", "unknown policy 'enqueue'")
+
+
+def test_r34_bad_fallback(clock):
+    document = BASE.replace("policy: queue", "policy: inject\n        fallback: retry")
+    refused(clock, document, "scopes[0].routes[0].fallback", "unknown fallback 'retry'")
+
+
+def test_r3_duplicate_slot(clock):
+    document = BASE + (
+        "      - slot: pull-requests\n        handler: match\n        params: {type: x}\n        policy: drop\n"
+    )
+    refused(clock, document, "scopes[0].routes[1].slot", "duplicate slot 'pull-requests'")
+
+
+def test_r2_control_the_executor_cannot_perform(clock):
+    document = BASE.replace(
+        'settings: {argv: ["./bin/triage"]}', 'settings: {argv: ["./bin/triage"]}\n        controls: [inject]'
+    )
+    refused(
+        clock,
+        document,
+        "scopes[0].bindings.plain.controls",
+        "executor 'command' (worklife.executors.CommandExecutor) does not implement inject",
+    )
+
+
+def test_r2_flag_only_claim_is_refused(clock, settings):
+    settings.CONDUIT_EXECUTORS = {
+        **settings.CONDUIT_EXECUTORS,
+        "flagged": "tests.worklife.ext_executors:FlagOnly",
+    }
+    document = BASE.replace("executor: command", "executor: flagged").replace(
+        'settings: {argv: ["./bin/triage"]}', "controls: [interrupt]"
+    )
+    refused(clock, document, "scopes[0].bindings.plain.controls", "does not implement interrupt")
+
+
+def test_r2_inherited_control_method_is_accepted(clock, settings):
+    settings.CONDUIT_EXECUTORS = {
+        **settings.CONDUIT_EXECUTORS,
+        "subclassed": "tests.worklife.ext_executors.InheritsPython",
+    }
+    generation = config_apply(document=BASE.replace("executor: python", "executor: subclassed"), clock=clock)
+    binding = load_configuration(generation).scope("acme").bindings["triage"]
+    assert binding.capabilities == {"inject", "interrupt"}
+
+
+def test_r2_queue_only_binding_cannot_claim_controls(clock):
+    document = BASE.replace("inbox: {}", "inbox: {controls: [inject]}")
+    refused(
+        clock, document, "scopes[0].bindings.inbox.controls", "queue-only binding (no executor) cannot claim"
+    )
+
+
+def test_r2_unknown_executor(clock):
+    document = BASE.replace("executor: command", "executor: shell")
+    refused(clock, document, "scopes[0].bindings.plain.executor", "unknown executor 'shell'")
+
+
+def test_r2_bad_executor_settings(clock):
+    document = BASE.replace('target: "demo.agents:triage"', 'target: "demo.agents.triage"')
+    refused(clock, document, "scopes[0].bindings.triage.settings.target", "not a 'package.module:function'")
+
+
+def test_r34_control_policy_without_support_needs_fallback(clock):
+    document = BASE.replace(
+        "binding: triage\n        policy: queue", "binding: plain\n        policy: interrupt"
+    )
+    problems = refused(clock, document, "scopes[0].routes[0].binding", "binding 'plain' (declared in 'acme')")
+    assert "needs an explicit fallback" in problems[0].message
+    # With a fallback the same route is accepted.
+    config_apply(
+        document=document.replace("policy: interrupt", "policy: interrupt\n        fallback: queue"),
+        clock=clock,
+    )
+
+
+def test_r34_unclaimed_control_needs_fallback(clock):
+    document = BASE.replace("controls: [inject, interrupt]", "controls: [inject]").replace(
+        "policy: queue", "policy: interrupt"
+    )
+    refused(clock, document, "scopes[0].routes[0].binding", "does not claim interrupt")
+
+
+def test_r34_inherited_route_is_checked_in_every_inheriting_scope(clock):
+    document = BASE.replace("policy: queue", "policy: inject") + scopes(
+        """\
+          - path: acme/web
+            bindings:
+              triage: {executor: command, settings: {argv: ["./bin/triage"]}}
+        """
+    )
+    problems = refused(
+        clock, document, "scopes[0].routes[0].binding", "in scope 'acme/web', which inherits this route"
+    )
+    assert "binding 'triage' (declared in 'acme/web')" in problems[0].message
+
+
+def test_r34_overridden_route_is_not_checked_in_the_overriding_scope(clock):
+    document = BASE.replace("policy: queue", "policy: inject") + scopes(
+        """\
+          - path: acme/web
+            bindings:
+              triage: {executor: command, settings: {argv: ["./bin/triage"]}}
+            routes:
+              - slot: pull-requests
+                handler: match
+                params: {type: "github.pull_request.*"}
+                binding: triage
+                policy: queue
+        """
+    )
+    assert config_apply(document=document, clock=clock).number == 1
+
+
+def test_r34_binding_policy_needs_a_binding(clock):
+    document = BASE.replace("        binding: triage\n", "")
+    refused(clock, document, "scopes[0].routes[0].binding", "policy 'queue' needs a binding")
+
+
+def test_r34_drop_needs_no_binding(clock):
+    document = BASE.replace("        binding: triage\n        policy: queue", "        policy: drop")
+    generation = config_apply(document=document, clock=clock)
+    route = load_configuration(generation).scope("acme").routes[0]
+    assert (route.policy, route.binding) == ("drop", "")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "place"),
+    [
+        ("version: 1\n", "version: 1\nlabels: {}\n", "labels"),
+        ("  - path: acme\n", "  - path: acme\n    owner: ops\n", "scopes[0].owner"),
+        (
+            "        executor: python\n",
+            "        executor: python\n        retries: 3\n",
+            "scopes[0].bindings.triage.retries",
+        ),
+        (
+            "        policy: queue\n",
+            "        policy: queue\n        priority: 1\n",
+            "scopes[0].routes[0].priority",
+        ),
+        ("          keys:", "          colour: red\n          keys:", "scopes[0].routes[0].params.colour"),
+    ],
+)
+def test_unknown_keys_are_refused(clock, old, new, place):
+    refused(clock, BASE.replace(old, new, 1), place, "unknown key")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "place", "fragment"),
+    [
+        ("version: 1", "version: '1'", "version", "unsupported version"),
+        ("scopes:\n", "scopes: {}\nx:\n", "scopes", "expected a list of scopes, got a mapping"),
+        ("  - path: acme\n", "  - path: [acme]\n", "scopes[0].path", "expected a string, got a list"),
+        ("    bindings:\n", "    bindings: [triage]\n    old:\n", "scopes[0].bindings", "got a list"),
+        (
+            "      inbox: {}\n",
+            "      inbox: 3\n",
+            "scopes[0].bindings.inbox",
+            "expected a binding (a mapping)",
+        ),
+        (
+            "controls: [inject, interrupt]",
+            "controls: inject",
+            "scopes[0].bindings.triage.controls",
+            "expected a list",
+        ),
+        (
+            'settings: {argv: ["./bin/triage"]}',
+            'settings: "./bin/triage"',
+            "scopes[0].bindings.plain.settings",
+            "expected a mapping",
+        ),
+        (
+            "        policy: queue\n",
+            "        policy: queue\n        start: maybe\n",
+            "scopes[0].routes[0].start",
+            "expected true or false",
+        ),
+        (
+            "        policy: queue\n",
+            "        policy: [queue]\n",
+            "scopes[0].routes[0].policy",
+            "expected a string",
+        ),
+        ('          type: "github.pull_request.*"\n', "", "scopes[0].routes[0].params.type", "required"),
+    ],
+)
+def test_wrong_types_are_refused(clock, old, new, place, fragment):
+    document = BASE.replace(old, new, 1)
+    assert document != BASE
+    refused(clock, document, place, fragment)
+
+
+def test_routes_must_be_a_list(clock):
+    refused(
+        clock,
+        BASE.replace("    routes:\n", "    routes: {}\n    x:\n"),
+        "scopes[0].routes",
+        "expected a list of routes",
+    )
+
+
+def test_route_params_must_be_a_mapping(clock):
+    document = BASE.replace("        params:\n", "        params: [1]\n        x:\n")
+    refused(clock, document, "scopes[0].routes[0].params", "expected a mapping")
+
+
+@pytest.mark.parametrize("path", ["acme//web", "/acme", "acme/", "ac me", "acme/../x", "", "a" * 256])
+def test_bad_scope_path(clock, path):
+    document = BASE.replace("path: acme", f"path: '{path}'")
+    refused(clock, document, "scopes[0].path", "bad scope path" if path else "bad scope path")
+
+
+def test_child_scope_needs_its_parent_in_the_document(clock):
+    document = BASE + "  - path: acme/web/app\n"
+    refused(
+        clock, document, "scopes[1].path", "needs its parent scope 'acme/web' declared in the same document"
+    )
+
+
+def test_child_scope_may_come_before_its_parent(clock):
+    document = "version: 1\nscopes:\n  - path: acme/web\n" + BASE.split("scopes:\n", 1)[1]
+    assert config_apply(document=document, clock=clock).number == 1
+
+
+def test_duplicate_scope(clock):
+    refused(clock, BASE + "  - path: acme\n", "scopes[1].path", "duplicate scope 'acme'")
+
+
+def test_invalid_regex_in_matches(clock):
+    document = BASE.replace(
+        "          keys:", "          where: [{field: data.title, matches: '(WIP'}]\n          keys:"
+    )
+    refused(
+        clock, document, "scopes[0].routes[0].params.where[0].matches", "invalid regular expression '(WIP'"
+    )
+
+
+def test_bad_key_template(clock):
+    document = BASE.replace("pr:{data.repository}#{data.number}", "pr:{data.repository#{data.number}")
+    refused(clock, document, "scopes[0].routes[0].params.keys[0]", "bad key template")
+
+
+def test_key_template_field_must_be_a_known_root(clock):
+    document = BASE.replace("{data.number}", "{payload.number}")
+    refused(clock, document, "scopes[0].routes[0].params.keys[0]", "must start with one of")
+
+
+def test_duplicate_yaml_key(clock):
+    document = BASE.replace("      inbox: {}\n", "      inbox: {}\n      triage: {}\n")
+    problems = refused(
+        clock, document, "scopes[0].bindings.triage", "duplicate key 'triage' (first on line 5)"
+    )
+    assert problems[0].line == 13
+
+
+def test_not_yaml(clock):
+    problems = refused(clock, "version: 1\nscopes: [\n", "document", "not valid YAML")
+    assert problems[0].line is not None
+
+
+def test_version_is_required(clock):
+    refused(clock, BASE.replace("version: 1\n", ""), "version", "required")
+
+
+def test_version_must_be_supported(clock):
+    refused(clock, BASE.replace("version: 1", "version: 2"), "version", "unsupported version 2")
+
+
+def test_empty_document(clock):
+    refused(clock, "# nothing here\n", "document", "the document is empty")
+
+
+def test_document_must_be_a_mapping(clock):
+    refused(clock, "- acme\n", "document", "expected the document (a mapping), got a list")
+
+
+def test_yaml_alias_bomb_is_refused(clock):
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 8):
+        previous = chr(ord("a") + level - 1)
+        name = chr(ord("a") + level)
+        lines.append(
+            f"{name}: &{name} [*{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}]"
+        )
+    refused(clock, "\n".join(lines) + "\n", "document", "too many YAML nodes")
+
+
+def test_unsupported_yaml_value_is_refused(clock):
+    document = BASE.replace(
+        'settings: {target: "demo.agents:triage"}', "settings: {target: !!binary aGVsbG8=}"
+    )
+    refused(clock, document, "scopes[0].bindings.triage.settings.target", "unsupported YAML value")
+
+
+def test_bad_names_are_refused(clock):
+    refused(
+        clock,
+        BASE.replace("slot: pull-requests", "slot: 'pull requests'"),
+        "scopes[0].routes[0].slot",
+        "bad slot",
+    )
+    refused(clock, BASE.replace("inbox: {}", "'in box': {}"), "scopes[0].bindings.in box", "bad binding name")
+
+
+def test_user_handler_checks_its_own_params(clock, settings):
+    settings.CONDUIT_ROUTE_HANDLERS = {
+        **settings.CONDUIT_ROUTE_HANDLERS,
+        "always": "tests.routing.ext_handlers:Always",
+    }
+    document = BASE.replace(
+        "handler: match\n        params:\n", "handler: always\n        params:\n          x: 1\n"
+    )
+    refused(clock, document, "scopes[0].routes[0].params.type", "unknown key 'type'")
+
+
+def test_all_problems_are_reported_in_document_order_with_lines(clock):
+    document = BASE.replace("policy: queue", "policy: enqueue").replace(
+        "executor: command", "executor: shell"
+    )
+    document = document.replace("version: 1\n", "version: 1\nlabels: x\n")
+    problems = refused(clock, document, "labels", "unknown key")
+    assert [(p.place, p.line) for p in problems] == [
+        ("labels", 2),
+        ("scopes[0].bindings.plain.executor", 11),
+        ("scopes[0].routes[0].policy", 21),
+    ]
+
+
+def test_nothing_is_applied_after_a_valid_generation(clock):
+    first = config_apply(document=BASE, clock=clock)
+    with pytest.raises(ConfigInvalid):
+        config_apply(document=BASE.replace("handler: match", "handler: nope"), clock=clock)
+    assert Generation.objects.count() == 1
+    assert Scope.objects.count() == 1
+    assert live_generation() == first
+
+
+def test_candidate_refused_stores_nothing(clock):
+    with pytest.raises(ConfigInvalid):
+        config_candidate(document=BASE.replace("policy: queue", "policy: x"), clock=clock)
+    assert Generation.objects.count() == 0
+
+
+# --- storage ---------------------------------------------------------------------------------------
+
+
+def test_apply_numbers_generations_and_stores_the_document(clock):
+    first = config_apply(document=BASE, clock=clock, created_by="alice")
+    clock.advance(60)
+    second = config_apply(document=DEFAULT_TEST_CONFIG, clock=clock)
+    assert (first.number, second.number) == (1, 2)
+    assert first.kind == GenerationKind.APPLIED and first.label == "1"
+    assert first.document == BASE and len(first.digest) == 64 and first.created_by == "alice"
+    assert second.created_at == clock()
+    assert live_generation() == second
+    scope = Scope.objects.get(generation=first, path="acme")
+    assert sorted(scope.bindings.values_list("name", flat=True)) == ["inbox", "plain", "triage"]
+    route = scope.routes.get()
+    assert (route.position, route.slot, route.handler, route.binding, route.policy, route.start) == (
+        0,
+        "pull-requests",
+        "match",
+        "triage",
+        "queue",
+        True,
+    )
+    assert route.params == {"type": "github.pull_request.*", "keys": ["pr:{data.repository}#{data.number}"]}
+
+
+def test_candidate_is_stored_unnumbered_and_never_live(clock):
+    applied = config_apply(document=BASE, clock=clock)
+    candidate = config_candidate(document=DEFAULT_TEST_CONFIG, clock=clock)
+    assert candidate.kind == GenerationKind.CANDIDATE and candidate.number is None
+    assert candidate.label == "candidate"
+    assert live_generation() == applied
+    assert config_apply(document=BASE, clock=clock).number == 2
+    assert load_configuration(candidate).label == "candidate"
+
+
+def test_find_generation_by_reference(clock):
+    with pytest.raises(GenerationNotFound, match="no configuration has been applied"):
+        find_generation()
+    applied = config_apply(document=BASE, clock=clock)
+    candidate = config_candidate(document=BASE, clock=clock)
+    assert find_generation() == applied
+    assert find_generation("1") == applied
+    assert find_generation(f"candidate:{candidate.pk}") == candidate
+    with pytest.raises(GenerationNotFound, match="no applied generation 9"):
+        find_generation("9")
+    with pytest.raises(GenerationNotFound, match="no candidate"):
+        find_generation(f"candidate:{applied.pk}")
+    with pytest.raises(GenerationNotFound, match="not a generation number"):
+        find_generation("latest")
+
+
+def test_yaml_dates_are_kept_as_written(clock):
+    document = BASE.replace(
+        "          keys:", "          where: [{field: data.day, equals: 2026-01-05}]\n          keys:"
+    )
+    generation = config_apply(document=document, clock=clock)
+    params = Route.objects.get(scope__generation=generation).params
+    assert params["where"] == [{"field": "data.day", "equals": "2026-01-05"}]
+
+
+# --- the effective configuration (R3) ----------------------------------------------------------------
+
+THREE_LEVELS = """\
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      triage: {executor: python, settings: {target: "demo.agents:triage"}, controls: [inject]}
+      inbox: {}
+    routes:
+      - {slot: a, handler: match, params: {type: "a.*"}, binding: triage, policy: inject, fallback: queue}
+      - {slot: b, handler: match, params: {type: "b.*"}, binding: triage, policy: queue}
+      - {slot: c, handler: match, params: {type: "c.*"}, binding: triage, policy: queue}
+  - path: acme/web
+    bindings:
+      triage: {executor: command, settings: {argv: [web-triage]}}
+    routes:
+      - {slot: b, handler: match, params: {type: "b.web"}, binding: inbox, policy: queue}
+      - {slot: d, handler: match, params: {type: "d.*"}, policy: drop}
+  - path: acme/web/app
+    routes:
+      - {slot: d, handler: match, params: {type: "d.app"}, binding: triage, policy: queue, start: false}
+      - {slot: a, handler: match, params: {type: "a.app"}, binding: triage, policy: queue}
+      - {slot: e, handler: match, params: {type: "e.*"}, binding: inbox, policy: queue}
+  - path: acme/ops
+"""
+
+
+def test_r3_routes_resolve_root_to_leaf_with_overrides_in_place(clock):
+    configuration = load_configuration(config_apply(document=THREE_LEVELS, clock=clock))
+    assert [(r.slot, r.scope) for r in configuration.scope("acme").routes] == [
+        ("a", "acme"),
+        ("b", "acme"),
+        ("c", "acme"),
+    ]
+    assert [(r.slot, r.scope, r.overrides) for r in configuration.scope("acme/web").routes] == [
+        ("a", "acme", ""),
+        ("b", "acme/web", "acme"),
+        ("c", "acme", ""),
+        ("d", "acme/web", ""),
+    ]
+    app = configuration.scope("acme/web/app")
+    assert [(r.slot, r.scope, r.overrides) for r in app.routes] == [
+        ("a", "acme/web/app", "acme"),
+        ("b", "acme/web", "acme"),
+        ("c", "acme", ""),
+        ("d", "acme/web/app", "acme/web"),
+        ("e", "acme/web/app", ""),
+    ]
+    assert app.route("d").start is False and app.route("d").params["type"] == "d.app"
+    # A scope that declares nothing inherits everything.
+    assert configuration.scope("acme/ops").routes == configuration.scope("acme").routes
+
+
+def test_r3_redefined_binding_is_used_by_inherited_routes(clock):
+    configuration = load_configuration(config_apply(document=THREE_LEVELS, clock=clock))
+    acme, web, app = (configuration.scope(p) for p in ("acme", "acme/web", "acme/web/app"))
+    assert acme.bindings["triage"].executor == "python"
+    assert acme.bindings["triage"].capabilities == {"inject"}
+    # Route "c" is declared in acme; in acme/web it runs on acme/web's triage.
+    route_c = web.route("c")
+    assert route_c.scope == "acme"
+    binding = web.bindings[route_c.binding]
+    assert (binding.scope, binding.executor, binding.capabilities, binding.redefines) == (
+        "acme/web",
+        "command",
+        frozenset(),
+        "acme",
+    )
+    # Three levels deep: acme/web/app sees acme/web's triage and acme's inbox.
+    assert app.bindings["triage"].scope == "acme/web"
+    assert app.bindings["inbox"].scope == "acme"
+    assert set(app.bindings) == {"triage", "inbox"}
+    assert configuration.scope("acme/ops").bindings["triage"].scope == "acme"
+
+
+def test_r3_route_info_is_what_handlers_receive(clock):
+    configuration = load_configuration(config_apply(document=THREE_LEVELS, clock=clock))
+    route = configuration.scope("acme/web").route("a")
+    info = route.info()
+    assert isinstance(info, RouteInfo)
+    assert info == RouteInfo(
+        slot="a",
+        scope="acme",
+        params=route.params,
+        binding="triage",
+        policy="inject",
+        fallback="queue",
+        start=True,
+        handler="match",
+    )
+    assert route.info() is info
+
+
+def test_r3_load_configuration_takes_three_queries(clock, django_assert_num_queries):
+    generation = config_apply(document=THREE_LEVELS, clock=clock)
+    with django_assert_num_queries(3):
+        configuration = load_configuration(generation)
+    assert configuration.label == "1" and configuration.generation_id == generation.pk
+    many = "version: 1\nscopes:\n  - path: root\n" + "".join(
+        f"  - path: root/s{n}\n    bindings: {{b{n}: {{}}}}\n    routes: [{{slot: r{n}, handler: match, "
+        f"params: {{type: t{n}}}, binding: b{n}}}]\n"
+        for n in range(20)
+    )
+    generation = config_apply(document=many, clock=clock)
+    with django_assert_num_queries(3):
+        configuration = load_configuration(generation)
+    assert len(configuration.scopes) == 21
+
+
+def test_r3_unknown_scope_is_none(clock):
+    configuration = load_configuration(config_apply(document=BASE, clock=clock))
+    assert configuration.scope("acme/nope") is None
+
+
+def test_r36_binding_whose_executor_was_unregistered_reports_a_problem(clock, settings):
+    generation = config_apply(document=BASE, clock=clock)
+    settings.CONDUIT_EXECUTORS = {"command": "worklife.executors.CommandExecutor"}
+    binding = load_configuration(generation).scope("acme").bindings["triage"]
+    assert binding.capabilities == frozenset()
+    assert binding.problem == "executor 'python' is not registered"
+    assert load_configuration(generation).scope("acme").bindings["plain"].problem == ""
+
+
+# --- R1: copies, not references ------------------------------------------------------------------------
+
+
+def test_r1_mutating_the_source_after_parse_changes_nothing():
+    parsed = parse_document(BASE)
+    configuration = build_configuration(parsed)
+    parsed.scopes[0].bindings[0].settings["target"] = "evil:thing"
+    parsed.scopes[0].routes[0].params["type"] = "*"
+    parsed.scopes[0].routes[0].params["keys"].append("extra")
+    acme = configuration.scope("acme")
+    assert acme.bindings["triage"].settings["target"] == "demo.agents:triage"
+    assert acme.routes[0].params["type"] == "github.pull_request.*"
+    assert acme.routes[0].params["keys"] == ("pr:{data.repository}#{data.number}",)
+
+
+def test_r1_configuration_cannot_be_mutated():
+    configuration = build_configuration(parse_document(BASE))
+    acme = configuration.scope("acme")
+    with pytest.raises(TypeError):
+        acme.bindings["triage"].settings["target"] = "x"
+    with pytest.raises(TypeError):
+        acme.routes[0].params["type"] = "x"
+    with pytest.raises(TypeError):
+        configuration.scopes["other"] = acme
+    with pytest.raises(AttributeError):
+        acme.routes[0].policy = "drop"
+
+
+# --- the demo and the default test configuration -------------------------------------------------------
+
+
+def test_demo_configuration_validates_and_applies(clock):
+    generation = config_apply(document=DEMO.read_text(encoding="utf-8"), clock=clock)
+    configuration = load_configuration(generation)
+    assert set(configuration.scopes) == {"acme", "acme/web", "acme/ops"}
+    web = configuration.scope("acme/web")
+    # An override slot, in place.
+    assert web.routes[1].slot == "pull-requests" and web.routes[1].scope == "acme/web"
+    # A binding the child redefines, used by an inherited route (which falls back to queue).
+    comments = web.route("pr-comments")
+    assert comments.scope == "acme" and comments.start is False and comments.fallback == "queue"
+    assert web.bindings["triage"].executor == "command" and web.bindings["triage"].redefines == "acme"
+    # A drop route, and acme/ops keeps acme's routes before its own.
+    ops = configuration.scope("acme/ops")
+    assert [r.slot for r in ops.routes][-3:] == ["resolved", "alerts", "heartbeats"]
+    assert ops.route("heartbeats").policy == "drop"
+
+
+def test_default_test_config_applies(clock):
+    generation = apply_config(clock=clock)
+    candidate = apply_config(clock=clock, candidate=True)
+    assert generation.number == 1 and candidate.number is None
+    web = load_configuration(generation).scope("acme/web")
+    assert [r.slot for r in web.routes] == ["prs", "chat", "stop", "notes", "noise", "deploys"]
+
+
+# --- concurrent applies ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_applies_get_distinct_consecutive_numbers(clock):
+    numbers: list[int] = []
+    errors: list[BaseException] = []
+
+    def apply_one() -> None:
+        try:
+            numbers.append(config_apply(document=BASE, clock=clock).number)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=apply_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert sorted(numbers) == [1, 2, 3, 4]
+    assert Generation.objects.filter(kind=GenerationKind.APPLIED).count() == 4

@@ -1,0 +1,239 @@
+"""Executors, their registry and binding validation (R2)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from worklife.executors import (
+    BindingInvalid,
+    CommandExecutor,
+    Executor,
+    ExecutorMissing,
+    PythonExecutor,
+    RegistrationError,
+    executor_catalog,
+    executor_class,
+    find_executor_class,
+    implements,
+    import_dotted,
+    supported_controls,
+    validate_binding,
+)
+
+from .ext_executors import FlagOnly, InheritsPython, InjectOnly
+
+TEST_EXECUTORS = {
+    "python": "worklife.executors.PythonExecutor",
+    "command": "worklife.executors:CommandExecutor",
+    "flag": "tests.worklife.ext_executors:FlagOnly",
+    "inherits": "tests.worklife.ext_executors.InheritsPython",
+    "inject-only": "tests.worklife.ext_executors:InjectOnly",
+    "gone": "tests.worklife.no_such_module:Executor",
+}
+
+
+# --- the base class and the built-ins ---------------------------------------------------
+
+
+def test_r2_base_class_defines_no_optional_control():
+    assert not hasattr(Executor, "inject")
+    assert not hasattr(Executor, "interrupt")
+    assert supported_controls(Executor) == frozenset()
+
+
+def test_r2_builtins_implement_what_they_say():
+    assert supported_controls(PythonExecutor) == {"inject", "interrupt"}
+    assert supported_controls(CommandExecutor) == frozenset()
+
+
+def test_r2_flag_is_not_an_implementation():
+    assert implements(FlagOnly, "inject") is False
+    assert implements(FlagOnly, "interrupt") is False
+    assert supported_controls(FlagOnly) == frozenset()
+
+
+def test_r2_inherited_method_is_an_implementation():
+    assert supported_controls(InheritsPython) == {"inject", "interrupt"}
+    assert supported_controls(InjectOnly) == {"inject"}
+
+
+# --- validate_binding --------------------------------------------------------------------
+
+
+def test_r2_validate_binding_refuses_flag_only_claim():
+    with pytest.raises(BindingInvalid) as caught:
+        validate_binding("triage", "flag", FlagOnly, {}, ["inject"])
+    assert caught.value.problems == [
+        ("controls", "executor 'flag' (tests.worklife.ext_executors.FlagOnly) does not implement inject")
+    ]
+
+
+def test_r2_validate_binding_refuses_queue_only_claiming_a_control():
+    with pytest.raises(BindingInvalid) as caught:
+        validate_binding("inbox", "", None, {}, ["interrupt"])
+    assert caught.value.problems[0][0] == "controls"
+    assert "queue-only" in caught.value.problems[0][1]
+
+
+def test_r2_validate_binding_accepts_real_method():
+    settings = {"target": "demo.agents:triage"}
+    assert validate_binding("triage", "python", PythonExecutor, settings, ["inject", "interrupt"]) == {
+        "inject",
+        "interrupt",
+    }
+
+
+def test_r2_validate_binding_accepts_inherited_method():
+    settings = {"target": "demo.agents:triage"}
+    assert validate_binding("triage", "inherits", InheritsPython, settings, ["interrupt"]) == {"interrupt"}
+
+
+def test_r2_capabilities_are_the_claimed_controls_only():
+    settings = {"target": "demo.agents:triage"}
+    assert validate_binding("triage", "python", PythonExecutor, settings, []) == frozenset()
+    assert validate_binding("triage", "python", PythonExecutor, settings, ["inject"]) == {"inject"}
+
+
+def test_r2_validate_binding_refuses_one_of_two_controls():
+    with pytest.raises(BindingInvalid, match="does not implement interrupt"):
+        validate_binding("x", "inject-only", InjectOnly, {}, ["inject", "interrupt"])
+
+
+def test_r2_validate_binding_refuses_unknown_and_repeated_controls():
+    with pytest.raises(BindingInvalid) as caught:
+        validate_binding("x", "python", PythonExecutor, {"target": "a.b:c"}, ["inject", "teleport", "inject"])
+    assert [place for place, _ in caught.value.problems] == ["controls[1]", "controls[2]"]
+
+
+def test_r2_validate_binding_names_an_unregistered_executor():
+    with pytest.raises(BindingInvalid, match="executor 'nope' is not registered"):
+        validate_binding("x", "nope", None, {}, [])
+
+
+def test_r2_validate_binding_checks_settings_with_places():
+    with pytest.raises(BindingInvalid) as caught:
+        validate_binding("x", "python", PythonExecutor, {"target": "no colon", "extra": 1}, [])
+    places = [place for place, _ in caught.value.problems]
+    assert places == ["settings.extra", "settings.target"]
+    with pytest.raises(BindingInvalid) as caught:
+        validate_binding("x", "command", CommandExecutor, {"argv": ["ok", 3]}, [])
+    assert caught.value.problems == [("settings.argv[1]", "expected a string, got int")]
+    with pytest.raises(BindingInvalid, match="settings.argv: required"):
+        validate_binding("x", "command", CommandExecutor, {}, [])
+
+
+def test_r2_queue_only_binding_takes_no_settings():
+    with pytest.raises(BindingInvalid, match="takes no settings"):
+        validate_binding("x", "", None, {"target": "a:b"}, [])
+    assert validate_binding("x", "", None, {}, []) == frozenset()
+
+
+def test_r2_executor_without_start_is_refused():
+    from .ext_executors import NotAnExecutor
+
+    with pytest.raises(BindingInvalid, match="has no start method"):
+        validate_binding("x", "odd", NotAnExecutor, {}, [])
+
+
+# --- the registry --------------------------------------------------------------------------
+
+
+def test_r1_registry_accepts_both_dotted_forms(settings):
+    settings.CONDUIT_EXECUTORS = TEST_EXECUTORS
+    assert executor_class("python") is PythonExecutor
+    assert executor_class("command") is CommandExecutor
+    assert executor_class("flag") is FlagOnly
+    assert executor_class("inherits") is InheritsPython
+
+
+def test_r1_registry_unregistered_name_is_missing(settings):
+    settings.CONDUIT_EXECUTORS = TEST_EXECUTORS
+    assert find_executor_class("nope") is None
+    with pytest.raises(ExecutorMissing, match="executor 'nope' is not registered"):
+        executor_class("nope")
+
+
+def test_r1_registry_unimportable_registration_is_missing(settings):
+    settings.CONDUIT_EXECUTORS = TEST_EXECUTORS
+    assert find_executor_class("gone") is None
+    with pytest.raises(ExecutorMissing, match="registered as 'tests.worklife.no_such_module:Executor'"):
+        executor_class("gone")
+
+
+def test_r1_registry_follows_settings(settings):
+    settings.CONDUIT_EXECUTORS = {"mine": "tests.worklife.ext_executors:InjectOnly"}
+    assert executor_class("mine") is InjectOnly
+    assert find_executor_class("python") is None  # a deployment removed the built-in
+    catalog = {info.name: info for info in executor_catalog()}
+    assert catalog["mine"].controls == {"inject"}
+
+
+def test_r1_import_dotted_errors_name_the_path():
+    with pytest.raises(RegistrationError, match="not a dotted path"):
+        import_dotted("nodots")
+    with pytest.raises(RegistrationError, match="has no attribute 'Nope'"):
+        import_dotted("worklife.executors:Nope")
+
+
+# --- running attempts ------------------------------------------------------------------------
+
+
+def test_r2_python_executor_runs_injects_and_interrupts():
+    executor = PythonExecutor()
+    execution = executor.start(
+        work_id=7,
+        attempt_id=70,
+        binding_settings={"target": "tests.worklife.ext_executors:echo"},
+        inputs=[{"id": "e1"}],
+    )
+    executor.inject(attempt_id=70, inputs=[{"id": "e2"}, {"id": "e3"}])
+    executor.interrupt(attempt_id=70, reason="resolved")
+    outcome = execution.wait(timeout=10)
+    assert outcome is not None and outcome.ok
+    assert outcome.result == {
+        "seen": [{"id": "e1"}, {"id": "e2"}, {"id": "e3"}],
+        "reason": "resolved",
+        "work_id": 7,
+    }
+    with pytest.raises(LookupError, match="attempt 70 is not running"):
+        executor.inject(attempt_id=70, inputs=[{"id": "late"}])
+
+
+def test_r2_python_executor_reports_a_failing_target():
+    executor = PythonExecutor()
+    execution = executor.start(
+        work_id=1, attempt_id=1, binding_settings={"target": "tests.worklife.ext_executors:boom"}, inputs=[]
+    )
+    outcome = execution.wait(timeout=10)
+    assert outcome is not None and not outcome.ok
+    assert outcome.error == "RuntimeError: agent crashed"
+
+
+def test_r2_command_executor_feeds_inputs_on_stdin():
+    script = (
+        "import json, os, sys; items = json.load(sys.stdin); "
+        "print(os.environ['CONDUIT_WORK_ID'], os.environ['CONDUIT_ATTEMPT_ID'], len(items), os.environ['GREETING'])"
+    )
+    execution = CommandExecutor().start(
+        work_id=3,
+        attempt_id=30,
+        binding_settings={"argv": [sys.executable, "-c", script], "env": {"GREETING": "hi"}},
+        inputs=[{"id": "a"}, {"id": "b"}],
+    )
+    outcome = execution.wait(timeout=30)
+    assert outcome is not None and outcome.ok
+    assert outcome.result.strip() == "3 30 2 hi"
+
+
+def test_r2_command_executor_reports_exit_status():
+    execution = CommandExecutor().start(
+        work_id=3,
+        attempt_id=31,
+        binding_settings={"argv": [sys.executable, "-c", "import sys; sys.stderr.write('bad'); sys.exit(4)"]},
+        inputs=[],
+    )
+    outcome = execution.wait(timeout=30)
+    assert outcome is not None and not outcome.ok
+    assert outcome.error == "exit status 4: bad"
