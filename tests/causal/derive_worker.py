@@ -55,13 +55,17 @@ def main() -> None:
     # A start barrier so that several workers derive at the same time.
     while time.time() < args.start_at:
         time.sleep(0.005)
-    accepted, refused, depths = 0, 0, []
+    accepted, refused, replayed, depths = 0, 0, 0, []
     for i in range(args.count):
         envelope = Envelope(id=f"{args.prefix}-{i}", source="tests.worker", type="test.derived", scope="acme")
         try:
-            event = causal.derive(parent=parent, envelope=envelope).event
+            result = causal.derive(parent=parent, envelope=envelope)
         except CausalRefused:
             refused += 1
+            continue
+        event = result.event
+        if not result.created:
+            replayed += 1
             continue
         accepted += 1
         depths.append(event.depth)
@@ -73,6 +77,7 @@ def main() -> None:
             {
                 "accepted": accepted,
                 "refused": refused,
+                "replayed": replayed,
                 "depths": depths,
                 "root_seq": parent.root_seq,
                 "configured": [causal.limits.max_depth, causal.limits.rate_per_minute],
