@@ -3,6 +3,7 @@ configuration (R1, R2, R3, R34)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from textwrap import dedent, indent
@@ -19,7 +20,8 @@ from routing.config import (
     load_configuration,
     parse_document,
 )
-from routing.extension import RouteInfo
+from routing.extension import EventSnapshot, RouteInfo, freeze
+from routing.handlers import Match
 from routing.models import Binding, Generation, GenerationKind, Route, Scope
 from routing.services import config_apply, config_candidate
 
@@ -709,3 +711,53 @@ def test_concurrent_applies_get_distinct_consecutive_numbers(clock):
     assert errors == []
     assert sorted(numbers) == [1, 2, 3, 4]
     assert Generation.objects.filter(kind=GenerationKind.APPLIED).count() == 4
+
+
+# --- the demo configuration routes the demo Events as the README says ------------------------------
+
+DEMO_EVENTS = {
+    "pr-opened.json": ("pull-requests", "acme/web", ("pr:acme/web#42",)),
+    "pr-synchronize.json": ("pull-requests", "acme/web", ("pr:acme/web#42",)),
+    "pr-comment.json": ("pr-comments", "acme", ("pr:acme/web#42",)),
+    "issue-opened.json": (None, None, ()),
+    "slack-message.json": ("chat", "acme", None),
+    "slack-bot-message.json": ("bot-noise", "acme", ()),
+    "ops-alert.json": ("alerts", "acme/ops", ("incident:payments",)),
+    "ops-alert-resolved.json": ("resolved", "acme/ops", ("incident:payments",)),
+    "ops-heartbeat.json": ("heartbeats", "acme/ops", ()),
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(DEMO_EVENTS.items()))
+def test_r6_demo_events_select_the_documented_route(name, expected):
+    payload = json.loads((DEMO.parent / "events" / name).read_text(encoding="utf-8"))
+    configuration = build_configuration(parse_document(DEMO.read_text(encoding="utf-8")))
+    scope = configuration.scope(payload["scope"])
+    event = EventSnapshot(
+        seq=1,
+        id=payload["id"],
+        source=payload["source"],
+        type=payload["type"],
+        subject=payload.get("subject", ""),
+        scope=payload["scope"],
+        time=None,
+        data=freeze(payload.get("data")),
+        correlation=(),
+        work_id=None,
+        execution_id=None,
+        causation_id=None,
+        depth=0,
+    )
+    handler = Match()
+    selected = None
+    for route in scope.routes:  # the first match wins (R6)
+        decision = handler.match(event, route.info())
+        if decision.matched:
+            selected = (route.slot, route.scope, decision.keys)
+            break
+    slot, declared_in, keys = expected
+    if slot is None:
+        assert selected is None
+    else:
+        assert selected is not None and selected[:2] == (slot, declared_in)
+        assert keys is None or selected[2] == keys
