@@ -83,6 +83,62 @@ def snapshot(event: Event) -> EventSnapshot:
     )
 
 
+SNAPSHOT_FIELDS = (
+    "seq",
+    "envelope_id",
+    "source",
+    "type",
+    "subject",
+    "scope",
+    "time",
+    "data",
+    "correlation",
+    "work_id",
+    "execution_id",
+    "parent_id",
+    "depth",
+)
+
+
+def snapshots(queryset) -> list[EventSnapshot]:
+    """Detached snapshots of the Events a queryset selects, in its order, without building
+    model instances (the router's hot path)."""
+    from routing.extension import freeze
+
+    return [
+        EventSnapshot(
+            seq=seq,
+            id=envelope_id,
+            source=source,
+            type=type_,
+            subject=subject,
+            scope=scope,
+            time=time,
+            data=freeze(data),
+            correlation=tuple(correlation or ()),
+            work_id=work_id,
+            execution_id=execution_id,
+            causation_id=parent_id,
+            depth=depth,
+        )
+        for (
+            seq,
+            envelope_id,
+            source,
+            type_,
+            subject,
+            scope,
+            time,
+            data,
+            correlation,
+            work_id,
+            execution_id,
+            parent_id,
+            depth,
+        ) in queryset.values_list(*SNAPSHOT_FIELDS)
+    ]
+
+
 def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str, Any]) -> Evaluation:
     """Ask each route of ``scope`` in order; the first match wins (R6).
 

@@ -45,7 +45,7 @@ from causal.models import KV, Event, EventKey, RouteState
 from routing.config import Configuration, EffectiveScope, live_generation, load_configuration
 from routing.decide import INPUT_EFFECTS, AttemptView, Decision, Effect, WaitView, WorkView, World, decide
 from routing.errors import RouteError, RouteErrorCode
-from routing.evaluate import Evaluation, RouteVerdict, Verdict, evaluate, snapshot
+from routing.evaluate import Evaluation, RouteVerdict, Verdict, evaluate, snapshot, snapshots
 from routing.extension import EventSnapshot
 from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
 from routing.models import Disposition, Generation, RouteRecord
@@ -180,7 +180,7 @@ class Router:
             raise Event.DoesNotExist(f"no Event #{seq}")
         if event.is_settled:
             return self._settled_outcome(event)
-        window = self._window_for(event)
+        window = self._window_for(snapshot(event))
         mine = None
         retries = 0
         while True:
@@ -193,9 +193,7 @@ class Router:
             if behind is not None and behind not in present and len(window) < self.options.batch_size:
                 # Earlier input the Event waits behind (known only once its route decided its
                 # keys) joins the call, in acceptance order (R17, R25).
-                window = sorted(
-                    [*window, *Event.objects.filter(seq=behind).prefetch_related("keys")], key=lambda e: e.seq
-                )
+                window = sorted([*window, *snapshots(Event.objects.filter(seq=behind))], key=lambda e: e.seq)
                 continue
             if mine.reason == "retry" and retries < self.options.max_retries:
                 retries += 1
@@ -215,23 +213,22 @@ class Router:
             self.pool.close()
 
     # -- windows --------------------------------------------------------------------------
-    def _window_for(self, event: Event) -> list[Event]:
+    def _window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
         """The Event and the earlier unrouted Events that share an explicit target with it
         (R17, R25): they route first, in acceptance order."""
         tokens = self._explicit_tokens([event])
-        earlier = list(
+        earlier = snapshots(
             Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=event.seq)
             .filter(
-                Q(keys__scope=event.scope, keys__key__in=list(event.correlation or []))
+                Q(keys__scope=event.scope, keys__key__in=list(event.correlation))
                 | Q(work_id__in=[t[1] for t in tokens if t[0] == "work"])
             )
             .distinct()
-            .prefetch_related("keys")
             .order_by("seq")[: self.options.batch_size]
         )
         return [*earlier, event]
 
-    def _claim_window(self, limit: int) -> list[Event]:
+    def _claim_window(self, limit: int) -> list[EventSnapshot]:
         """Claim the oldest unrouted Events that are not backing off or held by another loop."""
         now = self.clock()
         until = now + timedelta(seconds=self.options.claim_seconds)
@@ -246,50 +243,47 @@ class Router:
             )
             if connection.features.has_select_for_update_skip_locked:
                 query = query.select_for_update(skip_locked=True, of=("self",))
-            seqs = list(query.values_list("seq", flat=True)[:limit])
-            if not seqs:
-                return []
-            Event.objects.filter(seq__in=seqs).update(claimed_by=self.owner, claimed_until=until)
-        return list(Event.objects.filter(seq__in=seqs).prefetch_related("keys").order_by("seq"))
+            window = snapshots(query[:limit])
+            if window:
+                Event.objects.filter(seq__in=[e.seq for e in window]).update(
+                    claimed_by=self.owner, claimed_until=until
+                )
+        return window
 
     # -- a pass ---------------------------------------------------------------------------
-    def _pass(self, window: list[Event], *, honour_claims: bool) -> list[RouteOutcome]:
+    def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
         now = self.clock()
         failures = self._failures([e.seq for e in window])
-        snapshots = {e.seq: snapshot(e) for e in window}
         evaluations: dict[int, Evaluation] = {}
         backing_off: dict[int, RouteError] = {}
-        to_evaluate: list[Event] = []
+        to_evaluate: list[EventSnapshot] = []
         for event in window:
             entry = failures.get(event.seq)
             if entry is not None and _in_backoff(entry, now, self.configuration.label):
                 backing_off[event.seq] = _error_from_entry(entry)
             else:
                 to_evaluate.append(event)
-        evaluations.update(self._evaluate(to_evaluate, snapshots))
+        evaluations.update(self._evaluate(to_evaluate))
         for attempt in range(self.options.max_retries + 1):
             try:
-                return self._commit(window, snapshots, evaluations, backing_off, failures, honour_claims)
+                return self._commit(window, evaluations, backing_off, failures, honour_claims)
             except IntegrityError:
                 # Another process took a key or decided an Event first: read again and retry.
                 logger.info("route.commit_retry", extra={"attempt": attempt + 1})
                 continue
         return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
 
-    def _evaluate(
-        self, events: Sequence[Event], snapshots: Mapping[int, EventSnapshot]
-    ) -> dict[int, Evaluation]:
+    def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
         results: dict[int, Evaluation] = {}
         calls: list[Callable[[], Evaluation]] = []
-        scoped: list[tuple[Event, EffectiveScope]] = []
+        scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
         for event in events:
             scope = self.configuration.scope(event.scope)
             if scope is None:
                 # The scope left the configuration: no route can select the Event.
                 results[event.seq] = Evaluation(())
                 continue
-            snap = snapshots[event.seq]
-            calls.append(lambda snap=snap, scope=scope: evaluate(snap, scope, self.handlers))
+            calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
             scoped.append((event, scope))
         if not calls:
             return results
@@ -303,8 +297,7 @@ class Router:
 
     def _commit(
         self,
-        window: list[Event],
-        snapshots: Mapping[int, EventSnapshot],
+        window: list[EventSnapshot],
         evaluations: Mapping[int, Evaluation],
         backing_off: Mapping[int, RouteError],
         failures: Mapping[int, dict],
@@ -326,14 +319,14 @@ class Router:
             )
             events = [e for e in window if e.seq in still]
             writer = _Writes(now=now, generation=self.configuration.label)
-            world = self._read_world(events, snapshots, evaluations, now)
+            world = self._read_world(events, evaluations, now)
             blocked = self._outside_blockers(events, world, honour_claims, now)
             outcomes: list[RouteOutcome] = []
             for event in window:
                 if event.seq not in still:
                     outcomes.append(RouteOutcome(event.seq, RouteState.ROUTED, reason="decided elsewhere"))
                     continue
-                snap = snapshots[event.seq]
+                snap = event
                 tokens = _tokens(snap, evaluations.get(event.seq), world)
                 behind = min(
                     (blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None
@@ -374,7 +367,7 @@ class Router:
                 if decision.new_work:
                     decision = replace(decision, work_id=world.new_work_id())
                 world.apply(snap, decision)
-                writer.settle(event, snap, decision, failures.get(event.seq))
+                writer.settle(snap, decision, failures.get(event.seq))
                 outcomes.append(
                     RouteOutcome(
                         event.seq,
@@ -383,7 +376,7 @@ class Router:
                         error=decision.error,
                     )
                 )
-            writer.flush(world)
+            writer.flush()
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:
                 _log_decided(outcome, self.configuration.label)
@@ -391,7 +384,7 @@ class Router:
 
     # -- failures (R13–R18) -----------------------------------------------------------------
     def _failure(
-        self, event: Event, decision: Decision, entry: dict | None, writer: _Writes, now: datetime
+        self, event: EventSnapshot, decision: Decision, entry: dict | None, writer: _Writes, now: datetime
     ) -> RouteOutcome:
         """Count a route failure on its Event; give up (dead-letter) or back off."""
         error = decision.error
@@ -434,7 +427,7 @@ class Router:
         return {int(k): v for k, v in rows}
 
     # -- reading the world -------------------------------------------------------------------
-    def _explicit_tokens(self, events: Iterable[Event]) -> set[tuple]:
+    def _explicit_tokens(self, events: Iterable[EventSnapshot]) -> set[tuple]:
         tokens: set[tuple] = set()
         for event in events:
             if event.work_id is not None:
@@ -445,8 +438,7 @@ class Router:
 
     def _read_world(
         self,
-        events: Sequence[Event],
-        snapshots: Mapping[int, EventSnapshot],
+        events: Sequence[EventSnapshot],
         evaluations: Mapping[int, Evaluation],
         now: datetime,
     ) -> World:
@@ -454,11 +446,10 @@ class Router:
         keys_by_scope: dict[str, set[str]] = {}
         work_ids: set[int] = set()
         execution_ids: set[int] = set()
-        for event in events:
-            snap = snapshots[event.seq]
+        for snap in events:
             wanted = keys_by_scope.setdefault(snap.scope, set())
             wanted.update(snap.correlation)
-            evaluation = evaluations.get(event.seq)
+            evaluation = evaluations.get(snap.seq)
             if evaluation is not None and evaluation.decision is not None:
                 wanted.update(evaluation.decision.keys)
                 if evaluation.decision.work_id is not None:
@@ -487,7 +478,7 @@ class Router:
         return world
 
     def _outside_blockers(
-        self, events: Sequence[Event], world: World, honour_claims: bool, now: datetime
+        self, events: Sequence[EventSnapshot], world: World, honour_claims: bool, now: datetime
     ) -> dict[tuple, int]:
         """Earlier unrouted Events outside the window, by the targets they block (I4)."""
         if not events:
@@ -710,15 +701,18 @@ def _log_decided(outcome: RouteOutcome, generation: str) -> None:
 
 @dataclass
 class _Writes:
-    """The window's effects, written with set-based statements at the end of the commit."""
+    """The window's effects, written with set-based statements at the end of the commit.
+
+    Rows are plain tuples inserted with one ``executemany`` per table: building a model
+    instance per row costs more than the database does on this path."""
 
     now: datetime
     generation: str
-    new_works: dict[int, Work] = field(default_factory=dict)
-    keys: list[tuple[int, CorrelationKey]] = field(default_factory=list)
-    inputs: list[tuple[int, WorkInput]] = field(default_factory=list)
-    intents: list[tuple[int, Intent]] = field(default_factory=list)
-    records: list[tuple[int | None, RouteRecord]] = field(default_factory=list)
+    new_works: dict[int, tuple] = field(default_factory=dict)
+    keys: list[list] = field(default_factory=list)
+    inputs: list[list] = field(default_factory=list)
+    intents: list[list] = field(default_factory=list)
+    records: list[list] = field(default_factory=list)
     settled: dict[str, list[int]] = field(default_factory=dict)
     touched_works: set[int] = field(default_factory=set)
     wakes: list[tuple[int, int, int]] = field(default_factory=list)  # (work, wait, event)
@@ -733,118 +727,118 @@ class _Writes:
     def failure(self, seq: int, entry: dict, *, retry_at: datetime | None, reason: str) -> None:
         self.failures[seq] = (entry, retry_at, reason)
 
-    def settle(self, event: Event, snap: EventSnapshot, decision: Decision, failure: dict | None) -> None:
+    def settle(self, event: EventSnapshot, decision: Decision, failure: dict | None) -> None:
         work_id = decision.work_id
+        seq = event.seq
         if decision.new_work:
-            self.new_works[work_id] = Work(
-                scope=snap.scope,
-                status="ready",
-                binding=decision.binding,
-                trigger_id=event.seq,
-                created_at=self.now,
-                updated_at=self.now,
-            )
+            self.new_works[work_id] = (event.scope, decision.binding, seq)
         elif work_id is not None:
             self.touched_works.add(work_id)
         for key in decision.attach_keys:
-            self.keys.append(
-                (
-                    work_id,
-                    CorrelationKey(scope=snap.scope, key=key, attached_by_id=event.seq, attached_at=self.now),
-                )
-            )
+            self.keys.append([event.scope, key, work_id, seq, self.now])
         if decision.effect in INPUT_EFFECTS and work_id is not None and not decision.error:
-            self.inputs.append(
-                (
-                    work_id,
-                    WorkInput(
-                        event_id=event.seq,
-                        seq=event.seq,
-                        binding=decision.binding,
-                        kind=decision.input_kind or "queue",
-                        attempt_id=decision.intent_attempt.id if decision.intent_attempt else None,
-                        created_at=self.now,
-                    ),
-                )
-            )
-        if decision.intent_attempt is not None:
             attempt = decision.intent_attempt
-            self.intents.append(
-                (
+            self.inputs.append(
+                [
                     work_id,
-                    Intent(
-                        attempt_id=attempt.id,
-                        lease_epoch=attempt.lease_epoch,
-                        event_id=event.seq,
-                        kind=decision.intent_kind,
-                        created_at=self.now,
-                    ),
-                )
+                    seq,
+                    seq,
+                    decision.binding,
+                    decision.input_kind or "queue",
+                    "pending",
+                    attempt.id if attempt else None,
+                    self.now,
+                ]
             )
+            if attempt is not None:
+                self.intents.append(
+                    [work_id, attempt.id, attempt.lease_epoch, seq, decision.intent_kind, "pending", self.now]
+                )
         if decision.wake_wait is not None:
-            self.wakes.append((work_id, decision.wake_wait.id, event.seq))
+            self.wakes.append((work_id, decision.wake_wait.id, seq))
         if decision.timed_out_wait is not None:
             self.timeouts.append((work_id, decision.timed_out_wait.id))
         error = decision.error
         disposition = Disposition.FAILED if error else Disposition.ROUTED
         self.records.append(
-            (
+            [
+                seq,
                 work_id,
-                RouteRecord(
-                    event_id=event.seq,
-                    scope=snap.scope,
-                    route=decision.route,
-                    binding=decision.binding,
-                    generation=self.generation,
-                    policy="failed" if error else decision.policy,
-                    reason=decision.reason[:500],
-                    disposition=disposition,
-                    refusals=list(decision.refusals),
-                    keys=list(decision.keys),
-                    error=error.error_text if error else "",
-                    attempts=error.attempts if error else 0,
-                    decided_at=self.now,
-                ),
-            )
+                event.scope,
+                decision.route,
+                decision.binding,
+                self.generation,
+                "failed" if error else decision.policy,
+                decision.reason[:500],
+                disposition.value,
+                list(decision.refusals),
+                list(decision.keys),
+                error.error_text if error else "",
+                error.attempts if error else 0,
+                self.now,
+                "",
+            ]
         )
-        self.settled.setdefault(disposition.value, []).append(event.seq)
+        self.settled.setdefault(disposition.value, []).append(seq)
         if failure is not None:
-            self.cleared_failures.append(event.seq)
+            self.cleared_failures.append(seq)
 
-    def flush(self, world: World) -> None:
+    def flush(self) -> None:
         ids: dict[int, int] = {}
         if self.new_works:
             temp = list(self.new_works)
-            created = Work.objects.bulk_create([self.new_works[t] for t in temp])
+            created = Work.objects.bulk_create(
+                [
+                    Work(
+                        scope=scope,
+                        status="ready",
+                        binding=binding,
+                        trigger_id=seq,
+                        created_at=self.now,
+                        updated_at=self.now,
+                    )
+                    for scope, binding, seq in (self.new_works[t] for t in temp)
+                ]
+            )
             ids = {t: w.pk for t, w in zip(temp, created, strict=True)}
 
-        def real(work_id: int | None) -> int | None:
-            return ids.get(work_id, work_id) if work_id is not None else None
+        def resolve(rows: list[list], column: int) -> list[list]:
+            for row in rows:
+                row[column] = ids.get(row[column], row[column])
+            return rows
 
-        if self.keys:
-            keys = []
-            for work_id, row in self.keys:
-                row.work_id = real(work_id)
-                keys.append(row)
-            CorrelationKey.objects.bulk_create(keys)
-        if self.inputs:
-            rows = []
-            for work_id, row in self.inputs:
-                row.work_id = real(work_id)
-                rows.append(row)
-            WorkInput.objects.bulk_create(rows)
-        if self.intents:
-            rows = []
-            for work_id, row in self.intents:
-                row.work_id = real(work_id)
-                rows.append(row)
-            Intent.objects.bulk_create(rows)
-        if self.records:
-            rows = []
-            for work_id, row in self.records:
-                row.work_id = real(work_id)
-                rows.append(row)
-            RouteRecord.objects.bulk_create(rows)
+        _insert(CorrelationKey, ("scope", "key", "work", "attached_by", "attached_at"), resolve(self.keys, 2))
+        _insert(
+            WorkInput,
+            ("work", "event", "seq", "binding", "kind", "state", "attempt", "created_at"),
+            resolve(self.inputs, 0),
+        )
+        _insert(
+            Intent,
+            ("work", "attempt", "lease_epoch", "event", "kind", "state", "created_at"),
+            resolve(self.intents, 0),
+        )
+        _insert(
+            RouteRecord,
+            (
+                "event",
+                "work",
+                "scope",
+                "route",
+                "binding",
+                "generation",
+                "policy",
+                "reason",
+                "disposition",
+                "refusals",
+                "keys",
+                "error",
+                "attempts",
+                "decided_at",
+                "decided_by",
+            ),
+            resolve(self.records, 1),
+        )
         for state, seqs in self.settled.items():
             Event.objects.filter(seq__in=seqs).update(
                 route_state=state,
@@ -882,6 +876,29 @@ class _Writes:
             Event.objects.filter(seq=seq).update(
                 unrouted_reason=reason, waiting_on=None, retry_at=retry_at, claimed_by="", claimed_until=None
             )
+
+
+def _insert(model: type, fields: Sequence[str], rows: list[list]) -> None:
+    """Insert rows (values in ``fields`` order) with one ``executemany``; JSON and datetime
+    values are prepared by their fields for the backend in use."""
+    if not rows:
+        return
+    meta = model._meta
+    columns = [meta.get_field(name) for name in fields]
+    prepare = [
+        (index, column)
+        for index, column in enumerate(columns)
+        if column.get_internal_type() in ("JSONField", "DateTimeField")
+    ]
+    quote = connection.ops.quote_name
+    sql = "INSERT INTO {} ({}) VALUES ({})".format(
+        quote(meta.db_table), ", ".join(quote(c.column) for c in columns), ", ".join(["%s"] * len(columns))
+    )
+    for row in rows:
+        for index, column in prepare:
+            row[index] = column.get_db_prep_save(row[index], connection)
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def _kv_put(namespace: str, key: str, value: dict, now: datetime) -> None:

@@ -1,0 +1,342 @@
+"""Router throughput beside a raw sqlite3 floor, in one run.
+
+    python bench/route_throughput.py [--n 20000] [--batch-size 200] [--synchronous FULL]
+    python bench/route_throughput.py --postgres [--n 20000]   # 1 and 4 loops beside pgbench
+
+Routes N accepted Events (about 60% attach to existing Work, 30% start Work, 10% unmatched
+with refusals) with the built-in declarative handler, and times a raw ``sqlite3`` script
+doing the same reads, inserts and updates with one transaction per Event and the same
+journal and synchronous settings (the floor). Prints Events/s for both, their ratio, SQL
+statements per routed Event and the loop's peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DOCUMENT = """
+version: 1
+scopes:
+  - path: bench
+    bindings:
+      agent: {}
+    routes:
+      - slot: deploys
+        handler: match
+        params: {type: "deploy.*", keys: ["deploy:{data.n}"]}
+        binding: agent
+        policy: queue
+      - slot: issues
+        handler: match
+        params: {type: "issue.*", keys: ["issue:{data.n}"]}
+        binding: agent
+        policy: queue
+      - slot: pull-requests
+        handler: match
+        params:
+          type: "pr.*"
+          where: [{field: data.draft, equals: false}]
+          keys: ["pr:{data.repo}#{data.n}"]
+        binding: agent
+        policy: queue
+"""
+
+
+def workload(n: int, seed: int = 7) -> list[dict]:
+    """N Event payloads: ~30% start Work, ~60% attach to earlier Work, ~10% unmatched."""
+    rng = random.Random(seed)
+    started: list[int] = []
+    events = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.3 or not started:
+            number = len(started) + 1
+            started.append(number)
+            kind, data = "pr.opened", {"repo": "acme/api", "n": number, "draft": False}
+        elif r < 0.9:
+            kind, data = "pr.comment", {"repo": "acme/api", "n": rng.choice(started), "draft": False}
+        else:
+            kind, data = "chat.message", {"text": "hello", "n": i}
+        events.append(
+            {
+                "specversion": "1.0",
+                "id": f"b{i}",
+                "source": "bench",
+                "type": kind,
+                "scope": "bench",
+                "data": data,
+            }
+        )
+    return events
+
+
+def setup_django(database_url: str, var_dir: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["CONDUIT_VAR_DIR"] = var_dir
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    import logging
+
+    logging.getLogger("conduit").setLevel(logging.WARNING)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def accept_all(payloads: list[dict]) -> None:
+    from causal.clock import system_clock
+    from routing.services import config_apply, events_accept
+
+    config_apply(document=DOCUMENT, clock=system_clock)
+    for start in range(0, len(payloads), 1000):
+        events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
+
+
+def route_all(batch_size: int, loops: int = 1) -> tuple[float, int, int]:
+    """Route everything; returns (seconds, routed, SQL statements)."""
+    from django.db import connection
+
+    from causal.clock import system_clock
+    from causal.models import Event, RouteState
+    from routing.loop import RouteLoop
+    from routing.router import RouterOptions
+
+    statements = 0
+
+    def count(execute, sql, params, many, context):
+        nonlocal statements
+        statements += 1
+        return execute(sql, params, many, context)
+
+    loop = RouteLoop(clock=system_clock, options=RouterOptions(batch_size=batch_size))
+    started = time.perf_counter()
+    with connection.execute_wrapper(count):
+        while True:
+            result = loop.step()
+            if result.empty or (result.settled == 0 and not result.generation_changed):
+                break
+    elapsed = time.perf_counter() - started
+    loop.close()
+    routed = Event.objects.exclude(route_state=RouteState.UNROUTED).count()
+    return elapsed, routed, statements
+
+
+# --- the raw sqlite3 floor -----------------------------------------------------------------------
+
+RAW_SCHEMA = """
+CREATE TABLE event (seq INTEGER PRIMARY KEY, type TEXT, data TEXT, route_state TEXT, routed_at TEXT);
+CREATE INDEX event_unrouted ON event(seq) WHERE route_state = 'unrouted';
+CREATE TABLE work (id INTEGER PRIMARY KEY, scope TEXT, status TEXT, binding TEXT, trigger INTEGER, created_at TEXT);
+CREATE TABLE ckey (id INTEGER PRIMARY KEY, scope TEXT, key TEXT, work INTEGER, UNIQUE(scope, key));
+CREATE TABLE input (id INTEGER PRIMARY KEY, work INTEGER, event INTEGER, seq INTEGER, kind TEXT, UNIQUE(work, event));
+CREATE TABLE record (id INTEGER PRIMARY KEY, event INTEGER UNIQUE, work INTEGER, route TEXT, policy TEXT,
+                     reason TEXT, refusals TEXT, decided_at TEXT);
+"""
+
+
+def raw_floor(payloads: list[dict], path: str, synchronous: str) -> float:
+    """The same reads, inserts and updates, one transaction per Event, no ORM."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.executescript(RAW_SCHEMA)
+    db.execute("BEGIN")
+    db.executemany(
+        "INSERT INTO event (type, data, route_state) VALUES (?, ?, 'unrouted')",
+        [(p["type"], json.dumps(p["data"])) for p in payloads],
+    )
+    db.execute("COMMIT")
+    refusals = json.dumps([{"route": "deploys", "reason": "no"}, {"route": "issues", "reason": "no"}])
+    started = time.perf_counter()
+    while True:
+        rows = db.execute(
+            "SELECT seq, type, data FROM event WHERE route_state = 'unrouted' ORDER BY seq LIMIT 200"
+        ).fetchall()
+        if not rows:
+            break
+        for seq, kind, data in rows:
+            now = datetime.now(UTC).isoformat()
+            data = json.loads(data)
+            db.execute("BEGIN IMMEDIATE")
+            if kind.startswith("pr."):
+                key = f"pr:{data['repo']}#{data['n']}"
+                owner = db.execute(
+                    "SELECT work FROM ckey WHERE scope = 'bench' AND key = ?", (key,)
+                ).fetchone()
+                if owner is None:
+                    work = db.execute(
+                        "INSERT INTO work (scope, status, binding, trigger, created_at) VALUES ('bench', 'ready', 'agent', ?, ?)",
+                        (seq, now),
+                    ).lastrowid
+                    db.execute("INSERT INTO ckey (scope, key, work) VALUES ('bench', ?, ?)", (key, work))
+                    policy = "start"
+                else:
+                    work = owner[0]
+                    policy = "queue"
+                db.execute(
+                    "INSERT INTO input (work, event, seq, kind) VALUES (?, ?, ?, 'queue')", (work, seq, seq)
+                )
+                db.execute(
+                    "INSERT INTO record (event, work, route, policy, reason, refusals, decided_at) VALUES (?, ?, 'pull-requests', ?, '', '[]', ?)",
+                    (seq, work, policy, now),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO record (event, work, route, policy, reason, refusals, decided_at) VALUES (?, NULL, '', 'unmatched', 'no_match', ?, ?)",
+                    (seq, refusals, now),
+                )
+            db.execute("UPDATE event SET route_state = 'routed', routed_at = ? WHERE seq = ?", (now, seq))
+            db.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    db.close()
+    return elapsed
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def sqlite_run(args: argparse.Namespace) -> None:
+    payloads = workload(args.n)
+    tmp = tempfile.mkdtemp(prefix="conduit-bench-")
+    try:
+        os.environ["SQLITE_SYNCHRONOUS"] = args.synchronous
+        setup_django(f"sqlite:///{tmp}/conduit.sqlite3", tmp)
+        t0 = time.perf_counter()
+        accept_all(payloads)
+        accept_s = time.perf_counter() - t0
+        rss_before = peak_rss_mb()
+        seconds, routed, statements = route_all(args.batch_size)
+        rss_after = peak_rss_mb()
+        raw_seconds = raw_floor(payloads, f"{tmp}/raw.sqlite3", args.synchronous)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    router_rate = routed / seconds
+    raw_rate = len(payloads) / raw_seconds
+    print(f"events                 {args.n} (synchronous={args.synchronous}, batch {args.batch_size})")
+    print(f"acceptance             {args.n / accept_s:,.0f} Events/s (setup, batches of 1,000)")
+    print(f"router                 {router_rate:,.0f} Events/s ({routed} routed in {seconds:.2f} s)")
+    print(f"raw sqlite3 floor      {raw_rate:,.0f} Events/s ({raw_seconds:.2f} s)")
+    print(f"ratio router/raw       {router_rate / raw_rate:.2f}   (target >= 0.5)")
+    print(f"SQL per routed Event   {statements / max(routed, 1):.2f}   (target <= 7)")
+    print(
+        f"peak RSS               {rss_after:,.0f} MB (before routing {rss_before:,.0f} MB; target < 200 MB)"
+    )
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+
+def postgres_run(args: argparse.Namespace) -> None:
+    base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+    database = "conduit_bench"
+    admin = base.rsplit("/", 1)[0] + "/postgres"
+    payloads = workload(args.n)
+    results = {}
+    for loops in (1, 4):
+        subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database}"], check=True)
+        subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {database}"], check=True)
+        url = base.rsplit("/", 1)[0] + f"/{database}"
+        env = {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "WARNING"}
+        subprocess.run([sys.executable, __file__, "--_prepare", str(args.n)], env=env, check=True)
+        started = time.perf_counter()
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(ROOT / "manage.py"),
+                    "route_loop",
+                    "--drain",
+                    "--batch-size",
+                    str(args.batch_size),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(loops)
+        ]
+        for proc in procs:
+            proc.wait()
+        elapsed = time.perf_counter() - started
+        results[loops] = len(payloads) / elapsed
+        pgbench = pgbench_tps(admin.rsplit("/", 1)[0], loops)
+        print(
+            f"router, {loops} loop(s)      {results[loops]:,.0f} Events/s   pgbench TPC-B-like, {loops} client(s): {pgbench:,.0f} tps   ratio {results[loops] / pgbench:.2f} (target >= 0.5)"
+        )
+    subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database}"], check=True)
+
+
+def pgbench_tps(server: str, clients: int) -> float:
+    db = "conduit_pgbench"
+    admin = server + "/postgres"
+    subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {db}"], check=True)
+    subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {db}"], check=True)
+    host = server.split("@", 1)[1].split(":")[0]
+    common = ["-h", host, "-U", "postgres"]
+    subprocess.run(["pgbench", *common, "-i", "-q", "-s", "4", db], check=True, capture_output=True)
+    out = subprocess.run(
+        ["pgbench", *common, "-c", str(clients), "-j", str(clients), "-T", "10", db],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {db}"], check=True)
+    for line in out.splitlines():
+        if line.startswith("tps"):
+            return float(line.split("=")[1].split()[0])
+    raise RuntimeError(f"pgbench printed no tps:\n{out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=20000, help="Events to route (default 20,000).")
+    parser.add_argument("--batch-size", type=int, default=200, help="Events per router pass (default 200).")
+    parser.add_argument(
+        "--synchronous",
+        default="FULL",
+        choices=["FULL", "NORMAL"],
+        help="SQLite synchronous setting for both sides.",
+    )
+    parser.add_argument(
+        "--postgres", action="store_true", help="Run 1 and 4 loops on PostgreSQL beside pgbench."
+    )
+    parser.add_argument("--_prepare", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._prepare:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        accept_all(workload(args._prepare))
+        return
+    if args.postgres:
+        postgres_run(args)
+    else:
+        sqlite_run(args)
+
+
+if __name__ == "__main__":
+    main()
