@@ -186,7 +186,11 @@ def request_json(request: HttpRequest, *, max_bytes: int | None = None, allow_em
         body = request.body
     except RequestDataTooBig as exc:
         raise ApiError(
-            413, "event_too_large", f"the request body is larger than {limit} bytes", field=None
+            413,
+            "event_too_large",
+            "the request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE "
+            f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes)",
+            field=None,
         ) from exc
     if len(body) > limit:
         raise ApiError(413, "event_too_large", _too_large(len(body), limit), field=None)

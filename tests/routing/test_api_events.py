@@ -191,6 +191,14 @@ def test_api_accept_body_over_the_limit_is_413_before_parsing(client, auth, acme
 
 
 @pytest.mark.django_db
+def test_api_accept_body_over_djangos_upload_limit_is_413(client, auth, acme, settings):
+    settings.CONDUIT_MAX_EVENT_BYTES = 10_000
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    body = assert_refused(post(client, cloud_event(data="x" * 200), auth), 413, None)
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in body["message"]
+
+
+@pytest.mark.django_db
 def test_api_accept_body_at_the_limit_is_accepted(client, auth, acme, settings):
     event = cloud_event(data={"pad": ""})
     size = len(json.dumps(event).encode())

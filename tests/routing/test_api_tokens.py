@@ -34,7 +34,7 @@ def assert_unauthorized(response, *, invalid):
     assert Event.objects.count() == 0
 
 
-def call(*args, stdin=None):
+def call(*args):
     out, err = io.StringIO(), io.StringIO()
     call_command(*args, stdout=out, stderr=err)
     return out.getvalue(), err.getvalue()
@@ -178,6 +178,16 @@ def test_api_token_command_create_list_revoke(client):
     assert client.get("/api/events/1", headers=headers).status_code == 401
     assert prefix not in call("api_token", "list")[0]
     assert "revoked" in call("api_token", "list", "--all")[0]
+
+
+@pytest.mark.django_db
+def test_api_token_command_list_by_user():
+    mine, _ = api_token_with_secret(user__username="frank", name="frank's")
+    theirs, _ = api_token_with_secret(user__username="grace", name="grace's")
+    listing, _ = call("api_token", "list", "--user", "frank")
+    assert mine.prefix in listing
+    assert theirs.prefix not in listing
+    assert len(listing.splitlines()) == 1
 
 
 @pytest.mark.django_db

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connections
 
 from causal.models import Event, EventKey
 from routing import services
@@ -414,3 +416,32 @@ def test_events_accept_batch_commits_in_one_transaction(clock, monkeypatch):
     results = events_accept(payloads=[cloud_event(id=str(i)) for i in range(4)], clock=clock)
     assert [r.created for r in results] == [True] * 4
     assert Event.objects.count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_event_accept_concurrent_duplicates_store_one_event(clock):
+    """Two callers offering the same (source, id) at once: one Event, one created answer."""
+    live_scopes("acme")
+    barrier = threading.Barrier(4)
+    answers: list[tuple[bool, int]] = []
+    failures: list[BaseException] = []
+
+    def offer() -> None:
+        try:
+            barrier.wait(timeout=10)
+            accepted = event_accept(payload=cloud_event(id="same"), clock=clock)
+            answers.append((accepted.created, accepted.event.seq))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=offer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not failures, failures
+    assert sorted(created for created, _ in answers) == [False, False, False, True]
+    assert len({seq for _, seq in answers}) == 1
+    assert Event.objects.count() == 1

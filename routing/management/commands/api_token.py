@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
@@ -54,7 +55,7 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Print one line per token: prefix, user, name, created, last used, state."""
     tokens = ApiToken.objects.select_related("user").order_by("created_at", "id")
     if options["user"]:
-        tokens = tokens.filter(user__username=options["user"])
+        tokens = tokens.filter(**{f"user__{get_user_model().USERNAME_FIELD}": options["user"]})
     if not options["all"]:
         tokens = tokens.filter(revoked_at__isnull=True)
     for token in tokens:
