@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Subquery
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet, Subquery
 
 from causal.models import Event
 from causal.selectors import (
@@ -17,7 +18,7 @@ from causal.selectors import (
     unrouted_event_count,
 )
 from routing.config import live_generation
-from routing.models import Generation, GenerationKind, RouteRecord, Scope
+from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
 from worklife.selectors import work_status_counts
 
 # --- console --------------------------------------------------------------------------------
@@ -85,3 +86,17 @@ def console_summary() -> ConsoleSummary:
         work_by_status=work_status_counts(),
         live_generation=live_generation(),
     )
+
+
+# --- api tokens -----------------------------------------------------------------------------
+
+
+def api_tokens_list(*, username: str | None = None, include_revoked: bool = False) -> QuerySet[ApiToken]:
+    """API tokens with their users, oldest first: live ones only unless ``include_revoked``,
+    of one user when ``username`` is given."""
+    tokens = ApiToken.objects.select_related("user").order_by("created_at", "id")
+    if username is not None:
+        tokens = tokens.filter(**{f"user__{get_user_model().USERNAME_FIELD}": username})
+    if not include_revoked:
+        tokens = tokens.filter(revoked_at__isnull=True)
+    return tokens

@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from routing import services
-from routing.models import ApiToken
+from routing.selectors import api_tokens_list
 from routing.serializers import timestamp
 
 DEFAULT_NAME = "api"
@@ -53,12 +52,7 @@ def list_arguments(parser: CommandParser) -> None:
 
 def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Print one line per token: prefix, user, name, created, last used, state."""
-    tokens = ApiToken.objects.select_related("user").order_by("created_at", "id")
-    if options["user"]:
-        tokens = tokens.filter(**{f"user__{get_user_model().USERNAME_FIELD}": options["user"]})
-    if not options["all"]:
-        tokens = tokens.filter(revoked_at__isnull=True)
-    for token in tokens:
+    for token in api_tokens_list(username=options["user"], include_revoked=options["all"]):
         state = f"revoked {timestamp(token.revoked_at)}" if token.revoked_at else "active"
         command.stdout.write(
             "\t".join(
