@@ -250,18 +250,27 @@ class RootTree:
 ROOT_TREE_MAX_NODES = 500
 
 
+class NotARoot(ValueError):
+    """The Event asked for as a root is a descendant; ``root_seq`` names its root."""
+
+    def __init__(self, seq: int, root_seq: int) -> None:
+        super().__init__(f"Event #{seq} is not a root: its root is #{root_seq}")
+        self.seq = seq
+        self.root_seq = root_seq
+
+
 def root_tree(root_seq: int, *, max_nodes: int = ROOT_TREE_MAX_NODES) -> RootTree:
     """Root ``root_seq`` and its descendants as a tree: the ``max_nodes`` first accepted.
 
     A parent is accepted before its children, so the first descendants by seq always form
-    a connected tree. Three queries. Raises ``Event.DoesNotExist`` for an unknown seq and
-    ``ValueError`` for an Event that is not a root.
+    a connected tree. At most three queries. Raises ``Event.DoesNotExist`` for an unknown
+    seq and :class:`NotARoot` for an Event that is not a root.
     """
     if max_nodes < 1:
         raise ValueError("max_nodes must be at least 1")
     root = Event.objects.get(seq=root_seq)
     if root.root_id is not None:
-        raise ValueError(f"Event #{root_seq} is not a root: its root is #{root.root_id}")
+        raise NotARoot(root_seq, root.root_id)
     descendants = Event.objects.filter(root_id=root_seq)
     rows = list(descendants.order_by("seq")[:max_nodes])
     total = len(rows) if len(rows) < max_nodes else descendants.count()

@@ -1,0 +1,101 @@
+"""Causal limits in the console: a root's tree, limits and tokens, and the refusal diagnostics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from causal.clock import Clock, system_clock
+from causal.models import DiagnosticKind, Event
+from causal.selectors import (
+    DiagnosticFilter,
+    NotARoot,
+    diagnostics_page,
+    root_limits_status,
+    root_tree,
+)
+from routing.views.common import query_string, render_console
+
+ROOT_TEMPLATE = "causal/root.html"
+ROOT_PARTIALS = ("causal-limits",)
+DIAGNOSTICS_TEMPLATE = "causal/diagnostics.html"
+DIAGNOSTICS_PARTIALS = ("diagnostic-list",)
+ROOT_RECENT_DIAGNOSTICS = 20
+
+# The trusted clock the pages read "the current minute" from (tests inject a fake one).
+clock: Clock = system_clock
+
+
+class DiagnosticFilterForm(forms.Form):
+    """Filters of the diagnostics list: kind and root; ``before`` pages."""
+
+    kind = forms.ChoiceField(
+        required=False, choices=[("", "any"), *DiagnosticKind.choices], help_text="The kind of refusal."
+    )
+    root = forms.IntegerField(
+        required=False, min_value=1, label="Root seq", help_text="Only refusals under this root."
+    )
+    before = forms.IntegerField(
+        required=False,
+        min_value=1,
+        widget=forms.HiddenInput,
+        help_text="Show diagnostics with a lower id than this one.",
+    )
+
+    def filters(self) -> DiagnosticFilter:
+        """The validated filters (call after ``is_valid()``)."""
+        return DiagnosticFilter(kind=self.cleaned_data["kind"], root_seq=self.cleaned_data["root"])
+
+
+@login_required
+@require_GET
+def causal_root(request: HttpRequest, seq: int) -> HttpResponse:
+    """A root's causal tree with depths, its limits and tokens this minute, its refusals.
+
+    A descendant's seq redirects to its root's page, at that Event.
+    """
+    try:
+        tree = root_tree(seq)
+    except Event.DoesNotExist:
+        raise Http404(f"No Event with seq {seq}.") from None
+    except NotARoot as not_root:
+        return redirect(reverse("causal-root", args=[not_root.root_seq]) + f"#event-{seq}")
+    recent = diagnostics_page(DiagnosticFilter(root_seq=seq), limit=ROOT_RECENT_DIAGNOSTICS)
+    context: dict[str, Any] = {
+        "section": "events",
+        "tree": tree,
+        "status": root_limits_status(seq, now=clock()),
+        "diagnostics": recent,
+        "diagnostics_url": reverse("causal-diagnostics") + query_string({"root": seq}),
+    }
+    return render_console(request, ROOT_TEMPLATE, context, partials=ROOT_PARTIALS)
+
+
+@login_required
+@require_GET
+def causal_diagnostics(request: HttpRequest) -> HttpResponse:
+    """Refusal diagnostics of the causal limits, newest first, filtered by kind and root."""
+    form = DiagnosticFilterForm(request.GET)
+    context: dict[str, Any] = {"section": "events", "form": form}
+    if not form.is_valid():
+        context["page"] = None
+        return render_console(
+            request, DIAGNOSTICS_TEMPLATE, context, partials=DIAGNOSTICS_PARTIALS, status=400
+        )
+    filters = form.filters()
+    page = diagnostics_page(filters, before=form.cleaned_data["before"])
+    params = {"kind": filters.kind, "root": filters.root_seq}
+    base = reverse("causal-diagnostics")
+    context.update(
+        filters=filters,
+        page=page,
+        first_url=base + query_string(params),
+        next_url=base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
+    )
+    return render_console(request, DIAGNOSTICS_TEMPLATE, context, partials=DIAGNOSTICS_PARTIALS)
