@@ -48,7 +48,9 @@ def data():
     return {"work": work, "opened": opened}
 
 
-def test_d4_console_in_chromium(browser, live_server, data):
+def test_d4_console_in_chromium(live_server, data, browser):
+    # ``data`` is written before Chromium starts: Playwright's event loop then runs in this
+    # thread, and connections opened under it would outlive the test.
     base = live_server.url
     host = urlsplit(base).netloc
     requests: list[str] = []
