@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import secrets
@@ -27,6 +28,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from routing.management.commands import serve as serve_module
 from routing.management.commands.serve import Child, Supervisor, clean_stop, url_for
+from routing.models import RouteRecord
+from routing.services import event_accept
+from tests.routing.factories import apply_config
 
 ROOT = Path(settings.BASE_DIR)
 FIND_PYTHON = ROOT / "scripts" / "find-python"
@@ -443,6 +447,46 @@ def test_production_settings_refuse_to_start_without_a_secret_key():
 
     assert result.returncode != 0
     assert "SECRET_KEY must be set when CONDUIT_ENV=production" in result.stderr
+
+
+# --- demo/events: the README tour ----------------------------------------------------------
+
+# What the demo configuration does with each demo Event (the effective policy routing records),
+# sent in this order, the README's: a comment or a resolution before its opening Event would be
+# unmatched, since their routes start no Work.
+DEMO_EVENT_POLICIES = {
+    "pr-opened": ("pull-requests", "start"),
+    "pr-synchronize": ("pull-requests", "queue"),
+    "pr-comment": ("pr-comments", "queue"),
+    "issue-opened": ("", "unmatched"),
+    "slack-message": ("chat", "start"),
+    "slack-bot-message": ("bot-noise", "drop"),
+    "ops-alert": ("alerts", "start"),
+    "ops-alert-resolved": ("resolved", "queue"),
+    "ops-heartbeat": ("heartbeats", "drop"),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_events_are_accepted_and_routed_by_the_demo_configuration(clock):
+    apply_config((ROOT / "demo" / "conduit.yaml").read_text(encoding="utf-8"), clock)
+    events_dir = ROOT / "demo" / "events"
+    assert sorted(path.stem for path in events_dir.glob("*.json")) == sorted(DEMO_EVENT_POLICIES)
+
+    accepted = {}
+    for name in DEMO_EVENT_POLICIES:
+        payload = json.loads((events_dir / f"{name}.json").read_text(encoding="utf-8"))
+        result = event_accept(payload=payload, clock=clock)
+        assert result.created, name
+        accepted[name] = result.event.seq
+    call_command("route_loop", "--drain", stdout=io.StringIO(), stderr=io.StringIO())
+
+    records = {record.event_id: record for record in RouteRecord.objects.all()}
+    decided = {name: (records[seq].route, records[seq].policy) for name, seq in accepted.items()}
+    assert decided == DEMO_EVENT_POLICIES
+    # The pull request's later input and its comment joined the Work the opening started.
+    pr_work = {records[accepted[name]].work_id for name in ("pr-opened", "pr-synchronize", "pr-comment")}
+    assert len(pr_work) == 1 and None not in pr_work
 
 
 # --- README ----------------------------------------------------------------------------------
