@@ -131,7 +131,7 @@ def route_all(batch_size: int, loops: int = 1) -> tuple[float, int, int]:
     with connection.execute_wrapper(count):
         while True:
             result = loop.step()
-            if result.empty or (result.settled == 0 and not result.generation_changed):
+            if result.empty:
                 break
     elapsed = time.perf_counter() - started
     loop.close()

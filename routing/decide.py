@@ -396,6 +396,12 @@ def _binding_problem(route, scope: EffectiveScope) -> RouteError | None:
             f"route {route.slot}: binding {route.binding!r} is not in scope {scope.path}",
             route=route.slot,
         )
+    if binding.problem:
+        return RouteError(
+            RouteErrorCode.BINDING_INVALID,
+            f"route {route.slot}: binding {route.binding}: {binding.problem}",
+            route=route.slot,
+        )
     if (
         route.policy in ("inject", "interrupt")
         and route.policy not in binding.capabilities

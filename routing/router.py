@@ -66,6 +66,9 @@ FAILURES_NAMESPACE = "core.routing.failures"
 COMMIT_LOCK_ID = 0x526F7574  # "Rout": serialises route commits on PostgreSQL
 BACKOFF_START = timedelta(seconds=2)
 BACKOFF_CAP = timedelta(minutes=5)
+# An Event left unrouted for a conflicting identity is looked at again after this long (an
+# operator may skip it sooner); meanwhile the loop's windows pass over it.
+CONFLICT_RECHECK = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +336,7 @@ class Router:
                 )
                 if behind is not None:
                     reason = f"waiting behind earlier input #{behind}"
-                    writer.unrouted(event.seq, reason, waiting_on=behind)
+                    writer.unrouted(event.seq, reason, waiting_on=behind, retry_at=None)
                     _block(blocked, tokens, event.seq)
                     outcomes.append(
                         RouteOutcome(event.seq, RouteState.UNROUTED, reason=reason, waiting_on=behind)
@@ -351,7 +354,12 @@ class Router:
                 )
                 decision = decide(event=snap, evaluation=evaluations[event.seq], scope=scope, world=world)
                 if decision.effect == Effect.CONFLICT:
-                    writer.unrouted(event.seq, f"conflicting identity: {decision.reason}", waiting_on=None)
+                    writer.unrouted(
+                        event.seq,
+                        f"conflicting identity: {decision.reason}",
+                        waiting_on=None,
+                        retry_at=now + CONFLICT_RECHECK,
+                    )
                     _block(blocked, tokens, event.seq)
                     outcomes.append(
                         RouteOutcome(event.seq, RouteState.UNROUTED, decision, reason=decision.reason)
@@ -717,12 +725,12 @@ class _Writes:
     touched_works: set[int] = field(default_factory=set)
     wakes: list[tuple[int, int, int]] = field(default_factory=list)  # (work, wait, event)
     timeouts: list[tuple[int, int]] = field(default_factory=list)  # (work, wait)
-    reasons: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    reasons: dict[int, tuple[str, int | None, datetime | None]] = field(default_factory=dict)
     failures: dict[int, tuple[dict, datetime | None, str]] = field(default_factory=dict)
     cleared_failures: list[int] = field(default_factory=list)
 
-    def unrouted(self, seq: int, reason: str, *, waiting_on: int | None) -> None:
-        self.reasons[seq] = (reason, waiting_on)
+    def unrouted(self, seq: int, reason: str, *, waiting_on: int | None, retry_at: datetime | None) -> None:
+        self.reasons[seq] = (reason, waiting_on, retry_at)
 
     def failure(self, seq: int, entry: dict, *, retry_at: datetime | None, reason: str) -> None:
         self.failures[seq] = (entry, retry_at, reason)
@@ -864,12 +872,16 @@ class _Writes:
             KV.objects.filter(
                 namespace=FAILURES_NAMESPACE, key__in=[str(s) for s in self.cleared_failures]
             ).delete()
-        by_reason: dict[tuple[str, int | None], list[int]] = {}
+        by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}
         for seq, reason in self.reasons.items():
             by_reason.setdefault(reason, []).append(seq)
-        for (reason, waiting_on), seqs in by_reason.items():
+        for (reason, waiting_on, retry_at), seqs in by_reason.items():
             Event.objects.filter(seq__in=seqs).update(
-                unrouted_reason=reason[:1000], waiting_on_id=waiting_on, claimed_by="", claimed_until=None
+                unrouted_reason=reason[:1000],
+                waiting_on_id=waiting_on,
+                retry_at=retry_at,
+                claimed_by="",
+                claimed_until=None,
             )
         for seq, (entry, retry_at, reason) in self.failures.items():
             _kv_put(FAILURES_NAMESPACE, str(seq), entry, self.now)

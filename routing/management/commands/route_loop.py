@@ -94,7 +94,7 @@ class Command(BaseCommand):
             close_old_connections()
             reset_queries()
             done += result.settled
-            if result.empty or (result.settled == 0 and not result.generation_changed):
+            if result.empty:
                 break
             backlog = loop.backlog()
             if tty:

@@ -1,0 +1,55 @@
+"""Helpers shared by tests that start real processes on the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+CHILD_ENV_DROP = frozenset({"TEST_DATABASE_NAME", "PYTEST_CURRENT_TEST"})
+
+
+def database_url() -> str:
+    """A DATABASE_URL naming the database this test run uses (the test database)."""
+    current = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(current['NAME']).resolve()}"
+    user = quote(current.get("USER") or "")
+    password = quote(current.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = current.get("HOST") or "localhost"
+    port = f":{current['PORT']}" if current.get("PORT") else ""
+    return f"postgres://{auth}{host}{port}/{current['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: this one's, on the test database."""
+    env = {k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROP}
+    env.update({"DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "conduit_site.settings"})
+    env.update(extra)
+    return env
+
+
+def manage_command(*args: str) -> list[str]:
+    return [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *args]
+
+
+def run_manage(
+    *args: str, stdin: str | None = None, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess:
+    """Run ``manage.py ARGS`` in a new process on the test database."""
+    return subprocess.run(
+        manage_command(*args),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=settings.BASE_DIR,
+        env=child_env(**env),
+        timeout=timeout,
+        check=False,
+    )
