@@ -164,6 +164,12 @@ class RouteRecord(models.Model):
 
     class Meta:
         ordering = ["-event"]
+        # The operator controls (R20), each granted on its own (API, console; the CLI is
+        # trusted host access and checks none).
+        permissions = [
+            ("skip_event", "Can skip an unrouted Event"),
+            ("reroute_event", "Can reroute an Event"),
+        ]
         indexes = [
             models.Index(fields=["work", "event"], name="routerecord_work_idx"),
             models.Index(fields=["disposition", "event"], name="routerecord_disp_idx"),
