@@ -125,7 +125,8 @@ class EventsConsumer(LiveConsumer):
         return EVENTS_GROUP, 0
 
     def render(self) -> str:
-        assert self.form is not None
+        if self.form is None:  # not connected (prepare() refused it): nothing to show
+            return ""
         context = event_rows_context(self.form.filters())
         context["oob"] = True
         return render_to_string(f"{LIST_TEMPLATE}#event-rows", context)

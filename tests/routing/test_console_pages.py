@@ -230,6 +230,7 @@ def test_d4_event_page_shows_envelope_state_ancestry_and_route(console):
     assert f'href="{reverse("event-detail", args=[parent.seq])}"' in body
     assert f'href="{reverse("event-detail", args=[root.seq])}"' in body
     assert "<dt>depth</dt><dd>2</dd>" in body
+    assert f'href="{reverse("causal-root", args=[root.seq])}"' in body
     # The event-route partial: the RouteRecord with its refusals in route order.
     route = re.search(r'<section id="event-route">(.*?)</section>', body, re.S).group(1)
     assert "<strong>unmatched</strong>" in route and "no_match" in route
@@ -239,7 +240,10 @@ def test_d4_event_page_shows_envelope_state_ancestry_and_route(console):
 
 
 def test_d4_event_page_without_a_record_says_why_and_htmx_gets_the_route_partial(console):
-    event = EventFactory(unrouted_reason="conflicting identity: key owned by Work 3")
+    earlier = EventFactory()
+    event = EventFactory(unrouted_reason="conflicting identity: key owned by Work 3", waiting_on=earlier)
+    page = text(console.get(reverse("event-detail", args=[event.seq])))
+    assert f'<dt>waits behind</dt><dd><a href="{reverse("event-detail", args=[earlier.seq])}">' in page
     response = console.get(reverse("event-detail", args=[event.seq]), **htmx("event-route"))
     body = text(response)
     assert body.strip().startswith('<section id="event-route">')
