@@ -107,6 +107,10 @@ class EventKey(models.Model):
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="keys")
     scope = models.CharField(max_length=255)
     key = models.CharField(max_length=512)
+    # False: an explicit target from the envelope. True: a key the Event's route decided while
+    # the Event itself could not settle yet (it waits behind earlier input, or its identity
+    # conflicts); later input with that key then waits behind it too (I3, I4).
+    decided = models.BooleanField(default=False)
 
     class Meta:
         constraints = [

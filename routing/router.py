@@ -48,6 +48,7 @@ from routing.errors import RouteError, RouteErrorCode
 from routing.evaluate import Evaluation, RouteVerdict, Verdict, evaluate, snapshot, snapshots
 from routing.extension import EventSnapshot
 from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
+from routing.live import publish_routed
 from routing.models import Disposition, Generation, RouteRecord
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
@@ -337,6 +338,7 @@ class Router:
                 if behind is not None:
                     reason = f"waiting behind earlier input #{behind}"
                     writer.unrouted(event.seq, reason, waiting_on=behind, retry_at=None)
+                    writer.remember_keys(event, evaluations.get(event.seq))
                     _block(blocked, tokens, event.seq)
                     outcomes.append(
                         RouteOutcome(event.seq, RouteState.UNROUTED, reason=reason, waiting_on=behind)
@@ -360,6 +362,7 @@ class Router:
                         waiting_on=None,
                         retry_at=now + CONFLICT_RECHECK,
                     )
+                    writer.remember_keys(event, evaluations.get(event.seq))
                     _block(blocked, tokens, event.seq)
                     outcomes.append(
                         RouteOutcome(event.seq, RouteState.UNROUTED, decision, reason=decision.reason)
@@ -728,6 +731,18 @@ class _Writes:
     reasons: dict[int, tuple[str, int | None, datetime | None]] = field(default_factory=dict)
     failures: dict[int, tuple[dict, datetime | None, str]] = field(default_factory=dict)
     cleared_failures: list[int] = field(default_factory=list)
+    decided_keys: list[EventKey] = field(default_factory=list)
+
+    def remember_keys(self, event: EventSnapshot, evaluation: Evaluation | None) -> None:
+        """Keep the keys an unsettled Event's route decided, so later input for them waits
+        behind it even in another route loop."""
+        if evaluation is None or evaluation.decision is None:
+            return
+        for key in evaluation.decision.keys:
+            if key not in event.correlation:
+                self.decided_keys.append(
+                    EventKey(event_id=event.seq, scope=event.scope, key=key, decided=True)
+                )
 
     def unrouted(self, seq: int, reason: str, *, waiting_on: int | None, retry_at: datetime | None) -> None:
         self.reasons[seq] = (reason, waiting_on, retry_at)
@@ -872,6 +887,8 @@ class _Writes:
             KV.objects.filter(
                 namespace=FAILURES_NAMESPACE, key__in=[str(s) for s in self.cleared_failures]
             ).delete()
+        if self.decided_keys:
+            EventKey.objects.bulk_create(self.decided_keys, ignore_conflicts=True)
         by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}
         for seq, reason in self.reasons.items():
             by_reason.setdefault(reason, []).append(seq)
@@ -888,6 +905,11 @@ class _Writes:
             Event.objects.filter(seq=seq).update(
                 unrouted_reason=reason, waiting_on=None, retry_at=retry_at, claimed_by="", claimed_until=None
             )
+        # Open console pages refresh once this window commits (bounded; never raises).
+        publish_routed(
+            [row[0] for row in self.records] + [*self.reasons, *self.failures],
+            self.touched_works | set(ids.values()),
+        )
 
 
 def _insert(model: type, fields: Sequence[str], rows: list[list]) -> None:

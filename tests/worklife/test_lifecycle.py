@@ -1,0 +1,197 @@
+"""The Work lifecycle: complete, cancel, child and successor (R47–R50, R60, R61)."""
+
+from __future__ import annotations
+
+import pytest
+
+from causal.limits import Causal, CausalRefused, Limits
+from causal.models import Event
+from routing.models import RouteRecord
+from tests.routing import sample_handlers
+from tests.routing.routerkit import HANDLERS, accept, apply, router
+from tests.worklife.factories import TimerFactory
+from worklife import lifecycle, services
+from worklife.models import CorrelationKey, InputState, Intent, Timer, Wait, Work, WorkInput
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+    sample_handlers.BROKEN.clear()
+
+
+@pytest.fixture
+def running(clock):
+    """A Work started by a routed pull request, with a running attempt."""
+    apply(clock)
+    start = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
+    r = router(clock)
+    r.route(start.seq)
+    work_id = RouteRecord.objects.get(event=start).work_id
+    attempt = services.attempt_start(
+        work_id=work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=["inject"],
+        clock=clock,
+    )
+    r.close()
+    return Work.objects.get(pk=work_id), attempt
+
+
+def consume_all(clock, work, attempt):
+    from django.db import transaction
+
+    with transaction.atomic():
+        pending = services.pending_inputs_in_tx(work_id=work.pk)
+        services.consume_inputs_in_tx(
+            attempt_id=attempt.pk,
+            lease_epoch=attempt.lease_epoch,
+            input_ids=[p.pk for p in pending],
+            clock=clock,
+        )
+
+
+def test_r47_complete_requires_current_attempt_authority(clock, running):
+    work, attempt = running
+    services.attempt_renew_lease(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    with pytest.raises(services.StaleLease):
+        lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    assert Work.objects.get(pk=work.pk).status == "running"
+
+
+def test_r47_complete_refuses_to_overtake_unrouted_input(clock, running):
+    work, attempt = running
+    consume_all(clock, work, attempt)
+    unrouted = accept(clock, "x.later", {"keys": []}, correlation=["pr:acme/api#1"])
+    with pytest.raises(lifecycle.UnroutedInput, match=f"#{unrouted.seq}"):
+        lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    router(clock).route(unrouted.seq)
+    done = lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    assert done.status == "ready", "the routed input is still queued"
+
+
+def test_r47_complete_with_nothing_left_completes(clock, running):
+    work, attempt = running
+    consume_all(clock, work, attempt)
+    done = lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    assert done.status == "completed" and done.ended_at == clock()
+
+
+def test_r47_unconfirmed_injected_input_leaves_the_work_ready(clock, running):
+    work, attempt = running
+    consume_all(clock, work, attempt)
+    edited = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
+    router(clock).route(edited.seq)
+    assert Intent.objects.filter(event=edited, state="pending").exists()
+    done = lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    assert done.status == "ready"
+    assert WorkInput.objects.get(event=edited).kind == "queue", (
+        "the injected input is kept for the next attempt"
+    )
+
+
+def test_r48_cancel_is_atomic_and_terminal(clock, running):
+    work, attempt = running
+    wait = services.attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
+    timer = TimerFactory(work=work)
+    cancelled = lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    assert cancelled.status == "cancelled"
+    attempt.refresh_from_db()
+    assert attempt.state == "cancelled"
+    assert Wait.objects.get(pk=wait.pk).state == "cancelled"
+    assert Timer.objects.get(pk=timer.pk).state == "cancelled"
+    assert not WorkInput.objects.filter(work=work, state=InputState.PENDING).exists()
+    with pytest.raises(services.WorkTerminal):
+        lifecycle.work_cancel(work_id=work.pk, clock=clock)
+
+
+def test_r60_cancellation_checkpoints_later_input_as_terminal(clock, running):
+    work, attempt = running
+    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    late = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
+    router(clock).route(late.seq)
+    record = RouteRecord.objects.get(event=late)
+    assert (record.policy, record.reason, record.work_id) == ("drop", "terminal", work.pk)
+    assert not Intent.objects.filter(event=late).exists()
+
+
+def test_r50_child_takes_parent_scope_and_trigger_from_the_attempt(clock, running):
+    work, attempt = running
+    created = lifecycle.work_create_child(
+        attempt_id=attempt.pk, lease_epoch=1, binding="plain", keys=["child:1"], clock=clock
+    )
+    child, event = created.work, created.event
+    assert (child.parent_id, child.scope, child.predecessor_id) == (work.pk, work.scope, None)
+    assert event.type == "core.work.created" and event.parent_id == attempt.trigger_id
+    assert event.data == {"work": child.pk, "parent": work.pk, "attempt": attempt.pk}
+    assert event.depth == 1 and event.root_id == attempt.trigger_id
+    assert CorrelationKey.objects.get(key="child:1").work_id == child.pk
+
+
+def test_r50_child_with_a_stale_lease_is_refused(clock, running):
+    work, attempt = running
+    with pytest.raises(services.StaleLease):
+        lifecycle.work_create_child(attempt_id=attempt.pk, lease_epoch=7, binding="plain", clock=clock)
+    assert not Work.objects.filter(parent=work).exists()
+
+
+def test_r61_child_publication_is_atomic_with_its_event(clock, running):
+    work, attempt = running
+    causal = Causal(clock, Limits(max_depth=0, rate_per_minute=128))
+    count = Work.objects.count()
+    with pytest.raises(CausalRefused):
+        lifecycle.work_create_child(
+            attempt_id=attempt.pk,
+            lease_epoch=1,
+            binding="plain",
+            keys=["child:2"],
+            clock=clock,
+            causal=causal,
+        )
+    assert Work.objects.count() == count
+    assert not CorrelationKey.objects.filter(key="child:2").exists()
+    assert not Event.objects.filter(type="core.work.created").exists()
+
+
+def test_r50_successor_requires_a_terminal_predecessor_and_distinct_keys(clock, running):
+    work, attempt = running
+    with pytest.raises(services.WorkError, match="only terminal Work"):
+        lifecycle.work_create_successor(
+            predecessor_id=work.pk, scope="acme", binding="triage", keys=["next"], clock=clock
+        )
+    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    with pytest.raises(services.WorkError, match="owned by Work"):
+        lifecycle.work_create_successor(
+            predecessor_id=work.pk, scope="acme", binding="triage", keys=["pr:acme/api#1"], clock=clock
+        )
+    created = lifecycle.work_create_successor(
+        predecessor_id=work.pk, scope="acme", binding="triage", keys=["pr:acme/api#1/v2"], clock=clock
+    )
+    assert created.work.parent_id is None and created.work.predecessor_id == work.pk
+    assert created.event.data == {"work": created.work.pk, "predecessor": work.pk}
+    assert CorrelationKey.objects.get(key="pr:acme/api#1").work_id == work.pk, "old keys stay"
+    with pytest.raises(services.WorkError, match="already has a successor"):
+        lifecycle.work_create_successor(
+            predecessor_id=work.pk, scope="acme", binding="triage", keys=["x"], clock=clock
+        )
+
+
+def test_r60_successor_target_scope(clock, running):
+    work, attempt = running
+    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    created = lifecycle.work_create_successor(
+        predecessor_id=work.pk, scope="acme/web", binding="triage", keys=["thread:next"], clock=clock
+    )
+    assert created.work.scope == "acme/web" and created.event.scope == "acme/web"
+    follow = accept(clock, "chat.message", {"thread": "next"}, scope="acme/web")
+    old = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
+    r = router(clock)
+    r.route(follow.seq)
+    r.route(old.seq)
+    assert RouteRecord.objects.get(event=follow).work_id == created.work.pk
+    assert RouteRecord.objects.get(event=old).work_id == work.pk
+    assert RouteRecord.objects.get(event=old).reason == "terminal"

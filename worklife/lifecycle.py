@@ -1,0 +1,238 @@
+"""The Work lifecycle: complete, cancel, child and successor Work (R47–R50).
+
+Each operation is one transaction. Child and successor Work are published together with a
+causally linked ``core.work.created`` Event that goes through the causal limits (R50, R51).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+
+from causal.clock import Clock
+from causal.limits import Causal, derived_atomic
+from causal.models import Event, EventKey, RouteState
+from causal.services import Envelope
+from worklife.models import (
+    ACTIVE_ATTEMPT_STATES,
+    Attempt,
+    AttemptState,
+    CorrelationKey,
+    InputState,
+    IntentState,
+    Timer,
+    TimerState,
+    Wait,
+    WaitState,
+    Work,
+    WorkInput,
+    WorkStatus,
+)
+from worklife.services import WorkError, WorkTerminal, _current_attempt_in_tx, attempt_end_in_tx
+
+WORK_CREATED = "core.work.created"
+CORE_SOURCE = "core.worklife"
+
+
+class UnroutedInput(WorkError):
+    """Accepted input for this Work is not routed yet: completing would overtake it (R47)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    work: Work
+    event: Event
+
+
+def unrouted_input_for(work_id: int) -> list[int]:
+    """Seqs of accepted, still unrouted Events whose explicit targets name this Work: its id,
+    one of its attempts, or a key it owns."""
+    owned = CorrelationKey.objects.filter(work_id=work_id)
+    attempts = Attempt.objects.filter(work_id=work_id).values("pk")
+    by_key = EventKey.objects.filter(
+        event__route_state=RouteState.UNROUTED,
+        scope__in=owned.values("scope"),
+        key__in=owned.values("key"),
+    ).values_list("event_id", "scope", "key")
+    owned_pairs = set(owned.values_list("scope", "key"))
+    seqs = {seq for seq, scope, key in by_key if (scope, key) in owned_pairs}
+    seqs.update(
+        Event.objects.filter(route_state=RouteState.UNROUTED)
+        .filter(Q(work_id=work_id) | Q(execution_id__in=attempts))
+        .values_list("seq", flat=True)
+    )
+    return sorted(seqs)
+
+
+def work_complete(*, attempt_id: int, lease_epoch: int, clock: Clock) -> Work:
+    """Complete the attempt's Work (R47).
+
+    Requires the current attempt and lease epoch; refuses to overtake accepted, unrouted
+    input of the Work. Remaining queued or unconfirmed injected input leaves it ready;
+    otherwise it becomes completed."""
+    with transaction.atomic():
+        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
+        work = Work.objects.select_for_update().get(pk=attempt.work_id)
+        waiting = unrouted_input_for(work.pk)
+        if waiting:
+            raise UnroutedInput(
+                f"Work {work.pk} has unrouted input: " + ", ".join(f"#{s}" for s in waiting[:10])
+            )
+        now = clock()
+        attempt_end_in_tx(attempt=attempt, state=AttemptState.SUCCEEDED, now=now)
+        remaining = WorkInput.objects.filter(work=work, state=InputState.PENDING).exists()
+        status = WorkStatus.READY if remaining else WorkStatus.COMPLETED
+        Work.objects.filter(pk=work.pk).update(
+            status=status, version=F("version") + 1, updated_at=now, ended_at=None if remaining else now
+        )
+        work.refresh_from_db()
+        return work
+
+
+def work_cancel(*, work_id: int, clock: Clock, by: str = "") -> Work:
+    """Cancel a Work atomically (R48): its active attempts and waits are cancelled, its timers
+    removed, its pending input leaves the queue, and the Work is terminal. Process cleanup
+    follows the commit, in the scheduler. Needs no derived-Event token."""
+    with transaction.atomic():
+        work = Work.objects.select_for_update().get(pk=work_id)
+        if work.is_terminal:
+            raise WorkTerminal(f"Work {work_id} is already {work.status}")
+        now = clock()
+        for attempt in Attempt.objects.select_for_update().filter(work=work, state__in=ACTIVE_ATTEMPT_STATES):
+            attempt_end_in_tx(attempt=attempt, state=AttemptState.CANCELLED, now=now)
+        Wait.objects.filter(work=work, state=WaitState.ACTIVE).update(state=WaitState.CANCELLED, ended_at=now)
+        Timer.objects.filter(work=work, state=TimerState.PENDING).update(state=TimerState.CANCELLED)
+        WorkInput.objects.filter(work=work, state=InputState.PENDING).update(state=InputState.DROPPED)
+        work.intents.filter(state=IntentState.PENDING).update(state=IntentState.SUPERSEDED)
+        work.subscriptions.filter(active=True).update(active=False)
+        Work.objects.filter(pk=work.pk).update(
+            status=WorkStatus.CANCELLED, version=F("version") + 1, updated_at=now, ended_at=now
+        )
+        work.refresh_from_db()
+        return work
+
+
+def work_create_child(
+    *,
+    attempt_id: int,
+    lease_epoch: int,
+    binding: str,
+    keys: Sequence[str] = (),
+    data: dict | None = None,
+    clock: Clock,
+    causal: Causal | None = None,
+) -> Created:
+    """Create a child Work of the leased attempt's Work (R50): parent Work, scope and trigger
+    come from the attempt, never from the caller."""
+    causal = causal or Causal(clock)
+    with derived_atomic():
+        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
+        parent = attempt.work
+        trigger = attempt.trigger or parent.trigger
+        work = _work_new_in_tx(
+            scope=parent.scope, binding=binding, parent=parent, predecessor=None, clock=clock
+        )
+        _keys_attach_in_tx(work=work, keys=keys, clock=clock)
+        event = _work_created_in_tx(
+            work=work,
+            link={"parent": parent.pk, "attempt": attempt.pk},
+            trigger=trigger,
+            data=data,
+            causal=causal,
+        )
+        Work.objects.filter(pk=work.pk).update(trigger=event)
+        work.trigger = event
+        return Created(work, event)
+
+
+def work_create_successor(
+    *,
+    predecessor_id: int,
+    scope: str,
+    binding: str,
+    keys: Sequence[str],
+    data: dict | None = None,
+    clock: Clock,
+    causal: Causal | None = None,
+) -> Created:
+    """Create the successor of a terminal Work (R50), in ``scope`` (its target scope).
+
+    Trusted policy code only. The predecessor must be terminal and have no successor yet;
+    the successor has no parent, takes new, distinct external keys (the old keys stay with
+    the predecessor) and its ``core.work.created`` Event records the link."""
+    causal = causal or Causal(clock)
+    with derived_atomic():
+        predecessor = Work.objects.select_for_update().get(pk=predecessor_id)
+        if not predecessor.is_terminal:
+            raise WorkError(
+                f"Work {predecessor_id} is {predecessor.status}: only terminal Work has a successor"
+            )
+        if Work.objects.filter(predecessor=predecessor).exists():
+            raise WorkError(f"Work {predecessor_id} already has a successor")
+        if not keys:
+            raise WorkError("a successor needs its own external keys")
+        work = _work_new_in_tx(
+            scope=scope, binding=binding, parent=None, predecessor=predecessor, clock=clock
+        )
+        _keys_attach_in_tx(work=work, keys=keys, clock=clock)
+        event = _work_created_in_tx(
+            work=work,
+            link={"predecessor": predecessor.pk},
+            trigger=predecessor.trigger,
+            data=data,
+            causal=causal,
+        )
+        Work.objects.filter(pk=work.pk).update(trigger=event)
+        work.trigger = event
+        return Created(work, event)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _work_new_in_tx(
+    *, scope: str, binding: str, parent: Work | None, predecessor: Work | None, clock: Clock
+) -> Work:
+    now = clock()
+    return Work.objects.create(
+        scope=scope, binding=binding, parent=parent, predecessor=predecessor, created_at=now, updated_at=now
+    )
+
+
+def _keys_attach_in_tx(*, work: Work, keys: Iterable[str], clock: Clock) -> None:
+    """Attach new keys; a key another Work owns is refused (keys never transfer, R26)."""
+    now = clock()
+    for key in dict.fromkeys(keys):
+        try:
+            with transaction.atomic():
+                CorrelationKey.objects.create(scope=work.scope, key=key, work=work, attached_at=now)
+        except IntegrityError as exc:
+            owner = (
+                CorrelationKey.objects.filter(scope=work.scope, key=key)
+                .values_list("work_id", flat=True)
+                .first()
+            )
+            raise WorkError(f"key {key!r} in scope {work.scope} is owned by Work {owner}") from exc
+
+
+def _work_created_in_tx(
+    *, work: Work, link: dict, trigger: Event | None, data: dict | None, causal: Causal
+) -> Event:
+    envelope = Envelope(
+        id=f"work-created/{work.pk}/{uuid.uuid4().hex[:12]}",
+        source=CORE_SOURCE,
+        type=WORK_CREATED,
+        scope=work.scope,
+        data={"work": work.pk, **link, **({"data": data} if data else {})},
+        work_id=work.pk,
+    )
+    accepted = causal.derive_in_tx(parent=trigger, envelope=envelope) if trigger else None
+    if accepted is None:
+        from causal.services import event_accept_in_tx
+
+        accepted = event_accept_in_tx(envelope=envelope, clock=causal.clock)
+    return accepted.event
