@@ -120,8 +120,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels ------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    # redis-py 8 reads with a 5 s socket timeout by default, which aborts the layer's blocking
+    # BZPOPMIN (5 s) and drops every idle websocket: allow a read well past it.
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+        }
     }
 else:
     # Without Redis the web process and the router process still share messages through a
@@ -182,7 +187,12 @@ CONDUIT_CAUSAL_RATE_PER_MINUTE = env_int("CONDUIT_CAUSAL_RATE_PER_MINUTE", 128)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {
+            "()": "conduit_site.logformat.KeyValueFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
