@@ -12,7 +12,8 @@ from causal.selectors import event_get
 from routing import services
 from routing.api_auth import ApiError, api_view, request_json
 from routing.openapi import openapi_schema
-from routing.serializers import accepted_json, event_json
+from routing.selectors import event_route as event_route_get
+from routing.serializers import accepted_json, event_json, event_route_json
 
 
 @api_view(["POST"])
@@ -42,6 +43,17 @@ def event_detail(request: HttpRequest, seq: int) -> JsonResponse:
     except Event.DoesNotExist:
         raise ApiError(404, "not_found", f"no Event has seq {seq}") from None
     return JsonResponse(event_json(event))
+
+
+@api_view(["GET"])
+def event_route(request: HttpRequest, seq: int) -> JsonResponse:
+    """How the Event ``seq`` was routed (its RouteRecord, with refusals), or why it is still
+    unrouted (reason, the Event it waits behind, next retry, counted failure) (R29)."""
+    try:
+        item = event_route_get(seq)
+    except Event.DoesNotExist:
+        raise ApiError(404, "not_found", f"no Event has seq {seq}") from None
+    return JsonResponse(event_route_json(item))
 
 
 @api_view(["GET"], public=True)

@@ -132,6 +132,121 @@ SCHEMAS: dict[str, Any] = {
             }
         },
     },
+    "Refusal": {
+        "type": "object",
+        "description": "A route that declined the Event, with the reason its handler gave (one line, at most "
+        "500 bytes).",
+        "required": ["route", "reason"],
+        "properties": {"route": {"type": "string"}, "reason": {"type": "string"}},
+    },
+    "RouteFailure": {
+        "type": "object",
+        "description": "A route failure counted on an unrouted Event (retried ones back off: 2 s, doubling, "
+        "at most 5 min).",
+        "required": ["code", "route", "error", "count", "first_failed_at", "last_failed_at", "backoff_until"],
+        "properties": {
+            "code": {
+                "type": "string",
+                "enum": [
+                    "handler_missing",
+                    "binding_invalid",
+                    "policy_invalid",
+                    "handler_invalid",
+                    "handler_failed",
+                    "handler_timeout",
+                    "handler_panic",
+                ],
+            },
+            "route": {"type": "string", "description": "The route that failed (empty when unknown)."},
+            "error": {"type": "string", "description": "The error text (a panic's carries its stack)."},
+            "count": {"type": "integer", "minimum": 1, "description": "Failures so far."},
+            "first_failed_at": NULLABLE_TIMESTAMP,
+            "last_failed_at": NULLABLE_TIMESTAMP,
+            "backoff_until": {
+                **NULLABLE_TIMESTAMP,
+                "description": "No retry before this time; null when the failure is not retried.",
+            },
+            "generation": {"type": "string", "description": "The configuration generation that failed."},
+        },
+    },
+    "SettledRoute": {
+        "type": "object",
+        "description": "The RouteRecord of a settled Event: the one decision about it (R27).",
+        "required": [
+            "event",
+            "state",
+            "work",
+            "route",
+            "binding",
+            "generation",
+            "policy",
+            "reason",
+            "disposition",
+            "refusals",
+            "error",
+            "attempts",
+            "decided_at",
+        ],
+        "properties": {
+            "event": {"type": "integer", "description": "The Event's seq."},
+            "state": {"type": "string", "enum": ["routed", "skipped", "failed"]},
+            "work": {"type": ["integer", "null"], "description": "The Work it was routed on, if any."},
+            "route": {"type": "string", "description": "The route that selected it (empty when none did)."},
+            "binding": {"type": "string"},
+            "generation": {"type": "string", "description": "The configuration generation that decided."},
+            "policy": {
+                "type": "string",
+                "description": "The effective policy: start, queue, inject, interrupt, held, drop, wake, "
+                "unmatched, skipped, failed…",
+            },
+            "reason": {
+                "type": "string",
+                "description": "Why: the handler's reason, no_match, addressed, terminal, a route error code…",
+            },
+            "disposition": {"type": "string", "enum": ["routed", "skipped", "failed"]},
+            "refusals": {
+                "type": "array",
+                "items": _ref("Refusal"),
+                "description": "Each route that declined the Event, in route order (R28).",
+            },
+            "error": {"type": "string", "description": "The route error of a failed (dead-lettered) Event."},
+            "attempts": {"type": "integer", "minimum": 0, "description": "Failures before giving up."},
+            "decided_at": TIMESTAMP,
+        },
+    },
+    "UnroutedRoute": {
+        "type": "object",
+        "description": "Why an Event is not routed yet.",
+        "required": ["event", "state", "reason", "waiting_on", "retry_at", "failure"],
+        "properties": {
+            "event": {"type": "integer", "description": "The Event's seq."},
+            "state": {"type": "string", "const": "unrouted"},
+            "reason": {
+                "type": "string",
+                "description": "Why it is unrouted (empty: the router has not looked at it yet).",
+            },
+            "waiting_on": {
+                "type": ["integer", "null"],
+                "description": "The seq of the earlier unrouted Event with the same target it waits behind.",
+            },
+            "retry_at": {**NULLABLE_TIMESTAMP, "description": "When the router looks at it again."},
+            "failure": {"oneOf": [_ref("RouteFailure"), {"type": "null"}]},
+        },
+    },
+    "EventRoute": {
+        "description": "An Event's route, by `state`: a settled Event's RouteRecord, or why an Event is "
+        "unrouted.",
+        "oneOf": [_ref("SettledRoute"), _ref("UnroutedRoute")],
+        "discriminator": {
+            "propertyName": "state",
+            "mapping": {
+                "routed": "#/components/schemas/SettledRoute",
+                "skipped": "#/components/schemas/SettledRoute",
+                "failed": "#/components/schemas/SettledRoute",
+                "unrouted": "#/components/schemas/UnroutedRoute",
+            },
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error", "message"],
@@ -220,6 +335,23 @@ PATHS: dict[str, Any] = {
             "parameters": [SEQ_PARAMETER],
             "responses": {
                 "200": {"description": "The Event.", "content": _json(_ref("Event"))},
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/events/{seq}/route": {
+        "get": {
+            "operationId": "event_route",
+            "summary": "How an Event was routed, or why it is not yet",
+            "description": "A settled Event (state routed, skipped or failed): its RouteRecord with the "
+            "policy, reason, route, binding, generation, Work, refusals (each route that declined it, in "
+            "route order), error and attempts. An unrouted Event: why, the earlier Event it waits behind, "
+            "when it is looked at again and the failure counted on it.",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "The Event's route.", "content": _json(_ref("EventRoute"))},
                 "401": _response("Unauthorized"),
                 "404": _response("NotFound"),
                 "405": _response("MethodNotAllowed"),

@@ -3,22 +3,28 @@ of Events with their route, with explicit joins (no N+1)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet, Subquery
+from django.db.models import Q, QuerySet, Subquery
 
-from causal.models import Event
+from causal.models import KV, Event, RouteState
 from causal.selectors import (
     PAGE_SIZE,
     EventFilter,
     KeysetPage,
+    event_chain,
     events_filtered,
     keyset_page,
     unrouted_event_count,
 )
 from routing.config import live_generation
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
+from routing.router import FAILURES_NAMESPACE
 from worklife.selectors import work_status_counts
 
 # --- console --------------------------------------------------------------------------------
@@ -100,3 +106,228 @@ def api_tokens_list(*, username: str | None = None, include_revoked: bool = Fals
     if not include_revoked:
         tokens = tokens.filter(revoked_at__isnull=True)
     return tokens
+
+
+# --- routes ---------------------------------------------------------------------------------
+# How an Event was routed (its RouteRecord) or why it is not yet (its reason, the Event it waits
+# behind, its counted failure): what ``GET /api/events/{seq}/route``, ``events get|chain|list``
+# and the Event page show (R29). Every reader costs a fixed number of queries.
+
+# The most Events one list reads (``events list --limit``).
+MAX_LIST_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFailure:
+    """A counted route failure of an unrouted Event (KV ``core.routing.failures``, R13)."""
+
+    code: str
+    route: str
+    error: str
+    count: int
+    first_failed_at: datetime | None
+    last_failed_at: datetime | None
+    backoff_until: datetime | None
+    generation: str
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> RouteFailure:
+        """The failure a KV entry's value holds (times stored as ISO 8601 text)."""
+        return cls(
+            code=str(entry.get("code", "")),
+            route=str(entry.get("route", "") or ""),
+            error=str(entry.get("error", "") or ""),
+            count=int(entry.get("count", 0) or 0),
+            first_failed_at=_stored_time(entry.get("first_failed_at")),
+            last_failed_at=_stored_time(entry.get("last_failed_at")),
+            backoff_until=_stored_time(entry.get("backoff_until")),
+            generation=str(entry.get("generation", "") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventRoute:
+    """An Event with its route: the RouteRecord of a settled Event, or for an unrouted one
+    the failure counted on it (``None`` when none is)."""
+
+    event: Event
+    record: RouteRecord | None
+    failure: RouteFailure | None = None
+
+    @property
+    def state(self) -> str:
+        """The Event's route state: ``unrouted``, ``routed``, ``skipped`` or ``failed``."""
+        return self.event.route_state
+
+    @property
+    def settled(self) -> bool:
+        return self.event.route_state != RouteState.UNROUTED
+
+
+class EventListInvalid(ValueError):
+    """A filter of the Events list that cannot be used; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class EventListFilter:
+    """What ``events list`` reads. Empty strings and ``None`` mean "any".
+
+    ``type`` is a glob (``*`` any run of characters, ``?`` one character, case-sensitive, as
+    routes match types); ``work_id`` selects Events routed on that Work or naming it as
+    their explicit target; ``since`` (inclusive) and ``until`` (exclusive) bound the
+    acceptance time. Newest first unless ``oldest``; ``after`` is the seq the previous page
+    ended with (keyset paging in the listing order).
+    """
+
+    scope: str = ""
+    type: str = ""
+    state: str = ""
+    work_id: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    after: int | None = None
+    limit: int = PAGE_SIZE
+    oldest: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.scope) > 255:
+            raise EventListInvalid("scope", "at most 255 characters")
+        if len(self.type) > 255:
+            raise EventListInvalid("type", "at most 255 characters")
+        if self.state and self.state not in RouteState.values:
+            raise EventListInvalid(
+                "state", f"unknown state {self.state!r} (one of {', '.join(RouteState.values)})"
+            )
+        for name in ("work_id", "after"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise EventListInvalid(name, f"expected a positive integer, got {value!r}")
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+                raise EventListInvalid(name, f"expected an aware datetime, got naive {value.isoformat()}")
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise EventListInvalid("until", "must be later than since")
+        if (
+            isinstance(self.limit, bool)
+            or not isinstance(self.limit, int)
+            or not 1 <= self.limit <= MAX_LIST_LIMIT
+        ):
+            raise EventListInvalid("limit", f"expected 1 to {MAX_LIST_LIMIT}, got {self.limit!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class EventRoutePage:
+    """One page of ``events list``: Events with their routes, in the listing order.
+    ``next_after`` is the seq to pass as ``after`` for the next page (``None`` on the last)."""
+
+    items: list[EventRoute]
+    next_after: int | None
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def route_failures(seqs: Iterable[int]) -> dict[int, RouteFailure]:
+    """The failures counted on these Events, by seq (one query; none for an empty list)."""
+    keys = sorted({str(seq) for seq in seqs})
+    if not keys:
+        return {}
+    rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).values_list("key", "value")
+    return {int(key): RouteFailure.from_entry(value) for key, value in rows if isinstance(value, dict)}
+
+
+def event_routes(events: Sequence[Event]) -> list[EventRoute]:
+    """Pair Events with their routes: the RouteRecord of a settled Event (which the caller's
+    query must have joined: ``select_related("route_record")``) and the failure counted on
+    an unrouted one. One query at most (the failures)."""
+    failures = route_failures(e.seq for e in events if not e.is_settled)
+    return [
+        EventRoute(
+            event=e,
+            # An unrouted Event has no record (I1): not touching the relation costs no query.
+            record=getattr(e, "route_record", None) if e.is_settled else None,
+            failure=failures.get(e.seq),
+        )
+        for e in events
+    ]
+
+
+def _events_with_records() -> QuerySet[Event]:
+    return Event.objects.select_related("route_record", "route_record__work")
+
+
+def event_route(seq: int) -> EventRoute:
+    """The Event ``seq`` with its route (at most two queries), or ``Event.DoesNotExist``."""
+    return event_routes([_events_with_records().get(seq=seq)])[0]
+
+
+def event_chain_routes(seq: int) -> list[EventRoute]:
+    """The causal chain of Event ``seq``, root first and ending with it, each Event with its
+    route. At most four queries whatever the depth; ``Event.DoesNotExist`` for an unknown seq."""
+    chain = event_chain(seq)
+    records = {
+        r.event_id: r
+        for r in RouteRecord.objects.select_related("work").filter(event_id__in=[e.seq for e in chain])
+    }
+    failures = route_failures(e.seq for e in chain if e.route_state == RouteState.UNROUTED)
+    return [EventRoute(event=e, record=records.get(e.seq), failure=failures.get(e.seq)) for e in chain]
+
+
+def events_route_page(filters: EventListFilter) -> EventRoutePage:
+    """One page of Events matching ``filters``, each with its route (at most two queries)."""
+    queryset = _events_with_records()
+    if filters.scope:
+        queryset = queryset.filter(scope=filters.scope)
+    if filters.type and filters.type != "*":
+        if _GLOB_CHARS.search(filters.type):
+            queryset = queryset.filter(type__regex=glob_regex(filters.type))
+        else:
+            queryset = queryset.filter(type=filters.type)
+    if filters.state:
+        queryset = queryset.filter(route_state=filters.state)
+    if filters.work_id is not None:
+        queryset = queryset.filter(Q(work_id=filters.work_id) | Q(route_record__work_id=filters.work_id))
+    if filters.since is not None:
+        queryset = queryset.filter(accepted_at__gte=filters.since)
+    if filters.until is not None:
+        queryset = queryset.filter(accepted_at__lt=filters.until)
+    page = keyset_page(
+        queryset, key="seq", cursor=filters.after, limit=filters.limit, descending=not filters.oldest
+    )
+    return EventRoutePage(items=event_routes(page.items), next_after=page.next_cursor)
+
+
+_GLOB_CHARS = re.compile(r"[*?]")
+
+
+def glob_regex(pattern: str) -> str:
+    """A regular expression that PostgreSQL and Python (SQLite's REGEXP) both read the same
+    way, matching a whole value against the glob ``pattern`` (``*`` and ``?``)."""
+    parts = [
+        ".*" if token == "*" else "." if token == "?" else re.escape(token) for token in _glob_tokens(pattern)
+    ]
+    # (?s): '.' matches any character, newlines included, in both dialects.
+    return r"(?s)\A" + "".join(parts) + r"\Z"
+
+
+def _glob_tokens(pattern: str) -> list[str]:
+    return [token for token in re.split(r"([*?])", pattern) if token]
+
+
+def _stored_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

@@ -7,9 +7,13 @@ list serialises in the queries its selector made.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from causal.models import Event
+
+if TYPE_CHECKING:
+    from routing.models import RouteRecord
+    from routing.selectors import EventRoute, RouteFailure
 
 
 def timestamp(value: datetime | None) -> str | None:
@@ -55,3 +59,74 @@ def event_json(event: Event) -> dict[str, Any]:
 def accepted_json(event: Event, *, created: bool) -> dict[str, Any]:
     """One result of a batch acceptance: whether the Event is new, and the Event."""
     return {"created": created, "event": event_json(event)}
+
+
+def refusals_json(refusals: Any) -> list[dict[str, str]]:
+    """Refusals as stored on a RouteRecord, each as ``{"route", "reason"}`` in route order (R28)."""
+    result = []
+    for refusal in refusals or []:
+        if isinstance(refusal, dict):
+            result.append({"route": str(refusal.get("route", "")), "reason": str(refusal.get("reason", ""))})
+        else:  # a bare reason (never written by the router; kept readable all the same)
+            result.append({"route": "", "reason": str(refusal)})
+    return result
+
+
+def route_json(record: RouteRecord) -> dict[str, Any]:
+    """A RouteRecord: the one decision about an Event (R27, R29).
+
+    ``event`` is the Event's seq and ``work`` the Work id it was routed on (``None`` when no
+    Work); ``policy`` the effective policy and ``reason`` why; ``refusals`` each route that
+    declined it, in route order; ``error`` and ``attempts`` tell a failed (dead-lettered)
+    route. The ``route.decided`` log record carries the same fields.
+    """
+    return {
+        "event": record.event_id,
+        "work": record.work_id,
+        "route": record.route,
+        "binding": record.binding,
+        "generation": record.generation,
+        "policy": record.policy,
+        "reason": record.reason,
+        "disposition": record.disposition,
+        "refusals": refusals_json(record.refusals),
+        "error": record.error,
+        "attempts": record.attempts,
+        "decided_at": timestamp(record.decided_at),
+    }
+
+
+def failure_json(failure: RouteFailure) -> dict[str, Any]:
+    """A route failure counted on an unrouted Event: its code, route, error, how many times it
+    failed, when first and last, and the end of its backoff (``None``: no retry is due)."""
+    return {
+        "code": failure.code,
+        "route": failure.route,
+        "error": failure.error,
+        "count": failure.count,
+        "first_failed_at": timestamp(failure.first_failed_at),
+        "last_failed_at": timestamp(failure.last_failed_at),
+        "backoff_until": timestamp(failure.backoff_until),
+        "generation": failure.generation,
+    }
+
+
+def event_route_json(item: EventRoute) -> dict[str, Any]:
+    """An Event's route, keyed by ``state``.
+
+    A settled Event (``routed``, ``skipped``, ``failed``): ``{"event", "state"}`` and the
+    fields of :func:`route_json`. An unrouted one: ``{"event", "state": "unrouted", "reason",
+    "waiting_on", "retry_at", "failure"}``: why it is unrouted, the earlier Event it waits
+    behind, when it is looked at again, and the failure counted on it (or ``None``).
+    """
+    event = item.event
+    if item.record is not None:
+        return {"state": event.route_state, **route_json(item.record)}
+    return {
+        "event": event.seq,
+        "state": event.route_state,
+        "reason": event.unrouted_reason,
+        "waiting_on": event.waiting_on_id,
+        "retry_at": timestamp(event.retry_at),
+        "failure": failure_json(item.failure) if item.failure is not None else None,
+    }

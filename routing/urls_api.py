@@ -11,5 +11,6 @@ from routing import api
 urlpatterns = [
     path("events", api.events_accept, name="api-events"),
     path("events/<int:seq>", api.event_detail, name="api-event-detail"),
+    path("events/<int:seq>/route", api.event_route, name="api-event-route"),
     path("openapi.json", api.openapi_json, name="api-openapi"),
 ]

@@ -13,14 +13,20 @@ from django.views.decorators.http import require_GET
 from causal.models import Event
 from causal.selectors import EventFilter
 from conduit_site.live import events_ws_path
-from routing.selectors import event_with_route, events_with_route_page, live_scope_paths
-from routing.views.common import query_string, render_console
+from routing.selectors import (
+    event_chain_routes,
+    event_with_route,
+    events_with_route_page,
+    live_scope_paths,
+    route_failures,
+)
+from routing.views.common import htmx_partial, query_string, render_console
 from routing.views.forms import EventFilterForm
 
 LIST_TEMPLATE = "routing/event_list.html"
 LIST_PARTIALS = ("event-list", "event-rows")
 DETAIL_TEMPLATE = "routing/event_detail.html"
-DETAIL_PARTIALS = ("event-route",)
+DETAIL_PARTIALS = ("event-route", "event-chain")
 
 
 def filter_params(filters: EventFilter) -> dict[str, str]:
@@ -81,6 +87,10 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
         "section": "events",
         "event": event,
         "record": record,
+        # Why an unrouted Event is not routed yet: the failure counted on it (R13, R29).
+        "failure": None if event.is_settled else route_failures([event.seq]).get(event.seq),
+        # The causal chain, root first, each Event with its policy (not read for the route alone).
+        "chain": [] if htmx_partial(request, DETAIL_PARTIALS) == "event-route" else event_chain_routes(seq),
         "data_json": pretty_json(event.data),
         "extensions_json": pretty_json(event.extensions) if event.extensions else "",
     }

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from conduit_site.live import work_ws_path
-from routing.selectors import work_route_history_page
+from routing.selectors import event_routes, work_route_history_page
 from routing.views.common import htmx_partial, query_string, render_console
 from routing.views.forms import WorkDetailForm, WorkFilterForm
 from worklife.models import Work
@@ -66,7 +66,9 @@ def _summary(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
 
 
 def _unrouted(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
-    return {"unrouted": work_unrouted_events(work)}
+    unrouted = work_unrouted_events(work)
+    # Each with the failure counted on it (count, next retry): one query for the page.
+    return {"unrouted": unrouted, "unrouted_routes": event_routes(unrouted.items)}
 
 
 def _input(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:

@@ -9,21 +9,41 @@ non-zero exit) for refused input.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, NoReturn, TextIO
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from causal.models import Event, RouteState
+from causal.selectors import PAGE_SIZE
 from causal.services import Accepted
 from routing import services
 from routing.ingress import Document, EnvelopeInvalid, read_documents
-from routing.serializers import accepted_json
+from routing.models import Disposition
+from routing.selectors import (
+    MAX_LIST_LIMIT,
+    EventListFilter,
+    EventListInvalid,
+    EventRoute,
+    event_chain_routes,
+    event_route,
+    events_route_page,
+)
+from routing.serializers import (
+    accepted_json,
+    event_json,
+    event_route_json,
+    refusals_json,
+    timestamp,
+)
 
 CLI_ACCEPTED_BY = "cli"
 
@@ -136,6 +156,240 @@ def _print_results(command: BaseCommand, results: list[Accepted], *, as_json: bo
         command.stdout.write(f"{event.seq} {status} {event.source} {event.envelope_id}")
 
 
+# --- get, chain, list: reading routes (R29) ------------------------------------------------
+
+# events list's options, by the filter field each one sets (to name the option in errors).
+LIST_OPTIONS = {
+    "scope": "--scope",
+    "type": "--type",
+    "state": "--state",
+    "work_id": "--work",
+    "since": "--since",
+    "until": "--until",
+    "after": "--after",
+    "limit": "--limit",
+}
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer (a seq, a Work id)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def iso_time(text: str) -> datetime:
+    """An argparse type: an ISO 8601 date or time; without an offset it is read as UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time like 2026-01-05T12:00:00Z, got {text!r}"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _json_argument(parser: CommandParser, what: str) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"Print {what} as JSON (each Event as {{'event': …, 'route': …}}, the route as "
+        "GET /api/events/SEQ/route answers) and errors as a JSON object on standard output.",
+    )
+
+
+def get_arguments(parser: CommandParser) -> None:
+    """Arguments of ``events get``."""
+    parser.add_argument("seq", metavar="SEQ", type=positive_int, help="The Event's seq.")
+    _json_argument(parser, "the Event and its route")
+
+
+def chain_arguments(parser: CommandParser) -> None:
+    """Arguments of ``events chain``."""
+    parser.add_argument(
+        "seq",
+        metavar="SEQ",
+        type=positive_int,
+        help="The Event whose causal chain to print (its root first).",
+    )
+    _json_argument(parser, "the chain ({'chain': [...]}, root first)")
+
+
+def list_arguments(parser: CommandParser) -> None:
+    """Arguments of ``events list``."""
+    parser.add_argument("--scope", default="", metavar="PATH", help="Only Events of this scope (exact path).")
+    parser.add_argument(
+        "--type",
+        default="",
+        metavar="GLOB",
+        help="Only Events whose type matches this glob ('*' any characters, '?' one; case-sensitive), "
+        "e.g. 'github.pull_request.*'.",
+    )
+    parser.add_argument(
+        "--state",
+        default="",
+        choices=RouteState.values,
+        help="Only Events in this route state.",
+    )
+    parser.add_argument(
+        "--work",
+        dest="work_id",
+        type=positive_int,
+        default=None,
+        metavar="ID",
+        help="Only Events routed on this Work or naming it as their target.",
+    )
+    parser.add_argument(
+        "--since",
+        type=iso_time,
+        default=None,
+        metavar="TIME",
+        help="Only Events accepted at or after this ISO 8601 time (UTC when it has no offset).",
+    )
+    parser.add_argument(
+        "--until",
+        type=iso_time,
+        default=None,
+        metavar="TIME",
+        help="Only Events accepted before this ISO 8601 time (UTC when it has no offset).",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=PAGE_SIZE,
+        metavar="N",
+        help=f"How many Events to print (1 to {MAX_LIST_LIMIT}; default {PAGE_SIZE}).",
+    )
+    parser.add_argument(
+        "--after",
+        type=positive_int,
+        default=None,
+        metavar="SEQ",
+        help="Continue a listing after this seq (the one a previous page printed as next).",
+    )
+    parser.add_argument(
+        "--oldest",
+        action="store_true",
+        help="Oldest first (ascending seq); the default is newest first.",
+    )
+    _json_argument(parser, "the page ({'events': [...], 'next_after': SEQ or null})")
+
+
+def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Print one Event and its route: the RouteRecord with its refusals, or why it is unrouted."""
+    try:
+        item = event_route(options["seq"])
+    except Event.DoesNotExist:
+        _refuse(command, options, "not_found", f"SEQ: no Event has seq {options['seq']}")
+    if options["json"]:
+        command.stdout.write(json.dumps(_event_route_item(item), ensure_ascii=False))
+        return
+    command.stdout.write("\n".join(route_text(item)))
+
+
+def chain_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Print the causal chain of an Event, root first, each Event with its route."""
+    try:
+        chain = event_chain_routes(options["seq"])
+    except Event.DoesNotExist:
+        _refuse(command, options, "not_found", f"SEQ: no Event has seq {options['seq']}")
+    if options["json"]:
+        payload = {"chain": [_event_route_item(item) for item in chain]}
+        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        return
+    command.stdout.write("\n".join(line for item in chain for line in route_text(item, depth=True)))
+
+
+def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Print a page of Events with their routes, filtered, newest (or oldest) first."""
+    try:
+        filters = EventListFilter(
+            scope=options["scope"],
+            type=options["type"],
+            state=options["state"],
+            work_id=options["work_id"],
+            since=options["since"],
+            until=options["until"],
+            after=options["after"],
+            limit=options["limit"],
+            oldest=options["oldest"],
+        )
+    except EventListInvalid as exc:
+        _refuse(
+            command, options, "invalid_filter", f"{LIST_OPTIONS.get(exc.field, exc.field)}: {exc.message}"
+        )
+    page = events_route_page(filters)
+    if options["json"]:
+        payload = {"events": [_event_route_item(item) for item in page], "next_after": page.next_after}
+        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        return
+    lines = [line for item in page for line in route_text(item)]
+    if not lines:
+        lines.append("No Events match.")
+    if page.next_after is not None:
+        lines.append(f"More: add --after {page.next_after} for the next page.")
+    command.stdout.write("\n".join(lines))
+
+
+def route_text(item: EventRoute, *, depth: bool = False) -> list[str]:
+    """An Event and its route as a compact block of lines: the Event on the first, then its
+    route (policy, reason, route/binding, Work, generation), each refusal, and the error and
+    attempts of a failed route; for an unrouted Event why, what it waits behind and its
+    counted failure."""
+    event = item.event
+    head = f"#{event.seq} {event.type}  {event.source}/{event.envelope_id}  scope {event.scope}  {event.route_state}"
+    lines = [f"depth {event.depth}  {head}" if depth else head]
+    record = item.record
+    if record is not None:
+        line = f"  route: {record.policy}" + (f" ({record.reason})" if record.reason else "")
+        if record.route or record.binding:
+            line += f" via {record.route or '-'}/{record.binding or '-'}"
+        if record.work_id is not None:
+            line += f" on Work {record.work_id}"
+        if record.generation:
+            line += f", generation {record.generation}"
+        lines.append(line)
+        lines.extend(f"  - {r['route'] or '?'}: {r['reason']}" for r in refusals_json(record.refusals))
+        if record.error:
+            lines.append(f"  error: {_first_line(record.error)}")
+        if record.error or record.disposition == Disposition.FAILED:
+            lines.append(f"  attempts: {record.attempts}")
+        return lines
+    if event.is_settled:
+        lines.append("  route: no route record")
+        return lines
+    lines.append(f"  unrouted: {event.unrouted_reason or 'not looked at yet'}")
+    if event.waiting_on_id is not None:
+        lines.append(f"  waits behind #{event.waiting_on_id}")
+    failure = item.failure
+    if failure is not None:
+        on_route = f" on route {failure.route}" if failure.route else ""
+        lines.append(f"  failures: {failure.count} ({failure.code}{on_route})")
+        if failure.error:
+            lines.append(f"  error: {_first_line(failure.error)}")
+    if event.retry_at is not None:
+        lines.append(f"  next retry: {timestamp(event.retry_at)}")
+    return lines
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _event_route_item(item: EventRoute) -> dict[str, Any]:
+    return {"event": event_json(item.event), "route": event_route_json(item)}
+
+
+def _refuse(command: BaseCommand, options: dict[str, Any], code: str, message: str) -> NoReturn:
+    if options.get("json"):
+        command.stdout.write(json.dumps({"error": code, "message": message}, ensure_ascii=False))
+    raise CommandError(message)
+
+
 # --- dispatch -------------------------------------------------------------------------------
 
 SUBCOMMANDS: dict[str, Subcommand] = {
@@ -143,6 +397,21 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         help="Accept Events from a file or standard input (all or nothing).",
         add_arguments=accept_arguments,
         run=accept_run,
+    ),
+    "get": Subcommand(
+        help="Print an Event and its route (policy, reason, refusals, error) or why it is unrouted.",
+        add_arguments=get_arguments,
+        run=get_run,
+    ),
+    "chain": Subcommand(
+        help="Print an Event's causal chain from its root, each Event with its route and refusals.",
+        add_arguments=chain_arguments,
+        run=chain_run,
+    ),
+    "list": Subcommand(
+        help="List Events with their routes, filtered by scope, type, state, Work and time.",
+        add_arguments=list_arguments,
+        run=list_run,
     ),
 }
 
