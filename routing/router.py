@@ -387,7 +387,9 @@ class Router:
                         error=decision.error,
                     )
                 )
-            writer.flush()
+            ids = writer.flush()
+            if ids:
+                outcomes = [_with_real_work(o, ids) for o in outcomes]
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:
                 _log_decided(outcome, self.configuration.label)
@@ -671,6 +673,13 @@ def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float
     return outcome.result
 
 
+def _with_real_work(outcome: RouteOutcome, ids: Mapping[int, int]) -> RouteOutcome:
+    decision = outcome.decision
+    if decision is None or decision.work_id not in ids:
+        return outcome
+    return replace(outcome, decision=replace(decision, work_id=ids[decision.work_id]))
+
+
 def _in_backoff(entry: dict, now: datetime, generation: str) -> bool:
     until = _parse_time(entry.get("backoff_until"))
     # A new configuration generation is tried at once (R14).
@@ -806,7 +815,8 @@ class _Writes:
         if failure is not None:
             self.cleared_failures.append(seq)
 
-    def flush(self) -> None:
+    def flush(self) -> dict[int, int]:
+        """Write everything; returns the ids of the Work this window created, by temporary id."""
         ids: dict[int, int] = {}
         if self.new_works:
             temp = list(self.new_works)
@@ -905,6 +915,7 @@ class _Writes:
             Event.objects.filter(seq=seq).update(
                 unrouted_reason=reason, waiting_on=None, retry_at=retry_at, claimed_by="", claimed_until=None
             )
+        return ids
         # Open console pages refresh once this window commits (bounded; never raises).
         publish_routed(
             [row[0] for row in self.records] + [*self.reasons, *self.failures],

@@ -102,6 +102,9 @@ class Attempt(models.Model):
     number = models.PositiveIntegerField()
     binding = models.CharField(max_length=128)
     executor = models.CharField(max_length=128, blank=True, default="")
+    # The implementation the registration named when the attempt was pinned: a dispatch
+    # under a changed executor behind the same name is refused (R36).
+    executor_path = models.CharField(max_length=255, blank=True, default="")
     generation = models.PositiveIntegerField()
     capabilities = models.JSONField(default=list, blank=True)
     lease_epoch = models.PositiveBigIntegerField(default=1)

@@ -56,6 +56,7 @@ def attempt_start(
     capabilities: Iterable[str],
     clock: Clock,
     lease_until: datetime | None = None,
+    executor_path: str = "",
 ) -> Attempt:
     """Start the next attempt of a Work with its configuration pinned (R36).
 
@@ -79,6 +80,7 @@ def attempt_start(
             number=(last or 0) + 1,
             binding=binding,
             executor=executor,
+            executor_path=executor_path,
             generation=generation,
             capabilities=sorted(set(capabilities)),
             lease_epoch=1,

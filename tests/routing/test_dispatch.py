@@ -1,0 +1,67 @@
+"""The scheduler pins attempt configuration and validates dispatch against it (R36)."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.dispatch import DispatchRefused, attempt_dispatch, dispatch_check
+from routing.models import RouteRecord
+from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, router
+
+pytestmark = pytest.mark.django_db
+
+
+class OtherPython:
+    """Another implementation registered later under the same name, without controls."""
+
+    def start(self, **kwargs):
+        return None
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+
+
+@pytest.fixture
+def work_id(clock):
+    apply(clock)
+    start = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
+    router(clock).route(start.seq)
+    return RouteRecord.objects.get(event=start).work_id
+
+
+def test_r36_an_attempt_pins_generation_binding_executor_and_capabilities(clock, work_id):
+    attempt = attempt_dispatch(work_id=work_id, clock=clock)
+    assert (attempt.binding, attempt.executor, attempt.generation) == ("triage", "python", 1)
+    assert attempt.executor_path == "worklife.executors.PythonExecutor"
+    assert sorted(attempt.capabilities) == ["inject", "interrupt"]
+    assert dispatch_check(attempt).ok
+
+
+def test_r36_dispatch_is_checked_against_the_pinned_generation(clock, work_id):
+    attempt = attempt_dispatch(work_id=work_id, clock=clock)
+    # A newer generation moves "triage" to another executor: the attempt keeps generation 1.
+    moved = (
+        DOCUMENT.replace("executor: python", "executor: command")
+        .replace('settings: {target: "tests.routing.sample_handlers:noop"}', 'settings: {argv: ["true"]}')
+        .replace("controls: [inject, interrupt]", "controls: []")
+        .replace("policy: interrupt\n", "policy: interrupt\n        fallback: queue\n")
+    )
+    apply(clock, moved)
+    assert dispatch_check(attempt).ok
+
+
+def test_r36_a_changed_executor_behind_the_same_binding_name_is_refused(clock, work_id, settings):
+    attempt = attempt_dispatch(work_id=work_id, clock=clock)
+    settings.CONDUIT_EXECUTORS = {
+        **settings.CONDUIT_EXECUTORS,
+        "python": "tests.routing.test_dispatch.OtherPython",
+    }
+    check = dispatch_check(attempt)
+    assert not check.ok and "tests.routing.test_dispatch.OtherPython" in check.reason
+
+
+def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
+    with pytest.raises(DispatchRefused, match="binding 'gone' is not in scope acme"):
+        attempt_dispatch(work_id=work_id, clock=clock, binding="gone")
