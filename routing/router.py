@@ -915,12 +915,12 @@ class _Writes:
             Event.objects.filter(seq=seq).update(
                 unrouted_reason=reason, waiting_on=None, retry_at=retry_at, claimed_by="", claimed_until=None
             )
-        return ids
         # Open console pages refresh once this window commits (bounded; never raises).
         publish_routed(
             [row[0] for row in self.records] + [*self.reasons, *self.failures],
             self.touched_works | set(ids.values()),
         )
+        return ids
 
 
 def _insert(model: type, fields: Sequence[str], rows: list[list]) -> None:
