@@ -6,7 +6,7 @@ costs a fixed number of queries whatever the length of history.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,7 +52,7 @@ class KeysetPage:
     def is_first(self) -> bool:
         return self.cursor is None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.items)
 
     def __len__(self) -> int:

@@ -30,7 +30,10 @@ class EventFilterForm(forms.Form):
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     type = forms.CharField(required=False, max_length=255, help_text="Exact Event type.")
     route_state = forms.ChoiceField(
-        required=False, choices=_choices_with_any(RouteState.choices), label="Route state"
+        required=False,
+        choices=_choices_with_any(RouteState.choices),
+        label="Route state",
+        help_text="Where the Event stands in routing.",
     )
     before = CursorField(help_text="Show Events with a lower seq than this one.")
 
@@ -44,7 +47,9 @@ class WorkFilterForm(forms.Form):
     """Filters of the Work list: exact scope and status; ``before`` pages."""
 
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
-    status = forms.ChoiceField(required=False, choices=_choices_with_any(WorkStatus.choices))
+    status = forms.ChoiceField(
+        required=False, choices=_choices_with_any(WorkStatus.choices), help_text="The Work's status."
+    )
     before = CursorField(help_text="Show Work with a lower id than this one.")
 
     def filters(self) -> WorkFilter:
