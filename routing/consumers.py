@@ -15,7 +15,9 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.context_processors import PermWrapper
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from conduit_site.live import EVENTS_GROUP, group_name_for_work
@@ -38,6 +40,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     coalesce_seconds = 0.2
 
     group: str | None = None
+    user: Any = None
     _dirty: bool = False
     _flusher: asyncio.Task | None = None
 
@@ -51,6 +54,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=close_code)
             return
         self.group = group
+        self.user = user
         await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
@@ -87,6 +91,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """The out-of-band fragments to send (runs in a thread; may read the database)."""
         raise NotImplementedError
 
+    def base_context(self, page_path: str) -> dict[str, Any]:
+        """What a template rendered over the socket knows in place of a request: the user,
+        their permissions and the page the fragment goes to (``return_to``)."""
+        return {"oob": True, "user": self.user, "perms": PermWrapper(self.user), "return_to": page_path}
+
 
 class WorkConsumer(LiveConsumer):
     """``ws/work/<id>/``: the Work page's state, unrouted input, input and history."""
@@ -106,7 +115,7 @@ class WorkConsumer(LiveConsumer):
         except Work.DoesNotExist:
             return ""
         context = work_detail_context(work, LIVE_PARTIALS)
-        context["oob"] = True
+        context.update(self.base_context(reverse("work-detail", args=[work.pk])))
         return "".join(render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS)
 
 
@@ -128,5 +137,5 @@ class EventsConsumer(LiveConsumer):
         if self.form is None:  # not connected (prepare() refused it): nothing to show
             return ""
         context = event_rows_context(self.form.filters())
-        context["oob"] = True
+        context.update(self.base_context(context["first_url"]))
         return render_to_string(f"{LIST_TEMPLATE}#event-rows", context)
