@@ -12,6 +12,8 @@ from causal.models import KV, CausalDiagnostic, Event, EventKey
 class EventFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Event
+        # The ``keys`` hook writes other rows and leaves the Event as saved: no second save.
+        skip_postgeneration_save = True
 
     envelope_id = factory.Sequence(lambda n: f"evt-{n}")
     source = "tests"
