@@ -9,8 +9,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 VAR := $(or $(CONDUIT_VAR_DIR),var)
-HOST ?= 127.0.0.1
-PORT ?= 8000
+# Set on the command line (make run HOST=0.0.0.0 PORT=9000), not from the environment: some
+# shells keep the machine's name in HOST.
+HOST := 127.0.0.1
+PORT := 8000
 OPERATOR := operator
 DEMO_CONFIG := demo/conduit.yaml
 LOCAL_POSTGRES := postgres://postgres@127.0.0.1:5432/test
