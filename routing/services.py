@@ -15,7 +15,7 @@ from django.db.models import Max
 
 from causal.clock import Clock
 from causal.models import Event
-from causal.services import Accepted, Envelope, event_accept_in_tx
+from causal.services import Accepted, Envelope, event_accept_in_tx, events_accept_in_tx
 from routing.config import ParsedDocument, live_generation, parse_document
 from routing.ingress import (
     BatchInvalid,
@@ -60,7 +60,7 @@ def events_accept(
     envelopes = _validated_batch(payloads, trusted=trusted)
     with transaction.atomic():
         _refuse_unknown_scopes_in_tx(envelopes, batch=True)
-        return [event_accept_in_tx(envelope=e, clock=clock, accepted_by=accepted_by) for e in envelopes]
+        return events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=accepted_by)
 
 
 def _validated(payload: Any, *, trusted: bool) -> Envelope:
