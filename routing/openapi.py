@@ -247,6 +247,80 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "ControlResult": {
+        "type": "object",
+        "description": "What an operator control did to one Event (R20-R22). Each control commits a "
+        "`core.manual.skip_event` / `core.manual.reroute_event` control Event naming the Event and the "
+        "acting user, in the same transaction as its effect.",
+        "required": ["action", "seq", "route_state", "outcome", "control_seq", "by", "message"],
+        "properties": {
+            "action": {"type": "string", "enum": ["skip_event", "reroute_event"]},
+            "seq": {"type": "integer", "description": "The Event acted on."},
+            "route_state": {
+                "type": "string",
+                "enum": ["unrouted", "skipped", "failed"],
+                "description": "The Event's route state after the control.",
+            },
+            "outcome": {
+                "type": "string",
+                "enum": ["skipped", "failures_forgotten", "copied"],
+                "description": "skipped: routed as skipped; failures_forgotten: an unrouted Event's failures "
+                "were forgotten, the next pass tries it at once; copied: a copy of a failed or skipped Event "
+                "was accepted (id `reroute/<original id>`, same source) and routes like new input.",
+            },
+            "control_seq": {"type": "integer", "description": "The control Event."},
+            "copy_seq": {"type": ["integer", "null"], "description": "The copy a reroute accepted."},
+            "work_id": {"type": ["integer", "null"], "description": "The Work the control was recorded on."},
+            "by": {"type": "string", "description": "The acting user."},
+            "failures": {"type": "integer", "description": "Route failures counted before the control."},
+            "last_error": {"type": "string", "description": "The last route failure's error, if any."},
+            "message": {"type": "string", "description": "The result in one sentence."},
+        },
+    },
+    "ControlRefusal": {
+        "type": "object",
+        "description": "A control on an Event in the wrong state; nothing was changed.",
+        "required": ["error", "message", "seq", "route_state"],
+        "properties": {
+            "error": {"type": "string", "const": "wrong_state"},
+            "message": {"type": "string"},
+            "seq": {"type": "integer"},
+            "route_state": {"type": "string", "enum": ["unrouted", "routed", "skipped", "failed"]},
+            "copy_seq": {
+                "type": ["integer", "null"],
+                "description": "The copy of an Event already rerouted (a second reroute is refused).",
+            },
+        },
+    },
+    "DoctorCheck": {
+        "type": "object",
+        "required": ["name", "ok", "status", "summary", "total", "items"],
+        "properties": {
+            "name": {"type": "string", "enum": ["routing", "route_loop", "handler_calls", "causal"]},
+            "ok": {"type": "boolean"},
+            "status": {"type": "string", "enum": ["ok", "warn"]},
+            "summary": {"type": "string", "description": "The verdict in one line."},
+            "total": {"type": "integer", "description": "Findings in all (items lists at most 50)."},
+            "items": {
+                "type": "array",
+                "description": "routing: Events unrouted ten minutes after acceptance (seq, type, scope, "
+                "accepted_at, age_seconds, failures, last_code, last_error, retry_at, waiting_on, reason); "
+                "route_loop and handler_calls: route loops' last heartbeats (loop, at, age_seconds, "
+                "generation, passes, routed, abandoned_calls, abandoned_total); causal: roots refused in "
+                "the last hour (root_seq, refusals, kinds, last_at).",
+                "items": {"type": "object"},
+            },
+        },
+    },
+    "DoctorReport": {
+        "type": "object",
+        "required": ["ok", "at", "checks"],
+        "properties": {
+            "ok": {"type": "boolean", "description": "False when any check warns."},
+            "at": TIMESTAMP,
+            "checks": {"type": "array", "items": _ref("DoctorCheck")},
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error", "message"],
@@ -282,6 +356,14 @@ RESPONSES: dict[str, Any] = {
         "content": _json(_ref("Error")),
     },
     "UnsupportedMediaType": {"description": "The body is not JSON.", "content": _json(_ref("Error"))},
+    "Forbidden": {
+        "description": "The token's user lacks the permission this operation needs.",
+        "content": _json(_ref("Error")),
+    },
+    "ControlRefused": {
+        "description": "The Event is in the wrong state for this control; nothing was changed.",
+        "content": _json(_ref("ControlRefusal")),
+    },
 }
 
 PATHS: dict[str, Any] = {
@@ -354,6 +436,62 @@ PATHS: dict[str, Any] = {
                 "200": {"description": "The Event's route.", "content": _json(_ref("EventRoute"))},
                 "401": _response("Unauthorized"),
                 "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/events/{seq}/skip": {
+        "post": {
+            "operationId": "event_skip",
+            "summary": "Skip an unrouted Event",
+            "description": "Routes the unrouted Event as skipped without asking its routes (RouteRecord "
+            "disposition and policy `skipped`, reason `skipped by <user>`, on the Work its explicit targets "
+            "name when exactly one; its route failures are forgotten, their count and last error kept in "
+            "the record). Commits a `core.manual.skip_event` control Event in the same transaction. Needs "
+            "the permission `routing.skip_event`. No request body.",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "Skipped.", "content": _json(_ref("ControlResult"))},
+                "401": _response("Unauthorized"),
+                "403": _response("Forbidden"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+                "409": _response("ControlRefused"),
+            },
+        }
+    },
+    "/api/events/{seq}/reroute": {
+        "post": {
+            "operationId": "event_reroute",
+            "summary": "Reroute an Event",
+            "description": "An unrouted Event: its route failures are forgotten (backoff and wait cleared), so "
+            "the next pass tries it at once. A failed or skipped Event: a copy is accepted, the same "
+            "envelope under the id `reroute/<original id>` and the same source, and routes like new input; "
+            "a second reroute is refused naming the copy. Commits a `core.manual.reroute_event` control "
+            "Event in the same transaction. Needs the permission `routing.reroute_event`. No request body.",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "Rerouted.", "content": _json(_ref("ControlResult"))},
+                "401": _response("Unauthorized"),
+                "403": _response("Forbidden"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+                "409": _response("ControlRefused"),
+            },
+        }
+    },
+    "/api/doctor": {
+        "get": {
+            "operationId": "doctor",
+            "summary": "Doctor's health checks",
+            "description": "routing: Events still unrouted ten minutes after acceptance, with their failure "
+            "counts, last error code, next retry and the Event they wait behind; route_loop: no route loop "
+            "heartbeat newer than 60 s while Events are unrouted; handler_calls: handler calls a live route "
+            "loop abandoned at their deadline; causal: roots whose derived Events were refused in the last "
+            "hour. Always 200: `ok` says whether any check warns.",
+            "responses": {
+                "200": {"description": "The checks.", "content": _json(_ref("DoctorReport"))},
+                "401": _response("Unauthorized"),
                 "405": _response("MethodNotAllowed"),
             },
         }

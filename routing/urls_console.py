@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.views import auth, causal, config, events, home, work
+from routing.views import auth, causal, config, controls, dead_letters, doctor, events, home, work
 
 urlpatterns = [
     path("", home.home, name="console-home"),
@@ -10,6 +10,11 @@ urlpatterns = [
     path("logout/", auth.ConsoleLogoutView.as_view(), name="logout"),
     path("events/", events.event_list, name="event-list"),
     path("events/<int:seq>/", events.event_detail, name="event-detail"),
+    path("events/<int:seq>/skip/", controls.event_skip, name="event-skip"),
+    path("events/<int:seq>/reroute/", controls.event_reroute, name="event-reroute"),
+    path("dead-letters/", dead_letters.dead_letters, name="dead-letters"),
+    path("dead-letters/reroute/", dead_letters.dead_letters_reroute, name="dead-letters-reroute"),
+    path("doctor/", doctor.doctor_page, name="doctor"),
     path("work/", work.work_list, name="work-list"),
     path("work/<int:work_id>/", work.work_detail, name="work-detail"),
     path("config/", config.config_list, name="config-list"),

@@ -27,6 +27,7 @@ from causal.selectors import PAGE_SIZE
 from causal.services import Accepted
 from routing import services
 from routing.ingress import Document, EnvelopeInvalid, read_documents
+from routing.management.controls import reroute_arguments, reroute_run, skip_arguments, skip_run
 from routing.models import Disposition
 from routing.selectors import (
     MAX_LIST_LIMIT,
@@ -397,6 +398,18 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         help="Accept Events from a file or standard input (all or nothing).",
         add_arguments=accept_arguments,
         run=accept_run,
+    ),
+    "skip": Subcommand(
+        help="Skip an unrouted Event: route it as skipped without asking its routes (trusted: no "
+        "permission is checked; --as names the actor).",
+        add_arguments=skip_arguments,
+        run=skip_run,
+    ),
+    "reroute": Subcommand(
+        help="Reroute an Event: forget an unrouted Event's failures, or accept a copy of a failed or "
+        "skipped one (trusted: no permission is checked; --as names the actor).",
+        add_arguments=reroute_arguments,
+        run=reroute_run,
     ),
     "get": Subcommand(
         help="Print an Event and its route (policy, reason, refusals, error) or why it is unrouted.",

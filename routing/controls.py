@@ -1,0 +1,502 @@
+"""Operator controls on one Event: skip and reroute (R20–R22).
+
+Each control is one transaction that
+
+1. serialises with route commits (the router's commit lock on PostgreSQL; ``BEGIN IMMEDIATE``
+   on SQLite) and locks the Event row (``SELECT … FOR UPDATE``), then re-checks the Event's
+   state there: the route loop may have settled it since the operator looked;
+2. applies the control's effect;
+3. accepts a ``core.manual.skip_event`` / ``core.manual.reroute_event`` control Event (source
+   ``core.manual``, trusted acceptance) naming the Event and the acting user, and settles it
+   at once with a RouteRecord (policy ``control``) so it never routes through user routes.
+
+A control on an Event in the wrong state raises :class:`ControlRefused` (HTTP 409) and an
+unknown seq ``Event.DoesNotExist`` (404); either way nothing is stored.
+
+**Skip** routes an unrouted Event as skipped without asking its routes: RouteRecord
+disposition and policy ``skipped``, reason ``skipped by <user>``, on the Work its explicit
+targets name when they name exactly one; its failure entry is deleted and its count and last
+error are kept in the record (``attempts``, ``error``).
+
+**Reroute** of an unrouted Event forgets its failures (the failure entry, ``retry_at``,
+``waiting_on``), so the next pass tries it at once. Reroute of a failed or skipped Event
+accepts a copy: the same envelope under the id ``reroute/<original id>`` and the same source,
+which then routes like new input. There is one copy per Event: a second reroute is refused
+naming it.
+
+:func:`events_reroute` reroutes several Events, each in its own transaction (the dead letters
+page); :func:`dead_letters_page` and :func:`reroute_copies` are the reads that page makes.
+
+Who may act is decided by the callers: the API and the console require the permissions
+``routing.skip_event`` / ``routing.reroute_event``; the CLI is trusted operator access on the
+host and records ``--as USER`` (or ``cli``) as the actor without checking one.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+from django.db.models import Q
+
+from causal.clock import Clock
+from causal.models import KV, Event, RouteState
+from causal.selectors import PAGE_SIZE, KeysetPage, keyset_page
+from causal.services import Envelope, event_accept_in_tx
+from routing.config import live_generation
+from routing.live import publish_routed
+from routing.models import Disposition, RouteRecord
+from routing.router import COMMIT_LOCK_ID, FAILURES_NAMESPACE
+from worklife.models import Attempt, CorrelationKey, Work
+
+logger = logging.getLogger("conduit.routing")
+
+CONTROL_SOURCE = "core.manual"
+SKIP_EVENT = "skip_event"
+REROUTE_EVENT = "reroute_event"
+CONTROL_TYPES = {SKIP_EVENT: "core.manual.skip_event", REROUTE_EVENT: "core.manual.reroute_event"}
+CONTROL_POLICY = "control"
+COPY_PREFIX = "reroute/"
+PERMISSIONS = {SKIP_EVENT: "routing.skip_event", REROUTE_EVENT: "routing.reroute_event"}
+# What a control did (ControlResult.outcome).
+SKIPPED = "skipped"
+FAILURES_FORGOTTEN = "failures_forgotten"
+COPIED = "copied"
+# Dead letters rerouted in one request (each in its own transaction).
+MAX_BATCH = 100
+
+_ENVELOPE_ID_MAX = Event._meta.get_field("envelope_id").max_length
+_DECIDED_BY_MAX = RouteRecord._meta.get_field("decided_by").max_length
+
+
+class ControlRefused(Exception):
+    """A control on an Event in the wrong state (HTTP 409): nothing was changed.
+
+    ``copy_seq`` names the copy when the Event was already rerouted as one.
+    """
+
+    def __init__(self, *, seq: int, route_state: str, message: str, copy_seq: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.route_state = route_state
+        self.message = message
+        self.copy_seq = copy_seq
+
+    def details(self) -> dict[str, Any]:
+        """The JSON body of the refusal."""
+        return {
+            "error": "wrong_state",
+            "message": self.message,
+            "seq": self.seq,
+            "route_state": self.route_state,
+            "copy_seq": self.copy_seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ControlResult:
+    """What a control did to one Event."""
+
+    action: str  # skip_event | reroute_event
+    seq: int  # the Event acted on
+    route_state: str  # its route state after the control
+    outcome: str  # skipped | failures_forgotten | copied
+    control_seq: int  # the control Event committed with the effect
+    by: str  # the acting user
+    work_id: int | None = None  # the Work the skip was recorded on
+    copy_seq: int | None = None  # the copy a reroute accepted
+    failures: int = 0  # route failures counted before the control (forgotten or kept)
+    last_error: str = ""  # the last route failure's error, when there was one
+
+    @property
+    def message(self) -> str:
+        """The result in one sentence, for the CLI and the console."""
+        counted = (
+            f" ({self.failures} failure{'s' if self.failures != 1 else ''} counted)" if self.failures else ""
+        )
+        if self.outcome == SKIPPED:
+            where = f" on Work {self.work_id}" if self.work_id else ""
+            return (
+                f"Event #{self.seq} skipped by {self.by}{where}{counted}; control Event #{self.control_seq}"
+            )
+        if self.outcome == COPIED:
+            return (
+                f"Event #{self.seq} rerouted by {self.by} as the copy #{self.copy_seq}; "
+                f"control Event #{self.control_seq}"
+            )
+        return (
+            f"Event #{self.seq}: failures forgotten by {self.by}{counted}, tried again on the next pass; "
+            f"control Event #{self.control_seq}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data (API and ``--json``)."""
+        return {**asdict(self), "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """One Event of a batch reroute: its result, or why it was refused (``status`` 404/409)."""
+
+    seq: int
+    result: ControlResult | None = None
+    error: str = ""
+    status: int = 200
+    copy_seq: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+
+# --- the controls -----------------------------------------------------------------------------
+
+
+def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> ControlResult:
+    """Route the unrouted Event ``seq`` as skipped, without asking its routes (R21).
+
+    One transaction: the skipped RouteRecord (on the Work its explicit targets name, when
+    exactly one), the Event marked skipped with its wait, backoff and claims cleared, its
+    failure entry deleted (count and last error kept in the record), and the
+    ``core.manual.skip_event`` control Event. Raises :class:`ControlRefused` when the Event
+    is not unrouted and ``Event.DoesNotExist`` for an unknown seq.
+    """
+    by = actor_name(user)
+    with transaction.atomic():
+        event = _locked_event_in_tx(seq)
+        if event.route_state != RouteState.UNROUTED:
+            raise ControlRefused(
+                seq=seq,
+                route_state=event.route_state,
+                message=f"Event #{seq} is already {event.route_state}: only an unrouted Event can be skipped",
+            )
+        now = clock()
+        entry = _failure_entry_in_tx(seq)
+        work_id = _explicit_work_in_tx(event)
+        generation = _live_label()
+        RouteRecord.objects.create(
+            event=event,
+            work_id=work_id,
+            scope=event.scope,
+            route=str(entry.get("route", "")),
+            generation=generation,
+            policy=Disposition.SKIPPED.value,
+            reason=f"skipped by {by}",
+            disposition=Disposition.SKIPPED,
+            keys=list(event.correlation or []),
+            error=str(entry.get("error", "")),
+            attempts=int(entry.get("count", 0)),
+            decided_at=now,
+            decided_by=by,
+        )
+        Event.objects.filter(seq=seq).update(
+            route_state=RouteState.SKIPPED,
+            routed_at=now,
+            unrouted_reason="",
+            waiting_on=None,
+            retry_at=None,
+            claimed_by="",
+            claimed_until=None,
+        )
+        _forget_failures_in_tx(seq)
+        control = _control_event_in_tx(
+            SKIP_EVENT, event, by=by, clock=clock, work_id=work_id, generation=generation
+        )
+        # Open console pages refresh once this commits.
+        publish_routed([seq, control.seq], [work_id])
+    result = ControlResult(
+        action=SKIP_EVENT,
+        seq=seq,
+        route_state=RouteState.SKIPPED,
+        outcome=SKIPPED,
+        control_seq=control.seq,
+        by=by,
+        work_id=work_id,
+        failures=int(entry.get("count", 0)),
+        last_error=str(entry.get("error", "")),
+    )
+    _log(result)
+    return result
+
+
+def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> ControlResult:
+    """Reroute the Event ``seq`` (R22).
+
+    An unrouted Event: its failures are forgotten (failure entry deleted, ``retry_at`` and
+    ``waiting_on`` cleared) so the next pass tries it at once. A failed or skipped Event: a
+    copy is accepted, the same envelope under the id ``reroute/<original id>`` and the same
+    source, which routes like new input. One transaction with the
+    ``core.manual.reroute_event`` control Event. Raises :class:`ControlRefused` for an Event
+    routed normally or already rerouted (naming the copy), ``Event.DoesNotExist`` for an
+    unknown seq.
+    """
+    by = actor_name(user)
+    with transaction.atomic():
+        event = _locked_event_in_tx(seq)
+        state = event.route_state
+        entry: dict[str, Any] = {}
+        copy: Event | None = None
+        if state == RouteState.UNROUTED:
+            entry = _failure_entry_in_tx(seq)
+            work_id = _explicit_work_in_tx(event)
+            _forget_failures_in_tx(seq)
+            Event.objects.filter(seq=seq).update(
+                retry_at=None,
+                waiting_on=None,
+                unrouted_reason=f"failures forgotten by {by}: tried again on the next pass",
+            )
+            outcome = FAILURES_FORGOTTEN
+        elif state in (RouteState.FAILED, RouteState.SKIPPED):
+            copy = _accept_copy_in_tx(event, by=by, clock=clock)
+            work_id = RouteRecord.objects.filter(event_id=seq).values_list("work_id", flat=True).first()
+            outcome = COPIED
+        else:
+            policy = RouteRecord.objects.filter(event_id=seq).values_list("policy", flat=True).first()
+            raise ControlRefused(
+                seq=seq,
+                route_state=state,
+                message=f"Event #{seq} was routed normally (policy {policy or 'unknown'}): only an unrouted, "
+                "failed or skipped Event can be rerouted",
+            )
+        control = _control_event_in_tx(
+            REROUTE_EVENT, event, by=by, clock=clock, work_id=work_id, generation=_live_label()
+        )
+        publish_routed([seq, control.seq, *([copy.seq] if copy is not None else [])], [work_id])
+    result = ControlResult(
+        action=REROUTE_EVENT,
+        seq=seq,
+        route_state=state,
+        outcome=outcome,
+        control_seq=control.seq,
+        by=by,
+        work_id=work_id,
+        copy_seq=copy.seq if copy is not None else None,
+        failures=int(entry.get("count", 0)),
+        last_error=str(entry.get("error", "")),
+    )
+    _log(result)
+    return result
+
+
+def events_reroute(*, seqs: Iterable[int], user: AbstractBaseUser | str, clock: Clock) -> list[BatchOutcome]:
+    """Reroute several Events, each with its own control Event in its own transaction.
+
+    Returns one :class:`BatchOutcome` per distinct seq, in the order given: a refusal of one
+    Event (wrong state, unknown seq) is reported and the others go on. At most
+    :data:`MAX_BATCH` Events (``ValueError`` beyond).
+    """
+    wanted = list(dict.fromkeys(seqs))
+    if len(wanted) > MAX_BATCH:
+        raise ValueError(f"seq: at most {MAX_BATCH} Events can be rerouted at once, not {len(wanted)}")
+    outcomes: list[BatchOutcome] = []
+    for seq in wanted:
+        try:
+            result = event_reroute(seq=seq, user=user, clock=clock)
+        except ControlRefused as refused:
+            outcomes.append(BatchOutcome(seq, error=refused.message, status=409, copy_seq=refused.copy_seq))
+        except Event.DoesNotExist:
+            outcomes.append(BatchOutcome(seq, error=f"no Event has seq {seq}", status=404))
+        else:
+            outcomes.append(BatchOutcome(seq, result=result, copy_seq=result.copy_seq))
+    return outcomes
+
+
+def actor_name(user: AbstractBaseUser | str) -> str:
+    """The name a control records for ``user`` (a user, or a name such as ``cli``)."""
+    name = user if isinstance(user, str) else user.get_username()
+    name = name.strip()
+    if not name:
+        raise ValueError("user: a control needs the name of the acting user")
+    if len(name) > _DECIDED_BY_MAX:
+        raise ValueError(f"user: the name is longer than {_DECIDED_BY_MAX} characters")
+    return name
+
+
+def copy_envelope_id(envelope_id: str) -> str:
+    """The envelope id of a rerouted Event's copy."""
+    return COPY_PREFIX + envelope_id
+
+
+def reroute_copies(events: Iterable[Event]) -> dict[int, int]:
+    """The copies already accepted for ``events`` (failed or skipped ones), by original seq.
+    One query whatever the number of Events."""
+    wanted = {(e.source, copy_envelope_id(e.envelope_id)): e.seq for e in events}
+    if not wanted:
+        return {}
+    query = Q(pk__in=[])
+    for source, envelope_id in wanted:
+        query |= Q(source=source, envelope_id=envelope_id)
+    rows = Event.objects.filter(query).values_list("source", "envelope_id", "seq")
+    return {wanted[(source, envelope_id)]: seq for source, envelope_id, seq in rows}
+
+
+# --- inside the transaction -------------------------------------------------------------------
+
+
+def _locked_event_in_tx(seq: int) -> Event:
+    """The Event row, locked, read after every route commit in progress has finished."""
+    if connection.vendor == "postgresql":
+        # The router's commit lock: the state re-checked below is the one route commits leave.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+    try:
+        return Event.objects.select_for_update().get(seq=seq)
+    except Event.DoesNotExist:
+        raise Event.DoesNotExist(f"no Event has seq {seq}") from None
+
+
+def _failure_entry_in_tx(seq: int) -> dict[str, Any]:
+    value = (
+        KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(seq)).values_list("value", flat=True).first()
+    )
+    return value if isinstance(value, dict) else {}
+
+
+def _forget_failures_in_tx(seq: int) -> None:
+    KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(seq)).delete()
+
+
+def _explicit_work_in_tx(event: Event) -> int | None:
+    """The Work the Event's explicit targets (work id, execution id, owned correlation keys)
+    name, when they name exactly one; else ``None``."""
+    targets: set[int] = set()
+    if event.work_id is not None and Work.objects.filter(pk=event.work_id).exists():
+        targets.add(event.work_id)
+    if event.execution_id is not None:
+        work_id = Attempt.objects.filter(pk=event.execution_id).values_list("work_id", flat=True).first()
+        if work_id is not None:
+            targets.add(work_id)
+    if event.correlation:
+        targets.update(
+            CorrelationKey.objects.filter(scope=event.scope, key__in=list(event.correlation)).values_list(
+                "work_id", flat=True
+            )
+        )
+    return targets.pop() if len(targets) == 1 else None
+
+
+def _accept_copy_in_tx(event: Event, *, by: str, clock: Clock) -> Event:
+    copy_id = copy_envelope_id(event.envelope_id)
+    if len(copy_id) > _ENVELOPE_ID_MAX:
+        raise ControlRefused(
+            seq=event.seq,
+            route_state=event.route_state,
+            message=f"Event #{event.seq} cannot be rerouted: its copy's id {copy_id[:40]!r}… would be longer "
+            f"than {_ENVELOPE_ID_MAX} characters",
+        )
+    existing = (
+        Event.objects.filter(source=event.source, envelope_id=copy_id).values_list("seq", flat=True).first()
+    )
+    if existing is not None:
+        raise ControlRefused(
+            seq=event.seq,
+            route_state=event.route_state,
+            message=f"Event #{event.seq} was already rerouted as the copy #{existing} ({copy_id})",
+            copy_seq=existing,
+        )
+    envelope = Envelope(
+        id=copy_id,
+        source=event.source,
+        type=event.type,
+        scope=event.scope,
+        subject=event.subject,
+        time=event.time,
+        specversion=event.specversion,
+        datacontenttype=event.datacontenttype,
+        data=event.data,
+        extensions=dict(event.extensions or {}),
+        correlation=tuple(event.correlation or ()),
+        work_id=event.work_id,
+        execution_id=event.execution_id,
+    )
+    return event_accept_in_tx(envelope=envelope, clock=clock, parent=event.parent, accepted_by=by).event
+
+
+def _control_event_in_tx(
+    action: str, target: Event, *, by: str, clock: Clock, work_id: int | None, generation: str
+) -> Event:
+    """Accept the control Event naming ``target`` and settle it at once (policy ``control``)."""
+    envelope = Envelope(
+        id=f"{action}/{target.seq}/{uuid.uuid4().hex}",
+        source=CONTROL_SOURCE,
+        type=CONTROL_TYPES[action],
+        scope=target.scope,
+        data={"event": target.seq, "envelope_id": target.envelope_id, "source": target.source, "by": by},
+    )
+    control = event_accept_in_tx(envelope=envelope, clock=clock, accepted_by=by).event
+    now = clock()
+    RouteRecord.objects.create(
+        event=control,
+        work_id=work_id,
+        scope=target.scope,
+        generation=generation,
+        policy=CONTROL_POLICY,
+        reason=action,
+        disposition=Disposition.ROUTED,
+        decided_at=now,
+        decided_by=by,
+    )
+    Event.objects.filter(seq=control.seq).update(route_state=RouteState.ROUTED, routed_at=now)
+    return control
+
+
+def _live_label() -> str:
+    live = live_generation()
+    return live.label if live is not None else ""
+
+
+def _log(result: ControlResult) -> None:
+    logger.info(
+        "control.applied",
+        extra={
+            "action": result.action,
+            "event": result.seq,
+            "control_event": result.control_seq,
+            "outcome": result.outcome,
+            "by": result.by,
+            "copy": result.copy_seq,
+            "work": result.work_id,
+        },
+    )
+
+
+# --- dead letters (reads) -----------------------------------------------------------------------
+
+DEAD_DISPOSITIONS = (Disposition.FAILED.value, Disposition.SKIPPED.value)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFilter:
+    """What the dead-letters list is filtered by; empty strings mean "any"."""
+
+    scope: str = ""
+    route: str = ""
+    code: str = ""  # the record's reason: a route error code, or "skipped by <user>"
+    disposition: str = ""  # failed | skipped
+
+    def __post_init__(self) -> None:
+        if self.disposition and self.disposition not in DEAD_DISPOSITIONS:
+            raise ValueError(f"disposition: expected failed or skipped, not {self.disposition!r}")
+
+
+def dead_letters_page(
+    filters: DeadLetterFilter, *, before: int | None = None, limit: int = PAGE_SIZE
+) -> KeysetPage:
+    """One page of dead letters (RouteRecords of failed and skipped Events), newest first,
+    below the Event seq ``before`` when given; each record with its Event and Work joined.
+    One query."""
+    records = RouteRecord.objects.filter(
+        disposition__in=[filters.disposition] if filters.disposition else DEAD_DISPOSITIONS
+    ).select_related("event", "work")
+    if filters.scope:
+        records = records.filter(scope=filters.scope)
+    if filters.route:
+        records = records.filter(route=filters.route)
+    if filters.code:
+        records = records.filter(reason=filters.code)
+    return keyset_page(records, key="event_id", cursor=before, limit=limit)

@@ -1,0 +1,407 @@
+"""Doctor: the health checks an operator runs (R23).
+
+Each check is a plain function of the database and ``now`` returning a :class:`Check`;
+:func:`doctor` runs them all with the injected clock. ``manage.py doctor``, ``GET
+/api/doctor`` and the console's Doctor page all call :func:`doctor`: one code path.
+
+- ``routing``: Events still unrouted ten minutes after acceptance, each with its failure
+  count, last error code, next retry and the earlier Event it waits behind (R23).
+- ``route_loop``: no route loop heartbeat newer than 60 seconds while Events are unrouted
+  (which loops, and how old their last heartbeats are).
+- ``handler_calls``: handler calls a live route loop abandoned at their deadline and whose
+  threads have not returned (a handler that never returns).
+- ``causal``: roots whose derived Events the causal limits refused in the last hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from causal.clock import Clock
+from causal.models import KV, Event, RouteState
+from causal.selectors import roots_refused_since
+from routing.loop import HEARTBEATS_NAMESPACE
+from routing.router import FAILURES_NAMESPACE
+from routing.serializers import timestamp
+
+UNROUTED_AFTER = timedelta(minutes=10)
+HEARTBEAT_STALE = timedelta(seconds=60)
+REFUSALS_SINCE = timedelta(hours=1)
+# Findings listed per check (the summary still counts them all).
+MAX_LISTED = 50
+STALE_LOOPS_LISTED = 10
+
+OK = "ok"
+WARN = "warn"
+
+
+@dataclass(frozen=True, slots=True)
+class StuckEvent:
+    """An Event still unrouted after :data:`UNROUTED_AFTER`."""
+
+    seq: int
+    type: str
+    scope: str
+    accepted_at: datetime
+    age_seconds: float
+    failures: int
+    last_code: str
+    last_error: str
+    retry_at: datetime | None
+    waiting_on: int | None
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "type": self.type,
+            "scope": self.scope,
+            "accepted_at": timestamp(self.accepted_at),
+            "age_seconds": round(self.age_seconds, 3),
+            "failures": self.failures,
+            "last_code": self.last_code,
+            "last_error": self.last_error,
+            "retry_at": timestamp(self.retry_at),
+            "waiting_on": self.waiting_on,
+            "reason": self.reason,
+        }
+
+    @property
+    def age(self) -> str:
+        """How long it has been unrouted, in words."""
+        return duration(self.age_seconds)
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        parts = [f"#{self.seq} {self.type} in {self.scope}, unrouted for {self.age}"]
+        if self.failures:
+            parts.append(f"{self.failures} failure{'s' if self.failures != 1 else ''}, last {self.last_code}")
+        if self.retry_at is not None:
+            parts.append(f"next retry {timestamp(self.retry_at)}")
+        if self.waiting_on is not None:
+            parts.append(f"waits behind #{self.waiting_on}")
+        if self.reason and not self.failures:
+            parts.append(self.reason)
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopBeat:
+    """A route loop's last heartbeat."""
+
+    loop: str
+    at: datetime | None
+    age_seconds: float | None
+    generation: str
+    passes: int
+    routed: int
+    abandoned_calls: int
+    abandoned_total: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "loop": self.loop,
+            "at": timestamp(self.at),
+            "age_seconds": None if self.age_seconds is None else round(self.age_seconds, 3),
+            "generation": self.generation,
+            "passes": self.passes,
+            "routed": self.routed,
+            "abandoned_calls": self.abandoned_calls,
+            "abandoned_total": self.abandoned_total,
+        }
+
+    @property
+    def age(self) -> str:
+        """How old the heartbeat is, in words."""
+        return duration(self.age_seconds)
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        age = "never" if self.age_seconds is None else f"{self.age} ago"
+        line = (
+            f"{self.loop}: last heartbeat {age} (generation {self.generation or '-'}, {self.passes} passes)"
+        )
+        if self.abandoned_calls:
+            line += (
+                f", {self.abandoned_calls} abandoned handler call{'s' if self.abandoned_calls != 1 else ''}"
+            )
+        return line
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRoot:
+    """A root whose derived Events the causal limits refused recently."""
+
+    root_seq: int | None
+    refusals: int
+    kinds: dict[str, int]
+    last_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "root_seq": self.root_seq,
+            "refusals": self.refusals,
+            "kinds": dict(self.kinds),
+            "last_at": timestamp(self.last_at),
+        }
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        root = f"root #{self.root_seq}" if self.root_seq is not None else "no root (missing parent)"
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.kinds.items()))
+        return f"{root}: {self.refusals} refused ({kinds}), last {timestamp(self.last_at)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check's verdict: ``ok`` or a warning, a one-line summary and the findings
+    (at most :data:`MAX_LISTED`; ``total`` counts them all)."""
+
+    name: str
+    status: str
+    summary: str
+    items: tuple[Any, ...] = ()
+    total: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "status": self.status,
+            "summary": self.summary,
+            "total": self.total,
+            "items": [item.as_dict() for item in self.items],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    """Every check, run at ``at``."""
+
+    at: datetime
+    checks: tuple[Check, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def warnings(self) -> list[Check]:
+        return [check for check in self.checks if not check.ok]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "at": timestamp(self.at), "checks": [check.as_dict() for check in self.checks]}
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+
+def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
+    """Events accepted more than ten minutes before ``now`` and still unrouted, oldest first,
+    with their failure counts, last error code, next retry and what they wait behind (R23).
+    Three queries."""
+    cutoff = now - UNROUTED_AFTER
+    stuck = Event.objects.filter(route_state=RouteState.UNROUTED, accepted_at__lt=cutoff)
+    total = stuck.count()
+    if not total:
+        return Check(
+            "routing", OK, f"no Event is unrouted {duration(UNROUTED_AFTER.total_seconds())} after acceptance"
+        )
+    rows = list(
+        stuck.order_by("seq").values_list(
+            "seq", "type", "scope", "accepted_at", "retry_at", "waiting_on_id", "unrouted_reason"
+        )[:limit]
+    )
+    failures = dict(
+        KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=[str(row[0]) for row in rows]).values_list(
+            "key", "value"
+        )
+    )
+    items = []
+    for seq, type_, scope, accepted_at, retry_at, waiting_on, reason in rows:
+        entry = failures.get(str(seq)) or {}
+        items.append(
+            StuckEvent(
+                seq=seq,
+                type=type_,
+                scope=scope,
+                accepted_at=accepted_at,
+                age_seconds=(now - accepted_at).total_seconds(),
+                failures=int(entry.get("count", 0)),
+                last_code=str(entry.get("code", "")),
+                last_error=first_line(str(entry.get("error", ""))),
+                retry_at=retry_at,
+                waiting_on=waiting_on,
+                reason=reason,
+            )
+        )
+    failing = sum(1 for item in items if item.failures)
+    summary = (
+        f"{total} Event{'s are' if total != 1 else ' is'} still unrouted "
+        f"{duration(UNROUTED_AFTER.total_seconds())} after acceptance"
+        f" (oldest #{items[0].seq}, {duration(items[0].age_seconds)}"
+        + (f"; {failing} with route failures" if failing else "")
+        + ")"
+    )
+    return Check("routing", WARN, summary, tuple(items), total)
+
+
+def loop_beats(*, now: datetime, limit: int = STALE_LOOPS_LISTED, fresh_only: bool = False) -> list[LoopBeat]:
+    """The route loops' last heartbeats, newest first (only those newer than
+    :data:`HEARTBEAT_STALE` with ``fresh_only``). One query."""
+    entries = KV.objects.filter(namespace=HEARTBEATS_NAMESPACE)
+    if fresh_only:
+        entries = entries.filter(updated_at__gte=now - HEARTBEAT_STALE)
+    beats = []
+    for key, value, updated_at in entries.order_by("-updated_at", "key").values_list(
+        "key", "value", "updated_at"
+    )[:limit]:
+        value = value if isinstance(value, dict) else {}
+        at = _parse_time(value.get("at")) or updated_at
+        beats.append(
+            LoopBeat(
+                loop=key,
+                at=at,
+                age_seconds=(now - at).total_seconds(),
+                generation=str(value.get("generation", "")),
+                passes=int(value.get("passes", 0)),
+                routed=int(value.get("routed", 0)),
+                abandoned_calls=int(value.get("abandoned_calls", 0)),
+                abandoned_total=int(value.get("abandoned_total", 0)),
+            )
+        )
+    return beats
+
+
+def check_route_loop(*, now: datetime) -> Check:
+    """Warn when no route loop has a heartbeat newer than :data:`HEARTBEAT_STALE` while
+    Events are unrouted, naming the loops and how old their last heartbeats are."""
+    unrouted = Event.objects.filter(route_state=RouteState.UNROUTED).count()
+    beats = loop_beats(now=now)
+    fresh = [
+        beat
+        for beat in beats
+        if beat.age_seconds is not None and beat.age_seconds <= HEARTBEAT_STALE.total_seconds()
+    ]
+    if fresh:
+        names = ", ".join(f"{beat.loop} ({duration(beat.age_seconds)} ago)" for beat in fresh)
+        return Check(
+            "route_loop",
+            OK,
+            f"{len(fresh)} route loop{'s' if len(fresh) != 1 else ''} alive: {names}",
+            tuple(fresh),
+            len(fresh),
+        )
+    if not unrouted:
+        last = f"; last heartbeat {duration(beats[0].age_seconds)} ago from {beats[0].loop}" if beats else ""
+        return Check(
+            "route_loop", OK, f"no Event is waiting for a route loop{last}", tuple(beats), len(beats)
+        )
+    limit = duration(HEARTBEAT_STALE.total_seconds())
+    waiting = f"{unrouted} Event{'s are' if unrouted != 1 else ' is'} unrouted"
+    if not beats:
+        summary = (
+            f"no route loop has ever recorded a heartbeat and {waiting}: is `manage.py route_loop` running?"
+        )
+    else:
+        names = ", ".join(f"{beat.loop} ({duration(beat.age_seconds)} ago)" for beat in beats)
+        summary = f"no route loop heartbeat newer than {limit} while {waiting}; last heartbeats: {names}"
+    return Check("route_loop", WARN, summary, tuple(beats), len(beats))
+
+
+def check_handler_calls(*, now: datetime) -> Check:
+    """Warn when a live route loop has abandoned handler calls (a handler that did not return
+    before its deadline and whose thread still runs)."""
+    live = loop_beats(now=now, fresh_only=True, limit=100)
+    stuck = [beat for beat in live if beat.abandoned_calls > 0]
+    if not stuck:
+        return Check("handler_calls", OK, "no live route loop has abandoned handler calls", (), 0)
+    calls = sum(beat.abandoned_calls for beat in stuck)
+    names = ", ".join(f"{beat.loop} ({beat.abandoned_calls})" for beat in stuck)
+    summary = (
+        f"{calls} handler call{'s' if calls != 1 else ''} abandoned at the deadline and still running "
+        f"(a handler that never returns): {names}"
+    )
+    return Check("handler_calls", WARN, summary, tuple(stuck), len(stuck))
+
+
+def check_causal(*, now: datetime, limit: int = MAX_LISTED) -> Check:
+    """Warn about roots whose derived Events the causal limits refused in the last hour."""
+    since = now - REFUSALS_SINCE
+    roots = roots_refused_since(since)
+    if not roots:
+        return Check("causal", OK, "the causal limits refused no derived Event in the last hour")
+    refusals = sum(root["refusals"] for root in roots)
+    items = tuple(
+        RefusedRoot(
+            root_seq=r["root_seq"], refusals=r["refusals"], kinds=dict(r["kinds"]), last_at=r["last_at"]
+        )
+        for r in roots[:limit]
+    )
+    summary = (
+        f"the causal limits refused {refusals} derived Event{'s' if refusals != 1 else ''} under "
+        f"{len(roots)} root{'s' if len(roots) != 1 else ''} in the last hour"
+    )
+    return Check("causal", WARN, summary, items, len(roots))
+
+
+def doctor(*, clock: Clock) -> DoctorReport:
+    """Run every check at the clock's now."""
+    now = clock()
+    return DoctorReport(
+        at=now,
+        checks=(
+            check_unrouted(now=now),
+            check_route_loop(now=now),
+            check_handler_calls(now=now),
+            check_causal(now=now),
+        ),
+    )
+
+
+# --- text helpers -------------------------------------------------------------------------------
+
+
+def duration(seconds: float | None) -> str:
+    """A short human duration: ``45 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
+    if seconds is None:
+        return "-"
+    seconds = max(int(seconds), 0)
+    if seconds < 120:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 120:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first non-empty line of ``text``, cut to ``limit`` characters."""
+    for line in text.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None

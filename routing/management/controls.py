@@ -1,0 +1,111 @@
+"""``manage.py events skip SEQ`` and ``manage.py events reroute SEQ``: the operator controls
+from the command line (R20–R22), as subcommands of ``events`` (see its ``SUBCOMMANDS``).
+
+The CLI is trusted operator access on the host: whoever can run ``manage.py`` can already
+change the database, so no permission is checked here. ``--as USER`` (an existing active
+user) is recorded as the actor, else ``cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from causal.clock import system_clock
+from causal.models import Event
+from routing import controls
+
+CLI_ACTOR = "cli"
+
+
+def _positive_seq(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an Event seq (a positive integer), got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an Event seq (a positive integer), got {text!r}")
+    return value
+
+
+def _control_arguments(parser: CommandParser, what: str) -> None:
+    parser.add_argument("seq", metavar="SEQ", type=_positive_seq, help=f"The seq of the Event to {what}.")
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        default=None,
+        help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
+        "is trusted host access: no permission is checked.",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="Print the result (or the refusal) as a JSON object on standard output.",
+    )
+
+
+def skip_arguments(parser: CommandParser) -> None:
+    """Arguments of ``events skip``."""
+    _control_arguments(parser, "skip")
+
+
+def reroute_arguments(parser: CommandParser) -> None:
+    """Arguments of ``events reroute``."""
+    _control_arguments(parser, "reroute")
+
+
+def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Skip an unrouted Event: route it as skipped without asking its routes."""
+    _run(command, options, controls.event_skip)
+
+
+def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Reroute an Event: forget an unrouted one's failures, or accept a copy of a failed or
+    skipped one."""
+    _run(command, options, controls.event_reroute)
+
+
+def cli_actor(username: str | None) -> str:
+    """The actor a control records: ``--as USER`` (an existing active user) or ``cli``."""
+    if username is None:
+        return CLI_ACTOR
+    user_model = get_user_model()
+    user = user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).first()
+    if user is None:
+        raise CommandError(f"--as: no user named {username!r}")
+    if not user.is_active:
+        raise CommandError(f"--as: user {username!r} is inactive")
+    return user.get_username()
+
+
+def _run(
+    command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
+) -> None:
+    as_json = options["json"]
+    seq = options["seq"]
+    actor = cli_actor(options["as_user"])
+    try:
+        result = service(seq=seq, user=actor, clock=system_clock)
+    except controls.ControlRefused as refused:
+        _refuse(command, as_json, refused.details(), f"SEQ: {refused.message}")
+    except Event.DoesNotExist:
+        message = f"no Event has seq {seq}"
+        _refuse(command, as_json, {"error": "not_found", "message": message, "seq": seq}, f"SEQ: {message}")
+    if as_json:
+        command.stdout.write(json.dumps(result.as_dict(), ensure_ascii=False))
+    else:
+        command.stdout.write(result.message)
+
+
+def _refuse(command: BaseCommand, as_json: bool, body: dict[str, Any], message: str) -> NoReturn:
+    if as_json:
+        command.stdout.write(json.dumps(body, ensure_ascii=False))
+    raise CommandError(f"refused, nothing was changed: {message}")

@@ -1,0 +1,147 @@
+"""The dead letters page: failed and skipped Events, rerouted several at a time.
+
+``GET dead-letters/`` lists the RouteRecords of failed and skipped Events, newest first,
+filtered by scope, route, code (the record's reason) and disposition, 50 a page by Event seq.
+Each shows its error (first line; the whole text on expand), attempts and Work, and whether
+it was rerouted already. ``POST dead-letters/reroute/`` reroutes the selected Events, each
+with its own control Event in its own transaction (``routing.controls.events_reroute``), and
+shows what happened to each one above the list. Rerouting needs ``routing.reroute_event``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from causal.clock import Clock, system_clock
+from routing import controls
+from routing.doctor import first_line
+from routing.errors import RouteErrorCode
+from routing.views.common import query_string, render_console
+from routing.views.controls import require_control_permission
+from routing.views.forms import CursorField, form_errors_text
+
+TEMPLATE = "routing/dead_letters.html"
+PARTIALS = ("dead-letter-list",)
+
+# The trusted clock the reroutes use (tests inject a fake one).
+clock: Clock = system_clock
+
+
+class DeadLetterFilterForm(forms.Form):
+    """Filters of the dead letters: exact scope, route and code, disposition; ``before`` pages."""
+
+    scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
+    route = forms.CharField(required=False, max_length=128, help_text="Exact route slot.")
+    code = forms.CharField(
+        required=False,
+        max_length=500,
+        help_text="Exact reason: a route error code (handler_failed…) or 'skipped by <user>'.",
+    )
+    disposition = forms.ChoiceField(
+        required=False,
+        choices=[("", "failed or skipped"), ("failed", "failed"), ("skipped", "skipped")],
+        help_text="Failed (given up on) or skipped by an operator.",
+    )
+    before = CursorField(help_text="Show dead letters of Events with a lower seq than this one.")
+
+    def filters(self) -> controls.DeadLetterFilter:
+        """The validated filters (call after ``is_valid()``)."""
+        data = self.cleaned_data
+        return controls.DeadLetterFilter(
+            scope=data["scope"], route=data["route"], code=data["code"], disposition=data["disposition"]
+        )
+
+
+class RerouteSelectionForm(forms.Form):
+    """The Events selected for a reroute (checkboxes named ``seq``)."""
+
+    seq = forms.TypedMultipleChoiceField(
+        coerce=int,
+        required=True,
+        error_messages={
+            "required": "select at least one Event to reroute",
+            "invalid_choice": "%(value)s is not an Event seq (a positive integer)",
+        },
+        help_text="The seqs of the dead letters to reroute.",
+    )
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        # Any positive integer is a candidate; the service says what happened to each one.
+        values = data.getlist("seq") if hasattr(data, "getlist") else []
+        self.fields["seq"].choices = [(value, value) for value in values if str(value).isdigit()]
+
+    def clean_seq(self) -> list[int]:
+        seqs = self.cleaned_data["seq"]
+        if len(seqs) > controls.MAX_BATCH:
+            raise forms.ValidationError(f"at most {controls.MAX_BATCH} Events can be rerouted at once")
+        if any(seq < 1 for seq in seqs):
+            raise forms.ValidationError("an Event seq is a positive integer")
+        return seqs
+
+
+def dead_letter_list_context(filters: controls.DeadLetterFilter, *, before: int | None) -> dict[str, Any]:
+    """What the ``dead-letter-list`` partial needs: a page of dead letters, each one's copy
+    (when rerouted already), and the paging links. Two queries."""
+    page = controls.dead_letters_page(filters, before=before)
+    copies = controls.reroute_copies([record.event for record in page])
+    params = {
+        "scope": filters.scope,
+        "route": filters.route,
+        "code": filters.code,
+        "disposition": filters.disposition,
+    }
+    base = reverse("dead-letters")
+    rows = [
+        {
+            "record": record,
+            "event": record.event,
+            "copy_seq": copies.get(record.event_id),
+            "error_line": first_line(record.error),
+        }
+        for record in page
+    ]
+    return {
+        "filters": filters,
+        "filter_params": params,
+        "page": page,
+        "rows": rows,
+        "first_url": base + query_string(params),
+        "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
+    }
+
+
+@login_required
+@require_GET
+def dead_letters(request: HttpRequest) -> HttpResponse:
+    """Failed and skipped Events, newest first, filtered by scope, route, code and disposition."""
+    form = DeadLetterFilterForm(request.GET)
+    context: dict[str, Any] = {"section": "dead-letters", "form": form, "codes": list(RouteErrorCode)}
+    if not form.is_valid():
+        context.update(page=None, rows=[], errors=form_errors_text(form))
+        return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
+    context.update(dead_letter_list_context(form.filters(), before=form.cleaned_data["before"]))
+    return render_console(request, TEMPLATE, context, partials=PARTIALS)
+
+
+@login_required
+@require_POST
+def dead_letters_reroute(request: HttpRequest) -> HttpResponse:
+    """Reroute the selected dead letters, each in its own transaction, and show each outcome."""
+    require_control_permission(request, controls.REROUTE_EVENT)
+    filters_form = DeadLetterFilterForm(request.POST)
+    selection = RerouteSelectionForm(request.POST)
+    context: dict[str, Any] = {"section": "dead-letters", "form": filters_form, "codes": list(RouteErrorCode)}
+    filters = filters_form.filters() if filters_form.is_valid() else controls.DeadLetterFilter()
+    if not selection.is_valid():
+        context.update(dead_letter_list_context(filters, before=None), errors=form_errors_text(selection))
+        return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
+    outcomes = controls.events_reroute(seqs=selection.cleaned_data["seq"], user=request.user, clock=clock)
+    context.update(dead_letter_list_context(filters, before=None), outcomes=outcomes)
+    return render_console(request, TEMPLATE, context, partials=PARTIALS)

@@ -1,0 +1,25 @@
+"""The Doctor page: the health checks ``manage.py doctor`` and ``GET /api/doctor`` run (R23)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from causal.clock import Clock, system_clock
+from routing.doctor import doctor
+from routing.views.common import render_console
+
+TEMPLATE = "routing/doctor.html"
+PARTIALS = ("doctor-checks",)
+
+# The trusted clock the checks read "now" from (tests inject a fake one).
+clock: Clock = system_clock
+
+
+@login_required
+@require_GET
+def doctor_page(request: HttpRequest) -> HttpResponse:
+    """Every check with its verdict and findings; ``refresh`` re-runs them (htmx swaps the list)."""
+    report = doctor(clock=clock)
+    return render_console(request, TEMPLATE, {"section": "doctor", "report": report}, partials=PARTIALS)

@@ -1,0 +1,668 @@
+"""Operator controls: skip and reroute (R20–R22) through the service, the JSON API, the CLI and
+the console (the Work page's rows and the Event page, with htmx and without JavaScript)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+from django.test import Client
+from django.urls import reverse
+
+from causal.models import KV, Event, EventKey, RouteState
+from causal.services import Envelope, event_accept_in_tx
+from routing import api_controls, controls
+from routing.models import RouteRecord
+from routing.router import FAILURES_NAMESPACE, RouterOptions, build_router
+from routing.views import controls as control_views
+from tests.routing import sample_handlers
+from tests.routing.factories import UserFactory, api_token_with_secret
+from tests.routing.routerkit import HANDLERS, accept, apply, drain, router, state
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+PASSWORD = "a-long-console-password-1"
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+    sample_handlers.BROKEN.clear()
+    sample_handlers.CALLS.clear()
+    sample_handlers.RELEASE.clear()
+    yield
+    sample_handlers.RELEASE.set()
+
+
+@pytest.fixture(autouse=True)
+def fake_clocks(clock, monkeypatch):
+    """The API and the console act at the test's clock."""
+    monkeypatch.setattr(api_controls, "clock", clock)
+    monkeypatch.setattr(control_views, "clock", clock)
+
+
+@pytest.fixture
+def live(clock):
+    return apply(clock)
+
+
+def grant(user, *codenames: str):
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="routing", codename__in=codenames)
+    )
+    return user
+
+
+def pr(clock, number=1, action="opened", **kw):
+    return accept(clock, f"github.pull_request.{action}", {"repo": "acme/api", "number": number}, **kw)
+
+
+def failure_entry(seq):
+    return (
+        KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(seq)).values_list("value", flat=True).first()
+    )
+
+
+def control_events(kind: str):
+    return list(Event.objects.filter(source="core.manual", type=f"core.manual.{kind}").order_by("seq"))
+
+
+def holding_work(clock, r, *, event_id="stuck"):
+    """A Work (started by a pull request) and an Event for it that keeps failing (retried, in
+    backoff), and a later Event for the Work waiting behind it."""
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = RouteRecord.objects.get(event=opened).work_id
+    sample_handlers.BROKEN.add(event_id)
+    stuck = accept(clock, "x.comment", {"keys": []}, correlation=["pr:acme/api#1"], id=event_id)
+    later = pr(clock, 1, action="edited")
+    drain(r)
+    return work_id, stuck, later
+
+
+# --- skip (R21) ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r21_skip_routes_an_unrouted_event_as_skipped_on_the_work_it_targets(clock, live):
+    r = router(clock)
+    work_id, stuck, later = holding_work(clock, r)
+    stuck.refresh_from_db()
+    assert stuck.retry_at is not None and failure_entry(stuck.seq)["count"] == 1
+    later.refresh_from_db()
+    assert later.waiting_on_id == stuck.seq
+
+    clock.advance(1)
+    result = controls.event_skip(seq=stuck.seq, user=UserFactory(username="alice"), clock=clock)
+
+    assert (result.action, result.outcome, result.route_state, result.work_id) == (
+        "skip_event",
+        "skipped",
+        "skipped",
+        work_id,
+    )
+    stuck.refresh_from_db()
+    assert stuck.route_state == RouteState.SKIPPED and stuck.routed_at == clock()
+    assert (stuck.waiting_on_id, stuck.retry_at, stuck.claimed_by, stuck.claimed_until) == (
+        None,
+        None,
+        "",
+        None,
+    )
+    record = RouteRecord.objects.get(event=stuck)
+    assert (record.disposition, record.policy, record.reason, record.work_id) == (
+        "skipped",
+        "skipped",
+        "skipped by alice",
+        work_id,
+    )
+    assert (record.attempts, record.route, record.decided_by) == (1, "scripted", "alice")
+    assert "upstream is restarting" in record.error
+    assert failure_entry(stuck.seq) is None
+    # The control Event names the Event and the user, and is settled at once (never routed by
+    # user routes).
+    (control,) = control_events("skip_event")
+    assert control.seq == result.control_seq
+    assert control.data == {"event": stuck.seq, "envelope_id": "stuck", "source": "tests", "by": "alice"}
+    assert (control.accepted_by, control.route_state, control.scope) == ("alice", "routed", "acme")
+    control_record = RouteRecord.objects.get(event=control)
+    assert (control_record.policy, control_record.reason, control_record.disposition) == (
+        "control",
+        "skip_event",
+        "routed",
+    )
+    # The Work takes its later input on the next pass.
+    drain(r)
+    assert state(later) == RouteState.ROUTED
+    assert RouteRecord.objects.get(event=later).work_id == work_id
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r21_skip_without_an_explicit_target_records_no_work(clock, live):
+    sample_handlers.BROKEN.add("lonely")
+    lonely = accept(clock, "x.thing", {}, id="lonely")
+    r = router(clock)
+    drain(r)
+    result = controls.event_skip(seq=lonely.seq, user="cli", clock=clock)
+    record = RouteRecord.objects.get(event=lonely)
+    assert (result.work_id, record.work_id, record.reason) == (None, None, "skipped by cli")
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r21_skip_of_a_settled_event_is_refused_and_changes_nothing(clock, live):
+    noise = accept(clock, "noise.ping")
+    r = router(clock)
+    drain(r)
+    before = list(RouteRecord.objects.values_list("pk", "policy", "reason"))
+    events = Event.objects.count()
+    with pytest.raises(controls.ControlRefused) as refused:
+        controls.event_skip(seq=noise.seq, user="alice", clock=clock)
+    assert refused.value.details() == {
+        "error": "wrong_state",
+        "message": f"Event #{noise.seq} is already routed: only an unrouted Event can be skipped",
+        "seq": noise.seq,
+        "route_state": "routed",
+        "copy_seq": None,
+    }
+    assert list(RouteRecord.objects.values_list("pk", "policy", "reason")) == before
+    assert Event.objects.count() == events
+    r.close()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("service", [controls.event_skip, controls.event_reroute])
+def test_r20_a_control_on_an_unknown_seq_is_not_found(clock, live, service):
+    with pytest.raises(Event.DoesNotExist, match="no Event has seq 999999"):
+        service(seq=999999, user="alice", clock=clock)
+    assert not Event.objects.exists()
+
+
+# --- reroute (R22) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r22_reroute_of_an_unrouted_event_forgets_its_failures_and_the_next_pass_tries_it(clock, live):
+    r = router(clock)
+    work_id, stuck, later = holding_work(clock, r)
+    sample_handlers.BROKEN.clear()
+    calls = sample_handlers.CALLS.count("stuck")
+
+    result = controls.event_reroute(seq=stuck.seq, user="bob", clock=clock)
+
+    assert (result.outcome, result.route_state, result.failures, result.copy_seq) == (
+        "failures_forgotten",
+        "unrouted",
+        1,
+        None,
+    )
+    stuck.refresh_from_db()
+    assert (stuck.route_state, stuck.retry_at, stuck.waiting_on_id) == ("unrouted", None, None)
+    assert "failures forgotten by bob" in stuck.unrouted_reason
+    assert failure_entry(stuck.seq) is None
+    (control,) = control_events("reroute_event")
+    assert control.data["event"] == stuck.seq and control.data["by"] == "bob"
+    assert RouteRecord.objects.get(event=control).reason == "reroute_event"
+    # Still within the backoff it had: the next pass tries it at once, and the Work goes on.
+    drain(r)
+    assert sample_handlers.CALLS.count("stuck") == calls + 1
+    assert state(stuck) == state(later) == RouteState.ROUTED
+    assert RouteRecord.objects.get(event=stuck).work_id == work_id
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r22_reroute_of_a_failed_event_accepts_a_copy_that_routes_like_new_input(clock, live):
+    r = router(clock, max_route_failures=1, route_failure_window=timedelta(0))
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = RouteRecord.objects.get(event=opened).work_id
+    with transaction.atomic():
+        parent = event_accept_in_tx(
+            envelope=Envelope(id="root", source="tests", type="noise.root", scope="acme"), clock=clock
+        ).event
+        original = event_accept_in_tx(
+            envelope=Envelope(
+                id="bad",
+                source="tests",
+                type="x.comment",
+                scope="acme",
+                subject="pr 1",
+                data={"keys": [], "text": "hello"},
+                extensions={"traceparent": "00-abc"},
+                correlation=("pr:acme/api#1",),
+                work_id=work_id,
+            ),
+            clock=clock,
+            parent=parent,
+        ).event
+    sample_handlers.BROKEN.add("bad")
+    drain(r)
+    assert state(original) == RouteState.FAILED
+    assert RouteRecord.objects.get(event=original).work_id == work_id
+
+    clock.advance(5)
+    result = controls.event_reroute(seq=original.seq, user="carol", clock=clock)
+
+    copy = Event.objects.get(seq=result.copy_seq)
+    assert (result.outcome, result.route_state, result.work_id) == ("copied", "failed", work_id)
+    assert (copy.envelope_id, copy.source, copy.type, copy.scope, copy.subject) == (
+        "reroute/bad",
+        "tests",
+        "x.comment",
+        "acme",
+        "pr 1",
+    )
+    assert (copy.data, copy.extensions, copy.correlation) == (
+        original.data,
+        original.extensions,
+        original.correlation,
+    )
+    assert (copy.work_id, copy.execution_id, copy.parent_id, copy.root_id, copy.depth) == (
+        work_id,
+        None,
+        parent.seq,
+        parent.seq,
+        1,
+    )
+    assert (copy.accepted_by, copy.accepted_at, copy.route_state) == ("carol", clock(), "unrouted")
+    assert list(EventKey.objects.filter(event=copy).values_list("key", flat=True)) == ["pr:acme/api#1"]
+    assert state(original) == RouteState.FAILED  # history stays
+    (control,) = control_events("reroute_event")
+    assert control.data == {"event": original.seq, "envelope_id": "bad", "source": "tests", "by": "carol"}
+    # The copy is new input: it routes (its id is not broken) onto the same Work.
+    drain(r)
+    copy_record = RouteRecord.objects.get(event=copy)
+    assert (copy_record.policy, copy_record.work_id) == ("queue", work_id)
+    # A second reroute is refused, naming the copy; nothing is stored.
+    events = Event.objects.count()
+    with pytest.raises(controls.ControlRefused) as refused:
+        controls.event_reroute(seq=original.seq, user="carol", clock=clock)
+    assert refused.value.copy_seq == copy.seq
+    assert f"#{copy.seq}" in refused.value.message and "reroute/bad" in refused.value.message
+    assert Event.objects.count() == events
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r22_reroute_of_a_skipped_event_accepts_a_copy(clock, live):
+    sample_handlers.BROKEN.add("once")
+    event = accept(clock, "x.thing", {}, id="once")
+    r = router(clock)
+    drain(r)
+    controls.event_skip(seq=event.seq, user="alice", clock=clock)
+    result = controls.event_reroute(seq=event.seq, user="alice", clock=clock)
+    assert result.outcome == "copied" and result.route_state == "skipped"
+    drain(r)
+    assert RouteRecord.objects.get(event_id=result.copy_seq).policy == "start"
+    assert len(control_events("skip_event")) == len(control_events("reroute_event")) == 1
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r22_reroute_of_an_event_routed_normally_is_refused(clock, live):
+    opened = pr(clock, 1)
+    r = router(clock)
+    r.route(opened.seq)
+    events = Event.objects.count()
+    with pytest.raises(controls.ControlRefused, match=r"routed normally \(policy start\)"):
+        controls.event_reroute(seq=opened.seq, user="alice", clock=clock)
+    assert Event.objects.count() == events
+    r.close()
+
+
+# --- transactions and concurrency ------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r21_concurrent_skips_settle_the_event_once(clock, live):
+    sample_handlers.BROKEN.add("contested")
+    event = accept(clock, "x.thing", {}, id="contested")
+    r = router(clock)
+    drain(r)
+    r.close()
+    barrier = threading.Barrier(2)
+    results: list[object] = []
+
+    def skip(name):
+        try:
+            barrier.wait(5)
+            results.append(controls.event_skip(seq=event.seq, user=name, clock=clock))
+        except controls.ControlRefused as refused:
+            results.append(refused)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=skip, args=(name,)) for name in ("alice", "bob")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(type(r).__name__ for r in results) == ["ControlRefused", "ControlResult"]
+    assert RouteRecord.objects.filter(event=event).count() == 1
+    assert len(control_events("skip_event")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r21_a_skip_while_the_router_evaluates_wins_and_the_router_decides_nothing(clock):
+    apply(clock)
+    event = accept(clock, "x.thing", {"behaviour": "hang"}, id="slow")
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=20.0))
+    outcome = {}
+
+    def route():
+        try:
+            outcome["value"] = r.route(event.seq)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=route)
+    thread.start()
+    try:
+        for _ in range(400):  # the handler is running: the router holds no transaction now
+            if "slow" in sample_handlers.CALLS:
+                break
+            threading.Event().wait(0.01)
+        assert "slow" in sample_handlers.CALLS
+        controls.event_skip(seq=event.seq, user="alice", clock=clock)
+    finally:
+        sample_handlers.RELEASE.set()
+        thread.join(30)
+        r.close()
+    assert outcome["value"].settled
+    assert state(event) == RouteState.SKIPPED
+    (record,) = RouteRecord.objects.filter(event=event)
+    assert record.reason == "skipped by alice"
+
+
+# --- JSON API -------------------------------------------------------------------------------------
+
+
+def api_post(client, url, secret=None):
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    return client.post(url, headers=headers)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "action,url_name", [("skip_event", "api-event-skip"), ("reroute_event", "api-event-reroute")]
+)
+def test_r20_api_controls_need_a_token_and_their_own_permission(client, clock, live, action, url_name):
+    sample_handlers.BROKEN.add("api")
+    event = accept(clock, "x.thing", {}, id="api")
+    drain(router(clock))
+    url = reverse(url_name, args=[event.seq])
+    assert api_post(client, url).status_code == 401
+    token, secret = api_token_with_secret(user__username="dave")
+    # The other control's permission is not enough.
+    other = "reroute_event" if action == "skip_event" else "skip_event"
+    grant(token.user, other)
+    refused = api_post(client, url, secret)
+    assert refused.status_code == 403, refused.content
+    assert refused.json()["error"] == "forbidden" and f"routing.{action}" in refused.json()["message"]
+    assert state(event) == RouteState.UNROUTED and not control_events(action)
+
+    grant(token.user, action)
+    response = api_post(client, url, secret)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["action"], body["seq"], body["by"]) == (action, event.seq, "dave")
+    assert body["control_seq"] == control_events(action)[0].seq
+    assert body["message"]
+    assert client.get(url, headers={"Authorization": f"Bearer {secret}"}).status_code == 405
+
+
+@pytest.mark.django_db
+def test_r20_api_wrong_state_is_409_and_unknown_seq_is_404(client, clock, live):
+    opened = pr(clock, 1)
+    drain(router(clock))
+    token, secret = api_token_with_secret(user__username="erin")
+    grant(token.user, "skip_event", "reroute_event")
+    for name in ("api-event-skip", "api-event-reroute"):
+        response = api_post(client, reverse(name, args=[opened.seq]), secret)
+        assert response.status_code == 409, response.content
+        body = response.json()
+        assert (body["error"], body["seq"], body["route_state"]) == ("wrong_state", opened.seq, "routed")
+        missing = api_post(client, reverse(name, args=[999999]), secret)
+        assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert not control_events("skip_event") and not control_events("reroute_event")
+
+
+# --- CLI (in process; the subprocess run is in test_route_failures) ---------------------------------
+
+
+def events_command(*args):
+    out = io.StringIO()
+    call_command("events", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_r20_cli_skip_and_reroute_record_the_actor_without_a_permission_check(clock, live):
+    sample_handlers.BROKEN.update({"c1", "c2"})
+    first = accept(clock, "x.thing", {}, id="c1")
+    second = accept(clock, "x.thing", {}, id="c2")
+    drain(router(clock))
+    UserFactory(username="frank")  # no permission at all: the CLI is trusted host access
+
+    out = events_command("skip", str(first.seq), "--as", "frank")
+    assert out.startswith(f"Event #{first.seq} skipped by frank")
+    assert RouteRecord.objects.get(event=first).decided_by == "frank"
+
+    body = json.loads(events_command("reroute", str(second.seq), "--json"))
+    assert (body["outcome"], body["by"], body["seq"]) == ("failures_forgotten", "cli", second.seq)
+
+    copied = json.loads(events_command("reroute", str(first.seq), "--json"))
+    assert copied["outcome"] == "copied" and copied["copy_seq"]
+
+
+@pytest.mark.django_db
+def test_r20_cli_refusals_exit_non_zero_and_name_the_problem(clock, live):
+    opened = pr(clock, 1)
+    drain(router(clock))
+    with pytest.raises(CommandError, match=rf"SEQ: Event #{opened.seq} is already routed"):
+        events_command("skip", str(opened.seq))
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="SEQ: no Event has seq 999999"):
+        call_command("events", "reroute", "999999", "--json", stdout=out)
+    assert json.loads(out.getvalue())["error"] == "not_found"
+    with pytest.raises(CommandError, match="--as: no user named 'ghost'"):
+        events_command("skip", str(opened.seq), "--as", "ghost")
+    assert not control_events("skip_event")
+
+
+# --- console --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return grant(user, "skip_event", "reroute_event")
+
+
+@pytest.fixture
+def console(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def row(body: str, row_id: str) -> str:
+    match = re.search(rf'<tr id="{row_id}"[^>]*>(.*?)</tr>', body, re.S)
+    assert match, f"no row {row_id} in {body[:2000]}"
+    return match.group(1)
+
+
+@pytest.mark.django_db
+def test_d4_work_page_rows_offer_skip_and_reroute_by_state(console, clock, live):
+    r = router(clock)
+    work_id, stuck, later = holding_work(clock, r)
+    page = console.get(reverse("work-detail", args=[work_id])).content.decode()
+    controls_cell = row(page, f"unrouted-{stuck.seq}")
+    assert f'hx-post="{reverse("event-skip", args=[stuck.seq])}"' in controls_cell
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' in controls_cell
+    assert 'hx-confirm="Skip Event' in controls_cell and 'hx-target="closest tr"' in controls_cell
+    # Without JavaScript the button is a link to the confirmation page, coming back here.
+    assert f'href="{reverse("event-skip", args=[stuck.seq])}?next=/work/{work_id}/' in controls_cell
+    # A routed input row has no control.
+    opened_row = row(
+        page, f"input-{RouteRecord.objects.filter(work_id=work_id).order_by('event_id').first().event_id}"
+    )
+    assert "hx-post" not in opened_row
+    r.close()
+
+
+@pytest.mark.django_db
+def test_d4_a_user_without_the_permissions_sees_no_controls(client, clock, live):
+    r = router(clock)
+    work_id, stuck, _ = holding_work(clock, r)
+    client.force_login(UserFactory(username="viewer"))
+    page = client.get(reverse("work-detail", args=[work_id])).content.decode()
+    assert "hx-post" not in row(page, f"unrouted-{stuck.seq}")
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r20_work_page_skip_with_htmx_swaps_the_row_with_its_new_state(console, clock, live):
+    r = router(clock)
+    work_id, stuck, _ = holding_work(clock, r)
+    response = console.post(
+        reverse("event-skip", args=[stuck.seq]),
+        HTTP_HX_TARGET=f"unrouted-{stuck.seq}",
+        HTTP_HX_CURRENT_URL=f"http://testserver/work/{work_id}/",
+        **HTMX,
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert body.strip().startswith(f'<tr id="unrouted-{stuck.seq}"')
+    swapped = row(body, f"unrouted-{stuck.seq}")
+    assert '<span class="badge badge-skipped">skipped</span>' in swapped
+    assert "skipped (skipped by operator)" in swapped and f"Work {work_id}" in swapped
+    assert 'colspan="2"' in swapped  # the unrouted table: seq, type, why, accepted, controls
+    # Skipped: no skip button any more, a reroute one (a copy) coming back to the Work page.
+    assert "event-skip" not in swapped and reverse("event-skip", args=[stuck.seq]) not in swapped
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' in swapped
+    assert f"?next=/work/{work_id}/" in swapped
+    assert state(stuck) == RouteState.SKIPPED
+    assert RouteRecord.objects.get(event=stuck).decided_by == "operator"
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r22_history_row_reroute_with_htmx_names_the_copy(console, clock, live):
+    sample_handlers.BROKEN.add("hist")
+    r = router(clock)
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = RouteRecord.objects.get(event=opened).work_id
+    stuck = accept(clock, "x.comment", {}, correlation=["pr:acme/api#1"], id="hist")
+    drain(r)
+    controls.event_skip(seq=stuck.seq, user="alice", clock=clock)
+    page = console.get(reverse("work-detail", args=[work_id])).content.decode()
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' in row(page, f"history-{stuck.seq}")
+
+    response = console.post(
+        reverse("event-reroute", args=[stuck.seq]), HTTP_HX_TARGET=f"history-{stuck.seq}", **HTMX
+    )
+    assert response.status_code == 200
+    swapped = row(response.content.decode(), f"history-{stuck.seq}")
+    copy_seq = Event.objects.get(envelope_id="reroute/hist").seq
+    assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in swapped
+    assert 'colspan="7"' in swapped
+
+    again = console.post(
+        reverse("event-reroute", args=[stuck.seq]), HTTP_HX_TARGET=f"history-{stuck.seq}", **HTMX
+    )
+    assert again.status_code == 409
+    refused = row(again.content.decode(), f"history-{stuck.seq}")
+    assert f"already rerouted as the copy #{copy_seq}" in refused and 'role="alert"' in refused
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r20_event_page_controls_swap_the_route_section(console, clock, live):
+    sample_handlers.BROKEN.add("page")
+    event = accept(clock, "x.thing", {}, id="page")
+    drain(router(clock))
+    page = console.get(reverse("event-detail", args=[event.seq])).content.decode()
+    section = re.search(r'<section id="event-route">(.*?)</section>', page, re.S).group(1)
+    assert 'hx-target="#event-route"' in section
+    assert f'hx-post="{reverse("event-skip", args=[event.seq])}"' in section
+
+    response = console.post(reverse("event-skip", args=[event.seq]), HTTP_HX_TARGET="event-route", **HTMX)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert body.strip().startswith('<section id="event-route">')
+    assert "<strong>skipped</strong>" in body and "skipped by operator" in body
+    assert f"Event #{event.seq} skipped by operator" in body
+
+
+@pytest.mark.django_db
+def test_r20_console_without_javascript_confirms_then_redirects_back(console, clock, live):
+    sample_handlers.BROKEN.add("nojs")
+    event = accept(clock, "x.thing", {}, id="nojs")
+    drain(router(clock))
+    url = reverse("event-skip", args=[event.seq])
+    confirm = console.get(url + "?next=/dead-letters/")
+    assert confirm.status_code == 200
+    body = confirm.content.decode()
+    assert f'<form method="post" action="{url}" id="control-form">' in body
+    assert 'name="csrfmiddlewaretoken"' in body and 'name="next" value="/dead-letters/"' in body
+    assert state(event) == RouteState.UNROUTED  # a GET changes nothing
+
+    done = console.post(url, {"next": "/dead-letters/"})
+    assert done.status_code == 302 and done["Location"] == "/dead-letters/"
+    assert state(event) == RouteState.SKIPPED
+    # An off-site next is ignored: back to the Event page.
+    reroute = console.post(reverse("event-reroute", args=[event.seq]), {"next": "https://evil.example/"})
+    assert reroute.status_code == 302 and reroute["Location"] == reverse("event-detail", args=[event.seq])
+
+    # The confirmation page of a control the Event no longer takes says why (409), with no form.
+    stale = console.get(url)
+    assert stale.status_code == 409
+    assert "only an unrouted Event can be skipped" in stale.content.decode()
+    assert "control-form" not in stale.content.decode()
+    refused = console.post(url)
+    assert refused.status_code == 409
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url_name", ["event-skip", "event-reroute"])
+def test_r20_console_controls_need_sign_in_their_permission_and_csrf(clock, live, url_name):
+    sample_handlers.BROKEN.add("guard")
+    event = accept(clock, "x.thing", {}, id="guard")
+    drain(router(clock))
+    url = reverse(url_name, args=[event.seq])
+    anonymous = Client(enforce_csrf_checks=True)
+    anonymous.get(reverse("login"))  # sets the CSRF cookie
+    for response in (
+        anonymous.get(url),
+        anonymous.post(url, {"csrfmiddlewaretoken": anonymous.cookies["csrftoken"].value}),
+    ):
+        assert response.status_code == 302 and response["Location"] == f"{reverse('login')}?next={url}"
+
+    viewer = Client(enforce_csrf_checks=True)
+    viewer.force_login(UserFactory(username="viewer"))
+    viewer.get(reverse("console-home"))  # sets the CSRF cookie
+    token = viewer.cookies["csrftoken"].value
+    assert viewer.get(url).status_code == 403
+    assert viewer.post(url, {"csrfmiddlewaretoken": token}, **HTMX).status_code == 403
+
+    user = grant(UserFactory(username="permitted"), url_name.replace("event-", "") + "_event")
+    permitted = Client(enforce_csrf_checks=True)
+    permitted.force_login(user)
+    permitted.get(reverse("console-home"))
+    assert permitted.post(url, **HTMX).status_code == 403  # no CSRF token
+    assert state(event) == RouteState.UNROUTED and not Event.objects.filter(source="core.manual").exists()
+    token = permitted.cookies["csrftoken"].value
+    ok = permitted.post(url, HTTP_X_CSRFTOKEN=token, HTTP_HX_TARGET=f"unrouted-{event.seq}", **HTMX)
+    assert ok.status_code == 200
+    assert Event.objects.filter(source="core.manual").count() == 1
