@@ -280,6 +280,23 @@ def test_serve_refuses_a_port_already_in_use():
             call_command("serve", "--no-router", "--port", str(port))
 
 
+def test_serve_fails_clearly_when_the_database_cannot_be_read():
+    env = {**os.environ, "DATABASE_URL": "postgres://postgres@127.0.0.1:1/nowhere"}
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--no-router", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 1
+    assert "cannot read the postgresql database nowhere (DATABASE_URL)" in result.stderr
+    assert "Conduit console" not in result.stdout
+
+
 def test_serve_url_and_clean_stop_statuses():
     assert url_for("127.0.0.1", 8000) == "http://127.0.0.1:8000/"
     assert url_for("::1", 8000) == "http://[::1]:8000/"

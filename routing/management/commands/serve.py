@@ -16,7 +16,7 @@ from types import FrameType
 from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 ASGI_APPLICATION = "conduit_site.asgi:application"
@@ -163,6 +163,9 @@ class Command(BaseCommand):
         try:
             executor = MigrationExecutor(connection)
             plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        except DatabaseError as error:
+            where = f"{connection.vendor} database {connection.settings_dict.get('NAME')!s}"
+            raise CommandError(f"cannot read the {where} (DATABASE_URL): {error}") from error
         finally:
             # The children open their own connections; the supervisor holds none.
             connection.close()
