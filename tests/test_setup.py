@@ -333,28 +333,43 @@ def test_serve_supervisor_stops_the_other_child_and_fails_when_one_child_fails()
 
 def test_serve_supervisor_forwards_sigterm_once_and_exits_zero_on_a_clean_stop(tmp_path):
     marker = tmp_path / "terms"
-    # Each child counts the SIGTERMs it receives and exits 0 on the first.
+    # Each child says it is ready once its handler is in place, then counts the SIGTERMs it
+    # receives and exits 0 on the first.
     code = textwrap.dedent(
         f"""
-        import signal, sys, time
+        import os, signal, sys, time
         def stop(signum, frame):
             with open({str(marker)!r}, "a") as f:
                 f.write("x")
             sys.exit(0)
         signal.signal(signal.SIGTERM, stop)
-        print("ready", flush=True)
+        open(os.path.join({str(tmp_path)!r}, f"ready-{{os.getpid()}}"), "w").close()
         time.sleep(60)
         """
     )
     children = [python_child("one", code), python_child("two", code)]
-    timer = threading.Timer(2.0, os.kill, args=(os.getpid(), signal.SIGTERM))
-    timer.start()
+    finished = threading.Event()
+
+    def terminate_serve_once_children_are_ready() -> None:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+            if finished.wait(0.05):
+                return
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # Should the signal ever come after the supervisor restored the handlers, it is ignored
+    # rather than ending the test run.
+    original = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    sender = threading.Thread(target=terminate_serve_once_children_are_ready, daemon=True)
+    sender.start()
     try:
         status = Supervisor(Quiet(), children, stop_timeout=10).run(
             url="http://127.0.0.1:1/", probe=("127.0.0.1", free_port())
         )
     finally:
-        timer.cancel()
+        finished.set()
+        sender.join(timeout=10)
+        signal.signal(signal.SIGTERM, original)
 
     assert status == 0
     assert [child.returncode for child in children] == [0, 0]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -75,7 +76,7 @@ def operator_create(
 
 
 def _operator_create_once(
-    *, user_model, username: str, password: str | None, reset_password: bool
+    *, user_model: type[AbstractBaseUser], username: str, password: str | None, reset_password: bool
 ) -> OperatorResult:
     generated = None
     with transaction.atomic():
