@@ -30,6 +30,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -111,6 +113,14 @@ class RouteOutcome:
     @property
     def settled(self) -> bool:
         return self.state != RouteState.UNROUTED
+
+
+_FOREIGN = ("claimed by another loop",)
+_PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
+
+
+class _EarlierClaimed(Exception):
+    """Another live loop holds uncommitted claims on Events before this whole window."""
 
 
 class GenerationChanged(RuntimeError):
@@ -268,13 +278,24 @@ class Router:
             else:
                 to_evaluate.append(event)
         evaluations.update(self._evaluate(to_evaluate))
-        for attempt in range(self.options.max_retries + 1):
+        attempt = 0
+        wait_until = time.monotonic() + self.options.claim_seconds / 2
+        while attempt <= self.options.max_retries:
             try:
                 return self._commit(window, evaluations, backing_off, failures, honour_claims)
             except IntegrityError:
                 # Another process took a key or decided an Event first: read again and retry.
-                logger.info("route.commit_retry", extra={"attempt": attempt + 1})
-                continue
+                attempt += 1
+                logger.info("route.commit_retry", extra={"attempt": attempt})
+            except _EarlierClaimed:
+                # Another loop holds earlier Events it has not committed yet: this window
+                # commits after them (acceptance order), so wait for it; the evaluations stand.
+                if time.monotonic() > wait_until:
+                    break
+                _PAUSE.wait(0.02)
+        Event.objects.filter(seq__in=[e.seq for e in window], claimed_by=self.owner).update(
+            claimed_by="", claimed_until=None
+        )
         return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
 
     def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
@@ -325,10 +346,18 @@ class Router:
             writer = _Writes(now=now, generation=self.configuration.label)
             world = self._read_world(events, evaluations, now)
             blocked = self._outside_blockers(events, world, honour_claims, now)
+            foreign = blocked.pop(_FOREIGN, None)
+            if foreign is not None and not any(e.seq < foreign for e in events):
+                raise _EarlierClaimed(foreign)
             outcomes: list[RouteOutcome] = []
             for event in window:
                 if event.seq not in still:
                     outcomes.append(RouteOutcome(event.seq, RouteState.ROUTED, reason="decided elsewhere"))
+                    continue
+                if foreign is not None and event.seq > foreign:
+                    # After another loop's uncommitted claim: not this pass (acceptance order).
+                    writer.release(event.seq)
+                    outcomes.append(RouteOutcome(event.seq, RouteState.UNROUTED, reason="retry"))
                     continue
                 snap = event
                 tokens = _tokens(snap, evaluations.get(event.seq), world)
@@ -535,7 +564,7 @@ class Router:
             ):
                 # Another live loop holds an earlier Event whose targets it has not decided:
                 # nothing after it commits before it does.
-                blocked[("all",)] = min(blocked.get(("all",), seq), seq)
+                blocked[_FOREIGN] = min(blocked.get(_FOREIGN, seq), seq)
             tokens: set[tuple] = set()
             if work_id is not None:
                 tokens.add(("work", work_id))
@@ -629,7 +658,7 @@ def _attempt_view(attempt: Attempt | None) -> AttemptView | None:
 
 def _tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) -> set[tuple]:
     """The targets an Event touches: its keys (explicit and decided), its Work."""
-    tokens: set[tuple] = {("all",)}
+    tokens: set[tuple] = set()
     keys = list(snap.correlation)
     if evaluation is not None and evaluation.decision is not None:
         keys.extend(evaluation.decision.keys)
@@ -649,8 +678,6 @@ def _tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) ->
 
 def _block(blocked: dict[tuple, int], tokens: Iterable[tuple], seq: int) -> None:
     for token in tokens:
-        if token == ("all",):
-            continue
         if token not in blocked or blocked[token] > seq:
             blocked[token] = seq
 
@@ -741,6 +768,10 @@ class _Writes:
     failures: dict[int, tuple[dict, datetime | None, str]] = field(default_factory=dict)
     cleared_failures: list[int] = field(default_factory=list)
     decided_keys: list[EventKey] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+
+    def release(self, seq: int) -> None:
+        self.released.append(seq)
 
     def remember_keys(self, event: EventSnapshot, evaluation: Evaluation | None) -> None:
         """Keep the keys an unsettled Event's route decided, so later input for them waits
@@ -899,6 +930,8 @@ class _Writes:
             ).delete()
         if self.decided_keys:
             EventKey.objects.bulk_create(self.decided_keys, ignore_conflicts=True)
+        if self.released:
+            Event.objects.filter(seq__in=self.released).update(claimed_by="", claimed_until=None)
         by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}
         for seq, reason in self.reasons.items():
             by_reason.setdefault(reason, []).append(seq)
