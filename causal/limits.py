@@ -22,6 +22,8 @@ Atomicity (R54)
     the Event commit with the caller's own effects, or not at all. Writers serialise: on
     PostgreSQL the acceptance advisory lock (taken first, so lock order is always "acceptance
     lock, then bucket row") and a row lock on the bucket; on SQLite ``BEGIN IMMEDIATE``.
+    The check is a few plain SQL statements (see "the limit check's statements" below) so
+    that it costs little beside the acceptance it guards.
 
 Refusals and their diagnostics (R55)
     A refusal accepts nothing, spends nothing and raises :class:`CausalRefused`. It also
@@ -30,7 +32,7 @@ Refusals and their diagnostics (R55)
     transaction back, and ``transaction.on_commit`` does not run on rollback, so the
     diagnostic cannot be written *in* that transaction. Instead, derivation runs inside a
     refusal boundary, :func:`derived_atomic`: refusals are queued on the boundary and
-    written, each in a transaction of its own, once the boundary's transaction has ended
+    written in a transaction of their own once the boundary's transaction has ended
     (committed or rolled back). :meth:`Causal.derive` and the worklife entry points
     (``emit``, ``timer_fire``) open the boundary themselves; code calling
     :meth:`Causal.derive_in_tx` opens its transaction with ``derived_atomic()`` instead of
@@ -68,6 +70,7 @@ DEFAULT_ACCEPTED_BY = "core.causal"
 _DETAIL_MAX = 500
 # A derivation that met a concurrent writer's KV row is checked again once, on fresh reads.
 _ATTEMPTS = 2
+_PARENT_FIELD = Event._meta.get_field("parent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,4 +640,8 @@ class Causal:
             # Accepted meanwhile by a writer that skipped the acceptance lock: a duplicate
             # spends nothing, so give the token (and a fresh pin) back.
             raise _Replayed(accepted)
+        # The child was linked through a stub holding only the parent's ancestry: forget it,
+        # so that ``event.parent`` loads the real parent when asked for.
+        if _PARENT_FIELD.is_cached(accepted.event):
+            _PARENT_FIELD.delete_cached_value(accepted.event)
         return accepted

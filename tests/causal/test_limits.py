@@ -51,6 +51,7 @@ def test_r52_root_depth_is_zero_and_a_child_is_one_deeper(causal, root):
     grandchild = causal.derive(parent=child, envelope=envelope("grandchild")).event
     assert (child.depth, child.parent_id, child.root_id) == (1, root.seq, root.seq)
     assert (grandchild.depth, grandchild.parent_id, grandchild.root_id) == (2, child.seq, root.seq)
+    assert (grandchild.parent.type, grandchild.parent.envelope_id) == ("test.derived", "child")
 
 
 @pytest.mark.django_db
