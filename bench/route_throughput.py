@@ -275,8 +275,26 @@ def postgres_run(args: argparse.Namespace) -> None:
         ]
         for proc in procs:
             proc.wait()
-        elapsed = time.perf_counter() - started
-        results[loops] = len(payloads) / elapsed
+        wall = time.perf_counter() - started
+        # The routing span excludes the processes' start-up (Django set-up, imports).
+        span = float(
+            subprocess.run(
+                [
+                    "psql",
+                    url,
+                    "-tAc",
+                    "SELECT EXTRACT(EPOCH FROM MAX(decided_at) - MIN(decided_at)) FROM routing_routerecord",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            or wall
+        )
+        results[loops] = len(payloads) / max(span, 1e-6)
+        print(
+            f"router, {loops} loop(s): {len(payloads)} Events in {span:.1f} s routing ({wall:.1f} s wall with start-up)"
+        )
         pgbench = pgbench_tps(admin.rsplit("/", 1)[0], loops)
         print(
             f"router, {loops} loop(s)      {results[loops]:,.0f} Events/s   pgbench TPC-B-like, {loops} client(s): {pgbench:,.0f} tps   ratio {results[loops] / pgbench:.2f} (target >= 0.5)"
