@@ -343,6 +343,9 @@ class Router:
                 )
             )
             events = [e for e in window if e.seq in still]
+            # The failure entries as they are now: an operator's reroute may have forgotten an
+            # Event's failures while its handlers ran, and counting on the stale read undoes it.
+            failures = self._failures(still)
             writer = _Writes(now=now, generation=self.configuration.label)
             world = self._read_world(events, evaluations, now)
             blocked = self._outside_blockers(events, world, honour_claims, now)

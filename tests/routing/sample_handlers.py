@@ -33,6 +33,9 @@ class Scripted:
         if behaviour == "hang":
             RELEASE.wait(30)
             return skip("released")
+        if behaviour == "slow-fail":  # fails transiently, once RELEASE is set
+            RELEASE.wait(30)
+            raise Unavailable("upstream is restarting")
         if behaviour == "skip":
             return skip(data.get("why", "not for me"))
         return RouteDecision(True, reason="scripted", keys=tuple(data.get("keys", ())))

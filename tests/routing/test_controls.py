@@ -382,6 +382,45 @@ def test_r21_a_skip_while_the_router_evaluates_wins_and_the_router_decides_nothi
     assert record.reason == "skipped by alice"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_r22_a_reroute_while_the_router_evaluates_is_not_undone_by_its_commit(clock):
+    """The router counts a failure from the failure entry as it is at commit: failures an
+    operator forgot while the handler ran stay forgotten (a stale count would give up here)."""
+    apply(clock)
+    sample_handlers.RELEASE.set()
+    event = accept(clock, "x.thing", {"behaviour": "slow-fail"}, id="slow")
+    options = RouterOptions(route_timeout=20.0, max_route_failures=2, route_failure_window=timedelta(0))
+    r = build_router(clock=clock, options=options)
+    assert r.route(event.seq).error.attempts == 1
+    sample_handlers.RELEASE.clear()
+    sample_handlers.CALLS.clear()
+    clock.advance(3)  # past the backoff: the next call asks the handler again
+    outcome = {}
+
+    def route():
+        try:
+            outcome["value"] = r.route(event.seq)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=route)
+    thread.start()
+    try:
+        for _ in range(400):
+            if "slow" in sample_handlers.CALLS:
+                break
+            threading.Event().wait(0.01)
+        assert "slow" in sample_handlers.CALLS
+        controls.event_reroute(seq=event.seq, user="alice", clock=clock)
+    finally:
+        sample_handlers.RELEASE.set()
+        thread.join(30)
+        r.close()
+    assert not outcome["value"].settled, "the router gave up on failures the operator forgot"
+    assert state(event) == RouteState.UNROUTED
+    assert failure_entry(event.seq)["count"] == 1
+
+
 # --- JSON API -------------------------------------------------------------------------------------
 
 
@@ -528,6 +567,24 @@ def test_d4_a_user_without_the_permissions_sees_no_controls(client, clock, live)
     page = client.get(reverse("work-detail", args=[work_id])).content.decode()
     assert "hx-post" not in row(page, f"unrouted-{stuck.seq}")
     r.close()
+
+
+@pytest.mark.django_db
+def test_d4_live_updates_of_the_work_page_keep_the_controls_by_permission(clock, live, operator):
+    from routing.consumers import WorkConsumer
+
+    r = router(clock)
+    work_id, stuck, _ = holding_work(clock, r)
+    r.close()
+    consumer = WorkConsumer()
+    consumer.work_id = work_id
+    consumer.user = operator
+    fragment = consumer.render()
+    cell = row(fragment, f"unrouted-{stuck.seq}")
+    assert f'hx-post="{reverse("event-skip", args=[stuck.seq])}"' in cell
+    assert f'href="{reverse("event-skip", args=[stuck.seq])}?next=/work/{work_id}/"' in cell
+    consumer.user = UserFactory(username="viewer")
+    assert "hx-post" not in row(consumer.render(), f"unrouted-{stuck.seq}")
 
 
 @pytest.mark.django_db

@@ -1,0 +1,468 @@
+"""Route failures (R10–R19) and the evidence the specification promises (R59): an always-failing
+route given up on after its limit, a removed handler given up on at once, a handler that never
+returns abandoned at the deadline, a panicking handler recovered with its stack, a failing earlier
+input in a later Event's batch, and skip and reroute with doctor's check through the CLI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from causal.models import KV, Event, RouteState
+from routing.errors import RouteError, RouteErrorCode
+from routing.handler_pool import HandlerPool, PoolExhausted
+from routing.loop import RouteLoop
+from routing.models import RouteRecord
+from routing.router import FAILURES_NAMESPACE, RouterOptions, backoff_for, build_router, gives_up
+from tests.conftest import FakeClock
+from tests.routing import sample_handlers
+from tests.routing.factories import UserFactory
+from tests.routing.routerkit import HANDLERS, SCRIPTED_ONLY, accept, apply, drain, router, state
+from tests.support import run_manage
+from worklife import services as work_services
+from worklife.lifecycle import UnroutedInput, work_complete
+from worklife.models import WorkInput
+
+DEFAULTS = RouterOptions()
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+    sample_handlers.BROKEN.clear()
+    sample_handlers.CALLS.clear()
+    sample_handlers.RELEASE.clear()
+    yield
+    sample_handlers.RELEASE.set()
+
+
+def record(event) -> RouteRecord:
+    return RouteRecord.objects.get(event=event)
+
+
+def failure(event) -> dict | None:
+    return (
+        KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(event.seq))
+        .values_list("value", flat=True)
+        .first()
+    )
+
+
+def pr(clock, number=1, action="opened", **kw):
+    return accept(clock, f"github.pull_request.{action}", {"repo": "acme/api", "number": number}, **kw)
+
+
+def inputs(work_id):
+    return list(WorkInput.objects.filter(work_id=work_id).order_by("seq").values_list("seq", flat=True))
+
+
+# --- the rules, table-driven (R14, R15) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "failures,seconds",
+    [
+        (0, 0),
+        (1, 2),
+        (2, 4),
+        (3, 8),
+        (4, 16),
+        (5, 32),
+        (6, 64),
+        (7, 128),
+        (8, 256),
+        (9, 300),
+        (10, 300),
+        (40, 300),
+    ],
+)
+def test_r14_backoff_starts_at_two_seconds_doubles_and_is_capped_at_five_minutes(failures, seconds):
+    assert backoff_for(failures) == timedelta(seconds=seconds)
+
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+RETRIED = RouteError(RouteErrorCode.HANDLER_FAILED, "down")
+
+
+@pytest.mark.parametrize(
+    "code,failures,elapsed,expected",
+    [
+        # Retried codes: the count AND the window (defaults 5 and 15 min).
+        (RouteErrorCode.HANDLER_FAILED, 1, timedelta(0), False),
+        (RouteErrorCode.HANDLER_FAILED, 4, timedelta(hours=1), False),  # the window alone is not enough
+        (RouteErrorCode.HANDLER_FAILED, 5, timedelta(minutes=14, seconds=59), False),  # nor the count alone
+        (RouteErrorCode.HANDLER_FAILED, 5, timedelta(minutes=15), True),
+        (RouteErrorCode.HANDLER_TIMEOUT, 9, timedelta(minutes=20), True),
+        (RouteErrorCode.HANDLER_TIMEOUT, 4, timedelta(minutes=20), False),
+        # Not retried: the first failure gives up.
+        (RouteErrorCode.HANDLER_MISSING, 1, timedelta(0), True),
+        (RouteErrorCode.BINDING_INVALID, 1, timedelta(0), True),
+        (RouteErrorCode.POLICY_INVALID, 1, timedelta(0), True),
+        (RouteErrorCode.HANDLER_INVALID, 1, timedelta(0), True),
+        (RouteErrorCode.HANDLER_PANIC, 1, timedelta(0), True),
+    ],
+)
+def test_r15_gives_up_only_after_count_and_window_or_at_once_when_not_retried(
+    code, failures, elapsed, expected
+):
+    error = RouteError(code, "boom")
+    assert (
+        gives_up(error=error, failures=failures, first_failed_at=T0, now=T0 + elapsed, options=DEFAULTS)
+        is expected
+    )
+
+
+def test_r15_the_limits_come_from_the_options():
+    options = RouterOptions(max_route_failures=2, route_failure_window=timedelta(seconds=10))
+    assert not gives_up(
+        error=RETRIED, failures=2, first_failed_at=T0, now=T0 + timedelta(seconds=9), options=options
+    )
+    assert gives_up(
+        error=RETRIED, failures=2, first_failed_at=T0, now=T0 + timedelta(seconds=10), options=options
+    )
+
+
+# --- R59: an always-failing route ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r59_always_failing_route_is_given_up_after_its_limit_holding_its_work_until_then(clock, caplog):
+    apply(clock)
+    r = router(clock)
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = record(opened).work_id
+    attempt = work_services.attempt_start(
+        work_id=work_id, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    sample_handlers.BROKEN.add("always")
+    failing = accept(clock, "x.note", {}, correlation=["pr:acme/api#1"], id="always")
+    later = pr(clock, 1, action="edited")
+    first_failed = clock()
+    caplog.set_level(logging.INFO, logger="conduit.routing")
+
+    passes = 0
+    while True:
+        passes += 1
+        outcome = r.route(later.seq)  # the earlier failing input routes first, in the same call
+        if outcome.settled:
+            break
+        # Before the give-up the failing Event holds its Work: the later input waits behind it,
+        # and the Work cannot complete over it (R19).
+        assert state(failing) == RouteState.UNROUTED and state(later) == RouteState.UNROUTED
+        later.refresh_from_db()
+        assert later.waiting_on_id == failing.seq
+        assert inputs(work_id) == [opened.seq]
+        with pytest.raises(UnroutedInput, match=f"#{failing.seq}"):
+            work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+        entry = failure(failing)
+        assert entry["count"] == passes and entry["code"] == "handler_failed"
+        failing.refresh_from_db()
+        assert failing.retry_at == clock() + backoff_for(passes)
+        clock.set(failing.retry_at)
+        assert passes < 20, "never given up"
+
+    # Given up only once both the count (5) and the window (15 min) were reached.
+    count = record(failing).attempts
+    assert count >= DEFAULTS.max_route_failures
+    assert clock() - first_failed >= DEFAULTS.route_failure_window
+    failing_record = record(failing)
+    assert (failing_record.disposition, failing_record.policy, failing_record.reason) == (
+        "failed",
+        "failed",
+        "handler_failed",
+    )
+    assert (failing_record.route, failing_record.work_id) == ("scripted", work_id)  # R16: on its Work
+    assert "upstream is restarting" in failing_record.error
+    assert state(failing) == RouteState.FAILED and failure(failing) is None
+    # The Work takes its later input in the same call (R16, R17) and can complete again.
+    assert record(later).work_id == work_id and inputs(work_id) == [opened.seq, later.seq]
+    assert work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock).status == "ready"
+    # route.decided carries the error and the attempts (R16); the give-up is a warning (R18).
+    decided = [r for r in caplog.records if r.getMessage() == "route.decided" and r.event == failing.seq]
+    assert decided and decided[0].__dict__["route.error"].startswith("route scripted: upstream is restarting")
+    assert decided[0].__dict__["route.attempts"] == count and decided[0].policy == "failed"
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r18_each_give_up_is_logged_as_a_warning(clock, caplog):
+    apply(clock, SCRIPTED_ONLY)
+    events = [accept(clock, "x", {"behaviour": behaviour}) for behaviour in ("invalid", "panic")]
+    caplog.set_level(logging.INFO, logger="conduit.routing")
+    drain(router(clock))
+    gave_up = [r for r in caplog.records if r.name == "conduit.routing" and r.getMessage() == "route.gave_up"]
+    assert [(r.levelname, r.event, r.code, r.attempts) for r in gave_up] == [
+        ("WARNING", events[0].seq, "handler_invalid", 1),
+        ("WARNING", events[1].seq, "handler_panic", 1),
+    ]
+
+
+# --- R59: a removed handler -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r59_a_removed_handler_is_given_up_on_at_once(clock, settings):
+    apply(clock, SCRIPTED_ONLY)
+    settings.CONDUIT_ROUTE_HANDLERS = {"match": "routing.handlers.Match"}  # the extension is removed
+    event = accept(clock, "x", {})
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=2.0))
+    outcome = r.route(event.seq)
+    r.close()
+    assert outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_MISSING
+    rec = record(event)
+    assert (rec.disposition, rec.reason, rec.attempts, rec.route) == (
+        "failed",
+        "handler_missing",
+        1,
+        "scripted",
+    )
+    assert "handler 'scripted' is not registered" in rec.error
+    assert state(event) == RouteState.FAILED and failure(event) is None
+    assert sample_handlers.CALLS == []
+
+
+# --- R59: a handler that never returns --------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r59_a_handler_that_never_returns_is_abandoned_at_the_deadline(clock):
+    apply(clock, SCRIPTED_ONLY)
+    event = accept(clock, "x", {"behaviour": "hang"})
+    deadline = 1.0
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=deadline))
+    try:
+        started = time.monotonic()
+        outcome = r.route(event.seq)
+        elapsed = time.monotonic() - started
+        abandoned = r.pool.abandoned
+    finally:
+        sample_handlers.RELEASE.set()
+        r.close()
+    assert deadline <= elapsed < 2 * deadline, elapsed
+    assert not outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_TIMEOUT
+    assert outcome.error.backoff_until == clock() + timedelta(seconds=2)
+    assert abandoned == 1
+    assert failure(event)["code"] == "handler_timeout" and failure(event)["count"] == 1
+    event.refresh_from_db()
+    assert event.retry_at == clock() + timedelta(seconds=2)
+    assert "handler_timeout (failure 1)" in event.unrouted_reason
+
+
+@pytest.mark.django_db
+def test_r12_abandoned_calls_are_bounded_then_refused_until_one_returns():
+    release = threading.Event()
+    pool = HandlerPool(workers=1, max_abandoned=1)
+    try:
+        hung = pool.run(lambda: release.wait(30), timeout=0.1)
+        assert hung.timed_out and pool.abandoned == 1
+        with pytest.raises(PoolExhausted, match="1 handler calls are abandoned"):
+            pool.run(lambda: "never started", timeout=0.1)
+        release.set()
+        for _ in range(200):
+            if pool.abandoned == 0:
+                break
+            time.sleep(0.01)
+        assert pool.abandoned == 0 and pool.abandoned_total == 1
+        assert pool.run(lambda: "again", timeout=1).result == "again"
+    finally:
+        release.set()
+        pool.close()
+
+
+@pytest.mark.django_db
+def test_r12_an_exhausted_pool_is_a_retried_failure_not_a_crash(clock):
+    apply(clock, SCRIPTED_ONLY)
+    hung = accept(clock, "x", {"behaviour": "hang"})
+    other = accept(clock, "x", {})
+    pool = HandlerPool(workers=2, max_abandoned=1)
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=0.2), pool=pool)
+    try:
+        r.route(hung.seq)
+        outcome = r.route(other.seq)
+    finally:
+        sample_handlers.RELEASE.set()
+        r.close()
+        pool.close()
+    assert outcome.error.code == RouteErrorCode.HANDLER_FAILED and "abandoned" in outcome.error.message
+    assert failure(other)["count"] == 1 and state(other) == RouteState.UNROUTED
+
+
+# --- R59: a panicking handler ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r59_a_panicking_handler_is_recovered_with_its_stack(clock):
+    apply(clock, SCRIPTED_ONLY)
+    event = accept(clock, "x", {"behaviour": "panic"})
+    r = router(clock)
+    outcome = r.route(event.seq)
+    r.close()
+    assert outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_PANIC
+    rec = record(event)
+    assert (rec.disposition, rec.reason, rec.attempts) == ("failed", "handler_panic", 1)
+    assert rec.error.startswith("route scripted: RuntimeError: handler bug: boom")
+    assert "Traceback (most recent call last)" in rec.error
+    assert 'raise RuntimeError("handler bug: boom")' in rec.error
+
+
+# --- R59: a failing earlier input in a later Event's batch (R17) ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r59_a_failing_earlier_input_in_a_later_events_batch_is_given_up_and_the_later_routes(clock):
+    apply(clock)
+    # The earlier Event names key K explicitly and keeps failing; the later one's route decides
+    # K: routing the later Event brings the earlier one into its batch.
+    sample_handlers.BROKEN.add("earlier")
+    earlier = accept(clock, "x.early", {}, correlation=["pr:acme/api#9"], id="earlier")
+    later = pr(clock, 9)
+    r = router(clock, max_route_failures=2, route_failure_window=timedelta(seconds=10))
+    first = r.route(later.seq)
+    assert not first.settled and first.waiting_on == earlier.seq
+    assert failure(earlier)["count"] == 1 and sample_handlers.CALLS.count("earlier") == 1
+
+    clock.advance(11)  # past the backoff and the window: the second failure gives up
+    outcome = r.route(later.seq)
+    r.close()
+    assert outcome.settled, outcome
+    assert state(earlier) == RouteState.FAILED and record(earlier).attempts == 2
+    assert state(later) == RouteState.ROUTED and record(later).policy == "start"
+    assert sample_handlers.CALLS.count("earlier") == 2
+
+
+# --- R14: backoff and new generations --------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_r14_within_the_backoff_route_returns_the_failure_without_calling_the_handler(clock):
+    apply(clock, SCRIPTED_ONLY)
+    sample_handlers.BROKEN.add("flaky")
+    event = accept(clock, "x", {}, id="flaky")
+    r = router(clock)
+    first = r.route(event.seq)
+    assert first.error.code == RouteErrorCode.HANDLER_FAILED and sample_handlers.CALLS == ["flaky"]
+    clock.advance(1.5)
+    again = r.route(event.seq)
+    assert again.error.code == RouteErrorCode.HANDLER_FAILED
+    assert again.error.backoff_until == first.error.backoff_until == clock() + timedelta(seconds=0.5)
+    assert again.error.attempts == 1
+    assert sample_handlers.CALLS == ["flaky"], "the handler must not be called within the backoff"
+    assert r.route_pending() == []  # the loop's window passes over it too
+    clock.advance(0.5)
+    third = r.route(event.seq)
+    assert sample_handlers.CALLS == ["flaky", "flaky"]
+    assert third.error.backoff_until == clock() + timedelta(seconds=4)  # the second failure: 4 s
+    r.close()
+
+
+@pytest.mark.django_db
+def test_r14_a_newly_applied_generation_is_tried_at_once(clock):
+    apply(clock, SCRIPTED_ONLY)
+    sample_handlers.BROKEN.add("flaky")
+    event = accept(clock, "x", {}, id="flaky")
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        loop.step()
+        assert sample_handlers.CALLS == ["flaky"]
+        loop.step()  # within the backoff: not tried
+        assert sample_handlers.CALLS == ["flaky"]
+        sample_handlers.BROKEN.clear()
+        apply(clock, SCRIPTED_ONLY)  # generation 2, no time has passed
+        result = loop.step()
+    finally:
+        loop.close()
+    assert result.generation_changed and sample_handlers.CALLS == ["flaky", "flaky"]
+    assert state(event) == RouteState.ROUTED and record(event).generation == "2"
+    # Route(seq) with the new generation's router does the same, without the loop.
+    sample_handlers.BROKEN.add("flaky2")
+    again = accept(clock, "x", {}, id="flaky2")
+    r = router(clock)
+    r.route(again.seq)
+    sample_handlers.BROKEN.clear()
+    apply(clock, SCRIPTED_ONLY)
+    fresh = router(clock)
+    assert fresh.route(again.seq).settled
+    r.close()
+    fresh.close()
+
+
+# --- R59: skip and reroute with doctor's check through the CLI --------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_r59_skip_and_reroute_with_doctors_check_through_the_cli():
+    # The child processes read the machine's clock: these Events were accepted 20 minutes ago.
+    clock = FakeClock(datetime.now(UTC) - timedelta(minutes=20))
+    apply(clock)
+    r = router(clock)
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = record(opened).work_id
+    sample_handlers.BROKEN.update({"stuck-1", "stuck-2"})
+    held = accept(clock, "x.note", {}, correlation=["pr:acme/api#1"], id="stuck-1")
+    lonely = accept(clock, "x.other", {}, id="stuck-2")
+    later = pr(clock, 1, action="edited")
+    drain(r)
+    r.close()
+    assert [state(e) for e in (held, lonely, later)] == ["unrouted"] * 3
+
+    # Doctor warns about the three, with their failure counts, and exits non-zero.
+    checked = run_manage("doctor", "--json")
+    assert checked.returncode == 1, checked.stderr
+    report = json.loads(checked.stdout)
+    routing = next(c for c in report["checks"] if c["name"] == "routing")
+    assert report["ok"] is False and routing["status"] == "warn"
+    items = {item["seq"]: item for item in routing["items"]}
+    assert set(items) == {held.seq, lonely.seq, later.seq}
+    assert (items[held.seq]["failures"], items[held.seq]["last_code"]) == (1, "handler_failed")
+    assert items[held.seq]["retry_at"] is not None
+    assert (items[later.seq]["failures"], items[later.seq]["waiting_on"]) == (0, held.seq)
+    assert "doctor: " in checked.stderr and "routing" in checked.stderr
+
+    # Skip the Event holding the Work (as a named operator); forget the other one's failures.
+    UserFactory(username="alice")
+    skipped = run_manage("events", "skip", str(held.seq), "--as", "alice")
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.startswith(
+        f"Event #{held.seq} skipped by alice on Work {work_id} (1 failure counted)"
+    )
+    forgotten = run_manage("events", "reroute", str(lonely.seq), "--json")
+    assert forgotten.returncode == 0, forgotten.stderr
+    body = json.loads(forgotten.stdout)
+    assert (body["outcome"], body["by"], body["failures"]) == ("failures_forgotten", "cli", 1)
+    refused = run_manage("events", "skip", str(held.seq))
+    assert refused.returncode == 1
+    assert f"SEQ: Event #{held.seq} is already skipped" in refused.stderr
+    assert record(held).reason == "skipped by alice"
+    assert [e.data["by"] for e in Event.objects.filter(source="core.manual").order_by("seq")] == [
+        "alice",
+        "cli",
+    ]
+
+    # The next pass: the Work takes its later input, the forgotten one is tried at once.
+    sample_handlers.BROKEN.clear()
+    r = router(clock)
+    drain(r)
+    assert state(later) == RouteState.ROUTED and record(later).work_id == work_id
+    assert state(lonely) == RouteState.ROUTED
+
+    # Reroute the skipped Event: a copy, which routes like new input onto the Work.
+    copied = run_manage("events", "reroute", str(held.seq), "--json")
+    assert copied.returncode == 0, copied.stderr
+    copy_seq = json.loads(copied.stdout)["copy_seq"]
+    copy = Event.objects.get(seq=copy_seq)
+    assert (copy.envelope_id, copy.source) == ("reroute/stuck-1", "tests")
+    drain(r)
+    r.close()
+    assert record(copy).work_id == work_id and inputs(work_id)[-1] == copy_seq
+
+    healthy = run_manage("doctor")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert healthy.stdout.startswith("[ok] routing: no Event is unrouted 10 min after acceptance")
