@@ -258,7 +258,8 @@ def decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScop
             # The due timeout wins first: the Work is ready again and the Event routes to it.
             timed_out, wait = wait, None
             work = replace(work, status="ready", active_wait=None)
-        elif wait_matches(wait, event, keys):
+        elif wait_matches(wait, event, keys) and not wait.blocked_reason:
+            # A wait the causal limits block cannot be woken: the Event is kept as context.
             return Decision(
                 Effect.WAKE,
                 f"wins wait {wait.name or wait.id}",

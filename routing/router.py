@@ -226,6 +226,44 @@ class Router:
         if self._own_pool:
             self.pool.close()
 
+    # -- trace: the same evaluation and decision, nothing written (R39) -------------------------
+    def evaluate_one(self, event: EventSnapshot) -> Evaluation:
+        """Ask the routes about one Event on the handler pool, under the deadline."""
+        return self._evaluate([event])[event.seq]
+
+    def decide_one(self, event: EventSnapshot, evaluation: Evaluation) -> tuple[Decision, list[str]]:
+        """Read what routing reads and decide as routing would, writing nothing; the notes
+        say what routing would do first (earlier input, a due timeout)."""
+        now = self.clock()
+        evaluations = {event.seq: evaluation}
+        world = self._read_world([event], evaluations, now)
+        blocked = self._outside_blockers([event], world, False, now)
+        notes: list[str] = []
+        tokens = _tokens(event, evaluation, world)
+        behind = min((blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None)
+        if behind is not None:
+            notes.append(
+                f"earlier input #{behind} for the same target is unrouted: it routes first, this Event waits"
+            )
+        scope = self.configuration.scope(event.scope) or EffectiveScope(
+            path=event.scope, routes=(), bindings={}
+        )
+        decision = decide(event=event, evaluation=evaluation, scope=scope, world=world)
+        if decision.timed_out_wait is not None:
+            wait = decision.timed_out_wait
+            notes.append(
+                f"the due timeout of wait {wait.name or wait.id} wins first: the Work is ready again"
+            )
+        if decision.effect == Effect.CONFLICT:
+            notes.append("conflicting identities: routing would leave the Event unrouted with this reason")
+        work = world.works.get(decision.work_id) if decision.work_id else None
+        if work is not None and work.active_wait is not None and work.active_wait.blocked_reason:
+            notes.append(
+                f"wait {work.active_wait.name or work.active_wait.id} is blocked by the causal limits "
+                f"({work.active_wait.blocked_reason}): the Work is held, the Event kept as context"
+            )
+        return decision, notes
+
     # -- windows --------------------------------------------------------------------------
     def _window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
         """The Event and the earlier unrouted Events that share an explicit target with it

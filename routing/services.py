@@ -65,7 +65,7 @@ def events_accept(
 
 def _validated(payload: Any, *, trusted: bool) -> Envelope:
     envelope = parse_envelope(payload, trusted=trusted)
-    _check_encoded_size(payload)
+    check_event_size(payload)
     return envelope
 
 
@@ -81,7 +81,7 @@ def _validated_batch(payloads: Sequence[Any], *, trusted: bool) -> list[Envelope
         if index in failed:
             continue
         try:
-            _check_encoded_size(payload)
+            check_event_size(payload)
         except EnvelopeInvalid as exc:
             errors.append(exc.at(index))
     if errors:
@@ -89,7 +89,7 @@ def _validated_batch(payloads: Sequence[Any], *, trusted: bool) -> list[Envelope
     return envelopes
 
 
-def _check_encoded_size(payload: Any) -> None:
+def check_event_size(payload: Any) -> None:
     # A decoded payload is measured as compact JSON: never more than the body it came in, so
     # an HTTP body that passed the raw size check passes this one too.
     check_size(encoded_size(payload), settings.CONDUIT_MAX_EVENT_BYTES)

@@ -1,0 +1,226 @@
+"""Trace: a dry run of routing for a hypothetical Event (R37–R45)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.apps import apps
+
+from routing.models import RouteRecord
+from routing.services import config_candidate
+from routing.trace import TraceRefused, samples, trace, trace_candidate
+from tests.routing import sample_handlers
+from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, router
+from worklife import services as work
+from worklife.models import Work
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+    sample_handlers.BROKEN.clear()
+
+
+@pytest.fixture
+def live(clock):
+    return apply(clock)
+
+
+def pr(number=1, action="opened", **extra):
+    return {
+        "source": "github",
+        "type": f"github.pull_request.{action}",
+        "scope": "acme",
+        "data": {"repo": "acme/api", "number": number},
+        **extra,
+    }
+
+
+def row_counts():
+    return {
+        m._meta.label: m.objects.count()
+        for m in apps.get_models()
+        if m._meta.app_label in ("causal", "worklife", "routing")
+    }
+
+
+def test_r37_a_trace_writes_nothing(clock, live):
+    before = row_counts()
+    result = trace(payload=pr(), clock=clock)
+    assert result.effect == "start" and result.route == "pr"
+    assert row_counts() == before
+
+
+def test_r37_trace_candidate_reads_candidate(clock, live):
+    candidate = config_candidate(document=DOCUMENT.replace('type: "noise.*"', 'type: "quiet.*"'), clock=clock)
+    result = trace_candidate(
+        candidate=candidate, payload={"source": "s", "type": "quiet.tick", "scope": "acme"}, clock=clock
+    )
+    assert (result.generation, result.effect, result.route) == ("candidate", "drop", "noise")
+    live_result = trace(payload={"source": "s", "type": "quiet.tick", "scope": "acme"}, clock=clock)
+    assert (live_result.generation, live_result.effect) == (str(live.number), "unmatched")
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"source": "s", "type": "core.manual.skip_event", "scope": "acme"}, "type"),
+        ({"source": "core.manual", "type": "x", "scope": "acme"}, "source"),
+        ({"source": "s", "type": "x", "scope": "nowhere"}, "scope"),
+        ({"source": "s", "type": "x", "scope": "acme", "time": "yesterday"}, "time"),
+        ({"type": "x", "scope": "acme"}, "source"),
+    ],
+)
+def test_r38_a_trace_refuses_an_event_acceptance_would_refuse(clock, live, payload, field):
+    with pytest.raises(TraceRefused) as refused:
+        trace(payload=payload, clock=clock)
+    assert refused.value.field == field
+
+
+def test_r39_trace_agrees_with_routing(clock, live):
+    """The same code path: for each Event, what trace says is what routing then records."""
+    r = router(clock)
+    offered = [
+        pr(1),
+        pr(1, "edited"),
+        {"source": "chat", "type": "chat.message", "scope": "acme", "data": {"thread": "t"}},
+        {"source": "s", "type": "noise.ping", "scope": "acme"},
+        {"source": "s", "type": "other.thing", "scope": "acme"},
+        {"source": "s", "type": "followup.x", "scope": "acme", "data": {"repo": "acme/api", "number": 1}},
+        {"source": "s", "type": "followup.x", "scope": "acme", "data": {"repo": "acme/api", "number": 9}},
+        pr(2, scope="acme/web"),
+    ]
+    for i, payload in enumerate(offered):
+        predicted = trace(payload={**payload, "id": f"t{i}"}, clock=clock)
+        event = accept(
+            clock, payload["type"], payload.get("data"), source=payload["source"], scope=payload["scope"]
+        )
+        r.route(event.seq)
+        record = RouteRecord.objects.get(event=event)
+        assert (predicted.effect, predicted.route, predicted.binding, list(predicted.refusals)) == (
+            record.policy,
+            record.route,
+            record.binding,
+            record.refusals,
+        ), payload["type"]
+        if predicted.work_id is not None:
+            assert predicted.work_id == record.work_id
+
+
+def test_r40_each_route_gets_a_verdict_with_its_reason(clock, live):
+    result = trace(
+        payload={"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}}, clock=clock
+    )
+    verdicts = [(v.route, v.verdict) for v in result.verdicts]
+    assert verdicts == [
+        ("pr", "skip"),
+        ("chat", "match"),
+        ("ops", "not_reached"),
+        ("follow-up", "not_reached"),
+        ("noise", "not_reached"),
+        ("scripted", "not_reached"),
+    ]
+    assert "does not match" in result.verdicts[0].reason
+    assert result.verdicts[1].reason
+
+
+def test_r43_terminal_work_bypasses_every_route(clock, live):
+    first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
+    router(clock).route(first.seq)
+    Work.objects.filter(pk=RouteRecord.objects.get(event=first).work_id).update(status="completed")
+    result = trace(payload=pr(1, "edited"), clock=clock)
+    assert result.effect == "drop" and result.reason == "terminal"
+    assert {v.verdict for v in result.verdicts} == {"bypassed"}
+
+
+def _waiting(clock, match, timeout_at=None):
+    first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
+    router(clock).route(first.seq)
+    work_id = RouteRecord.objects.get(event=first).work_id
+    attempt = work.attempt_start(
+        work_id=work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=["inject"],
+        clock=clock,
+    )
+    work.attempt_wait(
+        attempt_id=attempt.pk, lease_epoch=1, match=match, clock=clock, name="review", timeout_at=timeout_at
+    )
+    return work_id
+
+
+def test_r41_the_event_that_wins_the_wait_bypasses_routes_and_wakes(clock, live):
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    result = trace(payload=pr(1, "review_submitted"), clock=clock)
+    assert (result.effect, result.work_id) == ("wake", work_id)
+    assert {v.verdict for v in result.verdicts} == {"bypassed"}
+    event = accept(clock, "github.pull_request.review_submitted", {"repo": "acme/api", "number": 1})
+    router(clock).route(event.seq)
+    assert RouteRecord.objects.get(event=event).policy == "wake"
+    assert Work.objects.get(pk=work_id).status == "running"
+
+
+def test_r41_a_route_that_passes_input_to_a_waiting_work_keeps_it_as_context(clock, live):
+    _waiting(clock, {"type": "github.pull_request.review*"})
+    result = trace(payload=pr(1, "edited"), clock=clock)
+    assert (result.effect, result.reason) == ("queue", "context")
+    assert any("context" in note for note in result.notes)
+
+
+def test_r41_nothing_matching_a_waiting_work_is_unmatched(clock, live):
+    _waiting(clock, {"type": "github.pull_request.review*"})
+    result = trace(payload={"source": "s", "type": "other.thing", "scope": "acme"}, clock=clock)
+    assert result.effect == "unmatched"
+
+
+def test_r41_a_due_timeout_wins_first_and_is_reported(clock, live):
+    work_id = _waiting(
+        clock, {"type": "github.pull_request.review*"}, timeout_at=clock() + timedelta(minutes=1)
+    )
+    clock.advance(120)
+    result = trace(payload=pr(1, "review_submitted"), clock=clock)
+    assert result.effect == "queue" and result.work_id == work_id
+    assert any("timeout" in note for note in result.notes)
+
+
+def test_r44_policy_with_fallbacks_for_existing_work(clock, live):
+    first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
+    router(clock).route(first.seq)
+    work_id = RouteRecord.objects.get(event=first).work_id
+    work.attempt_start(
+        work_id=work_id, binding="plain", executor="command", generation=1, capabilities=[], clock=clock
+    )
+    result = trace(payload=pr(1, "edited"), clock=clock)
+    assert result.effect == "queue" and result.reason.startswith("fallback queue")
+
+
+def test_r30_a_trace_says_the_operator_addressed_the_work(clock, live):
+    first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
+    router(clock).route(first.seq)
+    work_id = RouteRecord.objects.get(event=first).work_id
+    payload = {"source": "core.manual", "type": "operator.note", "scope": "acme", "work_id": work_id}
+    with pytest.raises(TraceRefused):  # external callers cannot send core.manual Events
+        trace(payload=payload, clock=clock)
+    result = trace(payload=payload, clock=clock, operator=True)
+    assert (result.effect, result.reason, result.binding, result.work_id) == (
+        "queue",
+        "addressed",
+        "triage",
+        work_id,
+    )
+    assert any("addressed" in note for note in result.notes)
+
+
+def test_r45_samples_come_in_route_order_with_the_router_clock(clock, live):
+    found = samples(scope="acme", clock=clock)
+    routes = [route for route, _ in found]
+    assert routes == sorted(routes, key=["pr", "chat", "ops", "follow-up", "noise", "scripted"].index)
+    assert found, "the match handler offers samples"
+    for route, sample in found:
+        result = trace(payload={"source": "sample", **sample.event, "scope": "acme"}, clock=clock)
+        assert result.route == route, (route, sample)
