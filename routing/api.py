@@ -11,9 +11,11 @@ from causal.models import Event
 from causal.selectors import event_get
 from routing import services
 from routing.api_auth import ApiError, api_view, request_json
+from routing.config import GenerationNotFound
 from routing.openapi import openapi_schema
 from routing.selectors import event_route as event_route_get
 from routing.serializers import accepted_json, event_json, event_route_json
+from routing.trace import TraceRefused, trace
 
 
 @api_view(["POST"])
@@ -60,3 +62,22 @@ def event_route(request: HttpRequest, seq: int) -> JsonResponse:
 def openapi_json(request: HttpRequest) -> JsonResponse:
     """The OpenAPI 3.1 schema of this API (public: it describes, it holds no data)."""
     return JsonResponse(openapi_schema(server_url=request.build_absolute_uri("/")))
+
+
+@api_view(["POST"], errors={TraceRefused: (400, "invalid_trace"), GenerationNotFound: (404, "not_found")})
+def trace_event(request: HttpRequest) -> JsonResponse:
+    """A dry run of routing for a hypothetical Event against the live generation or the one
+    ``generation`` names (``"3"``, ``"candidate:12"``); writes nothing (R37)."""
+    body = request_json(request)
+    if not isinstance(body, dict) or not isinstance(body.get("event"), dict):
+        raise ApiError(
+            400, "invalid_trace", "the body must be an object with the Event under 'event'", field="event"
+        )
+    generation = body.get("generation")
+    if generation is not None and not isinstance(generation, str):
+        raise ApiError(
+            400, "invalid_trace", "generation must be a string like '3' or 'candidate:12'", field="generation"
+        )
+    operator = bool(body.get("operator", False))
+    result = trace(payload=body["event"], clock=system_clock, generation=generation, operator=operator)
+    return JsonResponse(result.as_dict())

@@ -233,6 +233,41 @@ SCHEMAS: dict[str, Any] = {
             "failure": {"oneOf": [_ref("RouteFailure"), {"type": "null"}]},
         },
     },
+    "Trace": {
+        "type": "object",
+        "description": "A trace: the effect routing would record and each route's verdict.",
+        "properties": {
+            "generation": {"type": "string", "description": "The generation number, or `candidate`."},
+            "scope": {"type": "string"},
+            "effect": {
+                "type": "string",
+                "description": "start, queue, inject, interrupt, held, drop, wake, unmatched, conflict or error.",
+            },
+            "reason": {"type": "string"},
+            "work": {"type": ["integer", "null"]},
+            "route": {"type": "string"},
+            "binding": {"type": "string"},
+            "keys": {"type": "array", "items": {"type": "string"}},
+            "verdicts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "route": {"type": "string"},
+                        "scope": {"type": "string"},
+                        "verdict": {
+                            "type": "string",
+                            "enum": ["match", "skip", "not_reached", "bypassed", "error"],
+                        },
+                        "reason": {"type": "string"},
+                    },
+                },
+            },
+            "refusals": {"type": "array", "items": {"type": "object"}},
+            "error": {"type": "string"},
+            "notes": {"type": "array", "items": {"type": "string"}},
+        },
+    },
     "EventRoute": {
         "description": "An Event's route, by `state`: a settled Event's RouteRecord, or why an Event is "
         "unrouted.",
@@ -492,6 +527,41 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "200": {"description": "The checks.", "content": _json(_ref("DoctorReport"))},
                 "401": _response("Unauthorized"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/trace": {
+        "post": {
+            "operationId": "trace",
+            "summary": "Trace a hypothetical Event",
+            "description": "A dry run of routing: the same handlers and the same decision routing would make "
+            'now, against the live generation or the one `generation` names (`"3"`, `"candidate:12"`, '
+            "a configuration not yet applied). Writes nothing. The Event is first refused as acceptance "
+            "would refuse it; `specversion` and `id` may be left out. `operator: true` traces an operator "
+            "Event (source `core.manual`, R30).",
+            "requestBody": {
+                "required": True,
+                "content": _json(
+                    {
+                        "type": "object",
+                        "required": ["event"],
+                        "properties": {
+                            "event": {
+                                "type": "object",
+                                "description": "A structured-mode CloudEvent with `scope`.",
+                            },
+                            "generation": {"type": "string"},
+                            "operator": {"type": "boolean", "default": False},
+                        },
+                    }
+                ),
+            },
+            "responses": {
+                "200": {"description": "What routing would do, and why.", "content": _json(_ref("Trace"))},
+                "400": _response("Invalid"),
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
                 "405": _response("MethodNotAllowed"),
             },
         }

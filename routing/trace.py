@@ -37,6 +37,9 @@ class TraceRefused(ValueError):
         self.field = field
         self.message = message
 
+    def details(self) -> dict[str, Any]:
+        return {"error": "invalid_trace", "field": self.field, "message": self.message}
+
 
 @dataclass(frozen=True, slots=True)
 class TraceResult:

@@ -15,5 +15,6 @@ urlpatterns = [
     path("events/<int:seq>/reroute", api_controls.event_reroute, name="api-event-reroute"),
     path("doctor", api_controls.doctor_report, name="api-doctor"),
     path("events/<int:seq>/route", api.event_route, name="api-event-route"),
+    path("trace", api.trace_event, name="api-trace"),
     path("openapi.json", api.openapi_json, name="api-openapi"),
 ]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.views import auth, causal, config, controls, dead_letters, doctor, events, home, work
+from routing.views import auth, causal, config, controls, dead_letters, doctor, events, home, trace, work
 
 urlpatterns = [
     path("", home.home, name="console-home"),
@@ -18,6 +18,7 @@ urlpatterns = [
     path("work/", work.work_list, name="work-list"),
     path("work/<int:work_id>/", work.work_detail, name="work-detail"),
     path("config/", config.config_list, name="config-list"),
+    path("trace/", trace.trace_page, name="trace"),
     path("causal/<int:seq>/", causal.causal_root, name="causal-root"),
     path("causal/diagnostics/", causal.causal_diagnostics, name="causal-diagnostics"),
 ]

@@ -224,3 +224,81 @@ def test_r45_samples_come_in_route_order_with_the_router_clock(clock, live):
     for route, sample in found:
         result = trace(payload={"source": "sample", **sample.event, "scope": "acme"}, clock=clock)
         assert result.route == route, (route, sample)
+
+
+# --- the surfaces: API, CLI, console (D5) ------------------------------------------------------------
+
+
+def test_r37_trace_api(clock, live, client):
+    from tests.routing.factories import api_token_with_secret
+
+    _, secret = api_token_with_secret()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    ok = client.post("/api/trace", {"event": pr()}, content_type="application/json", **auth)
+    assert (
+        ok.status_code == 200
+        and ok.json()["effect"] == "start"
+        and ok.json()["verdicts"][0]["verdict"] == "match"
+    )
+    refused = client.post(
+        "/api/trace", {"event": {**pr(), "scope": "nowhere"}}, content_type="application/json", **auth
+    )
+    assert refused.status_code == 400 and refused.json()["field"] == "scope"
+    missing = client.post(
+        "/api/trace", {"event": pr(), "generation": "candidate:999"}, content_type="application/json", **auth
+    )
+    assert missing.status_code == 404
+    assert client.post("/api/trace", {"event": pr()}, content_type="application/json").status_code == 401
+
+
+def test_r37_trace_command(clock, live, tmp_path):
+    import json
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(pr()))
+    from io import StringIO
+
+    out = StringIO()
+    call_command("trace", str(path), stdout=out)
+    text = out.getvalue()
+    assert "effect: start (new Work) via pr/triage" in text and "match        pr [acme]" in text
+    out = StringIO()
+    call_command("trace", str(path), "--json", stdout=out)
+    assert json.loads(out.getvalue())["effect"] == "start"
+    out = StringIO()
+    call_command("trace", "--samples", "acme", stdout=out)
+    assert out.getvalue().startswith("pr: ")
+    path.write_text(json.dumps({**pr(), "type": "core.x"}))
+    with pytest.raises(CommandError, match="refused: type"):
+        call_command("trace", str(path))
+
+
+def test_d5_trace_form_against_a_candidate(clock, live, client):
+    import json
+
+    from tests.routing.factories import UserFactory
+
+    candidate = config_candidate(document=DOCUMENT.replace('type: "noise.*"', 'type: "quiet.*"'), clock=clock)
+    assert client.get("/trace/").status_code == 302  # sign in first
+    client.force_login(UserFactory())
+    page = client.get("/trace/?scope=acme&sample=0")
+    assert (
+        page.status_code == 200
+        and f"candidate:{candidate.pk}" in page.text
+        and "github.pull_request" in page.text
+    )
+    event = json.dumps({"source": "s", "type": "quiet.tick", "scope": "acme"})
+    result = client.post(
+        "/trace/",
+        {"event": event, "generation": f"candidate:{candidate.pk}"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="trace-result",
+    )
+    assert result.status_code == 200
+    assert result.text.lstrip().startswith('<section id="trace-result"')
+    assert "badge-drop" in result.text and "noise" in result.text
+    bad = client.post("/trace/", {"event": "{nope", "generation": ""})
+    assert bad.status_code == 400 and "invalid JSON" in bad.text

@@ -1,0 +1,101 @@
+"""The trace form (D5): a hypothetical Event against the live configuration or a candidate."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_http_methods
+
+from causal.clock import system_clock
+from routing.config import GenerationNotFound, live_generation
+from routing.models import Generation, GenerationKind, Scope
+from routing.trace import TraceRefused, samples, trace
+from routing.views.common import render_console
+
+TEMPLATE = "routing/trace.html"
+PARTIALS = ("trace-result",)
+CANDIDATES_SHOWN = 20
+
+
+class TraceForm(forms.Form):
+    generation = forms.ChoiceField(
+        required=False, help_text="The live configuration, or a candidate not yet applied."
+    )
+    event = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 12, "class": "mono", "spellcheck": "false"}),
+        help_text="A structured-mode CloudEvent as JSON, with its scope; specversion and id may be left out.",
+    )
+    operator = forms.BooleanField(
+        required=False, help_text="An operator Event (source core.manual naming its Work)."
+    )
+
+    def __init__(self, *args, choices: list[tuple[str, str]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["generation"].choices = choices
+
+    def clean_event(self):
+        try:
+            value = json.loads(self.cleaned_data["event"])
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("the Event must be a JSON object")
+        return value
+
+
+def generation_choices() -> list[tuple[str, str]]:
+    live = live_generation()
+    choices = [("", f"live (generation {live.number})" if live else "live (none applied)")]
+    candidates = Generation.objects.filter(kind=GenerationKind.CANDIDATE).order_by("-pk")[:CANDIDATES_SHOWN]
+    choices.extend(
+        (f"candidate:{c.pk}", f"candidate {c.pk}{f' – {c.note}' if c.note else ''}") for c in candidates
+    )
+    return choices
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def trace_page(request: HttpRequest) -> HttpResponse:
+    """GET: the form (``?scope=`` lists that scope's samples, ``?sample=N`` fills one in).
+    POST: the trace, rendered under the form (only the result for htmx)."""
+    choices = generation_choices()
+    live = live_generation()
+    scopes = list(Scope.objects.filter(generation=live).values_list("path", flat=True)) if live else []
+    context = {"section": "trace", "scopes": scopes, "result": None, "refused": None, "samples": []}
+    status = 200
+    if request.method == "POST":
+        form = TraceForm(request.POST, choices=choices)
+        if form.is_valid():
+            try:
+                context["result"] = trace(
+                    payload=form.cleaned_data["event"],
+                    clock=system_clock,
+                    generation=form.cleaned_data["generation"] or None,
+                    operator=form.cleaned_data["operator"],
+                )
+            except (TraceRefused, GenerationNotFound) as exc:
+                context["refused"] = exc
+                status = 400
+        else:
+            status = 400
+    else:
+        initial = {}
+        scope = request.GET.get("scope", "")
+        if scope in scopes:
+            try:
+                context["samples"] = samples(scope=scope, clock=system_clock)
+            except TraceRefused as exc:
+                context["refused"] = exc
+            chosen = request.GET.get("sample", "")
+            if chosen.isdigit() and int(chosen) < len(context["samples"]):
+                route, sample = context["samples"][int(chosen)]
+                initial["event"] = json.dumps({"source": "console", **sample.event, "scope": scope}, indent=2)
+        form = TraceForm(initial=initial, choices=choices)
+        context["scope"] = scope
+    context["form"] = form
+    return render_console(request, TEMPLATE, context, partials=PARTIALS, status=status)
