@@ -64,21 +64,9 @@ def acceptance_lock_in_tx() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ACCEPT_LOCK_ID])
 
 
-def event_accept_in_tx(
-    *,
-    envelope: Envelope,
-    clock: Clock,
-    parent: Event | None = None,
-    accepted_by: str = "",
-) -> Accepted:
-    """Store ``envelope`` as an accepted Event, or return the Event already accepted under
-    the same ``(source, id)`` (deduplication stores nothing new)."""
-    assert_in_tx()
-    existing = Event.objects.filter(source=envelope.source, envelope_id=envelope.id).first()
-    if existing is not None:
-        return Accepted(existing, created=False)
-    acceptance_lock_in_tx()
-    event = Event(
+def event_row(envelope: Envelope, *, parent: Event | None, accepted_at: datetime, accepted_by: str) -> Event:
+    """An unsaved Event for ``envelope``, with its ancestry taken from ``parent``."""
+    return Event(
         envelope_id=envelope.id,
         source=envelope.source,
         type=envelope.type,
@@ -95,9 +83,26 @@ def event_accept_in_tx(
         parent=parent,
         root_id=(parent.root_seq if parent is not None else None),
         depth=(parent.depth + 1 if parent is not None else 0),
-        accepted_at=clock(),
+        accepted_at=accepted_at,
         accepted_by=accepted_by,
     )
+
+
+def event_accept_in_tx(
+    *,
+    envelope: Envelope,
+    clock: Clock,
+    parent: Event | None = None,
+    accepted_by: str = "",
+) -> Accepted:
+    """Store ``envelope`` as an accepted Event, or return the Event already accepted under
+    the same ``(source, id)`` (deduplication stores nothing new)."""
+    assert_in_tx()
+    existing = Event.objects.filter(source=envelope.source, envelope_id=envelope.id).first()
+    if existing is not None:
+        return Accepted(existing, created=False)
+    acceptance_lock_in_tx()
+    event = event_row(envelope, parent=parent, accepted_at=clock(), accepted_by=accepted_by)
     try:
         with transaction.atomic():
             event.save(force_insert=True)
@@ -144,25 +149,7 @@ def events_accept_in_tx(
         if pair in existing or pair in fresh_pairs:
             continue
         fresh_pairs.add(pair)
-        fresh.append(
-            Event(
-                envelope_id=envelope.id,
-                source=envelope.source,
-                type=envelope.type,
-                subject=envelope.subject,
-                time=envelope.time,
-                specversion=envelope.specversion,
-                datacontenttype=envelope.datacontenttype,
-                data=envelope.data,
-                extensions=dict(envelope.extensions),
-                scope=envelope.scope,
-                correlation=list(envelope.correlation),
-                work_id=envelope.work_id,
-                execution_id=envelope.execution_id,
-                accepted_at=now,
-                accepted_by=accepted_by,
-            )
-        )
+        fresh.append(event_row(envelope, parent=None, accepted_at=now, accepted_by=accepted_by))
     try:
         with transaction.atomic():
             created = Event.objects.bulk_create(fresh)

@@ -4,18 +4,16 @@ scans and a subprocess runner that opens the test database independently."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from django.conf import settings
-from django.db import connection
 
 from causal.models import KV, CausalDiagnostic
 from causal.services import Envelope
+from tests.support import child_env
 
 # Planted in every payload-ish field of test envelopes; no diagnostic may ever contain it.
 SECRET = "s3cr3t-planted-7f1c2a"
@@ -57,25 +55,8 @@ def bucket_count(root_seq: int, minute_key: str) -> int:
     return int(entry.value["count"]) if entry is not None else 0
 
 
-def database_url() -> str:
-    """A DATABASE_URL naming the database the test run uses (the test database)."""
-    current = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{Path(current['NAME']).resolve()}"
-    user = quote(current.get("USER") or "")
-    password = quote(current.get("PASSWORD") or "")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = current.get("HOST") or "localhost"
-    port = f":{current['PORT']}" if current.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{current['NAME']}"
-
-
-def worker_env(**extra: str) -> dict[str, str]:
-    """The environment of a worker process: this one's, on the test database."""
-    env = {k: v for k, v in os.environ.items() if k not in {"TEST_DATABASE_NAME", "PYTEST_CURRENT_TEST"}}
-    env.update({"DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "conduit_site.settings"})
-    env.update(extra)
-    return env
+# A worker process runs on the test database, like any child process of the tests.
+worker_env = child_env
 
 
 class Worker:
