@@ -10,6 +10,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
@@ -229,7 +230,9 @@ def test_r23_api_doctor_is_200_with_ok_and_checks(client, clock, live):
 def test_r23_doctor_page_shows_the_checks(client, clock, live):
     url = reverse("doctor")
     assert client.get(url)["Location"] == f"{reverse('login')}?next={url}"
-    client.force_login(UserFactory(username="ops"))
+    ops = UserFactory(username="ops")
+    ops.user_permissions.add(*Permission.objects.filter(codename__in=["skip_event", "reroute_event"]))
+    client.force_login(ops)
     stuck, _ = stuck_work(clock)
     clock.advance(minutes=11)
     page = client.get(url).content.decode()
@@ -241,6 +244,8 @@ def test_r23_doctor_page_shows_the_checks(client, clock, live):
     stuck_row = re.search(rf'<tr id="stuck-{stuck.seq}">(.*?)</tr>', section, re.S).group(1)
     assert "11 min" in stuck_row and "<code>handler_failed</code>" in stuck_row
     assert f'href="{reverse("event-skip", args=[stuck.seq])}?next={url}"' in stuck_row
+    client.force_login(UserFactory(username="viewer"))  # no control permissions: no control links
+    assert reverse("event-skip", args=[stuck.seq]) not in client.get(url).content.decode()
     partial = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="doctor-checks").content.decode()
     assert partial.strip().startswith('<section id="doctor-checks">')
 
