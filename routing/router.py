@@ -375,11 +375,8 @@ class Router:
             if live is None or live.pk != self.generation.pk:
                 raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
             seqs = [e.seq for e in window]
-            still = set(
-                Event.objects.filter(seq__in=seqs, route_state=RouteState.UNROUTED).values_list(
-                    "seq", flat=True
-                )
-            )
+            states = dict(Event.objects.filter(seq__in=seqs).values_list("seq", "route_state"))
+            still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
             events = [e for e in window if e.seq in still]
             # The failure entries as they are now: an operator's reroute may have forgotten an
             # Event's failures while its handlers ran, and counting on the stale read undoes it.
@@ -393,7 +390,11 @@ class Router:
             outcomes: list[RouteOutcome] = []
             for event in window:
                 if event.seq not in still:
-                    outcomes.append(RouteOutcome(event.seq, RouteState.ROUTED, reason="decided elsewhere"))
+                    outcomes.append(
+                        RouteOutcome(
+                            event.seq, states.get(event.seq, RouteState.ROUTED), reason="decided elsewhere"
+                        )
+                    )
                     continue
                 if foreign is not None and event.seq > foreign:
                     # After another loop's uncommitted claim: not this pass (acceptance order).
