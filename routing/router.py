@@ -463,7 +463,7 @@ class Router:
                 outcomes = [_with_real_work(o, ids) for o in outcomes]
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:
-                _log_decided(outcome, self.configuration.label)
+                _log_decided(outcome, self.configuration.label, now)
         return outcomes
 
     # -- failures (R13–R18) -----------------------------------------------------------------
@@ -769,12 +769,15 @@ def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
-def _log_decided(outcome: RouteOutcome, generation: str) -> None:
+def _log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -> None:
+    """One ``route.decided`` record per decision, with the fields of the route's JSON."""
     decision = outcome.decision
     logger.info(
         "route.decided",
         extra={
             "event": outcome.seq,
+            "disposition": outcome.state,
+            "decided_at": decided_at.isoformat(),
             "work": decision.work_id,
             "route": decision.route,
             "binding": decision.binding,
