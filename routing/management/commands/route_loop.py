@@ -9,7 +9,7 @@ import threading
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections, reset_queries
+from django.db import close_old_connections, connection, reset_queries
 
 from causal.clock import system_clock
 from routing.loop import RouteLoop
@@ -91,7 +91,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         while not stop.is_set():
             result = loop.step()
-            close_old_connections()
+            _refresh_connections()
             reset_queries()
             done += result.settled
             if result.empty:
@@ -116,7 +116,7 @@ class Command(BaseCommand):
     def _forever(self, loop: RouteLoop, stop: threading.Event, poll_interval: float) -> None:
         self.stdout.write(f"route_loop {loop.owner} started")
         while not stop.is_set():
-            close_old_connections()
+            _refresh_connections()
             try:
                 result = loop.step()
             except Exception:  # noqa: BLE001 - the loop boundary: log with the stack and go on
@@ -149,3 +149,10 @@ class Command(BaseCommand):
             previous[signum] = signal.getsignal(signum)
             signal.signal(signum, graceful)
         return previous
+
+
+def _refresh_connections() -> None:
+    """Drop connections past their age or broken, between passes (never inside a transaction
+    the caller holds, as when a test or a wrapper runs the command)."""
+    if not connection.in_atomic_block:
+        close_old_connections()

@@ -1,0 +1,92 @@
+"""``manage.py route_loop``: modes, flags, signals and the heartbeat doctor reads (D3)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from causal.clock import system_clock
+from causal.models import KV, Event, RouteState
+from routing.loop import HEARTBEATS_NAMESPACE
+from routing.services import events_accept
+from tests.routing.routerkit import MATCH_ONLY, apply, conversation_payloads
+from tests.support import child_env, manage_command
+
+
+@pytest.mark.django_db
+def test_d3_drain_routes_everything_and_reports_plain_lines_off_a_terminal():
+    apply(system_clock, MATCH_ONLY)
+    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
+    out = StringIO()
+    call_command("route_loop", "--drain", "--batch-size", "10", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("routed 10, backlog ")
+    assert lines[-1] == "drained: 30 Events routed, 0 unrouted left"
+    assert not Event.objects.filter(route_state=RouteState.UNROUTED).exists()
+    beat = KV.objects.get(namespace=HEARTBEATS_NAMESPACE)
+    assert beat.value["routed"] == 30 and beat.value["generation"] == "1"
+
+
+@pytest.mark.django_db
+def test_d3_once_runs_one_pass():
+    apply(system_clock, MATCH_ONLY)
+    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
+    out = StringIO()
+    call_command("route_loop", "--once", "--batch-size", "10", stdout=out)
+    assert out.getvalue().strip() == "pass: 10 routed, 0 left unrouted, generation 1"
+    assert Event.objects.filter(route_state=RouteState.UNROUTED).count() == 20
+
+
+@pytest.mark.django_db
+def test_d3_without_configuration_once_says_so():
+    out = StringIO()
+    call_command("route_loop", "--once", stdout=out)
+    assert "no configuration applied" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--call-timeout", "0"], "--call-timeout must be positive"),
+        (["--poll-interval", "-1"], "--poll-interval cannot be negative"),
+    ],
+)
+def test_d3_bad_flags_are_refused(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("route_loop", "--once", *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_d3_sigterm_stops_the_loop_gracefully():
+    apply(system_clock, MATCH_ONLY)
+    proc = subprocess.Popen(
+        manage_command("route_loop", "--poll-interval", "0.1"),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not KV.objects.filter(namespace=HEARTBEATS_NAMESPACE).exists():
+            assert time.monotonic() < deadline, "the loop recorded no heartbeat"
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        events_accept(payloads=conversation_payloads(5, 2), clock=system_clock)
+        while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
+            assert time.monotonic() < deadline, "the running loop routed nothing"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "route_loop stopped" in out
