@@ -1,7 +1,7 @@
 """Live updates from the router: after a window commits, open console pages refresh.
 
 The router calls :func:`publish_routed` once per window with the Events it touched and the
-Work they went to. On commit (never before, nothing on a rollback) it sends one
+Work they went to. On commit (never before, nothing on a rollback) a publisher thread sends one
 ``console.events`` message and at most :data:`MAX_WORK_MESSAGES` ``work.<id>`` messages,
 so a window of any size costs a bounded number of channel-layer writes. The consumers
 (``routing.consumers``) re-render their partials and push them as out-of-band swaps.
@@ -13,8 +13,10 @@ is logged (a warning, with the stack) and routing goes on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Awaitable, Callable, Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -26,6 +28,8 @@ logger = logging.getLogger("conduit.routing.live")
 
 # At most this many Work pages are told about one window; the rest refresh on their next load.
 MAX_WORK_MESSAGES = 50
+# Windows waiting to be published while a send is slow; older ones are dropped past this.
+MAX_PENDING = 100
 
 
 def publish_routed(seqs: Iterable[int], work_ids: Iterable[int], *, using: str | None = None) -> None:
@@ -44,10 +48,68 @@ def publish_routed(seqs: Iterable[int], work_ids: Iterable[int], *, using: str |
         return
     if not seq_list and not works:
         return
-    transaction.on_commit(lambda: send_routed(seq_list, works), using=using)
+    transaction.on_commit(lambda: _publisher.put(seq_list, works), using=using)
 
 
-def send_routed(seqs: list[int], work_ids: list[int]) -> int:
+def drain(timeout: float = 5.0) -> bool:
+    """Wait until every window committed so far has been sent (tests, shutdown); ``True``
+    when the publisher is idle."""
+    return _publisher.drain(timeout)
+
+
+class _Publisher:
+    """Sends windows' messages on a thread of its own, so a channel-layer write never sits on
+    the route loop's path. Windows that queue up while a send is in flight are coalesced into
+    one send; past :data:`MAX_PENDING` queued windows the oldest are dropped (the pages still
+    show the truth on their next load)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._pending: list[tuple[list[int], list[int]]] = []
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, seqs: list[int], works: list[int]) -> None:
+        with self._lock:
+            self._pending.append((seqs, works))
+            if len(self._pending) > MAX_PENDING:
+                del self._pending[0]
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="route-live-publisher", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _run(self) -> None:
+        # One event loop for the thread's life: a loop per send would cost more than the send.
+        loop = asyncio.new_event_loop()
+        try:
+            while True:
+                with self._lock:
+                    if not self._lock.wait_for(lambda: self._pending, timeout=60):
+                        self._thread = None
+                        return
+                    batch, self._pending = self._pending, []
+                    self._busy = True
+                seqs = sorted({seq for seqs, _ in batch for seq in seqs})
+                works = sorted({work for _, works in batch for work in works})
+                send_routed(seqs, works, run=loop.run_until_complete)
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+        finally:
+            loop.close()
+
+
+_publisher = _Publisher()
+
+
+def send_routed(
+    seqs: list[int], work_ids: list[int], *, run: Callable[[Awaitable], object] | None = None
+) -> int:
     """Send the window's messages now (what :func:`publish_routed` runs on commit); returns how
     many were sent. A failing channel layer is logged as a warning with its stack, never raised:
     this is the route loop's boundary with the web pages."""
@@ -57,7 +119,10 @@ def send_routed(seqs: list[int], work_ids: list[int]) -> int:
         if layer is None:
             logger.debug("route.live_no_channel_layer", extra={"events": len(seqs)})
             return 0
-        async_to_sync(_send_all)(layer, messages)
+        if run is None:
+            async_to_sync(_send_all)(layer, messages)
+        else:
+            run(_send_all(layer, messages))
         return len(messages)
     except Exception:  # noqa: BLE001 - the loop boundary: a page misses a refresh, routing goes on
         logger.warning(

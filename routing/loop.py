@@ -11,6 +11,7 @@ from django.db import transaction
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import kv_put_in_tx
+from routing import live
 from routing.config import live_generation
 from routing.handler_pool import HandlerPool
 from routing.router import GenerationChanged, Router, RouterOptions, build_router, loop_identity
@@ -72,6 +73,8 @@ class RouteLoop:
 
     def close(self) -> None:
         self.pool.close()
+        # Let the last windows' live updates go out before the process ends.
+        live.drain(timeout=2.0)
 
     def _ensure_router(self) -> bool:
         live = live_generation()

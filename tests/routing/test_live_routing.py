@@ -17,6 +17,7 @@ from django.db import transaction
 from conduit_site.asgi import application
 from conduit_site.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_work
 from routing.live import MAX_WORK_MESSAGES, publish_routed, send_routed
+from routing.live import drain as live_drain
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
@@ -59,7 +60,9 @@ def join(*groups: str) -> dict[str, str]:
 
 
 def waiting(path, channels: dict[str, str]) -> dict[str, list[dict]]:
-    """The messages waiting on each joined channel, read from the layer's file."""
+    """The messages waiting on each joined channel, read from the layer's file (once the
+    publisher thread has sent what was committed)."""
+    assert live_drain(), "the publisher did not finish"
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT channel, body FROM channel_message ORDER BY id").fetchall()
     by_channel = {channel: group for group, channel in channels.items()}
@@ -149,6 +152,7 @@ def test_d4_a_failing_channel_layer_logs_a_warning_and_routing_goes_on(clock, se
     event = pr(clock, 1)
     with caplog.at_level(logging.WARNING, logger="conduit.routing.live"):
         route_pass(clock)
+        assert live_drain(), "the publisher did not finish"
     assert RouteRecord.objects.get(event=event).policy == "start"
     failures = [r for r in caplog.records if r.getMessage() == "route.live_publish_failed"]
     assert failures and failures[0].levelno == logging.WARNING
