@@ -85,22 +85,6 @@ def workload(n: int, seed: int = 7) -> list[dict]:
     return events
 
 
-def setup_django(database_url: str, var_dir: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["CONDUIT_VAR_DIR"] = var_dir
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    import logging
-
-    logging.getLogger("conduit").setLevel(logging.WARNING)
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
 def accept_all(payloads: list[dict]) -> None:
     from causal.clock import system_clock
     from routing.services import config_apply, events_accept
@@ -110,9 +94,9 @@ def accept_all(payloads: list[dict]) -> None:
         events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
 
 
-def route_all(batch_size: int, loops: int = 1) -> tuple[float, int, int]:
+def route_all(batch_size: int) -> tuple[float, int, int]:
     """Route everything; returns (seconds, routed, SQL statements)."""
-    from django.db import connection
+    from django.db import connection, reset_queries
 
     from causal.clock import system_clock
     from causal.models import Event, RouteState
@@ -131,6 +115,7 @@ def route_all(batch_size: int, loops: int = 1) -> tuple[float, int, int]:
     with connection.execute_wrapper(count):
         while True:
             result = loop.step()
+            reset_queries()
             if result.empty:
                 break
     elapsed = time.perf_counter() - started
@@ -215,30 +200,55 @@ def peak_rss_mb() -> float:
 
 
 def sqlite_run(args: argparse.Namespace) -> None:
-    payloads = workload(args.n)
+    """Accept in one process, route in another (so its peak memory is the loop's own), then
+    time the raw floor over the same workload in this one."""
     tmp = tempfile.mkdtemp(prefix="conduit-bench-")
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp}/conduit.sqlite3",
+        "CONDUIT_VAR_DIR": tmp,
+        "SQLITE_SYNCHRONOUS": args.synchronous,
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+    }
     try:
-        os.environ["SQLITE_SYNCHRONOUS"] = args.synchronous
-        setup_django(f"sqlite:///{tmp}/conduit.sqlite3", tmp)
         t0 = time.perf_counter()
-        accept_all(payloads)
+        subprocess.run([sys.executable, __file__, "--_prepare", str(args.n)], env=env, check=True)
         accept_s = time.perf_counter() - t0
-        rss_before = peak_rss_mb()
-        seconds, routed, statements = route_all(args.batch_size)
-        rss_after = peak_rss_mb()
-        raw_seconds = raw_floor(payloads, f"{tmp}/raw.sqlite3", args.synchronous)
+        routed_out = subprocess.run(
+            [sys.executable, __file__, "--_route", str(args.batch_size)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        figures = json.loads(routed_out.strip().splitlines()[-1])
+        raw_seconds = raw_floor(workload(args.n), f"{tmp}/raw.sqlite3", args.synchronous)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    routed, seconds = figures["routed"], figures["seconds"]
     router_rate = routed / seconds
-    raw_rate = len(payloads) / raw_seconds
+    raw_rate = args.n / raw_seconds
     print(f"events                 {args.n} (synchronous={args.synchronous}, batch {args.batch_size})")
-    print(f"acceptance             {args.n / accept_s:,.0f} Events/s (setup, batches of 1,000)")
+    print(f"acceptance             {args.n / accept_s:,.0f} Events/s (setup process, batches of 1,000)")
     print(f"router                 {router_rate:,.0f} Events/s ({routed} routed in {seconds:.2f} s)")
     print(f"raw sqlite3 floor      {raw_rate:,.0f} Events/s ({raw_seconds:.2f} s)")
     print(f"ratio router/raw       {router_rate / raw_rate:.2f}   (target >= 0.5)")
-    print(f"SQL per routed Event   {statements / max(routed, 1):.2f}   (target <= 7)")
+    print(f"SQL per routed Event   {figures['statements'] / max(routed, 1):.2f}   (target <= 7)")
+    print(f"route loop peak RSS    {figures['peak_rss_mb']:,.0f} MB (its own process; target < 200 MB)")
+
+
+def route_process(batch_size: int) -> None:
+    """The routing phase in a process of its own: prints its figures as JSON."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
+    import django
+
+    django.setup()
+    seconds, routed, statements = route_all(batch_size)
     print(
-        f"peak RSS               {rss_after:,.0f} MB (before routing {rss_before:,.0f} MB; target < 200 MB)"
+        json.dumps(
+            {"seconds": seconds, "routed": routed, "statements": statements, "peak_rss_mb": peak_rss_mb()}
+        )
     )
 
 
@@ -339,7 +349,11 @@ def main() -> None:
         "--postgres", action="store_true", help="Run 1 and 4 loops on PostgreSQL beside pgbench."
     )
     parser.add_argument("--_prepare", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--_route", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args._route:
+        route_process(args._route)
+        return
     if args._prepare:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
         import django
