@@ -896,20 +896,16 @@ class _Writes:
         ids: dict[int, int] = {}
         if self.new_works:
             temp = list(self.new_works)
-            created = Work.objects.bulk_create(
+            created = _insert(
+                Work,
+                ("scope", "status", "binding", "trigger", "created_at", "updated_at"),
                 [
-                    Work(
-                        scope=scope,
-                        status="ready",
-                        binding=binding,
-                        trigger_id=seq,
-                        created_at=self.now,
-                        updated_at=self.now,
-                    )
+                    [scope, "ready", binding, seq, self.now, self.now]
                     for scope, binding, seq in (self.new_works[t] for t in temp)
-                ]
+                ],
+                returning=True,
             )
-            ids = {t: w.pk for t, w in zip(temp, created, strict=True)}
+            ids = dict(zip(temp, created, strict=True))
 
         def resolve(rows: list[list], column: int) -> list[list]:
             for row in rows:
@@ -1001,27 +997,52 @@ class _Writes:
         return ids
 
 
-def _insert(model: type, fields: Sequence[str], rows: list[list]) -> None:
-    """Insert rows (values in ``fields`` order) with one ``executemany``; JSON and datetime
-    values are prepared by their fields for the backend in use."""
+def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: bool = False) -> list[int]:
+    """Insert rows (values in ``fields`` order; every other column takes its field's
+    default) with set-based statements: one ``executemany``, or multi-row ``INSERT …
+    RETURNING`` chunks when the new primary keys are wanted (in row order, as Django's own
+    ``bulk_create`` relies on). JSON and datetime values are prepared by their fields for the
+    backend in use, each distinct object once (a window's rows share one timestamp)."""
     if not rows:
-        return
+        return []
     meta = model._meta
-    columns = [meta.get_field(name) for name in fields]
+    given = [meta.get_field(name) for name in fields]
+    defaults = [f for f in meta.concrete_fields if not f.primary_key and f not in given]
+    columns = given + defaults
+    default_values = [f.get_default() for f in defaults]
+    prepared: dict[tuple[int, int], Any] = {}
     prepare = [
         (index, column)
         for index, column in enumerate(columns)
         if column.get_internal_type() in ("JSONField", "DateTimeField")
     ]
-    quote = connection.ops.quote_name
-    sql = "INSERT INTO {} ({}) VALUES ({})".format(
-        quote(meta.db_table), ", ".join(quote(c.column) for c in columns), ", ".join(["%s"] * len(columns))
-    )
+    values = []
     for row in rows:
+        full = [*row, *default_values]
         for index, column in prepare:
-            row[index] = column.get_db_prep_save(row[index], connection)
+            value = full[index]
+            key = (index, id(value))
+            if key not in prepared or column.get_internal_type() == "JSONField":
+                prepared[key] = column.get_db_prep_save(value, connection)
+            full[index] = prepared[key]
+        values.append(full)
+    quote = connection.ops.quote_name
+    head = "INSERT INTO {} ({})".format(quote(meta.db_table), ", ".join(quote(c.column) for c in columns))
+    placeholder = "({})".format(", ".join(["%s"] * len(columns)))
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        if not returning:
+            cursor.executemany(f"{head} VALUES {placeholder}", values)
+            return []
+        ids: list[int] = []
+        chunk = max(1, 900 // len(columns))  # under SQLite's bound-variable limit
+        for start in range(0, len(values), chunk):
+            part = values[start : start + chunk]
+            cursor.execute(
+                f"{head} VALUES {', '.join([placeholder] * len(part))} RETURNING {quote(meta.pk.column)}",
+                [value for row in part for value in row],
+            )
+            ids.extend(row[0] for row in cursor.fetchall())
+        return ids
 
 
 def _kv_put(namespace: str, key: str, value: dict, now: datetime) -> None:
