@@ -338,7 +338,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--n", type=int, default=20000, help="Events to route (default 20,000).")
-    parser.add_argument("--batch-size", type=int, default=200, help="Events per router pass (default 200).")
+    parser.add_argument(
+        "--batch-size", type=int, default=500, help="Events per router pass (default 500, as route_loop)."
+    )
     parser.add_argument(
         "--synchronous",
         default="FULL",

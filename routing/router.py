@@ -83,7 +83,7 @@ class RouterOptions:
     route_failure_window: timedelta = timedelta(minutes=15)
     workers: int = 4
     max_abandoned: int = 16
-    batch_size: int = 200
+    batch_size: int = 500
     claim_seconds: float = 60.0
     max_retries: int = 3
 

@@ -36,8 +36,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--batch-size",
             type=int,
-            default=200,
-            help="Events per pass (window); each pass commits in one transaction. Default 200.",
+            default=500,
+            help="Events per pass (window); each pass commits in one transaction. Default 500.",
         )
         parser.add_argument(
             "--call-timeout",
