@@ -157,7 +157,7 @@ def test_r25_checkpointed_input_stays_historical(clock, live):
     assert record(orphan).work_id is None
 
 
-def test_r26_owned_keys_never_transfer_and_conflicts_stay_unrouted(clock, live):
+def test_r8_conflicting_identities_stay_unrouted_and_r26_owned_keys_never_transfer(clock, live):
     a = pr(clock, 1)
     b = accept(clock, "chat.message", {"thread": "t1"})
     r = router(clock)
