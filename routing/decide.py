@@ -97,6 +97,18 @@ class WorkView:
         return self.status in ("completed", "cancelled")
 
 
+@dataclass(frozen=True, slots=True)
+class SubscriptionView:
+    """An active dependency subscription of a waiting Work to Events of ``scope`` (R42)."""
+
+    id: int
+    work_id: int
+    work_scope: str
+    wait: WaitView
+    scope: str
+    match: dict
+
+
 @dataclass(slots=True)
 class World:
     """Work, key owners and attempts as the commit transaction reads them; a window's
@@ -107,6 +119,7 @@ class World:
     owners: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, key) -> work id
     attempt_work: dict[int, int] = field(default_factory=dict)  # execution (attempt) id -> work id
     missing_works: set[int] = field(default_factory=set)
+    subscriptions: list[SubscriptionView] = field(default_factory=list)
     _next_new: int = -1
 
     def new_work_id(self) -> int:
@@ -116,6 +129,10 @@ class World:
 
     def apply(self, event: EventSnapshot, decision: Decision) -> None:
         """Mirror a decision's effects so the rest of the window decides on them."""
+        for sub in decision.also_wakes:
+            woken = self.works.get(sub.work_id)
+            if woken is not None:
+                self.works[sub.work_id] = replace(woken, status="running", active_wait=None)
         if decision.work_id is None or decision.effect not in INPUT_EFFECTS:
             return
         work = self.works.get(decision.work_id)
@@ -161,6 +178,8 @@ class Decision:
     error: RouteError | None = None
     refusals: tuple[dict, ...] = ()
     evaluation: Evaluation | None = None
+    # Waiting Works whose dependency subscription this Event also wakes (R42).
+    also_wakes: tuple[SubscriptionView, ...] = ()
 
     @property
     def settles(self) -> bool:
@@ -209,7 +228,35 @@ def addressed_binding(work: WorkView) -> str:
 
 
 def decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, world: World) -> Decision:
-    """Decide what routing does with ``event`` given its routes' ``evaluation``."""
+    """Decide what routing does with ``event`` given its routes' ``evaluation``; an Event that
+    settles also wakes the waiting Works whose dependency subscriptions on its scope it
+    matches (R42)."""
+    decision = _decide(event=event, evaluation=evaluation, scope=scope, world=world)
+    if not decision.settles or decision.error is not None or not world.subscriptions:
+        return decision
+    wakes = tuple(sub for sub in world.subscriptions if _subscription_wakes(sub, event, decision, world))
+    return replace(decision, also_wakes=wakes) if wakes else decision
+
+
+def _subscription_wakes(
+    sub: SubscriptionView, event: EventSnapshot, decision: Decision, world: World
+) -> bool:
+    if sub.scope != event.scope or sub.work_id == decision.work_id:
+        return False
+    work = world.works.get(sub.work_id)
+    if (
+        work is None
+        or work.status != "waiting"
+        or work.active_wait is None
+        or work.active_wait.id != sub.wait.id
+    ):
+        return False
+    if sub.wait.blocked_reason:
+        return False
+    return wait_matches(replace(sub.wait, match=sub.match), event, decision.keys)
+
+
+def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, world: World) -> Decision:
     decided = evaluation.decision
     keys = tuple(dict.fromkeys([*event.correlation, *(decided.keys if decided else ())]))
 

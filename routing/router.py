@@ -45,7 +45,17 @@ from django.db.models import F, OuterRef, Q, Subquery
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey, RouteState
 from routing.config import Configuration, EffectiveScope, live_generation, load_configuration
-from routing.decide import INPUT_EFFECTS, AttemptView, Decision, Effect, WaitView, WorkView, World, decide
+from routing.decide import (
+    INPUT_EFFECTS,
+    AttemptView,
+    Decision,
+    Effect,
+    SubscriptionView,
+    WaitView,
+    WorkView,
+    World,
+    decide,
+)
 from routing.errors import RouteError, RouteErrorCode
 from routing.evaluate import Evaluation, RouteVerdict, Verdict, evaluate, snapshot, snapshots
 from routing.extension import EventSnapshot
@@ -56,6 +66,7 @@ from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
     CorrelationKey,
+    DependencySubscription,
     Intent,
     Wait,
     WaitState,
@@ -256,6 +267,11 @@ class Router:
             )
         if decision.effect == Effect.CONFLICT:
             notes.append("conflicting identities: routing would leave the Event unrouted with this reason")
+        for sub in decision.also_wakes:
+            notes.append(
+                f"also wakes Work {sub.work_id}'s wait {sub.wait.name or sub.wait.id} in scope {sub.work_scope} "
+                "(its dependency subscription on this scope matches)"
+            )
         work = world.works.get(decision.work_id) if decision.work_id else None
         if work is not None and work.active_wait is not None and work.active_wait.blocked_reason:
             notes.append(
@@ -551,6 +567,26 @@ class Router:
         ):
             world.owners[(scope, key)] = work_id
             work_ids.add(work_id)
+        for sub in DependencySubscription.objects.filter(
+            active=True, scope__in=list(keys_by_scope), wait__state=WaitState.ACTIVE
+        ).select_related("wait", "work"):
+            world.subscriptions.append(
+                SubscriptionView(
+                    id=sub.pk,
+                    work_id=sub.work_id,
+                    work_scope=sub.work.scope,
+                    wait=WaitView(
+                        sub.wait.pk,
+                        sub.wait.name,
+                        dict(sub.wait.match or {}),
+                        sub.wait.timeout_at,
+                        sub.wait.blocked_reason,
+                    ),
+                    scope=sub.scope,
+                    match=dict(sub.match or {}),
+                )
+            )
+            work_ids.add(sub.work_id)
         if execution_ids:
             for attempt_id, work_id in Attempt.objects.filter(pk__in=execution_ids).values_list(
                 "pk", "work_id"
@@ -864,6 +900,9 @@ class _Writes:
                 )
         if decision.wake_wait is not None:
             self.wakes.append((work_id, decision.wake_wait.id, seq))
+        for sub in decision.also_wakes:
+            self.wakes.append((sub.work_id, sub.wait.id, seq))
+            self.touched_works.add(sub.work_id)
         if decision.timed_out_wait is not None:
             self.timeouts.append((work_id, decision.timed_out_wait.id))
         error = decision.error
@@ -959,7 +998,10 @@ class _Writes:
                 version=F("version") + 1, updated_at=self.now
             )
         for work_id, wait_id, seq in self.wakes:
-            Wait.objects.filter(pk=wait_id).update(state=WaitState.WOKEN, woken_by_id=seq, ended_at=self.now)
+            Wait.objects.filter(pk=wait_id, state=WaitState.ACTIVE).update(
+                state=WaitState.WOKEN, woken_by_id=seq, ended_at=self.now
+            )
+            DependencySubscription.objects.filter(wait_id=wait_id, active=True).update(active=False)
             Work.objects.filter(pk=work_id).update(status="running")
             Attempt.objects.filter(work_id=work_id, state="waiting").update(state="running")
         for work_id, wait_id in self.timeouts:

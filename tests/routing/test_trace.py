@@ -302,3 +302,29 @@ def test_d5_trace_form_against_a_candidate(clock, live, client):
     assert "badge-drop" in result.text and "noise" in result.text
     bad = client.post("/trace/", {"event": "{nope", "generation": ""})
     assert bad.status_code == 400 and "invalid JSON" in bad.text
+
+
+def test_r42_an_event_matching_a_dependency_subscription_also_wakes_the_waiting_work(clock, live):
+    from tests.worklife.factories import DependencySubscriptionFactory
+    from worklife.models import DependencySubscription, Wait
+
+    waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    wait = Wait.objects.get(work_id=waiting_id, state="active")
+    subscription = DependencySubscriptionFactory(
+        wait=wait, work_id=waiting_id, scope="acme/web", match={"type": "chat.*"}
+    )
+    payload = {"source": "chat", "type": "chat.message", "scope": "acme/web", "data": {"thread": "dep"}}
+    result = trace(payload=payload, clock=clock)
+    assert result.effect == "start" and result.route == "chat"  # the handlers' own verdicts stand
+    assert any(f"also wakes Work {waiting_id}'s wait review in scope acme" in note for note in result.notes)
+    # An Event of another scope does not wake it.
+    other = trace(payload={**payload, "scope": "acme"}, clock=clock)
+    assert other.effect == "start" and not any("also wakes" in note for note in other.notes)
+    # Routing does what the trace said.
+    event = accept(clock, "chat.message", {"thread": "dep"}, source="chat", scope="acme/web")
+    router(clock).route(event.seq)
+    assert RouteRecord.objects.get(event=event).policy == "start"
+    wait.refresh_from_db()
+    assert (wait.state, wait.woken_by_id) == ("woken", event.seq)
+    assert Work.objects.get(pk=waiting_id).status == "running"
+    assert not DependencySubscription.objects.get(pk=subscription.pk).active

@@ -6,7 +6,16 @@ from datetime import UTC, datetime
 
 import factory
 
-from worklife.models import Attempt, CorrelationKey, Intent, Timer, Wait, Work, WorkInput
+from worklife.models import (
+    Attempt,
+    CorrelationKey,
+    DependencySubscription,
+    Intent,
+    Timer,
+    Wait,
+    Work,
+    WorkInput,
+)
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -100,4 +109,17 @@ class TimerFactory(factory.django.DjangoModelFactory):
     due_at = T0
     type = "test.timer.due"
     data = factory.LazyFunction(dict)
+    created_at = T0
+
+
+class DependencySubscriptionFactory(factory.django.DjangoModelFactory):
+    """A waiting Work's subscription to Events of another scope (R42)."""
+
+    class Meta:
+        model = DependencySubscription
+
+    wait = factory.SubFactory(WaitFactory)
+    work = factory.SelfAttribute("wait.work")
+    scope = "acme"
+    match = factory.LazyFunction(dict)
     created_at = T0
