@@ -317,6 +317,11 @@ class SQLiteChannelLayer(BaseChannelLayer):
                 poll = asyncio.ensure_future(asyncio.to_thread(self._pop_sync, channel))
             try:
                 row = poll.result() if poll.done() else await asyncio.shield(poll)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    raise
+                # Another writer held the file past the busy timeout: poll again later.
+                row = None
             except asyncio.CancelledError:
                 self._orphans.setdefault(channel, deque()).appendleft(poll)
                 poll.add_done_callback(lambda done: self._forget_empty(channel, done))

@@ -43,13 +43,16 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
 from causal.clock import Clock
+from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import KV, Event, EventKey, RouteState
+from causal.services import Envelope
 from routing.config import Configuration, EffectiveScope, live_generation, load_configuration
 from routing.decide import (
     INPUT_EFFECTS,
     AttemptView,
     Decision,
     Effect,
+    Reason,
     SubscriptionView,
     WaitView,
     WorkView,
@@ -78,6 +81,8 @@ logger = logging.getLogger("conduit.routing")
 
 FAILURES_NAMESPACE = "core.routing.failures"
 COMMIT_LOCK_ID = 0x526F7574  # "Rout": serialises route commits on PostgreSQL
+WAIT_WOKEN = "core.wait.woken"
+BRIDGE_SOURCE = "core.routing"
 BACKOFF_START = timedelta(seconds=2)
 BACKOFF_CAP = timedelta(minutes=5)
 # An Event left unrouted for a conflicting identity is looked at again after this long (an
@@ -193,6 +198,7 @@ class Router:
             workers=self.options.workers, max_abandoned=self.options.max_abandoned
         )
         self.owner = owner or loop_identity()
+        self.causal = Causal(clock)
 
     # -- public API ---------------------------------------------------------------------
     def route(self, seq: int) -> RouteOutcome:
@@ -382,7 +388,8 @@ class Router:
         failures: Mapping[int, dict],
         honour_claims: bool,
     ) -> list[RouteOutcome]:
-        with transaction.atomic():
+        # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
+        with derived_atomic():
             if connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
@@ -462,6 +469,8 @@ class Router:
                         outcomes.append(outcome)
                         continue
                     decision = outcome.decision
+                if decision.effect == Effect.WAKE:
+                    decision = self._wake_bridge_in_tx(snap, decision, world, writer)
                 if decision.new_work:
                     decision = replace(decision, work_id=world.new_work_id())
                 world.apply(snap, decision)
@@ -481,6 +490,33 @@ class Router:
             if outcome.decision is not None and outcome.settled:
                 _log_decided(outcome, self.configuration.label, now)
         return outcomes
+
+    def _wake_bridge_in_tx(
+        self, event: EventSnapshot, decision: Decision, world: World, writer: _Writes
+    ) -> Decision:
+        """Derive the ``core.wait.woken`` bridge that wakes the parked attempt from the winning
+        Event, through the causal limits. When they refuse it, the wait is blocked with the
+        reason, the Work is held and the Event is kept as context (R41)."""
+        wait = decision.wake_wait
+        envelope = Envelope(
+            id=f"wait-woken/{wait.id}",
+            source=BRIDGE_SOURCE,
+            type=WAIT_WOKEN,
+            scope=event.scope,
+            work_id=decision.work_id,
+            data={"work": decision.work_id, "wait": wait.id, "event": event.seq},
+        )
+        try:
+            self.causal.derive_in_tx(parent=Event(seq=event.seq), envelope=envelope)
+        except CausalRefused as refused:
+            reason = f"causal limits refuse the wake ({refused.kind}): {refused.detail}"[:500]
+            writer.blocked_waits[wait.id] = reason
+            work = world.works[decision.work_id]
+            world.works[work.id] = replace(work, active_wait=replace(wait, blocked_reason=reason))
+            return replace(
+                decision, effect=Effect.QUEUE, reason=Reason.CONTEXT, input_kind="context", wake_wait=None
+            )
+        return decision
 
     # -- failures (R13–R18) -----------------------------------------------------------------
     def _failure(
@@ -850,6 +886,7 @@ class _Writes:
     cleared_failures: list[int] = field(default_factory=list)
     decided_keys: list[EventKey] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
+    blocked_waits: dict[int, str] = field(default_factory=dict)
 
     def release(self, seq: int) -> None:
         self.released.append(seq)
@@ -1013,6 +1050,8 @@ class _Writes:
             ).delete()
         if self.decided_keys:
             EventKey.objects.bulk_create(self.decided_keys, ignore_conflicts=True)
+        for wait_id, reason in self.blocked_waits.items():
+            Wait.objects.filter(pk=wait_id, state=WaitState.ACTIVE).update(blocked_reason=reason)
         if self.released:
             Event.objects.filter(seq__in=self.released).update(claimed_by="", claimed_until=None)
         by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}

@@ -28,3 +28,13 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def live_updates_sent():
+    """Each test's live updates go out before the next test starts (the router publishes them
+    from a thread of its own after commit)."""
+    yield
+    from routing.live import drain
+
+    drain(timeout=10)

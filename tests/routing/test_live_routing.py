@@ -126,6 +126,7 @@ def test_d4_a_router_pass_publishes_once_per_window_for_its_events_and_works(clo
     apply(clock)
     first = pr(clock, 1)
     route_pass(clock)
+    assert live_drain(), "the first window's messages went out before the pages join"
     work_id = RouteRecord.objects.get(event=first).work_id
     channels = join(EVENTS_GROUP, group_name_for_work(work_id))
     followup = accept(clock, "followup.comment", {"repo": "acme/api", "number": 1})

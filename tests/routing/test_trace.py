@@ -328,3 +328,41 @@ def test_r42_an_event_matching_a_dependency_subscription_also_wakes_the_waiting_
     assert (wait.state, wait.woken_by_id) == ("woken", event.seq)
     assert Work.objects.get(pk=waiting_id).status == "running"
     assert not DependencySubscription.objects.get(pk=subscription.pk).active
+
+
+def test_r41_a_won_wait_derives_the_core_wait_woken_bridge_from_the_winner(clock, live):
+    from causal.models import Event
+
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    winner = accept(clock, "github.pull_request.review_submitted", {"repo": "acme/api", "number": 1})
+    router(clock).route(winner.seq)
+    bridge = Event.objects.get(type="core.wait.woken")
+    assert (bridge.parent_id, bridge.work_id, bridge.depth, bridge.source) == (
+        winner.seq,
+        work_id,
+        1,
+        "core.routing",
+    )
+
+
+def test_r41_a_wake_the_causal_limits_refuse_holds_the_work_and_keeps_the_event_as_context(
+    clock, live, settings
+):
+    from causal.models import CausalDiagnostic, Event
+    from worklife.models import Wait
+
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 0  # no derived Event at all: the bridge is refused
+    winner = accept(clock, "github.pull_request.review_submitted", {"repo": "acme/api", "number": 1})
+    router(clock).route(winner.seq)
+    record = RouteRecord.objects.get(event=winner)
+    assert (record.policy, record.reason, record.work_id) == ("queue", "context", work_id)
+    wait = Wait.objects.get(work_id=work_id, state="active")
+    assert "depth" in wait.blocked_reason
+    assert Work.objects.get(pk=work_id).status == "waiting"
+    assert not Event.objects.filter(type="core.wait.woken").exists()
+    assert CausalDiagnostic.objects.filter(kind="depth_exceeded").exists()
+    # A trace now says the same: the wait is blocked, the Work held, the Event kept as context.
+    result = trace(payload=pr(1, "review_submitted"), clock=clock)
+    assert (result.effect, result.reason) == ("queue", "context")
+    assert any("blocked by the causal limits" in note for note in result.notes)
