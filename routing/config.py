@@ -414,7 +414,7 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
 
 
 class _TooLarge(Exception):
-    pass
+    """The document is over the size or node limit: reading stops at once."""
 
 
 class _Reader:

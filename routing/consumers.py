@@ -8,6 +8,7 @@ arrive in a burst are coalesced into one render.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 from typing import Any
@@ -33,7 +34,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_BAD_REQUEST = 4400
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
     """Base: authenticate, join one group, coalesce updates, send rendered fragments."""
 
     # Updates arriving within this many seconds of the first are rendered once.
@@ -83,13 +84,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if html:
                 await self.send(text_data=html)
 
+    @abc.abstractmethod
     async def prepare(self) -> tuple[str | None, int]:
         """The group to join, or ``(None, close_code)`` to refuse the connection."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def render(self) -> str:
         """The out-of-band fragments to send (runs in a thread; may read the database)."""
-        raise NotImplementedError
 
     def base_context(self, page_path: str) -> dict[str, Any]:
         """What a template rendered over the socket knows in place of a request: the user,

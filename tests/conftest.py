@@ -38,3 +38,18 @@ def live_updates_sent():
     from routing.live import drain
 
     drain(timeout=10)
+
+
+@pytest.fixture
+def test_handlers(settings):
+    """Register the route handlers tests use (``tests.routing.routerkit.HANDLERS``) and reset
+    the scripted handler's switches around the test."""
+    from tests.routing import sample_handlers
+    from tests.routing.routerkit import HANDLERS
+
+    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+    sample_handlers.BROKEN.clear()
+    sample_handlers.CALLS.clear()
+    sample_handlers.RELEASE.clear()
+    yield
+    sample_handlers.RELEASE.set()

@@ -25,6 +25,7 @@ classmethod ``validate_settings(settings) -> Iterable[tuple[str, str]]`` yieldin
 
 from __future__ import annotations
 
+import abc
 import importlib
 import inspect
 import json
@@ -105,21 +106,21 @@ class Outcome:
     error: str = ""
 
 
-class Execution:
+class Execution(abc.ABC):
     """A handle on one started attempt, returned by :meth:`Executor.start`."""
 
     attempt_id: int
 
+    @abc.abstractmethod
     def poll(self) -> Outcome | None:
         """The outcome when the attempt has ended, else ``None``; never blocks."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> Outcome | None:
         """Block up to ``timeout`` seconds (for ever when ``None``) for the outcome."""
-        raise NotImplementedError
 
 
-class Executor:
+class Executor(abc.ABC):
     """Base class of executors. Subclasses implement :meth:`start`, and optionally ``inject``
     and ``interrupt`` (deliberately not defined here: see the module docstring, R2).
 
@@ -127,6 +128,7 @@ class Executor:
     binding settings to :meth:`start`.
     """
 
+    @abc.abstractmethod
     def start(
         self,
         *,
@@ -136,7 +138,6 @@ class Executor:
         inputs: Sequence[Any],
     ) -> Execution:
         """Start one attempt of a Work with its first inputs; return a handle on it."""
-        raise NotImplementedError
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:

@@ -24,20 +24,15 @@ from routing.router import FAILURES_NAMESPACE, RouterOptions, build_router
 from routing.views import controls as control_views
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
-from tests.routing.routerkit import HANDLERS, accept, apply, drain, router, state
+from tests.routing.routerkit import accept, apply, drain, router, state
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 PASSWORD = "a-long-console-password-1"
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
-    sample_handlers.CALLS.clear()
-    sample_handlers.RELEASE.clear()
-    yield
-    sample_handlers.RELEASE.set()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import pytest
 
 from routing.dispatch import DispatchRefused, attempt_dispatch, dispatch_check
 from routing.models import RouteRecord
-from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, router
+from tests.routing.routerkit import DOCUMENT, accept, apply, router
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +19,8 @@ class OtherPython:
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -22,19 +22,14 @@ from routing.views import doctor as doctor_views
 from tests.causal.factories import CausalDiagnosticFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
-from tests.routing.routerkit import HANDLERS, SCRIPTED_ONLY, accept, apply, drain, router
+from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
-    sample_handlers.CALLS.clear()
-    sample_handlers.RELEASE.clear()
-    yield
-    sample_handlers.RELEASE.set()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)

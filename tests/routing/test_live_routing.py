@@ -19,20 +19,15 @@ from conduit_site.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_work
 from routing.live import MAX_WORK_MESSAGES, publish_routed, send_routed
 from routing.live import drain as live_drain
 from routing.models import RouteRecord
-from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
-from tests.routing.routerkit import HANDLERS, accept, apply, drain, router
+from tests.routing.routerkit import accept, apply, drain, router
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
-    sample_handlers.RELEASE.clear()
-    yield
-    sample_handlers.RELEASE.set()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from routing.selectors import (
 from routing.serializers import event_json, route_json
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
-from tests.routing.routerkit import HANDLERS, accept, apply, drain, router
+from tests.routing.routerkit import accept, apply, drain, router
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +44,8 @@ REFUSALS = [
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
-    sample_handlers.CALLS.clear()
-    sample_handlers.RELEASE.clear()
-    yield
-    sample_handlers.RELEASE.set()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 def route_all(clock) -> None:

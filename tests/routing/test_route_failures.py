@@ -22,7 +22,7 @@ from routing.router import FAILURES_NAMESPACE, RouterOptions, backoff_for, build
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
-from tests.routing.routerkit import HANDLERS, SCRIPTED_ONLY, accept, apply, drain, router, state
+from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router, state
 from tests.support import run_manage
 from worklife import services as work_services
 from worklife.lifecycle import UnroutedInput, work_complete
@@ -32,13 +32,8 @@ DEFAULTS = RouterOptions()
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
-    sample_handlers.CALLS.clear()
-    sample_handlers.RELEASE.clear()
-    yield
-    sample_handlers.RELEASE.set()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 def record(event) -> RouteRecord:

@@ -10,7 +10,7 @@ from causal.models import RouteState
 from routing.models import RouteRecord
 from routing.router import GenerationChanged, Router, RouterOptions, build_router
 from tests.routing import sample_handlers
-from tests.routing.routerkit import DOCUMENT, HANDLERS, SCRIPTED_ONLY, accept, apply, drain, router, state
+from tests.routing.routerkit import DOCUMENT, SCRIPTED_ONLY, accept, apply, drain, router, state
 from worklife import services as work
 from worklife.models import CorrelationKey, InputKind, Intent, Work, WorkInput
 
@@ -18,13 +18,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
-    sample_handlers.CALLS.clear()
-    sample_handlers.RELEASE.clear()
-    yield
-    sample_handlers.RELEASE.set()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture

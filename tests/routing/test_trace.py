@@ -10,8 +10,7 @@ from django.apps import apps
 from routing.models import RouteRecord
 from routing.services import config_candidate
 from routing.trace import TraceRefused, samples, trace, trace_candidate
-from tests.routing import sample_handlers
-from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, router
+from tests.routing.routerkit import DOCUMENT, accept, apply, router
 from worklife import services as work
 from worklife.models import Work
 
@@ -19,9 +18,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -237,3 +237,15 @@ def test_r2_command_executor_reports_exit_status():
     outcome = execution.wait(timeout=30)
     assert outcome is not None and not outcome.ok
     assert outcome.error == "exit status 4: bad"
+
+
+def test_r2_an_executor_without_start_cannot_be_built():
+    """``start`` is the one method every executor must have; the controls stay optional."""
+    from worklife.executors import Executor
+
+    class Incomplete(Executor):
+        def inject(self, **kwargs):
+            return None
+
+    with pytest.raises(TypeError, match="start"):
+        Incomplete()

@@ -7,8 +7,7 @@ import pytest
 from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
 from routing.models import RouteRecord
-from tests.routing import sample_handlers
-from tests.routing.routerkit import HANDLERS, accept, apply, router
+from tests.routing.routerkit import accept, apply, router
 from tests.worklife.factories import TimerFactory
 from worklife import lifecycle, services
 from worklife.models import CorrelationKey, InputState, Intent, Timer, Wait, Work, WorkInput
@@ -17,9 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def handlers(settings):
-    settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
-    sample_handlers.BROKEN.clear()
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
 
 
 @pytest.fixture

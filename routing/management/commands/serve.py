@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -47,10 +48,9 @@ class Child:
     def send(self, signum: int) -> None:
         self.signalled = True
         if self.alive():
-            try:
+            # The child may have exited between the check and the signal.
+            with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signum)
-            except ProcessLookupError:
-                pass
 
 
 def url_for(host: str, port: int) -> str:
