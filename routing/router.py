@@ -132,11 +132,18 @@ class RouteOutcome:
 
 
 _FOREIGN = ("claimed by another loop",)
+_ORPHAN = ("undecided and unclaimed",)
 _PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
 
 
 class _EarlierClaimed(Exception):
-    """Another live loop holds uncommitted claims on Events before this whole window."""
+    """Earlier Events whose targets are not known yet (another live loop holds them, or no
+    pass has decided them) come before this whole window."""
+
+    def __init__(self, seq: int, *, orphaned: bool) -> None:
+        super().__init__(seq)
+        self.seq = seq
+        self.orphaned = orphaned
 
 
 class GenerationChanged(RuntimeError):
@@ -347,10 +354,12 @@ class Router:
                 # Another process took a key or decided an Event first: read again and retry.
                 attempt += 1
                 logger.info("route.commit_retry", extra={"attempt": attempt})
-            except _EarlierClaimed:
-                # Another loop holds earlier Events it has not committed yet: this window
-                # commits after them (acceptance order), so wait for it; the evaluations stand.
-                if time.monotonic() > wait_until:
+            except _EarlierClaimed as earlier:
+                # Earlier Events are undecided: this window commits after them (acceptance
+                # order). When another loop holds them, wait for it; the evaluations stand.
+                # When nobody does (a released or lapsed claim), give the window back at once:
+                # the next claim starts at the oldest unrouted Event, so it routes first.
+                if earlier.orphaned or time.monotonic() > wait_until:
                     break
                 _PAUSE.wait(0.02)
         Event.objects.filter(seq__in=[e.seq for e in window], claimed_by=self.owner).update(
@@ -408,8 +417,9 @@ class Router:
             world = self._read_world(events, evaluations, now)
             blocked = self._outside_blockers(events, world, honour_claims, now)
             foreign = blocked.pop(_FOREIGN, None)
+            orphan = blocked.pop(_ORPHAN, None)
             if foreign is not None and not any(e.seq < foreign for e in events):
-                raise _EarlierClaimed(foreign)
+                raise _EarlierClaimed(foreign, orphaned=foreign == orphan)
             outcomes: list[RouteOutcome] = []
             for event in window:
                 if event.seq not in still:
@@ -646,7 +656,7 @@ class Router:
         blocked: dict[tuple, int] = {}
         rows = list(
             query.order_by("seq").values_list(
-                "seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until"
+                "seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until", "unrouted_reason"
             )[:10000]
         )
         if not rows:
@@ -668,17 +678,15 @@ class Router:
             )
         else:
             owners = {}
-        for seq, _scope, work_id, execution_id, claimed_by, claimed_until in rows:
-            if (
-                honour_claims
-                and claimed_by
-                and claimed_by != self.owner
-                and claimed_until
-                and claimed_until > now
-            ):
-                # Another live loop holds an earlier Event whose targets it has not decided:
-                # nothing after it commits before it does.
+        for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
+            held = bool(claimed_by) and claimed_by != self.owner and claimed_until is not None and claimed_until > now
+            if honour_claims and (held or not reason):
+                # An earlier Event whose targets are not known yet: another live loop holds it,
+                # or no pass has decided it (its claim was released or lapsed). Its route may
+                # attach any key, so nothing after it commits before it does (acceptance order).
                 blocked[_FOREIGN] = min(blocked.get(_FOREIGN, seq), seq)
+                if not held and _ORPHAN not in blocked:
+                    blocked[_ORPHAN] = seq
             tokens: set[tuple] = set()
             if work_id is not None:
                 tokens.add(("work", work_id))

@@ -522,3 +522,61 @@ def test_r9_route_timeout_is_measured_per_call(clock):
     assert outcome.error is not None and outcome.error.code == "handler_timeout"
     event.refresh_from_db()
     assert event.retry_at == clock() + timedelta(seconds=2)
+
+
+def loops(clock, *owners, **options) -> list[Router]:
+    """Routers that act as separate route loops (each with its own claims) over one database."""
+    routers = []
+    for owner in owners:
+        r = router(clock, batch_size=1, **options)
+        r.owner = owner
+        routers.append(r)
+    return routers
+
+
+def test_r9_a_released_claim_is_not_overtaken_by_a_later_window(clock):
+    """Loop A gives back an Event no pass has decided (an even earlier claim of loop C held it
+    up); loop B, holding a later Event of the same conversation, must not route past it."""
+    apply(clock, SCRIPTED_ONLY)
+    first_of_c = accept(clock, "x", {"keys": ["k0"]})
+    first = accept(clock, "x", {"keys": ["k1"]})
+    second = accept(clock, "x", {"keys": ["k1"]})
+    c, a, b = loops(clock, "loop-c", "loop-a", "loop-b", claim_seconds=0.2)
+    try:
+        windows = [loop._claim_window(1) for loop in (c, a, b)]
+        assert [[e.seq for e in w] for w in windows] == [[first_of_c.seq], [first.seq], [second.seq]]
+        # A waits behind C's uncommitted claim, then gives its window back undecided.
+        assert [o.reason for o in a._pass(windows[1], honour_claims=True)] == ["retry"]
+        c._pass(windows[0], honour_claims=True)
+        assert state(first_of_c) == RouteState.ROUTED
+        # B's later Event waits: the released one may attach the same key.
+        assert [o.reason for o in b._pass(windows[2], honour_claims=True)] == ["retry"]
+        assert state(second) == RouteState.UNROUTED
+        drain(b)
+    finally:
+        for loop in (c, a, b):
+            loop.close()
+    assert record(first).work_id == record(second).work_id
+    assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, second.seq]
+
+
+def test_r9_a_lapsed_claim_is_not_overtaken_by_a_later_window(clock):
+    """Loop A stalls past its claim; loop B's later Event of the same conversation waits and B
+    takes the lapsed Event first."""
+    apply(clock, SCRIPTED_ONLY)
+    first = accept(clock, "x", {"keys": ["k1"]})
+    second = accept(clock, "x", {"keys": ["k1"]})
+    a, b = loops(clock, "loop-a", "loop-b")
+    try:
+        a._claim_window(1)
+        later = b._claim_window(1)
+        assert [e.seq for e in later] == [second.seq]
+        clock.advance(RouterOptions().claim_seconds + 1)
+        assert [o.reason for o in b._pass(later, honour_claims=True)] == ["retry"]
+        assert state(second) == RouteState.UNROUTED
+        drain(b)
+    finally:
+        a.close()
+        b.close()
+    assert [state(e) for e in (first, second)] == [RouteState.ROUTED] * 2
+    assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, second.seq]

@@ -129,10 +129,12 @@ class RoutingProperties(HypothesisTestCase):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
-def test_r9_four_route_loop_processes_share_one_database():
+@pytest.mark.parametrize("batch_size", [100, 7])
+def test_r9_four_route_loop_processes_share_one_database(batch_size):
     """4 route_loop processes over shared keys: no duplicate owner, no lost or duplicated
-    input, per-Work order kept (10,000 Events on PostgreSQL; 2,000 on SQLite)."""
-    n = 10_000 if connection.vendor == "postgresql" else 2_000
+    input, per-Work order kept (10,000 Events on PostgreSQL; 2,000 on SQLite). Small windows
+    make the loops interleave more claims, releases and waits (a quarter of the Events)."""
+    n = (10_000 if connection.vendor == "postgresql" else 2_000) // (1 if batch_size >= 100 else 4)
     apply(system_clock, MATCH_ONLY)
     payloads = conversation_payloads(n, 300, seed=4)
     for start in range(0, n, 1000):
@@ -140,7 +142,7 @@ def test_r9_four_route_loop_processes_share_one_database():
     started = time.monotonic()
     procs = [
         subprocess.Popen(
-            manage_command("route_loop", "--drain", "--batch-size", "100"),
+            manage_command("route_loop", "--drain", "--batch-size", str(batch_size)),
             env=child_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -154,14 +156,14 @@ def test_r9_four_route_loop_processes_share_one_database():
     # A loop may stop while another still holds claims: finish what is left in this process.
     drain_loop()
     elapsed = time.monotonic() - started
+    # Each Event names at most one key, so no identity can conflict: every Event settles, and
+    # an Event left "conflicting" would mean a later one of its conversation routed first.
     unrouted = Event.objects.filter(route_state=RouteState.UNROUTED)
-    assert not unrouted.exclude(unrouted_reason__startswith="conflicting identity").exists(), list(
-        unrouted.values_list("seq", "unrouted_reason")[:5]
-    )
-    assert RouteRecord.objects.count() + unrouted.count() == n
+    assert not unrouted.exists(), list(unrouted.values_list("seq", "unrouted_reason")[:5])
+    assert RouteRecord.objects.count() == n
     assert (
         WorkInput.objects.count()
         == RouteRecord.objects.filter(work__isnull=False, policy__in=["start", "queue"]).count()
     )
     assert_routing_invariants()
-    print(f"{n} Events routed by 4 processes in {elapsed:.1f} s")
+    print(f"{n} Events routed by 4 processes (windows of {batch_size}) in {elapsed:.1f} s")
