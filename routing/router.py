@@ -679,7 +679,12 @@ class Router:
         else:
             owners = {}
         for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
-            held = bool(claimed_by) and claimed_by != self.owner and claimed_until is not None and claimed_until > now
+            held = (
+                bool(claimed_by)
+                and claimed_by != self.owner
+                and claimed_until is not None
+                and claimed_until > now
+            )
             if honour_claims and (held or not reason):
                 # An earlier Event whose targets are not known yet: another live loop holds it,
                 # or no pass has decided it (its claim was released or lapsed). Its route may

@@ -74,7 +74,8 @@ def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def cli_actor(username: str | None) -> str:
-    """The actor a control records: ``--as USER`` (an existing active user) or ``cli``."""
+    """Who a command acts as (a control's actor, an acceptance's accepted_by): ``--as USER``
+    (an existing active user) or ``cli``."""
     if username is None:
         return CLI_ACTOR
     user_model = get_user_model()

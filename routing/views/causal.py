@@ -20,7 +20,7 @@ from causal.selectors import (
     root_limits_status,
     root_tree,
 )
-from routing.views.common import query_string, render_console
+from routing.views.common import paging_urls, query_string, render_console
 
 ROOT_TEMPLATE = "causal/root.html"
 ROOT_PARTIALS = ("causal-limits",)
@@ -91,11 +91,5 @@ def causal_diagnostics(request: HttpRequest) -> HttpResponse:
     filters = form.filters()
     page = diagnostics_page(filters, before=form.cleaned_data["before"])
     params = {"kind": filters.kind, "root": filters.root_seq}
-    base = reverse("causal-diagnostics")
-    context.update(
-        filters=filters,
-        page=page,
-        first_url=base + query_string(params),
-        next_url=base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
-    )
+    context.update(filters=filters, page=page, **paging_urls("causal-diagnostics", params, page))
     return render_console(request, DIAGNOSTICS_TEMPLATE, context, partials=DIAGNOSTICS_PARTIALS)

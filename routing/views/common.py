@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 
 # A response differs with these request headers: a full page or one partial.
@@ -48,3 +49,13 @@ def query_string(params: Mapping[str, Any]) -> str:
     """``?a=1&b=2`` from the non-empty values of ``params`` (empty string when none)."""
     pairs = [(key, value) for key, value in params.items() if value not in (None, "")]
     return f"?{urlencode(pairs)}" if pairs else ""
+
+
+def paging_urls(url_name: str, params: Mapping[str, Any], page: Any) -> dict[str, str]:
+    """``first_url`` and ``next_url`` (empty on the last page) of a keyset-paged list whose
+    filters are ``params``; ``page`` has ``has_next`` and ``next_cursor``."""
+    base = reverse(url_name)
+    return {
+        "first_url": base + query_string(params),
+        "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
+    }

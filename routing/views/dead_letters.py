@@ -15,14 +15,13 @@ from typing import Any
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from causal.clock import Clock, system_clock
 from routing import controls
 from routing.doctor import first_line
 from routing.errors import RouteErrorCode
-from routing.views.common import query_string, render_console
+from routing.views.common import paging_urls, render_console
 from routing.views.controls import require_control_permission
 from routing.views.forms import CursorField, form_errors_text
 
@@ -97,7 +96,6 @@ def dead_letter_list_context(filters: controls.DeadLetterFilter, *, before: int 
         "code": filters.code,
         "disposition": filters.disposition,
     }
-    base = reverse("dead-letters")
     rows = [
         {
             "record": record,
@@ -112,8 +110,7 @@ def dead_letter_list_context(filters: controls.DeadLetterFilter, *, before: int 
         "filter_params": params,
         "page": page,
         "rows": rows,
-        "first_url": base + query_string(params),
-        "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
+        **paging_urls("dead-letters", params, page),
     }
 
 

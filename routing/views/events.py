@@ -7,7 +7,6 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from causal.models import Event
@@ -20,7 +19,7 @@ from routing.selectors import (
     live_scope_paths,
     route_failures,
 )
-from routing.views.common import htmx_partial, query_string, render_console
+from routing.views.common import htmx_partial, paging_urls, render_console
 from routing.views.forms import EventFilterForm
 
 LIST_TEMPLATE = "routing/event_list.html"
@@ -40,14 +39,7 @@ def event_rows_context(filters: EventFilter, *, before: int | None = None) -> di
     The websocket consumer renders the same partial with this context (first page only).
     """
     page = events_with_route_page(filters, before=before)
-    params = filter_params(filters)
-    base = reverse("event-list")
-    return {
-        "filters": filters,
-        "page": page,
-        "first_url": base + query_string(params),
-        "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
-    }
+    return {"filters": filters, "page": page, **paging_urls("event-list", filter_params(filters), page)}
 
 
 @login_required

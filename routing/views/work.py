@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 
 from conduit_site.live import work_ws_path
 from routing.selectors import event_routes, work_route_history_page
-from routing.views.common import htmx_partial, query_string, render_console
+from routing.views.common import htmx_partial, paging_urls, query_string, render_console
 from routing.views.forms import WorkDetailForm, WorkFilterForm
 from worklife.models import Work
 from worklife.selectors import (
@@ -34,13 +34,7 @@ def work_rows_context(filters: WorkFilter, *, before: int | None = None) -> dict
     """What the ``work-list`` partial needs: one page of Work and the paging links."""
     page = work_page(filters, before=before)
     params = {"scope": filters.scope, "status": filters.status}
-    base = reverse("work-list")
-    return {
-        "filters": filters,
-        "page": page,
-        "first_url": base + query_string(params),
-        "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
-    }
+    return {"filters": filters, "page": page, **paging_urls("work-list", params, page)}
 
 
 @login_required

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, TextIO
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
@@ -27,7 +26,14 @@ from causal.selectors import PAGE_SIZE
 from causal.services import Accepted
 from routing import services
 from routing.ingress import Document, EnvelopeInvalid, read_documents
-from routing.management.controls import reroute_arguments, reroute_run, skip_arguments, skip_run
+from routing.management.controls import (
+    CLI_ACTOR,
+    cli_actor,
+    reroute_arguments,
+    reroute_run,
+    skip_arguments,
+    skip_run,
+)
 from routing.models import Disposition
 from routing.selectors import (
     MAX_LIST_LIMIT,
@@ -45,8 +51,6 @@ from routing.serializers import (
     refusals_json,
     timestamp,
 )
-
-CLI_ACCEPTED_BY = "cli"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,7 @@ def accept_arguments(parser: CommandParser) -> None:
         dest="as_user",
         metavar="USER",
         default=None,
-        help=f"The username recorded as accepted_by (an existing active user; default {CLI_ACCEPTED_BY!r}).",
+        help=f"The username recorded as accepted_by (an existing active user; default {CLI_ACTOR!r}).",
     )
     parser.add_argument(
         "--json",
@@ -88,7 +92,7 @@ def accept_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Accept the Events of FILE: validate them all, then accept them all in one transaction."""
     as_json = options["json"]
     raw = _read_input(options["file"], options.get("stdin"))
-    accepted_by = _accepted_by(options["as_user"])
+    accepted_by = cli_actor(options["as_user"])
     documents: list[Document] | None = None
     try:
         documents, batch = read_documents(raw)
@@ -118,18 +122,6 @@ def _read_input(file: str, stdin: BinaryIO | TextIO | None) -> bytes:
         return Path(file).read_bytes()
     except OSError as exc:
         raise CommandError(f"FILE: cannot read {file}: {exc.strerror or exc}") from exc
-
-
-def _accepted_by(username: str | None) -> str:
-    if username is None:
-        return CLI_ACCEPTED_BY
-    user_model = get_user_model()
-    user = user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).first()
-    if user is None:
-        raise CommandError(f"--as: no user named {username!r}")
-    if not user.is_active:
-        raise CommandError(f"--as: user {username!r} is inactive")
-    return user.get_username()
 
 
 def _describe(exc: EnvelopeInvalid, documents: list[Document] | None) -> str:
