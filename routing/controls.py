@@ -328,9 +328,12 @@ def reroute_copies(events: Iterable[Event]) -> dict[int, int]:
     wanted = {(e.source, copy_envelope_id(e.envelope_id)): e.seq for e in events}
     if not wanted:
         return {}
-    query = Q(pk__in=[])
+    by_source: dict[str, list[str]] = {}
     for source, envelope_id in wanted:
-        query |= Q(source=source, envelope_id=envelope_id)
+        by_source.setdefault(source, []).append(envelope_id)
+    query = Q(pk__in=[])
+    for source, envelope_ids in by_source.items():
+        query |= Q(source=source, envelope_id__in=envelope_ids)
     rows = Event.objects.filter(query).values_list("source", "envelope_id", "seq")
     return {wanted[(source, envelope_id)]: seq for source, envelope_id, seq in rows}
 

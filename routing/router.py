@@ -133,6 +133,9 @@ class RouteOutcome:
 
 _FOREIGN = ("claimed by another loop",)
 _ORPHAN = ("undecided and unclaimed",)
+# How many earlier unrouted Events a commit reads in full; past it, only those that share a
+# target with the window (or are undecided) are read.
+BLOCKER_SCAN = 10_000
 _PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
 
 
@@ -261,7 +264,7 @@ class Router:
         now = self.clock()
         evaluations = {event.seq: evaluation}
         world = self._read_world([event], evaluations, now)
-        blocked = self._outside_blockers([event], world, False, now)
+        blocked = self._outside_blockers([event], world, False, now, evaluations)
         notes: list[str] = []
         tokens = _tokens(event, evaluation, world)
         behind = min((blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None)
@@ -415,7 +418,7 @@ class Router:
             failures = self._failures(still)
             writer = _Writes(now=now, generation=self.configuration.label)
             world = self._read_world(events, evaluations, now)
-            blocked = self._outside_blockers(events, world, honour_claims, now)
+            blocked = self._outside_blockers(events, world, honour_claims, now, evaluations)
             foreign = blocked.pop(_FOREIGN, None)
             orphan = blocked.pop(_ORPHAN, None)
             if foreign is not None and not any(e.seq < foreign for e in events):
@@ -604,11 +607,8 @@ class Router:
                 work_ids.add(snap.work_id)
             if snap.execution_id is not None:
                 execution_ids.add(snap.execution_id)
-        owner_query = Q(pk__in=[])
-        for scope, keys in keys_by_scope.items():
-            if keys:
-                owner_query |= Q(scope=scope, key__in=sorted(keys))
-        for scope, key, work_id in CorrelationKey.objects.filter(owner_query).values_list(
+        wanted_pairs = [(scope, key) for scope, keys in keys_by_scope.items() for key in keys]
+        for scope, key, work_id in CorrelationKey.objects.filter(_pairs(wanted_pairs)).values_list(
             "scope", "key", "work_id"
         ):
             world.owners[(scope, key)] = work_id
@@ -644,7 +644,12 @@ class Router:
         return world
 
     def _outside_blockers(
-        self, events: Sequence[EventSnapshot], world: World, honour_claims: bool, now: datetime
+        self,
+        events: Sequence[EventSnapshot],
+        world: World,
+        honour_claims: bool,
+        now: datetime,
+        evaluations: Mapping[int, Evaluation],
     ) -> dict[tuple, int]:
         """Earlier unrouted Events outside the window, by the targets they block (I4)."""
         if not events:
@@ -653,12 +658,15 @@ class Router:
         query = Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=max(window)).exclude(
             seq__in=window
         )
+        fields = ("seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until", "unrouted_reason")
         blocked: dict[tuple, int] = {}
-        rows = list(
-            query.order_by("seq").values_list(
-                "seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until", "unrouted_reason"
-            )[:10000]
-        )
+        rows = list(query.order_by("seq").values_list(*fields)[:BLOCKER_SCAN])
+        if len(rows) == BLOCKER_SCAN:
+            # More earlier unrouted input than one scan reads (a long backlog behind failing
+            # input): of the rest, read what shares a target with the window or is undecided.
+            tokens = set().union(*(_tokens(e, evaluations.get(e.seq), world) for e in events))
+            rest = query.filter(seq__gt=rows[-1][0]).filter(self._sharing(tokens, honour_claims, now))
+            rows.extend(rest.order_by("seq").values_list(*fields))
         if not rows:
             return blocked
         seqs = [r[0] for r in rows]
@@ -669,12 +677,11 @@ class Router:
             keys.setdefault(seq, []).append((scope, key))
         extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
         if extra_keys:
-            query = Q(pk__in=[])
-            for scope, key in extra_keys:
-                query |= Q(scope=scope, key=key)
             owners = dict(
                 ((s, k), w)
-                for s, k, w in CorrelationKey.objects.filter(query).values_list("scope", "key", "work_id")
+                for s, k, w in CorrelationKey.objects.filter(_pairs(extra_keys)).values_list(
+                    "scope", "key", "work_id"
+                )
             )
         else:
             owners = {}
@@ -704,6 +711,23 @@ class Router:
                     tokens.add(("work", owner))
             _block(blocked, tokens, seq)
         return blocked
+
+    def _sharing(self, tokens: set[tuple], honour_claims: bool, now: datetime) -> Q:
+        """Unrouted Events that share one of ``tokens`` (a key, a Work, through a key that
+        Work owns or an attempt of it), or, for a route loop, whose route is not decided yet."""
+        works = {t[1] for t in tokens if t[0] == "work"}
+        keys = {(t[1], t[2]) for t in tokens if t[0] == "key"}
+        keys.update(CorrelationKey.objects.filter(work_id__in=works).values_list("scope", "key"))
+        sharing = (
+            Q(work_id__in=works)
+            | Q(execution_id__in=Attempt.objects.filter(work_id__in=works).values("pk"))
+            | Q(seq__in=EventKey.objects.filter(_pairs(keys)).values("event_id"))
+        )
+        if honour_claims:
+            sharing |= Q(unrouted_reason="") | (
+                Q(claimed_until__gt=now) & ~Q(claimed_by="") & ~Q(claimed_by=self.owner)
+            )
+        return sharing
 
     def _settled_outcome(self, event: Event) -> RouteOutcome:
         record = RouteRecord.objects.filter(event_id=event.seq).first()
@@ -781,6 +805,18 @@ def _attempt_view(attempt: Attempt | None) -> AttemptView | None:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _pairs(pairs: Iterable[tuple[str, str]]) -> Q:
+    """Rows whose (scope, key) is one of ``pairs``: one ``key IN`` per scope, so thousands of
+    keys stay one shallow condition."""
+    by_scope: dict[str, list[str]] = {}
+    for scope, key in pairs:
+        by_scope.setdefault(scope, []).append(key)
+    condition = Q(pk__in=[])
+    for scope, keys in by_scope.items():
+        condition |= Q(scope=scope, key__in=sorted(keys))
+    return condition
 
 
 def _tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) -> set[tuple]:

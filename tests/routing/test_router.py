@@ -580,3 +580,27 @@ def test_r9_a_lapsed_claim_is_not_overtaken_by_a_later_window(clock):
         b.close()
     assert [state(e) for e in (first, second)] == [RouteState.ROUTED] * 2
     assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, second.seq]
+
+
+def test_r25_a_long_backlog_past_one_scan_still_holds_later_input(clock, monkeypatch):
+    """More earlier unrouted input than one commit reads in full: an Event whose key only a
+    late, unread one of them decided still waits behind it."""
+    monkeypatch.setattr("routing.router.BLOCKER_SCAN", 3)
+    apply(clock, SCRIPTED_ONLY)
+    failing = accept(clock, "x", {"keys": ["a"]}, correlation=["a"], id="failing")
+    sample_handlers.BROKEN.add("failing")
+    behind = [accept(clock, "x", {"keys": ["a"]}, correlation=["a"]) for _ in range(4)]
+    late = accept(clock, "x", {"keys": ["a", "b"]}, correlation=["a"])
+    r = router(clock, batch_size=50)
+    drain(r)
+    assert [state(e) for e in (failing, *behind, late)] == [RouteState.UNROUTED] * 6
+    newcomer = accept(clock, "x", {"keys": ["b"]})
+    drain(r)
+    newcomer.refresh_from_db()
+    assert (newcomer.route_state, newcomer.waiting_on_id) == (RouteState.UNROUTED, late.seq)
+    sample_handlers.BROKEN.clear()
+    clock.advance(3)
+    drain(r)
+    work_id = record(failing).work_id
+    assert record(newcomer).work_id == work_id
+    assert [i[0] for i in inputs(work_id)] == [e.seq for e in (failing, *behind, late, newcomer)]
