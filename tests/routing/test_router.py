@@ -604,3 +604,34 @@ def test_r25_a_long_backlog_past_one_scan_still_holds_later_input(clock, monkeyp
     work_id = record(failing).work_id
     assert record(newcomer).work_id == work_id
     assert [i[0] for i in inputs(work_id)] == [e.seq for e in (failing, *behind, late, newcomer)]
+
+
+def test_r17_thousands_of_failing_keys_do_not_stop_the_next_window(clock):
+    """1,200 failing Events, each on its own key, back off; a commit after them reads all their
+    keys (on SQLite a condition per key would exceed the expression depth) and routes on."""
+    from routing.services import events_accept
+
+    apply(clock, SCRIPTED_ONLY)
+    payloads = [
+        {
+            "specversion": "1.0",
+            "id": f"f{i}",
+            "source": "tests",
+            "type": "x",
+            "scope": "acme",
+            "correlation": [f"f{i}"],
+            "data": {"behaviour": "fail"},
+        }
+        for i in range(1200)
+    ]
+    events_accept(payloads=payloads, clock=clock)
+    r = router(clock, batch_size=1200)
+    drain(r)
+    fresh = accept(clock, "x", {"keys": ["f7", "new"]})
+    drain(r)
+    fresh.refresh_from_db()
+    assert fresh.route_state == RouteState.UNROUTED
+    assert fresh.unrouted_reason.startswith("waiting behind earlier input #")
+    free = accept(clock, "x", {"keys": ["other"]})
+    drain(r)
+    assert state(free) == RouteState.ROUTED
