@@ -3,7 +3,8 @@
 The router calls :func:`publish_routed` once per window with the Events it touched and the
 Work they went to. On commit (never before, nothing on a rollback) a publisher thread sends one
 ``console.events`` message and at most :data:`MAX_WORK_MESSAGES` ``work.<id>`` messages,
-so a window of any size costs a bounded number of channel-layer writes. The consumers
+so a window of any size costs a bounded number of channel-layer writes; with the embedded
+layer, only groups a page is open on are sent to. The consumers
 (``routing.consumers``) re-render their partials and push them as out-of-band swaps.
 
 Publishing is best effort and never reaches routing: the decisions are committed already,
@@ -114,16 +115,13 @@ def send_routed(
     many were sent. A failing channel layer is logged as a warning with its stack, never raised:
     this is the route loop's boundary with the web pages."""
     try:
-        messages = _messages(seqs, work_ids)
         layer = get_channel_layer()
         if layer is None:
             logger.debug("route.live_no_channel_layer", extra={"events": len(seqs)})
             return 0
         if run is None:
-            async_to_sync(_send_all)(layer, messages)
-        else:
-            run(_send_all(layer, messages))
-        return len(messages)
+            return int(async_to_sync(_send_all)(layer, seqs, work_ids))
+        return int(run(_send_all(layer, seqs, work_ids)))
     except Exception:  # noqa: BLE001 - the loop boundary: a page misses a refresh, routing goes on
         logger.warning(
             "route.live_publish_failed", exc_info=True, extra={"events": len(seqs), "works": len(work_ids)}
@@ -131,21 +129,29 @@ def send_routed(
         return 0
 
 
-def _messages(seqs: list[int], work_ids: list[int]) -> list[tuple[str, dict]]:
-    messages: list[tuple[str, dict]] = []
-    if seqs:
-        payload = {"events": len(seqs), "first_seq": seqs[0], "last_seq": seqs[-1]}
-        messages.append((EVENTS_GROUP, {"type": UPDATE_TYPE, "group": EVENTS_GROUP, "payload": payload}))
-    if len(work_ids) > MAX_WORK_MESSAGES:
+async def _send_all(layer, seqs: list[int], work_ids: list[int]) -> int:
+    """One ``console.events`` message and at most :data:`MAX_WORK_MESSAGES` ``work.<id>``
+    messages. A layer that can tell which groups have members (``occupied_groups``, as the
+    embedded SQLite layer can) is asked first, in one read: only open pages are told, and
+    the cap counts open pages, so a page open on any Work of a big window hears of it."""
+    works = {group_name_for_work(w): w for w in work_ids}
+    groups = ([EVENTS_GROUP] if seqs else []) + list(works)
+    occupied = getattr(layer, "occupied_groups", None)
+    if occupied is not None:
+        members = await occupied(groups)
+        groups = [g for g in groups if g in members]
+    work_groups = [g for g in groups if g != EVENTS_GROUP]
+    if len(work_groups) > MAX_WORK_MESSAGES:
         logger.debug(
-            "route.live_works_capped", extra={"works": len(work_ids), "published": MAX_WORK_MESSAGES}
+            "route.live_works_capped", extra={"works": len(work_groups), "published": MAX_WORK_MESSAGES}
         )
-    for work_id in work_ids[:MAX_WORK_MESSAGES]:
-        group = group_name_for_work(work_id)
-        messages.append((group, {"type": UPDATE_TYPE, "group": group, "payload": {"work_id": work_id}}))
-    return messages
-
-
-async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:
-    for group, message in messages:
+    sent = 0
+    if EVENTS_GROUP in groups:
+        payload = {"events": len(seqs), "first_seq": seqs[0], "last_seq": seqs[-1]}
+        await layer.group_send(EVENTS_GROUP, {"type": UPDATE_TYPE, "group": EVENTS_GROUP, "payload": payload})
+        sent += 1
+    for group in work_groups[:MAX_WORK_MESSAGES]:
+        message = {"type": UPDATE_TYPE, "group": group, "payload": {"work_id": works[group]}}
         await layer.group_send(group, message)
+        sent += 1
+    return sent

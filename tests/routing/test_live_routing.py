@@ -109,8 +109,20 @@ def test_d4_a_rolled_back_window_publishes_nothing(layer_path):
 
 
 def test_d4_a_big_window_costs_a_bounded_number_of_messages(layer_path):
+    join(EVENTS_GROUP, *(group_name_for_work(w) for w in range(1, 81)))
     assert send_routed(list(range(1, 5001)), list(range(1, 1001))) == 1 + MAX_WORK_MESSAGES
     assert send_routed([3], []) == 1
+
+
+def test_d4_only_open_pages_are_told_so_any_work_of_a_big_window_is(layer_path):
+    """The embedded layer says which groups have a member: a page open on the 300th Work of a
+    window hears of it, and groups nobody is in cost nothing."""
+    channels = join(group_name_for_work(300))
+    assert send_routed(list(range(1, 5001)), list(range(1, 1001))) == 1
+    assert waiting(layer_path, channels)[group_name_for_work(300)] == [
+        {"type": UPDATE_TYPE, "group": group_name_for_work(300), "payload": {"work_id": 300}}
+    ]
+    assert send_routed([3], [4, 5]) == 0
     # Nothing to say: nothing is registered, nothing sent.
     with transaction.atomic():
         publish_routed([], [])
