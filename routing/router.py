@@ -892,6 +892,8 @@ def _parse_time(value: str | None) -> datetime | None:
 
 def _log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -> None:
     """One ``route.decided`` record per decision, with the fields of the route's JSON."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
     decision = outcome.decision
     logger.info(
         "route.decided",
