@@ -734,6 +734,19 @@ class Router:
         return RouteOutcome(event.seq, event.route_state, record_id=record.pk if record else None)
 
 
+# The Work columns a WorkView copies, under the names it uses.
+WORK_VIEW_FIELDS = (
+    "id",
+    "scope",
+    "status",
+    "version",
+    "binding",
+    "retry_binding",
+    "rebind_binding",
+    "rebind_after_attempt",
+)
+
+
 def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
     """What routing (and trace) reads of these Works, in a fixed number of queries."""
     ids = sorted(set(work_ids))
@@ -744,21 +757,24 @@ def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
     )
     latest_input = WorkInput.objects.filter(work=OuterRef("pk")).order_by("-seq")
     latest_attempt = Attempt.objects.filter(work=OuterRef("pk")).order_by("-number")
-    works = Work.objects.filter(pk__in=ids).annotate(
-        queued_binding=Subquery(pending_queue.values("binding")[:1]),
-        max_input_seq=Subquery(latest_input.values("seq")[:1]),
-        latest_attempt_id=Subquery(latest_attempt.values("pk")[:1]),
-    )
-    works = list(works)
-    attempt_ids = [w.latest_attempt_id for w in works if w.latest_attempt_id]
-    attempts = {
-        a.pk: a
-        for a in Attempt.objects.filter(
-            Q(pk__in=attempt_ids) | Q(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES)
+    works = list(
+        Work.objects.filter(pk__in=ids)
+        .annotate(
+            queued_binding=Subquery(pending_queue.values("binding")[:1]),
+            max_input_seq=Subquery(latest_input.values("seq")[:1]),
+            latest_attempt_id=Subquery(latest_attempt.values("pk")[:1]),
         )
+        .values(*WORK_VIEW_FIELDS, "queued_binding", "max_input_seq", "latest_attempt_id")
+    )
+    attempt_ids = [w["latest_attempt_id"] for w in works if w["latest_attempt_id"]]
+    attempts = {
+        pk: (AttemptView(pk, number, binding, frozenset(capabilities or ()), epoch, state), work_id)
+        for pk, number, binding, capabilities, epoch, state, work_id in Attempt.objects.filter(
+            Q(pk__in=attempt_ids) | Q(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES)
+        ).values_list("pk", "number", "binding", "capabilities", "lease_epoch", "state", "work_id")
     }
-    active = {a.work_id: a for a in attempts.values() if a.state in ACTIVE_ATTEMPT_STATES}
-    waiting = [w.pk for w in works if w.status == "waiting"]
+    active = {work_id: a for a, work_id in attempts.values() if a.state in ACTIVE_ATTEMPT_STATES}
+    waiting = [w["id"] for w in works if w["status"] == "waiting"]
     waits = {}
     if waiting:
         for wait in Wait.objects.filter(work_id__in=waiting, state=WaitState.ACTIVE).order_by(
@@ -767,41 +783,21 @@ def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
             waits.setdefault(wait.work_id, wait)
     views: dict[int, WorkView] = {}
     for work in works:
-        latest = attempts.get(work.latest_attempt_id)
-        wait = waits.get(work.pk)
-        views[work.pk] = WorkView(
-            id=work.pk,
-            scope=work.scope,
-            status=work.status,
-            version=work.version,
-            binding=work.binding,
-            retry_binding=work.retry_binding,
-            rebind_binding=work.rebind_binding,
-            rebind_after_attempt=work.rebind_after_attempt,
-            active_attempt=_attempt_view(active.get(work.pk)),
-            latest_attempt=_attempt_view(latest),
+        latest = attempts.get(work.pop("latest_attempt_id"))
+        wait = waits.get(work["id"])
+        work["queued_binding"] = work["queued_binding"] or ""
+        work["max_input_seq"] = work["max_input_seq"] or 0
+        views[work["id"]] = WorkView(
+            **work,
+            active_attempt=active.get(work["id"]),
+            latest_attempt=latest[0] if latest else None,
             active_wait=(
                 WaitView(wait.pk, wait.name, dict(wait.match or {}), wait.timeout_at, wait.blocked_reason)
                 if wait
                 else None
             ),
-            queued_binding=work.queued_binding or "",
-            max_input_seq=work.max_input_seq or 0,
         )
     return views
-
-
-def _attempt_view(attempt: Attempt | None) -> AttemptView | None:
-    if attempt is None:
-        return None
-    return AttemptView(
-        id=attempt.pk,
-        number=attempt.number,
-        binding=attempt.binding,
-        capabilities=frozenset(attempt.capabilities or ()),
-        lease_epoch=attempt.lease_epoch,
-        state=attempt.state,
-    )
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -1142,21 +1138,21 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     defaults = [f for f in meta.concrete_fields if not f.primary_key and f not in given]
     columns = given + defaults
     default_values = [f.get_default() for f in defaults]
-    prepared: dict[tuple[int, int], Any] = {}
-    prepare = [
-        (index, column)
-        for index, column in enumerate(columns)
-        if column.get_internal_type() in ("JSONField", "DateTimeField")
-    ]
+    adapt_json = connection.ops.adapt_json_value
+    json_columns = [(i, c.encoder) for i, c in enumerate(columns) if c.get_internal_type() == "JSONField"]
+    time_columns = [(i, c) for i, c in enumerate(columns) if c.get_internal_type() == "DateTimeField"]
+    times: dict[tuple[int, int], Any] = {}
     values = []
     for row in rows:
         full = [*row, *default_values]
-        for index, column in prepare:
-            value = full[index]
-            key = (index, id(value))
-            if key not in prepared or column.get_internal_type() == "JSONField":
-                prepared[key] = column.get_db_prep_save(value, connection)
-            full[index] = prepared[key]
+        for index, encoder in json_columns:
+            if full[index] is not None:
+                full[index] = adapt_json(full[index], encoder)
+        for index, column in time_columns:
+            key = (index, id(full[index]))
+            if key not in times:
+                times[key] = column.get_db_prep_save(full[index], connection)
+            full[index] = times[key]
         values.append(full)
     quote = connection.ops.quote_name
     head = "INSERT INTO {} ({})".format(quote(meta.db_table), ", ".join(quote(c.column) for c in columns))
