@@ -14,7 +14,14 @@ from causal.services import kv_put_in_tx
 from routing import live
 from routing.config import live_generation
 from routing.handler_pool import HandlerPool
-from routing.router import GenerationChanged, Router, RouterOptions, build_router, loop_identity
+from routing.router import (
+    GenerationChanged,
+    Router,
+    RouterOptions,
+    build_router,
+    loop_identity,
+    release_dead_claims,
+)
 
 logger = logging.getLogger("conduit.routing.loop")
 
@@ -41,6 +48,9 @@ class RouteLoop:
         self.router: Router | None = None
         self.passes = 0
         self.routed_total = 0
+        released = release_dead_claims(clock())
+        if released:
+            logger.warning("route_loop.released_dead_claims", extra={"events": released})
 
     def step(self) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from datetime import timedelta
 
 import pytest
 
 from causal.models import RouteState
+from routing.loop import RouteLoop
 from routing.models import RouteRecord
 from routing.router import GenerationChanged, Router, RouterOptions, build_router
 from tests.routing import sample_handlers
@@ -635,3 +638,28 @@ def test_r17_thousands_of_failing_keys_do_not_stop_the_next_window(clock):
     free = accept(clock, "x", {"keys": ["other"]})
     drain(r)
     assert state(free) == RouteState.ROUTED
+
+
+def test_r9_a_restarted_loop_takes_back_a_dead_loops_claims_at_once(clock):
+    """A loop of this host that died holding claims: a new loop releases them on start and
+    routes them in its first pass. A claim of another host is left to lapse."""
+    apply(clock, SCRIPTED_ONLY)
+    orphaned = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(3)]
+    elsewhere = accept(clock, "x", {"keys": ["k9"]})
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    crashed, remote = loops(clock, f"{socket.gethostname()}:{gone.pid}:deadbeef", "elsewhere:1:cafe")
+    try:
+        assert [e.seq for e in crashed._claim_window(3)] == [e.seq for e in orphaned]
+        assert [e.seq for e in remote._claim_window(3)] == [elsewhere.seq]
+    finally:
+        crashed.close()
+        remote.close()
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        assert loop.step().settled == 3
+    finally:
+        loop.close()
+    assert [state(e) for e in orphaned] == [RouteState.ROUTED] * 3
+    elsewhere.refresh_from_db()
+    assert (elsewhere.route_state, elsewhere.claimed_by) == (RouteState.UNROUTED, "elsewhere:1:cafe")
