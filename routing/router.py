@@ -109,6 +109,7 @@ class RouterOptions:
             "route_timeout": float(settings.CONDUIT_ROUTE_TIMEOUT),
             "max_route_failures": int(settings.CONDUIT_MAX_ROUTE_FAILURES),
             "route_failure_window": timedelta(seconds=int(settings.CONDUIT_ROUTE_FAILURE_WINDOW)),
+            "claim_seconds": float(settings.CONDUIT_ROUTE_CLAIM_SECONDS),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
