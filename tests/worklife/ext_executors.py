@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
-from worklife.executors import Executor, PythonExecutor
+from worklife.executors import Execution, Executor, Outcome, PythonExecutor
 
 
-class FlagOnly(Executor):
+class Finished(Execution):
+    """An attempt that ended as soon as it started: ok, its result the inputs it was given."""
+
+    def __init__(self, attempt_id, inputs):
+        self.attempt_id = attempt_id
+        self.outcome = Outcome(ok=True, result=list(inputs))
+
+    def poll(self):
+        return self.outcome
+
+    def wait(self, timeout=None):
+        return self.outcome
+
+
+class Instant(Executor):
+    """Starts attempts that finish at once (the tests here are about controls, not runs)."""
+
+    def start(self, *, work_id, attempt_id, binding_settings, inputs):
+        return Finished(attempt_id, inputs)
+
+
+class FlagOnly(Instant):
     """Claims inject and interrupt by flags only: it implements neither (R2)."""
 
     inject = True
@@ -13,19 +34,13 @@ class FlagOnly(Executor):
     capabilities = frozenset({"inject", "interrupt"})
     supports_inject = True
 
-    def start(self, *, work_id, attempt_id, binding_settings, inputs):
-        raise NotImplementedError
-
 
 class InheritsPython(PythonExecutor):
     """Inherits PythonExecutor's real inject and interrupt methods."""
 
 
-class InjectOnly(Executor):
+class InjectOnly(Instant):
     """Implements inject (a real method) but not interrupt."""
-
-    def start(self, *, work_id, attempt_id, binding_settings, inputs):
-        raise NotImplementedError
 
     def inject(self, *, attempt_id, inputs):
         return None

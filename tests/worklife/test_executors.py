@@ -11,6 +11,7 @@ from worklife.executors import (
     CommandExecutor,
     Executor,
     ExecutorMissing,
+    Outcome,
     PythonExecutor,
     RegistrationError,
     executor_catalog,
@@ -168,6 +169,10 @@ def test_r1_registry_follows_settings(settings):
     assert find_executor_class("python") is None  # a deployment removed the built-in
     catalog = {info.name: info for info in executor_catalog()}
     assert catalog["mine"].controls == {"inject"}
+    execution = executor_class("mine")().start(
+        work_id=1, attempt_id=7, binding_settings={}, inputs=["a", "b"]
+    )
+    assert (execution.attempt_id, execution.poll()) == (7, Outcome(ok=True, result=["a", "b"]))
 
 
 def test_r1_import_dotted_errors_name_the_path():
