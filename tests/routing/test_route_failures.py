@@ -26,7 +26,7 @@ from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router,
 from tests.support import run_manage
 from worklife import services as work_services
 from worklife.lifecycle import UnroutedInput, work_complete
-from worklife.models import WorkInput
+from worklife.models import Work, WorkInput
 
 DEFAULTS = RouterOptions()
 
@@ -120,6 +120,41 @@ def test_r15_the_limits_come_from_the_options():
     assert gives_up(
         error=RETRIED, failures=2, first_failed_at=T0, now=T0 + timedelta(seconds=10), options=options
     )
+
+
+@pytest.mark.django_db
+def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
+    apply(clock)
+    r = router(clock)
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = record(opened).work_id
+    attempt = work_services.attempt_start(
+        work_id=work_id, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    sample_handlers.BROKEN.add("flaky")
+    flaky = accept(clock, "x.note", {}, correlation=["pr:acme/api#1"], id="flaky")
+    later = pr(clock, 1, action="edited")
+    other = pr(clock, 2)
+    drain(r)
+    later.refresh_from_db()
+    assert (state(flaky), later.route_state, later.waiting_on_id) == (
+        RouteState.UNROUTED,
+        RouteState.UNROUTED,
+        flaky.seq,
+    )
+    assert state(other) == RouteState.ROUTED  # another Work's input is not held
+    assert inputs(work_id) == [opened.seq]
+    with pytest.raises(UnroutedInput, match=f"#{flaky.seq}"):
+        work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    # Once it routes, the later input follows in acceptance order and the attempt may complete;
+    # the Work, with queued input left, is ready for its next attempt (R47).
+    sample_handlers.BROKEN.clear()
+    clock.advance(3)
+    drain(r)
+    assert inputs(work_id) == [opened.seq, flaky.seq, later.seq]
+    work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    assert Work.objects.get(pk=work_id).status == "ready"
 
 
 # --- R59: an always-failing route ---------------------------------------------------------------------
