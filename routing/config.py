@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from routing.extension import RouteInfo, freeze
+from routing.ingress import kind_of
 from routing.models import Generation, GenerationKind, Route, Scope
 from routing.registry import HandlerMissing, handler_class, registered_handlers
 from worklife.executors import (
@@ -512,19 +513,8 @@ class _Reader:
 
 
 def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
+    """What kind of YAML value ``value`` is, for an error message."""
+    return kind_of(value, sequence="a list", mapping="a mapping")
 
 
 class _Validator:

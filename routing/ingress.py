@@ -226,7 +226,7 @@ def parse_envelope(obj: Any, *, trusted: bool = False) -> Envelope:
     families. Raises :class:`EnvelopeInvalid` naming the first field at fault.
     """
     if not isinstance(obj, dict):
-        raise EnvelopeInvalid(None, f"an Event must be a JSON object, not {_json_type(obj)}")
+        raise EnvelopeInvalid(None, f"an Event must be a JSON object, not {kind_of(obj)}")
     # The CloudEvents JSON format: a null attribute is an absent one.
     attrs = {name: value for name, value in obj.items() if value is not None or name == "data"}
 
@@ -301,7 +301,9 @@ def parse_envelopes(objs: list[Any], *, trusted: bool = False) -> list[Envelope]
 # --- field checks ---------------------------------------------------------------------------
 
 
-def _json_type(value: Any) -> str:
+def kind_of(value: Any, *, sequence: str = "an array", mapping: str = "an object") -> str:
+    """What kind of JSON-like value ``value`` is, for an error message ("a string", "null"…);
+    lists and mappings are named as the document's language names them (JSON by default)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -311,9 +313,9 @@ def _json_type(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
-        return "an array"
+        return sequence
     if isinstance(value, dict):
-        return "an object"
+        return mapping
     return type(value).__name__
 
 
@@ -343,7 +345,7 @@ def _optional_string(
         return None
     value = attrs[name]
     if not isinstance(value, str):
-        raise EnvelopeInvalid(name, f"{name} must be a string, not {_json_type(value)}")
+        raise EnvelopeInvalid(name, f"{name} must be a string, not {kind_of(value)}")
     if not value and not allow_empty:
         raise EnvelopeInvalid(name, f"{name} must be a non-empty string")
     if len(value) > max_length:
@@ -357,7 +359,7 @@ def _optional_time(attrs: dict[str, Any], name: str) -> datetime | None:
         return None
     value = attrs[name]
     if not isinstance(value, str):
-        raise EnvelopeInvalid(name, f"{name} must be an RFC 3339 timestamp string, not {_json_type(value)}")
+        raise EnvelopeInvalid(name, f"{name} must be an RFC 3339 timestamp string, not {kind_of(value)}")
     if not RFC3339.match(value):
         raise EnvelopeInvalid(
             name, f"{name} {value!r} is not an RFC 3339 timestamp (like 2026-01-05T12:00:00Z, with an offset)"
@@ -374,7 +376,7 @@ def _optional_id(attrs: dict[str, Any], name: str) -> int | None:
         return None
     value = attrs[name]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise EnvelopeInvalid(name, f"{name} must be an integer, not {_json_type(value)}")
+        raise EnvelopeInvalid(name, f"{name} must be an integer, not {kind_of(value)}")
     if not 1 <= value <= BIGINT_MAX:
         raise EnvelopeInvalid(name, f"{name} must be a positive integer below 2^63")
     return value
@@ -385,9 +387,7 @@ def _correlation(attrs: dict[str, Any]) -> tuple[str, ...]:
         return ()
     value = attrs["correlation"]
     if not isinstance(value, list):
-        raise EnvelopeInvalid(
-            "correlation", f"correlation must be a list of strings, not {_json_type(value)}"
-        )
+        raise EnvelopeInvalid("correlation", f"correlation must be a list of strings, not {kind_of(value)}")
     if len(value) > MAX_CORRELATION_KEYS:
         raise EnvelopeInvalid(
             "correlation", f"correlation has {len(value)} keys; the limit is {MAX_CORRELATION_KEYS}"
@@ -396,7 +396,7 @@ def _correlation(attrs: dict[str, Any]) -> tuple[str, ...]:
     for i, key in enumerate(value):
         field = f"correlation[{i}]"
         if not isinstance(key, str):
-            raise EnvelopeInvalid(field, f"a correlation key must be a string, not {_json_type(key)}")
+            raise EnvelopeInvalid(field, f"a correlation key must be a string, not {kind_of(key)}")
         if not key:
             raise EnvelopeInvalid(field, "a correlation key must be a non-empty string")
         if len(key) > MAX_KEY:
@@ -426,7 +426,7 @@ def _extension(name: str, value: Any) -> Any:
             )
         return value
     raise EnvelopeInvalid(
-        name, f"extension attribute {name} must be a string, an integer or a boolean, not {_json_type(value)}"
+        name, f"extension attribute {name} must be a string, an integer or a boolean, not {kind_of(value)}"
     )
 
 
