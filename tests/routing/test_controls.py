@@ -3,6 +3,7 @@ the console (the Work page's rows and the Event page, with htmx and without Java
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -345,11 +346,11 @@ def test_r21_concurrent_skips_settle_the_event_once(clock, live):
     assert len(control_events("skip_event")) == 1
 
 
-@pytest.mark.django_db(transaction=True)
-def test_r21_a_skip_while_the_router_evaluates_wins_and_the_router_decides_nothing(clock):
-    apply(clock)
-    event = accept(clock, "x.thing", {"behaviour": "hang"}, id="slow")
-    r = build_router(clock=clock, options=RouterOptions(route_timeout=20.0))
+@contextlib.contextmanager
+def routing_in_background(r, event, envelope_id: str):
+    """Route ``event`` on another thread and yield (a dict whose ``value`` is the outcome, once
+    the block ends) while its handler, which waits for ``RELEASE``, is running: the router
+    holds no transaction then. The handler is released and the router closed on the way out."""
     outcome = {}
 
     def route():
@@ -361,16 +362,25 @@ def test_r21_a_skip_while_the_router_evaluates_wins_and_the_router_decides_nothi
     thread = threading.Thread(target=route)
     thread.start()
     try:
-        for _ in range(400):  # the handler is running: the router holds no transaction now
-            if "slow" in sample_handlers.CALLS:
+        for _ in range(400):
+            if envelope_id in sample_handlers.CALLS:
                 break
             threading.Event().wait(0.01)
-        assert "slow" in sample_handlers.CALLS
-        controls.event_skip(seq=event.seq, user="alice", clock=clock)
+        assert envelope_id in sample_handlers.CALLS
+        yield outcome
     finally:
         sample_handlers.RELEASE.set()
         thread.join(30)
         r.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r21_a_skip_while_the_router_evaluates_wins_and_the_router_decides_nothing(clock):
+    apply(clock)
+    event = accept(clock, "x.thing", {"behaviour": "hang"}, id="slow")
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=20.0))
+    with routing_in_background(r, event, "slow") as outcome:
+        controls.event_skip(seq=event.seq, user="alice", clock=clock)
     assert outcome["value"].settled
     assert state(event) == RouteState.SKIPPED
     (record,) = RouteRecord.objects.filter(event=event)
@@ -390,27 +400,8 @@ def test_r22_a_reroute_while_the_router_evaluates_is_not_undone_by_its_commit(cl
     sample_handlers.RELEASE.clear()
     sample_handlers.CALLS.clear()
     clock.advance(3)  # past the backoff: the next call asks the handler again
-    outcome = {}
-
-    def route():
-        try:
-            outcome["value"] = r.route(event.seq)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=route)
-    thread.start()
-    try:
-        for _ in range(400):
-            if "slow" in sample_handlers.CALLS:
-                break
-            threading.Event().wait(0.01)
-        assert "slow" in sample_handlers.CALLS
+    with routing_in_background(r, event, "slow") as outcome:
         controls.event_reroute(seq=event.seq, user="alice", clock=clock)
-    finally:
-        sample_handlers.RELEASE.set()
-        thread.join(30)
-        r.close()
     assert not outcome["value"].settled, "the router gave up on failures the operator forgot"
     assert state(event) == RouteState.UNROUTED
     assert failure_entry(event.seq)["count"] == 1
