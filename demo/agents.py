@@ -1,35 +1,47 @@
 """Demo agents for ``demo/conduit.yaml``.
 
 The ``python`` executor calls ``triage``, ``responder`` and ``oncall`` with a
-:class:`worklife.executors.PythonRun`; the ``command`` executor runs ``python3 -m demo.agents
-triage`` with the inputs as a JSON array on standard input.
+:class:`worklife.child.Run` in a worker process; the ``command`` executor runs ``python3 -m
+demo.agents triage`` and speaks the line protocol on its standard input and output (see the
+README's "Writing an executor").
 """
 
 from __future__ import annotations
 
 import json
+import select
 import sys
+import time
 from typing import Any
 
-from worklife.executors import PythonRun
+from worklife.child import Run
 
-IDLE_SECONDS = 5.0
+# How long an agent waits for more input before it finishes.
+IDLE_SECONDS = 3.0
 
 
 def _summary(item: Any) -> str:
     if isinstance(item, dict):
-        return f"{item.get('type', '?')} {item.get('id', '')}".strip()
+        return f"{item.get('type', '?')} #{item.get('seq', '')}".strip(" #")
     return str(item)
 
 
-def _work(run: PythonRun, role: str) -> dict[str, Any]:
+def _work(run: Run, role: str) -> dict[str, Any]:
     """Handle the first inputs, then injected ones, until interrupted or idle."""
-    seen = [_summary(item) for item in run.inputs]
+    seen = []
+    for item in run.inputs:
+        data = item.get("data") if isinstance(item, dict) else None
+        if isinstance(data, dict) and "crash" in str(data.get("text", "")).lower():
+            # The demo's failing input: the attempt fails, is retried with backoff, then parked.
+            raise RuntimeError(f"{role} cannot handle {_summary(item)}: it asked to crash")
+        seen.append(_summary(item))
+        print(f"{role}: handled {_summary(item)}")
     while not run.interrupted.is_set():
         item = run.receive(timeout=IDLE_SECONDS)
         if item is None:
             break
         seen.append(_summary(item))
+        print(f"{role}: handled injected {_summary(item)}")
     return {
         "role": role,
         "work_id": run.work_id,
@@ -39,26 +51,47 @@ def _work(run: PythonRun, role: str) -> dict[str, Any]:
     }
 
 
-def triage(run: PythonRun) -> dict[str, Any]:
+def triage(run: Run) -> dict[str, Any]:
     """Review a pull request's events."""
     return _work(run, "triage")
 
 
-def responder(run: PythonRun) -> dict[str, Any]:
+def responder(run: Run) -> dict[str, Any]:
     """Answer a chat thread."""
     return _work(run, "responder")
 
 
-def oncall(run: PythonRun) -> dict[str, Any]:
-    """Respond to an incident until it resolves."""
+def oncall(run: Run) -> dict[str, Any]:
+    """Respond to an incident until it resolves (an interrupt) or goes quiet."""
     return _work(run, "oncall")
 
 
 def main(argv: list[str]) -> int:
-    """The command-executor entry point: summarise the inputs read from standard input."""
+    """The command-executor entry point: read input lines until ``started``, then take more
+    for a while, and report what was handled with a ``complete`` call."""
     role = argv[1] if len(argv) > 1 else "triage"
-    inputs = json.load(sys.stdin)
-    print(json.dumps({"role": role, "handled": [_summary(item) for item in inputs]}))
+    handled = []
+    started = False
+    deadline = None
+    while True:
+        if started:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([sys.stdin], [], [], left)[0]:
+                break
+        line = sys.stdin.readline()
+        if not line:
+            break
+        message = json.loads(line)
+        if message.get("kind") == "input":
+            handled.append(_summary(message.get("event")))
+            print(f"{role}: handled {_summary(message.get('event'))}", flush=True)
+        elif message.get("kind") == "started":
+            started, deadline = True, time.monotonic() + IDLE_SECONDS
+        elif message.get("kind") == "interrupt":
+            break
+    print(
+        "@conduit " + json.dumps({"op": "complete", "result": {"role": role, "handled": handled}}), flush=True
+    )
     return 0
 
 

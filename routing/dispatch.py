@@ -9,11 +9,15 @@ refuses it when the executor behind the same binding name changed since.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from causal.clock import Clock
-from routing.config import find_generation, live_generation, load_configuration
+from routing.config import Configuration, find_generation, live_generation, load_configuration
 from routing.decide import addressed_binding
+from routing.models import Generation
 from routing.router import read_work_views
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.models import Attempt
@@ -30,8 +34,26 @@ class DispatchCheck:
     reason: str = ""
 
 
-def attempt_dispatch(*, work_id: int, clock: Clock, binding: str | None = None) -> Attempt:
-    """Start the Work's next attempt with its configuration pinned to the live generation."""
+class QueueOnly(DispatchRefused):
+    """The Work's binding has no executor: its input waits in the queue, nothing runs."""
+
+    queue_only = True
+
+
+def attempt_dispatch(
+    *,
+    work_id: int,
+    clock: Clock,
+    binding: str | None = None,
+    lease_until: datetime | None = None,
+    lease_owner: str = "",
+    configurations: ConfigurationCache | None = None,
+    runnable: bool = False,
+) -> Attempt:
+    """Start the Work's next attempt with its configuration pinned to the live generation.
+
+    With ``runnable``, a queue-only binding is refused (:class:`QueueOnly`): a scheduler has
+    nothing to run it with."""
     generation = live_generation()
     if generation is None:
         raise DispatchRefused("no configuration has been applied")
@@ -40,7 +62,8 @@ def attempt_dispatch(*, work_id: int, clock: Clock, binding: str | None = None) 
         raise DispatchRefused(f"Work {work_id} does not exist")
     work = views[work_id]
     name = binding or addressed_binding(work)
-    scope = load_configuration(generation).scope(work.scope)
+    configuration = (configurations or ConfigurationCache()).get(generation)
+    scope = configuration.scope(work.scope)
     effective = scope.bindings.get(name) if scope is not None else None
     if effective is None:
         raise DispatchRefused(
@@ -48,6 +71,8 @@ def attempt_dispatch(*, work_id: int, clock: Clock, binding: str | None = None) 
         )
     if effective.problem:
         raise DispatchRefused(f"binding {name!r}: {effective.problem}")
+    if runnable and not effective.executor:
+        raise QueueOnly(f"binding {name!r} is queue-only: its input waits in the queue")
     return attempt_start(
         work_id=work_id,
         binding=name,
@@ -56,14 +81,50 @@ def attempt_dispatch(*, work_id: int, clock: Clock, binding: str | None = None) 
         generation=generation.number,
         capabilities=effective.capabilities,
         clock=clock,
+        lease_until=lease_until,
+        lease_owner=lease_owner,
     )
 
 
-def dispatch_check(attempt: Attempt) -> DispatchCheck:
+class ConfigurationCache:
+    """Effective configurations by generation: a generation never changes once applied, so a
+    scheduler reads each one once."""
+
+    def __init__(self, size: int = 8) -> None:
+        self._size = size
+        self._by_id: dict[int, Configuration] = {}
+
+    def get(self, generation: Generation) -> Configuration:
+        configuration = self._by_id.get(generation.pk)
+        if configuration is None:
+            configuration = load_configuration(generation)
+            if len(self._by_id) >= self._size:
+                self._by_id.pop(next(iter(self._by_id)))
+            self._by_id[generation.pk] = configuration
+        return configuration
+
+
+def binding_settings(attempt: Attempt, configurations: ConfigurationCache | None = None) -> dict[str, Any]:
+    """The executor settings of the attempt's binding in its pinned generation (plain JSON)."""
+    configuration = (configurations or ConfigurationCache()).get(find_generation(str(attempt.generation)))
+    scope = configuration.scope(attempt.work.scope)
+    binding = scope.bindings.get(attempt.binding) if scope is not None else None
+    return _thaw(binding.settings) if binding is not None else {}
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def dispatch_check(attempt: Attempt, configurations: ConfigurationCache | None = None) -> DispatchCheck:
     """Validate a dispatch of ``attempt`` against its pinned generation and executor."""
     generation = find_generation(str(attempt.generation))
     work_scope = attempt.work.scope
-    scope = load_configuration(generation).scope(work_scope)
+    scope = (configurations or ConfigurationCache()).get(generation).scope(work_scope)
     binding = scope.bindings.get(attempt.binding) if scope is not None else None
     if binding is None:
         return DispatchCheck(
@@ -88,3 +149,30 @@ def dispatch_check(attempt: Attempt) -> DispatchCheck:
     if cls is None or missing:
         return DispatchCheck(False, f"executor {attempt.executor!r} no longer supports {sorted(missing)}")
     return DispatchCheck(True)
+
+
+class RoutingDispatcher:
+    """The dispatcher ``work_loop`` gives its runner (``worklife.runner.Dispatcher``): dispatch
+    pinned to the live generation, checked against the pinned one, settings from it."""
+
+    def __init__(self) -> None:
+        self.configurations = ConfigurationCache()
+
+    def dispatch_in_tx(
+        self, *, work_id: int, clock: Clock, lease_until: datetime, lease_owner: str
+    ) -> Attempt:
+        return attempt_dispatch(
+            work_id=work_id,
+            clock=clock,
+            lease_until=lease_until,
+            lease_owner=lease_owner,
+            configurations=self.configurations,
+            runnable=True,
+        )
+
+    def check(self, attempt: Attempt) -> tuple[bool, str]:
+        result = dispatch_check(attempt, self.configurations)
+        return result.ok, result.reason
+
+    def settings(self, attempt: Attempt) -> dict[str, Any]:
+        return binding_settings(attempt, self.configurations)

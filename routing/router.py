@@ -45,7 +45,6 @@ from django.db.models import F, OuterRef, Q, Subquery
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import KV, Event, EventKey, RouteState
-from causal.services import Envelope
 from routing.config import Configuration, EffectiveScope, live_generation, load_configuration
 from routing.decide import (
     INPUT_EFFECTS,
@@ -76,13 +75,12 @@ from worklife.models import (
     Work,
     WorkInput,
 )
+from worklife.scheduling import wait_block_in_tx, wait_time_out_in_tx, wait_wake_in_tx, wake_bridge_in_tx
 
 logger = logging.getLogger("conduit.routing")
 
 FAILURES_NAMESPACE = "core.routing.failures"
 COMMIT_LOCK_ID = 0x526F7574  # "Rout": serialises route commits on PostgreSQL
-WAIT_WOKEN = "core.wait.woken"
-BRIDGE_SOURCE = "core.routing"
 BACKOFF_START = timedelta(seconds=2)
 BACKOFF_CAP = timedelta(minutes=5)
 # An Event left unrouted for a conflicting identity is looked at again after this long (an
@@ -543,19 +541,17 @@ class Router:
         Event, through the causal limits. When they refuse it, the wait is blocked with the
         reason, the Work is held and the Event is kept as context (R41)."""
         wait = decision.wake_wait
-        envelope = Envelope(
-            id=f"wait-woken/{wait.id}",
-            source=BRIDGE_SOURCE,
-            type=WAIT_WOKEN,
-            scope=event.scope,
-            work_id=decision.work_id,
-            data={"work": decision.work_id, "wait": wait.id, "event": event.seq},
-        )
         try:
-            self.causal.derive_in_tx(parent=Event(seq=event.seq), envelope=envelope)
+            wake_bridge_in_tx(
+                causal=self.causal,
+                wait_id=wait.id,
+                work_id=decision.work_id,
+                scope=event.scope,
+                event_seq=event.seq,
+            )
         except CausalRefused as refused:
             reason = f"causal limits refuse the wake ({refused.kind}): {refused.detail}"[:500]
-            writer.blocked_waits[wait.id] = reason
+            writer.blocked_waits[wait.id] = (reason, event.seq)
             work = world.works[decision.work_id]
             world.works[work.id] = replace(work, active_wait=replace(wait, blocked_reason=reason))
             return replace(
@@ -965,7 +961,7 @@ class _Writes:
     cleared_failures: list[int] = field(default_factory=list)
     decided_keys: list[EventKey] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
-    blocked_waits: dict[int, str] = field(default_factory=dict)
+    blocked_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # wait -> (reason, event)
 
     def release(self, seq: int) -> None:
         self.released.append(seq)
@@ -1113,24 +1109,19 @@ class _Writes:
             Work.objects.filter(pk__in=self.touched_works).update(
                 version=F("version") + 1, updated_at=self.now
             )
-        for work_id, wait_id, seq in self.wakes:
-            Wait.objects.filter(pk=wait_id, state=WaitState.ACTIVE).update(
-                state=WaitState.WOKEN, woken_by_id=seq, ended_at=self.now
-            )
-            DependencySubscription.objects.filter(wait_id=wait_id, active=True).update(active=False)
-            Work.objects.filter(pk=work_id).update(status="running")
-            Attempt.objects.filter(work_id=work_id, state="waiting").update(state="running")
-        for work_id, wait_id in self.timeouts:
-            Wait.objects.filter(pk=wait_id).update(state=WaitState.TIMED_OUT, ended_at=self.now)
-            Work.objects.filter(pk=work_id, status="waiting").update(status="ready")
+        # Wait transitions are worklife's (W7: the router records, it runs nothing).
+        for _work_id, wait_id, seq in self.wakes:
+            wait_wake_in_tx(wait_id=wait_id, event_seq=seq, now=self.now)
+        for _work_id, wait_id in self.timeouts:
+            wait_time_out_in_tx(wait_id=wait_id, now=self.now)
         if self.cleared_failures:
             KV.objects.filter(
                 namespace=FAILURES_NAMESPACE, key__in=[str(s) for s in self.cleared_failures]
             ).delete()
         if self.decided_keys:
             EventKey.objects.bulk_create(self.decided_keys, ignore_conflicts=True)
-        for wait_id, reason in self.blocked_waits.items():
-            Wait.objects.filter(pk=wait_id, state=WaitState.ACTIVE).update(blocked_reason=reason)
+        for wait_id, (reason, seq) in self.blocked_waits.items():
+            wait_block_in_tx(wait_id=wait_id, reason=reason, event_seq=seq)
         if self.released:
             Event.objects.filter(seq__in=self.released).update(claimed_by="", claimed_until=None)
         by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}

@@ -26,21 +26,28 @@ classmethod ``validate_settings(settings) -> Iterable[tuple[str, str]]`` yieldin
 from __future__ import annotations
 
 import abc
+import contextlib
 import importlib
 import inspect
 import json
 import logging
 import os
-import queue
 import re
+import signal
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings as django_settings
+
+from worklife.child import CALL_FD_ENV, CALL_PREFIX, Run
+
+PythonRun = Run  # the name targets of the first version import
 
 logger = logging.getLogger(__name__)
 
@@ -99,17 +106,24 @@ def import_dotted(path: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How an attempt ended: ``ok`` with an optional JSON-like ``result``, or an ``error``."""
+    """How an attempt ended: ``ok`` with an optional JSON-like ``result``, or an ``error``.
+
+    ``exit_status`` is the process's exit status when a process ran the attempt."""
 
     ok: bool
     result: Any = None
     error: str = ""
+    exit_status: int | None = None
 
 
 class Execution(abc.ABC):
-    """A handle on one started attempt, returned by :meth:`Executor.start`."""
+    """A handle on one started attempt, returned by :meth:`Executor.start`.
+
+    ``poll`` and ``wait`` are required. The rest have defaults for executors that run
+    nothing the loop can talk to: no calls, no output, nothing to end."""
 
     attempt_id: int
+    pid: int | None = None
 
     @abc.abstractmethod
     def poll(self) -> Outcome | None:
@@ -118,6 +132,38 @@ class Execution(abc.ABC):
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> Outcome | None:
         """Block up to ``timeout`` seconds (for ever when ``None``) for the outcome."""
+
+    def take_calls(self) -> list[dict]:
+        """The attempt API calls the process made since the last time (emit, wait, …)."""
+        return []
+
+    def reply(self, call_id: Any, *, ok: bool, value: Any = None, error: str = "") -> None:
+        """Answer a call that carried an ``id``."""
+        return None
+
+    def send_inputs(self, events: Sequence[Any]) -> bool:
+        """Give the running attempt more input (inject); ``False`` when it cannot take it."""
+        return False
+
+    def send_interrupt(self, reason: str) -> bool:
+        """Tell the running attempt to stop what it is doing; ``False`` when it cannot."""
+        return False
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the attempt's process group (no-op without a process)."""
+        return None
+
+    def kill(self) -> None:
+        """End the attempt's processes at once (SIGKILL to its process group)."""
+        return None
+
+    def output(self) -> tuple[str, str]:
+        """The last :data:`OUTPUT_TAIL` bytes of standard output and standard error."""
+        return "", ""
+
+    def release(self) -> None:
+        """Give back what the execution holds (a reusable worker) once its outcome is in."""
+        return None
 
 
 class Executor(abc.ABC):
@@ -144,6 +190,10 @@ class Executor(abc.ABC):
         """Yield ``(place, message)`` for each problem in a binding's settings; none here."""
         return ()
 
+    def close(self) -> None:
+        """End what the executor keeps between attempts (idle workers)."""
+        return None
+
 
 def _settings_keys(settings: Mapping[str, Any], allowed: Iterable[str]) -> Iterator[tuple[str, str]]:
     allowed = tuple(allowed)
@@ -152,63 +202,158 @@ def _settings_keys(settings: Mapping[str, Any], allowed: Iterable[str]) -> Itera
             yield str(key), f"unknown setting {key!r} (expected one of: {', '.join(allowed)})"
 
 
-# --- PythonExecutor ----------------------------------------------------------------------
+# Settings every process executor takes: the run-time bound and the interrupt's grace.
+COMMON_SETTINGS = ("timeout", "interrupt_grace")
+OUTPUT_TAIL = 64 * 1024
 
-_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+def _common_settings(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    for key in COMMON_SETTINGS:
+        value = settings.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            yield key, f"expected a positive number of seconds, got {value!r}"
 
 
-class PythonRun:
-    """What a Python target receives: the attempt, its inputs, and the controls.
+class _Tail:
+    """The last ``limit`` bytes written, thread-safe."""
 
-    The target is called as ``target(run)`` on its own thread. It reads injected input with
-    :meth:`receive` and should return soon after :attr:`interrupted` is set.
-    """
+    def __init__(self, limit: int = OUTPUT_TAIL) -> None:
+        self._data = bytearray()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def add(self, chunk: bytes) -> None:
+        with self._lock:
+            self._data += chunk
+            if len(self._data) > self._limit:
+                del self._data[: len(self._data) - self._limit]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._data.decode("utf-8", errors="replace")
+
+
+def _lines(stream: Any, sink: Any) -> None:
+    """Feed each line of ``stream`` to ``sink`` until EOF (a reader thread's body)."""
+    try:
+        for line in iter(stream.readline, b""):
+            sink(line)
+    except (OSError, ValueError):
+        pass  # the pipe closed under us: the process is gone
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+def _reader(name: str, stream: Any, sink: Any) -> threading.Thread:
+    thread = threading.Thread(target=_lines, args=(stream, sink), name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+class _Process:
+    """A child process in its own process group with the protocol's pipes: standard input
+    (the loop's lines), standard output and error (kept as tails, or parsed for ``@conduit``
+    calls), and the call pipe named by ``CONDUIT_CALL_FD``."""
 
     def __init__(
-        self, *, work_id: int, attempt_id: int, settings: Mapping[str, Any], inputs: Sequence[Any]
+        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, on_call, on_stdout
     ) -> None:
-        self.work_id = work_id
-        self.attempt_id = attempt_id
-        self.settings = settings
-        self.inputs = tuple(inputs)
-        self.interrupted = threading.Event()
-        self.interrupt_reason = ""
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    def receive(self, timeout: float | None = None) -> Any | None:
-        """The next injected input, waiting up to ``timeout`` seconds; ``None`` if none came."""
+        read_fd, write_fd = os.pipe()
+        os.set_inheritable(write_fd, True)
+        full_env = {**env, CALL_FD_ENV: str(write_fd)}
         try:
-            return self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
-        except queue.Empty:
-            return None
-
-
-class PythonExecution(Execution):
-    """A Python target running on a thread."""
-
-    def __init__(self, run: PythonRun, target: Any) -> None:
-        self.attempt_id = run.attempt_id
-        self.run = run
-        self._target = target
-        self._outcome: Outcome | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=self._main, name=f"conduit-attempt-{run.attempt_id}", daemon=True
-        )
-
-    def _main(self) -> None:
-        try:
-            result = self._target(self.run)
-        except Exception as exc:  # noqa: BLE001 - the attempt thread's boundary: logged, the attempt fails
-            logger.exception("executor.python.failed", extra={"attempt_id": self.attempt_id})
-            self._outcome = Outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
-        else:
-            self._outcome = Outcome(ok=True, result=result)
+            self.popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_fd,),
+                start_new_session=True,  # its own process group: a kill reaches its children
+            )
         finally:
-            if self._outcome is None:  # SystemExit and the like end the thread without a result
-                self._outcome = Outcome(ok=False, error="the target exited without a result")
-            self._done.set()
+            os.close(write_fd)
+        self.pid = self.popen.pid
+        self._stdin_lock = threading.Lock()
+        self.stderr = _Tail()
+        call_stream = os.fdopen(read_fd, "rb")
+        self._threads = [
+            _reader(f"conduit-calls-{self.pid}", call_stream, on_call),
+            _reader(f"conduit-stdout-{self.pid}", self.popen.stdout, on_stdout),
+            _reader(f"conduit-stderr-{self.pid}", self.popen.stderr, self.stderr.add),
+        ]
 
+    def send(self, message: dict) -> bool:
+        line = (json.dumps(message, default=str) + "\n").encode("utf-8")
+        with self._stdin_lock:
+            try:
+                self.popen.stdin.write(line)
+                self.popen.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                return False
+        return True
+
+    def close_stdin(self) -> None:
+        with self._stdin_lock, contextlib.suppress(OSError, ValueError):
+            self.popen.stdin.close()
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def exited(self) -> int | None:
+        return self.popen.poll()
+
+    def join_readers(self, timeout: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _parse_call(line: bytes) -> dict | None:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) and isinstance(message.get("op"), str) else None
+
+
+class ProcessExecution(Execution):
+    """An attempt run by a process: its calls, its output, its outcome."""
+
+    def __init__(self, attempt_id: int) -> None:
+        self.attempt_id = attempt_id
+        self._calls: list[dict] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._outcome: Outcome | None = None
+        self.stdout = _Tail()
+        self.stderr = _Tail()
+        self.result: Any = None
+
+    # -- what the reader threads feed ---------------------------------------------------------
+    def _call(self, message: dict) -> None:
+        op = message["op"]
+        if op == "output":
+            tail = self.stderr if message.get("stream") == "stderr" else self.stdout
+            tail.add(str(message.get("text", "")).encode("utf-8", errors="replace"))
+            return
+        if op == "complete":
+            self.result = message.get("result")
+        with self._lock:
+            self._calls.append(message)
+
+    def _finish(self, outcome: Outcome) -> None:
+        with self._lock:
+            if self._outcome is None:
+                self._outcome = outcome
+        self._done.set()
+
+    # -- the Execution API --------------------------------------------------------------------
     def poll(self) -> Outcome | None:
         return self._outcome if self._done.is_set() else None
 
@@ -216,27 +361,144 @@ class PythonExecution(Execution):
         self._done.wait(timeout)
         return self.poll()
 
+    def take_calls(self) -> list[dict]:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        return calls
 
-class PythonExecutor(Executor):
-    """Runs a Python function in-process: settings ``{"target": "module:function"}``.
+    def output(self) -> tuple[str, str]:
+        return self.stdout.text(), self.stderr.text()
 
-    The function is called with a :class:`PythonRun`. Implements ``inject`` (queues input the
-    function reads with ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
-    """
+
+# --- PythonExecutor ----------------------------------------------------------------------
+
+_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Worker:
+    """A ``python -m worklife.child`` process that runs Python targets one attempt at a time."""
 
     def __init__(self) -> None:
+        self.current: PythonExecution | None = None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.process = _Process(
+            [sys.executable, "-m", "worklife.child"],
+            env=env,
+            cwd=str(getattr(django_settings, "BASE_DIR", "") or "") or None,
+            on_call=self._on_call,
+            on_stdout=self._on_stdout,
+        )
+        self.pid = self.process.pid
+        self._watcher = threading.Thread(target=self._watch, name=f"conduit-worker-{self.pid}", daemon=True)
+        self._watcher.start()
+
+    def _on_call(self, line: bytes) -> None:
+        message = _parse_call(line)
+        execution = self.current
+        if message is None or execution is None:
+            return
+        if message["op"] == "result":
+            error = message.get("error", "")
+            if message.get("traceback"):
+                execution.stderr.add(message["traceback"].encode("utf-8", errors="replace"))
+            self.current = None
+            execution._finish(Outcome(ok=bool(message.get("ok")), result=message.get("value"), error=error))
+            return
+        execution._call(message)
+
+    def _on_stdout(self, line: bytes) -> None:
+        execution = self.current
+        if execution is not None:
+            execution.stdout.add(line)
+
+    def _watch(self) -> None:
+        code = self.process.popen.wait()
+        self.process.join_readers()
+        execution, self.current = self.current, None
+        if execution is not None:
+            stderr = self.process.stderr.text().strip()[-500:]
+            execution.stderr.add(self.process.stderr.text().encode("utf-8", errors="replace"))
+            execution._finish(
+                Outcome(
+                    ok=False,
+                    error=f"the Python worker exited with status {code}" + (f": {stderr}" if stderr else ""),
+                    exit_status=code,
+                )
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.process.exited() is None
+
+    def run(self, execution: PythonExecution, message: dict) -> bool:
+        self.current = execution
+        if not self.process.send(message):
+            self.current = None
+            return False
+        return True
+
+
+class PythonExecution(ProcessExecution):
+    """An attempt of a Python target, run by a worker process of its own."""
+
+    def __init__(self, attempt_id: int, worker: _Worker, pool: PythonExecutor) -> None:
+        super().__init__(attempt_id)
+        self.worker = worker
+        self.pid = worker.pid
+        self._pool = pool
+        self._tainted = False
+
+    def reply(self, call_id: Any, *, ok: bool, value: Any = None, error: str = "") -> None:
+        self.worker.process.send({"kind": "reply", "id": call_id, "ok": ok, "value": value, "error": error})
+
+    def send_inputs(self, events: Sequence[Any]) -> bool:
+        return all(self.worker.process.send({"kind": "input", "event": e, "injected": True}) for e in events)
+
+    def send_interrupt(self, reason: str) -> bool:
+        self._tainted = True  # an interrupted target may leave state behind: not reused
+        return self.worker.process.send({"kind": "interrupt", "reason": reason})
+
+    def signal(self, signum: int) -> None:
+        self._tainted = True
+        self.worker.process.signal(signum)
+
+    def kill(self) -> None:
+        self._tainted = True
+        self.worker.process.signal(signal.SIGKILL)
+
+    def release(self) -> None:
+        self._pool._give_back(self.worker, reusable=not self._tainted and self.poll() is not None)
+
+
+class PythonExecutor(Executor):
+    """Runs a Python function in a worker process: settings ``{"target": "module:function"}``
+    (plus ``timeout`` and ``interrupt_grace``).
+
+    The function is called with a :class:`worklife.child.Run`. A worker whose attempt ended
+    normally runs the next attempt (no start-up cost); one that was interrupted, timed out,
+    cancelled or crashed is ended. Implements ``inject`` (input the function reads with
+    ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
+    """
+
+    IDLE_WORKERS = 4
+
+    def __init__(self) -> None:
+        self._idle: list[_Worker] = []
         self._runs: dict[int, PythonExecution] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         """``target`` is required and must look like ``"package.module:function"``."""
-        problems = list(_settings_keys(settings, ("target",)))
+        problems = list(_settings_keys(settings, ("target", *COMMON_SETTINGS)))
         target = settings.get("target")
         if target is None:
             problems.append(("target", "required: the function to run, as 'package.module:function'"))
         elif not isinstance(target, str) or not _TARGET.match(target):
             problems.append(("target", f"{target!r} is not a 'package.module:function' reference"))
+        problems.extend(_common_settings(settings))
         return problems
 
     def start(
@@ -247,31 +509,58 @@ class PythonExecutor(Executor):
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
     ) -> PythonExecution:
-        """Import the target and run it on its own thread."""
-        target = import_dotted(binding_settings["target"])
-        if not callable(target):
-            raise RegistrationError(f"{binding_settings['target']!r} is not callable")
-        run = PythonRun(work_id=work_id, attempt_id=attempt_id, settings=binding_settings, inputs=inputs)
-        execution = PythonExecution(run, target)
-        with self._lock:
-            self._forget_finished()
-            if attempt_id in self._runs:
-                raise ValueError(f"attempt {attempt_id} is already running")
-            self._runs[attempt_id] = execution
-        execution._thread.start()
-        return execution
+        """Run the target on an idle worker (or a new one) with the first inputs."""
+        message = {
+            "kind": "run",
+            "target": binding_settings["target"],
+            "work_id": work_id,
+            "attempt_id": attempt_id,
+            "settings": dict(binding_settings),
+            "inputs": list(inputs),
+        }
+        for _ in range(3):
+            worker = self._take()
+            execution = PythonExecution(attempt_id, worker, self)
+            if worker.run(execution, message):
+                with self._lock:
+                    self._forget_finished()
+                    self._runs[attempt_id] = execution
+                return execution
+            worker.process.signal(signal.SIGKILL)
+        raise OSError("could not start a Python worker process")
 
     def inject(self, *, attempt_id: int, inputs: Sequence[Any]) -> None:
         """Hand more input to a running attempt, in order."""
-        run = self._running(attempt_id).run
-        for item in inputs:
-            run._inbox.put(item)
+        if not self._running(attempt_id).send_inputs(inputs):
+            raise LookupError(f"attempt {attempt_id} cannot take input")
 
     def interrupt(self, *, attempt_id: int, reason: str = "") -> None:
         """Ask a running attempt to stop what it is doing."""
-        run = self._running(attempt_id).run
-        run.interrupt_reason = reason
-        run.interrupted.set()
+        self._running(attempt_id).send_interrupt(reason)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.process.close_stdin()
+            worker.process.signal(signal.SIGTERM)
+
+    def _take(self) -> _Worker:
+        with self._lock:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive:
+                    return worker
+        return _Worker()
+
+    def _give_back(self, worker: _Worker, *, reusable: bool) -> None:
+        if reusable and worker.alive and worker.current is None:
+            with self._lock:
+                if len(self._idle) < self.IDLE_WORKERS:
+                    self._idle.append(worker)
+                    return
+        worker.process.close_stdin()
+        worker.process.signal(signal.SIGKILL)
 
     def _running(self, attempt_id: int) -> PythonExecution:
         with self._lock:
@@ -288,53 +577,84 @@ class PythonExecutor(Executor):
 # --- CommandExecutor ---------------------------------------------------------------------
 
 
-class CommandExecution(Execution):
-    """A child process; exit status 0 is success, its stdout the result text."""
+class CommandExecution(ProcessExecution):
+    """A command in its own process group: exit status 0 is success."""
 
-    def __init__(self, attempt_id: int, process: subprocess.Popen[bytes], stdin: bytes) -> None:
-        self.attempt_id = attempt_id
-        self.process = process
-        self._outcome: Outcome | None = None
-        self._lock = threading.Lock()
-        # communicate() feeds stdin and drains stdout/stderr without deadlocking on full pipes.
-        self._reader = threading.Thread(target=self._communicate, args=(stdin,), daemon=True)
-        self._reader.start()
+    def __init__(
+        self, attempt_id: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None
+    ) -> None:
+        super().__init__(attempt_id)
+        self.process = _Process(argv, env=env, cwd=cwd, on_call=self._on_call_line, on_stdout=self._on_stdout)
+        self.pid = self.process.pid
+        self._waiter = threading.Thread(target=self._watch, name=f"conduit-command-{self.pid}", daemon=True)
+        self._waiter.start()
 
-    def _communicate(self, stdin: bytes) -> None:
-        out, err = self.process.communicate(stdin)
-        code = self.process.returncode
-        text = out.decode("utf-8", errors="replace")
+    def _on_call_line(self, line: bytes) -> None:
+        message = _parse_call(line)
+        if message is not None:
+            self._call(message)
+
+    def _on_stdout(self, line: bytes) -> None:
+        if line.startswith(CALL_PREFIX.encode()):
+            message = _parse_call(line[len(CALL_PREFIX) :])
+            if message is not None:
+                self._call(message)
+                return
+        self.stdout.add(line)
+
+    def _watch(self) -> None:
+        code = self.process.popen.wait()
+        self.process.join_readers()
+        self.process.close_stdin()
+        self.stderr.add(self.process.stderr.text().encode("utf-8", errors="replace"))
         if code == 0:
-            outcome = Outcome(ok=True, result=text)
+            outcome = Outcome(ok=True, result=self.result, exit_status=0)
         else:
-            tail = err.decode("utf-8", errors="replace").strip()[-500:]
+            tail = self.process.stderr.text().strip()[-500:]
+            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
             outcome = Outcome(
-                ok=False, result=text, error=f"exit status {code}" + (f": {tail}" if tail else "")
+                ok=False, result=self.result, error=how + (f": {tail}" if tail else ""), exit_status=code
             )
-        with self._lock:
-            self._outcome = outcome
+        self._finish(outcome)
 
-    def poll(self) -> Outcome | None:
-        with self._lock:
-            return self._outcome
+    def reply(self, call_id: Any, *, ok: bool, value: Any = None, error: str = "") -> None:
+        self.process.send({"kind": "reply", "id": call_id, "ok": ok, "value": value, "error": error})
 
-    def wait(self, timeout: float | None = None) -> Outcome | None:
-        self._reader.join(timeout)
-        return self.poll()
+    def send_inputs(self, events: Sequence[Any]) -> bool:
+        return all(self.process.send({"kind": "input", "event": e, "injected": True}) for e in events)
+
+    def send_interrupt(self, reason: str) -> bool:
+        sent = self.process.send({"kind": "interrupt", "reason": reason})
+        self.process.signal(signal.SIGINT)
+        return sent
+
+    def signal(self, signum: int) -> None:
+        self.process.signal(signum)
+
+    def kill(self) -> None:
+        self.process.signal(signal.SIGKILL)
 
 
 class CommandExecutor(Executor):
-    """Runs a command: settings ``{"argv": [...], "cwd": "...", "env": {...}}`` (``cwd`` and
-    ``env`` optional).
+    """Runs a command: settings ``{"argv": [...], "cwd": "...", "env": {...}}`` (``cwd``,
+    ``env``, ``timeout`` and ``interrupt_grace`` optional).
 
-    The process gets ``CONDUIT_WORK_ID`` and ``CONDUIT_ATTEMPT_ID`` in its environment and
-    its inputs as a JSON array on stdin. It implements no optional control.
+    The process runs in its own process group with ``CONDUIT_WORK_ID`` and
+    ``CONDUIT_ATTEMPT_ID`` in its environment. Its inputs arrive on standard input as JSON
+    lines (``{"kind": "input", "event": …}``, then ``{"kind": "started", …}``); injected input
+    arrives as more such lines and is confirmed once written; an interrupt is a
+    ``{"kind": "interrupt"}`` line and SIGINT, then SIGTERM and SIGKILL after the grace. Exit
+    status 0 completes the Work.
     """
+
+    def __init__(self) -> None:
+        self._runs: dict[int, CommandExecution] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         """``argv`` is a non-empty list of strings; ``cwd`` a string; ``env`` string to string."""
-        problems = list(_settings_keys(settings, ("argv", "cwd", "env")))
+        problems = list(_settings_keys(settings, ("argv", "cwd", "env", *COMMON_SETTINGS)))
         argv = settings.get("argv")
         if argv is None:
             problems.append(("argv", "required: the command to run, as a list of strings"))
@@ -355,6 +675,7 @@ class CommandExecutor(Executor):
                 for name, value in env.items():
                     if not isinstance(value, str):
                         problems.append((f"env.{name}", "expected a string (quote numbers)"))
+        problems.extend(_common_settings(settings))
         return problems
 
     def start(
@@ -365,21 +686,40 @@ class CommandExecutor(Executor):
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
     ) -> CommandExecution:
-        """Start the command with the inputs on stdin."""
+        """Start the command and write its first inputs as JSON lines on standard input."""
         env = dict(os.environ)
         env.update(binding_settings.get("env") or {})
         env["CONDUIT_WORK_ID"] = str(work_id)
         env["CONDUIT_ATTEMPT_ID"] = str(attempt_id)
-        process = subprocess.Popen(
-            list(binding_settings["argv"]),
-            cwd=binding_settings.get("cwd") or None,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        payload = json.dumps(list(inputs), default=str).encode("utf-8")
-        return CommandExecution(attempt_id, process, payload)
+        base = str(getattr(django_settings, "BASE_DIR", "") or "")
+        if base and "PYTHONPATH" not in (binding_settings.get("env") or {}):
+            # The project's packages (``python3 -m demo.agents``) import from any Python.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (base, os.environ.get("PYTHONPATH", "")) if p)
+        cwd = binding_settings.get("cwd") or base or None
+        execution = CommandExecution(attempt_id, list(binding_settings["argv"]), env=env, cwd=cwd)
+        for event in inputs:
+            execution.process.send({"kind": "input", "event": event})
+        execution.process.send({"kind": "started", "work_id": work_id, "attempt_id": attempt_id})
+        with self._lock:
+            for done in [a for a, e in self._runs.items() if e.poll() is not None]:
+                del self._runs[done]
+            self._runs[attempt_id] = execution
+        return execution
+
+    def inject(self, *, attempt_id: int, inputs: Sequence[Any]) -> None:
+        """Write more input lines to a running command."""
+        with self._lock:
+            execution = self._runs.get(attempt_id)
+        if execution is None or not execution.send_inputs(inputs):
+            raise LookupError(f"attempt {attempt_id} is not running on this executor")
+
+    def interrupt(self, *, attempt_id: int, reason: str = "") -> None:
+        """Send the interrupt line and SIGINT to a running command."""
+        with self._lock:
+            execution = self._runs.get(attempt_id)
+        if execution is None:
+            raise LookupError(f"attempt {attempt_id} is not running on this executor")
+        execution.send_interrupt(reason)
 
 
 # --- binding validation (R2) -------------------------------------------------------------

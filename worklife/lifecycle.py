@@ -87,7 +87,15 @@ def work_complete(*, attempt_id: int, lease_epoch: int, clock: Clock) -> Work:
         remaining = WorkInput.objects.filter(work=work, state=InputState.PENDING).exists()
         status = WorkStatus.READY if remaining else WorkStatus.COMPLETED
         Work.objects.filter(pk=work.pk).update(
-            status=status, version=F("version") + 1, updated_at=now, ended_at=None if remaining else now
+            status=status,
+            version=F("version") + 1,
+            updated_at=now,
+            ended_at=None if remaining else now,
+            failures=0,
+            pending_run=False,
+            retry_at=None,
+            parked_at=None,
+            last_error="",
         )
         work.refresh_from_db()
         return work
@@ -110,7 +118,12 @@ def work_cancel(*, work_id: int, clock: Clock, by: str = "") -> Work:
         work.intents.filter(state=IntentState.PENDING).update(state=IntentState.SUPERSEDED)
         work.subscriptions.filter(active=True).update(active=False)
         Work.objects.filter(pk=work.pk).update(
-            status=WorkStatus.CANCELLED, version=F("version") + 1, updated_at=now, ended_at=now
+            status=WorkStatus.CANCELLED,
+            version=F("version") + 1,
+            updated_at=now,
+            ended_at=now,
+            retry_at=None,
+            pending_run=False,
         )
         work.refresh_from_db()
         return work
@@ -198,8 +211,16 @@ def _work_new_in_tx(
     *, scope: str, binding: str, parent: Work | None, predecessor: Work | None, clock: Clock
 ) -> Work:
     now = clock()
+    # A new child or successor runs without waiting for input: its core.work.created Event is
+    # its first input.
     return Work.objects.create(
-        scope=scope, binding=binding, parent=parent, predecessor=predecessor, created_at=now, updated_at=now
+        scope=scope,
+        binding=binding,
+        parent=parent,
+        predecessor=predecessor,
+        created_at=now,
+        updated_at=now,
+        pending_run=True,
     )
 
 

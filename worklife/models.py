@@ -50,6 +50,16 @@ class Work(models.Model):
     updated_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
+    # The scheduler's view (work_loop): attempts that failed in a row, when the Work may run
+    # again after a failure or a refused dispatch, when it was parked (too many failures; an
+    # operator retries or cancels it), and the last failure or refusal, in one line.
+    failures = models.PositiveIntegerField(default=0)
+    # Run even without pending input: a retry (the failed attempts' input is presented again),
+    # a new child or successor (its core.work.created Event is its first input), an operator retry.
+    pending_run = models.BooleanField(default=False)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    parked_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=1000, blank=True, default="")
 
     class Meta:
         verbose_name_plural = "Work"
@@ -61,6 +71,10 @@ class Work(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_parked(self) -> bool:
+        return self.parked_at is not None and not self.is_terminal
 
 
 class CorrelationKey(models.Model):
@@ -88,6 +102,7 @@ class AttemptState(models.TextChoices):
     SUCCEEDED = "succeeded", "succeeded"
     FAILED = "failed", "failed"
     CANCELLED = "cancelled", "cancelled"
+    LOST = "lost", "lost (lease lapsed)"
 
 
 ACTIVE_ATTEMPT_STATES = frozenset({AttemptState.RUNNING, AttemptState.WAITING})
@@ -113,10 +128,32 @@ class Attempt(models.Model):
     state = models.CharField(max_length=16, choices=AttemptState.choices, default=AttemptState.RUNNING)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Who runs it: the work_loop holding the lease, and the process it started.
+    lease_owner = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(null=True, blank=True)
+    # How it ended: the result (JSON) or the exit status, the error, and the output's tails.
+    result = models.JSONField(null=True, blank=True)
+    exit_status = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    stdout_tail = models.TextField(blank=True, default="")
+    stderr_tail = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["work", "number"], name="attempt_work_number_unique"),
+            # W1: the database, not Python, forbids a second live attempt of one Work.
+            models.UniqueConstraint(
+                fields=["work"],
+                condition=Q(state__in=["running", "waiting"]),
+                name="attempt_one_active_per_work",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["lease_until"],
+                name="attempt_active_lease_idx",
+                condition=Q(state__in=["running", "waiting"]),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -228,11 +265,18 @@ class Wait(models.Model):
     timeout_at = models.DateTimeField(null=True, blank=True)
     woken_by = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     blocked_reason = models.CharField(max_length=500, blank=True, default="")
+    # The Event whose wake the causal limits refused: the wake is tried again from it.
+    blocked_event = models.ForeignKey(
+        Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["work", "state"], name="wait_work_state_idx")]
+        indexes = [
+            models.Index(fields=["work", "state"], name="wait_work_state_idx"),
+            models.Index(fields=["timeout_at"], name="wait_active_timeout_idx", condition=Q(state="active")),
+        ]
 
     def __str__(self) -> str:
         return f"Wait {self.name or self.pk} of Work {self.work_id} ({self.state})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from causal.clock import Clock
@@ -57,17 +57,22 @@ def attempt_start(
     clock: Clock,
     lease_until: datetime | None = None,
     executor_path: str = "",
+    lease_owner: str = "",
 ) -> Attempt:
     """Start the next attempt of a Work with its configuration pinned (R36).
 
-    The attempt's trigger is the Work's oldest pending input (else the Work's trigger)."""
+    The attempt's trigger is the Work's oldest pending input (else the Work's trigger). Its
+    lease epoch is one more than the Work's last attempt's, so authority never repeats; the
+    database refuses a second live attempt of one Work (W1)."""
     with transaction.atomic():
         work = Work.objects.select_for_update().get(pk=work_id)
         if work.is_terminal:
             raise WorkTerminal(f"Work {work_id} is {work.status}")
         if Attempt.objects.filter(work=work, state__in=ACTIVE_ATTEMPT_STATES).exists():
             raise WorkError(f"Work {work_id} already has an active attempt")
-        last = Attempt.objects.filter(work=work).order_by("-number").values_list("number", flat=True).first()
+        last, last_epoch = (
+            Attempt.objects.filter(work=work).order_by("-number").values_list("number", "lease_epoch").first()
+        ) or (0, 0)
         first_input = (
             WorkInput.objects.filter(work=work, state=InputState.PENDING)
             .order_by("seq")
@@ -75,20 +80,25 @@ def attempt_start(
             .first()
         )
         now = clock()
-        attempt = Attempt.objects.create(
-            work=work,
-            number=(last or 0) + 1,
-            binding=binding,
-            executor=executor,
-            executor_path=executor_path,
-            generation=generation,
-            capabilities=sorted(set(capabilities)),
-            lease_epoch=1,
-            lease_until=lease_until,
-            trigger_id=first_input or work.trigger_id,
-            state=AttemptState.RUNNING,
-            started_at=now,
-        )
+        try:
+            with transaction.atomic():
+                attempt = Attempt.objects.create(
+                    work=work,
+                    number=last + 1,
+                    binding=binding,
+                    executor=executor,
+                    executor_path=executor_path,
+                    generation=generation,
+                    capabilities=sorted(set(capabilities)),
+                    lease_epoch=last_epoch + 1,
+                    lease_until=lease_until,
+                    lease_owner=lease_owner,
+                    trigger_id=first_input or work.trigger_id,
+                    state=AttemptState.RUNNING,
+                    started_at=now,
+                )
+        except IntegrityError as exc:
+            raise WorkError(f"Work {work_id} already has a live attempt") from exc
         _work_touch(work, status=WorkStatus.RUNNING, now=now)
         return attempt
 

@@ -46,7 +46,7 @@ def test_r2_base_class_defines_no_optional_control():
 
 def test_r2_builtins_implement_what_they_say():
     assert supported_controls(PythonExecutor) == {"inject", "interrupt"}
-    assert supported_controls(CommandExecutor) == frozenset()
+    assert supported_controls(CommandExecutor) == {"inject", "interrupt"}
 
 
 def test_r2_flag_is_not_an_implementation():

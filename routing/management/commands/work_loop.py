@@ -1,0 +1,112 @@
+"""``manage.py work_loop``: run ready Work (the scheduler; ``worklife.runner``)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from causal.clock import system_clock
+from routing.dispatch import RoutingDispatcher
+from routing.live import drain as drain_live
+from routing.live import publish_routed
+from worklife.runner import WorkRunner
+
+
+class Command(BaseCommand):
+    help = (
+        "Run ready Work: claim Work with pending input (or a retry due), start attempts with "
+        "their configuration pinned, deliver injected input and interrupts, commit outcomes, "
+        "fire timers and time out waits. Runs until stopped (SIGTERM/SIGINT let running "
+        "attempts finish for --stop-grace seconds, then end them and give their Work back; a "
+        "second signal kills), or one pass with --once, or until nothing is left to run with "
+        "--drain."
+    )
+
+    def add_arguments(self, parser):
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--once", action="store_true", help="Run one pass and exit (attempts it starts are ended)."
+        )
+        mode.add_argument(
+            "--drain",
+            action="store_true",
+            help="Run until no Work is ready to run and no attempt is running, then exit.",
+        )
+        parser.add_argument(
+            "--slots", type=int, default=4, help="Attempts this loop runs at once. Default 4."
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=float,
+            default=0.1,
+            help="Seconds to wait between passes when nothing happened. Default 0.1.",
+        )
+        parser.add_argument(
+            "--stop-grace",
+            type=float,
+            default=10.0,
+            help="Seconds running attempts get to finish after a stop signal. Default 10.",
+        )
+        parser.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=300.0,
+            help="With --drain, give up after this many seconds. Default 300.",
+        )
+
+    def handle(self, *args, **options):
+        if options["slots"] < 1:
+            raise CommandError("--slots must be at least 1")
+        if options["poll_interval"] < 0:
+            raise CommandError("--poll-interval cannot be negative")
+        if options["stop_grace"] < 0:
+            raise CommandError("--stop-grace cannot be negative")
+        runner = WorkRunner(
+            clock=system_clock,
+            dispatcher=RoutingDispatcher(),
+            slots=options["slots"],
+            publish=lambda work_ids: publish_routed([], work_ids),
+        )
+        stop = threading.Event()
+        previous = self._install_signals(stop)
+        try:
+            if options["once"]:
+                result = runner.step()
+                self.stdout.write(
+                    f"pass: {result.started} started, {result.finished} finished, {result.running} running"
+                )
+                runner.shutdown(grace=options["stop_grace"])
+            elif options["drain"]:
+                runner.release_dead_owners()
+                passes = runner.drain(timeout=options["drain_timeout"], wait=stop.wait)
+                runner.shutdown(grace=options["stop_grace"])
+                c = runner.counters
+                self.stdout.write(
+                    f"drained in {passes} passes: {c.started} started, {c.completed} completed, "
+                    f"{c.failed} failed, {c.refused} dispatches refused"
+                )
+            else:
+                self.stdout.write(f"work_loop {runner.owner} started with {runner.slots} slots")
+                runner.run(stop, poll_interval=options["poll_interval"], stop_grace=options["stop_grace"])
+                self.stdout.write("work_loop stopped")
+        finally:
+            drain_live(timeout=2.0)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _install_signals(self, stop: threading.Event) -> dict:
+        previous = {}
+        if threading.current_thread() is not threading.main_thread():
+            return previous
+
+        def graceful(signum, frame):
+            # First signal: let running attempts finish (--stop-grace), then stop; a second kills.
+            stop.set()
+            signal.signal(signum, signal.SIG_DFL)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, graceful)
+        return previous

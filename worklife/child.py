@@ -1,0 +1,279 @@
+"""The attempt side of the executor protocol, and the process that runs Python targets.
+
+``work_loop`` talks to every attempt's process with JSON lines (see the README's "Writing an
+executor"). The loop writes to the process's standard input, one object a line:
+
+* ``{"kind": "input", "event": {...}}``: an input, in acceptance order; the first inputs are
+  followed by ``{"kind": "started", "work_id": W, "attempt_id": A, "lease_epoch": E}``, later
+  ones are injected while the attempt runs (``"injected": true``);
+* ``{"kind": "interrupt", "reason": "..."}``: stop what you are doing;
+* ``{"kind": "reply", "id": ID, "ok": true, "value": ...}`` (or ``"ok": false, "error": ...``):
+  the answer to a call that carried an ``id``.
+
+The process calls the loop with one JSON object a line on the file descriptor named by
+``CONDUIT_CALL_FD`` (a command may instead print the line to its standard output prefixed
+with ``@conduit ``): ``emit``, ``wait``, ``child``, ``successor``, ``schedule``, ``complete``
+and ``received`` (see :class:`Run`).
+
+This module runs in the attempt's process: it imports nothing from Django, so a target's
+process starts quickly. ``python -m worklife.child`` is a worker that runs Python targets one
+attempt at a time, each started by a ``{"kind": "run", ...}`` line; a worker whose attempt is
+cancelled, interrupted past its grace or timed out is ended by the loop, never reused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import itertools
+import json
+import os
+import queue
+import sys
+import threading
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+CALL_PREFIX = "@conduit "
+CALL_FD_ENV = "CONDUIT_CALL_FD"
+
+
+class CallRefused(Exception):
+    """The loop refused a call (a stale lease, the causal limits, a bad argument)."""
+
+
+class RunComplete(BaseException):  # noqa: N818 - a control-flow signal, like SystemExit
+    """Raised by :meth:`Run.complete` to end the target with a result."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("complete")
+        self.result = result
+
+
+class Run:
+    """What a Python target receives: the attempt, its inputs, and the attempt API.
+
+    ``target(run)`` is called once per attempt. Its return value is the attempt's result and
+    completes the Work (R47); an exception fails the attempt (it is retried with backoff).
+
+    * ``run.inputs``: the Events presented at start, in acceptance order (dicts);
+    * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32);
+    * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
+    * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
+    * ``run.wait(type=…, keys=…, timeout=…)``: park until a matching Event routes to this
+      Work (R41); returns it, or ``None`` when the timeout passed first;
+    * ``run.create_child(binding, keys, data)``: a child Work (R50), returns its id;
+    * ``run.successor(binding, keys, data)``: the successor to create once this Work completes;
+    * ``run.schedule(after, type, data)``: a timer that fires an Event after ``after`` seconds;
+    * ``run.complete(result)``: end now with ``result``.
+    """
+
+    def __init__(
+        self,
+        *,
+        work_id: int,
+        attempt_id: int,
+        lease_epoch: int = 0,
+        settings: Mapping[str, Any] | None = None,
+        inputs: Sequence[Any] = (),
+        channel: _Channel | None = None,
+    ) -> None:
+        self.work_id = work_id
+        self.attempt_id = attempt_id
+        self.lease_epoch = lease_epoch
+        self.settings = dict(settings or {})
+        self.inputs = tuple(inputs)
+        self.interrupted = threading.Event()
+        self.interrupt_reason = ""
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._channel = channel
+
+    # -- input ----------------------------------------------------------------------------
+    def receive(self, timeout: float | None = None) -> Any | None:
+        """The next injected input, waiting up to ``timeout`` seconds; ``None`` if none came.
+
+        Receiving an input confirms it: its inject intent is recorded as consumed."""
+        try:
+            item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return None
+        if self._channel is not None and isinstance(item, dict) and "seq" in item:
+            self._channel.send({"op": "received", "seq": item["seq"]})
+        return item
+
+    # -- the attempt API -------------------------------------------------------------------
+    def emit(self, type: str, data: Any = None, *, subject: str = "", id: str = "") -> int:
+        """Accept an Event derived from this attempt's trigger; returns its seq."""
+        return self._call({"op": "emit", "type": type, "data": data, "subject": subject, "event_id": id})
+
+    def wait(
+        self,
+        *,
+        type: str = "",
+        source: str = "",
+        keys: Iterable[str] = (),
+        timeout: float | None = None,
+        name: str = "",
+    ) -> dict | None:
+        """Park until an Event of this Work matches (type/source globs, one of ``keys``);
+        return it, or ``None`` when ``timeout`` seconds pass first."""
+        match = {k: v for k, v in (("type", type), ("source", source)) if v}
+        if keys:
+            match["keys"] = list(keys)
+        return self._call({"op": "wait", "match": match, "timeout": timeout, "name": name})
+
+    def create_child(self, binding: str, keys: Iterable[str] = (), data: Any = None) -> int:
+        """Create a child Work of this Work in its scope; returns the child's id."""
+        return self._call({"op": "child", "binding": binding, "keys": list(keys), "data": data})
+
+    def successor(self, binding: str, keys: Iterable[str], data: Any = None, *, scope: str = "") -> None:
+        """Ask for a successor Work, created once this Work completes, with new keys."""
+        self._call({"op": "successor", "binding": binding, "keys": list(keys), "data": data, "scope": scope})
+
+    def schedule(self, after: float, type: str, data: Any = None) -> int:
+        """A timer owned by this Work that fires ``type`` after ``after`` seconds; its id."""
+        return self._call({"op": "schedule", "after": after, "type": type, "data": data})
+
+    def complete(self, result: Any = None) -> None:
+        """End the attempt now with ``result`` (the Work completes as on a return)."""
+        raise RunComplete(result)
+
+    def _call(self, message: dict) -> Any:
+        if self._channel is None:
+            raise CallRefused("this run is not connected to a work loop")
+        return self._channel.call(message)
+
+
+# Kept for targets written against the first version of the API.
+PythonRun = Run
+
+
+class _Channel:
+    """The process's side of the protocol: sends calls, matches replies, fans input out."""
+
+    def __init__(self, out: io.BufferedWriter) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._replies: dict[int, queue.SimpleQueue] = {}
+
+    def send(self, message: dict) -> None:
+        line = (json.dumps(message, default=str) + "\n").encode("utf-8")
+        with self._lock:
+            self._out.write(line)
+            self._out.flush()
+
+    def call(self, message: dict) -> Any:
+        call_id = next(self._ids)
+        box: queue.SimpleQueue = queue.SimpleQueue()
+        self._replies[call_id] = box
+        self.send({**message, "id": call_id})
+        reply = box.get()
+        self._replies.pop(call_id, None)
+        if not reply.get("ok"):
+            raise CallRefused(reply.get("error") or "refused")
+        return reply.get("value")
+
+    def deliver(self, reply: dict) -> None:
+        box = self._replies.get(reply.get("id"))
+        if box is not None:
+            box.put(reply)
+
+
+class _Output(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of a target: text goes to the loop, in order with calls."""
+
+    def __init__(self, channel: _Channel, stream: str) -> None:
+        self._channel = channel
+        self._stream = stream
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text:
+            self._channel.send({"op": "output", "stream": self._stream, "text": text})
+        return len(text)
+
+
+def _worker() -> int:
+    """Run Python targets, one attempt at a time, as the loop starts them."""
+    call_fd = int(os.environ[CALL_FD_ENV])
+    channel = _Channel(os.fdopen(call_fd, "wb", buffering=0))
+    stdin = sys.stdin.buffer
+    sys.stdout = _Output(channel, "stdout")
+    sys.stderr = _Output(channel, "stderr")
+    starts: queue.SimpleQueue = queue.SimpleQueue()
+    current: list[Run | None] = [None]
+
+    def read() -> None:
+        for raw in stdin:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue
+            kind = message.get("kind")
+            run = current[0]
+            if kind == "run":
+                # Built here, before the next line is read: input that follows it is its own.
+                run = Run(
+                    work_id=message["work_id"],
+                    attempt_id=message["attempt_id"],
+                    settings=message.get("settings") or {},
+                    inputs=message.get("inputs") or (),
+                    channel=channel,
+                )
+                current[0] = run
+                starts.put((message["target"], run))
+            elif kind == "input" and run is not None:
+                run._inbox.put(message.get("event"))
+            elif kind == "interrupt" and run is not None:
+                run.interrupt_reason = str(message.get("reason") or "")
+                run.interrupted.set()
+            elif kind == "reply":
+                channel.deliver(message)
+        # The loop went away (standard input closed): stop what runs and leave.
+        if current[0] is not None:
+            current[0].interrupt_reason = "the work loop went away"
+            current[0].interrupted.set()
+        starts.put(None)
+
+    threading.Thread(target=read, name="conduit-stdin", daemon=True).start()
+    while True:
+        start = starts.get()
+        if start is None:
+            return 0
+        reference, run = start
+        try:
+            target = _import(reference)
+            result = target(run)
+        except RunComplete as done:
+            outcome = {"op": "result", "ok": True, "value": done.result}
+        except Exception as exc:  # noqa: BLE001 - the attempt's boundary: the attempt fails
+            outcome = {
+                "op": "result",
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-8000:],
+            }
+        else:
+            outcome = {"op": "result", "ok": True, "value": result}
+        current[0] = None
+        try:
+            json.dumps(outcome.get("value"))
+        except (TypeError, ValueError):
+            outcome["value"] = repr(outcome.get("value"))
+        channel.send(outcome)
+
+
+def _import(reference: str) -> Any:
+    module, _, attr = reference.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+if __name__ == "__main__":
+    sys.exit(_worker())

@@ -1,0 +1,764 @@
+"""The Work engine: the loop behind ``manage.py work_loop``.
+
+Each :meth:`WorkRunner.step` is one pass, on one thread, in short transactions (never one
+held while an attempt runs):
+
+1. answer the calls the running attempts made (emit, wait, child, successor, schedule,
+   complete, received), each fenced by the attempt's (id, lease epoch) (W2);
+2. read what changed for them: a cancel or a lost lease ends the process (W3); a woken or
+   timed-out wait answers the attempt's ``wait``; pending inject and interrupt intents are
+   delivered (R32) and confirmed once received (W4);
+3. commit the outcomes of attempts that ended: complete (R47), or fail with backoff and a
+   bound, then park (W5); end attempts past their binding's ``timeout``;
+4. renew its leases; fire due timers (R56), time out due waits and try again the wakes the
+   causal limits blocked; mark lost the attempts whose lease lapsed (any loop's);
+5. claim ready Work for the free slots and start attempts: the configuration is pinned and
+   checked (R36), the input consumed in the same transaction (R46).
+
+The router never runs anything (R33, W7); this loop is the only caller of executors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+
+from causal.clock import Clock
+from causal.limits import Causal, CausalRefused
+from causal.models import Event
+from causal.services import kv_put_in_tx
+from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
+from worklife.lifecycle import UnroutedInput, work_complete, work_create_child, work_create_successor
+from worklife.models import (
+    ACTIVE_ATTEMPT_STATES,
+    Attempt,
+    AttemptState,
+    Intent,
+    IntentState,
+    Wait,
+    WaitState,
+    WorkInput,
+)
+from worklife.scheduling import (
+    Rescued,
+    attempt_fail,
+    attempt_output_in_tx,
+    attempt_wait_for,
+    attempts_renew,
+    attempts_rescue,
+    claimable_work_in_tx,
+    emit_envelope,
+    event_as_input,
+    presented_events_in_tx,
+    timer_schedule,
+    timers_due,
+    waits_expire,
+    waits_retry_blocked,
+    work_hold_in_tx,
+)
+from worklife.services import WorkError, consume_inputs_in_tx
+from worklife.timers import TimerError, timer_fire
+
+logger = logging.getLogger("conduit.worklife.runner")
+
+HEARTBEATS_NAMESPACE = "core.worklife.heartbeats"
+DEFAULT_INTERRUPT_GRACE = 10.0
+COMPLETE_RETRY_SECONDS = 1.0
+BLOCKED_RETRY_SECONDS = 5.0
+HEARTBEAT_SECONDS = 2.0
+
+
+class Dispatcher(Protocol):
+    """What the runner needs from the configuration (``routing.dispatch.RoutingDispatcher``)."""
+
+    def dispatch_in_tx(
+        self, *, work_id: int, clock: Clock, lease_until: datetime, lease_owner: str
+    ) -> Attempt:
+        """Start the Work's next attempt, pinned (R36); raise ``WorkError`` when refused
+        (``queue_only = True`` on the error for a binding with no executor)."""
+
+    def check(self, attempt: Attempt) -> tuple[bool, str]:
+        """Whether the pinned attempt may run now, and why not."""
+
+    def settings(self, attempt: Attempt) -> dict[str, Any]:
+        """The executor settings of the attempt's binding in its pinned generation."""
+
+
+def loop_identity() -> str:
+    """A name for this loop's leases: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Running:
+    """An attempt this loop runs."""
+
+    attempt_id: int
+    work_id: int
+    epoch: int
+    number: int
+    execution: Execution
+    started: float
+    timeout: float | None
+    grace: float
+    wait_call: Any = None
+    wait_id: int | None = None
+    delivered: set[int] = field(default_factory=set)
+    interrupted_at: float | None = None
+    escalation: int = 0
+    ended_by: str = ""  # "cancelled", "lost", "timeout", "stopped": why this loop ended it
+    outcome: Outcome | None = None
+    next_complete: float = 0.0
+    successor: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    started: int = 0
+    finished: int = 0
+    running: int = 0
+    idle: bool = True
+
+
+@dataclass
+class Counters:
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    refused: int = 0
+    lost: int = 0
+
+
+class WorkRunner:
+    """Runs attempts of ready Work, at most ``slots`` at once."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        dispatcher: Dispatcher,
+        slots: int = 4,
+        lease_seconds: float | None = None,
+        owner: str | None = None,
+        publish: Callable[[Iterable[int]], None] | None = None,
+        causal: Causal | None = None,
+    ) -> None:
+        self.clock = clock
+        self.dispatcher = dispatcher
+        self.slots = slots
+        self.lease = timedelta(
+            seconds=lease_seconds or float(getattr(settings, "CONDUIT_ATTEMPT_LEASE_SECONDS", 30))
+        )
+        self.owner = owner or loop_identity()
+        self.publish = publish or (lambda work_ids: None)
+        self.causal = causal or Causal(clock)
+        self.running: dict[int, Running] = {}
+        self.counters = Counters()
+        self.stopping = False
+        self._executors: dict[str, Executor] = {}
+        self._touched: set[int] = set()
+        self._next_renew = 0.0
+        self._next_rescue = 0.0
+        self._next_blocked = 0.0
+        self._next_heartbeat = 0.0
+
+    # -- the pass -------------------------------------------------------------------------
+    def step(self) -> StepResult:
+        """One pass (see the module docstring)."""
+        mono = time.monotonic()
+        before = len(self.running)
+        self._answer_calls()
+        self._sync(mono)
+        finished = self._finish(mono)
+        self._enforce(mono)
+        if mono >= self._next_renew:
+            self._renew()
+        self._fire_due(mono)
+        if mono >= self._next_rescue:
+            self._rescue()
+        started = 0 if self.stopping else self._claim()
+        if mono >= self._next_heartbeat:
+            self._heartbeat()
+        if self._touched:
+            self.publish(sorted(self._touched))
+            self._touched.clear()
+        return StepResult(
+            started=started,
+            finished=finished,
+            running=len(self.running),
+            idle=started == 0 and finished == 0 and before == 0 and not self.running,
+        )
+
+    def run(self, stop: Any, *, poll_interval: float = 0.1, stop_grace: float = 10.0) -> None:
+        """Step until ``stop`` (a ``threading.Event``) is set; then let running attempts finish
+        for up to ``stop_grace`` seconds, end the rest and give their Work back."""
+        self.release_dead_owners()
+        while not stop.is_set():
+            try:
+                result = self.step()
+            except DatabaseError:
+                logger.exception("work_loop.pass_failed")
+                stop.wait(1.0)
+                continue
+            if result.started == 0 and result.finished == 0:
+                stop.wait(poll_interval)
+        self.shutdown(grace=stop_grace, wait=stop.wait)
+
+    def drain(self, *, timeout: float = 60.0, wait: Callable[[float], Any] = time.sleep) -> int:
+        """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run."""
+        deadline = time.monotonic() + timeout
+        passes = 0
+        while time.monotonic() < deadline:
+            result = self.step()
+            passes += 1
+            if not self.running and result.started == 0 and result.finished == 0:
+                break
+            if result.started == 0 and result.finished == 0:
+                wait(0.02)
+        return passes
+
+    def shutdown(self, *, grace: float = 10.0, wait: Callable[[float], Any] = time.sleep) -> None:
+        """Stop claiming; let the running attempts end for ``grace`` seconds; end the rest
+        (their Work is ready again at once: a stop is not the attempt's failure)."""
+        self.stopping = True
+        deadline = time.monotonic() + grace
+        while self.running and time.monotonic() < deadline:
+            self.step()
+            if self.running:
+                wait(0.05)
+        for running in list(self.running.values()):
+            running.ended_by = "stopped"
+            running.execution.kill()
+            running.execution.wait(5.0)
+            try:
+                attempt_fail(
+                    attempt_id=running.attempt_id,
+                    lease_epoch=running.epoch,
+                    error="its work loop stopped",
+                    state=AttemptState.LOST,
+                    clock=self.clock,
+                    output=self._output(running, error="its work loop stopped"),
+                    count=False,
+                )
+            except WorkError:
+                pass
+            self._forget(running)
+        for executor in self._executors.values():
+            executor.close()
+        self._heartbeat(stopped=True)
+
+    # -- 1. calls ---------------------------------------------------------------------------
+    def _answer_calls(self) -> None:
+        for running in list(self.running.values()):
+            for call in running.execution.take_calls():
+                self._answer(running, call)
+
+    def _answer(self, running: Running, call: dict) -> None:
+        op = call.get("op")
+        call_id = call.get("id")
+        try:
+            value = self._perform(running, op, call)
+        except (WorkError, CausalRefused, TimerError, ValueError, TypeError) as exc:
+            logger.info(
+                "attempt.call_refused", extra={"attempt": running.attempt_id, "op": op, "error": str(exc)}
+            )
+            if call_id is not None:
+                running.execution.reply(call_id, ok=False, error=f"{op} refused: {exc}")
+            return
+        if value is _DEFERRED:
+            running.wait_call = call_id
+            return
+        if call_id is not None:
+            running.execution.reply(call_id, ok=True, value=value)
+
+    def _perform(self, running: Running, op: Any, call: dict) -> Any:
+        authority = {"attempt_id": running.attempt_id, "lease_epoch": running.epoch}
+        if op == "emit":
+            from worklife.emit import emit
+
+            work = Attempt.objects.select_related("work").get(pk=running.attempt_id).work
+            envelope = emit_envelope(work=work, attempt_id=running.attempt_id, message=call)
+            accepted = emit(envelope=envelope, causal=self.causal, **authority)
+            return accepted.event.seq
+        if op == "wait":
+            wait = attempt_wait_for(
+                match=call.get("match") or {},
+                timeout=call.get("timeout"),
+                name=call.get("name") or "",
+                clock=self.clock,
+                **authority,
+            )
+            running.wait_id = wait.pk
+            self._touched.add(running.work_id)
+            return _DEFERRED
+        if op == "child":
+            created = work_create_child(
+                binding=str(call.get("binding") or ""),
+                keys=[str(k) for k in call.get("keys") or ()],
+                data=call.get("data"),
+                clock=self.clock,
+                causal=self.causal,
+                **authority,
+            )
+            self._touched.update((running.work_id, created.work.pk))
+            return created.work.pk
+        if op == "successor":
+            keys = call.get("keys") or []
+            if not keys or not all(isinstance(k, str) for k in keys):
+                raise WorkError("a successor needs its own external keys (a list of strings)")
+            running.successor = {
+                "binding": str(call.get("binding") or ""),
+                "keys": keys,
+                "data": call.get("data"),
+                "scope": str(call.get("scope") or ""),
+            }
+            return "created when this Work completes"
+        if op == "schedule":
+            timer = timer_schedule(
+                after=call.get("after"),
+                type=call.get("type"),
+                data=call.get("data"),
+                clock=self.clock,
+                **authority,
+            )
+            return timer.pk
+        if op == "received":
+            self._consume(running, [call.get("seq")])
+            return None
+        if op == "complete":
+            return None  # the result is kept by the execution; the exit completes the Work
+        raise WorkError(f"unknown call {op!r}")
+
+    def _consume(self, running: Running, seqs: list[Any]) -> None:
+        with transaction.atomic():
+            ids = list(
+                WorkInput.objects.filter(
+                    work_id=running.work_id, event_id__in=seqs, state="pending"
+                ).values_list("pk", flat=True)
+            )
+            if ids:
+                consume_inputs_in_tx(input_ids=ids, clock=self.clock, **_authority(running))
+        self._touched.add(running.work_id)
+
+    # -- 2. what changed for the running attempts ----------------------------------------------
+    def _sync(self, mono: float) -> None:
+        if not self.running:
+            return
+        ids = list(self.running)
+        states = {
+            pk: (state, epoch)
+            for pk, state, epoch in Attempt.objects.filter(pk__in=ids).values_list(
+                "pk", "state", "lease_epoch"
+            )
+        }
+        for attempt_id in ids:
+            running = self.running[attempt_id]
+            state, epoch = states.get(attempt_id, ("gone", 0))
+            if running.ended_by or running.outcome is not None:
+                continue
+            if state not in ACTIVE_ATTEMPT_STATES or epoch != running.epoch:
+                # Cancelled, or lost to a rescuer: the commit came first, now the process ends (W3).
+                running.ended_by = "cancelled" if state == AttemptState.CANCELLED else "lost"
+                running.execution.kill()
+                self._touched.add(running.work_id)
+        waiting = {r.wait_id: r for r in self.running.values() if r.wait_id is not None and not r.ended_by}
+        if waiting:
+            for wait_id, state, woken_by in Wait.objects.filter(pk__in=list(waiting)).values_list(
+                "pk", "state", "woken_by_id"
+            ):
+                if state == WaitState.ACTIVE:
+                    continue
+                running = waiting[wait_id]
+                self._answer_wait(running, state, woken_by)
+        active = [r.attempt_id for r in self.running.values() if not r.ended_by and r.outcome is None]
+        if active:
+            intents = (
+                Intent.objects.filter(attempt_id__in=active, state=IntentState.PENDING)
+                .select_related("event")
+                .order_by("event_id")
+            )
+            for intent in intents:
+                running = self.running[intent.attempt_id]
+                if intent.lease_epoch != running.epoch or intent.event_id in running.delivered:
+                    continue
+                self._deliver(running, intent, mono)
+
+    def _answer_wait(self, running: Running, state: str, woken_by: int | None) -> None:
+        call_id, running.wait_call, running.wait_id = running.wait_call, None, None
+        value = None
+        if state == WaitState.WOKEN and woken_by is not None:
+            event = Event.objects.filter(seq=woken_by).first()
+            value = event_as_input(event) if event is not None else None
+            try:
+                self._consume(running, [woken_by])
+            except WorkError:
+                logger.info(
+                    "attempt.wake_input_taken", extra={"attempt": running.attempt_id, "event": woken_by}
+                )
+        if call_id is not None:
+            running.execution.reply(call_id, ok=True, value=value)
+        self._touched.add(running.work_id)
+
+    def _deliver(self, running: Running, intent: Intent, mono: float) -> None:
+        running.delivered.add(intent.event_id)
+        event = event_as_input(intent.event)
+        if intent.kind == "inject":
+            if not running.execution.send_inputs([event]):
+                return
+            if not _confirms_on_receipt(running.execution):
+                self._consume(running, [intent.event_id])
+        else:
+            data = intent.event.data if isinstance(intent.event.data, dict) else {}
+            reason = str(data.get("reason") or f"{intent.event.type} (#{intent.event_id})")
+            running.execution.send_interrupt(reason)
+            self._consume(running, [intent.event_id])
+            if running.interrupted_at is None:
+                running.interrupted_at = mono
+
+    # -- 3. outcomes ------------------------------------------------------------------------
+    def _finish(self, mono: float) -> int:
+        finished = 0
+        for running in list(self.running.values()):
+            if running.outcome is None:
+                running.outcome = running.execution.poll()
+            if running.outcome is None or mono < running.next_complete:
+                continue
+            if self._settle(running, running.outcome, mono):
+                finished += 1
+        return finished
+
+    def _settle(self, running: Running, outcome: Outcome, mono: float) -> bool:
+        """Commit how the attempt ended; ``False`` while completing must wait (R47)."""
+        self._touched.add(running.work_id)
+        if running.ended_by in ("cancelled", "lost"):
+            # Its end is committed already (a cancel, a rescue): keep what it printed.
+            with transaction.atomic():
+                attempt_output_in_tx(
+                    **self._output(running, error=f"ended: {running.ended_by}"), attempt_id=running.attempt_id
+                )
+            self._forget(running)
+            return True
+        if running.ended_by == "timeout":
+            error = f"timed out after {running.timeout:g} s"
+            self._fail(running, error)
+            return True
+        if not outcome.ok:
+            self._fail(running, outcome.error or "failed")
+            return True
+        try:
+            work = work_complete(clock=self.clock, **_authority(running))
+        except UnroutedInput as held:
+            # Completing would overtake unrouted input: try again once it routes.
+            running.next_complete = mono + COMPLETE_RETRY_SECONDS
+            logger.debug("attempt.complete_held", extra={"attempt": running.attempt_id, "reason": str(held)})
+            return False
+        except WorkError as exc:
+            logger.info("attempt.complete_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
+            self._forget(running)
+            return True
+        with transaction.atomic():
+            attempt_output_in_tx(**self._output(running), attempt_id=running.attempt_id)
+        self.counters.completed += 1
+        if running.successor is not None and work.is_terminal:
+            self._create_successor(running, work)
+        self._forget(running)
+        return True
+
+    def _fail(self, running: Running, error: str) -> None:
+        try:
+            work = attempt_fail(
+                error=error,
+                clock=self.clock,
+                output=self._output(running, error=error),
+                **_authority(running),
+            )
+        except WorkError as exc:
+            logger.info("attempt.fail_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
+        else:
+            self.counters.failed += 1
+            logger.warning(
+                "attempt.failed",
+                extra={
+                    "attempt": running.attempt_id,
+                    "work": running.work_id,
+                    "error": error[:500],
+                    "failures": work.failures,
+                    "parked": work.parked_at is not None,
+                },
+            )
+        self._forget(running)
+
+    def _create_successor(self, running: Running, work: Any) -> None:
+        request = running.successor or {}
+        try:
+            created = work_create_successor(
+                predecessor_id=work.pk,
+                scope=request.get("scope") or work.scope,
+                binding=request.get("binding", ""),
+                keys=request.get("keys", []),
+                data=request.get("data"),
+                clock=self.clock,
+                causal=self.causal,
+            )
+        except (WorkError, CausalRefused) as exc:
+            logger.warning("attempt.successor_refused", extra={"work": work.pk, "error": str(exc)})
+        else:
+            self._touched.add(created.work.pk)
+
+    def _output(self, running: Running, *, error: str = "") -> dict[str, Any]:
+        outcome = running.outcome
+        stdout, stderr = running.execution.output()
+        return {
+            "result": _jsonable(outcome.result) if outcome is not None else None,
+            "exit_status": outcome.exit_status if outcome is not None else None,
+            "error": error or (outcome.error if outcome is not None else ""),
+            "stdout": stdout,
+            "stderr": stderr,
+        }
+
+    def _forget(self, running: Running) -> None:
+        self.running.pop(running.attempt_id, None)
+        with contextlib.suppress(OSError):
+            running.execution.release()
+
+    def _enforce(self, mono: float) -> None:
+        """End attempts past their timeout; escalate interrupts past their grace."""
+        for running in self.running.values():
+            if running.outcome is not None or running.ended_by:
+                continue
+            if running.timeout is not None and mono - running.started > running.timeout:
+                running.ended_by = "timeout"
+                running.execution.kill()
+                continue
+            if running.interrupted_at is not None:
+                overdue = mono - running.interrupted_at
+                if running.escalation == 0 and overdue > running.grace:
+                    running.escalation = 1
+                    running.execution.signal(signal.SIGTERM)
+                elif running.escalation == 1 and overdue > 2 * running.grace:
+                    running.escalation = 2
+                    running.execution.kill()
+
+    # -- 4. leases, timers, rescue -------------------------------------------------------------
+    def _renew(self) -> None:
+        held = {r.attempt_id: r.epoch for r in self.running.values() if not r.ended_by}
+        attempts_renew(owner=self.owner, held=held, until=self.clock() + self.lease)
+        self._next_renew = time.monotonic() + self.lease.total_seconds() / 3
+
+    def _fire_due(self, mono: float) -> None:
+        now = self.clock()
+        for timer_id in timers_due(now=now):
+            try:
+                outcome = timer_fire(timer_id=timer_id, clock=self.clock, causal=self.causal)
+            except TimerError:
+                continue
+            logger.info("timer.fired", extra={"timer": timer_id, "state": outcome.state})
+        for _wait_id in waits_expire(clock=self.clock):
+            pass
+        if mono >= self._next_blocked:
+            self._next_blocked = mono + BLOCKED_RETRY_SECONDS
+            woken = waits_retry_blocked(causal=self.causal, clock=self.clock)
+            if woken:
+                logger.info("wait.unblocked", extra={"waits": woken})
+
+    def _rescue(self) -> None:
+        self._next_rescue = time.monotonic() + max(1.0, self.lease.total_seconds() / 3)
+        for rescued in attempts_rescue(now=self.clock(), clock=self.clock):
+            self._end_orphan(rescued)
+
+    def release_dead_owners(self) -> int:
+        """Mark lost at once the attempts of loops of this host whose process is gone (a loop
+        that crashed or was killed), instead of after their lease lapses."""
+        host = socket.gethostname()
+        owners = set(
+            Attempt.objects.filter(state__in=ACTIVE_ATTEMPT_STATES, lease_owner__startswith=f"{host}:")
+            .values_list("lease_owner", flat=True)
+            .distinct()
+        )
+        gone = [owner for owner in owners if owner != self.owner and not _alive(owner.split(":")[1])]
+        if not gone:
+            return 0
+        rescued = attempts_rescue(now=self.clock(), owners_gone=gone, clock=self.clock)
+        for item in rescued:
+            self._end_orphan(item)
+        return len(rescued)
+
+    def _end_orphan(self, rescued: Rescued) -> None:
+        self.counters.lost += 1
+        self._touched.add(rescued.work_id)
+        logger.warning(
+            "attempt.lost",
+            extra={"attempt": rescued.attempt_id, "work": rescued.work_id, "owner": rescued.owner},
+        )
+        if (
+            rescued.pid
+            and rescued.owner.startswith(f"{socket.gethostname()}:")
+            and rescued.attempt_id not in self.running
+        ):
+            _kill_attempt_process(rescued.pid, rescued.attempt_id)
+
+    # -- 5. claims ------------------------------------------------------------------------------
+    def _claim(self) -> int:
+        free = self.slots - len(self.running)
+        if free <= 0:
+            return 0
+        now = self.clock()
+        lease_until = now + self.lease
+        starts: list[tuple[Attempt, list[Event], dict]] = []
+        with transaction.atomic():
+            for work_id in claimable_work_in_tx(now=now, limit=free):
+                try:
+                    with transaction.atomic():
+                        attempt = self.dispatcher.dispatch_in_tx(
+                            work_id=work_id, clock=self.clock, lease_until=lease_until, lease_owner=self.owner
+                        )
+                        ok, why = self.dispatcher.check(attempt)
+                        if not ok:
+                            raise WorkError(f"dispatch refused: {why}")
+                        events = presented_events_in_tx(attempt=attempt, now=now)
+                        binding_settings = self.dispatcher.settings(attempt)
+                except WorkError as refused:
+                    self.counters.refused += 1
+                    work_hold_in_tx(
+                        work_id=work_id,
+                        reason=str(refused),
+                        now=now,
+                        queue_only=getattr(refused, "queue_only", False),
+                    )
+                    self._touched.add(work_id)
+                    logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(refused)})
+                    continue
+                starts.append((attempt, events, binding_settings))
+        for attempt, events, binding_settings in starts:
+            self._start(attempt, events, binding_settings)
+        return len(starts)
+
+    def _start(self, attempt: Attempt, events: list[Event], binding_settings: dict) -> None:
+        self._touched.add(attempt.work_id)
+        try:
+            executor = self._executor(attempt.executor)
+            execution = executor.start(
+                work_id=attempt.work_id,
+                attempt_id=attempt.pk,
+                binding_settings=binding_settings,
+                inputs=[event_as_input(event) for event in events],
+            )
+        except (OSError, RegistrationError, LookupError, ValueError, TypeError, KeyError) as exc:
+            attempt_fail(
+                attempt_id=attempt.pk,
+                lease_epoch=attempt.lease_epoch,
+                error=f"could not start: {type(exc).__name__}: {exc}",
+                clock=self.clock,
+            )
+            self.counters.failed += 1
+            return
+        timeout = binding_settings.get("timeout")
+        grace = binding_settings.get("interrupt_grace") or DEFAULT_INTERRUPT_GRACE
+        self.running[attempt.pk] = Running(
+            attempt_id=attempt.pk,
+            work_id=attempt.work_id,
+            epoch=attempt.lease_epoch,
+            number=attempt.number,
+            execution=execution,
+            started=time.monotonic(),
+            timeout=float(timeout) if timeout else None,
+            grace=float(grace),
+        )
+        self.counters.started += 1
+        if execution.pid is not None:
+            Attempt.objects.filter(pk=attempt.pk).update(pid=execution.pid)
+
+    def _executor(self, name: str) -> Executor:
+        executor = self._executors.get(name)
+        if executor is None:
+            executor = executor_class(name)()
+            self._executors[name] = executor
+        return executor
+
+    def _heartbeat(self, *, stopped: bool = False) -> None:
+        self._next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
+        with transaction.atomic():
+            kv_put_in_tx(
+                namespace=HEARTBEATS_NAMESPACE,
+                key=self.owner,
+                value={
+                    "at": self.clock().isoformat(),
+                    "slots": self.slots,
+                    "running": len(self.running),
+                    "started": self.counters.started,
+                    "completed": self.counters.completed,
+                    "failed": self.counters.failed,
+                    "refused": self.counters.refused,
+                    "lost": self.counters.lost,
+                    "stopped": stopped,
+                },
+                clock=self.clock,
+            )
+
+
+_DEFERRED = object()
+
+
+def _authority(running: Running) -> dict[str, int]:
+    return {"attempt_id": running.attempt_id, "lease_epoch": running.epoch}
+
+
+def _confirms_on_receipt(execution: Execution) -> bool:
+    """Python targets confirm an injected input when ``run.receive()`` returns it; for a
+    command, the input is confirmed once written to its standard input."""
+    from worklife.executors import PythonExecution
+
+    return isinstance(execution, PythonExecution)
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ValueError:
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_attempt_process(pid: int, attempt_id: int) -> None:
+    """End the process group of a lost attempt of this host, if the process is still the
+    attempt's (its environment names the attempt, or it is a Python worker)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read()
+    except OSError:
+        return
+    if (
+        f"CONDUIT_ATTEMPT_ID={attempt_id}".encode() not in environ.split(b"\0")
+        and b"worklife.child" not in cmdline
+    ):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
