@@ -492,6 +492,7 @@ DEMO_EVENT_POLICIES = {
     "pr-comment": ("pr-comments", "queue"),
     "issue-opened": ("", "unmatched"),
     "slack-message": ("chat", "start"),
+    "slack-crash": ("chat", "start"),
     "slack-bot-message": ("bot-noise", "drop"),
     "ops-alert": ("alerts", "start"),
     "ops-alert-resolved": ("resolved", "queue"),

@@ -114,15 +114,19 @@ def test_r3_duplicate_slot(clock):
     refused(clock, document, "scopes[0].routes[1].slot", "duplicate slot 'pull-requests'")
 
 
-def test_r2_control_the_executor_cannot_perform(clock):
-    document = BASE.replace(
-        'settings: {argv: ["./bin/triage"]}', 'settings: {argv: ["./bin/triage"]}\n        controls: [inject]'
+def test_r2_control_the_executor_cannot_perform(clock, settings):
+    settings.CONDUIT_EXECUTORS = {
+        **settings.CONDUIT_EXECUTORS,
+        "instant": "tests.worklife.ext_executors:Instant",
+    }
+    document = BASE.replace("executor: command", "executor: instant").replace(
+        'settings: {argv: ["./bin/triage"]}', "controls: [inject]"
     )
     refused(
         clock,
         document,
         "scopes[0].bindings.plain.controls",
-        "executor 'command' (worklife.executors.CommandExecutor) does not implement inject",
+        "executor 'instant' (tests.worklife.ext_executors.Instant) does not implement inject",
     )
 
 

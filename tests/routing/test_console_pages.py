@@ -409,7 +409,7 @@ def test_d4_work_page_query_count_is_independent_of_history(console, django_asse
     def grow(n):
         for item in WorkInputFactory.create_batch(n, work=work):
             RouteRecordFactory(event=item.event, work=work)
-            AttemptFactory(work=work)
+            AttemptFactory(work=work, state="failed")
         EventFactory.create_batch(n, correlation=[key.key], scope=work.scope)
 
     grow(5)

@@ -218,8 +218,14 @@ def test_r2_python_executor_reports_a_failing_target():
 
 def test_r2_command_executor_feeds_inputs_on_stdin():
     script = (
-        "import json, os, sys; items = json.load(sys.stdin); "
-        "print(os.environ['CONDUIT_WORK_ID'], os.environ['CONDUIT_ATTEMPT_ID'], len(items), os.environ['GREETING'])"
+        "import json, os, sys\n"
+        "items = []\n"
+        "for line in sys.stdin:\n"
+        "    message = json.loads(line)\n"
+        "    if message['kind'] == 'started': break\n"
+        "    items.append(message['event']['id'])\n"
+        "print(os.environ['CONDUIT_WORK_ID'], os.environ['CONDUIT_ATTEMPT_ID'], items, os.environ['GREETING'])\n"
+        "print('@conduit ' + json.dumps({'op': 'complete', 'result': {'seen': items}}))\n"
     )
     execution = CommandExecutor().start(
         work_id=3,
@@ -228,8 +234,11 @@ def test_r2_command_executor_feeds_inputs_on_stdin():
         inputs=[{"id": "a"}, {"id": "b"}],
     )
     outcome = execution.wait(timeout=30)
-    assert outcome is not None and outcome.ok
-    assert outcome.result.strip() == "3 30 2 hi"
+    assert outcome is not None and outcome.ok, outcome
+    assert outcome.result == {"seen": ["a", "b"]}
+    assert outcome.exit_status == 0
+    # The protocol line is a call, not output; everything else printed is kept.
+    assert execution.output()[0] == "3 30 ['a', 'b'] hi\n"
 
 
 def test_r2_command_executor_reports_exit_status():
