@@ -58,6 +58,7 @@ class Run:
     completes the Work (R47); an exception fails the attempt (it is retried with backoff).
 
     * ``run.inputs``: the Events presented at start, in acceptance order (dicts);
+    * ``run.params``: the binding's ``params`` setting;
     * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
     * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
@@ -83,6 +84,7 @@ class Run:
         self.attempt_id = attempt_id
         self.lease_epoch = lease_epoch
         self.settings = dict(settings or {})
+        self.params = dict(self.settings.get("params") or {})
         self.inputs = tuple(inputs)
         self.interrupted = threading.Event()
         self.interrupt_reason = ""

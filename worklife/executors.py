@@ -474,7 +474,8 @@ class PythonExecution(ProcessExecution):
 
 class PythonExecutor(Executor):
     """Runs a Python function in a worker process: settings ``{"target": "module:function"}``
-    (plus ``timeout`` and ``interrupt_grace``).
+    (plus ``params``, a mapping the function reads as ``run.params``, ``timeout`` and
+    ``interrupt_grace``).
 
     The function is called with a :class:`worklife.child.Run`. A worker whose attempt ended
     normally runs the next attempt (no start-up cost); one that was interrupted, timed out,
@@ -492,7 +493,10 @@ class PythonExecutor(Executor):
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         """``target`` is required and must look like ``"package.module:function"``."""
-        problems = list(_settings_keys(settings, ("target", *COMMON_SETTINGS)))
+        problems = list(_settings_keys(settings, ("target", "params", *COMMON_SETTINGS)))
+        params = settings.get("params")
+        if params is not None and not isinstance(params, Mapping):
+            problems.append(("params", "expected a mapping (the target reads it as run.params)"))
         target = settings.get("target")
         if target is None:
             problems.append(("target", "required: the function to run, as 'package.module:function'"))

@@ -1,6 +1,7 @@
-"""The Work lifecycle: complete, cancel, child and successor Work (R47–R50).
+"""The Work lifecycle: complete, cancel, child and successor Work (R47–R50), and the Work an
+operator opens or rebinds.
 
-Each operation is one transaction. Child and successor Work are published together with a
+Each operation is one transaction (an ``_in_tx`` one runs in its caller's). Child and successor Work are published together with a
 causally linked ``core.work.created`` Event that goes through the causal limits (R50, R51).
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
@@ -16,12 +18,13 @@ from django.db.models import F, Q
 from causal.clock import Clock
 from causal.limits import Causal, derived_atomic
 from causal.models import Event, EventKey, RouteState
-from causal.services import Envelope
+from causal.services import Envelope, assert_in_tx
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
     AttemptState,
     CorrelationKey,
+    InputKind,
     InputState,
     IntentState,
     Timer,
@@ -202,6 +205,63 @@ def work_create_successor(
         Work.objects.filter(pk=work.pk).update(trigger=event)
         work.trigger = event
         return Created(work, event)
+
+
+# --- operator Work (the controls in routing.work_controls) ----------------------------------------
+
+
+def work_open_in_tx(*, scope: str, binding: str, created_by: str, now: datetime) -> Work:
+    """A new, ready Work in ``scope`` on ``binding`` that an operator opened (Control.CreateWork).
+
+    It does not run by itself (no ``pending_run``): it runs once its first input, an
+    addressed operator Event, is routed to it (R30)."""
+    assert_in_tx()
+    return Work.objects.create(
+        scope=scope, binding=binding, created_by=created_by, created_at=now, updated_at=now
+    )
+
+
+def work_trigger_set_in_tx(*, work_id: int, event: Event) -> None:
+    """Record ``event`` as the Event that brought a new Work about (its first input)."""
+    assert_in_tx()
+    Work.objects.filter(pk=work_id, trigger__isnull=True).update(trigger=event)
+
+
+@dataclass(frozen=True, slots=True)
+class Rebound:
+    work: Work
+    after_attempt: int  # the Work's latest attempt number when rebound (0: none yet)
+    retry: bool  # the Work was parked or backing off: its retry runs on the new binding
+
+
+def work_rebind_in_tx(*, work_id: int, binding: str, now: datetime) -> Rebound:
+    """Make ``binding`` the one the Work runs on next (Control.Rebind, R30).
+
+    The rebind is recorded after the Work's latest attempt (``rebind_binding``,
+    ``rebind_after_attempt``); a parked or backing-off Work's retry state takes it too
+    (``retry_binding``), and so does its pending queued, context and held input, whose binding
+    would otherwise come first. Checking that ``binding`` is in the Work's scope is the
+    caller's (the configuration is routing's). Terminal Work is refused (R49)."""
+    assert_in_tx()
+    work = Work.objects.select_for_update().get(pk=work_id)
+    if work.is_terminal:
+        raise WorkTerminal(f"Work {work_id} is {work.status}: terminal Work cannot be rebound")
+    latest = (
+        Attempt.objects.filter(work=work).order_by("-number").values_list("number", flat=True).first() or 0
+    )
+    retry = work.parked_at is not None or work.retry_at is not None or work.failures > 0
+    WorkInput.objects.filter(
+        work=work, state=InputState.PENDING, kind__in=(InputKind.QUEUE, InputKind.CONTEXT, InputKind.HELD)
+    ).update(binding=binding)
+    Work.objects.filter(pk=work.pk).update(
+        rebind_binding=binding,
+        rebind_after_attempt=latest,
+        retry_binding=binding if retry else "",
+        version=F("version") + 1,
+        updated_at=now,
+    )
+    work.refresh_from_db()
+    return Rebound(work, latest, retry)
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -64,6 +64,15 @@ class Work(models.Model):
     class Meta:
         verbose_name_plural = "Work"
         indexes = [models.Index(fields=["status", "id"], name="work_status_idx")]
+        # The operator controls on Work, each granted on its own (API, console; the CLI is
+        # trusted host access and checks none).
+        permissions = [
+            ("cancel_work", "Can cancel Work"),
+            ("retry_work", "Can retry parked or backing-off Work"),
+            ("send_input", "Can send operator input to Work"),
+            ("create_work", "Can create Work"),
+            ("rebind_work", "Can rebind Work"),
+        ]
 
     def __str__(self) -> str:
         return f"Work {self.pk} ({self.scope}, {self.status})"

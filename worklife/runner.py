@@ -172,6 +172,7 @@ class WorkRunner:
         self._next_renew = 0.0
         self._next_rescue = 0.0
         self._next_blocked = 0.0
+        self.blocked_retry_seconds = BLOCKED_RETRY_SECONDS
         self._next_heartbeat = 0.0
 
     # -- the pass -------------------------------------------------------------------------
@@ -568,7 +569,7 @@ class WorkRunner:
         for _wait_id in waits_expire(clock=self.clock):
             pass
         if mono >= self._next_blocked:
-            self._next_blocked = mono + BLOCKED_RETRY_SECONDS
+            self._next_blocked = mono + self.blocked_retry_seconds
             woken = waits_retry_blocked(causal=self.causal, clock=self.clock)
             if woken:
                 logger.info("wait.unblocked", extra={"waits": woken})

@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 
-from causal.models import Event, RouteState
+from causal.models import KV, Event, RouteState
 from causal.selectors import PAGE_SIZE, KeysetPage, keyset_page
-from worklife.models import Attempt, CorrelationKey, Work, WorkInput, WorkStatus
+from worklife.models import (
+    Attempt,
+    AttemptState,
+    CorrelationKey,
+    InputState,
+    Intent,
+    Timer,
+    Wait,
+    WaitState,
+    Work,
+    WorkInput,
+    WorkStatus,
+)
+from worklife.runner import HEARTBEATS_NAMESPACE
+from worklife.scheduling import PRESENTED_KINDS
+
+# The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
+# this many; older rows are not shown (the page says so).
+ENGINE_LIST_LIMIT = 20
+# The Work list's status filter also takes this: ready Work parked after too many failures.
+PARKED = "parked"
 
 # --- console --------------------------------------------------------------------------------
 
@@ -21,16 +44,19 @@ class WorkFilter:
     status: str = ""
 
     def __post_init__(self) -> None:
-        if self.status and self.status not in WorkStatus.values:
+        if self.status and self.status not in (*WorkStatus.values, PARKED):
             raise ValueError(f"status: unknown status {self.status!r}")
 
 
 def work_filtered(filters: WorkFilter) -> QuerySet[Work]:
-    """Work matching ``filters`` (exact scope, status), unordered."""
+    """Work matching ``filters`` (exact scope, status), unordered. The status ``parked`` is
+    ready Work parked after too many failures."""
     queryset = Work.objects.all()
     if filters.scope:
         queryset = queryset.filter(scope=filters.scope)
-    if filters.status:
+    if filters.status == PARKED:
+        queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=False)
+    elif filters.status:
         queryset = queryset.filter(status=filters.status)
     return queryset
 
@@ -45,12 +71,33 @@ def work_get(work_id: int) -> Work:
     return Work.objects.select_related("parent", "predecessor", "successor", "trigger").get(pk=work_id)
 
 
-def work_status_counts() -> dict[str, int]:
-    """How many Work records are in each status (every status present, zero when none)."""
-    counts = {status: 0 for status in WorkStatus.values}
-    for row in Work.objects.values("status").annotate(n=Count("id")).order_by():
-        counts[row["status"]] = row["n"]
-    return counts
+@dataclass(frozen=True, slots=True)
+class WorkCounts:
+    """How many Work records are in each status (every status present), and how many of the
+    ready ones are parked."""
+
+    by_status: dict[str, int]
+    parked: int
+
+    @property
+    def running(self) -> int:
+        return self.by_status[WorkStatus.RUNNING]
+
+
+def work_counts() -> WorkCounts:
+    """Work by status and parked Work, in one query."""
+    by_status = {status: 0 for status in WorkStatus.values}
+    parked = 0
+    rows = (
+        Work.objects.values("status")
+        .annotate(n=Count("id"), parked=Count("id", filter=Q(parked_at__isnull=False)))
+        .order_by()
+    )
+    for row in rows:
+        by_status[row["status"]] = row["n"]
+        if row["status"] == WorkStatus.READY:
+            parked = row["parked"]
+    return WorkCounts(by_status=by_status, parked=parked)
 
 
 def work_keys(work_id: int, *, limit: int = 100) -> KeysetPage:
@@ -81,3 +128,234 @@ def work_unrouted_events(work: Work, *, limit: int = PAGE_SIZE) -> KeysetPage:
         .distinct()
     )
     return keyset_page(queryset, key="seq", limit=limit, descending=False)
+
+
+# --- the engine: what the Work page and doctor show of work_loop's view -------------------------
+
+
+def work_waits(work_id: int, *, limit: int = ENGINE_LIST_LIMIT) -> KeysetPage:
+    """The Work's waits, newest first, each with its attempt's number."""
+    queryset = Wait.objects.filter(work_id=work_id).annotate(attempt_number=F("attempt__number"))
+    return keyset_page(queryset, key="id", limit=limit)
+
+
+def work_timers(work_id: int, *, limit: int = ENGINE_LIST_LIMIT) -> KeysetPage:
+    """The Work's timers, newest first."""
+    return keyset_page(Timer.objects.filter(work_id=work_id), key="id", limit=limit)
+
+
+def work_intents(work_id: int, *, limit: int = ENGINE_LIST_LIMIT) -> KeysetPage:
+    """The Work's inject and interrupt intents, newest first, each with its Event's type and
+    its attempt's number."""
+    queryset = Intent.objects.filter(work_id=work_id).annotate(
+        attempt_number=F("attempt__number"), event_type=F("event__type")
+    )
+    return keyset_page(queryset, key="id", limit=limit)
+
+
+def work_children(work_id: int, *, limit: int = ENGINE_LIST_LIMIT) -> KeysetPage:
+    """The Work's children, newest first."""
+    return keyset_page(Work.objects.filter(parent_id=work_id), key="id", limit=limit)
+
+
+def work_runnable(*, now: datetime) -> QuerySet[Work]:
+    """Work a work_loop may start an attempt of at ``now``: ready, not parked, not backing
+    off, with pending input or input to present again (a retry). The same rule as
+    ``worklife.scheduling.claimable_work_in_tx``, without its locks."""
+    pending = WorkInput.objects.filter(
+        work=OuterRef("pk"), state=InputState.PENDING, kind__in=PRESENTED_KINDS
+    )
+    return (
+        Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=True)
+        .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+        .filter(Q(pending_run=True) | Exists(pending))
+    )
+
+
+def work_parked() -> QuerySet[Work]:
+    """Ready Work parked after too many failures in a row, longest parked first."""
+    return Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=False).order_by("parked_at", "id")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkLoopHeartbeat:
+    """A work_loop's last heartbeat (KV ``core.worklife.heartbeats``, written by
+    ``worklife.runner``): its slots, what it runs now and its counters since it started."""
+
+    loop: str
+    at: datetime
+    slots: int
+    running: int
+    started: int
+    completed: int
+    failed: int
+    refused: int
+    lost: int
+    stopped: bool
+
+
+def work_loop_heartbeats(*, since: datetime | None = None, limit: int = 10) -> list[WorkLoopHeartbeat]:
+    """The work_loops' last heartbeats, newest first (only those written at ``since`` or
+    later when given). One query."""
+    entries = KV.objects.filter(namespace=HEARTBEATS_NAMESPACE)
+    if since is not None:
+        entries = entries.filter(updated_at__gte=since)
+    rows = entries.order_by("-updated_at", "key").values_list("key", "value", "updated_at")[:limit]
+    beats = []
+    for key, value, updated_at in rows:
+        value = value if isinstance(value, dict) else {}
+        beats.append(
+            WorkLoopHeartbeat(
+                loop=key,
+                at=_aware_time(value.get("at")) or updated_at,
+                slots=_count(value, "slots"),
+                running=_count(value, "running"),
+                started=_count(value, "started"),
+                completed=_count(value, "completed"),
+                failed=_count(value, "failed"),
+                refused=_count(value, "refused"),
+                lost=_count(value, "lost"),
+                stopped=bool(value.get("stopped", False)),
+            )
+        )
+    return beats
+
+
+class NotRunning(StrEnum):
+    """Why a Work runs no attempt now (or that it runs one): the Work page's one line."""
+
+    RUNNING = "running"  # an attempt runs
+    WAITING = "waiting"  # its attempt is parked on a wait
+    COMPLETED = "completed"  # terminal
+    CANCELLED = "cancelled"  # terminal
+    PARKED = "parked"  # too many failures in a row: an operator retries or cancels it
+    BACKING_OFF = "backing_off"  # an attempt failed; the next one starts after retry_at
+    QUEUE_ONLY = "queue_only"  # its binding has no executor: its input waits in the queue
+    DISPATCH_REFUSED = "dispatch_refused"  # the configuration refused its next attempt
+    HELD = "held"  # nothing to run; its next input is held behind an unrouted Event (R19)
+    NO_INPUT = "no_input"  # nothing to run and nothing on the way
+    CLAIMABLE = "claimable"  # runnable now: a work_loop claims it on its next pass
+
+
+@dataclass(frozen=True, slots=True)
+class WhyNotRunning:
+    """The reason, one line saying it, and what it names: the time it lasts until, the
+    attempt, the unrouted Event or the wait."""
+
+    reason: NotRunning
+    text: str
+    until: datetime | None = None
+    attempt: int | None = None
+    event_seq: int | None = None
+    wait_id: int | None = None
+
+
+def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
+    """Why ``work`` runs no attempt at ``now`` (or which attempt it runs), in one line.
+    At most two queries: the Work's latest attempt, pending input and active wait in one, the
+    unrouted Event holding it only when it has nothing to run."""
+    if work.status == WorkStatus.COMPLETED:
+        return WhyNotRunning(NotRunning.COMPLETED, "completed")
+    if work.status == WorkStatus.CANCELLED:
+        return WhyNotRunning(NotRunning.CANCELLED, "cancelled")
+    facts = _engine_facts(work.pk)
+    number, state = facts.get("attempt_number"), facts.get("attempt_state")
+    if state == AttemptState.RUNNING:
+        return WhyNotRunning(NotRunning.RUNNING, f"running attempt {number}", attempt=number)
+    if state == AttemptState.WAITING:
+        name = facts.get("wait_name")
+        if facts.get("wait_id") is None:
+            return WhyNotRunning(
+                NotRunning.WAITING, f"waiting: attempt {number} is parked on no active wait", attempt=number
+            )
+        text = f"waiting on wait {name or '#' + str(facts['wait_id'])}"
+        if facts.get("wait_blocked"):
+            text += f" (blocked: {facts['wait_blocked']})"
+        return WhyNotRunning(NotRunning.WAITING, text, attempt=number, wait_id=facts["wait_id"])
+    if work.status != WorkStatus.READY:
+        # Running or waiting with no live attempt: the moment between two commits.
+        return WhyNotRunning(NotRunning(work.status), f"{work.status}, with no live attempt")
+    failures = _failures(work.failures)
+    # A failure's line names the latest attempt ("attempt 3 failed: ..."); any other line is
+    # a refused dispatch.
+    failed = bool(number) and work.last_error.startswith(f"attempt {number} {state}:")
+    if work.parked_at is not None:
+        return WhyNotRunning(
+            NotRunning.PARKED, f"parked after {failures} ({work.last_error or 'no error recorded'})"
+        )
+    if not (work.pending_run or facts.get("pending")):
+        held = work_unrouted_events(work, limit=1)
+        if held:
+            seq = held.items[0].seq
+            return WhyNotRunning(
+                NotRunning.HELD,
+                f"held by unrouted #{seq}: its later input waits until that Event is routed",
+                event_seq=seq,
+            )
+        return WhyNotRunning(NotRunning.NO_INPUT, "no input: nothing is queued for it")
+    again = f" (checked again at {_when(work.retry_at)})" if work.retry_at else ""
+    if work.last_error and not failed:
+        if "queue-only" in work.last_error:
+            return WhyNotRunning(
+                NotRunning.QUEUE_ONLY, f"queue-only binding: {work.last_error}{again}", until=work.retry_at
+            )
+        error = work.last_error.removeprefix("dispatch refused: ")
+        return WhyNotRunning(
+            NotRunning.DISPATCH_REFUSED, f"dispatch refused: {error}{again}", until=work.retry_at
+        )
+    after = f" after {failures}: {work.last_error}" if work.failures else ""
+    if work.retry_at is not None and work.retry_at > now:
+        return WhyNotRunning(
+            NotRunning.BACKING_OFF, f"backing off until {_when(work.retry_at)}{after}", until=work.retry_at
+        )
+    retry = f" (a retry{after})" if work.failures else ""
+    return WhyNotRunning(NotRunning.CLAIMABLE, f"ready to run{retry}: waiting for a work_loop to claim it")
+
+
+def _engine_facts(work_id: int) -> dict[str, Any]:
+    """The Work's latest attempt (number, state), whether it has input to run, and its active
+    wait (id, name, blocked reason), in one query."""
+    latest = Attempt.objects.filter(work=OuterRef("pk")).order_by("-number")
+    wait = Wait.objects.filter(work=OuterRef("pk"), state=WaitState.ACTIVE).order_by("-id")
+    pending = WorkInput.objects.filter(
+        work=OuterRef("pk"), state=InputState.PENDING, kind__in=PRESENTED_KINDS
+    )
+    row = (
+        Work.objects.filter(pk=work_id)
+        .annotate(
+            attempt_number=Subquery(latest.values("number")[:1]),
+            attempt_state=Subquery(latest.values("state")[:1]),
+            pending=Exists(pending),
+            wait_id=Subquery(wait.values("pk")[:1]),
+            wait_name=Subquery(wait.values("name")[:1]),
+            wait_blocked=Subquery(wait.values("blocked_reason")[:1]),
+        )
+        .values("attempt_number", "attempt_state", "pending", "wait_id", "wait_name", "wait_blocked")
+        .first()
+    )
+    return row or {}
+
+
+def _failures(n: int) -> str:
+    return f"{n} failure{'s' if n != 1 else ''}"
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if moment is not None else "-"
+
+
+def _count(value: dict, name: str) -> int:
+    try:
+        return int(value.get(name, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _aware_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None

@@ -1,4 +1,5 @@
-"""``manage.py serve``: the console (daphne) and the router loop (``route_loop``) together."""
+"""``manage.py serve``: the console (daphne), the router loop (``route_loop``) and the Work
+engine (``work_loop``) together."""
 
 from __future__ import annotations
 
@@ -96,8 +97,8 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 class Command(BaseCommand):
     help = (
-        "Serve the console (daphne, HTTP and websockets) and run the router loop (manage.py "
-        "route_loop) as two child processes. Prints the console URL once it answers, forwards "
+        "Serve the console (daphne, HTTP and websockets), run the router loop (manage.py "
+        "route_loop) and the Work engine (manage.py work_loop) as three child processes. Prints the console URL once it answers, forwards "
         "SIGINT/SIGTERM to both, and exits when either one exits (non-zero if one failed). "
         "A second SIGINT/SIGTERM kills both at once."
     )
@@ -112,7 +113,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-router",
             action="store_true",
-            help="Serve only the console; do not start manage.py route_loop.",
+            help="Serve only the console; do not start manage.py route_loop (nor work_loop).",
+        )
+        parser.add_argument(
+            "--no-work",
+            action="store_true",
+            help="Do not start manage.py work_loop: Work is routed but nothing runs it.",
+        )
+        parser.add_argument(
+            "--slots",
+            type=int,
+            default=4,
+            help="Attempts the work_loop runs at once (manage.py work_loop --slots). Default 4.",
         )
         parser.add_argument(
             "--stop-timeout",
@@ -128,6 +140,8 @@ class Command(BaseCommand):
             raise CommandError("--host: must not be empty")
         if not 1 <= port <= 65535:
             raise CommandError(f"--port: must be between 1 and 65535, got {port}")
+        if options["slots"] < 1:
+            raise CommandError(f"--slots: must be at least 1, got {options['slots']}")
         if options["stop_timeout"] <= 0:
             raise CommandError(f"--stop-timeout: must be positive, got {options['stop_timeout']}")
         with_router = not options["no_router"]
@@ -150,6 +164,23 @@ class Command(BaseCommand):
                 Child(
                     name="route_loop",
                     argv=[sys.executable, str(settings.BASE_DIR / "manage.py"), "route_loop"],
+                )
+            )
+        with_work = with_router and not options["no_work"]
+        if with_work:
+            children.append(
+                Child(
+                    name="work_loop",
+                    argv=[
+                        sys.executable,
+                        str(settings.BASE_DIR / "manage.py"),
+                        "work_loop",
+                        "--slots",
+                        str(options["slots"]),
+                        # Running attempts get most of the stop timeout to finish.
+                        "--stop-grace",
+                        f"{options['stop_timeout'] * 0.6:g}",
+                    ],
                 )
             )
         returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"]).run(
@@ -246,8 +277,10 @@ class Supervisor:
         else:
             self.command.stderr.write(f"The console did not answer within {READY_TIMEOUT_SECONDS:.0f} s.")
             return
-        router = "running" if len(self.children) > 1 else "off (--no-router)"
-        self.command.stdout.write(f"Conduit console: {url}  (router: {router}; Ctrl-C stops)")
+        names = {child.name for child in self.children}
+        router = "running" if "route_loop" in names else "off (--no-router)"
+        work = "running" if "work_loop" in names else "off"
+        self.command.stdout.write(f"Conduit console: {url}  (router: {router}; work: {work}; Ctrl-C stops)")
         self.command.stdout.flush()
 
     def _wait_for_exit_or_stop(self) -> Child | None:
