@@ -66,7 +66,7 @@ def test_r47_a_python_attempt_runs_its_input_and_completes(clock, loop):
     (attempt,) = attempts(work)
     assert attempt.state == "succeeded"
     assert attempt.result == {"seen": [seq], "interrupted": False, "reason": ""}
-    assert "echo saw [%d]" % seq in attempt.stdout_tail
+    assert f"echo saw [{seq}]" in attempt.stdout_tail
     assert attempt.pid is not None and attempt.lease_owner == loop.owner
     assert WorkInput.objects.get(event_id=seq).attempt_id == attempt.pk  # consumed by it (R46)
 
