@@ -11,6 +11,10 @@ Each check is a plain function of the database and ``now`` returning a :class:`C
 - ``handler_calls``: handler calls a live route loop abandoned at their deadline and whose
   threads have not returned (a handler that never returns).
 - ``causal``: roots whose derived Events the causal limits refused in the last hour.
+- ``work_loop``: no work_loop heartbeat newer than 60 seconds while Work is ready to run
+  (pending input or a due retry), naming how many; the live work_loops otherwise.
+- ``parked_work``: Work parked after too many failures in a row, waiting for an operator to
+  retry or cancel it (id, scope, failures, last error).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from causal.selectors import roots_refused_since
 from routing.loop import HEARTBEATS_NAMESPACE
 from routing.router import FAILURES_NAMESPACE
 from routing.serializers import timestamp
+from worklife.selectors import WorkLoopHeartbeat, work_loop_heartbeats, work_parked, work_runnable
 
 UNROUTED_AFTER = timedelta(minutes=10)
 HEARTBEAT_STALE = timedelta(seconds=60)
@@ -155,6 +160,102 @@ class RefusedRoot:
         root = f"root #{self.root_seq}" if self.root_seq is not None else "no root (missing parent)"
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.kinds.items()))
         return f"{root}: {self.refusals} refused ({kinds}), last {timestamp(self.last_at)}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkLoopBeat:
+    """A work_loop's last heartbeat: its slots, the attempts it runs and its counters."""
+
+    loop: str
+    at: datetime
+    age_seconds: float
+    slots: int
+    running: int
+    started: int
+    completed: int
+    failed: int
+    refused: int
+    lost: int
+    stopped: bool
+
+    @classmethod
+    def of(cls, beat: WorkLoopHeartbeat, *, now: datetime) -> WorkLoopBeat:
+        return cls(
+            loop=beat.loop,
+            at=beat.at,
+            age_seconds=(now - beat.at).total_seconds(),
+            slots=beat.slots,
+            running=beat.running,
+            started=beat.started,
+            completed=beat.completed,
+            failed=beat.failed,
+            refused=beat.refused,
+            lost=beat.lost,
+            stopped=beat.stopped,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "loop": self.loop,
+            "at": timestamp(self.at),
+            "age_seconds": round(self.age_seconds, 3),
+            "slots": self.slots,
+            "running": self.running,
+            "started": self.started,
+            "completed": self.completed,
+            "failed": self.failed,
+            "refused": self.refused,
+            "lost": self.lost,
+            "stopped": self.stopped,
+        }
+
+    @property
+    def age(self) -> str:
+        """How old the heartbeat is, in words."""
+        return duration(self.age_seconds)
+
+    @property
+    def alive(self) -> bool:
+        """A heartbeat newer than :data:`HEARTBEAT_STALE` from a loop that did not stop."""
+        return not self.stopped and self.age_seconds <= HEARTBEAT_STALE.total_seconds()
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        stopped = ", stopped" if self.stopped else ""
+        return (
+            f"{self.loop}: last heartbeat {self.age} ago{stopped} (running {self.running} of {self.slots} "
+            f"slots; {self.started} started, {self.completed} completed, {self.failed} failed, "
+            f"{self.refused} refused, {self.lost} lost)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedWork:
+    """A Work parked after too many failures in a row."""
+
+    work_id: int
+    scope: str
+    failures: int
+    last_error: str
+    parked_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "work_id": self.work_id,
+            "scope": self.scope,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "parked_at": timestamp(self.parked_at),
+        }
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        return (
+            f"Work {self.work_id} in {self.scope}: parked after {self.failures} "
+            f"failure{'s' if self.failures != 1 else ''} ({self.last_error or 'no error recorded'})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +455,68 @@ def check_causal(*, now: datetime, limit: int = MAX_LISTED) -> Check:
     return Check("causal", WARN, summary, items, len(roots))
 
 
+def check_work_loop(*, now: datetime, limit: int = STALE_LOOPS_LISTED) -> Check:
+    """Warn when no work_loop has a heartbeat newer than :data:`HEARTBEAT_STALE` (from a loop
+    that did not stop) while Work is ready to run, naming how many and the loops' last
+    heartbeats; otherwise list the live work_loops. Two queries."""
+    runnable = work_runnable(now=now).count()
+    beats = [WorkLoopBeat.of(beat, now=now) for beat in work_loop_heartbeats(limit=limit)]
+    alive = [beat for beat in beats if beat.alive]
+    if alive:
+        names = ", ".join(
+            f"{beat.loop} ({beat.age} ago, running {beat.running} of {beat.slots})" for beat in alive
+        )
+        return Check(
+            "work_loop",
+            OK,
+            f"{len(alive)} work loop{'s' if len(alive) != 1 else ''} alive: {names}",
+            tuple(alive),
+            len(alive),
+        )
+    if not runnable:
+        last = f"; last heartbeat {beats[0].age} ago from {beats[0].loop}" if beats else ""
+        return Check("work_loop", OK, f"no Work is waiting for a work loop{last}", tuple(beats), len(beats))
+    waiting = (
+        f"{runnable} Work {'are' if runnable != 1 else 'is'} ready to run (pending input or a due retry)"
+    )
+    if not beats:
+        summary = (
+            f"no work loop has ever recorded a heartbeat and {waiting}: is `manage.py work_loop` running?"
+        )
+    else:
+        names = ", ".join(
+            f"{beat.loop} ({beat.age} ago{', stopped' if beat.stopped else ''})" for beat in beats
+        )
+        summary = (
+            f"no work loop heartbeat newer than {duration(HEARTBEAT_STALE.total_seconds())} while "
+            f"{waiting}; last heartbeats: {names}"
+        )
+    return Check("work_loop", WARN, summary, tuple(beats), len(beats))
+
+
+def check_parked_work(*, now: datetime, limit: int = MAX_LISTED) -> Check:
+    """Warn about Work parked after too many failures in a row (an operator retries or
+    cancels it), longest parked first, with each one's failures and last error. One query
+    when none is parked, two otherwise."""
+    parked = work_parked()
+    total = parked.count()
+    if not total:
+        return Check("parked_work", OK, "no Work is parked")
+    rows = parked.values_list("pk", "scope", "failures", "last_error", "parked_at")[:limit]
+    items = tuple(
+        ParkedWork(work_id=pk, scope=scope, failures=failures, last_error=last_error, parked_at=parked_at)
+        for pk, scope, failures, last_error, parked_at in rows
+    )
+    oldest = items[0]
+    since = f", {duration((now - oldest.parked_at).total_seconds())} ago" if oldest.parked_at else ""
+    summary = (
+        f"{total} Work {'are' if total != 1 else 'is'} parked after too many failures in a row, "
+        f"waiting for an operator to retry or cancel {'them' if total != 1 else 'it'} "
+        f"(longest parked: Work {oldest.work_id}{since})"
+    )
+    return Check("parked_work", WARN, summary, items, total)
+
+
 def doctor(*, clock: Clock) -> DoctorReport:
     """Run every check at the clock's now."""
     now = clock()
@@ -364,6 +527,8 @@ def doctor(*, clock: Clock) -> DoctorReport:
             check_route_loop(now=now),
             check_handler_calls(now=now),
             check_causal(now=now),
+            check_work_loop(now=now),
+            check_parked_work(now=now),
         ),
     )
 

@@ -331,7 +331,17 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["name", "ok", "status", "summary", "total", "items"],
         "properties": {
-            "name": {"type": "string", "enum": ["routing", "route_loop", "handler_calls", "causal"]},
+            "name": {
+                "type": "string",
+                "enum": [
+                    "routing",
+                    "route_loop",
+                    "handler_calls",
+                    "causal",
+                    "work_loop",
+                    "parked_work",
+                ],
+            },
             "ok": {"type": "boolean"},
             "status": {"type": "string", "enum": ["ok", "warn"]},
             "summary": {"type": "string", "description": "The verdict in one line."},
@@ -342,7 +352,10 @@ SCHEMAS: dict[str, Any] = {
                 "accepted_at, age_seconds, failures, last_code, last_error, retry_at, waiting_on, reason); "
                 "route_loop and handler_calls: route loops' last heartbeats (loop, at, age_seconds, "
                 "generation, passes, routed, abandoned_calls, abandoned_total); causal: roots refused in "
-                "the last hour (root_seq, refusals, kinds, last_at).",
+                "the last hour (root_seq, refusals, kinds, last_at); work_loop: work loops' last "
+                "heartbeats (loop, at, age_seconds, slots, running, started, completed, failed, refused, "
+                "lost, stopped); parked_work: parked Work (work_id, scope, failures, last_error, "
+                "parked_at).",
                 "items": {"type": "object"},
             },
         },
@@ -523,7 +536,9 @@ PATHS: dict[str, Any] = {
             "counts, last error code, next retry and the Event they wait behind; route_loop: no route loop "
             "heartbeat newer than 60 s while Events are unrouted; handler_calls: handler calls a live route "
             "loop abandoned at their deadline; causal: roots whose derived Events were refused in the last "
-            "hour. Always 200: `ok` says whether any check warns.",
+            "hour; work_loop: no work loop heartbeat newer than 60 s while Work is ready to run (pending "
+            "input or a due retry); parked_work: Work parked after too many failures in a row. Always "
+            "200: `ok` says whether any check warns.",
             "responses": {
                 "200": {"description": "The checks.", "content": _json(_ref("DoctorReport"))},
                 "401": _response("Unauthorized"),

@@ -25,7 +25,7 @@ from causal.selectors import (
 from routing.config import live_generation
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
 from routing.router import FAILURES_NAMESPACE
-from worklife.selectors import work_status_counts
+from worklife.selectors import work_counts
 
 # --- console --------------------------------------------------------------------------------
 
@@ -82,14 +82,22 @@ class ConsoleSummary:
 
     unrouted_events: int
     work_by_status: dict[str, int]
+    # What the work_loops are doing: Work running an attempt, and ready Work parked after
+    # too many failures (an operator retries or cancels it).
+    work_running: int
+    work_parked: int
     live_generation: Generation | None
 
 
 def console_summary() -> ConsoleSummary:
-    """Counts of unrouted Events and of Work by status, and the live generation."""
+    """Counts of unrouted Events, of Work by status and of parked Work, and the live
+    generation."""
+    counts = work_counts()
     return ConsoleSummary(
         unrouted_events=unrouted_event_count(),
-        work_by_status=work_status_counts(),
+        work_by_status=counts.by_status,
+        work_running=counts.running,
+        work_parked=counts.parked,
         live_generation=live_generation(),
     )
 

@@ -7,7 +7,7 @@ from django import forms
 from causal.models import RouteState
 from causal.selectors import EventFilter
 from worklife.models import WorkStatus
-from worklife.selectors import WorkFilter
+from worklife.selectors import PARKED, WorkFilter
 
 
 def _choices_with_any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -44,11 +44,13 @@ class EventFilterForm(forms.Form):
 
 
 class WorkFilterForm(forms.Form):
-    """Filters of the Work list: exact scope and status; ``before`` pages."""
+    """Filters of the Work list: exact scope and status (or parked); ``before`` pages."""
 
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     status = forms.ChoiceField(
-        required=False, choices=_choices_with_any(WorkStatus.choices), help_text="The Work's status."
+        required=False,
+        choices=_choices_with_any([*WorkStatus.choices, (PARKED, "parked")]),
+        help_text="The Work's status; parked: ready Work parked after too many failures.",
     )
     before = CursorField(help_text="Show Work with a lower id than this one.")
 

@@ -13,6 +13,7 @@ from routing.views.common import render_console
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """Counts of unrouted Events and of Work by status, the live generation, and links."""
+    """Counts of unrouted Events, of Work by status and of running and parked Work, the live
+    generation, and links."""
     summary = console_summary()
     return render_console(request, "routing/home.html", {"section": "home", "summary": summary})

@@ -10,31 +10,42 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from causal.clock import Clock, system_clock
 from conduit_site.live import work_ws_path
 from routing.selectors import event_routes, work_route_history_page
 from routing.views.common import htmx_partial, paging_urls, query_string, render_console
 from routing.views.forms import WorkDetailForm, WorkFilterForm
 from worklife.models import Work
 from worklife.selectors import (
+    ENGINE_LIST_LIMIT,
     WorkFilter,
     work_attempts,
+    work_children,
     work_get,
     work_inputs_page,
+    work_intents,
     work_keys,
     work_page,
+    work_timers,
     work_unrouted_events,
+    work_waits,
+    work_why_not_running,
 )
 
 LIST_TEMPLATE = "worklife/work_list.html"
 LIST_PARTIALS = ("work-list",)
 DETAIL_TEMPLATE = "worklife/work_detail.html"
 
+# The trusted clock "backing off until" is read against (tests inject a fake one).
+clock: Clock = system_clock
+
 
 def work_rows_context(filters: WorkFilter, *, before: int | None = None) -> dict[str, Any]:
-    """What the ``work-list`` partial needs: one page of Work and the paging links."""
+    """What the ``work-list`` partial needs: one page of Work, the paging links and now (a
+    backoff shows only while it lasts)."""
     page = work_page(filters, before=before)
     params = {"scope": filters.scope, "status": filters.status}
-    return {"filters": filters, "page": page, **paging_urls("work-list", params, page)}
+    return {"filters": filters, "page": page, "now": clock(), **paging_urls("work-list", params, page)}
 
 
 @login_required
@@ -56,7 +67,21 @@ def work_list(request: HttpRequest) -> HttpResponse:
 
 
 def _summary(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
-    return {"keys": work_keys(work.pk), "attempts": work_attempts(work.pk)}
+    return {
+        "why": work_why_not_running(work, now=clock()),
+        "keys": work_keys(work.pk),
+        "children": work_children(work.pk),
+    }
+
+
+def _engine(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
+    # What work_loop did with the Work: newest first, the newest ENGINE_LIST_LIMIT of each.
+    return {
+        "attempts": work_attempts(work.pk, limit=ENGINE_LIST_LIMIT),
+        "waits": work_waits(work.pk),
+        "timers": work_timers(work.pk),
+        "intents": work_intents(work.pk),
+    }
 
 
 def _unrouted(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
@@ -91,12 +116,13 @@ def _history(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
 
 WORK_PARTIALS: dict[str, Callable[[Work, dict[str, int | None]], dict[str, Any]]] = {
     "work-summary": _summary,
+    "work-engine": _engine,
     "work-unrouted": _unrouted,
     "work-input": _input,
     "work-history": _history,
 }
-# What a websocket update re-renders: the Work's state and its lists, first pages.
-LIVE_PARTIALS = ("work-summary", "work-unrouted", "work-input", "work-history")
+# What a websocket update re-renders: the Work's state, its engine and its lists, first pages.
+LIVE_PARTIALS = ("work-summary", "work-engine", "work-unrouted", "work-input", "work-history")
 
 
 def work_detail_context(
@@ -113,8 +139,9 @@ def work_detail_context(
 @login_required
 @require_GET
 def work_detail(request: HttpRequest, work_id: int) -> HttpResponse:
-    """One Work: status, links, keys, attempts, unrouted input holding it, its input in
-    acceptance order and its route history."""
+    """One Work: status and why it is not running, links, keys and children, its attempts,
+    waits, timers and intents, unrouted input holding it, its input in acceptance order and
+    its route history."""
     form = WorkDetailForm(request.GET)
     if not form.is_valid():
         return render_console(

@@ -29,7 +29,16 @@ def data():
     live_scopes("acme", "ops")
     work = WorkFactory(scope="acme", status="running", binding="agent")
     CorrelationKeyFactory(work=work, key="pr:acme/web#42")
-    AttemptFactory(work=work, number=1, binding="agent", state="running")
+    AttemptFactory(
+        work=work,
+        number=1,
+        binding="agent",
+        state="failed",
+        exit_status=1,
+        error="exit status 1: the agent crashed",
+        stderr_tail='Traceback (most recent call last):\n  File "agent.py", line 1\nRuntimeError: crashed',
+    )
+    AttemptFactory(work=work, number=2, binding="agent", state="running")
     opened = EventFactory(
         scope="acme",
         type="github.pull_request.opened",
@@ -106,6 +115,12 @@ def test_d4_console_in_chromium(live_server, data, browser):
     page.click(f"#event-route a[href='{reverse('work-detail', args=[work.pk])}']")
     page.wait_for_url(base + reverse("work-detail", args=[work.pk]))
     assert "running" in page.locator("#work-summary").inner_text()
+    # The engine: why it is (not) running, and a failed attempt's output behind a <details>.
+    assert page.locator("#work-why").inner_text() == "running attempt 2"
+    assert page.locator("#work-attempts tbody tr").count() == 2
+    assert not page.locator(".attempt-output pre").is_visible()
+    page.click(".attempt-output summary")
+    assert "RuntimeError: crashed" in page.locator(".attempt-output pre").inner_text()
     assert page.locator("#work-input tbody tr").count() == 2
     assert page.locator("#work-history tbody tr").count() == 2
     assert "pr:acme/web#42" in page.locator("#work-keys").inner_text()

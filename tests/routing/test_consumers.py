@@ -11,9 +11,12 @@ from django.db import transaction
 from conduit_site.asgi import application
 from conduit_site.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
 from routing.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from routing.live import publish_routed
+from routing.views import work as work_views
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
-from tests.worklife.factories import WorkFactory, WorkInputFactory
+from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.scheduling import attempt_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,3 +128,24 @@ def test_d4_events_socket_sends_filtered_event_rows_out_of_band(signed_in):
     )
     assert "github.push" in html
     assert ">acme<" in html and ">other<" not in html
+
+
+def test_i8p9_work_socket_sends_the_engine_partial_when_the_work_loop_publishes(
+    signed_in, clock, monkeypatch
+):
+    monkeypatch.setattr(work_views, "clock", clock)
+    work = WorkFactory(status="running")
+    attempt = AttemptFactory(work=work, number=1)
+
+    def an_attempt_fails():
+        # What work_loop does once an outcome commits: publish_routed([], the Work it touched).
+        with transaction.atomic():
+            attempt_fail(
+                attempt_id=attempt.pk, lease_epoch=attempt.lease_epoch, error="engine-says-so", clock=clock
+            )
+            publish_routed([], [work.pk])
+
+    accepted, _, html = connect_and_collect(f"/ws/work/{work.pk}/", signed_in, an_attempt_fails)
+    assert accepted
+    assert '<section id="work-engine" hx-swap-oob="true">' in html and "engine-says-so" in html
+    assert '<dd id="work-why" data-reason="backing_off">backing off until 2026-01-05 12:00:02 UTC' in html

@@ -16,13 +16,20 @@ from django.urls import reverse
 
 from causal.models import KV
 from routing import api_controls, controls, doctor
+from routing.dispatch import RoutingDispatcher
 from routing.loop import HEARTBEATS_NAMESPACE, RouteLoop
 from routing.router import RouterOptions
 from routing.views import doctor as doctor_views
-from tests.causal.factories import CausalDiagnosticFactory
+from tests.causal.factories import CausalDiagnosticFactory, KVFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router
+from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.lifecycle import work_cancel
+from worklife.models import Work
+from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
+from worklife.runner import WorkRunner
+from worklife.scheduling import attempt_fail
 
 pytestmark = pytest.mark.django_db
 
@@ -166,6 +173,8 @@ def test_r23_a_healthy_system_is_ok(clock, live):
         "route_loop",
         "handler_calls",
         "causal",
+        "work_loop",
+        "parked_work",
     ]
     assert report.as_dict()["ok"] is True
 
@@ -173,10 +182,96 @@ def test_r23_a_healthy_system_is_ok(clock, live):
 def test_r23_doctor_reads_a_fixed_number_of_queries(clock, live, django_assert_max_num_queries):
     for n in range(30):
         accept(clock, "x.wait", {"behaviour": "hang"}, id=f"q{n}")
+        WorkFactory(parked_at=clock(), failures=5)
+        WorkInputFactory(work=WorkFactory())
+        KVFactory(namespace=WORK_HEARTBEATS_NAMESPACE, key=f"host:{n}", value={"at": clock().isoformat()})
     clock.advance(minutes=11)
-    with django_assert_max_num_queries(8):
+    # 7 for the routing checks; 2 for work_loop (ready Work, heartbeats), 2 for parked_work.
+    with django_assert_max_num_queries(11):
         report = doctor.doctor(clock=clock)
     assert check(report, "routing").total == 30
+    assert check(report, "parked_work").total == 30 and check(report, "work_loop").total == 10
+
+
+def test_i8p9_work_loop_check_warns_when_no_work_loop_beats_while_work_is_ready(clock, live):
+    # Nothing ready to run and no work_loop ever: nothing to warn about.
+    assert check(doctor.doctor(clock=clock), "work_loop").ok
+    # Its binding is not in the configuration: the work_loop's dispatch is refused.
+    WorkInputFactory(work=WorkFactory(binding="gone"), binding="gone")
+    WorkFactory(parked_at=clock(), pending_run=True)  # parked: an operator's business, not a loop's
+    WorkFactory(pending_run=True, failures=1, retry_at=clock() + timedelta(seconds=30))  # backing off
+    never = check(doctor.doctor(clock=clock), "work_loop")
+    assert not never.ok and never.summary == (
+        "no work loop has ever recorded a heartbeat and 1 Work is ready to run (pending input or a due "
+        "retry): is `manage.py work_loop` running?"
+    )
+
+    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=2, lease_seconds=30)
+    runner.step()  # its dispatch is refused (the Work is held 30 s), and it beats
+    alive = check(doctor.doctor(clock=clock), "work_loop")
+    assert alive.ok and alive.summary == f"1 work loop alive: {runner.owner} (0 s ago, running 0 of 2)"
+    (beat,) = alive.items
+    assert (beat.loop, beat.slots, beat.refused, beat.stopped) == (runner.owner, 2, 1, False)
+    assert beat.as_dict()["at"] == "2026-01-05T12:00:00Z" and "1 refused" in beat.text
+
+    # 61 s later its beat is stale, and both the refused Work and the one whose backoff ended
+    # are due again.
+    clock.advance(seconds=61)
+    stale = check(doctor.doctor(clock=clock), "work_loop")
+    assert not stale.ok
+    assert stale.summary == (
+        "no work loop heartbeat newer than 60 s while 2 Work are ready to run (pending input or a due "
+        f"retry); last heartbeats: {runner.owner} (61 s ago)"
+    )
+    assert [item.loop for item in stale.items] == [runner.owner]
+
+    # A loop that stopped is no loop, however fresh its last beat.
+    runner.shutdown(grace=0)
+    stopped = check(doctor.doctor(clock=clock), "work_loop")
+    assert not stopped.ok and f"{runner.owner} (0 s ago, stopped)" in stopped.summary
+
+    # Once nothing is ready to run a missing loop is no warning.
+    for work in Work.objects.filter(status="ready", parked_at__isnull=True):
+        work_cancel(work_id=work.pk, clock=clock)
+    idle = check(doctor.doctor(clock=clock), "work_loop")
+    assert (
+        idle.ok
+        and idle.summary == f"no Work is waiting for a work loop; last heartbeat 0 s ago from {runner.owner}"
+    )
+
+
+def test_w5_parked_work_is_listed_by_doctor(clock, settings):
+    settings.CONDUIT_MAX_ATTEMPTS = 2
+    assert check(doctor.doctor(clock=clock), "parked_work").summary == "no Work is parked"
+    first = WorkFactory(scope="acme/web")
+    for number in (1, 2):
+        attempt = AttemptFactory(work=first, number=number, lease_epoch=number)
+        attempt_fail(attempt_id=attempt.pk, lease_epoch=number, error="exit status 1\nTraceback", clock=clock)
+    clock.advance(minutes=5)
+    second = WorkFactory(parked_at=clock(), failures=7, last_error="attempt 7 lost: its lease lapsed")
+    WorkFactory(status="cancelled", parked_at=clock())  # cancelled: no longer parked
+
+    parked = check(doctor.doctor(clock=clock), "parked_work")
+    assert not parked.ok and parked.total == 2
+    assert parked.summary == (
+        "2 Work are parked after too many failures in a row, waiting for an operator to retry or "
+        f"cancel them (longest parked: Work {first.pk}, 5 min ago)"
+    )
+    one, two = parked.items
+    assert (one.work_id, one.scope, one.failures) == (first.pk, "acme/web", 2)
+    assert one.last_error == "attempt 2 failed: exit status 1 Traceback"
+    assert (
+        one.text
+        == f"Work {first.pk} in acme/web: parked after 2 failures (attempt 2 failed: exit status 1 Traceback)"
+    )
+    assert two.as_dict() == {
+        "work_id": second.pk,
+        "scope": "acme",
+        "failures": 7,
+        "last_error": "attempt 7 lost: its lease lapsed",
+        "parked_at": "2026-01-05T12:05:00Z",
+    }
+    assert doctor.check_parked_work(now=clock(), limit=1).items == (one,)
 
 
 # --- CLI, API, page: one code path ------------------------------------------------------------------
@@ -217,7 +312,14 @@ def test_r23_api_doctor_is_200_with_ok_and_checks(client, clock, live):
     assert response.status_code == 200
     body = response.json()
     assert body["ok"] is False and body["at"] == "2026-01-05T12:11:00Z"
-    assert [c["name"] for c in body["checks"]] == ["routing", "route_loop", "handler_calls", "causal"]
+    assert [c["name"] for c in body["checks"]] == [
+        "routing",
+        "route_loop",
+        "handler_calls",
+        "causal",
+        "work_loop",
+        "parked_work",
+    ]
     assert body["checks"][0]["status"] == "warn" and body["checks"][0]["total"] == 1
     assert client.post(reverse("api-doctor"), headers=headers).status_code == 405
 
@@ -243,6 +345,53 @@ def test_r23_doctor_page_shows_the_checks(client, clock, live):
     assert reverse("event-skip", args=[stuck.seq]) not in client.get(url).content.decode()
     partial = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="doctor-checks").content.decode()
     assert partial.strip().startswith('<section id="doctor-checks">')
+
+
+def test_i8p9_doctor_cli_api_and_page_show_work_loops_and_parked_work(client, clock, live, monkeypatch):
+    from routing.management.commands import doctor as doctor_command
+
+    monkeypatch.setattr(doctor_command, "system_clock", clock)
+    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=3, lease_seconds=30)
+    runner.step()
+    parked = WorkFactory(parked_at=clock(), failures=5, last_error="attempt 5 failed: boom")
+
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("doctor", stdout=out)
+    assert "parked_work" in str(failed.value) and "work_loop" not in str(failed.value)
+    text = out.getvalue()
+    assert f"[ok] work_loop: 1 work loop alive: {runner.owner}" in text
+    assert f"    {runner.owner}: last heartbeat 0 s ago (running 0 of 3 slots;" in text
+    assert "[warn] parked_work: 1 Work is parked after too many failures in a row" in text
+    assert f"    Work {parked.pk} in acme: parked after 5 failures (attempt 5 failed: boom)" in text
+
+    _, secret = api_token_with_secret(user__username="mon")
+    body = client.get(reverse("api-doctor"), headers={"Authorization": f"Bearer {secret}"}).json()
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["work_loop"]["ok"] and checks["work_loop"]["items"][0]["loop"] == runner.owner
+    assert checks["work_loop"]["items"][0]["slots"] == 3
+    assert (
+        checks["parked_work"]["status"] == "warn"
+        and checks["parked_work"]["items"][0]["work_id"] == parked.pk
+    )
+
+    client.force_login(UserFactory(username="ops"))
+    page = client.get(reverse("doctor")).content.decode()
+    loops = re.search(
+        r'<section class="doctor-check" id="check-work_loop">(.*?)</section>', page, re.S
+    ).group(1)
+    assert f"<code>{runner.owner}</code>: last heartbeat 0 s ago (running 0 of 3 slots" in loops
+    section = re.search(
+        r'<section class="doctor-check" id="check-parked_work">(.*?)</section>', page, re.S
+    ).group(1)
+    assert "badge-failed" in section
+    parked_row = re.search(rf'<tr id="parked-{parked.pk}">(.*?)</tr>', section, re.S).group(1)
+    assert (
+        f'href="{reverse("work-detail", args=[parked.pk])}"' in parked_row
+        and "attempt 5 failed: boom" in parked_row
+    )
+    assert f'href="{reverse("work-list")}?status=parked"' in section
+    runner.shutdown(grace=0)
 
 
 def test_r23_heartbeats_keep_what_doctor_reads(clock, live):

@@ -15,8 +15,9 @@ class Command(BaseCommand):
     help = (
         "Check Conduit's health: Events still unrouted ten minutes after acceptance (with their failure "
         "counts, last error code, next retry and what they wait behind), a route loop without a "
-        "heartbeat in the last 60 seconds while Events are unrouted, abandoned handler calls, and roots "
-        "refused by the causal limits in the last hour. Exits with status 1 when any check warns."
+        "heartbeat in the last 60 seconds while Events are unrouted, abandoned handler calls, roots "
+        "refused by the causal limits in the last hour, a work loop without a heartbeat in the last 60 "
+        "seconds while Work is ready to run, and parked Work. Exits with status 1 when any check warns."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

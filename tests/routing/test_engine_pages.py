@@ -1,0 +1,286 @@
+"""The console shows the Work engine (issue #8 point 9): the Work page's attempts, waits,
+timers, intents and children and its one line saying why the Work is not running; parked and
+backing-off Work in the Work list; running and parked Work on the home page."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from routing.views import work as work_views
+from tests.causal.factories import EventFactory
+from tests.routing.factories import UserFactory
+from tests.worklife.factories import (
+    T0,
+    AttemptFactory,
+    IntentFactory,
+    TimerFactory,
+    WaitFactory,
+    WorkFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def console(client):
+    client.force_login(UserFactory(username="operator"))
+    return client
+
+
+@pytest.fixture(autouse=True)
+def fake_clock(clock, monkeypatch):
+    monkeypatch.setattr(work_views, "clock", clock)
+
+
+def page(console, work) -> str:
+    response = console.get(reverse("work-detail", args=[work.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def section(body: str, element_id: str) -> str:
+    """The markup of the section ``element_id`` (up to the first ``</section>``: a nested
+    section ends it)."""
+    match = re.search(rf'<section[^>]* id="{element_id}"[^>]*>(.*?)</section>', body, re.S)
+    assert match, element_id
+    return match.group(1)
+
+
+def row(body: str, element_id: str) -> str:
+    match = re.search(rf'<tr id="{element_id}">(.*?)</tr>', body, re.S)
+    assert match, element_id
+    return match.group(1)
+
+
+# --- the Work page ----------------------------------------------------------------------------
+
+
+def test_i8p9_work_page_shows_each_attempt_with_its_lease_outcome_error_and_output(console):
+    work = WorkFactory(status="running")
+    failed = AttemptFactory(
+        work=work,
+        number=1,
+        state="failed",
+        binding="agent",
+        executor="command",
+        generation=3,
+        lease_epoch=1,
+        ended_at=T0 + timedelta(seconds=7),
+        exit_status=2,
+        error="exit status 2: ValueError: bad input",
+        stdout_tail="reading input\nstep 3 of 4",
+        stderr_tail="Traceback (most recent call last):\nValueError: bad input",
+    )
+    done = AttemptFactory(
+        work=work, number=2, state="succeeded", lease_epoch=2, result={"summary": "ok", "n": 2}
+    )
+    running = AttemptFactory(
+        work=work,
+        number=3,
+        lease_epoch=3,
+        lease_until=T0 + timedelta(seconds=30),
+        lease_owner="host-a:4242:ab12cd34",
+        pid=5151,
+    )
+    body = page(console, work)
+
+    first = row(body, f"attempt-{failed.pk}")
+    assert "badge-failed" in first and "agent" in first and "(command)" in first and ">3<" in first
+    assert "epoch 1" in first and "until" not in first  # an ended attempt's lease is over
+    assert "12:00:00 – 12:00:07" in first and "exit status 2" in first
+    assert '<details class="attempt-error"><summary>error: exit status 2: ValueError: bad input' in first
+    output = re.search(r'<details class="attempt-output">(.*?)</details>', first, re.S).group(1)
+    assert "step 3 of 4" in output and "Traceback (most recent call last):" in output
+
+    second = row(body, f"attempt-{done.pk}")
+    assert "badge-succeeded" in second
+    assert "result <code>{&quot;n&quot;: 2, &quot;summary&quot;: &quot;ok&quot;}</code>" in second
+
+    third = row(body, f"attempt-{running.pk}")
+    assert "badge-running" in third and "epoch 3, until 12:00:30 UTC" in third
+    assert "host-a:4242:ab12cd34 pid 5151" in third
+    # Newest first.
+    attempts = section(body, "work-attempts")
+    assert [int(pk) for pk in re.findall(r'<tr id="attempt-(\d+)">', attempts)] == [
+        running.pk,
+        done.pk,
+        failed.pk,
+    ]
+
+
+def test_i8p9_work_page_shows_waits_timers_intents_and_children(console):
+    work = WorkFactory(status="waiting")
+    attempt = AttemptFactory(work=work, number=1, state="waiting", lease_epoch=4)
+    woke = EventFactory(type="approval.given")
+    blocked_by = EventFactory(type="approval.again")
+    old = WaitFactory(work=work, attempt=attempt, name="first", state="woken", woken_by=woke)
+    wait = WaitFactory(
+        work=work,
+        attempt=attempt,
+        name="approval",
+        match={"type": "approval.*", "keys": ["pr:acme/web#1"]},
+        timeout_at=T0 + timedelta(hours=1),
+        blocked_reason="depth_exceeded",
+        blocked_event=blocked_by,
+    )
+    fired = EventFactory(type="reminder.due")
+    timer = TimerFactory(work=work, type="reminder.due", state="fired", fired_event=fired)
+    pending_timer = TimerFactory(work=work, type="deadline", due_at=T0 + timedelta(days=1))
+    injected = EventFactory(type="chat.message")
+    intent = IntentFactory(attempt=attempt, event=injected, state="confirmed", confirmed_at=T0)
+    child = WorkFactory(parent=work, status="ready", parked_at=T0)
+    body = page(console, work)
+
+    assert "woken" in row(body, f"wait-{old.pk}") and f"#{woke.seq}" in row(body, f"wait-{old.pk}")
+    waiting = row(body, f"wait-{wait.pk}")
+    assert "approval" in waiting and "badge-active" in waiting
+    assert (
+        "{&quot;keys&quot;: [&quot;pr:acme/web#1&quot;], &quot;type&quot;: &quot;approval.*&quot;}" in waiting
+    )
+    assert "2026-01-05 13:00:00 UTC" in waiting
+    assert (
+        "depth_exceeded" in waiting and f'href="{reverse("event-detail", args=[blocked_by.seq])}"' in waiting
+    )
+
+    assert f'href="{reverse("event-detail", args=[fired.seq])}"' in row(body, f"timer-{timer.pk}")
+    assert "badge-pending" in row(body, f"timer-{pending_timer.pk}")
+    assert "2026-01-06 12:00:00 UTC" in row(body, f"timer-{pending_timer.pk}")
+
+    injected_row = row(body, f"intent-{intent.pk}")
+    assert "inject" in injected_row and "badge-confirmed" in injected_row and "chat.message" in injected_row
+    assert "1@4" in injected_row and "2026-01-05 12:00:00 UTC" in injected_row
+
+    children = section(body, "work-children")
+    assert f'href="{reverse("work-detail", args=[child.pk])}"' in children and "badge-parked" in children
+    why = re.search(r'<dd id="work-why"[^>]*>(.*?)</dd>', body, re.S).group(1)
+    assert "waiting on wait approval (blocked: depth_exceeded)" in why and f'href="#wait-{wait.pk}"' in why
+
+
+def test_i8p9_work_page_says_why_the_work_is_not_running(console, clock):
+    parked = WorkFactory(
+        failures=5, parked_at=T0, pending_run=True, last_error="attempt 5 failed: exit status 1"
+    )
+    AttemptFactory(work=parked, number=5, state="failed")
+    body = page(console, parked)
+    assert (
+        '<dd id="work-why" data-reason="parked">parked after 5 failures (attempt 5 failed: exit status 1)'
+        in body
+    )
+    assert 'badge-ready">ready</span> <span class="badge badge-parked">parked</span>' in body
+    assert "<dt>failures</dt><dd>5 in a row" in body
+
+    backing_off = WorkFactory(
+        failures=1,
+        pending_run=True,
+        retry_at=clock() + timedelta(seconds=2),
+        last_error="attempt 1 failed: boom",
+    )
+    AttemptFactory(work=backing_off, number=1, state="failed")
+    body = page(console, backing_off)
+    assert (
+        'data-reason="backing_off">backing off until 2026-01-05 12:00:02 UTC after 1 failure: attempt 1 failed: boom'
+        in body
+    )
+    clock.advance(seconds=3)
+    assert 'data-reason="claimable">ready to run (a retry' in page(console, backing_off)
+
+    held = WorkFactory()
+    event = EventFactory(work_id=held.pk)
+    body = page(console, held)
+    assert f"held by unrouted #{event.seq}" in body
+    assert f'<a href="{reverse("event-detail", args=[event.seq])}">see #{event.seq}</a>' in body
+
+
+def test_i8p9_engine_partial_answers_an_htmx_request_alone(console):
+    work = WorkFactory()
+    AttemptFactory(work=work, number=1, state="failed", error="only-in-the-engine")
+    response = console.get(
+        reverse("work-detail", args=[work.pk]), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="work-engine"
+    )
+    body = response.content.decode()
+    assert body.strip().startswith('<section id="work-engine">')
+    assert "only-in-the-engine" in body and "work-summary" not in body and "<html" not in body
+    assert "HX-Request" in response["Vary"]
+    assert "work-engine" in work_views.LIVE_PARTIALS
+
+
+def test_i8p9_engine_partial_query_count_is_independent_of_history(console, django_assert_max_num_queries):
+    work = WorkFactory(status="waiting")
+
+    def grow(n):
+        for _ in range(n):
+            attempt = AttemptFactory(work=work, state="failed", stdout_tail="x" * 100)
+            event = EventFactory()
+            WaitFactory(work=work, attempt=attempt, state="woken", woken_by=event)
+            TimerFactory(work=work)
+            IntentFactory(attempt=attempt, event=event, state="superseded")
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            response = console.get(
+                reverse("work-detail", args=[work.pk]), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="work-engine"
+            )
+        assert response.status_code == 200
+        return len(queries)
+
+    grow(3)
+    # Session and user (2), the Work (1), attempts, waits, timers, intents (1 each).
+    with django_assert_max_num_queries(7):
+        small = count()
+    grow(40)
+    assert count() == small
+    body = page(console, work)
+    assert len(re.findall(r'<tr id="attempt-', body)) == 20 and "Older attempts are not shown." in body
+
+
+# --- the Work list ------------------------------------------------------------------------------
+
+
+def test_i8p9_work_list_shows_parked_and_backing_off_work_and_filters_parked(console, clock):
+    parked = WorkFactory(parked_at=T0, failures=5, last_error="attempt 5 failed: boom")
+    backing_off = WorkFactory(failures=2, retry_at=clock() + timedelta(seconds=8))
+    retried = WorkFactory(failures=1, retry_at=clock() - timedelta(seconds=1))  # its backoff is over
+    running = WorkFactory(status="running")
+
+    body = console.get(reverse("work-list")).content.decode()
+    assert '<span class="badge badge-parked" title="attempt 5 failed: boom">parked</span>' in row(
+        body, f"work-{parked.pk}"
+    )
+    assert "backing off until 12:00:08 UTC (2 failures)" in row(body, f"work-{backing_off.pk}")
+    for quiet in (retried, running):
+        assert "parked" not in row(body, f"work-{quiet.pk}") and "backing off" not in row(
+            body, f"work-{quiet.pk}"
+        )
+
+    filtered = console.get(reverse("work-list"), {"status": "parked"}).content.decode()
+    assert [int(pk) for pk in re.findall(r'<tr id="work-(\d+)">', filtered)] == [parked.pk]
+    assert '<option value="parked" selected>parked</option>' in filtered
+
+
+# --- home ---------------------------------------------------------------------------------------
+
+
+def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num_queries):
+    WorkFactory.create_batch(3, status="running")
+    WorkFactory.create_batch(2, parked_at=T0, failures=5)
+    WorkFactory()
+    # Session and user (2), unrouted Events (1), Work by status and parked (1), the live
+    # generation (1).
+    with django_assert_max_num_queries(5):
+        body = console.get(reverse("console-home")).content.decode()
+    card = section(body, "work-engine-summary")
+    assert re.search(
+        r'status=running"><span class="badge badge-running">running</span></a><span class="num">3<', card
+    )
+    assert re.search(
+        r'status=parked"><span class="badge badge-parked">parked</span></a><span class="num">2<', card
+    )
+    WorkFactory.create_batch(20, parked_at=T0)
+    with django_assert_max_num_queries(5):
+        console.get(reverse("console-home"))
