@@ -68,6 +68,7 @@ BINDINGS = {
     "hands_over": {"executor": "python", "settings": {"target": "tests.worklife.targets:hands_over"}},
     "schedules": {"executor": "python", "settings": {"target": "tests.worklife.targets:schedules"}},
     "noop": {"executor": "python", "settings": {"target": "tests.worklife.targets:noop"}},
+    "brief": {"executor": "python", "settings": {"target": "tests.worklife.targets:brief"}},
     "cmd": {
         "executor": "command",
         "settings": {"argv": [sys.executable, "-c", COMMAND], "interrupt_grace": 1},

@@ -71,3 +71,9 @@ def schedules(run):
     timer = run.schedule(0.2, "t.tick", {"n": 1})
     came = run.wait(type="t.tick", timeout=30, name="tick")
     return {"timer": timer, "came": came["seq"] if came else None}
+
+
+def brief(run):
+    """A short piece of work (so that a kill often lands while it runs)."""
+    time.sleep(0.05)
+    return {"seen": [item["seq"] for item in run.inputs]}
