@@ -14,6 +14,7 @@ from causal.models import Event
 if TYPE_CHECKING:
     from routing.models import RouteRecord
     from routing.selectors import EventRoute, RouteFailure
+    from worklife.models import Attempt, Work
 
 
 def timestamp(value: datetime | None) -> str | None:
@@ -129,4 +130,51 @@ def event_route_json(item: EventRoute) -> dict[str, Any]:
         "waiting_on": event.waiting_on_id,
         "retry_at": timestamp(event.retry_at),
         "failure": failure_json(item.failure) if item.failure is not None else None,
+    }
+
+
+def work_json(work: Work) -> dict[str, Any]:
+    """A Work: its scope, status and bindings (started on, retry, last rebind), its links (by
+    id; the trigger by its Event's seq) and the scheduler's view (failures, backoff, parking)."""
+    return {
+        "id": work.pk,
+        "scope": work.scope,
+        "status": work.status,
+        "binding": work.binding,
+        "retry_binding": work.retry_binding,
+        "rebind_binding": work.rebind_binding,
+        "rebind_after_attempt": work.rebind_after_attempt,
+        "parent_id": work.parent_id,
+        "predecessor_id": work.predecessor_id,
+        "trigger_seq": work.trigger_id,
+        "version": work.version,
+        "created_at": timestamp(work.created_at),
+        "created_by": work.created_by,
+        "updated_at": timestamp(work.updated_at),
+        "ended_at": timestamp(work.ended_at),
+        "failures": work.failures,
+        "pending_run": work.pending_run,
+        "retry_at": timestamp(work.retry_at),
+        "parked_at": timestamp(work.parked_at),
+        "last_error": work.last_error,
+    }
+
+
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    """An attempt of a Work: its number, pinned configuration, lease and how it ended."""
+    return {
+        "id": attempt.pk,
+        "number": attempt.number,
+        "state": attempt.state,
+        "binding": attempt.binding,
+        "executor": attempt.executor,
+        "generation": attempt.generation,
+        "capabilities": list(attempt.capabilities or []),
+        "lease_epoch": attempt.lease_epoch,
+        "lease_until": timestamp(attempt.lease_until),
+        "trigger_seq": attempt.trigger_id,
+        "started_at": timestamp(attempt.started_at),
+        "ended_at": timestamp(attempt.ended_at),
+        "exit_status": attempt.exit_status,
+        "error": attempt.error,
     }

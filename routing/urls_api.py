@@ -6,7 +6,7 @@ Every route here is an :func:`routing.api_auth.api_view` and is described in
 
 from django.urls import path
 
-from routing import api, api_controls
+from routing import api, api_controls, api_work
 
 urlpatterns = [
     path("events", api.events_accept, name="api-events"),
@@ -16,5 +16,11 @@ urlpatterns = [
     path("doctor", api_controls.doctor_report, name="api-doctor"),
     path("events/<int:seq>/route", api.event_route, name="api-event-route"),
     path("trace", api.trace_event, name="api-trace"),
+    path("work", api_work.work_collection, name="api-work"),
+    path("work/<int:work_id>", api_work.work_detail, name="api-work-detail"),
+    path("work/<int:work_id>/cancel", api_work.work_cancel, name="api-work-cancel"),
+    path("work/<int:work_id>/retry", api_work.work_retry, name="api-work-retry"),
+    path("work/<int:work_id>/send", api_work.work_send, name="api-work-send"),
+    path("work/<int:work_id>/rebind", api_work.work_rebind, name="api-work-rebind"),
     path("openapi.json", api.openapi_json, name="api-openapi"),
 ]

@@ -2,7 +2,19 @@
 
 from django.urls import path
 
-from routing.views import auth, causal, config, controls, dead_letters, doctor, events, home, trace, work
+from routing.views import (
+    auth,
+    causal,
+    config,
+    controls,
+    dead_letters,
+    doctor,
+    events,
+    home,
+    trace,
+    work,
+    work_controls,
+)
 
 urlpatterns = [
     path("", home.home, name="console-home"),
@@ -17,6 +29,11 @@ urlpatterns = [
     path("doctor/", doctor.doctor_page, name="doctor"),
     path("work/", work.work_list, name="work-list"),
     path("work/<int:work_id>/", work.work_detail, name="work-detail"),
+    path("work/new/", work_controls.work_create, name="work-create"),
+    path("work/<int:work_id>/cancel/", work_controls.work_cancel, name="work-cancel"),
+    path("work/<int:work_id>/retry/", work_controls.work_retry, name="work-retry"),
+    path("work/<int:work_id>/send/", work_controls.work_send, name="work-send"),
+    path("work/<int:work_id>/rebind/", work_controls.work_rebind, name="work-rebind"),
     path("config/", config.config_list, name="config-list"),
     path("trace/", trace.trace_page, name="trace"),
     path("causal/<int:seq>/", causal.causal_root, name="causal-root"),

@@ -1,8 +1,9 @@
 """The Work lifecycle: complete, cancel, child and successor Work (R47–R50), and the Work an
 operator opens or rebinds.
 
-Each operation is one transaction (an ``_in_tx`` one runs in its caller's). Child and successor Work are published together with a
-causally linked ``core.work.created`` Event that goes through the causal limits (R50, R51).
+Each operation is one transaction (an ``_in_tx`` one runs in its caller's). Child and successor
+Work are published together with a causally linked ``core.work.created`` Event that goes through
+the causal limits (R50, R51).
 """
 
 from __future__ import annotations

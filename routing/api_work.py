@@ -1,0 +1,183 @@
+"""JSON API endpoints of Work and its operator controls (token-authenticated, see
+``routing.api_auth``): ``GET /api/work`` (list), ``POST /api/work`` (create),
+``GET /api/work/{id}`` and ``POST /api/work/{id}/cancel|retry|send|rebind``.
+
+Each control needs its own permission (``worklife.cancel_work``, ``worklife.retry_work``,
+``worklife.send_input``, ``worklife.create_work``, ``worklife.rebind_work``): 403 without it,
+before the body is read. A control the Work's state or the live configuration refuses is a 409
+naming why, an unknown Work a 404 and malformed input a 400 naming the field; nothing is stored
+then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
+
+from causal.clock import Clock, system_clock
+from causal.selectors import PAGE_SIZE
+from routing import work_controls
+from routing.api_auth import ApiError, api_view, request_json
+from routing.serializers import attempt_json, work_json
+from routing.work_controls import WorkControl, WorkControlInvalid, WorkControlRefused
+from worklife.models import Work
+from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page
+
+# The trusted clock the endpoints use (tests inject a fake one).
+clock: Clock = system_clock
+
+CONTROL_ERRORS = {WorkControlRefused: (409, "refused"), WorkControlInvalid: (400, "invalid_input")}
+MAX_LIST_LIMIT = 200
+# The fields each control's body may hold (anything else is refused, naming it).
+SEND_FIELDS = frozenset({"type", "data", "subject"})
+CREATE_FIELDS = frozenset({"scope", "binding", "input"})
+REBIND_FIELDS = frozenset({"binding"})
+
+
+def require_permission(request: HttpRequest, action: WorkControl) -> None:
+    """Refuse (403) a user who lacks the permission of the control ``action``."""
+    permission = work_controls.PERMISSIONS[action]
+    if not request.user.has_perm(permission):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"user {request.user.get_username()!r} lacks the permission {permission} needed to "
+            f"{action.value.replace('_', ' ')}",
+        )
+
+
+@api_view(["GET", "POST"], errors=CONTROL_ERRORS)
+def work_collection(request: HttpRequest) -> JsonResponse:
+    """``GET``: Work newest first, filtered by ``scope`` and ``status``, paged by ``before``
+    (``limit`` a page). ``POST``: create a Work with its first input (201)."""
+    if request.method == "POST":
+        return _create(request)
+    filters, before, limit = _list_query(request)
+    page = work_page(filters, before=before, limit=limit)
+    return JsonResponse({"work": [work_json(work) for work in page], "next_before": page.next_cursor})
+
+
+@api_view(["GET"])
+def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
+    """One Work with its attempts (newest first, at most 50) and its owned keys (at most 100)."""
+    work = _work(work_id)
+    attempts = work_attempts(work.pk)
+    keys = work_keys(work.pk)
+    return JsonResponse(
+        {
+            **work_json(work),
+            "attempts": [attempt_json(attempt) for attempt in attempts],
+            "more_attempts": attempts.has_next,
+            "keys": [key.key for key in keys],
+            "more_keys": keys.has_next,
+        }
+    )
+
+
+@api_view(["POST"], errors=CONTROL_ERRORS)
+def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
+    """Cancel the Work (R48); its work loop stops a running attempt's process. No body."""
+    require_permission(request, WorkControl.CANCEL)
+    result = work_controls.work_cancel(work_id=work_id, user=request.user, clock=clock)
+    return JsonResponse(result.as_dict())
+
+
+@api_view(["POST"], errors=CONTROL_ERRORS)
+def work_retry(request: HttpRequest, work_id: int) -> JsonResponse:
+    """Run a parked or backing-off Work again at once. No body."""
+    require_permission(request, WorkControl.RETRY)
+    result = work_controls.work_retry(work_id=work_id, user=request.user, clock=clock)
+    return JsonResponse(result.as_dict())
+
+
+@api_view(["POST"], errors=CONTROL_ERRORS)
+def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
+    """Send operator input to the Work: ``{"type", "data"?, "subject"?}`` accepted as an
+    addressed operator Event (R30)."""
+    require_permission(request, WorkControl.SEND)
+    body = _body(request, SEND_FIELDS)
+    result = work_controls.work_input_send(
+        work_id=work_id,
+        event_type=body.get("type"),
+        data=body.get("data"),
+        subject=body.get("subject", ""),
+        user=request.user,
+        clock=clock,
+    )
+    return JsonResponse(result.as_dict())
+
+
+@api_view(["POST"], errors=CONTROL_ERRORS)
+def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
+    """Make ``{"binding"}`` (a binding of the Work's scope in the live configuration) the one
+    the Work runs on next."""
+    require_permission(request, WorkControl.REBIND)
+    body = _body(request, REBIND_FIELDS)
+    result = work_controls.work_rebind(
+        work_id=work_id, binding=body.get("binding"), user=request.user, clock=clock
+    )
+    return JsonResponse(result.as_dict())
+
+
+def _create(request: HttpRequest) -> JsonResponse:
+    require_permission(request, WorkControl.CREATE)
+    body = _body(request, CREATE_FIELDS)
+    first = body.get("input")
+    if not isinstance(first, dict):
+        raise WorkControlInvalid("input", "the first input is required: an object with 'type' (and 'data')")
+    unknown = sorted(set(first) - SEND_FIELDS)
+    if unknown:
+        raise WorkControlInvalid(
+            f"input.{unknown[0]}", "unknown field: the input takes type, data and subject"
+        )
+    result = work_controls.work_create(
+        scope=body.get("scope"),
+        binding=body.get("binding"),
+        event_type=first.get("type"),
+        data=first.get("data"),
+        subject=first.get("subject", ""),
+        user=request.user,
+        clock=clock,
+    )
+    response = JsonResponse(result.as_dict(), status=201)
+    response["Location"] = reverse("api-work-detail", args=[result.work_id])
+    return response
+
+
+def _body(request: HttpRequest, fields: frozenset[str]) -> dict[str, Any]:
+    body = request_json(request)
+    if not isinstance(body, dict):
+        raise WorkControlInvalid(None, "the body must be a JSON object")
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise WorkControlInvalid(unknown[0], f"unknown field: this control takes {', '.join(sorted(fields))}")
+    return body
+
+
+def _list_query(request: HttpRequest) -> tuple[WorkFilter, int | None, int]:
+    try:
+        filters = WorkFilter(scope=request.GET.get("scope", ""), status=request.GET.get("status", ""))
+    except ValueError as exc:
+        raise WorkControlInvalid("status", str(exc).removeprefix("status: ")) from None
+    before = _int_param(request, "before", minimum=1)
+    limit = _int_param(request, "limit", minimum=1, maximum=MAX_LIST_LIMIT)
+    return filters, before, limit if limit is not None else PAGE_SIZE
+
+
+def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    raw = request.GET.get(name, "")
+    if raw == "":
+        return None
+    if not raw.isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
+        upper = f" to {maximum}" if maximum is not None else " or more"
+        raise WorkControlInvalid(name, f"expected an integer {minimum}{upper}, got {raw!r}")
+    return int(raw)
+
+
+def _work(work_id: int) -> Work:
+    try:
+        return work_get(work_id)
+    except Work.DoesNotExist:
+        raise ApiError(404, "not_found", f"no Work has id {work_id}") from None

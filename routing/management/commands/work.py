@@ -1,0 +1,454 @@
+"""``manage.py work SUBCOMMAND``: Work and its operator controls from the command line.
+
+``list`` and ``get`` read Work; ``cancel``, ``retry``, ``send``, ``create`` and ``rebind`` are the
+operator controls of ``routing.work_controls``. The CLI is trusted operator access on the host:
+whoever can run ``manage.py`` can already change the database, so no permission is checked.
+``--as USER`` (an existing active user) is recorded as the actor, else ``cli``. A refused
+control exits non-zero with the reason, and nothing is stored.
+
+Each subcommand is a :class:`Subcommand` in ``SUBCOMMANDS``: a function that adds its arguments
+(with help text on every one) and a function that runs it; ``run`` stays thin: parse, call one
+service or selector, print, and raise ``CommandError`` for refused input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from causal.clock import system_clock
+from causal.selectors import PAGE_SIZE
+from routing import work_controls
+from routing.management.controls import CLI_ACTOR, cli_actor
+from routing.serializers import attempt_json, timestamp, work_json
+from routing.work_controls import WorkControlInvalid, WorkControlRefused, WorkControlResult
+from worklife.models import Work, WorkStatus
+from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page
+
+MAX_LIST_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """One ``work`` subcommand: its help, how it adds its arguments and how it runs."""
+
+    help: str
+    add_arguments: Callable[[CommandParser], None]
+    run: Callable[[BaseCommand, dict[str, Any]], None]
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer (a Work id)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _work_id_argument(parser: CommandParser, what: str) -> None:
+    parser.add_argument("work_id", metavar="ID", type=positive_int, help=f"The id of the Work to {what}.")
+
+
+def _actor_argument(parser: CommandParser) -> None:
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        default=None,
+        help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
+        "is trusted host access: no permission is checked.",
+    )
+
+
+def _json_argument(parser: CommandParser, what: str) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"Print {what} as JSON (as the API answers) and errors as a JSON object on standard output.",
+    )
+
+
+def _input_arguments(parser: CommandParser) -> None:
+    parser.add_argument(
+        "--type",
+        dest="event_type",
+        required=True,
+        metavar="TYPE",
+        help="The input's Event type, the operator's own (core.* is reserved), e.g. 'operator.note'.",
+    )
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument(
+        "--data",
+        default=None,
+        metavar="JSON",
+        help='The input\'s data, a JSON value (e.g. \'{"text": "look again"}\'); none by default.',
+    )
+    data.add_argument(
+        "--data-file",
+        default=None,
+        metavar="FILE",
+        help="Read the input's data (a JSON value) from FILE; '-' reads standard input.",
+    )
+    parser.add_argument("--subject", default="", metavar="TEXT", help="The input's subject (optional).")
+
+
+# --- list, get --------------------------------------------------------------------------------
+
+
+def list_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work list``."""
+    parser.add_argument("--scope", default="", metavar="PATH", help="Only Work of this scope (exact path).")
+    parser.add_argument(
+        "--status",
+        default="",
+        metavar="STATUS",
+        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked' where the Work "
+        "list offers it.",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=PAGE_SIZE,
+        metavar="N",
+        help=f"How many Work to print (1 to {MAX_LIST_LIMIT}; default {PAGE_SIZE}).",
+    )
+    parser.add_argument(
+        "--before",
+        type=positive_int,
+        default=None,
+        metavar="ID",
+        help="Continue a listing below this Work id (the one a previous page printed as next).",
+    )
+    _json_argument(parser, "the page ({'work': [...], 'next_before': ID or null})")
+
+
+def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Print a page of Work, newest first, filtered by scope and status."""
+    limit = options["limit"]
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        _refuse(command, options, "invalid_input", f"--limit: expected 1 to {MAX_LIST_LIMIT}, got {limit}")
+    try:
+        filters = WorkFilter(scope=options["scope"], status=options["status"])
+    except ValueError as exc:
+        _refuse(command, options, "invalid_input", f"--{exc}")
+    page = work_page(filters, before=options["before"], limit=limit)
+    if options["json"]:
+        payload = {"work": [work_json(work) for work in page], "next_before": page.next_cursor}
+        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        return
+    lines = [work_line(work) for work in page] or ["No Work matches."]
+    if page.has_next:
+        lines.append(f"More: add --before {page.next_cursor} for the next page.")
+    command.stdout.write("\n".join(lines))
+
+
+def get_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work get``."""
+    _work_id_argument(parser, "print")
+    _json_argument(parser, "the Work with its attempts and keys")
+
+
+def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Print one Work: its state, bindings, scheduler's view, attempts and keys."""
+    try:
+        work = work_get(options["work_id"])
+    except Work.DoesNotExist:
+        _refuse(command, options, "not_found", f"ID: no Work has id {options['work_id']}")
+    attempts = work_attempts(work.pk)
+    keys = work_keys(work.pk)
+    if options["json"]:
+        payload = {
+            **work_json(work),
+            "attempts": [attempt_json(attempt) for attempt in attempts],
+            "more_attempts": attempts.has_next,
+            "keys": [key.key for key in keys],
+            "more_keys": keys.has_next,
+        }
+        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        return
+    lines = [work_line(work)]
+    if work.retry_binding or work.rebind_binding:
+        lines.append(
+            f"  rebound: {work.rebind_binding or '-'} after attempt {work.rebind_after_attempt or 0}"
+            + (f", retry on {work.retry_binding}" if work.retry_binding else "")
+        )
+    if work.parked_at:
+        lines.append(f"  parked since {timestamp(work.parked_at)} after {work.failures} failures")
+    elif work.retry_at:
+        lines.append(f"  backing off until {timestamp(work.retry_at)} ({work.failures} failures)")
+    if work.last_error:
+        lines.append(f"  last error: {work.last_error}")
+    if work.trigger_id:
+        lines.append(f"  trigger: #{work.trigger_id}")
+    lines.extend(
+        f"  attempt {a.number}: {a.state} on {a.binding}"
+        + (f" ({a.executor})" if a.executor else "")
+        + f", started {timestamp(a.started_at)}"
+        for a in attempts
+    )
+    lines.extend(f"  key: {key.key}" for key in keys)
+    command.stdout.write("\n".join(lines))
+
+
+def work_line(work: Work) -> str:
+    """A Work on one line: id, status, scope, binding, created."""
+    by = f" by {work.created_by}" if work.created_by else ""
+    return (
+        f"Work {work.pk}  {work.status}  scope {work.scope}  binding {work.binding or '-'}  "
+        f"created {timestamp(work.created_at)}{by}"
+    )
+
+
+# --- the controls -----------------------------------------------------------------------------
+
+
+def cancel_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work cancel``."""
+    _work_id_argument(parser, "cancel")
+    _actor_argument(parser)
+    _json_argument(parser, "the result")
+
+
+def retry_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work retry``."""
+    _work_id_argument(parser, "retry")
+    _actor_argument(parser)
+    _json_argument(parser, "the result")
+
+
+def send_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work send``."""
+    _work_id_argument(parser, "send the input to")
+    _input_arguments(parser)
+    _actor_argument(parser)
+    _json_argument(parser, "the result")
+
+
+def create_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work create``."""
+    parser.add_argument(
+        "--scope",
+        required=True,
+        metavar="PATH",
+        help="The scope of the new Work (in the live configuration).",
+    )
+    parser.add_argument(
+        "--binding",
+        required=True,
+        metavar="NAME",
+        help="The binding the Work runs on (visible in the scope in the live configuration).",
+    )
+    _input_arguments(parser)
+    _actor_argument(parser)
+    _json_argument(parser, "the result")
+
+
+def rebind_arguments(parser: CommandParser) -> None:
+    """Arguments of ``work rebind``."""
+    _work_id_argument(parser, "rebind")
+    parser.add_argument(
+        "binding",
+        metavar="BINDING",
+        help="The binding the Work's next attempt runs on (visible in its scope in the live configuration).",
+    )
+    _actor_argument(parser)
+    _json_argument(parser, "the result")
+
+
+def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Cancel a Work: its attempts, waits, timers and queue end with it; its work loop stops a
+    running attempt's process."""
+    _control(
+        command,
+        options,
+        lambda actor: work_controls.work_cancel(work_id=options["work_id"], user=actor, clock=system_clock),
+    )
+
+
+def retry_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Run a parked or backing-off Work again at once."""
+    _control(
+        command,
+        options,
+        lambda actor: work_controls.work_retry(work_id=options["work_id"], user=actor, clock=system_clock),
+    )
+
+
+def send_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Send operator input to a Work (an addressed operator Event, R30)."""
+    data = _data(command, options)
+    _control(
+        command,
+        options,
+        lambda actor: work_controls.work_input_send(
+            work_id=options["work_id"],
+            event_type=options["event_type"],
+            data=data,
+            subject=options["subject"],
+            user=actor,
+            clock=system_clock,
+        ),
+    )
+
+
+def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Create a Work in a scope on a binding, with its first input."""
+    data = _data(command, options)
+    _control(
+        command,
+        options,
+        lambda actor: work_controls.work_create(
+            scope=options["scope"],
+            binding=options["binding"],
+            event_type=options["event_type"],
+            data=data,
+            subject=options["subject"],
+            user=actor,
+            clock=system_clock,
+        ),
+    )
+
+
+def rebind_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Make another binding of the Work's scope the one its next attempt runs on."""
+    _control(
+        command,
+        options,
+        lambda actor: work_controls.work_rebind(
+            work_id=options["work_id"], binding=options["binding"], user=actor, clock=system_clock
+        ),
+    )
+
+
+# Command-line names of the services' fields, for error messages.
+OPTION_NAMES = {
+    "type": "--type",
+    "input.type": "--type",
+    "data": "--data",
+    "input.data": "--data",
+    "subject": "--subject",
+    "input.subject": "--subject",
+    "scope": "--scope",
+    "binding": "--binding",
+}
+
+
+def _control(command: BaseCommand, options: dict[str, Any], call: Callable[[str], WorkControlResult]) -> None:
+    actor = cli_actor(options["as_user"])
+    try:
+        result = call(actor)
+    except WorkControlRefused as refused:
+        _refuse(command, options, refused.code.value, refused.message, body=refused.details())
+    except WorkControlInvalid as invalid:
+        where = OPTION_NAMES.get(invalid.field or "", invalid.field or "")
+        _refuse(command, options, invalid.code, f"{where}: {invalid.message}", body=invalid.details())
+    except Work.DoesNotExist:
+        _refuse(command, options, "not_found", f"ID: no Work has id {options.get('work_id')}")
+    if options["json"]:
+        command.stdout.write(json.dumps(result.as_dict(), ensure_ascii=False))
+    else:
+        command.stdout.write(result.message)
+
+
+def _data(command: BaseCommand, options: dict[str, Any]) -> Any:
+    """The input's data: ``--data`` or ``--data-file`` parsed as JSON (``None`` without)."""
+    if options["data_file"] is not None:
+        name = options["data_file"]
+        try:
+            text = (
+                (options.get("stdin") or sys.stdin).read() if name == "-" else Path(name).read_text("utf-8")
+            )
+        except OSError as exc:
+            _refuse(
+                command, options, "invalid_input", f"--data-file: cannot read {name}: {exc.strerror or exc}"
+            )
+        option = "--data-file"
+    elif options["data"] is not None:
+        text, option = options["data"], "--data"
+    else:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        _refuse(command, options, "invalid_input", f"{option}: invalid JSON: {exc}")
+
+
+def _refuse(
+    command: BaseCommand, options: dict[str, Any], code: str, message: str, *, body: dict | None = None
+) -> NoReturn:
+    if options.get("json"):
+        command.stdout.write(json.dumps(body or {"error": code, "message": message}, ensure_ascii=False))
+    raise CommandError(f"refused, nothing was changed: {message}")
+
+
+# --- dispatch -------------------------------------------------------------------------------
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "list": Subcommand(
+        help="List Work newest first, filtered by scope and status.",
+        add_arguments=list_arguments,
+        run=list_run,
+    ),
+    "get": Subcommand(
+        help="Print a Work: status, bindings, backoff or parking, attempts and keys.",
+        add_arguments=get_arguments,
+        run=get_run,
+    ),
+    "cancel": Subcommand(
+        help="Cancel a Work (R48): its attempts, waits, timers and queue end with it; its work loop stops a "
+        "running attempt's process (trusted: no permission is checked; --as names the actor).",
+        add_arguments=cancel_arguments,
+        run=cancel_run,
+    ),
+    "retry": Subcommand(
+        help="Run a parked or backing-off Work again at once with a fresh attempt budget (trusted: no "
+        "permission is checked; --as names the actor).",
+        add_arguments=retry_arguments,
+        run=retry_run,
+    ),
+    "send": Subcommand(
+        help="Send operator input to a Work: an addressed operator Event the router queues on the binding "
+        "the Work runs on next (R30) (trusted: no permission is checked; --as names the actor).",
+        add_arguments=send_arguments,
+        run=send_run,
+    ),
+    "create": Subcommand(
+        help="Create a Work in a scope on a binding with its first input; it runs once the router queues "
+        "the input (trusted: no permission is checked; --as names the actor).",
+        add_arguments=create_arguments,
+        run=create_run,
+    ),
+    "rebind": Subcommand(
+        help="Make another binding of the Work's scope the one its next attempt runs on (trusted: no "
+        "permission is checked; --as names the actor).",
+        add_arguments=rebind_arguments,
+        run=rebind_run,
+    ),
+}
+
+
+class Command(BaseCommand):
+    help = "Work and its operator controls: " + ", ".join(SUBCOMMANDS) + ". See 'work SUBCOMMAND --help'."
+    # call_command("work", "send", "3", "--type", "t", "--data-file", "-", stdin=io.StringIO(...)).
+    stealth_options = ("stdin",)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        subparsers = parser.add_subparsers(
+            dest="subcommand", metavar="SUBCOMMAND", required=True, help="What to do with Work."
+        )
+        for name, subcommand in SUBCOMMANDS.items():
+            subparser = subparsers.add_parser(name, help=subcommand.help, description=subcommand.help)
+            subcommand.add_arguments(subparser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        SUBCOMMANDS[options["subcommand"]].run(self, options)
