@@ -9,7 +9,7 @@ refuses it when the executor behind the same binding name changed since.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,11 +21,19 @@ from routing.models import Generation
 from routing.router import read_work_views
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.models import Attempt
-from worklife.services import WorkError, attempt_start
+from worklife.services import AttemptSpec, WorkError, attempt_start, attempts_start_in_tx
 
 
 class DispatchRefused(WorkError):
     """The attempt cannot be dispatched; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """An attempt started for a scheduler, with its binding's executor settings."""
+
+    attempt: Attempt
+    settings: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,15 @@ class ConfigurationCache:
     def __init__(self, size: int = 8) -> None:
         self._size = size
         self._by_id: dict[int, Configuration] = {}
+        self._generations: dict[int, Generation] = {}
+
+    def generation(self, number: int) -> Generation:
+        """The generation numbered ``number`` (applied generations never change)."""
+        found = self._generations.get(number)
+        if found is None:
+            found = find_generation(str(number))
+            self._generations[number] = found
+        return found
 
     def get(self, generation: Generation) -> Configuration:
         configuration = self._by_id.get(generation.pk)
@@ -106,7 +123,8 @@ class ConfigurationCache:
 
 def binding_settings(attempt: Attempt, configurations: ConfigurationCache | None = None) -> dict[str, Any]:
     """The executor settings of the attempt's binding in its pinned generation (plain JSON)."""
-    configuration = (configurations or ConfigurationCache()).get(find_generation(str(attempt.generation)))
+    cache = configurations or ConfigurationCache()
+    configuration = cache.get(cache.generation(attempt.generation))
     scope = configuration.scope(attempt.work.scope)
     binding = scope.bindings.get(attempt.binding) if scope is not None else None
     return _thaw(binding.settings) if binding is not None else {}
@@ -122,9 +140,9 @@ def _thaw(value: Any) -> Any:
 
 def dispatch_check(attempt: Attempt, configurations: ConfigurationCache | None = None) -> DispatchCheck:
     """Validate a dispatch of ``attempt`` against its pinned generation and executor."""
-    generation = find_generation(str(attempt.generation))
+    cache = configurations or ConfigurationCache()
     work_scope = attempt.work.scope
-    scope = (configurations or ConfigurationCache()).get(generation).scope(work_scope)
+    scope = cache.get(cache.generation(attempt.generation)).scope(work_scope)
     binding = scope.bindings.get(attempt.binding) if scope is not None else None
     if binding is None:
         return DispatchCheck(
@@ -152,27 +170,60 @@ def dispatch_check(attempt: Attempt, configurations: ConfigurationCache | None =
 
 
 class RoutingDispatcher:
-    """The dispatcher ``work_loop`` gives its runner (``worklife.runner.Dispatcher``): dispatch
-    pinned to the live generation, checked against the pinned one, settings from it."""
+    """The dispatcher ``work_loop`` gives its runner (``worklife.runner.Dispatcher``): attempts
+    pinned to the live generation and checked against the pinned one (R36), several Work in
+    a fixed number of statements, with their executor settings."""
 
     def __init__(self) -> None:
         self.configurations = ConfigurationCache()
 
-    def dispatch_in_tx(
-        self, *, work_id: int, clock: Clock, lease_until: datetime, lease_owner: str
-    ) -> Attempt:
-        return attempt_dispatch(
-            work_id=work_id,
-            clock=clock,
-            lease_until=lease_until,
-            lease_owner=lease_owner,
-            configurations=self.configurations,
-            runnable=True,
+    def dispatch_many_in_tx(
+        self, *, work_ids: Sequence[int], clock: Clock, lease_until: datetime, lease_owner: str
+    ) -> dict[int, Dispatched | WorkError]:
+        results: dict[int, Dispatched | WorkError] = {}
+        generation = live_generation()
+        if generation is None:
+            return {work_id: DispatchRefused("no configuration has been applied") for work_id in work_ids}
+        configuration = self.configurations.get(generation)
+        views = read_work_views(work_ids)
+        specs = []
+        for work_id in work_ids:
+            work = views.get(work_id)
+            if work is None:
+                results[work_id] = DispatchRefused(f"Work {work_id} does not exist")
+                continue
+            name = addressed_binding(work)
+            scope = configuration.scope(work.scope)
+            effective = scope.bindings.get(name) if scope is not None else None
+            if effective is None:
+                results[work_id] = DispatchRefused(
+                    f"binding {name!r} is not in scope {work.scope} (generation {generation.number})"
+                )
+            elif effective.problem:
+                results[work_id] = DispatchRefused(f"binding {name!r}: {effective.problem}")
+            elif not effective.executor:
+                results[work_id] = QueueOnly(f"binding {name!r} is queue-only: its input waits in the queue")
+            else:
+                specs.append(
+                    AttemptSpec(
+                        work_id=work_id,
+                        binding=name,
+                        executor=effective.executor,
+                        generation=generation.number,
+                        capabilities=effective.capabilities,
+                        executor_path=registered_executors().get(effective.executor, ""),
+                    )
+                )
+        started = attempts_start_in_tx(
+            specs=specs, now=clock(), lease_until=lease_until, lease_owner=lease_owner
         )
-
-    def check(self, attempt: Attempt) -> tuple[bool, str]:
-        result = dispatch_check(attempt, self.configurations)
-        return result.ok, result.reason
-
-    def settings(self, attempt: Attempt) -> dict[str, Any]:
-        return binding_settings(attempt, self.configurations)
+        for work_id, attempt in started.items():
+            if isinstance(attempt, WorkError):
+                results[work_id] = attempt
+                continue
+            check = dispatch_check(attempt, self.configurations)
+            if not check.ok:
+                results[work_id] = DispatchRefused(f"dispatch refused: {check.reason}")
+            else:
+                results[work_id] = Dispatched(attempt, binding_settings(attempt, self.configurations))
+        return results

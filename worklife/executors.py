@@ -483,7 +483,7 @@ class PythonExecutor(Executor):
     ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
     """
 
-    IDLE_WORKERS = 4
+    IDLE_WORKERS = 16
 
     def __init__(self) -> None:
         self._idle: list[_Worker] = []

@@ -36,7 +36,15 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.services import WorkError, WorkTerminal, _current_attempt_in_tx, attempt_end_in_tx
+from worklife.services import (
+    WorkError,
+    WorkTerminal,
+    _current_attempt_in_tx,
+    attempt_end_in_tx,
+    attempts_end_in_tx,
+    attempts_output_in_tx,
+    check_authority,
+)
 
 WORK_CREATED = "core.work.created"
 CORE_SOURCE = "core.worklife"
@@ -55,54 +63,127 @@ class Created:
 def unrouted_input_for(work_id: int) -> list[int]:
     """Seqs of accepted, still unrouted Events whose explicit targets name this Work: its id,
     one of its attempts, or a key it owns."""
-    owned = CorrelationKey.objects.filter(work_id=work_id)
-    attempts = Attempt.objects.filter(work_id=work_id).values("pk")
-    by_key = EventKey.objects.filter(
-        event__route_state=RouteState.UNROUTED,
-        scope__in=owned.values("scope"),
-        key__in=owned.values("key"),
-    ).values_list("event_id", "scope", "key")
-    owned_pairs = set(owned.values_list("scope", "key"))
-    seqs = {seq for seq, scope, key in by_key if (scope, key) in owned_pairs}
-    seqs.update(
+    return unrouted_inputs_for([work_id]).get(work_id, [])
+
+
+def unrouted_inputs_for(work_ids: Sequence[int]) -> dict[int, list[int]]:
+    """:func:`unrouted_input_for` for several Work at once (three queries), by Work id; Work
+    with none are left out."""
+    ids = list(work_ids)
+    owners = {
+        (scope, key): work_id
+        for scope, key, work_id in CorrelationKey.objects.filter(work_id__in=ids).values_list(
+            "scope", "key", "work_id"
+        )
+    }
+    found: dict[int, set[int]] = {}
+    if owners:
+        owned = CorrelationKey.objects.filter(work_id__in=ids)
+        for seq, scope, key in EventKey.objects.filter(
+            event__route_state=RouteState.UNROUTED,
+            scope__in=owned.values("scope"),
+            key__in=owned.values("key"),
+        ).values_list("event_id", "scope", "key"):
+            work_id = owners.get((scope, key))
+            if work_id is not None:
+                found.setdefault(work_id, set()).add(seq)
+    attempts = Attempt.objects.filter(work_id__in=ids)
+    rows = list(
         Event.objects.filter(route_state=RouteState.UNROUTED)
-        .filter(Q(work_id=work_id) | Q(execution_id__in=attempts))
-        .values_list("seq", flat=True)
+        .filter(Q(work_id__in=ids) | Q(execution_id__in=attempts.values("pk")))
+        .values_list("seq", "work_id", "execution_id")
     )
-    return sorted(seqs)
+    executions = [execution_id for _, _, execution_id in rows if execution_id is not None]
+    attempt_work = dict(attempts.filter(pk__in=executions).values_list("pk", "work_id")) if executions else {}
+    for seq, work_id, execution_id in rows:
+        if work_id in ids:
+            found.setdefault(work_id, set()).add(seq)
+        if execution_id in attempt_work:
+            found.setdefault(attempt_work[execution_id], set()).add(seq)
+    return {work_id: sorted(seqs) for work_id, seqs in found.items()}
 
 
-def work_complete(*, attempt_id: int, lease_epoch: int, clock: Clock) -> Work:
+def work_complete(*, attempt_id: int, lease_epoch: int, clock: Clock, output: dict | None = None) -> Work:
     """Complete the attempt's Work (R47).
 
     Requires the current attempt and lease epoch; refuses to overtake accepted, unrouted
     input of the Work. Remaining queued or unconfirmed injected input leaves it ready;
-    otherwise it becomes completed."""
+    otherwise it becomes completed. ``output`` (result, exit status, output tails) is kept
+    on the attempt in the same transaction."""
+    result = works_complete(
+        authorities=[(attempt_id, lease_epoch)],
+        clock=clock,
+        outputs={attempt_id: output} if output is not None else None,
+    )[attempt_id]
+    if isinstance(result, WorkError):
+        raise result
+    return result
+
+
+def works_complete(
+    *,
+    authorities: Sequence[tuple[int, int]],
+    clock: Clock,
+    outputs: dict[int, dict] | None = None,
+) -> dict[int, Work | WorkError]:
+    """Complete the Work of several attempts (of distinct Work) in one transaction and a fixed
+    number of statements (R47); returns, by attempt id, the Work or why it was refused
+    (:class:`~worklife.services.StaleLease`, :class:`UnroutedInput`, …)."""
+    outputs = outputs or {}
+    epochs = dict(authorities)
+    results: dict[int, Work | WorkError] = {}
     with transaction.atomic():
-        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
-        work = Work.objects.select_for_update().get(pk=attempt.work_id)
-        waiting = unrouted_input_for(work.pk)
-        if waiting:
-            raise UnroutedInput(
-                f"Work {work.pk} has unrouted input: " + ", ".join(f"#{s}" for s in waiting[:10])
-            )
         now = clock()
-        attempt_end_in_tx(attempt=attempt, state=AttemptState.SUCCEEDED, now=now)
-        remaining = WorkInput.objects.filter(work=work, state=InputState.PENDING).exists()
-        status = WorkStatus.READY if remaining else WorkStatus.COMPLETED
-        Work.objects.filter(pk=work.pk).update(
-            status=status,
-            version=F("version") + 1,
-            updated_at=now,
-            ended_at=None if remaining else now,
-            failures=0,
-            pending_run=False,
-            retry_at=None,
-            parked_at=None,
-            last_error="",
+        current = {
+            a.pk: a
+            for a in Attempt.objects.select_for_update(of=("self",))
+            .select_related("work")
+            .filter(pk__in=list(epochs))
+        }
+        eligible: list[Attempt] = []
+        for attempt_id, epoch in epochs.items():
+            attempt = current.get(attempt_id)
+            try:
+                check_authority(attempt, attempt_id=attempt_id, lease_epoch=epoch)
+            except WorkError as refused:
+                results[attempt_id] = refused
+                continue
+            eligible.append(attempt)
+        held = unrouted_inputs_for([a.work_id for a in eligible]) if eligible else {}
+        done = []
+        for attempt in eligible:
+            waiting = held.get(attempt.work_id)
+            if waiting:
+                results[attempt.pk] = UnroutedInput(
+                    f"Work {attempt.work_id} has unrouted input: " + ", ".join(f"#{s}" for s in waiting[:10])
+                )
+            else:
+                done.append(attempt)
+        if not done:
+            return results
+        attempts_end_in_tx(attempts=done, state=AttemptState.SUCCEEDED, now=now)
+        attempts_output_in_tx({a.pk: outputs[a.pk] for a in done if a.pk in outputs})
+        work_ids = [a.work_id for a in done]
+        remaining = set(
+            WorkInput.objects.filter(work_id__in=work_ids, state=InputState.PENDING).values_list(
+                "work_id", flat=True
+            )
         )
-        work.refresh_from_db()
-        return work
+        reset = {"failures": 0, "pending_run": False, "retry_at": None, "parked_at": None, "last_error": ""}
+        ready = [w for w in work_ids if w in remaining]
+        completed = [w for w in work_ids if w not in remaining]
+        if ready:
+            Work.objects.filter(pk__in=ready).update(
+                status=WorkStatus.READY, version=F("version") + 1, updated_at=now, ended_at=None, **reset
+            )
+        if completed:
+            Work.objects.filter(pk__in=completed).update(
+                status=WorkStatus.COMPLETED, version=F("version") + 1, updated_at=now, ended_at=now, **reset
+            )
+        works = Work.objects.in_bulk(work_ids)
+        for attempt in done:
+            results[attempt.pk] = works[attempt.work_id]
+    return results
 
 
 def work_cancel(*, work_id: int, clock: Clock, by: str = "") -> Work:

@@ -40,7 +40,7 @@ from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from causal.services import kv_put_in_tx
 from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
-from worklife.lifecycle import UnroutedInput, work_complete, work_create_child, work_create_successor
+from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
@@ -56,12 +56,13 @@ from worklife.scheduling import (
     attempt_fail,
     attempt_output_in_tx,
     attempt_wait_for,
+    attempts_pid,
     attempts_renew,
     attempts_rescue,
     claimable_work_in_tx,
     emit_envelope,
     event_as_input,
-    presented_events_in_tx,
+    presented_events_many_in_tx,
     timer_schedule,
     timers_due,
     waits_expire,
@@ -78,6 +79,7 @@ DEFAULT_INTERRUPT_GRACE = 10.0
 COMPLETE_RETRY_SECONDS = 1.0
 BLOCKED_RETRY_SECONDS = 5.0
 HEARTBEAT_SECONDS = 2.0
+DUE_CHECK_SECONDS = 0.2
 
 
 class Dispatcher(Protocol):
@@ -172,6 +174,7 @@ class WorkRunner:
         self._next_renew = 0.0
         self._next_rescue = 0.0
         self._next_blocked = 0.0
+        self._next_due = 0.0
         self.blocked_retry_seconds = BLOCKED_RETRY_SECONDS
         self._next_heartbeat = 0.0
 
@@ -431,51 +434,59 @@ class WorkRunner:
     # -- 3. outcomes ------------------------------------------------------------------------
     def _finish(self, mono: float) -> int:
         finished = 0
+        completing: list[Running] = []
         for running in list(self.running.values()):
             if running.outcome is None:
                 running.outcome = running.execution.poll()
             if running.outcome is None or mono < running.next_complete:
                 continue
-            if self._settle(running, running.outcome, mono):
+            self._touched.add(running.work_id)
+            if running.ended_by in ("cancelled", "lost"):
+                # Its end is committed already (a cancel, a rescue): keep what it printed.
+                with transaction.atomic():
+                    attempt_output_in_tx(
+                        **self._output(running, error=f"ended: {running.ended_by}"),
+                        attempt_id=running.attempt_id,
+                    )
+                self._forget(running)
                 finished += 1
+            elif running.ended_by == "timeout":
+                self._fail(running, f"timed out after {running.timeout:g} s")
+                finished += 1
+            elif not running.outcome.ok:
+                self._fail(running, running.outcome.error or "failed")
+                finished += 1
+            else:
+                completing.append(running)
+        if completing:
+            finished += self._complete(completing, mono)
         return finished
 
-    def _settle(self, running: Running, outcome: Outcome, mono: float) -> bool:
-        """Commit how the attempt ended; ``False`` while completing must wait (R47)."""
-        self._touched.add(running.work_id)
-        if running.ended_by in ("cancelled", "lost"):
-            # Its end is committed already (a cancel, a rescue): keep what it printed.
-            with transaction.atomic():
-                attempt_output_in_tx(
-                    **self._output(running, error=f"ended: {running.ended_by}"), attempt_id=running.attempt_id
+    def _complete(self, completing: list[Running], mono: float) -> int:
+        """Complete the Work of attempts that ended well, in one transaction (R47)."""
+        results = works_complete(
+            authorities=[(r.attempt_id, r.epoch) for r in completing],
+            clock=self.clock,
+            outputs={r.attempt_id: self._output(r) for r in completing},
+        )
+        finished = 0
+        for running in completing:
+            result = results[running.attempt_id]
+            if isinstance(result, UnroutedInput):
+                # Completing would overtake unrouted input: try again once it routes.
+                running.next_complete = mono + COMPLETE_RETRY_SECONDS
+                continue
+            finished += 1
+            if isinstance(result, WorkError):
+                logger.info(
+                    "attempt.complete_refused", extra={"attempt": running.attempt_id, "error": str(result)}
                 )
+            else:
+                self.counters.completed += 1
+                if running.successor is not None and result.is_terminal:
+                    self._create_successor(running, result)
             self._forget(running)
-            return True
-        if running.ended_by == "timeout":
-            error = f"timed out after {running.timeout:g} s"
-            self._fail(running, error)
-            return True
-        if not outcome.ok:
-            self._fail(running, outcome.error or "failed")
-            return True
-        try:
-            work = work_complete(clock=self.clock, **_authority(running))
-        except UnroutedInput as held:
-            # Completing would overtake unrouted input: try again once it routes.
-            running.next_complete = mono + COMPLETE_RETRY_SECONDS
-            logger.debug("attempt.complete_held", extra={"attempt": running.attempt_id, "reason": str(held)})
-            return False
-        except WorkError as exc:
-            logger.info("attempt.complete_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
-            self._forget(running)
-            return True
-        with transaction.atomic():
-            attempt_output_in_tx(**self._output(running), attempt_id=running.attempt_id)
-        self.counters.completed += 1
-        if running.successor is not None and work.is_terminal:
-            self._create_successor(running, work)
-        self._forget(running)
-        return True
+        return finished
 
     def _fail(self, running: Running, error: str) -> None:
         try:
@@ -559,6 +570,11 @@ class WorkRunner:
         self._next_renew = time.monotonic() + self.lease.total_seconds() / 3
 
     def _fire_due(self, mono: float) -> None:
+        # Due timers and wait timeouts are looked for a few times a second: on time within
+        # a second (R56) without a query on every pass.
+        if mono < self._next_due:
+            return
+        self._next_due = mono + DUE_CHECK_SECONDS
         now = self.clock()
         for timer_id in timers_due(now=now):
             try:
@@ -616,34 +632,36 @@ class WorkRunner:
         if free <= 0:
             return 0
         now = self.clock()
-        lease_until = now + self.lease
         starts: list[tuple[Attempt, list[Event], dict]] = []
         with transaction.atomic():
-            for work_id in claimable_work_in_tx(now=now, limit=free):
-                try:
-                    with transaction.atomic():
-                        attempt = self.dispatcher.dispatch_in_tx(
-                            work_id=work_id, clock=self.clock, lease_until=lease_until, lease_owner=self.owner
-                        )
-                        ok, why = self.dispatcher.check(attempt)
-                        if not ok:
-                            raise WorkError(f"dispatch refused: {why}")
-                        events = presented_events_in_tx(attempt=attempt, now=now)
-                        binding_settings = self.dispatcher.settings(attempt)
-                except WorkError as refused:
+            work_ids = claimable_work_in_tx(now=now, limit=free)
+            if not work_ids:
+                return 0
+            dispatched = self.dispatcher.dispatch_many_in_tx(
+                work_ids=work_ids, clock=self.clock, lease_until=now + self.lease, lease_owner=self.owner
+            )
+            attempts = []
+            for work_id, outcome in dispatched.items():
+                if isinstance(outcome, WorkError):
                     self.counters.refused += 1
                     work_hold_in_tx(
                         work_id=work_id,
-                        reason=str(refused),
+                        reason=str(outcome),
                         now=now,
-                        queue_only=getattr(refused, "queue_only", False),
+                        queue_only=getattr(outcome, "queue_only", False),
                     )
                     self._touched.add(work_id)
-                    logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(refused)})
-                    continue
-                starts.append((attempt, events, binding_settings))
-        for attempt, events, binding_settings in starts:
-            self._start(attempt, events, binding_settings)
+                    logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(outcome)})
+                else:
+                    attempts.append(outcome)
+            if attempts:
+                events = presented_events_many_in_tx(attempts=[d.attempt for d in attempts], now=now)
+                starts = [(d.attempt, events[d.attempt.pk], d.settings) for d in attempts]
+        for attempt, presented, binding_settings in starts:
+            self._start(attempt, presented, binding_settings)
+        pids = {a.pk: self.running[a.pk].execution.pid for a, _, _ in starts if a.pk in self.running}
+        if pids:
+            attempts_pid(pids)
         return len(starts)
 
     def _start(self, attempt: Attempt, events: list[Event], binding_settings: dict) -> None:
@@ -678,8 +696,6 @@ class WorkRunner:
             grace=float(grace),
         )
         self.counters.started += 1
-        if execution.pid is not None:
-            Attempt.objects.filter(pk=attempt.pk).update(pid=execution.pid)
 
     def _executor(self, name: str) -> Executor:
         executor = self._executors.get(name)

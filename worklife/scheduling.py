@@ -11,14 +11,14 @@ share one implementation of each transition (W7: the router still makes no execu
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, Max, OuterRef, Q
 
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic, is_reserved
@@ -38,7 +38,13 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.services import WorkError, WorkTerminal, _current_attempt_in_tx, attempt_end_in_tx
+from worklife.services import (
+    WorkError,
+    WorkTerminal,
+    _current_attempt_in_tx,
+    attempt_end_in_tx,
+    output_fields,
+)
 
 WAIT_WOKEN = "core.wait.woken"
 BRIDGE_SOURCE = "core.routing"
@@ -97,49 +103,77 @@ def presentation_in_tx(*, attempt: Attempt, now: datetime) -> list[WorkInput]:
     """The input a new attempt starts with, in acceptance order: the input failed attempts
     took since the last success (presented again), then the pending input, which this
     attempt consumes now (R46, W4)."""
+    return presentations_in_tx(attempts=[attempt], now=now)[attempt.pk]
+
+
+def presentations_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[int, list[WorkInput]]:
+    """:func:`presentation_in_tx` for new attempts of distinct Work, in a fixed number of
+    statements; by attempt id."""
     assert_in_tx()
-    last_success = (
-        Attempt.objects.filter(work_id=attempt.work_id, state=AttemptState.SUCCEEDED)
-        .order_by("-number")
-        .values_list("number", flat=True)
-        .first()
-        or 0
-    )
-    again = list(
-        WorkInput.objects.filter(
-            work_id=attempt.work_id,
-            state=InputState.CONSUMED,
-            attempt__state__in=(AttemptState.FAILED, AttemptState.LOST),
-            attempt__number__gt=last_success,
+    by_work = {a.work_id: a for a in attempts}
+    result: dict[int, list[WorkInput]] = {a.pk: [] for a in attempts}
+    # Input presented again: only Work whose last attempts failed can have any.
+    again_works = [a.work_id for a in attempts if a.number > 1]
+    if again_works:
+        last_success = dict(
+            Attempt.objects.filter(work_id__in=again_works, state=AttemptState.SUCCEEDED)
+            .values("work_id")
+            .annotate(n=Max("number"))
+            .order_by()
+            .values_list("work_id", "n")
         )
-        .select_related("event")
-        .order_by("seq")
-    )
+        for row in (
+            WorkInput.objects.filter(
+                work_id__in=again_works,
+                state=InputState.CONSUMED,
+                attempt__state__in=(AttemptState.FAILED, AttemptState.LOST),
+            )
+            .select_related("event", "attempt")
+            .order_by("work_id", "seq")
+        ):
+            if row.attempt.number > last_success.get(row.work_id, 0):
+                result[by_work[row.work_id].pk].append(row)
     pending = list(
         WorkInput.objects.select_for_update(of=("self",))
-        .filter(work_id=attempt.work_id, state=InputState.PENDING, kind__in=PRESENTED_KINDS)
+        .filter(work_id__in=list(by_work), state=InputState.PENDING, kind__in=PRESENTED_KINDS)
         .select_related("event")
-        .order_by("seq")
+        .order_by("work_id", "seq")
     )
     if pending:
-        WorkInput.objects.filter(pk__in=[row.pk for row in pending]).update(
-            state=InputState.CONSUMED, attempt=attempt, consumed_at=now
-        )
+        for attempt in attempts:
+            mine = [row.pk for row in pending if row.work_id == attempt.work_id]
+            if mine:
+                WorkInput.objects.filter(pk__in=mine).update(
+                    state=InputState.CONSUMED, consumed_at=now, attempt_id=attempt.pk
+                )
         for row in pending:
+            attempt = by_work[row.work_id]
             row.state, row.attempt_id, row.consumed_at = InputState.CONSUMED, attempt.pk, now
-    Work.objects.filter(pk=attempt.work_id).update(pending_run=False, retry_at=None, last_error="")
-    seen = {row.pk for row in again}
-    return again + [row for row in pending if row.pk not in seen]
+            result[attempt.pk].append(row)
+    # The retry state ends as the attempt starts: its binding was pinned (R30).
+    Work.objects.filter(pk__in=list(by_work)).update(
+        pending_run=False, retry_at=None, last_error="", retry_binding=""
+    )
+    return result
 
 
 def presented_events_in_tx(*, attempt: Attempt, now: datetime) -> list[Event]:
-    """The Events a new attempt starts with: :func:`presentation_in_tx`'s input, or, for Work
-    that has none (a new child or successor), the Event that created it."""
-    rows = presentation_in_tx(attempt=attempt, now=now)
-    if rows:
-        return [row.event for row in rows]
-    trigger = Work.objects.filter(pk=attempt.work_id).values_list("trigger_id", flat=True).first()
-    return list(Event.objects.filter(seq=trigger)) if trigger else []
+    """The Events a new attempt starts with (see :func:`presented_events_many_in_tx`)."""
+    return presented_events_many_in_tx(attempts=[attempt], now=now)[attempt.pk]
+
+
+def presented_events_many_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[int, list[Event]]:
+    """The Events new attempts start with: their :func:`presentations_in_tx` input, or, for
+    Work that has none (a new child or successor), the Event that created it."""
+    rows = presentations_in_tx(attempts=attempts, now=now)
+    result = {attempt_id: [row.event for row in inputs] for attempt_id, inputs in rows.items()}
+    bare = {a.pk: a.work.trigger_id for a in attempts if not result[a.pk] and a.work.trigger_id}
+    if bare:
+        triggers = Event.objects.in_bulk(list(bare.values()))
+        for attempt_id, seq in bare.items():
+            if seq in triggers:
+                result[attempt_id] = [triggers[seq]]
+    return result
 
 
 def event_as_input(event: Event) -> dict[str, Any]:
@@ -171,6 +205,19 @@ def attempts_renew(*, owner: str, held: dict[int, int], until: datetime) -> None
         Attempt.objects.filter(fence, state__in=ACTIVE_ATTEMPT_STATES, lease_owner=owner).update(
             lease_until=until
         )
+
+
+def attempts_pid(pids: dict[int, int | None]) -> None:
+    """Record the process each attempt runs in (one statement), so that a loop of the same
+    host can end it when the attempt is lost."""
+    rows = [(pid, attempt_id) for attempt_id, pid in pids.items() if pid is not None]
+    if rows:
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {quote(Attempt._meta.db_table)} SET {quote('pid')} = %s WHERE {quote('id')} = %s",
+                rows,
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +274,9 @@ def attempt_output_in_tx(
     """Keep how an attempt ended on its row: result, exit status, error and output tails."""
     assert_in_tx()
     Attempt.objects.filter(pk=attempt_id).update(
-        result=result, exit_status=exit_status, error=error[:20000], stdout_tail=stdout, stderr_tail=stderr
+        **output_fields(
+            {"result": result, "exit_status": exit_status, "error": error, "stdout": stdout, "stderr": stderr}
+        )
     )
 
 

@@ -75,5 +75,5 @@ def schedules(run):
 
 def brief(run):
     """A short piece of work (so that a kill often lands while it runs)."""
-    time.sleep(0.05)
+    time.sleep(0.3)
     return {"seen": [item["seq"] for item in run.inputs]}

@@ -26,7 +26,7 @@ KILLS = 20
 
 def start_loop() -> subprocess.Popen:
     return subprocess.Popen(
-        manage_command("work_loop", "--slots", "8", "--poll-interval", "0.05"),
+        manage_command("work_loop", "--slots", "4", "--poll-interval", "0.05"),
         env=child_env(CONDUIT_ATTEMPT_LEASE_SECONDS="3", CONDUIT_MAX_ATTEMPTS="100", LOG_LEVEL="WARNING"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

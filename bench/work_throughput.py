@@ -1,0 +1,209 @@
+"""The Work engine end to end, beside a raw sqlite3 floor, in one run.
+
+    python bench/work_throughput.py [--n 2000] [--latency-n 200] [--rate 20] [--slots 8]
+
+With ``manage.py route_loop`` and ``manage.py work_loop`` running as processes (as ``serve``
+runs them) on a fresh SQLite database, it
+
+1. accepts N Events at once, each starting its own Work whose binding runs a no-op Python
+   target, and times accept -> route -> run -> complete until every Work is completed:
+   attempts completed per second end to end;
+2. accepts ``--latency-n`` Events one at a time at ``--rate`` per second and reports the
+   latency from acceptance to the attempt's start (p50, p99) and to completion;
+3. times the floor: a raw ``sqlite3`` script doing, per Work, the commits the engine cannot
+   avoid (accept, route, start the attempt, complete it: four transactions) under the same
+   journal and synchronous settings.
+
+Prints the figures and the ratio engine/floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DOCUMENT = """
+version: 1
+scopes:
+  - path: bench
+    bindings:
+      agent:
+        executor: python
+        settings: {target: "bench.targets:noop"}
+    routes:
+      - slot: jobs
+        handler: match
+        params: {type: "job.*", keys: ["job:{data.n}"]}
+        binding: agent
+        policy: queue
+"""
+
+
+def payload(n: int, prefix: str) -> dict:
+    return {
+        "specversion": "1.0",
+        "id": f"{prefix}-{n}",
+        "source": "bench",
+        "type": "job.created",
+        "scope": "bench",
+        "data": {"n": f"{prefix}{n}"},
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def wait_all_completed(total: int, timeout: float) -> float:
+    from worklife.models import Work
+
+    deadline = time.monotonic() + timeout
+    while Work.objects.filter(status="completed").count() < total:
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"only {Work.objects.filter(status='completed').count()} of {total} Work completed in {timeout:.0f} s"
+            )
+        time.sleep(0.01)
+    return time.perf_counter()
+
+
+def raw_floor(n: int, path: str, synchronous: str) -> float:
+    """Four single-row commits per Work: accept, route (Work + input), start, complete."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.executescript(
+        "CREATE TABLE event (seq INTEGER PRIMARY KEY, body TEXT, state TEXT);"
+        "CREATE TABLE work (id INTEGER PRIMARY KEY, status TEXT);"
+        "CREATE TABLE input (id INTEGER PRIMARY KEY, work INTEGER, event INTEGER, state TEXT);"
+        "CREATE TABLE attempt (id INTEGER PRIMARY KEY, work INTEGER, state TEXT);"
+    )
+    started = time.perf_counter()
+    for i in range(n):
+        db.execute("BEGIN IMMEDIATE")
+        seq = db.execute("INSERT INTO event (body, state) VALUES (?, 'unrouted')", (str(i),)).lastrowid
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        work = db.execute("INSERT INTO work (status) VALUES ('ready')").lastrowid
+        db.execute("INSERT INTO input (work, event, state) VALUES (?, ?, 'pending')", (work, seq))
+        db.execute("UPDATE event SET state = 'routed' WHERE seq = ?", (seq,))
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        attempt = db.execute("INSERT INTO attempt (work, state) VALUES (?, 'running')", (work,)).lastrowid
+        db.execute("UPDATE input SET state = 'consumed' WHERE work = ?", (work,))
+        db.execute("UPDATE work SET status = 'running' WHERE id = ?", (work,))
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("UPDATE attempt SET state = 'succeeded' WHERE id = ?", (attempt,))
+        db.execute("UPDATE work SET status = 'completed' WHERE id = ?", (work,))
+        db.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    db.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=2000, help="Work to run for the throughput figure (default 2,000).")
+    parser.add_argument("--latency-n", type=int, default=200, help="Events for the latency figures (default 200).")
+    parser.add_argument("--rate", type=float, default=20.0, help="Events per second while measuring latency (default 20).")
+    parser.add_argument("--slots", type=int, default=16, help="work_loop --slots (default 16).")
+    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"], help="SQLite synchronous (default FULL).")
+    args = parser.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="conduit-work-bench-")
+    os.environ.update(
+        {
+            "DATABASE_URL": f"sqlite:///{tmp}/conduit.sqlite3",
+            "CONDUIT_VAR_DIR": tmp,
+            "SQLITE_SYNCHRONOUS": args.synchronous,
+            "DEBUG": "false",
+            "LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "conduit_site.settings",
+        }
+    )
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput", "-v0"], check=True, cwd=ROOT)
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from causal.clock import system_clock
+    from causal.models import Event
+    from routing.services import config_apply, events_accept
+    from worklife.models import Attempt, Work
+
+    config_apply(document=DOCUMENT, clock=system_clock)
+    connection.close()
+    loops = [
+        subprocess.Popen([*manage, "route_loop", "--poll-interval", "0.02"], cwd=ROOT),
+        subprocess.Popen([*manage, "work_loop", "--slots", str(args.slots), "--poll-interval", "0.02"], cwd=ROOT),
+    ]
+    try:
+        time.sleep(3)  # both loops up (Django start-up is not what this measures)
+        # 1. Throughput.
+        started = time.perf_counter()
+        payloads = [payload(i, "t") for i in range(args.n)]
+        for i in range(0, args.n, 500):
+            events_accept(payloads=payloads[i : i + 500], clock=system_clock)
+        accepted = time.perf_counter()
+        finished = wait_all_completed(args.n, timeout=600)
+        throughput = args.n / (finished - started)
+        # 2. Latency at a steady rate.
+        first_seq = Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+        gap = 1.0 / args.rate
+        next_at = time.perf_counter()
+        for i in range(args.latency_n):
+            events_accept(payloads=[payload(i, "l")], clock=system_clock)
+            next_at += gap
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+        wait_all_completed(args.n + args.latency_n, timeout=600)
+        starts, ends = [], []
+        rows = Attempt.objects.filter(trigger__seq__gt=first_seq).values_list(
+            "started_at", "ended_at", "trigger__accepted_at"
+        )
+        for started_at, ended_at, accepted_at in rows:
+            starts.append((started_at - accepted_at).total_seconds() * 1000)
+            ends.append((ended_at - accepted_at).total_seconds() * 1000)
+        attempts_total = Attempt.objects.count()
+        works = Work.objects.count()
+    finally:
+        for proc in loops:
+            proc.send_signal(signal.SIGTERM)
+        for proc in loops:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    floor_s = raw_floor(args.n, f"{tmp}/raw.sqlite3", args.synchronous)
+    shutil.rmtree(tmp, ignore_errors=True)
+    floor = args.n / floor_s
+    print(f"work                       {args.n} no-op Work (synchronous={args.synchronous}, {args.slots} slots)")
+    print(f"acceptance                 {args.n / (accepted - started):,.0f} Events/s (bench process, batches of 500)")
+    print(f"end to end                 {throughput:,.0f} attempts completed/s (accept -> route -> run -> complete)")
+    print(f"raw sqlite3 floor          {floor:,.0f} Work/s (4 commits per Work, one process)")
+    print(f"ratio engine/floor         {throughput / floor:.2f}")
+    print(f"attempts per Work          {attempts_total / works:.2f} (1.00: no retries)")
+    print(
+        f"accept -> attempt start    p50 {percentile(starts, 0.5):.0f} ms, p99 {percentile(starts, 0.99):.0f} ms"
+        f"  ({len(starts)} Events at {args.rate:g}/s; target p50 <= 250 ms)"
+    )
+    print(f"accept -> completed        p50 {percentile(ends, 0.5):.0f} ms, p99 {percentile(ends, 0.99):.0f} ms")
+    print(f"target                     >= 200 attempts/s end to end: {'met' if throughput >= 200 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
