@@ -115,12 +115,22 @@ def raw_floor(n: int, path: str, synchronous: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=2000, help="Work to run for the throughput figure (default 2,000).")
-    parser.add_argument("--latency-n", type=int, default=200, help="Events for the latency figures (default 200).")
-    parser.add_argument("--rate", type=float, default=20.0, help="Events per second while measuring latency (default 20).")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--n", type=int, default=2000, help="Work to run for the throughput figure (default 2,000)."
+    )
+    parser.add_argument(
+        "--latency-n", type=int, default=200, help="Events for the latency figures (default 200)."
+    )
+    parser.add_argument(
+        "--rate", type=float, default=20.0, help="Events per second while measuring latency (default 20)."
+    )
     parser.add_argument("--slots", type=int, default=16, help="work_loop --slots (default 16).")
-    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"], help="SQLite synchronous (default FULL).")
+    parser.add_argument(
+        "--synchronous", default="FULL", choices=["FULL", "NORMAL"], help="SQLite synchronous (default FULL)."
+    )
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="conduit-work-bench-")
@@ -150,7 +160,9 @@ def main() -> None:
     connection.close()
     loops = [
         subprocess.Popen([*manage, "route_loop", "--poll-interval", "0.02"], cwd=ROOT),
-        subprocess.Popen([*manage, "work_loop", "--slots", str(args.slots), "--poll-interval", "0.02"], cwd=ROOT),
+        subprocess.Popen(
+            [*manage, "work_loop", "--slots", str(args.slots), "--poll-interval", "0.02"], cwd=ROOT
+        ),
     ]
     try:
         time.sleep(3)  # both loops up (Django start-up is not what this measures)
@@ -191,9 +203,15 @@ def main() -> None:
     floor_s = raw_floor(args.n, f"{tmp}/raw.sqlite3", args.synchronous)
     shutil.rmtree(tmp, ignore_errors=True)
     floor = args.n / floor_s
-    print(f"work                       {args.n} no-op Work (synchronous={args.synchronous}, {args.slots} slots)")
-    print(f"acceptance                 {args.n / (accepted - started):,.0f} Events/s (bench process, batches of 500)")
-    print(f"end to end                 {throughput:,.0f} attempts completed/s (accept -> route -> run -> complete)")
+    print(
+        f"work                       {args.n} no-op Work (synchronous={args.synchronous}, {args.slots} slots)"
+    )
+    print(
+        f"acceptance                 {args.n / (accepted - started):,.0f} Events/s (bench process, batches of 500)"
+    )
+    print(
+        f"end to end                 {throughput:,.0f} attempts completed/s (accept -> route -> run -> complete)"
+    )
     print(f"raw sqlite3 floor          {floor:,.0f} Work/s (4 commits per Work, one process)")
     print(f"ratio engine/floor         {throughput / floor:.2f}")
     print(f"attempts per Work          {attempts_total / works:.2f} (1.00: no retries)")
@@ -201,8 +219,12 @@ def main() -> None:
         f"accept -> attempt start    p50 {percentile(starts, 0.5):.0f} ms, p99 {percentile(starts, 0.99):.0f} ms"
         f"  ({len(starts)} Events at {args.rate:g}/s; target p50 <= 250 ms)"
     )
-    print(f"accept -> completed        p50 {percentile(ends, 0.5):.0f} ms, p99 {percentile(ends, 0.99):.0f} ms")
-    print(f"target                     >= 200 attempts/s end to end: {'met' if throughput >= 200 else 'NOT met'}")
+    print(
+        f"accept -> completed        p50 {percentile(ends, 0.5):.0f} ms, p99 {percentile(ends, 0.99):.0f} ms"
+    )
+    print(
+        f"target                     >= 200 attempts/s end to end: {'met' if throughput >= 200 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":
