@@ -123,8 +123,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--slots",
             type=int,
-            default=4,
-            help="Attempts the work_loop runs at once (manage.py work_loop --slots). Default 4.",
+            default=8,
+            help="Attempts the work_loop runs at once (manage.py work_loop --slots). Default 8.",
         )
         parser.add_argument(
             "--stop-timeout",

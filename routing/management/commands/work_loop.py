@@ -35,7 +35,7 @@ class Command(BaseCommand):
             help="Run until no Work is ready to run and no attempt is running, then exit.",
         )
         parser.add_argument(
-            "--slots", type=int, default=4, help="Attempts this loop runs at once. Default 4."
+            "--slots", type=int, default=8, help="Attempts this loop runs at once. Default 8."
         )
         parser.add_argument(
             "--poll-interval",
