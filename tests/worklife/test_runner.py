@@ -401,3 +401,91 @@ def test_r50_a_successor_is_created_once_the_work_completes(clock, loop):
     successor = Work.objects.get(predecessor=work)
     assert successor.parent_id is None and successor.keys.get().key == f"next-{work.pk}"
     assert not work.keys.filter(key=f"next-{work.pk}").exists()
+
+
+def test_w2_every_call_of_a_stale_attempt_is_refused_by_its_epoch(clock):
+    """complete, emit, wait, child, schedule and consume name (attempt, epoch); once the epoch
+    moved on (a takeover, a rescue), each is refused and changes nothing."""
+    from causal.limits import CausalRefused
+    from causal.services import Envelope
+    from worklife.emit import emit
+    from worklife.lifecycle import work_complete, work_create_child
+    from worklife.scheduling import attempt_wait_for, timer_schedule
+    from worklife.services import StaleLease, consume_inputs_in_tx
+
+    seq = send(clock, "py", "stale")
+    work = work_of(seq)
+    from routing.dispatch import attempt_dispatch
+
+    attempt = attempt_dispatch(work_id=work.pk, clock=clock)
+    old = attempt.lease_epoch
+    attempt_renew_lease(attempt_id=attempt.pk, lease_epoch=old, clock=clock)
+    stale = {"attempt_id": attempt.pk, "lease_epoch": old}
+    with pytest.raises(StaleLease):
+        work_complete(clock=clock, **stale)
+    with pytest.raises(CausalRefused, match="stale"):
+        emit(envelope=Envelope(id="late", source="agent", type="t.late", scope="t"), **stale)
+    with pytest.raises(StaleLease):
+        attempt_wait_for(match={"type": "t.answer"}, timeout=None, name="", clock=clock, **stale)
+    with pytest.raises(StaleLease):
+        work_create_child(binding="py", keys=["kid"], clock=clock, **stale)
+    with pytest.raises(StaleLease):
+        timer_schedule(after=1, type="t.tick", data=None, clock=clock, **stale)
+    input_id = WorkInput.objects.get(event_id=seq).pk
+    with pytest.raises(StaleLease), transaction.atomic():
+        consume_inputs_in_tx(input_ids=[input_id], clock=clock, **stale)
+    assert status(work) == "running" and not Work.objects.filter(parent=work).exists()
+    assert not Timer.objects.exists() and not Wait.objects.exists()
+    assert WorkInput.objects.get(pk=input_id).state == "pending"
+    assert not Event.objects.filter(envelope_id="late").exists()
+
+
+def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test_handlers):
+    """Two work_loop processes claim from one database (SKIP LOCKED on PostgreSQL, the write
+    lock on SQLite): every Work runs exactly once."""
+    import subprocess
+
+    from causal.clock import system_clock
+    from routing.services import events_accept
+    from tests.support import child_env, manage_command
+
+    setup(system_clock)
+    payloads = [
+        {
+            "specversion": "1.0",
+            "id": f"two-{n}",
+            "source": "tests",
+            "type": "t.noop",
+            "scope": "t",
+            "data": {"key": f"two{n}"},
+        }
+        for n in range(60)
+    ]
+    events_accept(payloads=payloads, clock=system_clock)
+    route_all(system_clock)
+    loops = [
+        subprocess.Popen(
+            manage_command("work_loop", "--slots", "4", "--poll-interval", "0.02"),
+            env=child_env(LOG_LEVEL="WARNING"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while Work.objects.exclude(status="completed").exists():
+            assert all(p.poll() is None for p in loops), [
+                p.stderr.read() for p in loops if p.poll() is not None
+            ]
+            assert time.monotonic() < deadline, "the two loops did not run every Work"
+            time.sleep(0.1)
+    finally:
+        for p in loops:
+            p.send_signal(signal.SIGTERM)
+        for p in loops:
+            p.wait(timeout=60)
+    assert Attempt.objects.count() == 60 and set(Attempt.objects.values_list("state", flat=True)) == {
+        "succeeded"
+    }
