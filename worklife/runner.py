@@ -212,7 +212,7 @@ class WorkRunner:
         while not stop.is_set():
             try:
                 result = self.step()
-            except DatabaseError:
+            except Exception:  # noqa: BLE001 - the loop boundary: log with the stack and go on
                 logger.exception("work_loop.pass_failed")
                 stop.wait(1.0)
                 continue
@@ -274,7 +274,8 @@ class WorkRunner:
         call_id = call.get("id")
         try:
             value = self._perform(running, op, call)
-        except (WorkError, CausalRefused, TimerError, ValueError, TypeError) as exc:
+        except (WorkError, CausalRefused, TimerError, ValueError, TypeError, DatabaseError) as exc:
+            # The attempt learns its call was refused (it must never wait for an answer).
             logger.info(
                 "attempt.call_refused", extra={"attempt": running.attempt_id, "op": op, "error": str(exc)}
             )

@@ -54,6 +54,8 @@ BACKOFF_CAP = 300.0
 DISPATCH_RECHECK = timedelta(seconds=30)
 QUEUE_ONLY_RECHECK = timedelta(minutes=5)
 PRESENTED_KINDS = (InputKind.QUEUE, InputKind.CONTEXT)
+# How a refused dispatch reads in Work.last_error (an attempt's failure reads "attempt N …").
+DISPATCH_REFUSED = "dispatch refused: "
 
 
 def max_attempts() -> int:
@@ -94,8 +96,9 @@ def work_hold_in_tx(*, work_id: int, reason: str, now: datetime, queue_only: boo
     """Record why a Work's dispatch was refused and when to look again (never a hot loop)."""
     assert_in_tx()
     until = now + (QUEUE_ONLY_RECHECK if queue_only else DISPATCH_RECHECK)
+    line = reason if reason.startswith(DISPATCH_REFUSED) else f"{DISPATCH_REFUSED}{reason}"
     Work.objects.filter(pk=work_id, status=WorkStatus.READY).update(
-        last_error=reason[:1000], retry_at=until, version=F("version") + 1, updated_at=now
+        last_error=line[:1000], retry_at=until, version=F("version") + 1, updated_at=now
     )
 
 

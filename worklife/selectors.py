@@ -25,7 +25,7 @@ from worklife.models import (
     WorkStatus,
 )
 from worklife.runner import HEARTBEATS_NAMESPACE
-from worklife.scheduling import PRESENTED_KINDS
+from worklife.scheduling import DISPATCH_REFUSED, PRESENTED_KINDS
 
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
 # this many; older rows are not shown (the page says so).
@@ -296,10 +296,11 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
     again = f" (checked again at {_when(work.retry_at)})" if work.retry_at else ""
     if work.last_error and not failed:
         if "queue-only" in work.last_error:
+            refusal = work.last_error.removeprefix(DISPATCH_REFUSED)
             return WhyNotRunning(
-                NotRunning.QUEUE_ONLY, f"queue-only binding: {work.last_error}{again}", until=work.retry_at
+                NotRunning.QUEUE_ONLY, f"queue-only binding: {refusal}{again}", until=work.retry_at
             )
-        error = work.last_error.removeprefix("dispatch refused: ")
+        error = work.last_error.removeprefix(DISPATCH_REFUSED)
         return WhyNotRunning(
             NotRunning.DISPATCH_REFUSED, f"dispatch refused: {error}{again}", until=work.retry_at
         )
