@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 import time
@@ -13,6 +12,7 @@ from django.db import close_old_connections, connection, reset_queries
 
 from causal.clock import system_clock
 from routing.loop import RouteLoop
+from routing.management.loops import install_graceful_stop, restore_signals
 from routing.router import RouterOptions
 
 logger = logging.getLogger("conduit.routing.loop")
@@ -70,7 +70,7 @@ class Command(BaseCommand):
         )
         stop = threading.Event()
         loop = RouteLoop(clock=system_clock, options=router_options)
-        previous = self._install_signals(stop)
+        previous = install_graceful_stop(stop)
         try:
             if options["once"]:
                 self._report(loop.step())
@@ -80,8 +80,7 @@ class Command(BaseCommand):
                 self._forever(loop, stop, options["poll_interval"])
         finally:
             loop.close()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            restore_signals(previous)
 
     # -- modes --------------------------------------------------------------------------
     def _drain(self, loop: RouteLoop, stop: threading.Event) -> None:
@@ -134,21 +133,6 @@ class Command(BaseCommand):
             f"pass: {result.settled} routed, {result.unrouted} left unrouted"
             + (f", generation {result.generation}" if result.generation else ", no configuration applied")
         )
-
-    def _install_signals(self, stop: threading.Event) -> dict:
-        previous = {}
-        if threading.current_thread() is not threading.main_thread():
-            return previous
-
-        def graceful(signum, frame):
-            # First signal: finish the transaction in hand and stop; a second one kills.
-            stop.set()
-            signal.signal(signum, signal.SIG_DFL)
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, graceful)
-        return previous
 
 
 def _refresh_connections() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
@@ -11,6 +10,7 @@ from causal.clock import system_clock
 from routing.dispatch import RoutingDispatcher
 from routing.live import drain as drain_live
 from routing.live import publish_routed
+from routing.management.loops import install_graceful_stop, restore_signals
 from worklife.runner import WorkRunner
 
 
@@ -70,7 +70,7 @@ class Command(BaseCommand):
             publish=lambda work_ids: publish_routed([], work_ids),
         )
         stop = threading.Event()
-        previous = self._install_signals(stop)
+        previous = install_graceful_stop(stop)
         try:
             if options["once"]:
                 result = runner.step()
@@ -93,20 +93,4 @@ class Command(BaseCommand):
                 self.stdout.write("work_loop stopped")
         finally:
             drain_live(timeout=2.0)
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-
-    def _install_signals(self, stop: threading.Event) -> dict:
-        previous = {}
-        if threading.current_thread() is not threading.main_thread():
-            return previous
-
-        def graceful(signum, frame):
-            # First signal: let running attempts finish (--stop-grace), then stop; a second kills.
-            stop.set()
-            signal.signal(signum, signal.SIG_DFL)
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, graceful)
-        return previous
+            restore_signals(previous)
