@@ -149,6 +149,8 @@ def works_complete(
                 results[attempt_id] = refused
                 continue
             eligible.append(attempt)
+        # Lock the Work rows as a single complete did: a concurrent route commit waits here.
+        list(Work.objects.select_for_update().filter(pk__in=[a.work_id for a in eligible]).values_list("pk"))
         held = unrouted_inputs_for([a.work_id for a in eligible]) if eligible else {}
         done = []
         for attempt in eligible:
