@@ -12,7 +12,7 @@ class RouteErrorCode(StrEnum):
     BINDING_INVALID = "binding_invalid"  # the route's binding is gone or cannot take its policy
     POLICY_INVALID = "policy_invalid"  # the active policy is unknown, or unsupported with no fallback
     HANDLER_INVALID = "handler_invalid"  # the handler said the input is malformed (extension.Invalid)
-    HANDLER_FAILED = "handler_failed"  # extension.Unavailable (or a subclass): transient
+    HANDLER_FAILED = "handler_failed"  # extension.Unavailable or an OSError (a subclass too): transient
     HANDLER_TIMEOUT = "handler_timeout"  # no decision before the deadline
     HANDLER_PANIC = "handler_panic"  # any other exception; carries the exception and its stack
 

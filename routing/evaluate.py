@@ -142,8 +142,10 @@ def snapshots(queryset) -> list[EventSnapshot]:
 def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str, Any]) -> Evaluation:
     """Ask each route of ``scope`` in order; the first match wins (R6).
 
-    Exceptions map to route failures (R10): ``Invalid`` → handler_invalid, ``Unavailable``
-    → handler_failed (retried), anything else → handler_panic with its stack.
+    Exceptions map to route failures (R10): ``Invalid`` → handler_invalid; ``Unavailable``
+    or a transient OS-level error (``OSError`` and its subclasses: ``ConnectionError``,
+    ``TimeoutError``, …) → handler_failed (retried); anything else, a programming error, →
+    handler_panic with its stack.
     """
     verdicts: list[RouteVerdict] = []
     routes = scope.routes
@@ -163,6 +165,12 @@ def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str,
             error = RouteError(RouteErrorCode.HANDLER_INVALID, f"route {route.slot}: {exc}", route=route.slot)
         except Unavailable as exc:
             error = RouteError(RouteErrorCode.HANDLER_FAILED, f"route {route.slot}: {exc}", route=route.slot)
+        except OSError as exc:  # an upstream restarting: retried, like Unavailable
+            error = RouteError(
+                RouteErrorCode.HANDLER_FAILED,
+                f"route {route.slot}: {type(exc).__name__}: {exc}",
+                route=route.slot,
+            )
         except Exception as exc:  # noqa: BLE001 - a handler's panic is recovered here (R12)
             import traceback
 

@@ -13,10 +13,11 @@ How a handler's outcome maps to route failures (R10):
 - a :class:`RouteDecision` (``matched`` or :func:`skip`) is a decision; its ``reason`` only
   explains it and never changes it (R40);
 - ``raise Invalid("…")``: the input is malformed → ``handler_invalid``, not retried;
-- ``raise Unavailable("…")`` (or a subclass: the handler's declared transient errors) →
-  ``handler_failed``, retried with backoff;
-- any other exception → ``handler_panic``, not retried; the record keeps the exception and
-  its stack;
+- ``raise Unavailable("…")`` (or a subclass: the handler's declared transient errors), or a
+  transient OS-level error (``OSError`` and its subclasses: ``ConnectionError``,
+  ``TimeoutError``, …) → ``handler_failed``, retried with backoff;
+- any other exception (a programming error) → ``handler_panic``, not retried; the record
+  keeps the exception and its stack;
 - no decision before the deadline → ``handler_timeout``, retried.
 
 ``match`` must be free of side effects: traces call it too.
