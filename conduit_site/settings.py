@@ -198,6 +198,9 @@ LOGGING = {
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         }
     },
+# How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
+# before it is parsed, so no document can exhaust a parser's or the router's stack.
+CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},

@@ -21,6 +21,11 @@ attribute counts as absent, as the CloudEvents JSON format says.
 External callers may not use the reserved ``core`` families: a type ``core`` or ``core.*``
 and a source ``core`` or ``core.*`` (``core.manual`` is the operator's source) are refused
 unless ``trusted=True`` (core code accepting its own control Events).
+
+Every JSON document read here (a request body, a CLI file, a trace) is parsed by
+:func:`loads`: it refuses a document nested deeper than ``CONDUIT_MAX_JSON_DEPTH`` arrays and
+objects (64) before decoding it, without recursion, so no depth can exhaust the stack; and
+it refuses an object with the same key twice (which value was meant is unknowable).
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from django.conf import settings
 
 from causal.services import Envelope
 
@@ -148,6 +156,85 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+class DuplicateKey(ValueError):
+    """A JSON object holds the same key twice."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise DuplicateKey(f"an object has the key {key!r} twice")
+            seen.add(key)
+    return obj
+
+
+# Strings (whose brackets do not nest) and the brackets that do, for the depth scan.
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[{]|[\]}]')
+
+
+def max_json_depth() -> int:
+    """How deeply a JSON document may nest arrays and objects (``CONDUIT_MAX_JSON_DEPTH``)."""
+    return settings.CONDUIT_MAX_JSON_DEPTH
+
+
+def _too_deep(limit: int) -> EnvelopeInvalid:
+    return EnvelopeInvalid(
+        None, f"the JSON nests arrays and objects more than {limit} levels deep (CONDUIT_MAX_JSON_DEPTH)"
+    )
+
+
+def check_text_depth(text: str, limit: int | None = None) -> None:
+    """Refuse JSON text nested deeper than ``limit`` arrays and objects, by scanning it
+    (no parsing, no recursion): the parser never sees a document that could exhaust the stack."""
+    limit = max_json_depth() if limit is None else limit
+    if text.count("[") + text.count("{") <= limit:
+        return
+    depth = 0
+    for match in _STRUCTURE.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > limit:
+                raise _too_deep(limit)
+        elif token in "]}":
+            depth -= 1
+
+
+def check_value_depth(value: Any, limit: int | None = None, *, where: str | None = None) -> None:
+    """Refuse a decoded JSON value nested deeper than ``limit`` arrays and objects (iteratively)."""
+    limit = max_json_depth() if limit is None else limit
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            error = _too_deep(limit)
+            error.field = where
+            raise error
+        stack.extend((child, depth + 1) for child in children)
+
+
+def loads(text: str) -> Any:
+    """Decode one JSON document: at most ``CONDUIT_MAX_JSON_DEPTH`` deep, no NaN or Infinity,
+    no object with a key twice. Raises :class:`json.JSONDecodeError` for malformed JSON,
+    :class:`ValueError` (a :class:`DuplicateKey`, a constant) and :class:`EnvelopeInvalid`
+    (too deep)."""
+    check_text_depth(text)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_pairs)
+    except RecursionError:
+        # The scan bounds the depth; this only guards a limit set above what the stack takes.
+        raise _too_deep(max_json_depth()) from None
+
+
 def parse_json(raw: bytes | str) -> Any:
     """Decode one JSON document, refusing invalid UTF-8, NaN and Infinity.
 
@@ -159,7 +246,9 @@ def parse_json(raw: bytes | str) -> Any:
         except UnicodeDecodeError as exc:
             raise EnvelopeInvalid(None, f"the body is not UTF-8 text (byte {exc.start})") from exc
     try:
-        return json.loads(raw, parse_constant=_refuse_constant)
+        return loads(raw)
+    except EnvelopeInvalid:
+        raise
     except json.JSONDecodeError as exc:
         raise EnvelopeInvalid(
             None, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -184,8 +273,11 @@ def read_documents(raw: bytes | str) -> tuple[list[Document], bool]:
         text = raw
     if not text.strip():
         raise EnvelopeInvalid(None, "the input holds no Event")
+    check_text_depth(text)
     try:
-        whole = json.loads(text, parse_constant=_refuse_constant)
+        whole = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_pairs)
+    except RecursionError:
+        raise _too_deep(max_json_depth()) from None
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise EnvelopeInvalid(
@@ -208,7 +300,9 @@ def _read_lines(text: str) -> list[Document]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=_refuse_constant)
+            obj = loads(line)
+        except EnvelopeInvalid as exc:
+            raise EnvelopeInvalid(None, f"line {number}: {exc.message}", index=len(documents)) from exc
         except json.JSONDecodeError as exc:
             raise EnvelopeInvalid(
                 None, f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}", index=len(documents)
@@ -227,6 +321,8 @@ def parse_envelope(obj: Any, *, trusted: bool = False) -> Envelope:
     """
     if not isinstance(obj, dict):
         raise EnvelopeInvalid(None, f"an Event must be a JSON object, not {kind_of(obj)}")
+    # Only data nests; checked first, as every later check walks it.
+    check_value_depth(obj, where="data")
     # The CloudEvents JSON format: a null attribute is an absent one.
     attrs = {name: value for name, value in obj.items() if value is not None or name == "data"}
 

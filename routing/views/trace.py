@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_http_methods
 
 from causal.clock import system_clock
+from routing.ingress import EnvelopeInvalid, loads
 from routing.config import GenerationNotFound, live_generation
 from routing.models import Generation, GenerationKind, Scope
 from routing.trace import TraceRefused, samples, trace
@@ -38,12 +39,16 @@ class TraceForm(forms.Form):
 
     def clean_event(self):
         try:
-            value = json.loads(self.cleaned_data["event"])
+            value = loads(self.cleaned_data["event"])
+        except EnvelopeInvalid as exc:
+            raise forms.ValidationError(exc.message) from exc
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(
                 f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             ) from exc
         if not isinstance(value, dict):
+        except ValueError as exc:
+            raise forms.ValidationError(f"invalid JSON: {exc}") from exc
             raise forms.ValidationError("the Event must be a JSON object")
         return value
 

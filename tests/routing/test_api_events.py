@@ -305,8 +305,9 @@ def test_api_event_detail_unknown_seq_is_404_json(client, auth):
 @pytest.mark.django_db
 def test_api_event_detail_query_count_is_fixed(client, auth, django_assert_max_num_queries):
     event = EventFactory(parent=EventFactory())
-    # Token lookup (joined with its user), last-used update, the Event.
-    with django_assert_max_num_queries(3):
+    # Token lookup (joined with its user), last-used update, the permission check (the user's
+    # and its groups' permissions: 2), the Event.
+    with django_assert_max_num_queries(5):
         assert client.get(f"/api/events/{event.seq}", headers=auth).status_code == 200
 
 
@@ -372,3 +373,65 @@ def test_api_openapi_json_is_served(client):
     assert schema["openapi"] == "3.1.0"
     assert schema["servers"] == [{"url": "http://testserver"}]
     assert "/api/events" in schema["paths"]
+
+
+# --- issue 9, items 1 and 2: deep JSON is refused before it is parsed -------------------------
+
+
+def nested_event_text(levels: int, **overrides) -> str:
+    """A CloudEvent as JSON text whose document nests ``levels`` arrays and objects (the
+    envelope is the first level, ``data`` the second)."""
+    marker = '"__DATA__"'
+    text = json.dumps(cloud_event(data="__DATA__", **overrides)).replace(marker, "@")
+    data = '{"a":' * (levels - 1) + "1" + "}" * (levels - 1)
+    return text.replace("@", data)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("levels", [65, 1_000, 5_000, 10_000])
+def test_i9_1_a_deeply_nested_event_is_refused_and_nothing_stored(client, auth, acme, levels):
+    body = assert_refused(post(client, nested_event_text(levels), auth), 400, None)
+    assert body["error"] == "invalid_event"
+    assert "more than 64 levels deep" in body["message"] and "CONDUIT_MAX_JSON_DEPTH" in body["message"]
+
+
+@pytest.mark.django_db
+def test_i9_1_an_event_at_the_depth_limit_is_accepted(client, auth, acme):
+    response = post(client, nested_event_text(64), auth)
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.django_db
+def test_i9_1_a_deep_batch_is_refused_and_nothing_stored(client, auth, acme):
+    batch = "[" + json.dumps(cloud_event(id="ok")) + "," + nested_event_text(64, id="deep") + "]"
+    body = assert_refused(post(client, batch, auth), 400, None)
+    assert "64 levels" in body["message"]
+
+
+@pytest.mark.django_db
+def test_i9_1_the_depth_limit_is_a_setting(client, auth, acme, settings):
+    settings.CONDUIT_MAX_JSON_DEPTH = 3
+    assert post(client, nested_event_text(3), auth).status_code == 201
+    response = post(client, nested_event_text(4, id="evt-2"), auth)
+    assert response.status_code == 400 and "more than 3 levels deep" in response.json()["message"]
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("levels", [65, 5_000, 10_000])
+def test_i9_2_a_deeply_nested_trace_is_400_not_500(client, auth, acme, levels):
+    event = nested_event_text(levels - 1)
+    response = client.post(
+        "/api/trace", '{"event": ' + event + "}", content_type="application/json", headers=auth
+    )
+    assert response.status_code == 400, response.content
+    assert "64 levels" in response.json()["message"]
+
+
+@pytest.mark.django_db
+def test_i9_5_an_object_with_a_duplicate_key_is_400_and_nothing_stored(client, auth, acme):
+    text = json.dumps(cloud_event()).replace('"data": {"number": 7}', '"data": {"number": 7, "number": 8}')
+    body = assert_refused(post(client, text, auth), 400, None)
+    assert "invalid JSON" in body["message"] and "'number' twice" in body["message"]
+    top = '{"id": "a", ' + json.dumps(cloud_event())[1:]
+    assert "'id' twice" in assert_refused(post(client, top, auth), 400, None)["message"]

@@ -263,3 +263,24 @@ def test_events_accept_stdin_in_a_subprocess():
     assert bad.returncode == 1
     assert "time:" in bad.stderr.decode()
     assert Event.objects.count() == 2
+
+
+def nested_event_text(levels: int, **overrides) -> str:
+    """A CloudEvent as JSON text nesting ``levels`` arrays and objects (the envelope is one)."""
+    text = json.dumps(cloud_event(data="@", **overrides)).replace('"@"', "@")
+    return text.replace("@", '{"a":' * (levels - 1) + "1" + "}" * (levels - 1))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("levels", [65, 10_000])
+def test_i9_1_events_accept_refuses_a_deeply_nested_event(acme, levels):
+    refused("-", stdin=nested_event_text(levels), field_text="more than 64 levels deep")
+    lines = json.dumps(cloud_event(id="ok")) + "\n" + nested_event_text(levels, id="deep") + "\n"
+    refused("-", stdin=lines, field_text="64 levels")
+
+
+@pytest.mark.django_db
+def test_i9_5_events_accept_refuses_an_object_with_a_duplicate_key(acme):
+    text = json.dumps(cloud_event()).replace('"id": "evt-1"', '"id": "evt-1", "id": "evt-2"')
+    refused("-", stdin=text, field_text="'id' twice")
+    refused("-", stdin=json.dumps(cloud_event(id="ok")) + "\n" + text + "\n", field_text="'id' twice")

@@ -441,3 +441,33 @@ def test_event_accept_concurrent_duplicates_store_one_event(clock):
     assert sorted(created for created, _ in answers) == [False, False, False, True]
     assert len({seq for _, seq in answers}) == 1
     assert Event.objects.count() == 1
+
+
+# --- issue 9, items 1 and 2: the depth limit --------------------------------------------------
+
+
+def test_i9_1_the_depth_scan_ignores_brackets_inside_strings(settings):
+    settings.CONDUIT_MAX_JSON_DEPTH = 2
+    text = '{"a": {"b": "[[[[{{{{\\"]]]"}}'
+    assert parse_json(text) == {"a": {"b": '[[[[{{{{"]]]'}}
+    with pytest.raises(EnvelopeInvalid, match="more than 2 levels deep"):
+        parse_json('{"a": {"b": ["x"]}}')
+
+
+@pytest.mark.parametrize("levels", [65, 100_000])
+def test_i9_1_parse_json_refuses_deep_documents_without_recursion(levels):
+    with pytest.raises(EnvelopeInvalid, match="more than 64 levels deep") as info:
+        parse_json("[" * levels + "]" * levels)
+    assert info.value.field is None
+
+
+@pytest.mark.django_db
+def test_i9_1_acceptance_refuses_a_decoded_event_deeper_than_the_limit():
+    live_scopes("acme")
+    data: dict = {}
+    for _ in range(2_000):
+        data = {"a": data}
+    with pytest.raises(EnvelopeInvalid, match="64 levels") as info:
+        event_accept(payload=cloud_event(data=data), clock=lambda: datetime.now(UTC), trusted=True)
+    assert info.value.field == "data"
+    assert Event.objects.count() == 0

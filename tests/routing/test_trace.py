@@ -364,3 +364,40 @@ def test_r41_a_wake_the_causal_limits_refuse_holds_the_work_and_keeps_the_event_
     result = trace(payload=pr(1, "review_submitted"), clock=clock)
     assert (result.effect, result.reason) == ("queue", "context")
     assert any("blocked by the causal limits" in note for note in result.notes)
+
+
+def _deep_event_text(levels: int) -> str:
+    """A trace Event as JSON text nesting ``levels`` arrays and objects (the Event is one)."""
+    import json
+
+    text = json.dumps({"source": "s", "type": "noise.tick", "scope": "acme", "data": "@"})
+    return text.replace('"@"', '{"a":' * (levels - 1) + "1" + "}" * (levels - 1))
+
+
+@pytest.mark.parametrize("levels", [65, 5_000, 10_000])
+def test_i9_2_the_trace_form_refuses_deep_json_with_400_not_500(clock, live, client, levels):
+    from tests.routing.factories import UserFactory
+
+    client.force_login(UserFactory())
+    response = client.post("/trace/", {"event": _deep_event_text(levels), "generation": ""})
+    assert response.status_code == 400
+    assert "more than 64 levels deep" in response.text
+
+
+def test_i9_2_the_trace_command_refuses_deep_json(clock, live, tmp_path):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    path = tmp_path / "event.json"
+    path.write_text(_deep_event_text(10_000))
+    with pytest.raises(CommandError, match="more than 64 levels deep"):
+        call_command("trace", str(path))
+
+
+def test_i9_1_trace_refuses_a_decoded_event_deeper_than_the_limit(clock, live):
+    data: dict = {}
+    for _ in range(70):
+        data = {"a": data}
+    with pytest.raises(TraceRefused) as info:
+        trace(payload={"source": "s", "type": "noise.tick", "scope": "acme", "data": data}, clock=clock)
+    assert info.value.field == "data" and "64 levels" in info.value.message

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
 from routing.config import GenerationNotFound
+from routing.ingress import EnvelopeInvalid, loads
 from routing.trace import TraceRefused, TraceResult, samples, trace
 
 
@@ -73,11 +74,15 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {name}: {exc.strerror}") from exc
         try:
-            return json.loads(text)
+            return loads(text)
+        except EnvelopeInvalid as exc:
+            raise CommandError(f"{name}: {exc.message}") from exc
         except json.JSONDecodeError as exc:
             raise CommandError(
                 f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             ) from exc
+        except ValueError as exc:
+            raise CommandError(f"{name}: invalid JSON: {exc}") from exc
 
     def _samples(self, options) -> None:
         found = samples(scope=options["samples"], clock=system_clock, generation=options["generation"])
