@@ -8,6 +8,7 @@ so ``manage.py`` works on a fresh checkout. Production sets ``CONDUIT_ENV=produc
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -55,6 +56,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "django_htmx",
     "channels",
     "causal",
@@ -71,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "conduit_site.urls"
@@ -144,6 +148,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Sign-ins are throttled by django-axes: CONDUIT_LOGIN_FAILURE_LIMIT failures in a row for one
+# login from one address lock that pair out for CONDUIT_LOGIN_COOLOFF_MINUTES (even with the right
+# password), and every failure is logged as ``auth.login_failed`` (never with the password).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CONDUIT_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONDUIT_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "routing.login_guard.LoggingAxesHandler"
+AXES_LOCKOUT_TEMPLATE = "routing/login_locked.html"
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
+# Our handler writes one structured line per failure; axes' own prose lines would repeat it.
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console-home"
 LOGOUT_REDIRECT_URL = "login"
@@ -178,6 +198,9 @@ CONDUIT_EXECUTORS = {
     "command": "worklife.executors.CommandExecutor",
 }
 CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
+# How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
+# before it is parsed, so no document can exhaust a parser's or the router's stack.
+CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)
 CONDUIT_ROUTE_TIMEOUT = float(os.environ.get("CONDUIT_ROUTE_TIMEOUT", "5"))
 CONDUIT_MAX_ROUTE_FAILURES = env_int("CONDUIT_MAX_ROUTE_FAILURES", 5)
 CONDUIT_ROUTE_FAILURE_WINDOW = env_int("CONDUIT_ROUTE_FAILURE_WINDOW", 15 * 60)
@@ -198,10 +221,11 @@ LOGGING = {
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         }
     },
-# How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
-# before it is parsed, so no document can exhaust a parser's or the router's stack.
-CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # conduit.auth logs each failed sign-in (auth.login_failed); axes' lines would repeat it.
+        "axes": {"level": "ERROR"},
+    },
 }

@@ -1,0 +1,86 @@
+"""Sign-ins are throttled per login and address, and every failure is logged (issue 9 item 8)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.urls import reverse
+
+from tests.routing.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "a-long-console-password-1"
+WRONG = "not-the-password-9"
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+def sign_in(client, password: str, address: str = "203.0.113.7"):
+    return client.post(reverse("login"), {"username": "operator", "password": password}, REMOTE_ADDR=address)
+
+
+def failure_records(caplog) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if record.getMessage() == "auth.login_failed"]
+
+
+def test_i9_8_repeated_wrong_passwords_lock_out_the_login_from_that_address(
+    client, operator, settings, caplog
+):
+    caplog.set_level(logging.WARNING, logger="conduit.auth")
+    limit = settings.AXES_FAILURE_LIMIT
+    for _ in range(limit - 1):
+        refused = sign_in(client, WRONG)
+        assert refused.status_code == 200
+        assert "errorlist" in refused.content.decode()
+
+    locked = sign_in(client, WRONG)
+    assert locked.status_code == 429
+    assert "Sign-in locked" in locked.content.decode()
+
+    # While locked, the right password is refused too and signs nobody in.
+    right = sign_in(client, PASSWORD)
+    assert right.status_code == 429
+    assert "_auth_user_id" not in client.session
+
+    # The lockout is per login and address: the same login from another address still works.
+    elsewhere = sign_in(client, PASSWORD, address="198.51.100.2")
+    assert elsewhere.status_code == 302
+    assert client.session["_auth_user_id"] == str(operator.pk)
+
+
+def test_i9_8_every_failed_sign_in_is_logged_without_the_password(client, operator, settings, caplog):
+    caplog.set_level(logging.WARNING, logger="conduit.auth")
+    limit = settings.AXES_FAILURE_LIMIT
+    for _ in range(limit + 1):
+        sign_in(client, WRONG)
+    sign_in(client, PASSWORD)
+
+    records = failure_records(caplog)
+    # Each wrong password, and the right one refused by the lockout.
+    assert len(records) == limit + 2
+    assert [record.failures for record in records[:limit]] == list(range(1, limit + 1))
+    assert [record.locked_out for record in records] == [False] * (limit - 1) + [True] * 3
+    assert {record.username for record in records} == {"operator"}
+    assert {record.address for record in records} == {"203.0.113.7"}
+    for record in records:
+        fields = " ".join(str(value) for value in vars(record).values())
+        assert WRONG not in fields and PASSWORD not in fields
+
+
+def test_i9_8_a_successful_sign_in_resets_the_count(client, operator, settings):
+    limit = settings.AXES_FAILURE_LIMIT
+    for _ in range(limit - 1):
+        sign_in(client, WRONG)
+    assert sign_in(client, PASSWORD).status_code == 302
+    client.post(reverse("logout"))
+    for _ in range(limit - 1):
+        assert sign_in(client, WRONG).status_code == 200
+    assert sign_in(client, PASSWORD).status_code == 302
