@@ -257,6 +257,22 @@ def test_r59_a_removed_handler_is_given_up_on_at_once(clock, settings):
     assert sample_handlers.CALLS == []
 
 
+@pytest.mark.django_db
+def test_r10_a_route_whose_executor_was_unregistered_is_binding_invalid_and_starts_no_work(clock, settings):
+    apply(clock)
+    settings.CONDUIT_EXECUTORS = {"command": "worklife.executors.CommandExecutor"}  # python is removed
+    event = pr(clock)
+    r = build_router(clock=clock, options=RouterOptions(route_timeout=2.0))
+    outcome = r.route(event.seq)
+    r.close()
+    assert outcome.settled and outcome.error.code == RouteErrorCode.BINDING_INVALID
+    rec = record(event)
+    assert (rec.disposition, rec.reason, rec.route, rec.work_id) == ("failed", "binding_invalid", "pr", None)
+    assert "binding triage: executor 'python' is not registered" in rec.error
+    assert state(event) == RouteState.FAILED
+    assert not Work.objects.exists() and not WorkInput.objects.exists()
+
+
 # --- R59: a handler that never returns --------------------------------------------------------------------
 
 

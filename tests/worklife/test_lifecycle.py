@@ -8,9 +8,23 @@ from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
 from routing.models import RouteRecord
 from tests.routing.routerkit import accept, apply, router
-from tests.worklife.factories import TimerFactory
+from tests.worklife.factories import (
+    AttemptFactory,
+    DependencySubscriptionFactory,
+    IntentFactory,
+    TimerFactory,
+)
 from worklife import lifecycle, services
-from worklife.models import CorrelationKey, InputState, Intent, Timer, Wait, Work, WorkInput
+from worklife.models import (
+    CorrelationKey,
+    DependencySubscription,
+    InputState,
+    Intent,
+    Timer,
+    Wait,
+    Work,
+    WorkInput,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -107,6 +121,29 @@ def test_r48_cancel_is_atomic_and_terminal(clock, running):
         lifecycle.work_cancel(work_id=work.pk, clock=clock)
 
 
+def test_r48_cancel_supersedes_pending_intents_and_ends_dependency_subscriptions(clock, running):
+    work, attempt = running
+    edited = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
+    router(clock).route(edited.seq)
+    routed = Intent.objects.get(event=edited, state="pending")
+    # An intent an earlier attempt's end left pending: the services never leave one, so this
+    # pins cancel's own promise that no intent of a cancelled Work stays pending.
+    earlier = AttemptFactory(work=work, number=0, state="failed", ended_at=clock())
+    left_over = IntentFactory(attempt=earlier)
+    wait = services.attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
+    subscription = DependencySubscriptionFactory(wait=wait, work=work, scope="acme/web")
+    other = DependencySubscriptionFactory(scope="acme/web")  # another Work's stays active
+
+    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+
+    assert set(Intent.objects.filter(work=work).values_list("pk", "state")) == {
+        (routed.pk, "superseded"),
+        (left_over.pk, "superseded"),
+    }
+    assert not DependencySubscription.objects.get(pk=subscription.pk).active
+    assert DependencySubscription.objects.get(pk=other.pk).active
+
+
 def test_r60_cancellation_checkpoints_later_input_as_terminal(clock, running):
     work, attempt = running
     lifecycle.work_cancel(work_id=work.pk, clock=clock)
@@ -176,6 +213,47 @@ def test_r50_successor_requires_a_terminal_predecessor_and_distinct_keys(clock, 
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["x"], clock=clock
         )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r61_successor_publication_is_atomic_with_its_event(clock, running):
+    work, attempt = running
+    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    refusing = Causal(clock, Limits(max_depth=0, rate_per_minute=128))
+    count, events = Work.objects.count(), Event.objects.count()
+    with pytest.raises(CausalRefused):
+        lifecycle.work_create_successor(
+            predecessor_id=work.pk,
+            scope="acme",
+            binding="triage",
+            keys=["pr:acme/api#1/v2"],
+            clock=clock,
+            causal=refusing,
+        )
+    assert Work.objects.count() == count and not Work.objects.filter(predecessor=work).exists()
+    assert not CorrelationKey.objects.filter(key="pr:acme/api#1/v2").exists()
+    assert Event.objects.count() == events
+    assert not Event.objects.filter(type="core.work.created").exists()
+    # Nothing half-published stands in the way: the successor can still be created, once.
+    created = lifecycle.work_create_successor(
+        predecessor_id=work.pk, scope="acme", binding="triage", keys=["pr:acme/api#1/v2"], clock=clock
+    )
+    assert Work.objects.get(predecessor=work).pk == created.work.pk
+    assert Event.objects.get(type="core.work.created").seq == created.event.seq
+    assert created.work.trigger_id == created.event.seq
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r61_successor_whose_keys_are_taken_publishes_neither_work_nor_event(clock, running):
+    work, attempt = running
+    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    count, events = Work.objects.count(), Event.objects.count()
+    with pytest.raises(services.WorkError, match="owned by Work"):
+        lifecycle.work_create_successor(
+            predecessor_id=work.pk, scope="acme", binding="triage", keys=["new", "pr:acme/api#1"], clock=clock
+        )
+    assert (Work.objects.count(), Event.objects.count()) == (count, events)
+    assert not CorrelationKey.objects.filter(key="new").exists()
 
 
 def test_r60_successor_target_scope(clock, running):

@@ -1,0 +1,303 @@
+"""The policy decision as the pure function it is (R10, R30): no database, no handlers.
+
+Each test builds the effective scope, the routes' evaluation and the world by hand, so a change
+to one rule of ``routing/decide.py`` fails here (``make mutate`` runs these first).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from routing.config import EffectiveBinding, EffectiveRoute, EffectiveScope
+from routing.decide import AttemptView, Effect, Reason, WorkView, World, addressed_binding, decide
+from routing.errors import RouteErrorCode
+from routing.evaluate import Evaluation, RouteVerdict, Verdict
+from routing.extension import EventSnapshot, RouteDecision
+
+NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+SCOPE = "acme"
+
+
+def binding(name: str, *, controls=(), problem: str = "", executor: str = "python") -> EffectiveBinding:
+    return EffectiveBinding(
+        name=name,
+        scope=SCOPE,
+        executor=executor,
+        settings={},
+        controls=tuple(controls),
+        capabilities=frozenset(controls),
+        problem=problem,
+    )
+
+
+BINDINGS = {
+    "triage": binding("triage", controls=("inject", "interrupt")),
+    "plain": binding("plain", executor="command"),
+    "broken": binding("broken", controls=("inject",), problem="executor 'python' is not registered"),
+    "inbox": binding("inbox", executor=""),
+}
+
+
+def route(policy: str = "queue", binding: str = "triage", *, fallback: str = "", start: bool = True):
+    return EffectiveRoute(
+        slot="r",
+        scope=SCOPE,
+        handler="match",
+        params={},
+        binding=binding,
+        policy=policy,
+        fallback=fallback,
+        start=start,
+    )
+
+
+def scope_with(*routes: EffectiveRoute, bindings=None) -> EffectiveScope:
+    return EffectiveScope(
+        path=SCOPE, routes=routes, bindings=dict(BINDINGS if bindings is None else bindings)
+    )
+
+
+def matched(chosen: EffectiveRoute, keys=("k:1",)) -> Evaluation:
+    return Evaluation(
+        (RouteVerdict(chosen.slot, chosen.scope, Verdict.MATCH, "matched"),),
+        route=chosen,
+        decision=RouteDecision(matched=True, reason="matched", keys=keys),
+    )
+
+
+def nothing_matched() -> Evaluation:
+    return Evaluation((RouteVerdict("r", SCOPE, Verdict.SKIP, "not mine"),))
+
+
+def event(*, seq: int = 10, source: str = "tests", type: str = "x.happened", work_id=None) -> EventSnapshot:
+    return EventSnapshot(
+        seq=seq,
+        id=f"e{seq}",
+        source=source,
+        type=type,
+        subject="",
+        scope=SCOPE,
+        time=NOW,
+        data={},
+        correlation=(),
+        work_id=work_id,
+        execution_id=None,
+        causation_id=None,
+        depth=0,
+    )
+
+
+def attempt(number: int = 1, binding: str = "triage", capabilities=("inject", "interrupt")) -> AttemptView:
+    return AttemptView(
+        id=100 + number,
+        number=number,
+        binding=binding,
+        capabilities=frozenset(capabilities),
+        lease_epoch=1,
+        state="running",
+    )
+
+
+def world_with(*works: WorkView, keys: dict[str, int] | None = None) -> World:
+    world = World(now=NOW, works={work.id: work for work in works})
+    for key, work_id in (keys or {}).items():
+        world.owners[(SCOPE, key)] = work_id
+    return world
+
+
+def running_work(**fields) -> WorkView:
+    running = attempt()
+    return WorkView(
+        **{
+            "id": 7,
+            "scope": SCOPE,
+            "status": "running",
+            "binding": "triage",
+            "active_attempt": running,
+            "latest_attempt": running,
+            **fields,
+        }
+    )
+
+
+# --- R10: a route whose binding or policy cannot run is a route failure -----------------------
+
+
+PROBLEMS = [
+    pytest.param(
+        route("queue", "ghost"),
+        RouteErrorCode.BINDING_INVALID,
+        "binding 'ghost' is not in scope acme",
+        id="binding-not-in-scope",
+    ),
+    pytest.param(
+        route("queue", "broken"),
+        RouteErrorCode.BINDING_INVALID,
+        "binding broken: executor 'python'",
+        id="binding-with-a-problem",
+    ),
+    pytest.param(
+        route("inject", "plain"),
+        RouteErrorCode.POLICY_INVALID,
+        "binding plain cannot inject",
+        id="inject-without-capability-or-fallback",
+    ),
+    pytest.param(
+        route("interrupt", "plain"),
+        RouteErrorCode.POLICY_INVALID,
+        "binding plain cannot interrupt",
+        id="interrupt-without-capability-or-fallback",
+    ),
+    pytest.param(
+        route("steal", "triage"), RouteErrorCode.POLICY_INVALID, "unknown policy 'steal'", id="unknown-policy"
+    ),
+]
+
+
+@pytest.mark.parametrize("chosen,code,message", PROBLEMS)
+def test_r10_a_new_work_route_with_an_invalid_binding_or_policy_is_a_route_error(chosen, code, message):
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world_with())
+    assert decision.effect == Effect.ERROR and not decision.settles
+    assert decision.error.code == code and decision.reason == code.value
+    assert message in decision.error.message and decision.error.route == "r"
+    assert (decision.work_id, decision.new_work, decision.binding) == (None, False, "")
+
+
+@pytest.mark.parametrize("chosen,code,message", PROBLEMS)
+def test_r10_input_for_an_existing_work_with_an_invalid_binding_or_policy_is_a_route_error(
+    chosen, code, message
+):
+    work = running_work()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(work, keys={"k:1": work.id}),
+    )
+    assert decision.effect == Effect.ERROR and decision.error.code == code
+    assert message in decision.error.message
+    assert decision.work_id == work.id and decision.intent_kind == ""
+
+
+def test_r10_a_route_with_no_binding_problem_is_not_an_error():
+    # The same routes, each made valid: a fallback, a capable binding, a queue policy.
+    for chosen in (
+        route("inject", "plain", fallback="queue"),
+        route("interrupt", "plain", fallback="drop"),
+        route("inject", "triage"),
+        route("queue", "plain"),
+        route("queue", "inbox"),
+    ):
+        decision = decide(
+            event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world_with()
+        )
+        assert (decision.effect, decision.error) == (Effect.START, None), chosen
+        assert decision.binding == chosen.binding and decision.new_work
+
+
+def test_r10_a_drop_route_needs_no_binding():
+    chosen = route("drop", "ghost")
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world_with())
+    assert (decision.effect, decision.error) == (Effect.DROP, None)
+
+
+def test_r10_a_route_that_does_not_start_work_still_has_its_binding_checked():
+    chosen = route("queue", "ghost", start=False)
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world_with())
+    assert decision.error.code == RouteErrorCode.BINDING_INVALID
+    valid = route("queue", "plain", start=False)
+    decision = decide(event=event(), evaluation=matched(valid), scope=scope_with(valid), world=world_with())
+    assert (decision.effect, decision.reason) == (Effect.UNMATCHED, Reason.NO_WORK)
+
+
+# --- R30: the binding an addressed operator Event is queued on --------------------------------
+
+
+def work_view(**fields) -> WorkView:
+    return WorkView(id=7, scope=SCOPE, status="ready", binding="first", **fields)
+
+
+@pytest.mark.parametrize(
+    "fields,expected",
+    [
+        pytest.param({}, "first", id="the-work's-own"),
+        pytest.param({"latest_attempt": attempt(2, "ran")}, "ran", id="latest-attempt"),
+        pytest.param(
+            {"latest_attempt": attempt(2, "ran"), "rebind_binding": "rebound", "rebind_after_attempt": 2},
+            "rebound",
+            id="rebind-after-the-latest-attempt",
+        ),
+        pytest.param(
+            {"latest_attempt": attempt(3, "ran"), "rebind_binding": "rebound", "rebind_after_attempt": 2},
+            "ran",
+            id="an-attempt-newer-than-the-rebind",
+        ),
+        pytest.param({"rebind_binding": "rebound"}, "rebound", id="rebind-before-any-attempt"),
+        pytest.param(
+            {
+                "latest_attempt": attempt(3, "ran"),
+                "rebind_binding": "rebound",
+                "rebind_after_attempt": 2,
+                "retry_binding": "retry",
+            },
+            "retry",
+            id="retry-state-before-rebind-and-attempt",
+        ),
+        pytest.param({"retry_binding": "retry"}, "retry", id="retry-state-before-the-work's-own"),
+        pytest.param(
+            {
+                "latest_attempt": attempt(3, "ran"),
+                "rebind_binding": "rebound",
+                "rebind_after_attempt": 3,
+                "retry_binding": "retry",
+                "queued_binding": "queued",
+            },
+            "queued",
+            id="queued-input-first",
+        ),
+        pytest.param({"queued_binding": "queued"}, "queued", id="queued-input-before-the-work's-own"),
+    ],
+)
+def test_r30_addressed_binding_precedence(fields, expected):
+    assert addressed_binding(work_view(**fields)) == expected
+
+
+ADDRESSED = {"source": "core.manual", "type": "operator.note"}
+
+
+@pytest.mark.parametrize("field", ["queued_binding", "retry_binding"])
+def test_r30_addressed_input_is_queued_on_the_binding_the_work_runs_on_next(field):
+    # Its latest attempt ran on triage; its queued input or retry state is on plain.
+    ready = running_work(status="ready", active_attempt=None, **{field: "plain"})
+    decision = decide(
+        event=event(work_id=ready.id, **ADDRESSED),
+        evaluation=nothing_matched(),
+        scope=scope_with(),
+        world=world_with(ready),
+    )
+    assert (decision.effect, decision.reason, decision.binding) == (Effect.QUEUE, Reason.ADDRESSED, "plain")
+    assert (decision.work_id, decision.input_kind) == (ready.id, "queue")
+
+
+def test_r30_addressed_input_for_a_binding_the_scope_no_longer_has_is_unmatched():
+    ready = running_work(status="ready", active_attempt=None, queued_binding="gone")
+    decision = decide(
+        event=event(work_id=ready.id, **ADDRESSED),
+        evaluation=nothing_matched(),
+        scope=scope_with(),
+        world=world_with(ready),
+    )
+    assert (decision.effect, decision.work_id) == (Effect.UNMATCHED, ready.id)
+
+
+def test_r30_addressed_input_for_a_waiting_work_is_context():
+    waiting = running_work(status="waiting", active_attempt=None, retry_binding="plain")
+    decision = decide(
+        event=event(work_id=waiting.id, **ADDRESSED),
+        evaluation=nothing_matched(),
+        scope=scope_with(),
+        world=world_with(waiting),
+    )
+    assert (decision.effect, decision.binding, decision.input_kind) == (Effect.QUEUE, "plain", "context")
