@@ -418,19 +418,36 @@ class _TooLarge(Exception):
     """The document is over the size or node limit: reading stops at once."""
 
 
+_YAML = "tag:yaml.org,2002:"
+_MAP_TAG = f"{_YAML}map"
+_SEQ_TAG = f"{_YAML}seq"
+_MERGE_TAG = f"{_YAML}merge"
+_TIMESTAMP_TAG = f"{_YAML}timestamp"
+
+
+def _shown_tag(tag: str) -> str:
+    """A tag as written in the document (``!!binary``, not ``tag:yaml.org,2002:binary``)."""
+    return f"!!{tag.removeprefix(_YAML)}" if tag.startswith(_YAML) else tag
+
+
+def _text_problem(value: str) -> str | None:
+    """Why a string cannot be stored as every backend stores acceptance's strings (NUL, a
+    lone surrogate), or ``None``: the document is held to what acceptance refuses."""
+    if "\x00" in value:
+        return "NUL characters (\\u0000) are not allowed"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"invalid Unicode (a lone surrogate at character {exc.start})"
+    return None
+
+
 class _Reader:
     """Builds plain Python values from YAML nodes, recording the line of every place and
-    refusing duplicate keys, non-string keys and values JSON cannot hold."""
+    refusing duplicate keys, non-string keys, tags outside the core schema and values JSON
+    cannot hold (or that acceptance would refuse: NUL, lone surrogates)."""
 
-    _PLAIN_TAGS = frozenset(
-        {
-            "tag:yaml.org,2002:str",
-            "tag:yaml.org,2002:int",
-            "tag:yaml.org,2002:float",
-            "tag:yaml.org,2002:bool",
-            "tag:yaml.org,2002:null",
-        }
-    )
+    _PLAIN_TAGS = frozenset({f"{_YAML}{name}" for name in ("str", "int", "float", "bool", "null")})
 
     def __init__(self, problems: list[ConfigProblem]) -> None:
         self.problems = problems
@@ -473,15 +490,26 @@ class _Reader:
             raise _TooLarge
         line = node.start_mark.line + 1
         self.lines.setdefault(place, line)
+        if not self._tag_allowed(node, place):
+            return None
         if isinstance(node, yaml.MappingNode):
+            if not self._merges_allowed(node, place, set()):
+                return None
             loader.flatten_mapping(node)
             result: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 key_line = key_node.start_mark.line + 1
+                if not self._tag_allowed(key_node, place):
+                    continue
                 key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
                 if not isinstance(key, str):
                     shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else "a collection"
                     self._problem(place, f"key {shown!r} must be a string (quote it)", key_line)
+                    continue
+                why = _text_problem(key)
+                if why is not None:
+                    shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                    self._problem(place, f"bad key {shown!r}: {why}", key_line)
                     continue
                 child = f"{place}.{key}" if place else key
                 if key in result:
@@ -493,20 +521,54 @@ class _Reader:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self._build(loader, item, f"{place}[{index}]") for index, item in enumerate(node.value)]
-        if node.tag == "tag:yaml.org,2002:timestamp":
-            return node.value  # keep dates as written: JSON has no date type
-        if node.tag not in self._PLAIN_TAGS:
-            self._problem(
-                place,
-                f"unsupported YAML value {node.tag!r}; use strings, numbers, booleans, lists and mappings",
-                line,
-            )
-            return None
-        value = loader.construct_object(node)
+        if node.tag == _TIMESTAMP_TAG:
+            value = node.value  # keep dates as written: JSON has no date type
+        else:
+            value = loader.construct_object(node)
         if isinstance(value, float) and not math.isfinite(value):
             self._problem(place, f"{node.value!r} is not a finite number", line)
             return None
+        if isinstance(value, str) and (why := _text_problem(value)) is not None:
+            self._problem(place, why, line)
+            return None
         return value
+
+    def _tag_allowed(self, node: yaml.Node, place: str) -> bool:
+        """Whether the node's tag is in the core schema for its kind; records the problem
+        with the node's line when not (``!!python/object/apply:…``, ``!!set``, ``!custom``)."""
+        if isinstance(node, yaml.MappingNode):
+            allowed = node.tag == _MAP_TAG
+        elif isinstance(node, yaml.SequenceNode):
+            allowed = node.tag == _SEQ_TAG
+        else:
+            allowed = node.tag in self._PLAIN_TAGS or node.tag == _TIMESTAMP_TAG
+        if not allowed:
+            self._problem(
+                place,
+                f"unsupported YAML value: the tag {_shown_tag(node.tag)!r} is not in the core schema; "
+                "use strings, numbers, booleans, null, lists and mappings",
+                node.start_mark.line + 1,
+            )
+        return allowed
+
+    def _merges_allowed(self, node: yaml.MappingNode, place: str, seen: set[int]) -> bool:
+        """Check the tags of what ``<<`` merge keys bring in before they are flattened into
+        ``node`` (their own tags would be lost there)."""
+        if id(node) in seen:
+            return True  # a recursive merge: flatten_mapping reports it
+        seen.add(id(node))
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                continue
+            items = [value_node]
+            if isinstance(value_node, yaml.SequenceNode):
+                items.extend(value_node.value)
+            for item in items:
+                if not self._tag_allowed(item, place):
+                    return False
+                if isinstance(item, yaml.MappingNode) and not self._merges_allowed(item, place, seen):
+                    return False
+        return True
 
 
 # --- validation ----------------------------------------------------------------------------
@@ -580,7 +642,13 @@ class _Validator:
     # the document
 
     def run(self) -> ParsedDocument:
-        size = len(self.text.encode("utf-8"))
+        try:
+            size = len(self.text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            line = self.text.count("\n", 0, exc.start) + 1
+            raise ConfigInvalid(
+                [ConfigProblem("document", f"invalid Unicode: a lone surrogate on line {line}", line)]
+            ) from None
         if size > MAX_DOCUMENT_BYTES:
             raise ConfigInvalid(
                 [ConfigProblem("document", f"the document is {size} bytes, more than {MAX_DOCUMENT_BYTES}")]

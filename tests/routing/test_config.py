@@ -401,6 +401,132 @@ def test_unsupported_yaml_value_is_refused(clock):
     refused(clock, document, "scopes[0].bindings.triage.settings.target", "unsupported YAML value")
 
 
+# --- issue 9 item 6: what acceptance refuses, and YAML outside the core schema ----------------------
+
+ROUTE_TYPE_LINE = BASE.splitlines().index('          type: "github.pull_request.*"') + 1
+
+
+@pytest.mark.parametrize(
+    ("written", "fragment"),
+    [
+        (r'"\ud800"', "invalid Unicode (a lone surrogate at character 0)"),
+        (r'"github.\udfff.*"', "invalid Unicode (a lone surrogate at character 7)"),
+        (r'"github\0*"', "NUL characters"),
+    ],
+)
+def test_i9_6_a_lone_surrogate_is_refused_at_validation_with_its_place(clock, written, fragment):
+    """What acceptance refuses in an Event (lone surrogates, NUL) is refused in a document too:
+    applied, it would dead-letter every Event of the scope with handler_panic."""
+    document = BASE.replace('type: "github.pull_request.*"', f"type: {written}")
+    problems = refused(clock, document, "scopes[0].routes[0].params.type", fragment)
+    assert [(p.place, p.line) for p in problems] == [("scopes[0].routes[0].params.type", ROUTE_TYPE_LINE)]
+    # Every problem can be printed and stored as UTF-8 (the CLI and pages show them).
+    assert all(str(p).encode("utf-8") for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "place"),
+    [
+        (
+            '"demo.agents:triage"}',
+            '"demo.agents:\\ud83d"}',
+            "scopes[0].bindings.triage.settings.target",
+        ),
+        (
+            '          keys: ["pr:',
+            '          where: [{field: data.action, in: [opened, "\\udc00"]}]\n          keys: ["pr:',
+            "scopes[0].routes[0].params.where[0].in[1]",
+        ),
+        (
+            '          keys: ["pr:',
+            '          "x\\ud800": 1\n          keys: ["pr:',
+            "scopes[0].routes[0].params",
+        ),
+    ],
+)
+def test_i9_6_a_lone_surrogate_anywhere_in_the_document_is_refused_with_its_place(clock, old, new, place):
+    document = BASE.replace(old, new, 1)
+    assert document != BASE
+    problems = refused(clock, document, place, "a lone surrogate")
+    assert all(p.line is not None and str(p).encode("utf-8") for p in problems)
+
+
+def test_i9_6_a_raw_lone_surrogate_in_the_text_is_refused_with_its_line(clock):
+    document = BASE + "# a comment with \ud800 in it\n"
+    problems = refused(clock, document, "document", "a lone surrogate on line")
+    assert problems[0].line == len(BASE.splitlines()) + 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "place", "tag"),
+    [
+        # The tag on a mapping or a sequence used to be ignored silently.
+        (
+            '"demo.agents:triage"}',
+            '"demo.agents:triage", extra: !!python/object/apply:os.system {args: [echo]}}',
+            "scopes[0].bindings.triage.settings.extra",
+            "!!python/object/apply:os.system",
+        ),
+        (
+            'settings: {argv: ["./bin/triage"]}',
+            'settings: {argv: !!python/object/apply:os.system ["./bin/triage"]}',
+            "scopes[0].bindings.plain.settings.argv",
+            "!!python/object/apply:os.system",
+        ),
+        ("    routes:\n", "    routes: !!python/object:list\n", "scopes[0].routes", "!!python/object:list"),
+        ("inbox: {}", "inbox: !!set {a, b}", "scopes[0].bindings.inbox", "!!set"),
+        ("inbox: {}", "inbox: !!omap [{a: 1}]", "scopes[0].bindings.inbox", "!!omap"),
+        ("inbox: {}", "inbox: !!pairs [{a: 1}]", "scopes[0].bindings.inbox", "!!pairs"),
+        ("policy: queue", "policy: !custom queue", "scopes[0].routes[0].policy", "!custom"),
+        (
+            "policy: queue",
+            "policy: !<tag:example.com,2026:x> queue",
+            "scopes[0].routes[0].policy",
+            "tag:example.com,2026:x",
+        ),
+        (
+            "version: 1",
+            "--- !!python/object:conduit.Config\nversion: 1",
+            "document",
+            "!!python/object:conduit.Config",
+        ),
+        # A tagged key, and a tag hidden in what a << merge key brings in.
+        ("      inbox: {}", "      !custom inbox: {}", "scopes[0].bindings", "!custom"),
+        (
+            "inbox: {}",
+            "inbox: {<<: !!python/object:x {executor: python}}",
+            "scopes[0].bindings.inbox",
+            "!!python/object:x",
+        ),
+    ],
+)
+def test_i9_6_yaml_tags_outside_the_core_schema_are_refused_with_their_line(clock, old, new, place, tag):
+    document = BASE.replace(old, new, 1)
+    assert document != BASE
+    problems = refused(clock, document, place, f"the tag {tag!r} is not in the core schema")
+    changed = next(
+        i for i, (a, b) in enumerate(zip(document.splitlines(), BASE.splitlines(), strict=False), 1) if a != b
+    )
+    assert [p.line for p in problems if p.place == place] == [changed]
+
+
+def test_i9_6_core_schema_tags_anchors_and_merges_are_still_accepted(clock):
+    document = BASE.replace(
+        'settings: {argv: ["./bin/triage"]}', 'settings: &argv {argv: !!seq ["./bin/triage"]}'
+    )
+    document = document.replace(
+        "inbox: {}", "inbox: !!map {}\n      again: {executor: !!str command, settings: {<<: *argv}}"
+    )
+    document = document.replace("policy: queue", "policy: ! queue\n        start: !!bool true")
+    generation = config_apply(document=document, clock=clock)
+    bindings = {
+        b.name: (b.executor, b.settings) for b in Binding.objects.filter(scope__generation=generation)
+    }
+    assert bindings["again"] == ("command", {"argv": ["./bin/triage"]})
+    assert bindings["inbox"] == ("", {})
+    assert Route.objects.get(scope__generation=generation).policy == "queue"
+
+
 def test_bad_names_are_refused(clock):
     refused(
         clock,

@@ -201,3 +201,17 @@ def test_validate_through_manage_py_in_a_subprocess(bad_file):
     )
     assert bad.returncode == 1
     assert "unknown binding 'inbx'" in bad.stderr and bad.stdout == ""
+
+
+def test_i9_6_a_lone_surrogate_is_refused_by_validate_and_apply_with_file_and_line(tmp_path: Path):
+    path = tmp_path / "surrogate.yaml"
+    written = 'type: "github.pull_request.*"'
+    path.write_text(DEFAULT_TEST_CONFIG.replace(written, 'type: "\\ud800"', 1), encoding="utf-8")
+    line = DEFAULT_TEST_CONFIG[: DEFAULT_TEST_CONFIG.index(written)].count("\n") + 1
+    for action in ("validate", "apply"):
+        with pytest.raises(CommandError) as caught:
+            run(action, str(path))
+        assert f"{path}:{line}: scopes[0].routes[0].params.type: invalid Unicode (a lone surrogate" in str(
+            caught.value
+        )
+    assert Generation.objects.count() == 0
