@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config):
+    """A fresh clone has no ``var/``: create it (and the folder of a SQLite test database named
+    elsewhere) before the test database is, or SQLite answers "unable to open database file"."""
+    from django.conf import settings
+
+    folders = [Path(settings.VAR_DIR)]
+    database = settings.DATABASES["default"]
+    test_name = str(database.get("TEST", {}).get("NAME") or "")
+    if database["ENGINE"] == "django.db.backends.sqlite3" and test_name not in ("", ":memory:"):
+        if not test_name.startswith("file:"):
+            folders.append(Path(test_name).parent)
+    for folder in folders:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 class FakeClock:

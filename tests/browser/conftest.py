@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+ENABLE_HINT = "install it (Debian: apt-get install chromium) to run the browser tests"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -13,6 +17,46 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def in_ci(environ: Mapping[str, str]) -> bool:
+    """Whether ``CI`` is set (CI services set ``CI=true``); empty, ``0``, ``false`` and ``no``
+    mean it is not."""
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def chromium_gate(path: str = CHROMIUM, environ: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
+    """What the browser tests do about Chromium: ``None`` when ``path`` is an executable, else
+    ``("skip", why)`` on a developer's machine and ``("fail", why)`` in CI, where a missing
+    browser must not pass unnoticed."""
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return None
+    why = f"Chromium not found at {path}: {ENABLE_HINT}"
+    if in_ci(environ):
+        return "fail", f"{why} (CI is set, so the browser tests fail instead of being skipped)"
+    return "skip", why
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Place every skip for want of Chromium at this file, so that pytest's summary folds them
+    into one line instead of one per browser test."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and ENABLE_HINT in str(report.longrepr[2]):
+        report.longrepr = (__file__, chromium_present.__wrapped__.__code__.co_firstlineno, report.longrepr[2])
+    return report
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chromium_present():
+    """Skip every browser test with one line when Chromium is missing (fail when CI is set),
+    before a live server or any data is set up for it."""
+    gate = chromium_gate()
+    if gate is not None:
+        action, why = gate
+        if action == "fail":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
 
 
 @pytest.fixture
