@@ -9,14 +9,17 @@
       - {field: data.action, in: [opened, synchronize]}
       - {field: data.draft, equals: false}
       - {field: data.labels, exists: true}
-      - {field: data.title, matches: "^WIP"}   # a Python regular expression, searched
+      - {field: data.title, matches: "^WIP"}   # an RE2 regular expression, searched
     keys: ["pr:{data.repository}#{data.number}"]   # correlation key templates (optional)
 
 Fields are dotted paths into the Event: ``type``, ``source``, ``subject``, ``scope``, ``id``,
 ``data`` and ``data.<key>.<key>…`` (a numeric segment indexes a list). Globs are
 case-sensitive shell patterns (``*``, ``?``, ``[abc]``) over the whole value. ``equals`` and
 ``in`` compare JSON values strictly (``false`` is not ``0``). ``matches`` searches the string
-value (anchor with ``^``/``$``); a non-string value does not match. In a key template ``{field}``
+value (anchor with ``^``/``$``); a non-string value does not match. Patterns run on RE2, a
+linear-time engine, so no pattern can backtrack catastrophically (``^(a+)+$`` takes time in
+proportion to the value); the few Python features RE2 lacks (backreferences, lookaround) are
+refused when the configuration is validated. In a key template ``{field}``
 is replaced by the field's value; ``{{`` and ``}}`` are literal braces. A field a key needs that
 is missing (or null, or not a scalar) makes the route skip with a reason naming the field.
 
@@ -36,6 +39,8 @@ from dataclasses import dataclass
 from threading import Lock
 from typing import Any
 
+import re2
+
 from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, RouteInfo, Sample, skip
 
 FIELD_ROOTS: tuple[str, ...] = ("type", "source", "subject", "scope", "id", "data")
@@ -48,6 +53,15 @@ _SEGMENT = re.compile(r"^[^.\s{}\[\]]+$")
 _GLOB_KEYS = ("type", "source", "subject")
 _PARAM_KEYS = ("type", "source", "subject", "where", "keys")
 _OPERATORS = ("equals", "in", "exists", "matches")
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is reported to its author, not to stderr
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
 
 
 class MatchParamsError(ValueError):
@@ -198,7 +212,7 @@ def _predicate_check(path: FieldPath, operator: str, operand: Any) -> Check:
             )
 
     else:  # matches
-        search = re.compile(operand).search
+        search = re2.compile(operand, options=_RE2_OPTIONS).search
 
         def check(event: EventSnapshot) -> str | None:
             value = get(event)
@@ -209,6 +223,27 @@ def _predicate_check(path: FieldPath, operator: str, operand: Any) -> Check:
             return None if search(value) else f"{field} is {_show(value)}, which does not match /{operand}/"
 
     return check
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be a ``matches`` condition, or ``None``: it must be a valid
+    regular expression that RE2, the linear-time engine it runs on, accepts."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"invalid regular expression {pattern!r}: {exc}"
+    try:
+        re2.compile(pattern, options=_RE2_OPTIONS)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        return (
+            f"regular expression {pattern!r} is not supported by RE2, the linear-time engine "
+            f"matches runs on (no backreferences or lookaround): {why}"
+        )
+    except UnicodeError as exc:
+        return f"invalid regular expression {pattern!r}: {exc}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,10 +412,9 @@ def compile_params(params: Any) -> CompiledMatch:
             if not isinstance(operand, str):
                 problems.append((op_place, f"expected a regular expression string, got {_show(operand)}"))
                 continue
-            try:
-                re.compile(operand)
-            except re.error as exc:
-                problems.append((op_place, f"invalid regular expression {operand!r}: {exc}"))
+            problem = _pattern_problem(operand)
+            if problem is not None:
+                problems.append((op_place, problem))
                 continue
         if path is not None:
             predicates.append((path, operator, operand))

@@ -344,6 +344,20 @@ def test_invalid_regex_in_matches(clock):
     )
 
 
+def test_i9_6_a_pattern_re2_cannot_take_is_refused_at_validation_with_its_place(clock):
+    """matches runs on RE2 (linear time): a backreference or lookaround is refused, not applied."""
+    document = BASE.replace(
+        "          keys:", "          where: [{field: data.title, matches: '(WIP)-\\1'}]\n          keys:"
+    )
+    problems = refused(
+        clock,
+        document,
+        "scopes[0].routes[0].params.where[0].matches",
+        "regular expression '(WIP)-\\\\1' is not supported by RE2, the linear-time engine",
+    )
+    assert problems[0].line == ROUTE_TYPE_LINE + 1
+
+
 def test_bad_key_template(clock):
     document = BASE.replace("pr:{data.repository}#{data.number}", "pr:{data.repository#{data.number}")
     refused(clock, document, "scopes[0].routes[0].params.keys[0]", "bad key template")

@@ -244,6 +244,96 @@ def test_r40_invalid_params_name_the_place(params, place, fragment):
         compile_params(params)
 
 
+# --- issue 9 item 6: matches runs on RE2, a linear-time engine ----------------------------------------
+
+CATASTROPHIC = "^(a+)+$"  # exponential on a backtracking engine against 'aaaa…b'
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"(a)\1",  # a backreference
+        r"foo(?=bar)",  # lookahead
+        r"(?<!x)y",  # lookbehind
+        r"(?P<n>a)(?P=n)",  # a named backreference
+        r"end\Z",  # Python's end of string; RE2 writes \z
+    ],
+)
+def test_i9_6_patterns_re2_cannot_take_are_refused_with_the_place(pattern):
+    params = {
+        "type": "*",
+        "where": [{"field": "data.a", "equals": 1}, {"field": "data.t", "matches": pattern}],
+    }
+    problems = list(Match.validate_params(params))
+    assert [p for p, _ in problems] == ["where[1].matches"], problems
+    assert "not supported by RE2, the linear-time engine" in problems[0][1]
+    assert repr(pattern) in problems[0][1]
+
+
+def test_i9_6_a_nested_quantifier_cannot_backtrack_catastrophically():
+    """^(a+)+$ against 'aaaa…b' answers (a skip), and the all-'a' value matches."""
+    params = {"type": "*", "where": [{"field": "data.t", "matches": CATASTROPHIC}]}
+    hostile = "a" * 100_000 + "b"
+    decision = decide(params, snap(data={"t": hostile}))
+    assert not decision.matched
+    assert decision.reason.startswith("data.t is 'aaaa") and decision.reason.endswith(
+        f"which does not match /{CATASTROPHIC}/"
+    )
+    assert decide(params, snap(data={"t": "a" * 100_000})).matched
+
+
+@pytest.mark.django_db
+def test_i9_6_a_catastrophic_pattern_is_decided_within_the_route_deadline_and_no_thread_is_left_busy(clock):
+    """Through routing: each Event is decided (the hostile one skipped with the pattern's refusal,
+    the all-'a' one matched) before the route deadline, so no handler call is abandoned: no thread is left burning a
+    core on a pattern. On a backtracking engine this Event was a handler_timeout and the
+    abandoned thread ran for ever."""
+    from routing.models import RouteRecord
+    from routing.router import RouterOptions, build_router
+    from routing.services import config_apply, event_accept
+
+    config_apply(
+        clock=clock,
+        document=f"""
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {{}}
+    routes:
+      - slot: wip
+        handler: match
+        params:
+          type: "note.*"
+          where: [{{field: data.title, matches: "{CATASTROPHIC}"}}]
+        binding: inbox
+""",
+    )
+    payloads = [
+        {"id": "hostile", "data": {"title": "a" * 50_000 + "b"}},
+        {"id": "wip", "data": {"title": "a" * 50_000}},
+    ]
+    events = [
+        event_accept(
+            payload={"specversion": "1.0", "source": "tests", "type": "note.created", "scope": "acme", **p},
+            clock=clock,
+        ).event
+        for p in payloads
+    ]
+    router = build_router(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        outcomes = [router.route(event.seq) for event in events]
+        assert (router.pool.abandoned, router.pool.abandoned_total) == (0, 0)
+    finally:
+        router.close()
+    assert [o.error for o in outcomes] == [None, None]
+    records = {r.event.envelope_id: r for r in RouteRecord.objects.select_related("event")}
+    assert (records["hostile"].policy, records["hostile"].route) == ("unmatched", "")
+    [refusal] = records["hostile"].refusals
+    assert refusal["route"] == "wip" and refusal["reason"].endswith(f"which does not match /{CATASTROPHIC}/")
+    assert (records["wip"].disposition, records["wip"].route) == ("routed", "wip")
+
+
 def test_r40_valid_params_have_no_problems():
     assert list(Match.validate_params({"type": "a.*", "where": [{"field": "data.a", "equals": 1}]})) == []
 
