@@ -218,7 +218,8 @@ class WorkRunner:
                 continue
             if result.started == 0 and result.finished == 0:
                 stop.wait(poll_interval)
-        self.shutdown(grace=stop_grace, wait=stop.wait)
+        # ``stop`` is set now: the grace is waited out with sleeps, not a busy loop.
+        self.shutdown(grace=stop_grace)
 
     def drain(self, *, timeout: float = 60.0, wait: Callable[[float], Any] = time.sleep) -> int:
         """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run."""
