@@ -3,6 +3,9 @@
 from django.contrib import admin
 from django.urls import include, path
 
+# An unknown URL under /api/ is a JSON 404, like every other answer of the API.
+handler404 = "conduit_site.errors.page_not_found"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("routing.urls_api")),

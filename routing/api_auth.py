@@ -180,7 +180,7 @@ def request_json(request: HttpRequest, *, max_bytes: int | None = None, allow_em
     """
     limit = settings.CONDUIT_MAX_EVENT_BYTES if max_bytes is None else max_bytes
     declared = request.META.get("CONTENT_LENGTH") or "0"
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "event_too_large", _too_large(int(declared), limit), field=None)
     try:
         body = request.body

@@ -20,6 +20,7 @@ from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
 from routing import work_controls
 from routing.api_auth import ApiError, api_view, request_json
+from routing.converters import MAX_ID
 from routing.serializers import attempt_json, work_json
 from routing.work_controls import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
@@ -170,8 +171,9 @@ def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | 
     raw = request.GET.get(name, "")
     if raw == "":
         return None
-    if not raw.isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
-        upper = f" to {maximum}" if maximum is not None else " or more"
+    maximum = MAX_ID if maximum is None else maximum
+    if not (raw.isascii() and raw.isdigit()) or not minimum <= int(raw) <= maximum:
+        upper = f" to {maximum}"
         raise WorkControlInvalid(name, f"expected an integer {minimum}{upper}, got {raw!r}")
     return int(raw)
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
+from routing.converters import MAX_ID
+
 API_VERSION = "1.0.0"
 
 
@@ -33,7 +35,7 @@ SEQ_PARAMETER = {
     "required": True,
     "description": "The Event's place in the acceptance order (Events are named by seq: envelope ids "
     "are unique only per source).",
-    "schema": {"type": "integer", "minimum": 1},
+    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
 }
 
 WORK_ID_PARAMETER = {
@@ -41,7 +43,7 @@ WORK_ID_PARAMETER = {
     "in": "path",
     "required": True,
     "description": "The Work's id.",
-    "schema": {"type": "integer", "minimum": 1},
+    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
 }
 
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
@@ -77,8 +79,18 @@ SCHEMAS: dict[str, Any] = {
                 "items": {"type": "string", "minLength": 1, "maxLength": 512},
                 "description": "Correlation keys: the Event's explicit targets.",
             },
-            "work_id": {"type": "integer", "minimum": 1, "description": "An explicit target Work."},
-            "execution_id": {"type": "integer", "minimum": 1, "description": "An explicit target Execution."},
+            "work_id": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_ID,
+                "description": "An explicit target Work.",
+            },
+            "execution_id": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_ID,
+                "description": "An explicit target Execution.",
+            },
         },
         "additionalProperties": {"type": ["string", "integer", "boolean"]},
     },
@@ -770,7 +782,7 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "before",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1},
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
                     "description": "Only Work with a lower id (the previous page's `next_before`).",
                 },
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},

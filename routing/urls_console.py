@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from routing.converters import register_id_converter
 from routing.views import (
     auth,
     causal,
@@ -16,26 +17,28 @@ from routing.views import (
     work_controls,
 )
 
+register_id_converter()
+
 urlpatterns = [
     path("", home.home, name="console-home"),
     path("login/", auth.ConsoleLoginView.as_view(), name="login"),
     path("logout/", auth.ConsoleLogoutView.as_view(), name="logout"),
     path("events/", events.event_list, name="event-list"),
-    path("events/<int:seq>/", events.event_detail, name="event-detail"),
-    path("events/<int:seq>/skip/", controls.event_skip, name="event-skip"),
-    path("events/<int:seq>/reroute/", controls.event_reroute, name="event-reroute"),
+    path("events/<id:seq>/", events.event_detail, name="event-detail"),
+    path("events/<id:seq>/skip/", controls.event_skip, name="event-skip"),
+    path("events/<id:seq>/reroute/", controls.event_reroute, name="event-reroute"),
     path("dead-letters/", dead_letters.dead_letters, name="dead-letters"),
     path("dead-letters/reroute/", dead_letters.dead_letters_reroute, name="dead-letters-reroute"),
     path("doctor/", doctor.doctor_page, name="doctor"),
     path("work/", work.work_list, name="work-list"),
-    path("work/<int:work_id>/", work.work_detail, name="work-detail"),
+    path("work/<id:work_id>/", work.work_detail, name="work-detail"),
     path("work/new/", work_controls.work_create, name="work-create"),
-    path("work/<int:work_id>/cancel/", work_controls.work_cancel, name="work-cancel"),
-    path("work/<int:work_id>/retry/", work_controls.work_retry, name="work-retry"),
-    path("work/<int:work_id>/send/", work_controls.work_send, name="work-send"),
-    path("work/<int:work_id>/rebind/", work_controls.work_rebind, name="work-rebind"),
+    path("work/<id:work_id>/cancel/", work_controls.work_cancel, name="work-cancel"),
+    path("work/<id:work_id>/retry/", work_controls.work_retry, name="work-retry"),
+    path("work/<id:work_id>/send/", work_controls.work_send, name="work-send"),
+    path("work/<id:work_id>/rebind/", work_controls.work_rebind, name="work-rebind"),
     path("config/", config.config_list, name="config-list"),
     path("trace/", trace.trace_page, name="trace"),
-    path("causal/<int:seq>/", causal.causal_root, name="causal-root"),
+    path("causal/<id:seq>/", causal.causal_root, name="causal-root"),
     path("causal/diagnostics/", causal.causal_diagnostics, name="causal-diagnostics"),
 ]

@@ -20,7 +20,9 @@ from causal.selectors import (
     root_limits_status,
     root_tree,
 )
+from routing.converters import MAX_ID
 from routing.views.common import paging_urls, query_string, render_console
+from routing.views.forms import CursorField
 
 ROOT_TEMPLATE = "causal/root.html"
 ROOT_PARTIALS = ("causal-limits",)
@@ -39,14 +41,13 @@ class DiagnosticFilterForm(forms.Form):
         required=False, choices=[("", "any"), *DiagnosticKind.choices], help_text="The kind of refusal."
     )
     root = forms.IntegerField(
-        required=False, min_value=1, label="Root seq", help_text="Only refusals under this root."
-    )
-    before = forms.IntegerField(
         required=False,
         min_value=1,
-        widget=forms.HiddenInput,
-        help_text="Show diagnostics with a lower id than this one.",
+        max_value=MAX_ID,
+        label="Root seq",
+        help_text="Only refusals under this root.",
     )
+    before = CursorField(help_text="Show diagnostics with a lower id than this one.")
 
     def filters(self) -> DiagnosticFilter:
         """The validated filters (call after ``is_valid()``)."""

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from causal.clock import Clock, system_clock
 from routing import controls
+from routing.converters import MAX_ID
 from routing.doctor import first_line
 from routing.errors import RouteErrorCode
 from routing.views.common import paging_urls, render_console
@@ -74,13 +75,15 @@ class RerouteSelectionForm(forms.Form):
         super().__init__(data)
         # Any positive integer is a candidate; the service says what happened to each one.
         values = data.getlist("seq") if hasattr(data, "getlist") else []
-        self.fields["seq"].choices = [(value, value) for value in values if str(value).isdigit()]
+        self.fields["seq"].choices = [
+            (value, value) for value in values if str(value).isascii() and str(value).isdigit()
+        ]
 
     def clean_seq(self) -> list[int]:
         seqs = self.cleaned_data["seq"]
         if len(seqs) > controls.MAX_BATCH:
             raise forms.ValidationError(f"at most {controls.MAX_BATCH} Events can be rerouted at once")
-        if any(seq < 1 for seq in seqs):
+        if any(not 1 <= seq <= MAX_ID for seq in seqs):
             raise forms.ValidationError("an Event seq is a positive integer")
         return seqs
 

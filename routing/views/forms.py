@@ -6,6 +6,7 @@ from django import forms
 
 from causal.models import RouteState
 from causal.selectors import EventFilter
+from routing.converters import MAX_ID
 from worklife.models import WorkStatus
 from worklife.selectors import PARKED, WorkFilter
 
@@ -20,6 +21,8 @@ class CursorField(forms.IntegerField):
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("required", False)
         kwargs.setdefault("min_value", 1)
+        # A larger number is refused (400) rather than overflowing the database driver (500).
+        kwargs.setdefault("max_value", MAX_ID)
         kwargs.setdefault("widget", forms.HiddenInput)
         super().__init__(**kwargs)
 

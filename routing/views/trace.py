@@ -46,9 +46,9 @@ class TraceForm(forms.Form):
             raise forms.ValidationError(
                 f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             ) from exc
-        if not isinstance(value, dict):
         except ValueError as exc:
             raise forms.ValidationError(f"invalid JSON: {exc}") from exc
+        if not isinstance(value, dict):
             raise forms.ValidationError("the Event must be a JSON object")
         return value
 
@@ -97,7 +97,7 @@ def trace_page(request: HttpRequest) -> HttpResponse:
             except TraceRefused as exc:
                 context["refused"] = exc
             chosen = request.GET.get("sample", "")
-            if chosen.isdigit() and int(chosen) < len(context["samples"]):
+            if chosen.isascii() and chosen.isdigit() and int(chosen) < len(context["samples"]):
                 route, sample = context["samples"][int(chosen)]
                 initial["event"] = json.dumps({"source": "console", **sample.event, "scope": scope}, indent=2)
         form = TraceForm(initial=initial, choices=choices)
