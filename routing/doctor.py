@@ -5,9 +5,11 @@ Each check is a plain function of the database and ``now`` returning a :class:`C
 /api/doctor`` and the console's Doctor page all call :func:`doctor`: one code path.
 
 - ``routing``: Events still unrouted ten minutes after acceptance, each with its failure
-  count, last error code, next retry and the earlier Event it waits behind (R23).
+  count, last error code, next retry and the earlier Event it waits behind (R23); and, however
+  young, Events whose route keeps failing (twice or more in a row).
 - ``route_loop``: no route loop heartbeat newer than 60 seconds while Events are unrouted
-  (which loops, and how old their last heartbeats are).
+  (which loops, and how old their last heartbeats are); or a live loop whose passes keep
+  failing (the error, how many in a row, and the Events of the window it was routing).
 - ``handler_calls``: handler calls a live route loop abandoned at their deadline and whose
   threads have not returned (a handler that never returns).
 - ``causal``: roots whose derived Events the causal limits refused in the last hour.
@@ -23,6 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import BigIntegerField, Q
+from django.db.models.functions import Cast
+
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
@@ -32,6 +37,8 @@ from routing.serializers import timestamp
 from worklife.selectors import WorkLoopHeartbeat, work_loop_heartbeats, work_parked, work_runnable
 
 UNROUTED_AFTER = timedelta(minutes=10)
+# An Event whose route failed this many times in a row is named at once, however young.
+KEEPS_FAILING = 2
 HEARTBEAT_STALE = timedelta(seconds=60)
 REFUSALS_SINCE = timedelta(hours=1)
 # Findings listed per check (the summary still counts them all).
@@ -83,7 +90,10 @@ class StuckEvent:
         """One line for the CLI."""
         parts = [f"#{self.seq} {self.type} in {self.scope}, unrouted for {self.age}"]
         if self.failures:
-            parts.append(f"{self.failures} failure{'s' if self.failures != 1 else ''}, last {self.last_code}")
+            keeps = " (keeps failing)" if self.failures >= KEEPS_FAILING else ""
+            parts.append(
+                f"{self.failures} failure{'s' if self.failures != 1 else ''}, last {self.last_code}{keeps}"
+            )
         if self.retry_at is not None:
             parts.append(f"next retry {timestamp(self.retry_at)}")
         if self.waiting_on is not None:
@@ -105,9 +115,11 @@ class LoopBeat:
     routed: int
     abandoned_calls: int
     abandoned_total: int
+    failing: dict[str, Any] | None = None  # passes failing in a row: error, count, since, events
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "failing": self.failing,
             "loop": self.loop,
             "at": timestamp(self.at),
             "age_seconds": None if self.age_seconds is None else round(self.age_seconds, 3),
@@ -134,7 +146,22 @@ class LoopBeat:
             line += (
                 f", {self.abandoned_calls} abandoned handler call{'s' if self.abandoned_calls != 1 else ''}"
             )
+        if self.failing:
+            line += f"; {self.failing_text}"
         return line
+
+    @property
+    def failing_text(self) -> str:
+        """What keeps failing, naming the Events of the window (empty when passes succeed)."""
+        if not self.failing:
+            return ""
+        count = int(self.failing.get("count", 0))
+        events = ", ".join(f"#{seq}" for seq in self.failing.get("events") or ())
+        window = f"; its window held Events {events}" if events else ""
+        return (
+            f"{self.loop}: {count} pass{'es' if count != 1 else ''} in a row failed since "
+            f"{self.failing.get('since', '-')}: {self.failing.get('error', '')}{window}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +338,14 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
     with their failure counts, last error code, next retry and what they wait behind (R23).
     Three queries."""
     cutoff = now - UNROUTED_AFTER
-    stuck = Event.objects.filter(route_state=RouteState.UNROUTED, accepted_at__lt=cutoff)
+    keeps_failing = (
+        KV.objects.filter(namespace=FAILURES_NAMESPACE, value__count__gte=KEEPS_FAILING)
+        .annotate(seq=Cast("key", BigIntegerField()))
+        .values("seq")
+    )
+    stuck = Event.objects.filter(route_state=RouteState.UNROUTED).filter(
+        Q(accepted_at__lt=cutoff) | Q(seq__in=keeps_failing)
+    )
     total = stuck.count()
     if not total:
         return Check(
@@ -346,10 +380,12 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
             )
         )
     failing = sum(1 for item in items if item.failures)
+    young = any(item.age_seconds <= UNROUTED_AFTER.total_seconds() for item in items)
     summary = (
         f"{total} Event{'s are' if total != 1 else ' is'} still unrouted "
         f"{duration(UNROUTED_AFTER.total_seconds())} after acceptance"
-        f" (oldest #{items[0].seq}, {duration(items[0].age_seconds)}"
+        + (" or keep failing" if young else "")
+        + f" (oldest #{items[0].seq}, {duration(items[0].age_seconds)}"
         + (f"; {failing} with route failures" if failing else "")
         + ")"
     )
@@ -378,6 +414,7 @@ def loop_beats(*, now: datetime, limit: int = STALE_LOOPS_LISTED, fresh_only: bo
                 routed=int(value.get("routed", 0)),
                 abandoned_calls=int(value.get("abandoned_calls", 0)),
                 abandoned_total=int(value.get("abandoned_total", 0)),
+                failing=value.get("failing") if isinstance(value.get("failing"), dict) else None,
             )
         )
     return beats
@@ -393,6 +430,12 @@ def check_route_loop(*, now: datetime) -> Check:
         for beat in beats
         if beat.age_seconds is not None and beat.age_seconds <= HEARTBEAT_STALE.total_seconds()
     ]
+    failing = [beat for beat in fresh if beat.failing]
+    if failing:
+        names = "; ".join(beat.failing_text for beat in failing)
+        return Check(
+            "route_loop", WARN, f"route loop passes keep failing: {names}", tuple(failing), len(failing)
+        )
     if fresh:
         names = ", ".join(f"{beat.loop} ({duration(beat.age_seconds)} ago)" for beat in fresh)
         return Check(

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.db import InterfaceError, OperationalError
+
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot, Invalid, RouteDecision, Unavailable, one_line
 
@@ -137,6 +139,72 @@ def snapshots(queryset) -> list[EventSnapshot]:
             depth,
         ) in queryset.values_list(*SNAPSHOT_FIELDS)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableSnapshot(EventSnapshot):
+    """An Event whose stored data could not be made into a snapshot (nested deeper than the
+    decoder's stack, say): it carries no data, and routing records ``error`` on it instead of
+    asking its routes, so one Event's content never fails the read of the others."""
+
+    error: RouteError | None = None
+
+
+def panic(exc: BaseException, what: str, *, route: str = "") -> RouteError:
+    """A ``handler_panic`` for an unexpected exception, with its stack (R10)."""
+    import traceback
+
+    return RouteError(
+        RouteErrorCode.HANDLER_PANIC,
+        f"{what}: {type(exc).__name__}: {exc}",
+        route=route,
+        stack="".join(traceback.format_exception(exc))[-8000:],
+    )
+
+
+def snapshots_isolated(queryset) -> list[EventSnapshot]:
+    """:func:`snapshots`, except that an Event whose row cannot become a snapshot comes back
+    as an :class:`UnreadableSnapshot` (its fields without data, and the error) instead of
+    failing the whole read. Reads row by row only when the whole read failed."""
+    from causal.models import Event
+
+    try:
+        return snapshots(queryset)
+    except (OperationalError, InterfaceError):
+        raise  # the database, not an Event
+    except Exception:  # noqa: BLE001 - one Event's content: find it below, row by row
+        pass
+    found: list[EventSnapshot] = []
+    for seq in list(queryset.values_list("seq", flat=True)):
+        one = Event.objects.filter(seq=seq)
+        try:
+            found.extend(snapshots(one))
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolated to this Event, recorded on it
+            error = panic(exc, "the Event's data cannot be read for routing")
+            fields = [f for f in SNAPSHOT_FIELDS if f != "data"]
+            for row in one.values_list(*fields):
+                values = dict(zip(fields, row, strict=True))
+                found.append(
+                    UnreadableSnapshot(
+                        seq=values["seq"],
+                        id=values["envelope_id"],
+                        source=values["source"],
+                        type=values["type"],
+                        subject=values["subject"],
+                        scope=values["scope"],
+                        time=values["time"],
+                        data=None,
+                        correlation=tuple(values["correlation"] or ()),
+                        work_id=values["work_id"],
+                        execution_id=values["execution_id"],
+                        causation_id=values["parent_id"],
+                        depth=values["depth"],
+                        error=error,
+                    )
+                )
+    return found
 
 
 def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str, Any]) -> Evaluation:

@@ -4,7 +4,9 @@ when a new generation is applied (R4), and a heartbeat doctor reads."""
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
 
@@ -28,6 +30,46 @@ logger = logging.getLogger("conduit.routing.loop")
 HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
 
 
+class RepeatedFailures:
+    """Logs a loop's failing passes without flooding the log: the first of a run of identical
+    errors with its stack, then only ``<name>.repeated`` with the count (when it reaches 10,
+    100, 1,000… and when the run ends: another error, or a pass that succeeds)."""
+
+    def __init__(self, log: logging.Logger, name: str) -> None:
+        self.log = log
+        self.name = name
+        self.error = ""
+        self.count = 0
+        self.since: datetime | None = None
+        self._logged = 0
+
+    def failed(self, exc: BaseException, now: datetime) -> int:
+        """Count one failed pass; returns how many in a row failed with this same error."""
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        if error == self.error:
+            self.count += 1
+            if self.count >= 10 and math.log10(self.count).is_integer():
+                self._repeated()
+            return self.count
+        self.succeeded()
+        self.error, self.count, self.since, self._logged = error, 1, now, 1
+        self.log.error(self.name, exc_info=exc, extra={"error": error})
+        return 1
+
+    def succeeded(self) -> None:
+        """A pass went through: close the run of failures (logging its count)."""
+        if self.count > self._logged:
+            self._repeated(ended=True)
+        self.error, self.count, self.since, self._logged = "", 0, None, 0
+
+    def _repeated(self, *, ended: bool = False) -> None:
+        self._logged = self.count
+        self.log.error(
+            f"{self.name}.repeated",
+            extra={"error": self.error, "count": self.count, "since": self.since.isoformat(), "ended": ended},
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StepResult:
     settled: int = 0
@@ -48,6 +90,7 @@ class RouteLoop:
         self.router: Router | None = None
         self.passes = 0
         self.routed_total = 0
+        self.failures = RepeatedFailures(logger, "route_loop.pass_failed")
         released = release_dead_claims(clock())
         if released:
             logger.warning("route_loop.released_dead_claims", extra={"events": released})
@@ -67,6 +110,7 @@ class RouteLoop:
         settled = sum(1 for o in outcomes if o.settled)
         self.passes += 1
         self.routed_total += settled
+        self.failures.succeeded()
         label = self.router.configuration.label
         self._heartbeat(label)
         return StepResult(
@@ -76,6 +120,24 @@ class RouteLoop:
             empty=not outcomes,
             generation_changed=changed,
         )
+
+    def pass_failed(self, exc: BaseException) -> None:
+        """Record a pass that failed (the loop boundary calls this and goes on): logged once per
+        run of identical errors with a count, and kept in the heartbeat with the Events of the
+        window it was routing, so doctor can name them."""
+        now = self.clock()
+        count = self.failures.failed(exc, now)
+        window = list(self.router.last_window) if self.router is not None else []
+        failing = {
+            "error": self.failures.error,
+            "count": count,
+            "since": self.failures.since.isoformat(),
+            "events": window[:20],
+        }
+        try:
+            self._heartbeat(self.router.configuration.label if self.router else "", failing=failing)
+        except Exception:  # noqa: BLE001 - the database may be what fails; the log has it
+            pass
 
     def backlog(self) -> int:
         """Unrouted Events now (including those backing off or waiting behind others)."""
@@ -107,7 +169,7 @@ class RouteLoop:
         )
         return True
 
-    def _heartbeat(self, generation: str) -> None:
+    def _heartbeat(self, generation: str, *, failing: dict | None = None) -> None:
         with transaction.atomic():
             kv_put_in_tx(
                 namespace=HEARTBEATS_NAMESPACE,
@@ -119,6 +181,7 @@ class RouteLoop:
                     "routed": self.routed_total,
                     "abandoned_calls": self.pool.abandoned,
                     "abandoned_total": self.pool.abandoned_total,
+                    "failing": failing,
                 },
                 clock=self.clock,
             )

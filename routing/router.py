@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
 from causal.clock import Clock
@@ -59,7 +59,15 @@ from routing.decide import (
     decide,
 )
 from routing.errors import RouteError, RouteErrorCode
-from routing.evaluate import Evaluation, RouteVerdict, Verdict, evaluate, snapshot, snapshots
+from routing.evaluate import (
+    Evaluation,
+    RouteVerdict,
+    UnreadableSnapshot,
+    Verdict,
+    evaluate,
+    panic,
+    snapshots_isolated,
+)
 from routing.extension import EventSnapshot
 from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
 from routing.live import publish_routed
@@ -239,6 +247,7 @@ class Router:
         )
         self.owner = owner or loop_identity()
         self.causal = Causal(clock)
+        self.last_window: tuple[int, ...] = ()  # the Events of the latest pass (doctor names them)
 
     # -- public API ---------------------------------------------------------------------
     def route(self, seq: int) -> RouteOutcome:
@@ -246,16 +255,16 @@ class Router:
 
         Within a retryable failure's backoff the failure is returned with its backoff and the
         handler is not called (R14)."""
-        event = Event.objects.filter(seq=seq).first()
+        event = Event.objects.filter(seq=seq).defer("data").first()
         if event is None:
             raise Event.DoesNotExist(f"no Event #{seq}")
         if event.is_settled:
             return self._settled_outcome(event)
-        window = self._window_for(snapshot(event))
+        window = self._window_for(snapshots_isolated(Event.objects.filter(seq=seq))[0])
         mine = None
         retries = 0
         while True:
-            outcomes = self._pass(window, honour_claims=False)
+            outcomes = self._pass_isolated(window, honour_claims=False)
             mine = next((o for o in outcomes if o.seq == seq), None)
             if mine is None or mine.settled:
                 break
@@ -264,7 +273,9 @@ class Router:
             if behind is not None and behind not in present and len(window) < self.options.batch_size:
                 # Earlier input the Event waits behind (known only once its route decided its
                 # keys) joins the call, in acceptance order (R17, R25).
-                window = sorted([*window, *snapshots(Event.objects.filter(seq=behind))], key=lambda e: e.seq)
+                window = sorted(
+                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
+                )
                 continue
             if mine.reason == "retry" and retries < self.options.max_retries:
                 retries += 1
@@ -274,10 +285,12 @@ class Router:
 
     def route_pending(self, *, limit: int | None = None) -> list[RouteOutcome]:
         """One pass over the oldest routable Events (the route loop's step)."""
+        self.last_window = ()
         window = self._claim_window(limit or self.options.batch_size)
+        self.last_window = tuple(e.seq for e in window)
         if not window:
             return []
-        return self._pass(window, honour_claims=True)
+        return self._pass_isolated(window, honour_claims=True)
 
     def close(self) -> None:
         if self._own_pool:
@@ -331,7 +344,7 @@ class Router:
         """The Event and the earlier unrouted Events that share an explicit target with it
         (R17, R25): they route first, in acceptance order."""
         tokens = self._explicit_tokens([event])
-        earlier = snapshots(
+        earlier = snapshots_isolated(
             Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=event.seq)
             .filter(
                 Q(keys__scope=event.scope, keys__key__in=list(event.correlation))
@@ -357,7 +370,7 @@ class Router:
             )
             if connection.features.has_select_for_update_skip_locked:
                 query = query.select_for_update(skip_locked=True, of=("self",))
-            window = snapshots(query[:limit])
+            window = snapshots_isolated(query[:limit])
             if window:
                 Event.objects.filter(seq__in=[e.seq for e in window]).update(
                     claimed_by=self.owner, claimed_until=until
@@ -365,6 +378,40 @@ class Router:
         return window
 
     # -- a pass ---------------------------------------------------------------------------
+    def _pass_isolated(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
+        """A pass that no single Event's content can fail: when the window's pass raises
+        something unexpected, its Events are routed one by one, in acceptance order, and an
+        Event whose own pass still raises is given up on with a ``handler_panic`` carrying
+        the exception and its stack (dead-lettered, R16). The database being unavailable and
+        a new generation are not an Event's doing: they still end the pass."""
+        try:
+            return self._pass(window, honour_claims=honour_claims)
+        except (GenerationChanged, OperationalError, InterfaceError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolated below, one Event at a time
+            if len(window) == 1:
+                return [self._give_up_unexpected(window[0], exc, honour_claims=honour_claims)]
+        outcomes: list[RouteOutcome] = []
+        for event in window:
+            outcomes.extend(self._pass_isolated([event], honour_claims=honour_claims))
+        return outcomes
+
+    def _give_up_unexpected(
+        self, event: EventSnapshot, exc: Exception, *, honour_claims: bool
+    ) -> RouteOutcome:
+        error = panic(exc, "routing this Event failed unexpectedly")
+        evaluation = Evaluation((), error=error)
+        try:
+            return self._commit([event], {event.seq: evaluation}, {}, {}, honour_claims)[0]
+        except (GenerationChanged, OperationalError, InterfaceError):
+            raise
+        except Exception:  # noqa: BLE001 - not even its failure commits: leave it for the next pass
+            logger.exception("route.event_failed", extra={"event": event.seq})
+            Event.objects.filter(seq=event.seq, claimed_by=self.owner).update(
+                claimed_by="", claimed_until=None
+            )
+            return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason="retry")
+
     def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
         now = self.clock()
         failures = self._failures([e.seq for e in window])
@@ -373,7 +420,10 @@ class Router:
         to_evaluate: list[EventSnapshot] = []
         for event in window:
             entry = failures.get(event.seq)
-            if entry is not None and _in_backoff(entry, now, self.configuration.label):
+            if isinstance(event, UnreadableSnapshot):
+                # Its routes cannot be asked about data that cannot be read: the error is its.
+                evaluations[event.seq] = Evaluation((), error=event.error)
+            elif entry is not None and _in_backoff(entry, now, self.configuration.label):
                 backing_off[event.seq] = _error_from_entry(entry)
             else:
                 to_evaluate.append(event)
@@ -491,7 +541,13 @@ class Router:
                 scope = self.configuration.scope(snap.scope) or EffectiveScope(
                     path=snap.scope, routes=(), bindings={}
                 )
-                decision = decide(event=snap, evaluation=evaluations[event.seq], scope=scope, world=world)
+                try:
+                    decision = decide(event=snap, evaluation=evaluations[event.seq], scope=scope, world=world)
+                except Exception as exc:  # noqa: BLE001 - one Event's decision never fails the pass
+                    error = panic(exc, "deciding this Event failed unexpectedly")
+                    decision = Decision(
+                        Effect.ERROR, error.code.value, error=error, evaluation=Evaluation((), error=error)
+                    )
                 if decision.effect == Effect.CONFLICT:
                     writer.unrouted(
                         event.seq,

@@ -402,3 +402,61 @@ def test_r23_heartbeats_keep_what_doctor_reads(clock, live):
         loop.close()
     value = KV.objects.get(namespace=HEARTBEATS_NAMESPACE, key=loop.owner).value
     assert set(value) >= {"at", "generation", "passes", "routed", "abandoned_calls", "abandoned_total"}
+
+
+# --- issue 9, item 1: doctor names what keeps failing; the log says it once -------------------
+
+
+def test_i9_1_doctor_names_an_event_whose_route_keeps_failing_at_once(clock):
+    apply(clock, SCRIPTED_ONLY)
+    event = accept(clock, "x", {"behaviour": "fail"})
+    r = router(clock)
+    r.route(event.seq)
+    assert check(doctor.doctor(clock=clock), "routing").ok  # one failure, young: not yet
+    clock.advance(minutes=1)
+    r.route(event.seq)
+    r.close()
+    routing = check(doctor.doctor(clock=clock), "routing")
+    assert not routing.ok and [item.seq for item in routing.items] == [event.seq]
+    assert "keep failing" in routing.summary and "2 failures, last handler_failed (keeps failing)" in (
+        routing.items[0].text
+    )
+
+
+def test_i9_1_a_failing_pass_is_logged_once_with_a_count_and_doctor_names_its_events(
+    clock, caplog, monkeypatch
+):
+    apply(clock, SCRIPTED_ONLY)
+    event = accept(clock, "x", {"behaviour": "ok"})
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        loop.step()  # builds the router
+        loop.router.last_window = (event.seq,)
+        caplog.set_level("INFO", logger="conduit.routing.loop")
+        for _ in range(25):
+            loop.pass_failed(RuntimeError("the same trouble"))
+        failed = [r for r in caplog.records if r.msg.startswith("route_loop.pass_failed")]
+        assert [(r.msg, getattr(r, "count", 1)) for r in failed] == [
+            ("route_loop.pass_failed", 1),
+            ("route_loop.pass_failed.repeated", 10),
+        ]
+        assert failed[0].exc_info is not None
+
+        beat = check(doctor.doctor(clock=clock), "route_loop")
+        assert not beat.ok and "route loop passes keep failing" in beat.summary
+        assert (
+            "25 passes in a row failed" in beat.summary and "RuntimeError: the same trouble" in beat.summary
+        )
+        assert f"its window held Events #{event.seq}" in beat.summary
+
+        loop.pass_failed(ValueError("another trouble"))
+        messages = [
+            (r.msg, getattr(r, "count", None))
+            for r in caplog.records
+            if r.msg.startswith("route_loop.pass_failed")
+        ][len(failed) :]
+        assert messages[:2] == [("route_loop.pass_failed.repeated", 25), ("route_loop.pass_failed", None)]
+        loop.step()
+        assert check(doctor.doctor(clock=clock), "route_loop").ok
+    finally:
+        loop.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
@@ -14,8 +13,6 @@ from causal.clock import system_clock
 from routing.loop import RouteLoop
 from routing.management.loops import install_graceful_stop, restore_signals
 from routing.router import RouterOptions
-
-logger = logging.getLogger("conduit.routing.loop")
 
 
 class Command(BaseCommand):
@@ -118,8 +115,8 @@ class Command(BaseCommand):
             _refresh_connections()
             try:
                 result = loop.step()
-            except Exception:  # noqa: BLE001 - the loop boundary: log with the stack and go on
-                logger.exception("route_loop.pass_failed")
+            except Exception as exc:  # noqa: BLE001 - the loop boundary: log (once per run) and go on
+                loop.pass_failed(exc)
                 stop.wait(max(poll_interval, 1.0))
                 continue
             finally:
