@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -970,11 +971,48 @@ def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
+# What a log line keeps of a reason: field names and the words reasons are made of. Any other
+# token (a value, a pattern, a glob, a quoted string) becomes "…": payload values stay in the
+# stored RouteRecord (for operators), never in log lines.
+_REASON_WORDS = frozenset(
+    """is not missing expected one of a an to string matching which does match matches present
+    absent key needs null scalar renders characters at most route handler no decision within
+    returned failed unexpectedly deciding routing this event cannot be read for its the data
+    fallback queue drop held until attempt ends runs binding selects pinned capabilities lack
+    inject interrupt wins wait terminal no_match addressed context no_work conflicting targets
+    work by names exist chose does in scope already has later input and or with registered
+    panic handler_panic handler_failed handler_invalid handler_timeout handler_missing
+    binding_invalid policy_invalid unknown policy""".split()
+)
+_FIELD = re.compile(
+    r"(data(\.[\w-]+|\[\d+\])*|type|source|subject|scope|id|time|correlation(\[\d+\])?|work_id|execution_id)"
+)
+_TOKEN = re.compile(r"[^\s,;:()]+")
+_ELIDED = re.compile(r"…(?:[\s,:;]*…)+")
+
+
+def redacted(text: str, *, names: Iterable[str] = ()) -> str:
+    """``text`` with every token that is not a field name, a word of a reason or one of
+    ``names`` (route names, from the configuration) replaced by ``…``:
+    ``data.action is 'secret', not 'opened'`` → ``data.action is …, not …``."""
+    known = set(names)
+
+    def keep(match: re.Match) -> str:
+        token = match.group()
+        if token.lower() in _REASON_WORDS or token in known or _FIELD.fullmatch(token):
+            return token
+        return "…"
+
+    return _ELIDED.sub("…", _TOKEN.sub(keep, text))
+
+
 def _log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -> None:
-    """One ``route.decided`` record per decision, with the fields of the route's JSON."""
+    """One ``route.decided`` record per decision, with the fields of the route's JSON; reasons
+    and errors are :func:`redacted` (the RouteRecord keeps them whole)."""
     if not logger.isEnabledFor(logging.INFO):
         return
     decision = outcome.decision
+    routes = {decision.route, *(str(refusal.get("route", "")) for refusal in decision.refusals)}
     logger.info(
         "route.decided",
         extra={
@@ -986,9 +1024,13 @@ def _log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -
             "binding": decision.binding,
             "generation": generation,
             "policy": decision.policy if not decision.error else "failed",
-            "reason": decision.reason,
-            "route.refusals": list(decision.refusals),
-            "route.error": decision.error.error_text if decision.error else "",
+            "reason": redacted(decision.reason, names=routes),
+            "route.refusals": [
+                {**refusal, "reason": redacted(str(refusal.get("reason", "")), names=routes)}
+                for refusal in decision.refusals
+            ],
+            # The message only, redacted: the stack may quote values (the record keeps both).
+            "route.error": redacted(decision.error.message, names=routes) if decision.error else "",
             "route.attempts": decision.error.attempts if decision.error else 0,
         },
     )
@@ -1010,6 +1052,7 @@ class _Writes:
     records: list[list] = field(default_factory=list)
     settled: dict[str, list[int]] = field(default_factory=dict)
     touched_works: set[int] = field(default_factory=set)
+    shown_works: set[int] = field(default_factory=set)  # terminal: refreshed on pages, never written
     wakes: list[tuple[int, int, int]] = field(default_factory=list)  # (work, wait, event)
     timeouts: list[tuple[int, int]] = field(default_factory=list)  # (work, wait)
     reasons: dict[int, tuple[str, int | None, datetime | None]] = field(default_factory=dict)
@@ -1044,6 +1087,10 @@ class _Writes:
         seq = event.seq
         if decision.new_work:
             self.new_works[work_id] = (event.scope, decision.binding, seq)
+        elif decision.reason == Reason.TERMINAL:
+            # Terminal Work never changes (R49, I5): the record names it, its row stays as it is;
+            # its open pages still refresh to show the record.
+            self.shown_works.add(work_id)
         elif work_id is not None:
             self.touched_works.add(work_id)
         for key in decision.attach_keys:
@@ -1199,7 +1246,7 @@ class _Writes:
         # Open console pages refresh once this window commits (bounded; never raises).
         publish_routed(
             [row[0] for row in self.records] + [*self.reasons, *self.failures],
-            self.touched_works | set(ids.values()),
+            self.touched_works | self.shown_works | set(ids.values()),
         )
         return ids
 

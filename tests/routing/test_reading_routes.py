@@ -18,6 +18,7 @@ from causal.models import Event
 from causal.services import Envelope
 from routing.models import RouteRecord
 from routing.openapi import openapi_schema
+from routing.router import redacted
 from routing.selectors import (
     EventListFilter,
     EventListInvalid,
@@ -273,7 +274,10 @@ def test_r29_route_decided_log_carries_the_route_json_values(clock, caplog):
         data["policy"],
         data["reason"],
     )
-    assert getattr(log, "route.refusals") == data["refusals"]
+    # Reasons and errors are redacted in the log (issue 9 item 10): field names, never values.
+    assert getattr(log, "route.refusals") == [
+        {"route": r["route"], "reason": redacted(r["reason"], names=[r["route"]])} for r in data["refusals"]
+    ]
     assert (getattr(log, "route.error"), getattr(log, "route.attempts")) == (data["error"], data["attempts"])
 
 
@@ -574,7 +578,9 @@ def test_r29_list_get_and_api_query_counts_do_not_grow_with_history(
     large = [count_queries(read) for read in reads()]
     assert large == small
     assert max(small[:5]) <= 2  # the Events with their records, the failures
-    assert small[5] <= 4  # plus the token (joined with its user) and its last-used update
+    # Plus the token (joined with its user), its last-used update and the permission check (the
+    # user's and its groups' permissions).
+    assert small[5] <= 6
 
 
 def test_r29_chain_query_count_does_not_grow_with_depth(clock, django_assert_max_num_queries):
@@ -745,3 +751,58 @@ def test_r29_work_and_event_page_query_counts_do_not_grow(console, clock):
     history = section(body, "work-history")
     assert len(re.findall(r'<tr id="history-', history)) == 50 and 'rel="next"' in history
     assert len(re.findall(r'<tr id="unrouted-', section(body, "work-unrouted"))) == 2
+
+
+# --- issue 9, item 10: payload values stay out of logs ---------------------------------------
+
+GATED = """
+version: 1
+scopes:
+  - path: acme
+    routes:
+      - slot: gate
+        handler: match
+        params: {type: "x.*", where: [{field: data.action, equals: opened}]}
+        policy: drop
+      - slot: numbers
+        handler: match
+        params: {type: "x.*", where: [{field: data.n, equals: 7}]}
+        policy: drop
+      - slot: other
+        handler: match
+        params: {type: "y.*"}
+        policy: drop
+"""
+
+
+def test_i9_10_route_decided_log_lines_carry_field_names_never_payload_values(clock, caplog):
+    apply(clock, GATED)
+    event = accept(clock, "x.secret-type", {"action": "s3cr3t-Value, it's mine", "n": 424242})
+    with caplog.at_level("INFO", logger="conduit.routing"):
+        route_all(clock)
+    log = next(r for r in caplog.records if r.getMessage() == "route.decided")
+    line = caplog.text
+    for value in ("s3cr3t", "it's mine", "424242", "secret-type"):
+        assert value not in line, value
+    assert getattr(log, "route.refusals") == [
+        {"route": "gate", "reason": "data.action is …, not …"},
+        {"route": "numbers", "reason": "data.n is …, not …"},
+        {"route": "other", "reason": "type … does not match …"},
+    ]
+    # The stored record keeps the whole reasons for operators.
+    refusals = RouteRecord.objects.get(event=event).refusals
+    assert refusals[0] == {
+        "route": "gate",
+        "reason": "data.action is 's3cr3t-Value, it's mine', not 'opened'",
+    }
+    assert "424242" in refusals[1]["reason"]
+
+
+def test_i9_10_redacted_keeps_field_names_and_words_only():
+    assert redacted("key pr:{data.repo} needs data.repo, which is {'a': 1}, not a scalar") == (
+        "key … needs data.repo, which is …, not a scalar"
+    )
+    assert redacted("data.tags[2] is missing, expected one of [a, b]") == (
+        "data.tags[2] is missing, expected one of …"
+    )
+    assert redacted("route gate: KeyError: 'token-123'", names=["gate"]) == "route gate: …"

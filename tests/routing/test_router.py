@@ -761,3 +761,31 @@ def test_i9_1_an_unexpected_error_writing_one_event_fails_that_event_only(clock,
     assert all(state(e) == RouteState.ROUTED for e in events if e is not bad)
     r.close()
 
+
+# --- issue 9, item 12: terminal Work never changes (R49, I5) ----------------------------------
+
+
+@pytest.mark.parametrize("how", ["cancelled", "completed"])
+def test_i9_12_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, live, how):
+    from django.forms.models import model_to_dict
+
+    from worklife.lifecycle import work_cancel
+
+    r = router(clock)
+    first = pr(clock, 70)
+    r.route(first.seq)
+    work_id = record(first).work_id
+    if how == "cancelled":
+        work_cancel(work_id=work_id, by="ops", clock=clock)
+    else:
+        Work.objects.filter(pk=work_id).update(status="completed")
+    before = model_to_dict(Work.objects.get(pk=work_id))
+    clock.advance(minutes=5)
+    late = [pr(clock, 70, action="edited"), pr(clock, 70, action="closed")]
+    r.route_pending()
+    r.route(late[1].seq)
+    assert [(record(e).policy, record(e).reason, record(e).work_id) for e in late] == [
+        ("drop", "terminal", work_id)
+    ] * 2
+    assert model_to_dict(Work.objects.get(pk=work_id)) == before
+    r.close()
