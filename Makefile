@@ -52,7 +52,7 @@ run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the oper
 	    echo "$$digest" > $(VAR)/demo.applied; \
 	fi
 	@reset=; [ -s $(VAR)/operator-password ] || reset=--reset-password; \
-	password=$$($(PY) manage.py operator create $(OPERATOR) $$reset); \
+	password=$$($(PY) manage.py operator create $(OPERATOR) --role admin $$reset); \
 	if [ -n "$$password" ]; then \
 	    (umask 077; printf '%s\n' "$$password" > $(VAR)/operator-password); \
 	    chmod 600 $(VAR)/operator-password; \

@@ -13,12 +13,13 @@ from routing import services
 from routing.api_auth import ApiError, api_view, request_json
 from routing.config import GenerationNotFound
 from routing.openapi import openapi_schema
+from routing.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.selectors import event_route as event_route_get
 from routing.serializers import accepted_json, event_json, event_route_json
 from routing.trace import TraceRefused, trace
 
 
-@api_view(["POST"])
+@api_view(["POST"], permission=ACCEPT_EVENT)
 def events_accept(request: HttpRequest) -> JsonResponse:
     """Accept one Event (a JSON object: 201 new, 200 duplicate) or a batch (a JSON array,
     all or nothing: 201 when any is new, else 200)."""
@@ -37,7 +38,7 @@ def events_accept(request: HttpRequest) -> JsonResponse:
     return response
 
 
-@api_view(["GET"])
+@api_view(["GET"], permission=VIEW_EVENT)
 def event_detail(request: HttpRequest, seq: int) -> JsonResponse:
     """One Event by its ``seq``: envelope, targets, ancestry and route state."""
     try:
@@ -47,7 +48,7 @@ def event_detail(request: HttpRequest, seq: int) -> JsonResponse:
     return JsonResponse(event_json(event))
 
 
-@api_view(["GET"])
+@api_view(["GET"], permission=VIEW_EVENT)
 def event_route(request: HttpRequest, seq: int) -> JsonResponse:
     """How the Event ``seq`` was routed (its RouteRecord, with refusals), or why it is still
     unrouted (reason, the Event it waits behind, next retry, counted failure) (R29)."""
@@ -64,7 +65,11 @@ def openapi_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(openapi_schema(server_url=request.build_absolute_uri("/")))
 
 
-@api_view(["POST"], errors={TraceRefused: (400, "invalid_trace"), GenerationNotFound: (404, "not_found")})
+@api_view(
+    ["POST"],
+    permission=VIEW_EVENT,
+    errors={TraceRefused: (400, "invalid_trace"), GenerationNotFound: (404, "not_found")},
+)
 def trace_event(request: HttpRequest) -> JsonResponse:
     """A dry run of routing for a hypothetical Event against the live generation or the one
     ``generation`` names (``"3"``, ``"candidate:12"``); writes nothing (R37)."""

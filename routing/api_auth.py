@@ -2,7 +2,7 @@
 
 Write every endpoint of ``/api`` with :func:`api_view`::
 
-    @api_view(["POST"], errors={EventNotUnrouted: (409, "not_unrouted")})
+    @api_view(["POST"], permission="routing.skip_event", errors={EventNotUnrouted: (409, "not_unrouted")})
     def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
         body = request_json(request, allow_empty=True)
         result = services.event_skip(seq=seq, by=request.user.get_username(), clock=system_clock)
@@ -18,7 +18,10 @@ What the decorator does, in order:
    ``401`` with a JSON error and ``WWW-Authenticate: Bearer``; then ``request.user`` is the
    token's user and ``request.api_token`` the token. ``public=True`` skips this (the schema);
 2. refuses a method not in ``methods`` with ``405`` and an ``Allow`` header;
-3. calls the view and maps the domain errors it raises to JSON ``4xx`` responses: an
+3. refuses (``403``) a token without the ``permission`` of the method (one for all methods, or
+   one per method): the token's user must have it and a narrowed token's scopes must allow it
+   (``routing.roles``). Every endpoint but a public one names its permissions;
+4. calls the view and maps the domain errors it raises to JSON ``4xx`` responses: an
    :class:`ApiError` as it says; exceptions listed in ``errors=`` or registered with
    :func:`register_api_error`, most specific class first; ``ObjectDoesNotExist``/``Http404`` →
    404; ``PermissionDenied`` → 403. An exception with a ``details()`` method (like
@@ -43,6 +46,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from causal.clock import system_clock
 from routing.ingress import EnvelopeInvalid, EventTooLarge, parse_json
+from routing.roles import token_allows
 from routing.services import ApiTokenInvalid, api_token_authenticate
 
 ErrorMapping = Mapping[type[BaseException], tuple[int, str]]
@@ -119,6 +123,28 @@ def _authenticate(request: HttpRequest) -> JsonResponse | None:
     return None
 
 
+def api_permitted(request: HttpRequest, permission: str) -> bool:
+    """Whether the request's token may use ``permission``: its user has it and, for a narrowed
+    token, one of its scopes allows it."""
+    token = getattr(request, "api_token", None)
+    return request.user.has_perm(permission) and token_allows(getattr(token, "scopes", None), permission)
+
+
+def api_require(request: HttpRequest, permission: str, *, to: str) -> None:
+    """Refuse (403) a token that may not use ``permission``; ``to`` says what it is needed for."""
+    if api_permitted(request, permission):
+        return
+    token = getattr(request, "api_token", None)
+    if request.user.has_perm(permission) and token is not None:
+        message = (
+            f"API token {token.prefix} is narrowed to {', '.join(token.scopes)}: it may not use "
+            f"{permission}, needed to {to}"
+        )
+    else:
+        message = f"user {request.user.get_username()!r} lacks the permission {permission} needed to {to}"
+    raise ApiError(403, "forbidden", message, permission=permission)
+
+
 def _error_response(exc: BaseException, mapping: ErrorMapping) -> JsonResponse:
     if isinstance(exc, ApiError):
         return JsonResponse(exc.details(), status=exc.status)
@@ -130,17 +156,29 @@ def _error_response(exc: BaseException, mapping: ErrorMapping) -> JsonResponse:
 
 
 def api_view(
-    methods: Iterable[str], *, public: bool = False, errors: ErrorMapping | None = None
+    methods: Iterable[str],
+    *,
+    permission: str | Mapping[str, str] | None = None,
+    public: bool = False,
+    errors: ErrorMapping | None = None,
 ) -> Callable[[View], View]:
     """Make a function a JSON API endpoint: token authentication, ``methods`` only (405
-    otherwise) and domain errors mapped to JSON 4xx (see the module documentation).
+    otherwise), the ``permission`` of the method (403 otherwise) and domain errors mapped to
+    JSON 4xx (see the module documentation).
 
-    ``public=True`` serves without a token (only for documents like the schema).
-    ``errors`` maps further exception classes to ``(status, code)`` for this view.
+    ``permission`` is one permission for every method or a mapping of method to permission;
+    required unless ``public=True``, which serves without a token (only for documents like
+    the schema). ``errors`` maps further exception classes to ``(status, code)`` for this view.
     """
     allowed = tuple(method.upper() for method in methods)
     if not allowed:
         raise ValueError("api_view needs at least one method")
+    if isinstance(permission, str):
+        permissions = dict.fromkeys(allowed, permission)
+    else:
+        permissions = {method.upper(): name for method, name in (permission or {}).items()}
+    if not public and set(permissions) != set(allowed):
+        raise ValueError(f"api_view needs a permission for each of {', '.join(allowed)}")
 
     def decorator(view: View) -> View:
         @functools.wraps(view)
@@ -156,6 +194,10 @@ def api_view(
             if response is None:
                 mapping = {**_ERRORS, **(errors or {})}
                 try:
+                    if not public:
+                        api_require(
+                            request, permissions[request.method], to=f"{request.method} {request.path}"
+                        )
                     response = view(request, *args, **kwargs)
                 except (ApiError, *mapping) as exc:
                     response = _error_response(exc, mapping)
@@ -163,6 +205,7 @@ def api_view(
             return response
 
         wrapper.api_methods = allowed  # type: ignore[attr-defined]
+        wrapper.api_permissions = permissions  # type: ignore[attr-defined]
         wrapper.api_public = public  # type: ignore[attr-defined]
         return csrf_exempt(wrapper)
 

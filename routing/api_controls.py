@@ -2,9 +2,10 @@
 ``routing.api_auth``): ``POST /api/events/{seq}/skip``, ``POST /api/events/{seq}/reroute``
 (R20) and ``GET /api/doctor`` (R23).
 
-Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``):
-403 without it. An Event in the wrong state is a 409 (``wrong_state``, naming the copy of an
-Event already rerouted), an unknown seq a 404; nothing is changed then.
+Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``),
+doctor ``routing.view_event``: 403 without it (:func:`routing.api_auth.api_view` checks). An
+Event in the wrong state is a 409 (``wrong_state``, naming the copy of an Event already
+rerouted), an unknown seq a 404; nothing is changed then.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from django.http import HttpRequest, JsonResponse
 
 from causal.clock import Clock, system_clock
 from routing import controls
-from routing.api_auth import ApiError, api_view
+from routing.api_auth import api_view
 from routing.doctor import doctor
+from routing.roles import VIEW_EVENT
 
 # The trusted clock the endpoints use (tests inject a fake one).
 clock: Clock = system_clock
@@ -24,38 +26,25 @@ clock: Clock = system_clock
 CONTROL_ERRORS = {controls.ControlRefused: (409, "wrong_state")}
 
 
-def require_permission(request: HttpRequest, action: str) -> None:
-    """Refuse (403) a user who lacks the permission of the control ``action``."""
-    permission = controls.PERMISSIONS[action]
-    if not request.user.has_perm(permission):
-        raise ApiError(
-            403,
-            "forbidden",
-            f"user {request.user.get_username()!r} lacks the permission {permission} needed to "
-            f"{action.replace('_', ' ')}",
-        )
-
-
 def _control(request: HttpRequest, seq: int, action: str, service: Callable[..., controls.ControlResult]):
-    require_permission(request, action)
     result = service(seq=seq, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=controls.PERMISSIONS[controls.SKIP_EVENT], errors=CONTROL_ERRORS)
 def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
     """Skip the unrouted Event ``seq``: routed as skipped without asking its routes (R21)."""
     return _control(request, seq, controls.SKIP_EVENT, controls.event_skip)
 
 
-@api_view(["POST"], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=controls.PERMISSIONS[controls.REROUTE_EVENT], errors=CONTROL_ERRORS)
 def event_reroute(request: HttpRequest, seq: int) -> JsonResponse:
     """Reroute the Event ``seq``: forget an unrouted Event's failures, or accept a copy of a
     failed or skipped one (R22)."""
     return _control(request, seq, controls.REROUTE_EVENT, controls.event_reroute)
 
 
-@api_view(["GET"])
+@api_view(["GET"], permission=VIEW_EVENT)
 def doctor_report(request: HttpRequest) -> JsonResponse:
     """Doctor's checks: ``{"ok": bool, "at": …, "checks": [...]}``, always 200 (R23)."""
     return JsonResponse(doctor(clock=clock).as_dict())

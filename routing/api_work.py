@@ -3,8 +3,9 @@
 ``GET /api/work/{id}`` and ``POST /api/work/{id}/cancel|retry|send|rebind``.
 
 Each control needs its own permission (``worklife.cancel_work``, ``worklife.retry_work``,
-``worklife.send_input``, ``worklife.create_work``, ``worklife.rebind_work``): 403 without it,
-before the body is read. A control the Work's state or the live configuration refuses is a 409
+``worklife.send_input``, ``worklife.create_work``, ``worklife.rebind_work``), reading
+``routing.view_event``: 403 without it, before the body is read (:func:`routing.api_auth.api_view`
+checks). A control the Work's state or the live configuration refuses is a 409
 naming why, an unknown Work a 404 and malformed input a 400 naming the field; nothing is stored
 then.
 """
@@ -21,6 +22,7 @@ from causal.selectors import PAGE_SIZE
 from routing import work_controls
 from routing.api_auth import ApiError, api_view, request_json
 from routing.converters import MAX_ID
+from routing.roles import VIEW_EVENT
 from routing.serializers import attempt_json, work_json
 from routing.work_controls import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
@@ -37,19 +39,11 @@ CREATE_FIELDS = frozenset({"scope", "binding", "input"})
 REBIND_FIELDS = frozenset({"binding"})
 
 
-def require_permission(request: HttpRequest, action: WorkControl) -> None:
-    """Refuse (403) a user who lacks the permission of the control ``action``."""
-    permission = work_controls.PERMISSIONS[action]
-    if not request.user.has_perm(permission):
-        raise ApiError(
-            403,
-            "forbidden",
-            f"user {request.user.get_username()!r} lacks the permission {permission} needed to "
-            f"{action.value.replace('_', ' ')}",
-        )
-
-
-@api_view(["GET", "POST"], errors=CONTROL_ERRORS)
+@api_view(
+    ["GET", "POST"],
+    permission={"GET": VIEW_EVENT, "POST": work_controls.PERMISSIONS[WorkControl.CREATE]},
+    errors=CONTROL_ERRORS,
+)
 def work_collection(request: HttpRequest) -> JsonResponse:
     """``GET``: Work newest first, filtered by ``scope`` and ``status``, paged by ``before``
     (``limit`` a page). ``POST``: create a Work with its first input (201)."""
@@ -60,7 +54,7 @@ def work_collection(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"work": [work_json(work) for work in page], "next_before": page.next_cursor})
 
 
-@api_view(["GET"])
+@api_view(["GET"], permission=VIEW_EVENT)
 def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
     """One Work with its attempts (newest first, at most 50) and its owned keys (at most 100)."""
     work = _work(work_id)
@@ -77,27 +71,24 @@ def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
     )
 
 
-@api_view(["POST"], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
 def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
     """Cancel the Work (R48); its work loop stops a running attempt's process. No body."""
-    require_permission(request, WorkControl.CANCEL)
     result = work_controls.work_cancel(work_id=work_id, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.RETRY], errors=CONTROL_ERRORS)
 def work_retry(request: HttpRequest, work_id: int) -> JsonResponse:
     """Run a parked or backing-off Work again at once. No body."""
-    require_permission(request, WorkControl.RETRY)
     result = work_controls.work_retry(work_id=work_id, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.SEND], errors=CONTROL_ERRORS)
 def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
     """Send operator input to the Work: ``{"type", "data"?, "subject"?}`` accepted as an
     addressed operator Event (R30)."""
-    require_permission(request, WorkControl.SEND)
     body = _body(request, SEND_FIELDS)
     result = work_controls.work_input_send(
         work_id=work_id,
@@ -110,11 +101,10 @@ def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.REBIND], errors=CONTROL_ERRORS)
 def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
     """Make ``{"binding"}`` (a binding of the Work's scope in the live configuration) the one
     the Work runs on next."""
-    require_permission(request, WorkControl.REBIND)
     body = _body(request, REBIND_FIELDS)
     result = work_controls.work_rebind(
         work_id=work_id, binding=body.get("binding"), user=request.user, clock=clock
@@ -123,7 +113,6 @@ def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
 
 
 def _create(request: HttpRequest) -> JsonResponse:
-    require_permission(request, WorkControl.CREATE)
     body = _body(request, CREATE_FIELDS)
     first = body.get("input")
     if not isinstance(first, dict):

@@ -1,6 +1,7 @@
 """Websocket consumers: live updates of the console's Work page and Events list.
 
-A consumer accepts only a signed-in user, joins the page's group (``conduit_site.live``) and,
+A consumer accepts only a signed-in user with ``routing.view_event`` (the permission of the
+pages it updates), joins the page's group (``conduit_site.live``) and,
 on each update, re-renders the same partials the page's HTTP view renders and sends them as
 htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment. Updates that
 arrive in a burst are coalesced into one render.
@@ -22,6 +23,7 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from conduit_site.live import EVENTS_GROUP, group_name_for_work
+from routing.roles import VIEW_EVENT
 from routing.views.events import LIST_TEMPLATE, event_rows_context
 from routing.views.forms import EventFilterForm
 from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
@@ -30,6 +32,7 @@ from worklife.selectors import work_get
 
 # Close codes in the application range (4000-4999): the page's script can tell them apart.
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_BAD_REQUEST = 4400
 
@@ -49,6 +52,9 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(user.has_perm)(VIEW_EVENT):
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         group, close_code = await self.prepare()
         if group is None:

@@ -38,6 +38,8 @@ class Generation(models.Model):
                 name="generation_number_iff_applied",
             ),
         ]
+        # The admin role's (routing.roles); the CLI is trusted host access and checks none.
+        permissions = [("apply_configuration", "Can apply a configuration")]
 
     def __str__(self) -> str:
         if self.kind == GenerationKind.APPLIED:
@@ -164,11 +166,14 @@ class RouteRecord(models.Model):
 
     class Meta:
         ordering = ["-event"]
-        # The operator controls (R20), each granted on its own (API, console; the CLI is
-        # trusted host access and checks none).
+        # Reading and accepting Events, and the operator controls (R20), each granted on its
+        # own (console, API, websocket; the CLI is trusted host access and checks none). Roles
+        # and token scopes group them: routing.roles.
         permissions = [
             ("skip_event", "Can skip an unrouted Event"),
             ("reroute_event", "Can reroute an Event"),
+            ("view_event", "Can read Events, their routes and Work"),
+            ("accept_event", "Can accept Events"),
         ]
         indexes = [
             models.Index(fields=["work", "event"], name="routerecord_work_idx"),
@@ -189,6 +194,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The scopes (routing.roles.TOKEN_SCOPES) the token is narrowed to; null: all of its user's
+    # permissions.
+    scopes = models.JSONField(null=True, blank=True, default=None)
 
     class Meta:
         verbose_name = "API token"

@@ -585,7 +585,8 @@ RESPONSES: dict[str, Any] = {
     },
     "UnsupportedMediaType": {"description": "The body is not JSON.", "content": _json(_ref("Error"))},
     "Forbidden": {
-        "description": "The token's user lacks the permission this operation needs.",
+        "description": "The token's user lacks the permission this operation needs, or the token "
+        "is narrowed (`api_token create --only …`) to scopes that exclude it.",
         "content": _json(_ref("Error")),
     },
     "ControlRefused": {
@@ -956,6 +957,14 @@ PATHS: dict[str, Any] = {
 }
 
 
+# Every operation that needs a token needs a permission too (routing.roles): each can answer 403.
+for _operations in PATHS.values():
+    for _operation in _operations.values():
+        if "401" in _operation["responses"]:
+            _operation["responses"].setdefault("403", _response("Forbidden"))
+            _operation["responses"] = dict(sorted(_operation["responses"].items()))
+
+
 def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
     """The OpenAPI 3.1 document of the JSON API, served from ``server_url``."""
     limit = settings.CONDUIT_MAX_EVENT_BYTES
@@ -966,7 +975,10 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
             "version": API_VERSION,
             "description": "The JSON API of Conduit, a durable event router. Authenticate with a per-user "
             "API token: `Authorization: Bearer <token>` (create one with `manage.py api_token create "
-            f"USERNAME` or in the admin). Request bodies are limited to {limit} bytes.",
+            f"USERNAME` or in the admin). The token acts with its user's permissions (roles viewer, "
+            "operator, admin: reading needs `routing.view_event`, accepting `routing.accept_event`, each "
+            "control its own), narrowed further by `--only` when it was created. Request bodies are "
+            f"limited to {limit} bytes.",
         },
         "servers": [{"url": server_url.rstrip("/") or "/"}],
         "security": [{"bearerToken": []}],

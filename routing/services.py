@@ -26,6 +26,7 @@ from routing.ingress import (
     parse_envelopes,
 )
 from routing.models import ApiToken, Binding, Generation, GenerationKind, Route, Scope
+from routing.roles import TOKEN_SCOPES
 from routing.tokens import token_digest, token_generate, token_well_formed
 
 # --- acceptance -----------------------------------------------------------------------------
@@ -149,11 +150,21 @@ class IssuedToken:
     secret: str
 
 
-def api_token_create(*, user: AbstractBaseUser, name: str, clock: Clock) -> IssuedToken:
+def api_token_create(
+    *, user: AbstractBaseUser, name: str, clock: Clock, scopes: list[str] | None = None
+) -> IssuedToken:
     """Create an API token for ``user``; the returned secret is shown once and never stored.
 
-    Raises :class:`ApiTokenInvalid` for an inactive user or a bad name (nothing stored).
+    ``scopes`` (names of ``routing.roles.TOKEN_SCOPES``) narrows the token to those actions;
+    ``None`` lets it act with all of its user's permissions. Raises :class:`ApiTokenInvalid`
+    for an inactive user, a bad name or an unknown scope (nothing stored).
     """
+    if scopes is not None:
+        unknown = sorted(set(scopes) - set(TOKEN_SCOPES))
+        if unknown or not scopes:
+            named = f"unknown scope {unknown[0]!r}" if unknown else "no scope"
+            raise ApiTokenInvalid("scopes", f"{named}: choose from {', '.join(TOKEN_SCOPES)}")
+        scopes = sorted(set(scopes))
     name = name.strip()
     if not name:
         raise ApiTokenInvalid("name", "a token needs a non-empty name")
@@ -171,19 +182,26 @@ def api_token_create(*, user: AbstractBaseUser, name: str, clock: Clock) -> Issu
             if not ApiToken.objects.filter(prefix=prefix).exists():
                 break
         token = ApiToken.objects.create(
-            user=user, name=name, prefix=prefix, digest=token_digest(secret), created_at=clock()
+            user=user,
+            name=name,
+            prefix=prefix,
+            digest=token_digest(secret),
+            created_at=clock(),
+            scopes=scopes,
         )
     return IssuedToken(token=token, secret=secret)
 
 
-def api_token_create_for_username(*, username: str, name: str, clock: Clock) -> IssuedToken:
+def api_token_create_for_username(
+    *, username: str, name: str, clock: Clock, scopes: list[str] | None = None
+) -> IssuedToken:
     """Create an API token for the user named ``username`` (see :func:`api_token_create`)."""
     user_model = get_user_model()
     try:
         user = user_model._default_manager.get_by_natural_key(username)
     except user_model.DoesNotExist:
         raise ApiTokenInvalid("USERNAME", f"no user named {username!r}") from None
-    return api_token_create(user=user, name=name, clock=clock)
+    return api_token_create(user=user, name=name, clock=clock, scopes=scopes)
 
 
 def api_token_revoke(*, prefix: str, clock: Clock) -> ApiToken:

@@ -30,7 +30,7 @@ from routing.management.commands import serve as serve_module
 from routing.management.commands.serve import Child, Supervisor, clean_stop, url_for
 from routing.models import RouteRecord
 from routing.services import event_accept
-from tests.routing.factories import apply_config
+from tests.routing.factories import UserFactory, apply_config
 
 ROOT = Path(settings.BASE_DIR)
 FIND_PYTHON = ROOT / "scripts" / "find-python"
@@ -134,23 +134,24 @@ def run_operator(*args: str) -> tuple[str, str]:
 
 @pytest.mark.django_db
 def test_operator_create_is_idempotent_stores_the_password_hashed_and_prints_it_once():
-    printed, note = run_operator("operator")
+    printed, note = run_operator("operator", "--role", "admin")
     password = printed.strip()
     assert printed == password + "\n"  # stdout holds the password alone
     assert len(password) >= 24
-    assert "Created operator 'operator'" in note
+    assert "Created login 'operator' (role admin)" in note
 
     user = get_user_model().objects.get(username="operator")
-    assert user.is_staff and user.is_superuser and user.is_active
+    assert user.is_staff and user.is_active and not user.is_superuser
+    assert list(user.groups.values_list("name", flat=True)) == ["admin"]
     assert password not in user.password
     identify_hasher(user.password)  # a real hash, not the password
     assert user.check_password(password)
     stored = user.password
 
-    printed_again, note_again = run_operator("operator")
+    printed_again, note_again = run_operator("operator", "--role", "admin")
 
     assert printed_again == ""
-    assert "exists; nothing changed" in note_again
+    assert "exists; nothing changed (role admin)" in note_again
     assert get_user_model().objects.filter(username="operator").count() == 1
     user.refresh_from_db()
     assert user.password == stored
@@ -158,7 +159,7 @@ def test_operator_create_is_idempotent_stores_the_password_hashed_and_prints_it_
 
 @pytest.mark.django_db
 def test_operator_create_reset_password_prints_a_new_one_once():
-    old = run_operator("operator")[0].strip()
+    old = run_operator("operator", "--role", "admin")[0].strip()
 
     new = run_operator("operator", "--reset-password")[0].strip()
 
@@ -172,7 +173,7 @@ def test_operator_create_takes_the_password_from_a_file_and_prints_nothing(tmp_p
     secret_file = tmp_path / "pw"
     secret_file.write_text("correct horse battery staple\n")
 
-    printed, _ = run_operator("alice", "--password-file", str(secret_file))
+    printed, _ = run_operator("alice", "--role", "viewer", "--password-file", str(secret_file))
 
     assert printed == ""
     assert get_user_model().objects.get(username="alice").check_password("correct horse battery staple")
@@ -182,14 +183,14 @@ def test_operator_create_takes_the_password_from_a_file_and_prints_nothing(tmp_p
 def test_operator_create_reads_the_password_from_stdin(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("a much longer passphrase\n"))
 
-    run_operator("bob", "--password-file", "-")
+    run_operator("bob", "--role", "operator", "--password-file", "-")
 
     assert get_user_model().objects.get(username="bob").check_password("a much longer passphrase")
 
 
 @pytest.mark.django_db
 def test_operator_create_sets_a_given_password_on_an_existing_login(tmp_path):
-    run_operator("operator")
+    run_operator("operator", "--role", "admin")
     secret_file = tmp_path / "pw"
     secret_file.write_text("another fine passphrase")
 
@@ -203,15 +204,25 @@ def test_operator_create_sets_a_given_password_on_an_existing_login(tmp_path):
 @pytest.mark.parametrize(
     ("args", "file_text", "message"),
     [
-        (["bad name!"], None, "USERNAME: Enter a valid username"),
-        ([""], None, "USERNAME: This field cannot be blank"),
+        (["bad name!", "--role", "viewer"], None, "USERNAME: Enter a valid username"),
+        (["", "--role", "viewer"], None, "USERNAME: This field cannot be blank"),
         (
-            ["carol", "--password-file", "{file}"],
+            ["carol", "--role", "viewer", "--password-file", "{file}"],
             "short\n",
             "--password-file {file}: This password is too short",
         ),
-        (["carol", "--password-file", "{file}"], "\n", "--password-file: '{file}' is empty"),
-        (["carol", "--password-file", "{missing}"], None, "--password-file: cannot read '{missing}'"),
+        (
+            ["carol", "--role", "viewer", "--password-file", "{file}"],
+            "\n",
+            "--password-file: '{file}' is empty",
+        ),
+        (
+            ["carol", "--role", "viewer", "--password-file", "{missing}"],
+            None,
+            "--password-file: cannot read '{missing}'",
+        ),
+        (["carol"], None, "--role: a new login needs a role: viewer, operator, admin"),
+        (["carol", "--role", "root"], None, "--role: unknown role 'root': choose viewer, operator, admin"),
     ],
 )
 def test_operator_create_refuses_bad_input_naming_the_field_and_stores_nothing(
@@ -227,6 +238,59 @@ def test_operator_create_refuses_bad_input_naming_the_field_and_stores_nothing(
 
     assert message.format(**names) in str(raised.value)
     assert get_user_model().objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("role", "staff", "can_read", "can_skip", "can_apply", "can_manage_logins"),
+    [
+        ("viewer", False, True, False, False, False),
+        ("operator", False, True, True, False, False),
+        ("admin", True, True, True, True, True),
+    ],
+)
+def test_i9p3_operator_create_gives_the_role_its_permissions_and_never_superuser(
+    role, staff, can_read, can_skip, can_apply, can_manage_logins
+):
+    run_operator("someone", "--role", role)
+
+    user = get_user_model().objects.get(username="someone")
+    assert (user.is_staff, user.is_superuser) == (staff, False)
+    assert user.has_perm("routing.view_event") is can_read
+    assert user.has_perm("routing.accept_event") is can_skip  # operators accept, viewers do not
+    assert all(
+        user.has_perm(p) is can_skip
+        for p in (
+            "routing.skip_event",
+            "routing.reroute_event",
+            "worklife.cancel_work",
+            "worklife.retry_work",
+            "worklife.send_input",
+            "worklife.create_work",
+            "worklife.rebind_work",
+        )
+    )
+    assert user.has_perm("routing.apply_configuration") is can_apply
+    assert user.has_perm("auth.change_user") is can_manage_logins
+
+
+@pytest.mark.django_db
+def test_i9p3_operator_create_with_a_role_changes_an_existing_logins_role_idempotently():
+    UserFactory(username="legacy", is_staff=True, is_superuser=True, permissions=())  # the old rule
+
+    _, note = run_operator("legacy", "--role", "viewer")
+
+    user = get_user_model().objects.get(username="legacy")
+    assert "its role is now viewer" in note
+    assert (user.is_staff, user.is_superuser) == (False, False)
+    assert not user.has_perm("routing.skip_event")
+    _, note = run_operator("legacy", "--role", "admin")
+    _, again = run_operator("legacy", "--role", "admin")
+    _, kept = run_operator("legacy")
+    user = get_user_model().objects.get(username="legacy")
+    assert list(user.groups.values_list("name", flat=True)) == ["admin"] and user.is_staff
+    assert "its role is now admin" in note
+    assert "nothing changed (role admin)" in again and "nothing changed (role admin)" in kept
 
 
 def test_operator_create_refuses_both_a_file_and_a_reset(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -21,6 +20,8 @@ from causal.selectors import (
     root_tree,
 )
 from routing.converters import MAX_ID
+from routing.roles import VIEW_EVENT
+from routing.views.access import permission_needed
 from routing.views.common import paging_urls, query_string, render_console
 from routing.views.forms import CursorField
 
@@ -54,7 +55,7 @@ class DiagnosticFilterForm(forms.Form):
         return DiagnosticFilter(kind=self.cleaned_data["kind"], root_seq=self.cleaned_data["root"])
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def causal_root(request: HttpRequest, seq: int) -> HttpResponse:
     """A root's causal tree with depths, its limits and tokens this minute, its refusals.
@@ -78,7 +79,7 @@ def causal_root(request: HttpRequest, seq: int) -> HttpResponse:
     return render_console(request, ROOT_TEMPLATE, context, partials=ROOT_PARTIALS)
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def causal_diagnostics(request: HttpRequest) -> HttpResponse:
     """Refusal diagnostics of the causal limits, newest first, filtered by kind and root."""

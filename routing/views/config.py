@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from routing.config import live_generation
 from routing.models import Generation
+from routing.roles import VIEW_EVENT
 from routing.selectors import generation_get, generations_page
+from routing.views.access import permission_needed
 from routing.views.common import query_string, render_console
 from routing.views.forms import ConfigListForm
 
@@ -17,7 +18,7 @@ TEMPLATE = "routing/config_list.html"
 PARTIALS = ("generation-list",)
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def config_list(request: HttpRequest) -> HttpResponse:
     """Generations newest first, keyset paginated, and the live (or chosen) document."""

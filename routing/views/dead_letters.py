@@ -22,6 +22,8 @@ from routing import controls
 from routing.converters import MAX_ID
 from routing.doctor import first_line
 from routing.errors import RouteErrorCode
+from routing.roles import VIEW_EVENT
+from routing.views.access import permission_needed
 from routing.views.common import paging_urls, render_console
 from routing.views.controls import require_control_permission
 from routing.views.forms import CursorField, form_errors_text
@@ -117,7 +119,7 @@ def dead_letter_list_context(filters: controls.DeadLetterFilter, *, before: int 
     }
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def dead_letters(request: HttpRequest) -> HttpResponse:
     """Failed and skipped Events, newest first, filtered by scope, route, code and disposition."""

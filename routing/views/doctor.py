@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from causal.clock import Clock, system_clock
 from routing.doctor import doctor
+from routing.roles import VIEW_EVENT
+from routing.views.access import permission_needed
 from routing.views.common import render_console
 
 TEMPLATE = "routing/doctor.html"
@@ -17,7 +18,7 @@ PARTIALS = ("doctor-checks",)
 clock: Clock = system_clock
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def doctor_page(request: HttpRequest) -> HttpResponse:
     """Every check with its verdict and findings; ``refresh`` re-runs them (htmx swaps the list)."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from causal.models import Event
 from causal.selectors import EventFilter
 from conduit_site.live import events_ws_path
+from routing.roles import VIEW_EVENT
 from routing.selectors import (
     event_chain_routes,
     event_with_route,
@@ -19,6 +19,7 @@ from routing.selectors import (
     live_scope_paths,
     route_failures,
 )
+from routing.views.access import permission_needed
 from routing.views.common import htmx_partial, paging_urls, render_console
 from routing.views.forms import EventFilterForm
 
@@ -42,7 +43,7 @@ def event_rows_context(filters: EventFilter, *, before: int | None = None) -> di
     return {"filters": filters, "page": page, **paging_urls("event-list", filter_params(filters), page)}
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def event_list(request: HttpRequest) -> HttpResponse:
     """Events newest first, filtered by scope, type and route state, 50 a page by seq."""
@@ -66,7 +67,7 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
     """One Event: its envelope, its targets and ancestry, its route state and RouteRecord."""

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from routing.roles import VIEW_EVENT
 from routing.selectors import console_summary
+from routing.views.access import permission_needed
 from routing.views.common import render_console
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """Counts of unrouted Events, of Work by status and of running and parked Work, the live

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_http_methods
 
 from causal.clock import system_clock
-from routing.ingress import EnvelopeInvalid, loads
 from routing.config import GenerationNotFound, live_generation
+from routing.ingress import EnvelopeInvalid, loads
 from routing.models import Generation, GenerationKind, Scope
+from routing.roles import VIEW_EVENT
 from routing.trace import TraceRefused, samples, trace
+from routing.views.access import permission_needed
 from routing.views.common import render_console
 
 TEMPLATE = "routing/trace.html"
@@ -63,7 +64,7 @@ def generation_choices() -> list[tuple[str, str]]:
     return choices
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_http_methods(["GET", "POST"])
 def trace_page(request: HttpRequest) -> HttpResponse:
     """GET: the form (``?scope=`` lists that scope's samples, ``?sample=N`` fills one in).

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from causal.clock import Clock, system_clock
 from conduit_site.live import work_ws_path
+from routing.roles import VIEW_EVENT
 from routing.selectors import event_routes, work_route_history_page
+from routing.views.access import permission_needed
 from routing.views.common import htmx_partial, paging_urls, query_string, render_console
 from routing.views.forms import WorkDetailForm, WorkFilterForm
 from worklife.models import Work
@@ -48,7 +49,7 @@ def work_rows_context(filters: WorkFilter, *, before: int | None = None) -> dict
     return {"filters": filters, "page": page, "now": clock(), **paging_urls("work-list", params, page)}
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def work_list(request: HttpRequest) -> HttpResponse:
     """Work newest first, filtered by scope and status, 50 a page by id."""
@@ -136,7 +137,7 @@ def work_detail_context(
     return context
 
 
-@login_required
+@permission_needed(VIEW_EVENT)
 @require_GET
 def work_detail(request: HttpRequest, work_id: int) -> HttpResponse:
     """One Work: status and why it is not running, links, keys and children, its attempts,

@@ -63,7 +63,17 @@ def test_demo_work_runs_and_completes_live_and_the_failing_agent_is_parked(tmp_p
         env.pop(name, None)
     manage(env, "migrate", "--noinput", "-v0")
     manage(env, "config", "apply", "demo/conduit.yaml")
-    manage(env, "operator", "create", "operator", "--password-file", "-", stdin=PASSWORD + "\n")
+    manage(
+        env,
+        "operator",
+        "create",
+        "operator",
+        "--role",
+        "admin",
+        "--password-file",
+        "-",
+        stdin=PASSWORD + "\n",
+    )
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port)],

@@ -7,8 +7,12 @@ from datetime import UTC, datetime
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import Permission
+from django.db import transaction
 
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
+from routing.roles import ACCEPT_EVENT, VIEW_EVENT, Role, role_assign_in_tx
 from routing.services import config_apply, config_candidate
 from routing.tokens import token_digest, token_generate
 
@@ -132,14 +136,47 @@ def apply_config(
 # --- users and API tokens --------------------------------------------------------------------
 
 
+# What a login the tests build may do unless told otherwise: read and accept Events (no
+# operator control). ``UserFactory(permissions=())`` builds a login with no permission at all.
+READER_PERMISSIONS = (VIEW_EVENT, ACCEPT_EVENT)
+
+
 class UserFactory(factory.django.DjangoModelFactory):
+    """A login; ``permissions=("app.codename", …)`` sets what it is granted directly
+    (:data:`READER_PERMISSIONS` by default). :func:`user_with_role` builds one with a role."""
+
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda o: f"{o.username}@example.com")
     is_active = True
+
+    @factory.post_generation
+    def permissions(obj, create, extracted, **kwargs):
+        if not create:
+            return
+        wanted = READER_PERMISSIONS if extracted is None else tuple(extracted)
+        labels = {tuple(name.split(".", 1)) for name in wanted}
+        obj.user_permissions.add(
+            *(
+                permission
+                for permission in Permission.objects.select_related("content_type").filter(
+                    codename__in={codename for _, codename in labels}
+                )
+                if (permission.content_type.app_label, permission.codename) in labels
+            )
+        )
+
+
+def user_with_role(role: str, **kwargs) -> AbstractBaseUser:
+    """A login with ``role`` (``viewer``, ``operator``, ``admin``) and no permission of its own."""
+    user = UserFactory(permissions=(), **kwargs)
+    with transaction.atomic():
+        role_assign_in_tx(user=user, role=Role(role))
+    return user
 
 
 class ApiTokenFactory(factory.django.DjangoModelFactory):

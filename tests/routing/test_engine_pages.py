@@ -230,8 +230,9 @@ def test_i8p9_engine_partial_query_count_is_independent_of_history(console, djan
         return len(queries)
 
     grow(3)
-    # Session and user (2), the Work (1), attempts, waits, timers, intents (1 each).
-    with django_assert_max_num_queries(7):
+    # Session and user (2), the permission check (the login's and its groups' permissions: 2),
+    # the Work (1), attempts, waits, timers, intents (1 each).
+    with django_assert_max_num_queries(9):
         small = count()
     grow(40)
     assert count() == small
@@ -270,9 +271,9 @@ def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num
     WorkFactory.create_batch(3, status="running")
     WorkFactory.create_batch(2, parked_at=T0, failures=5)
     WorkFactory()
-    # Session and user (2), unrouted Events (1), Work by status and parked (1), the live
-    # generation (1).
-    with django_assert_max_num_queries(5):
+    # Session and user (2), the permission check (2), unrouted Events (1), Work by status and
+    # parked (1), the live generation (1).
+    with django_assert_max_num_queries(7):
         body = console.get(reverse("console-home")).content.decode()
     card = section(body, "work-engine-summary")
     assert re.search(
@@ -282,5 +283,5 @@ def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num
         r'status=parked"><span class="badge badge-parked">parked</span></a><span class="num">2<', card
     )
     WorkFactory.create_batch(20, parked_at=T0)
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(7):
         console.get(reverse("console-home"))

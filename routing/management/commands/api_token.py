@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from routing import services
+from routing.roles import TOKEN_SCOPES, RoleError, token_scopes_parse
 from routing.selectors import api_tokens_list
 from routing.serializers import timestamp
 
@@ -26,19 +27,29 @@ def create_arguments(parser: CommandParser) -> None:
         default=DEFAULT_NAME,
         help=f"A label to recognise the token by (default {DEFAULT_NAME!r}), up to 100 characters.",
     )
+    parser.add_argument(
+        "--only",
+        metavar="SCOPE[,SCOPE…]",
+        default=None,
+        help="Narrow the token to these actions, within its user's permissions: "
+        f"{', '.join(TOKEN_SCOPES)} (e.g. --only accept for a webhook sender, which then cannot "
+        "read). Without it the token acts with all of its user's permissions.",
+    )
 
 
 def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Create a token and print its secret, the only time it is shown."""
     try:
+        scopes = None if options.get("only") is None else token_scopes_parse(options["only"])
         issued = services.api_token_create_for_username(
-            username=options["username"], name=options["name"], clock=system_clock
+            username=options["username"], name=options["name"], clock=system_clock, scopes=scopes
         )
-    except services.ApiTokenInvalid as exc:
+    except (services.ApiTokenInvalid, RoleError) as exc:
         raise CommandError(str(exc)) from exc
     token = issued.token
+    narrowed = f", narrowed to {', '.join(token.scopes)}" if token.scopes is not None else ""
     command.stderr.write(
-        f"Created API token {token.prefix} ({token.name!r}) for {token.user.get_username()}. "
+        f"Created API token {token.prefix} ({token.name!r}) for {token.user.get_username()}{narrowed}. "
         "Store the secret now: it is shown only this once."
     )
     command.stdout.write(issued.secret)
@@ -62,6 +73,7 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
                     token.name,
                     f"created {timestamp(token.created_at)}",
                     f"last used {timestamp(token.last_used_at) or 'never'}",
+                    f"only {','.join(token.scopes)}" if token.scopes is not None else "all permissions",
                     state,
                 ]
             )

@@ -1,4 +1,5 @@
-"""``manage.py operator create USERNAME``: the local operator login for the console and the admin."""
+"""``manage.py operator create USERNAME --role viewer|operator|admin``: a login for the console
+(and, for admins, the admin site) with the permissions of one role (``routing.roles``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError, transaction
+
+from routing.roles import Role, RoleError, role_assign_in_tx, role_parse, user_role
 
 GENERATED_PASSWORD_BYTES = 24
 
@@ -34,17 +37,24 @@ class OperatorResult:
     username: str
     created: bool
     password_changed: bool
+    role: Role | None = None
+    role_changed: bool = False
     generated_password: str | None = None
 
 
 def operator_create(
-    *, username: str, password: str | None = None, reset_password: bool = False
+    *,
+    username: str,
+    role: Role | None = None,
+    password: str | None = None,
+    reset_password: bool = False,
 ) -> OperatorResult:
-    """Create the operator login ``username`` (staff and superuser) if it does not exist.
+    """Create the login ``username`` with ``role`` if it does not exist (never a superuser).
 
-    Idempotent: an existing login keeps its flags and its password, unless ``password`` is given
-    (set when it differs) or ``reset_password`` asks for a new generated one. A login created
-    without ``password`` gets a generated one. Passwords are stored hashed, as Django does; a
+    Idempotent: an existing login keeps its role and its password, unless ``role`` is given (it
+    becomes the login's only role: groups, staff for admins, superuser cleared), ``password`` is
+    given (set when it differs) or ``reset_password`` asks for a new generated one. A new login
+    needs a role. A login created without ``password`` gets a generated one. Passwords are stored hashed, as Django does; a
     given password must pass ``AUTH_PASSWORD_VALIDATORS``. Raises :class:`OperatorError` on bad
     input, with nothing stored.
     """
@@ -66,7 +76,11 @@ def operator_create(
     for _ in range(2):
         try:
             return _operator_create_once(
-                user_model=user_model, username=username, password=password, reset_password=reset_password
+                user_model=user_model,
+                username=username,
+                role=role,
+                password=password,
+                reset_password=reset_password,
             )
         except IntegrityError:
             # Another process created the same login between our read and our insert: it
@@ -76,7 +90,12 @@ def operator_create(
 
 
 def _operator_create_once(
-    *, user_model: type[AbstractBaseUser], username: str, password: str | None, reset_password: bool
+    *,
+    user_model: type[AbstractBaseUser],
+    username: str,
+    role: Role | None,
+    password: str | None,
+    reset_password: bool,
 ) -> OperatorResult:
     generated = None
     with transaction.atomic():
@@ -86,22 +105,48 @@ def _operator_create_once(
             .first()
         )
         if user is None:
+            if role is None:
+                raise OperatorError("--role", f"a new login needs a role: {', '.join(Role)}")
             if password is None:
                 password = generated = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)
-            user_model._default_manager.create_superuser(
+            user = user_model._default_manager.create_user(
                 **{user_model.USERNAME_FIELD: username}, password=password
             )
+            role_assign_in_tx(user=user, role=role)
             return OperatorResult(
-                username=username, created=True, password_changed=True, generated_password=generated
+                username=username,
+                created=True,
+                password_changed=True,
+                role=role,
+                role_changed=True,
+                generated_password=generated,
             )
+        role_changed = False
+        if role is not None and (
+            user_role(user) is not role or user.is_superuser or user.is_staff != (role is Role.ADMIN)
+        ):
+            role_assign_in_tx(user=user, role=role)
+            role_changed = True
+        current = user_role(user)
         if reset_password:
             password = generated = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)
         if password is None or user.check_password(password):
-            return OperatorResult(username=username, created=False, password_changed=False)
+            return OperatorResult(
+                username=username,
+                created=False,
+                password_changed=False,
+                role=current,
+                role_changed=role_changed,
+            )
         user.set_password(password)
         user.save(update_fields=["password"])
         return OperatorResult(
-            username=username, created=False, password_changed=True, generated_password=generated
+            username=username,
+            created=False,
+            password_changed=True,
+            role=current,
+            role_changed=role_changed,
+            generated_password=generated,
         )
 
 
@@ -129,15 +174,24 @@ class Command(BaseCommand):
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
         create = actions.add_parser(
             "create",
-            help="Create a staff and superuser login unless it exists (idempotent).",
+            help="Create a login with a role unless it exists (idempotent).",
             description=(
-                "Create the operator login USERNAME (staff and superuser) unless it exists. "
-                "Without --password-file a random password is generated and printed once on stdout. "
-                "An existing login keeps its password unless --password-file or --reset-password "
-                "is given."
+                "Create the login USERNAME with the permissions of --role unless it exists: viewer "
+                "(reads), operator (also accepts Events and uses the operator controls) or admin "
+                "(also applies configurations and manages logins; staff for the admin site). No "
+                "login is a superuser. Without --password-file a random password is generated and "
+                "printed once on stdout. An existing login keeps its role and its password unless "
+                "--role, --password-file or --reset-password is given."
             ),
         )
         create.add_argument("username", metavar="USERNAME", help="The login name, e.g. operator.")
+        create.add_argument(
+            "--role",
+            metavar="ROLE",
+            default=None,
+            help=f"{' | '.join(Role)}: required for a new login; given for an existing one, it "
+            "becomes the login's only role.",
+        )
         how = create.add_mutually_exclusive_group()
         how.add_argument(
             "--password-file",
@@ -157,11 +211,15 @@ class Command(BaseCommand):
             password = None
             if options["password_file"] is not None:
                 password = read_password_file(options["password_file"])
+            role = None if options.get("role") is None else role_parse(options["role"])
             result = operator_create(
                 username=options["username"],
+                role=role,
                 password=password,
                 reset_password=options["reset_password"],
             )
+        except RoleError as error:
+            raise CommandError(str(error)) from error
         except OperatorError as error:
             if error.field == "password":
                 # The password came from the file: name the option the operator typed.
@@ -172,23 +230,20 @@ class Command(BaseCommand):
             self.stdout.write(result.generated_password)
         note = self.style.SUCCESS
         name = result.username
+        role = f"role {result.role}" if result.role is not None else "no role"
         if result.created and result.generated_password is not None:
             self.stderr.write(
-                f"Created operator {name!r} (staff, superuser). The generated password was printed "
-                "on stdout; it is shown only this once.",
+                f"Created login {name!r} ({role}). The generated password was printed on stdout; "
+                "it is shown only this once.",
                 style_func=note,
             )
         elif result.created:
-            self.stderr.write(
-                f"Created operator {name!r} (staff, superuser) with the given password.", style_func=note
-            )
-        elif result.generated_password is not None:
-            self.stderr.write(
-                f"Operator {name!r} exists; its new generated password was printed on stdout, "
-                "shown only this once.",
-                style_func=note,
-            )
-        elif result.password_changed:
-            self.stderr.write(f"Operator {name!r} exists; its password was set.", style_func=note)
+            self.stderr.write(f"Created login {name!r} ({role}) with the given password.", style_func=note)
         else:
-            self.stderr.write(f"Operator {name!r} exists; nothing changed.", style_func=note)
+            changes = [f"its role is now {result.role}"] if result.role_changed else []
+            if result.generated_password is not None:
+                changes.append("its new generated password was printed on stdout, shown only this once")
+            elif result.password_changed:
+                changes.append("its password was set")
+            summary = "; ".join(changes) if changes else f"nothing changed ({role})"
+            self.stderr.write(f"Login {name!r} exists; {summary}.", style_func=note)
