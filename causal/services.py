@@ -8,9 +8,11 @@ limits (``causal.limits``) call it after their own checks.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -42,6 +44,47 @@ class Envelope:
     correlation: tuple[str, ...] = ()
     work_id: int | None = None
     execution_id: int | None = None
+
+
+def envelope_digest(envelope: Envelope) -> str:
+    """A digest of everything acceptance stores of an Event (``sha256:<hex>``): two offers of
+    the same ``(source, id)`` are the same Event exactly when their digests are equal."""
+    canonical = {
+        "id": envelope.id,
+        "source": envelope.source,
+        "type": envelope.type,
+        "scope": envelope.scope,
+        "subject": envelope.subject,
+        "time": envelope.time.astimezone(UTC).isoformat() if envelope.time else None,
+        "specversion": envelope.specversion,
+        "datacontenttype": envelope.datacontenttype,
+        "data": envelope.data,
+        "extensions": envelope.extensions,
+        "correlation": list(envelope.correlation),
+        "work_id": envelope.work_id,
+        "execution_id": envelope.execution_id,
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def event_envelope(event: Event) -> Envelope:
+    """The envelope an accepted Event was stored from."""
+    return Envelope(
+        id=event.envelope_id,
+        source=event.source,
+        type=event.type,
+        scope=event.scope,
+        subject=event.subject,
+        time=event.time,
+        specversion=event.specversion,
+        datacontenttype=event.datacontenttype,
+        data=event.data,
+        extensions=dict(event.extensions or {}),
+        correlation=tuple(event.correlation or ()),
+        work_id=event.work_id,
+        execution_id=event.execution_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)

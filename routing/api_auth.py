@@ -45,7 +45,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from causal.clock import system_clock
-from routing.ingress import EnvelopeInvalid, EventTooLarge, parse_json
+from routing.ingress import BatchConflict, EnvelopeInvalid, EventConflict, EventTooLarge, parse_json
 from routing.roles import token_allows
 from routing.services import ApiTokenInvalid, api_token_authenticate
 
@@ -76,6 +76,8 @@ class ApiError(Exception):
 # Domain errors every endpoint maps; most specific class wins (looked up along the MRO).
 _ERRORS: dict[type[BaseException], tuple[int, str]] = {
     EventTooLarge: (413, "event_too_large"),
+    EventConflict: (409, "conflicting_duplicate"),
+    BatchConflict: (409, "conflicting_duplicate"),
     EnvelopeInvalid: (400, "invalid_event"),
     ApiTokenInvalid: (400, "invalid_token_request"),
     ObjectDoesNotExist: (404, "not_found"),

@@ -108,6 +108,26 @@ class EventTooLarge(EnvelopeInvalid):
     code = "event_too_large"
 
 
+class EventConflict(EnvelopeInvalid):
+    """An Event with the ``(source, id)`` of an accepted one but another body (409): the
+    sender learns its second Event was not stored. ``digests`` are both bodies' digests."""
+
+    code = "conflicting_duplicate"
+
+    def __init__(
+        self, message: str, *, seq: int, accepted: str, offered: str, index: int | None = None
+    ) -> None:
+        super().__init__("id", message, index=index)
+        self.seq = seq
+        self.digests = {"accepted": accepted, "offered": offered}
+
+    def at(self, index: int) -> EventConflict:
+        return type(self)(self.message, seq=self.seq, index=index, **self.digests)
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "seq": self.seq, "digests": dict(self.digests)}
+
+
 class BatchInvalid(EnvelopeInvalid):
     """Several Events of a batch are refused; the first error is the headline and
     ``errors`` lists them all (each with its ``index``)."""
@@ -124,6 +144,11 @@ class BatchInvalid(EnvelopeInvalid):
         payload = super().details()
         payload["errors"] = [error.details() for error in self.errors]
         return payload
+
+
+class BatchConflict(BatchInvalid):
+    """A batch holding Events that conflict with accepted ones (409), each an
+    :class:`EventConflict` with its ``index``; nothing of the batch is stored."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -606,7 +606,8 @@ PATHS: dict[str, Any] = {
             "summary": "Accept an Event, or a batch of Events",
             "description": "A JSON object is one Event; a JSON array is a batch, validated whole and accepted "
             "in one transaction (all or nothing). The durable commit is the acknowledgement. The same "
-            "(source, id) accepted again returns the first Event and stores nothing (200).",
+            "(source, id) accepted again with the same body returns the first Event and stores nothing "
+            "(200); with another body it is refused (409) with both bodies' digests.",
             "requestBody": {
                 "required": True,
                 "content": {
@@ -638,6 +639,12 @@ PATHS: dict[str, Any] = {
                 "400": _response("Invalid"),
                 "401": _response("Unauthorized"),
                 "405": _response("MethodNotAllowed"),
+                "409": {
+                    "description": "A conflicting duplicate (error conflicting_duplicate): an Event with "
+                    "this (source, id) was accepted with another body; `seq` names it and `digests` holds "
+                    "both bodies' digests (`accepted`, `offered`). Nothing is stored.",
+                    "content": _json(_ref("Error")),
+                },
                 "413": _response("TooLarge"),
                 "415": _response("UnsupportedMediaType"),
             },

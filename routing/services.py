@@ -15,11 +15,20 @@ from django.db.models import Max
 
 from causal.clock import Clock
 from causal.models import Event
-from causal.services import Accepted, Envelope, event_accept_in_tx, events_accept_in_tx
+from causal.services import (
+    Accepted,
+    Envelope,
+    envelope_digest,
+    event_accept_in_tx,
+    event_envelope,
+    events_accept_in_tx,
+)
 from routing.config import ParsedDocument, live_generation, parse_document
 from routing.ingress import (
+    BatchConflict,
     BatchInvalid,
     EnvelopeInvalid,
+    EventConflict,
     check_size,
     encoded_size,
     parse_envelope,
@@ -35,8 +44,9 @@ from routing.tokens import token_digest, token_generate, token_well_formed
 def event_accept(*, payload: Any, clock: Clock, accepted_by: str = "", trusted: bool = False) -> Accepted:
     """Validate one offered Event (a decoded structured-mode CloudEvent) and accept it.
 
-    The durable commit is the acknowledgement. The same ``(source, id)`` accepted before
-    returns that Event with ``created=False`` and stores nothing. Raises
+    The durable commit is the acknowledgement. The same ``(source, id)`` accepted before with
+    the same body returns that Event with ``created=False`` and stores nothing; with another
+    body it raises :class:`~routing.ingress.EventConflict` (both digests). Raises
     :class:`~routing.ingress.EnvelopeInvalid` naming the field at fault (nothing stored):
     a malformed envelope, a reserved ``core`` type or source unless ``trusted``, an Event
     larger than ``CONDUIT_MAX_EVENT_BYTES``, or a scope not in the live configuration.
@@ -44,7 +54,11 @@ def event_accept(*, payload: Any, clock: Clock, accepted_by: str = "", trusted: 
     envelope = _validated(payload, trusted=trusted)
     with transaction.atomic():
         _refuse_unknown_scopes_in_tx([envelope], batch=False)
-        return event_accept_in_tx(envelope=envelope, clock=clock, accepted_by=accepted_by)
+        accepted = event_accept_in_tx(envelope=envelope, clock=clock, accepted_by=accepted_by)
+        conflicts = _conflicts([envelope], [accepted])
+        if conflicts:
+            raise conflicts[0]
+        return accepted
 
 
 def events_accept(
@@ -54,14 +68,39 @@ def events_accept(
 
     All or nothing: when any Event is refused, :class:`~routing.ingress.BatchInvalid` lists
     every refusal (each with its ``index``) and nothing is stored. Duplicates (of earlier
-    Events or of an earlier Event in the same batch) come back with ``created=False``.
+    Events or of an earlier Event in the same batch) come back with ``created=False``; one
+    with another body than the Event it repeats refuses the batch with
+    :class:`~routing.ingress.BatchConflict`.
     """
     if not payloads:
         raise EnvelopeInvalid(None, "the batch is empty: it holds no Event")
     envelopes = _validated_batch(payloads, trusted=trusted)
     with transaction.atomic():
         _refuse_unknown_scopes_in_tx(envelopes, batch=True)
-        return events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=accepted_by)
+        results = events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=accepted_by)
+        conflicts = _conflicts(envelopes, results)
+        if conflicts:
+            raise BatchConflict([conflict.at(index) for index, conflict in conflicts.items()])
+        return results
+
+
+def _conflicts(envelopes: Sequence[Envelope], results: Sequence[Accepted]) -> dict[int, EventConflict]:
+    """The duplicates whose body differs from the Event they repeat, by position."""
+    conflicts: dict[int, EventConflict] = {}
+    for index, (envelope, result) in enumerate(zip(envelopes, results, strict=True)):
+        if result.created:
+            continue
+        accepted, offered = envelope_digest(event_envelope(result.event)), envelope_digest(envelope)
+        if accepted != offered:
+            conflicts[index] = EventConflict(
+                f"source {envelope.source!r} already sent an Event with id {envelope.id!r} "
+                f"(#{result.event.seq}) with another body: the digest accepted is {accepted}, this "
+                f"one is {offered}; send a new id for a new Event",
+                seq=result.event.seq,
+                accepted=accepted,
+                offered=offered,
+            )
+    return conflicts
 
 
 def _validated(payload: Any, *, trusted: bool) -> Envelope:

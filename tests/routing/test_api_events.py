@@ -85,10 +85,41 @@ def test_api_accept_new_event_is_201_with_the_event(client, auth, acme):
 @pytest.mark.django_db
 def test_api_accept_duplicate_is_200_with_the_first_event(client, auth, acme):
     first = post(client, cloud_event(), auth)
-    again = post(client, cloud_event(data={"changed": True}), auth)
+    # The same body again, however it is written (key order, whitespace, a null attribute).
+    again = post(client, json.dumps(dict(reversed(cloud_event(subject=None).items())), indent=2), auth)
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["seq"] == first.json()["seq"]
     assert again.json()["data"] == {"number": 7}
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_i9_5_the_same_id_with_another_body_is_409_with_both_digests(client, auth, acme):
+    first = post(client, cloud_event(), auth)
+    again = post(client, cloud_event(data={"changed": True}), auth)
+    assert (first.status_code, again.status_code) == (201, 409)
+    body = again.json()
+    assert (body["error"], body["field"], body["seq"]) == ("conflicting_duplicate", "id", first.json()["seq"])
+    accepted, offered = body["digests"]["accepted"], body["digests"]["offered"]
+    assert accepted.startswith("sha256:") and offered.startswith("sha256:") and accepted != offered
+    assert accepted in body["message"] and offered in body["message"]
+    assert Event.objects.get().data == {"number": 7}
+    # The same body still answers 200, and the digests are stable.
+    assert post(client, cloud_event(), auth).status_code == 200
+    assert post(client, cloud_event(data={"changed": True}), auth).json()["digests"] == body["digests"]
+
+
+@pytest.mark.django_db
+def test_i9_5_a_batch_with_a_conflicting_duplicate_is_409_and_stores_nothing(client, auth, acme):
+    post(client, cloud_event(), auth)
+    batch = [cloud_event(id="new"), cloud_event(type="github.pull_request.closed")]
+    response = post(client, batch, auth)
+    assert response.status_code == 409
+    body = response.json()
+    assert body["error"] == "conflicting_duplicate" and [e["index"] for e in body["errors"]] == [1]
+    assert Event.objects.count() == 1
+    inside = post(client, [cloud_event(id="twin"), cloud_event(id="twin", data={"other": 1})], auth)
+    assert inside.status_code == 409 and inside.json()["errors"][0]["index"] == 1
     assert Event.objects.count() == 1
 
 

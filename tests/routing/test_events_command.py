@@ -72,10 +72,20 @@ def test_events_accept_a_file_prints_seq_created_source_id(acme, tmp_path):
 @pytest.mark.django_db
 def test_events_accept_duplicate_says_duplicate(acme):
     first, _ = accept("-", stdin=json.dumps(cloud_event()))
-    again, _ = accept("-", stdin=json.dumps(cloud_event(data={"changed": 1})))
+    again, _ = accept("-", stdin=json.dumps(cloud_event(), indent=2))
     seq = Event.objects.get().seq
     assert first == f"{seq} created github/acme evt-1\n"
     assert again == f"{seq} duplicate github/acme evt-1\n"
+
+
+@pytest.mark.django_db
+def test_i9_5_events_accept_refuses_the_same_id_with_another_body(acme):
+    accept("-", stdin=json.dumps(cloud_event()))
+    with pytest.raises(CommandError) as info:
+        accept("-", stdin=json.dumps(cloud_event(data={"changed": 1})))
+    message = str(info.value)
+    assert "with another body" in message and message.count("sha256:") == 2
+    assert Event.objects.get().data == {"number": 7}
 
 
 @pytest.mark.django_db

@@ -279,10 +279,25 @@ def test_event_accept_stores_the_envelope_and_its_keys(clock):
 def test_event_accept_same_source_and_id_returns_the_first_event(clock):
     live_scopes("acme")
     first = event_accept(payload=cloud_event(), clock=clock)
-    again = event_accept(payload=cloud_event(data={"different": True}), clock=clock)
+    again = event_accept(payload=cloud_event(), clock=clock)
     assert not again.created
     assert again.event.seq == first.event.seq
     assert again.event.data == {"number": 7}
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_i9_5_event_accept_same_source_and_id_with_another_body_is_a_conflict(clock):
+    from routing.ingress import EventConflict
+
+    live_scopes("acme")
+    first = event_accept(payload=cloud_event(time="2026-01-05T13:00:00+01:00"), clock=clock)
+    # The same instant written another way is the same body.
+    assert not event_accept(payload=cloud_event(time="2026-01-05T12:00:00Z"), clock=clock).created
+    with pytest.raises(EventConflict) as info:
+        event_accept(payload=cloud_event(data={"different": True}), clock=clock)
+    assert info.value.seq == first.event.seq and info.value.field == "id"
+    assert info.value.digests["accepted"] != info.value.digests["offered"]
     assert Event.objects.count() == 1
 
 
