@@ -19,7 +19,10 @@ LOCAL_POSTGRES := postgres://postgres@127.0.0.1:5432/test
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-k r15 -x'
 PYTEST_ARGS ?=
 
-.PHONY: help run test test-postgres lint venv
+# Parallel mutants of make mutate (default: one per CPU).
+MUTATE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: help run test test-postgres lint venv mutate
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 24
@@ -38,7 +41,7 @@ $(STAMP): requirements.txt
 venv: $(STAMP) ## Create or update .venv from requirements.txt.
 
 $(VAR):
-	@mkdir -p $@
+	@mkdir -p -m 700 $@
 
 run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the operator login, serve on HOST:PORT.
 	@if [ -z "$${DATABASE_URL:-}" ] && [ ! -e $(VAR)/conduit.sqlite3 ]; then \
@@ -65,6 +68,13 @@ test: $(STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLit
 
 test-postgres: $(STAMP) | $(VAR) ## Run the tests on PostgreSQL (DATABASE_URL, default the local server).
 	DATABASE_URL=$${DATABASE_URL:-$(LOCAL_POSTGRES)} $(PY) -m pytest $(PYTEST_ARGS)
+
+mutate: $(STAMP) ## Mutation testing (mutmut) of routing/decide.py, routing/evaluate.py, worklife/lifecycle.py.
+	rm -rf mutants
+	DATABASE_URL= TEST_DATABASE_NAME=:memory: $(VENV)/bin/mutmut run --max-children $(MUTATE_JOBS)
+	$(VENV)/bin/mutmut results
+	@$(VENV)/bin/mutmut export-cicd-stats >/dev/null
+	@$(PY) -c 'import json; print("mutants: {total} in all, {killed} killed, {survived} survived, {no_tests} reached by no selected test, {timeout} timed out".format(**json.load(open("mutants/mutmut-cicd-stats.json"))))'
 
 lint: $(STAMP) | $(VAR) ## ruff format --check, ruff check, manage.py check, makemigrations --check.
 	$(PY) -m ruff format --check .

@@ -10,14 +10,15 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from conduit_site.headers import StaticFilesHandler  # noqa: E402
 from conduit_site.ws_urls import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # The embedded console serves its own static files; behind a proxy, the proxy does.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # The embedded console serves its own static files (with nosniff); behind a proxy, the
+        # proxy does.
+        "http": StaticFilesHandler(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -38,6 +38,8 @@ from typing import Any
 from channels.exceptions import ChannelFull
 from channels.layers import BaseChannelLayer
 
+from conduit_site.private_files import private_file
+
 logger = logging.getLogger(__name__)
 
 SCHEMA = """
@@ -144,9 +146,8 @@ class SQLiteChannelLayer(BaseChannelLayer):
         conn = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
             return conn
-        directory = os.path.dirname(self.path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
+        # Messages carry rendered Events: the file is its owner's only (0600 in a 0700 folder).
+        private_file(self.path)
         # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE) below.
         conn = sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import ipaddress
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -84,6 +86,37 @@ def ensure_can_listen(host: str, port: int) -> None:
             ) from error
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``): only this machine can connect."""
+    address = host.strip("[]")
+    if address.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def debug_for_host(host: str, environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """What the children's environment needs so that ``DEBUG`` is never on by default where other
+    machines can connect, and the warning to print: ``(updates, warning)``.
+
+    On a loopback address nothing changes. Elsewhere, an unset ``DEBUG`` becomes ``false``; an
+    explicit ``DEBUG=true`` is kept (the operator asked for it) with a warning.
+    """
+    if is_loopback(host):
+        return {}, None
+    value = environ.get("DEBUG")
+    if value is None:
+        return {"DEBUG": "false"}, None
+    if value.strip().lower() in {"1", "true", "yes", "on"}:
+        return {}, (
+            f"DEBUG is on (DEBUG={value}) while serving on {host}, which other machines can reach: "
+            "error pages show settings and source. Unset DEBUG unless this is what you want."
+        )
+    return {}, None
+
+
 def clean_stop(returncode: int) -> bool:
     """Whether a child's exit status is a clean stop after a forwarded stop signal."""
     return returncode == 0 or any(returncode in (-signum, 128 + signum) for signum in STOP_SIGNALS)
@@ -105,7 +138,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--host", default="127.0.0.1", help="Address the console binds to (default 127.0.0.1)."
+            "--host",
+            default="127.0.0.1",
+            help="Address the console binds to (default 127.0.0.1). On an address other machines "
+            "can reach, DEBUG is off unless DEBUG is set explicitly.",
         )
         parser.add_argument(
             "--port", type=int, default=8000, help="Port the console listens on (default 8000)."
@@ -152,6 +188,9 @@ class Command(BaseCommand):
             )
         ensure_can_listen(host, port)
         self._warn_unapplied_migrations()
+        debug_env, debug_warning = debug_for_host(host, os.environ)
+        if debug_warning:
+            self.stderr.write(debug_warning)
 
         children = [
             Child(
@@ -183,7 +222,7 @@ class Command(BaseCommand):
                     ],
                 )
             )
-        returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"]).run(
+        returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"], env=debug_env).run(
             url=url_for(host, port), probe=(probe_host(host), port)
         )
         if returncode:
@@ -210,10 +249,19 @@ class Command(BaseCommand):
 class Supervisor:
     """Runs the children, forwards stop signals, and stops everything when one exits."""
 
-    def __init__(self, command: BaseCommand, children: list[Child], *, stop_timeout: float) -> None:
+    def __init__(
+        self,
+        command: BaseCommand,
+        children: list[Child],
+        *,
+        stop_timeout: float,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.command = command
         self.children = children
         self.stop_timeout = stop_timeout
+        # Set in every child's environment (over serve's own), e.g. DEBUG=false.
+        self.env = dict(env or {})
         self.stop_requested = threading.Event()
         # Set by the signal handler so that waits end at once; cleared after each wait.
         self.wakeup = threading.Event()
@@ -244,7 +292,7 @@ class Supervisor:
         return self._status(first)
 
     def _start(self, child: Child) -> None:
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         env.setdefault("DJANGO_SETTINGS_MODULE", settings.SETTINGS_MODULE)
         env.setdefault("PYTHONUNBUFFERED", "1")
         linux = sys.platform.startswith("linux")
