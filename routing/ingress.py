@@ -20,7 +20,11 @@ attribute counts as absent, as the CloudEvents JSON format says.
 
 External callers may not use the reserved ``core`` families: a type ``core`` or ``core.*``
 and a source ``core`` or ``core.*`` (``core.manual`` is the operator's source) are refused
-unless ``trusted=True`` (core code accepting its own control Events).
+unless ``trusted=True`` (core code accepting its own control Events). Nor may they forge the
+identities the system writes for itself, which would block or impersonate them (a reroute
+copy is the original's source with id ``reroute/<id>``): ids starting with ``reroute/``,
+``timer/``, ``wait-woken/``, ``work-created/`` or ``emit/``, and sources starting with
+``conduit.work/`` (what a Work emits) are refused too.
 
 Every JSON document read here (a request body, a CLI file, a trace) is parsed by
 :func:`loads`: it refuses a document nested deeper than ``CONDUIT_MAX_JSON_DEPTH`` arrays and
@@ -67,6 +71,11 @@ EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
 # time with optional fraction, and a mandatory offset.
 RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 RESERVED_FAMILY = "core"
+# Ids and sources the system writes for itself (reroute copies: routing.controls; timers:
+# worklife.timers; wait bridges and emits: worklife.scheduling; successors:
+# worklife.lifecycle). Untrusted callers may not use them.
+RESERVED_ID_PREFIXES = ("reroute/", "timer/", "wait-woken/", "work-created/", "emit/")
+RESERVED_SOURCE_PREFIXES = ("conduit.work/",)
 
 
 class EnvelopeInvalid(ValueError):
@@ -363,6 +372,16 @@ def parse_envelope(obj: Any, *, trusted: bool = False) -> Envelope:
         raise EnvelopeInvalid("type", f"type {event_type!r} is reserved for core Events (core.*)")
     if not trusted and is_reserved(source):
         raise EnvelopeInvalid("source", f"source {source!r} is reserved for core Events (core.*)")
+    if not trusted and event_id.startswith(RESERVED_ID_PREFIXES):
+        prefix = next(p for p in RESERVED_ID_PREFIXES if event_id.startswith(p))
+        raise EnvelopeInvalid(
+            "id", f"ids starting with {prefix!r} are reserved for the Events Conduit writes itself"
+        )
+    if not trusted and source.startswith(RESERVED_SOURCE_PREFIXES):
+        prefix = next(p for p in RESERVED_SOURCE_PREFIXES if source.startswith(p))
+        raise EnvelopeInvalid(
+            "source", f"sources starting with {prefix!r} are reserved for the Events Work emits"
+        )
     subject = _optional_string(attrs, "subject", MAX_SUBJECT, allow_empty=True)
     event_time = _optional_time(attrs, "time")
     datacontenttype = (

@@ -466,3 +466,39 @@ def test_i9_5_an_object_with_a_duplicate_key_is_400_and_nothing_stored(client, a
     assert "invalid JSON" in body["message"] and "'number' twice" in body["message"]
     top = '{"id": "a", ' + json.dumps(cloud_event())[1:]
     assert "'id' twice" in assert_refused(post(client, top, auth), 400, None)["message"]
+
+
+# --- issue 9, item 4: identities the system writes cannot be forged ---------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"id": "reroute/evt-1"}, "id"),
+        ({"id": "timer/3"}, "id"),
+        ({"id": "wait-woken/3"}, "id"),
+        ({"id": "work-created/3/abc"}, "id"),
+        ({"id": "emit/3/abc"}, "id"),
+        ({"source": "conduit.work/3"}, "source"),
+        ({"source": "core.timer"}, "source"),
+    ],
+)
+def test_i9_4_an_api_token_cannot_forge_an_identity_the_system_writes(client, auth, acme, overrides, field):
+    body = assert_refused(post(client, cloud_event(**overrides), auth), 400, field)
+    assert "reserved" in body["message"]
+
+
+@pytest.mark.django_db
+def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme, clock):
+    from routing import controls
+    from routing.services import event_accept
+
+    original = event_accept(payload=cloud_event(id="bad"), clock=clock).event
+    Event.objects.filter(pk=original.pk).update(route_state="failed")
+    # The attacker's copy is refused, nothing stored; the operator's reroute then makes the real one.
+    forged = post(client, cloud_event(id="reroute/bad"), auth)
+    assert forged.status_code == 400 and forged.json()["field"] == "id"
+    result = controls.event_reroute(seq=original.seq, user="carol", clock=clock)
+    copy = Event.objects.get(seq=result.copy_seq)
+    assert (copy.envelope_id, copy.source, copy.accepted_by) == ("reroute/bad", "github/acme", "carol")

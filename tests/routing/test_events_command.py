@@ -294,3 +294,13 @@ def test_i9_5_events_accept_refuses_an_object_with_a_duplicate_key(acme):
     text = json.dumps(cloud_event()).replace('"id": "evt-1"', '"id": "evt-1", "id": "evt-2"')
     refused("-", stdin=text, field_text="'id' twice")
     refused("-", stdin=json.dumps(cloud_event(id="ok")) + "\n" + text + "\n", field_text="'id' twice")
+
+
+@pytest.mark.django_db
+def test_i9_4_events_accept_refuses_identities_the_system_writes(acme):
+    refused(
+        "-", stdin=json.dumps(cloud_event(id="reroute/evt-1")), field_text="id: ids starting with 'reroute/'"
+    )
+    refused(
+        "-", stdin=json.dumps(cloud_event(source="conduit.work/9")), field_text="source: sources starting"
+    )
