@@ -150,7 +150,8 @@ def _list_query(request: HttpRequest) -> tuple[WorkFilter, int | None, int]:
     try:
         filters = WorkFilter(scope=request.GET.get("scope", ""), status=request.GET.get("status", ""))
     except ValueError as exc:
-        raise WorkControlInvalid("status", str(exc).removeprefix("status: ")) from None
+        field, _, message = str(exc).partition(": ")
+        raise WorkControlInvalid(field, message) from None
     before = _int_param(request, "before", minimum=1)
     limit = _int_param(request, "limit", minimum=1, maximum=MAX_LIST_LIMIT)
     return filters, before, limit if limit is not None else PAGE_SIZE

@@ -32,6 +32,8 @@ from worklife.scheduling import DISPATCH_REFUSED, PRESENTED_KINDS
 ENGINE_LIST_LIMIT = 20
 # The Work list's status filter also takes this: ready Work parked after too many failures.
 PARKED = "parked"
+# The longest scope path Work stores (Work.scope).
+SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
 
 # --- console --------------------------------------------------------------------------------
 
@@ -46,6 +48,9 @@ class WorkFilter:
     def __post_init__(self) -> None:
         if self.status and self.status not in (*WorkStatus.values, PARKED):
             raise ValueError(f"status: unknown status {self.status!r}")
+        # No stored scope has either; PostgreSQL refuses a NUL in a query outright.
+        if "\x00" in self.scope or len(self.scope) > SCOPE_MAX_LENGTH:
+            raise ValueError(f"scope: not a scope path (at most {SCOPE_MAX_LENGTH} characters, no NUL)")
 
 
 def work_filtered(filters: WorkFilter) -> QuerySet[Work]:

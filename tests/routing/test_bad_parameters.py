@@ -90,3 +90,15 @@ def test_i9_11_api_content_length_that_is_not_an_ascii_number_is_not_a_500(clien
         "/api/events", data=b"{}", content_type="application/json", headers=auth, CONTENT_LENGTH="\u00b2"
     )
     assert response.status_code < 500
+
+
+@pytest.mark.parametrize("url", ["/events/", "/work/", "/dead-letters/"])
+def test_i9_11_console_filters_refuse_a_nul_character(console, url):
+    assert console.get(url, {"scope": "acme\x00"}).status_code == 400
+
+
+def test_i9_11_api_work_filters_answer_400_for_a_nul_character_or_an_unknown_status(client, auth):
+    for params, field in [({"scope": "acme\x00"}, "scope"), ({"status": "nope"}, "status")]:
+        response = client.get("/api/work", params, headers=auth)
+        assert response.status_code == 400, params
+        assert response.json()["field"] == field
