@@ -119,7 +119,6 @@ class LoopBeat:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "failing": self.failing,
             "loop": self.loop,
             "at": timestamp(self.at),
             "age_seconds": None if self.age_seconds is None else round(self.age_seconds, 3),
@@ -128,6 +127,7 @@ class LoopBeat:
             "routed": self.routed,
             "abandoned_calls": self.abandoned_calls,
             "abandoned_total": self.abandoned_total,
+            "failing": self.failing,
         }
 
     @property

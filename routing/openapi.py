@@ -528,10 +528,12 @@ SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer", "description": "Findings in all (items lists at most 50)."},
             "items": {
                 "type": "array",
-                "description": "routing: Events unrouted ten minutes after acceptance (seq, type, scope, "
-                "accepted_at, age_seconds, failures, last_code, last_error, retry_at, waiting_on, reason); "
-                "route_loop and handler_calls: route loops' last heartbeats (loop, at, age_seconds, "
-                "generation, passes, routed, abandoned_calls, abandoned_total); causal: roots refused in "
+                "description": "routing: Events unrouted ten minutes after acceptance, or whose route "
+                "keeps failing (seq, type, scope, accepted_at, age_seconds, failures, last_code, last_error, "
+                "retry_at, waiting_on, reason); route_loop and handler_calls: route loops' last heartbeats "
+                "(loop, at, age_seconds, generation, passes, routed, abandoned_calls, abandoned_total, "
+                "failing: null, or the error, count, since and events of passes failing in a row); causal: "
+                "roots refused in "
                 "the last hour (root_seq, refusals, kinds, last_at); work_loop: work loops' last "
                 "heartbeats (loop, at, age_seconds, slots, running, started, completed, failed, refused, "
                 "lost, stopped); parked_work: parked Work (work_id, scope, failures, last_error, "

@@ -75,6 +75,7 @@ from routing.live import publish_routed
 from routing.models import Disposition, Generation, RouteRecord
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
+    TERMINAL_STATUSES,
     Attempt,
     CorrelationKey,
     DependencySubscription,
@@ -1209,7 +1210,8 @@ class _Writes:
                 claimed_until=None,
             )
         if self.touched_works:
-            Work.objects.filter(pk__in=self.touched_works).update(
+            # Never a terminal Work's row (R49), even one another process ended since it was read.
+            Work.objects.filter(pk__in=self.touched_works).exclude(status__in=TERMINAL_STATUSES).update(
                 version=F("version") + 1, updated_at=self.now
             )
         # Wait transitions are worklife's (W7: the router records, it runs nothing).
