@@ -20,7 +20,6 @@ by Django's CSRF middleware.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from causal.clock import Clock, system_clock
 from routing import work_controls
+from routing.ingress import loads
 from routing.views.common import HTMX_VARY
 from routing.views.forms import form_errors_text
 from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
@@ -66,7 +66,7 @@ class JsonDataField(forms.CharField):
         if not text.strip():
             return None
         try:
-            return json.loads(text)
+            return loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"invalid JSON: {exc}") from exc
 

@@ -927,3 +927,21 @@ def test_r48_r49_concurrent_cancel_and_send_never_leave_input_sent_after_the_can
         assert sent.get().seq < cancel_seq and len(control_events("send_input")) == 1
         drain(router(clock))
         assert RouteRecord.objects.get(event=sent.get()).reason == "terminal"
+
+
+# --- issue 9, items 1 and 2: operator input is held to acceptance's JSON limits -----------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("levels", [65, 10_000])
+def test_i9_2_operator_input_refuses_deep_json_with_400_not_500(console, clock, live, levels):
+    work = running_work(clock)
+    before = stored()
+    deep = "[" * levels + "]" * levels
+    response = console.post(reverse("work-send", args=[work.pk]), {"type": "operator.note", "data": deep})
+    assert response.status_code == 400 and "more than 64 levels deep" in response.content.decode()
+    with pytest.raises(
+        CommandError, match="--data: invalid JSON: the JSON nests arrays and objects more than 64"
+    ):
+        work_command("send", str(work.pk), "--type", "operator.note", "--data", deep)
+    assert stored() == before

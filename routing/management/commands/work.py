@@ -26,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
 from routing import work_controls
+from routing.ingress import loads
 from routing.management.controls import CLI_ACTOR, cli_actor
 from routing.serializers import attempt_json, timestamp, work_json
 from routing.work_controls import WorkControlInvalid, WorkControlRefused, WorkControlResult
@@ -378,7 +379,7 @@ def _data(command: BaseCommand, options: dict[str, Any]) -> Any:
     else:
         return None
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError as exc:
         _refuse(command, options, "invalid_input", f"{option}: invalid JSON: {exc}")
 
