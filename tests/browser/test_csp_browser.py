@@ -87,9 +87,20 @@ def test_i9_9_no_page_violates_the_content_security_policy(live_server, data, br
         if not url.startswith("/admin/"):
             assert page.evaluate("typeof htmx") == "object", url
 
-    # An admin page's scripts work: the user form's password link and the filter sidebar.
+    # The admin works under the policy: adding an API token through its form shows the secret
+    # once, selected when focused (static/js/select-on-focus.js, not an inline handler).
     visit(reverse("admin:auth_user_changelist"))
     assert page.locator("#changelist-search").is_visible()
+    visit(reverse("admin:routing_apitoken_add"))
+    page.select_option("#id_user", str(data["user"].pk))
+    page.fill("#id_name", "csp-check")
+    page.click("input[name=_save]")
+    page.wait_for_selector("#api-token-secret")
+    seen["token created"] = page.evaluate("window.__cspViolations")
+    page.focus("#api-token-secret")
+    secret = page.input_value("#api-token-secret")
+    selected = page.evaluate("[document.activeElement.selectionStart, document.activeElement.selectionEnd]")
+    assert secret and selected == [0, len(secret)]
 
     assert {url: found for url, found in seen.items() if found} == {}
     assert [error for error in console_errors if "Content Security Policy" in error] == []
