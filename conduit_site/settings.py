@@ -7,6 +7,7 @@ so ``manage.py`` works on a fresh checkout. Production sets ``CONDUIT_ENV=produc
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -19,8 +20,9 @@ from conduit_site.private_files import private_directory
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONDUIT_VAR_DIR", BASE_DIR / "var"))
 # It holds the SQLite database, the channel-layer file and the operator's password: mode 0700
-# (conduit_site/private_files.py).
-private_directory(VAR_DIR)
+# (conduit_site/private_files.py). A read-only checkout on PostgreSQL and Redis needs none.
+with contextlib.suppress(OSError):
+    private_directory(VAR_DIR)
 
 
 def env_bool(name: str, default: bool) -> bool:
