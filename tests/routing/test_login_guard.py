@@ -84,3 +84,16 @@ def test_i9_8_a_successful_sign_in_resets_the_count(client, operator, settings):
     for _ in range(limit - 1):
         assert sign_in(client, WRONG).status_code == 200
     assert sign_in(client, PASSWORD).status_code == 302
+
+
+def test_i9_8_the_admin_sign_in_is_locked_out_too(client, settings):
+    admin = UserFactory(username="root", is_staff=True, is_superuser=True)
+    admin.set_password(PASSWORD)
+    admin.save()
+    url = reverse("admin:login")
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        response = client.post(url, {"username": "root", "password": WRONG}, REMOTE_ADDR="203.0.113.9")
+    assert response.status_code == 429
+    right = client.post(url, {"username": "root", "password": PASSWORD}, REMOTE_ADDR="203.0.113.9")
+    assert right.status_code == 429
+    assert "_auth_user_id" not in client.session
