@@ -27,6 +27,7 @@ acceptance order on every target. On SQLite, ``BEGIN IMMEDIATE`` serialises writ
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -996,11 +997,15 @@ def redacted(text: str, *, names: Iterable[str] = ()) -> str:
     """``text`` with every token that is not a field name, a word of a reason or one of
     ``names`` (route names, from the configuration) replaced by ``…``:
     ``data.action is 'secret', not 'opened'`` → ``data.action is …, not …``."""
-    known = set(names)
+    return _redacted(text, frozenset(names))
 
+
+# Reasons repeat (one per route and type of Event): each distinct one is redacted once.
+@functools.lru_cache(maxsize=4096)
+def _redacted(text: str, names: frozenset[str]) -> str:
     def keep(match: re.Match) -> str:
         token = match.group()
-        if token.lower() in _REASON_WORDS or token in known or _FIELD.fullmatch(token):
+        if token.lower() in _REASON_WORDS or token in names or _FIELD.fullmatch(token):
             return token
         return "…"
 
