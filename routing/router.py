@@ -408,12 +408,18 @@ class Router:
             return self._commit([event], {event.seq: evaluation}, {}, {}, honour_claims)[0]
         except (GenerationChanged, OperationalError, InterfaceError):
             raise
-        except Exception:  # noqa: BLE001 - not even its failure commits: leave it for the next pass
+        except Exception:  # noqa: BLE001 - not even its failure commits: leave it unrouted, with why
             logger.exception("route.event_failed", extra={"event": event.seq})
-            Event.objects.filter(seq=event.seq, claimed_by=self.owner).update(
-                claimed_by="", claimed_until=None
+            # A reason and a later retry: it is decided-for-now, so later Events of other targets
+            # route past it while those of its own targets wait behind it (I4).
+            reason = f"routing failed unexpectedly: {error.message}"[:1000]
+            Event.objects.filter(seq=event.seq, route_state=RouteState.UNROUTED).update(
+                unrouted_reason=reason,
+                retry_at=self.clock() + CONFLICT_RECHECK,
+                claimed_by="",
+                claimed_until=None,
             )
-            return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason="retry")
+            return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=reason)
 
     def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
         now = self.clock()

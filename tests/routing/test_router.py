@@ -789,3 +789,29 @@ def test_i9_12_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, l
     ] * 2
     assert model_to_dict(Work.objects.get(pk=work_id)) == before
     r.close()
+
+
+def test_i9_1_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_and_others_route(
+    clock, live, monkeypatch
+):
+    import routing.router as router_module
+    from causal.models import Event
+
+    events = [pr(clock, number=80), pr(clock, number=81), *_every_scope_routes(clock)]
+    bad = events[1]
+    real = router_module._Writes.settle
+
+    def settle(self, event, decision, failure):
+        if event.seq == bad.seq:
+            raise ValueError("cannot write this one at all")
+        return real(self, event, decision, failure)
+
+    monkeypatch.setattr(router_module._Writes, "settle", settle)
+    r = router(clock)
+    r.route_pending()
+    r.route_pending()  # nothing waits behind it but its own target
+    bad_row = Event.objects.get(seq=bad.seq)
+    assert bad_row.route_state == RouteState.UNROUTED and bad_row.retry_at is not None
+    assert bad_row.unrouted_reason.startswith("routing failed unexpectedly: ")
+    assert all(state(e) == RouteState.ROUTED for e in events if e is not bad)
+    r.close()
