@@ -315,9 +315,11 @@ class _Process:
 
 
 def _parse_call(line: bytes) -> dict | None:
+    """A call line as a dict, or ``None`` for anything else (never raises: a reader thread
+    must outlive a hostile line, such as JSON nested past the interpreter's recursion limit)."""
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return message if isinstance(message, dict) and isinstance(message.get("op"), str) else None
 

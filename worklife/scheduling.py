@@ -540,6 +540,23 @@ def timers_due(*, now: datetime, limit: int = 100) -> list[int]:
 # --- emit ------------------------------------------------------------------------------------
 
 
+def json_depth(value: Any) -> int:
+    """How deep JSON-like data nests (a scalar is 0), counted without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def emit_envelope(*, work: Work, attempt_id: int, message: dict) -> Envelope:
     """The envelope of an Event an attempt emits: its Work's scope, a source naming the Work
     unless the call names one, a fresh id unless it names one."""
@@ -547,6 +564,9 @@ def emit_envelope(*, work: Work, attempt_id: int, message: dict) -> Envelope:
     event_type = message.get("type")
     if not isinstance(event_type, str) or not event_type:
         raise WorkError("emit needs a type")
+    limit = int(getattr(settings, "CONDUIT_MAX_JSON_DEPTH", 64))
+    if json_depth(message.get("data")) > limit:
+        raise WorkError(f"data nests deeper than {limit} levels (CONDUIT_MAX_JSON_DEPTH)")
     return Envelope(
         id=str(event_id)[:255],
         source=str(message.get("source") or f"conduit.work/{work.pk}")[:255],

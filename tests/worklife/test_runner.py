@@ -489,3 +489,22 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
     assert Attempt.objects.count() == 60 and set(Attempt.objects.values_list("state", flat=True)) == {
         "succeeded"
     }
+
+
+def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock, settings):
+    from worklife.scheduling import emit_envelope, json_depth
+    from worklife.services import WorkError
+
+    settings.CONDUIT_MAX_JSON_DEPTH = 3
+    work = WorkFactory(scope="t")
+    assert json_depth({"a": [{"b": 1}]}) == 3 and json_depth(7) == 0
+    assert emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": 1}]}}).data
+    with pytest.raises(WorkError, match="deeper than 3 levels"):
+        emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": [1]}]}})
+
+
+def test_i9_1_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
+    from worklife.executors import _parse_call
+
+    assert _parse_call(b"[" * 100_000 + b"]" * 100_000) is None
+    assert _parse_call(b'{"op": "complete"}') == {"op": "complete"}
