@@ -488,5 +488,7 @@ def _error(
         route=error.route,
         keys=keys,
         error=error,
+        # The routes that declined before the failing one stay on the failed record (R28).
+        refusals=tuple(evaluation.refusals),
         evaluation=evaluation,
     )

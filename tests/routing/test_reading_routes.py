@@ -305,8 +305,11 @@ def test_r29_events_get_prints_route_binding_work_and_generation(history):
 def test_r16_r29_events_get_prints_error_and_attempts_of_a_failed_route(history):
     lines = events_command("get", str(history.failed.seq)).splitlines()
     assert lines[0].endswith("  failed")
+    # The routes that declined before the failing one are kept on the failed record (issue 11
+    # item 3, R28) and printed with its route (R29).
     assert lines[1:] == [
         "  route: failed (handler_invalid) via scripted/-, generation 1",
+        *(f"  - {r['route']}: {r['reason'].replace('other.thing', 'x.bad')}" for r in REFUSALS[:-1]),
         "  error: route scripted: payload has no author",
         "  attempts: 1",
     ]

@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
 from routing.errors import RouteError, RouteErrorCode
@@ -516,3 +517,52 @@ def test_r59_skip_and_reroute_with_doctors_check_through_the_cli():
     healthy = run_manage("doctor")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert healthy.stdout.startswith("[ok] routing: no Event is unrouted 10 min after acceptance")
+
+
+# --- issue 11 item 3: a failed Event keeps its refusals (R28) -------------------------------------------
+
+DECLINE_THEN_FAIL = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: pulls
+        handler: match
+        params: {type: "github.pull_request.*"}
+        binding: inbox
+        policy: queue
+      - slot: chats
+        handler: match
+        params: {type: "chat.*"}
+        binding: inbox
+        policy: queue
+      - slot: scripted
+        handler: scripted
+        params: {}
+        binding: inbox
+        policy: queue
+"""
+
+
+@pytest.mark.django_db
+def test_i11_3_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_the_failing_one(
+    clock, caplog, client
+):
+    apply(clock, DECLINE_THEN_FAIL)
+    event = accept(clock, "x.note", {"behaviour": "invalid"})  # handler_invalid: given up at once
+    caplog.set_level(logging.INFO, logger="conduit.routing")
+    drain(router(clock))
+
+    rec = record(event)
+    assert (rec.disposition, rec.route, rec.reason) == ("failed", "scripted", "handler_invalid")
+    assert [r["route"] for r in rec.refusals] == ["pulls", "chats"]  # in route order
+    assert all(r["reason"] for r in rec.refusals)
+    decided = [r for r in caplog.records if r.getMessage() == "route.decided" and r.event == event.seq]
+    assert [r["route"] for r in getattr(decided[0], "route.refusals")] == ["pulls", "chats"]
+
+    client.force_login(UserFactory())
+    page = client.get(reverse("event-detail", args=[event.seq])).content.decode()
+    assert "No route declined this Event" not in page
+    assert "<strong>pulls</strong>" in page and "<strong>chats</strong>" in page
