@@ -3,9 +3,21 @@
 
 // A control's refusal (409: the record changed meanwhile; 400: bad input) is a page fragment
 // saying why: swap it in like a success. Which statuses: data-swap-statuses="409 400" on the
-// requesting element or an ancestor.
+// requesting element or an ancestor, else on the swap target or an ancestor. htmx fires
+// beforeSwap on the swap target, which is not the control's ancestor when the control targets
+// its row or section ("closest tr", "#event-route"): the control is found in the request.
+function swapStatusesHolder(event) {
+  for (const element of [event.detail.requestConfig?.elt, event.target]) {
+    const holder = element instanceof Element ? element.closest("[data-swap-statuses]") : null;
+    if (holder) {
+      return holder;
+    }
+  }
+  return null;
+}
+
 document.addEventListener("htmx:beforeSwap", (event) => {
-  const holder = event.target instanceof Element ? event.target.closest("[data-swap-statuses]") : null;
+  const holder = swapStatusesHolder(event);
   if (!holder) {
     return;
   }

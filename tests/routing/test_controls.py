@@ -709,3 +709,71 @@ def test_r20_console_controls_need_sign_in_their_permission_and_csrf(clock, live
     ok = permitted.post(url, HTTP_X_CSRFTOKEN=token, HTTP_HX_TARGET=f"unrouted-{event.seq}", **HTMX)
     assert ok.status_code == 200
     assert Event.objects.filter(source="core.manual").count() == 1
+
+
+# --- issue 11 item 1: a refused control shows the server's message, with and without JavaScript ----
+
+SWAP_MARK = re.compile(r'data-swap-statuses="([^"]*)"')
+
+
+def controls_swap_409(body: str, seq: int) -> bool:
+    """Whether every htmx skip/reroute control of Event ``seq`` in ``body`` marks 409 for
+    swapping on itself: htmx fires beforeSwap on the target (its row or the route section), so
+    static/js/console.js finds the mark through the requesting element."""
+    tags = re.findall(rf'<a [^>]*hx-post="/events/{seq}/(?:skip|reroute)/"[^>]*>', body)
+    return bool(tags) and all("409" in SWAP_MARK.search(tag).group(1).split() for tag in tags)
+
+
+@pytest.mark.django_db
+def test_i11_1_event_page_skip_and_reroute_refusals_show_the_message_with_and_without_javascript(
+    console, clock, live
+):
+    sample_handlers.BROKEN.add("refused")
+    event = accept(clock, "x.thing", {}, id="refused")
+    drain(router(clock))
+    page = console.get(reverse("event-detail", args=[event.seq])).content.decode()
+    assert controls_swap_409(page, event.seq)
+    controls.event_skip(seq=event.seq, user="alice", clock=clock)  # someone else, meanwhile
+    skip = reverse("event-skip", args=[event.seq])
+
+    htmx = console.post(skip, HTTP_HX_TARGET="event-route", **HTMX)
+    assert htmx.status_code == 409
+    assert htmx.content.decode().strip().startswith('<section id="event-route">')
+    assert re.search(r'role="alert"[^>]*>[^<]*only an unrouted Event can be skipped', htmx.content.decode())
+    plain = console.post(skip)
+    assert plain.status_code == 409
+    assert re.search(r'role="alert"[^>]*>[^<]*only an unrouted Event can be skipped', plain.content.decode())
+
+    page = console.get(reverse("event-detail", args=[event.seq])).content.decode()
+    assert controls_swap_409(page, event.seq)  # the Reroute the skipped Event now offers
+    copy = controls.event_reroute(seq=event.seq, user="alice", clock=clock)
+    reroute = reverse("event-reroute", args=[event.seq])
+    htmx = console.post(reroute, HTTP_HX_TARGET="event-route", **HTMX)
+    assert htmx.status_code == 409
+    assert f"already rerouted as the copy #{copy.copy_seq}" in htmx.content.decode()
+    plain = console.post(reroute)
+    assert plain.status_code == 409
+    assert f"already rerouted as the copy #{copy.copy_seq}" in plain.content.decode()
+
+
+@pytest.mark.django_db
+def test_i11_1_work_page_row_refusals_show_the_message_with_and_without_javascript(console, clock, live):
+    r = router(clock)
+    work_id, stuck, later = holding_work(clock, r)
+    r.close()
+    page = console.get(reverse("work-detail", args=[work_id])).content.decode()
+    assert controls_swap_409(page, later.seq) and controls_swap_409(page, stuck.seq)
+    controls.event_skip(seq=later.seq, user="alice", clock=clock)
+    skip = reverse("event-skip", args=[later.seq])
+
+    htmx = console.post(
+        skip,
+        HTTP_HX_TARGET=f"unrouted-{later.seq}",
+        HTTP_HX_CURRENT_URL=f"http://testserver/work/{work_id}/",
+        **HTMX,
+    )
+    assert htmx.status_code == 409
+    refused = row(htmx.content.decode(), f"unrouted-{later.seq}")
+    assert 'role="alert"' in refused and "only an unrouted Event can be skipped" in refused
+    plain = console.post(skip, {"next": f"/work/{work_id}/"})
+    assert plain.status_code == 409 and "only an unrouted Event can be skipped" in plain.content.decode()

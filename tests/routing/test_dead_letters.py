@@ -114,7 +114,7 @@ def test_r16_dead_letters_filter_by_scope_route_code_and_disposition(console, cl
     partial = console.get(
         URL, {"scope": "acme/web"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="dead-letter-list"
     )
-    assert partial.content.decode().strip().startswith('<section id="dead-letter-list">')
+    assert partial.content.decode().strip().startswith('<section id="dead-letter-list" ')
 
 
 @pytest.mark.django_db
@@ -164,7 +164,7 @@ def test_r22_dead_letters_reroute_several_each_with_its_own_control_event(consol
     )
     assert response.status_code == 200
     body = response.content.decode()
-    assert body.strip().startswith('<section id="dead-letter-list">')
+    assert body.strip().startswith('<section id="dead-letter-list" ')
     copies = {e.envelope_id: e.seq for e in Event.objects.filter(envelope_id__startswith="reroute/")}
     outcome = {int(s): text for s, text in re.findall(r'<li id="outcome-(\d+)">(.*?)</li>', body, re.S)}
     assert (
@@ -222,3 +222,16 @@ def test_r20_dead_letters_reroute_needs_sign_in_the_permission_and_csrf(clock):
     token = permitted.cookies["csrftoken"].value
     assert permitted.post(REROUTE_URL, {"seq": [panic.seq], "csrfmiddlewaretoken": token}).status_code == 200
     assert Event.objects.filter(envelope_id="reroute/panic").exists()
+
+
+@pytest.mark.django_db
+def test_i11_1_dead_letters_reroute_bad_selection_with_htmx_is_the_list_marked_to_swap_400(console, clock):
+    dead_letters(clock)
+    page = console.get(URL).content.decode()
+    assert '<section id="dead-letter-list" data-swap-statuses="409 400">' in page
+    response = console.post(REROUTE_URL, {}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="dead-letter-list")
+    assert response.status_code == 400
+    body = response.content.decode().strip()
+    # The swap target itself carries the mark (static/js/console.js swaps it in) and the message.
+    assert body.startswith('<section id="dead-letter-list" data-swap-statuses="409 400">')
+    assert re.search(r'role="alert">[^<]*seq: select at least one Event to reroute', body)
