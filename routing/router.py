@@ -555,7 +555,12 @@ class Router:
                 except Exception as exc:  # noqa: BLE001 - one Event's decision never fails the pass
                     error = panic(exc, "deciding this Event failed unexpectedly")
                     decision = Decision(
-                        Effect.ERROR, error.code.value, error=error, evaluation=Evaluation((), error=error)
+                        Effect.ERROR,
+                        error.code.value,
+                        error=error,
+                        # The routes that declined before the decision failed are kept (R28).
+                        refusals=tuple(evaluations[event.seq].refusals),
+                        evaluation=Evaluation((), error=error),
                     )
                 if decision.effect == Effect.CONFLICT:
                     writer.unrouted(
