@@ -258,7 +258,7 @@ class WorkRunner:
                     count=False,
                 )
             except WorkError:
-                pass
+                logger.info("attempt.release_refused", extra={"attempt": running.attempt_id})
             self._forget(running)
         for executor in self._executors.values():
             executor.close()
@@ -584,8 +584,7 @@ class WorkRunner:
             except TimerError:
                 continue
             logger.info("timer.fired", extra={"timer": timer_id, "state": outcome.state})
-        for _wait_id in waits_expire(clock=self.clock):
-            pass
+        waits_expire(clock=self.clock)
         if mono >= self._next_blocked:
             self._next_blocked = mono + self.blocked_retry_seconds
             woken = waits_retry_blocked(causal=self.causal, clock=self.clock)

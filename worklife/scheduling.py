@@ -102,16 +102,10 @@ def work_hold_in_tx(*, work_id: int, reason: str, now: datetime, queue_only: boo
     )
 
 
-def presentation_in_tx(*, attempt: Attempt, now: datetime) -> list[WorkInput]:
-    """The input a new attempt starts with, in acceptance order: the input failed attempts
-    took since the last success (presented again), then the pending input, which this
-    attempt consumes now (R46, W4)."""
-    return presentations_in_tx(attempts=[attempt], now=now)[attempt.pk]
-
-
 def presentations_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[int, list[WorkInput]]:
-    """:func:`presentation_in_tx` for new attempts of distinct Work, in a fixed number of
-    statements; by attempt id."""
+    """The input new attempts (of distinct Work) start with, by attempt id, in acceptance
+    order: the input failed attempts took since the last success (presented again), then the
+    pending input, which the attempt consumes now (R46, W4). A fixed number of statements."""
     assert_in_tx()
     by_work = {a.work_id: a for a in attempts}
     result: dict[int, list[WorkInput]] = {a.pk: [] for a in attempts}
@@ -158,11 +152,6 @@ def presentations_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[i
         pending_run=False, retry_at=None, last_error="", retry_binding=""
     )
     return result
-
-
-def presented_events_in_tx(*, attempt: Attempt, now: datetime) -> list[Event]:
-    """The Events a new attempt starts with (see :func:`presented_events_many_in_tx`)."""
-    return presented_events_many_in_tx(attempts=[attempt], now=now)[attempt.pk]
 
 
 def presented_events_many_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[int, list[Event]]:
@@ -321,14 +310,6 @@ def attempt_fail(
         )
         work.refresh_from_db()
         return work
-
-
-def work_succeeded_in_tx(*, work_id: int) -> None:
-    """Clear a Work's failure count after an attempt succeeded."""
-    assert_in_tx()
-    Work.objects.filter(pk=work_id).update(
-        failures=0, pending_run=False, retry_at=None, parked_at=None, last_error=""
-    )
 
 
 def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:
