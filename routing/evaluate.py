@@ -8,6 +8,7 @@ the evaluation (R6).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,8 @@ from django.db import InterfaceError, OperationalError
 
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot, Invalid, RouteDecision, Unavailable, one_line
+
+logger = logging.getLogger("conduit.routing")
 
 if TYPE_CHECKING:
     from causal.models import Event
@@ -173,7 +176,7 @@ def snapshots_isolated(queryset) -> list[EventSnapshot]:
     except (OperationalError, InterfaceError):
         raise  # the database, not an Event
     except Exception:  # noqa: BLE001 - one Event's content: find it below, row by row
-        pass
+        logger.info("route.snapshot_read_failed", extra={"fallback": "row by row"})
     found: list[EventSnapshot] = []
     for seq in list(queryset.values_list("seq", flat=True)):
         one = Event.objects.filter(seq=seq)

@@ -136,8 +136,8 @@ class RouteLoop:
         }
         try:
             self._heartbeat(self.router.configuration.label if self.router else "", failing=failing)
-        except Exception:  # noqa: BLE001 - the database may be what fails; the log has it
-            pass
+        except Exception:  # noqa: BLE001 - the database may be what fails; the pass's error is logged
+            logger.warning("route_loop.heartbeat_failed", exc_info=True)
 
     def backlog(self) -> int:
         """Unrouted Events now (including those backing off or waiting behind others)."""
