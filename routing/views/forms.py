@@ -5,8 +5,8 @@ from __future__ import annotations
 from django import forms
 
 from causal.models import RouteState
-from causal.selectors import EventFilter
 from routing.converters import MAX_ID
+from routing.selectors import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid, parse_time
 from worklife.models import WorkStatus
 from worklife.selectors import PARKED, WorkFilter
 
@@ -27,23 +27,86 @@ class CursorField(forms.IntegerField):
         super().__init__(**kwargs)
 
 
-class EventFilterForm(forms.Form):
-    """Filters of the Events list: exact scope, exact type, route state; ``before`` pages."""
+class TimeField(forms.CharField):
+    """An ISO 8601 date or time, UTC without an offset: read by the CLI's own parser."""
 
-    scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
-    type = forms.CharField(required=False, max_length=255, help_text="Exact Event type.")
+    def to_python(self, value):
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return parse_time(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+# The filter's field each console parameter sets, where the names differ (errors name the
+# parameter the page sent).
+EVENT_PARAMS = {"query": "q", "state": "route_state"}
+
+
+class EventFilterForm(forms.Form):
+    """Filters of the Events list, as ``events list`` takes them: a search (envelope id,
+    subject or seq), a scope and optionally its subtree, a type glob, the route state, the
+    policy, an acceptance time range. ``before`` pages a newest-first list, ``after`` an
+    oldest-first one (``oldest``)."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=QUERY_MAX_LENGTH,
+        label="Find",
+        help_text="An Event's envelope id, subject or seq (#123).",
+    )
+    scope = forms.CharField(required=False, max_length=255, help_text="A scope path, e.g. acme/web.")
+    subtree = forms.BooleanField(required=False, label="and under it", help_text="Also every scope under it.")
+    type = forms.CharField(
+        required=False,
+        max_length=255,
+        help_text="An Event type or a glob: github.* ('*' any characters, '?' one).",
+    )
     route_state = forms.ChoiceField(
         required=False,
         choices=_choices_with_any(RouteState.choices),
         label="Route state",
         help_text="Where the Event stands in routing.",
     )
-    before = CursorField(help_text="Show Events with a lower seq than this one.")
+    policy = forms.CharField(
+        required=False, max_length=32, help_text="The policy its route recorded: unmatched, drop, queue…"
+    )
+    since = TimeField(required=False, label="Since (UTC)", help_text="Accepted at or after this time.")
+    until = TimeField(required=False, label="Until (UTC)", help_text="Accepted before this time.")
+    before = CursorField(help_text="Newest first: show Events with a lower seq than this one.")
+    after = CursorField(help_text="Oldest first: show Events with a higher seq than this one.")
+    oldest = forms.BooleanField(required=False, widget=forms.HiddenInput, help_text="Oldest first.")
 
-    def filters(self) -> EventFilter:
-        """The validated filters (call after ``is_valid()``)."""
-        data = self.cleaned_data
-        return EventFilter(scope=data["scope"], type=data["type"], route_state=data["route_state"])
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        if data.get("before") is not None and (data.get("oldest") or data.get("after") is not None):
+            self.add_error("before", "pages a newest-first list: use after with oldest")
+            return data
+        oldest = bool(data.get("oldest") or data.get("after") is not None)
+        try:
+            self.list_filter = EventListFilter(
+                query=data["q"],
+                scope=data["scope"],
+                subtree=data["subtree"],
+                type=data["type"],
+                state=data["route_state"],
+                policy=data["policy"],
+                since=data["since"],
+                until=data["until"],
+                after=data["after"] if oldest else data["before"],
+                oldest=oldest,
+            )
+        except EventListInvalid as exc:
+            self.add_error(EVENT_PARAMS.get(exc.field, exc.field), exc.message)
+        return data
+
+    def filters(self) -> EventListFilter:
+        """The validated filters with their cursor (call after ``is_valid()``)."""
+        return self.list_filter
 
 
 class WorkFilterForm(forms.Form):

@@ -168,8 +168,9 @@ def test_d4_event_list_pages_by_seq_fifty_at_a_time(console):
     rest = [int(s) for s in re.findall(r'<tr id="event-(\d+)">', text(second))]
     assert rest == [e.seq for e in reversed(events)][50:]
     assert 'rel="next"' not in text(second)
-    # A later page is not live: only the first page follows new Events.
-    assert "ws-connect" in text(first) and "ws-connect" not in text(second)
+    # A later page stays live on its own page (issue 11 item 5).
+    assert 'ws-connect="/ws/events/?scope=acme"' in text(first)
+    assert f'ws-connect="/ws/events/?scope=acme&amp;before={rows[-1]}"' in text(second)
 
 
 def test_d4_event_list_htmx_request_gets_only_the_partial(console):
@@ -401,12 +402,14 @@ def test_d4_event_list_query_count_is_independent_of_history(console, django_ass
     live_scopes("acme", "acme/web")
     for event in EventFactory.create_batch(5, scope="acme"):
         RouteRecordFactory(event=event, work=WorkFactory())
-    # The page's queries and the permission check (the login's permissions: 1).
-    with django_assert_max_num_queries(6):
+    # 10: the session and its user (2), the permission check (2), the page (1), the failures of
+    # its unrouted Events (1), the total (1, capped), and what the filters offer to pick from:
+    # the live scopes, the Events' scopes and types (3, issue 11 items 4 and 5).
+    with django_assert_max_num_queries(10):
         small = count_queries(console, reverse("event-list"))
     for event in EventFactory.create_batch(55, scope="acme"):
         RouteRecordFactory(event=event, work=WorkFactory())
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(10):
         large = count_queries(console, reverse("event-list"))
     assert small == large
 
