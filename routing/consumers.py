@@ -30,7 +30,7 @@ from routing.views.common import query_string
 from routing.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
 from routing.views.events import DETAIL_TEMPLATE as EVENT_TEMPLATE
 from routing.views.events import LIST_TEMPLATE, event_detail_context, event_rows_context, page_params
-from routing.views.forms import EventFilterForm
+from routing.views.forms import EventFilterForm, WorkDetailForm
 from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
 from worklife.models import Work
 from worklife.selectors import work_get
@@ -110,12 +110,18 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
 
 
 class WorkConsumer(LiveConsumer):
-    """``ws/work/<id>/``: the Work page's state, unrouted input, input and history."""
+    """``ws/work/<id>/?input_after=…``: the Work page's state, engine, unrouted input, input
+    and history, on the pages (and in the input order) the page shows."""
 
     work_id: int = 0
+    cursors: dict[str, Any] | None = None
 
     async def prepare(self) -> tuple[str | None, int]:
         self.work_id = int(self.scope["url_route"]["kwargs"]["work_id"])
+        form = WorkDetailForm(query_params(self.scope))
+        if not form.is_valid():
+            return None, CLOSE_BAD_REQUEST
+        self.cursors = form.cursors()
         exists = await database_sync_to_async(Work.objects.filter(pk=self.work_id).exists)()
         if not exists:
             return None, CLOSE_NOT_FOUND
@@ -126,8 +132,9 @@ class WorkConsumer(LiveConsumer):
             work = work_get(self.work_id)
         except Work.DoesNotExist:
             return ""
-        context = work_detail_context(work, LIVE_PARTIALS)
-        context.update(self.base_context(reverse("work-detail", args=[work.pk])))
+        cursors = self.cursors or {}
+        context = work_detail_context(work, LIVE_PARTIALS, cursors)
+        context.update(self.base_context(reverse("work-detail", args=[work.pk]) + query_string(cursors)))
         return "".join(render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS)
 
 

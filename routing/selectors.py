@@ -53,6 +53,11 @@ def work_route_history_page(work_id: int, *, before: int | None = None, limit: i
     return keyset_page(queryset, key="event_id", cursor=before, limit=limit)
 
 
+def work_route_history_total(work_id: int, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many RouteRecords name the Work, counted up to ``cap`` (one query)."""
+    return count_capped(RouteRecord.objects.filter(work_id=work_id), cap=cap)
+
+
 def live_scope_paths() -> list[str]:
     """The scope paths of the live generation, sorted (one query)."""
     live = Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").values("pk")[:1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from causal.models import RouteState
@@ -110,7 +112,9 @@ class EventFilterForm(forms.Form):
 
 
 class WorkFilterForm(forms.Form):
-    """Filters of the Work list: exact scope and status (or parked); ``before`` pages."""
+    """Filters of the Work list, as ``work list`` takes them: exact scope, status (or parked),
+    binding and an owned correlation key. ``before`` pages a newest-first list, ``after`` an
+    oldest-first one (``oldest``)."""
 
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     status = forms.ChoiceField(
@@ -118,18 +122,75 @@ class WorkFilterForm(forms.Form):
         choices=_choices_with_any([*WorkStatus.choices, (PARKED, "parked")]),
         help_text="The Work's status; parked: ready Work parked after too many failures.",
     )
-    before = CursorField(help_text="Show Work with a lower id than this one.")
+    binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")
+    key = forms.CharField(required=False, max_length=512, help_text="A correlation key the Work owns.")
+    before = CursorField(help_text="Newest first: show Work with a lower id than this one.")
+    after = CursorField(help_text="Oldest first: show Work with a higher id than this one.")
+    oldest = forms.BooleanField(required=False, widget=forms.HiddenInput, help_text="Oldest first.")
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        if data.get("before") is not None and (data.get("oldest") or data.get("after") is not None):
+            self.add_error("before", "pages a newest-first list: use after with oldest")
+            return data
+        try:
+            self.work_filter = WorkFilter(
+                scope=data["scope"], status=data["status"], binding=data["binding"], key=data["key"]
+            )
+        except ValueError as exc:
+            field, _, message = str(exc).partition(": ")
+            self.add_error(field if field in self.fields else None, message)
+        return data
 
     def filters(self) -> WorkFilter:
         """The validated filters (call after ``is_valid()``)."""
-        return WorkFilter(scope=self.cleaned_data["scope"], status=self.cleaned_data["status"])
+        return self.work_filter
+
+    def oldest_first(self) -> bool:
+        """Whether the list reads oldest first (call after ``is_valid()``)."""
+        return bool(self.cleaned_data["oldest"] or self.cleaned_data["after"] is not None)
+
+    def cursor(self) -> int | None:
+        """Where the page starts in its listing order (call after ``is_valid()``)."""
+        return self.cleaned_data["after"] if self.oldest_first() else self.cleaned_data["before"]
+
+
+# The Work page's input list: in acceptance order (the default) or newest first.
+INPUT_NEWEST = "newest"
 
 
 class WorkDetailForm(forms.Form):
-    """Paging of the Work page's lists."""
+    """Paging of the Work page's lists: the input in acceptance order (``input_after``) or
+    newest first (``input_order=newest``, ``input_before``), the history newest first."""
 
-    input_after = CursorField(help_text="Show input accepted after this Event seq.")
+    input_order = forms.ChoiceField(
+        required=False,
+        choices=[("", "acceptance order"), (INPUT_NEWEST, "newest first")],
+        help_text="The order of the input list.",
+    )
+    input_after = CursorField(help_text="Acceptance order: show input accepted after this Event seq.")
+    input_before = CursorField(help_text="Newest first: show input accepted before this Event seq.")
     history_before = CursorField(help_text="Show route records of Events before this seq.")
+
+    def clean(self):
+        data = super().clean()
+        newest = data.get("input_order") == INPUT_NEWEST
+        if newest and data.get("input_after") is not None:
+            self.add_error(
+                "input_after", "pages the input in acceptance order: use input_before when newest first"
+            )
+        elif not newest and data.get("input_before") is not None:
+            self.add_error("input_before", "pages the input newest first: add input_order=newest")
+        return data
+
+    def cursors(self) -> dict[str, Any]:
+        """Where each list of the page starts, and the input's order (after ``is_valid()``)."""
+        return {
+            name: self.cleaned_data[name]
+            for name in ("input_order", "input_after", "input_before", "history_before")
+        }
 
 
 class ConfigListForm(forms.Form):
