@@ -159,6 +159,8 @@ def test_i11_4_event_list_filters_as_events_list_does(console):
     pr = EventFactory(scope="acme/web", type="github.pull_request.opened", accepted_at=T0)
     push = EventFactory(scope="acme", type="github.push", accepted_at=T0 + timedelta(hours=1))
     deep = EventFactory(scope="acme/web/x", type="slack.message", accepted_at=T0 + timedelta(hours=2))
+    # Types and scopes compare case-sensitively, as routes match them.
+    EventFactory(scope="ACME/web", type="GitHub.push", accepted_at=T0)
     other = EventFactory(
         scope="acmeco", type="github.push", subject="PR 7", accepted_at=T0 + timedelta(hours=3)
     )
