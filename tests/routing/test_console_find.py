@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from causal.models import RouteState
@@ -324,3 +326,43 @@ def test_i11_5_work_page_input_reads_newest_first_with_its_total_and_stays_live_
     assert f'ws-connect="/ws/work/{work.pk}/?input_order=newest&amp;input_before={inputs[10]}"' in earlier
     mixed = console.get(url, {"input_order": "newest", "input_after": inputs[3]})
     assert mixed.status_code == 400 and "input_after" in text(mixed)
+
+
+def count_queries(client, url, params=None) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, params or {})
+    assert response.status_code == 200, text(response)
+    return len(queries)
+
+
+@pytest.mark.django_db
+def test_i11_5_filtered_list_query_counts_are_pinned_and_do_not_grow(console, django_assert_max_num_queries):
+    events = {
+        "q": "subject 1",
+        "scope": "acme",
+        "subtree": "1",
+        "type": "github.*",
+        "policy": "queue",
+        "since": "2026-01-01",
+    }
+    work = {"scope": "acme", "status": "ready", "binding": "agent", "key": "k"}
+
+    def grow(n):
+        for event in EventFactory.create_batch(n, scope="acme/web", type="github.push", subject="subject 1"):
+            RouteRecordFactory(event=event, policy="queue")
+        for item in WorkFactory.create_batch(n, scope="acme", binding="agent"):
+            CorrelationKeyFactory(work=item, scope="acme")
+
+    grow(3)
+    # The session, its user, the permission check (4); the Events list: its seqs and rows, the
+    # failures, the total and the three lists to pick from (7); the Work list: its page and
+    # total (2).
+    with django_assert_max_num_queries(11):
+        small_events = count_queries(console, reverse("event-list"), events)
+    with django_assert_max_num_queries(6):
+        small_work = count_queries(console, reverse("work-list"), work)
+    grow(60)
+    with django_assert_max_num_queries(11):
+        assert count_queries(console, reverse("event-list"), events) == small_events
+    with django_assert_max_num_queries(6):
+        assert count_queries(console, reverse("work-list"), work) == small_work
