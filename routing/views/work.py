@@ -10,7 +10,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from causal.clock import Clock, system_clock
+from causal.models import RouteState
 from conduit_site.live import work_ws_path
+from routing.controls import reroute_copies
 from routing.roles import VIEW_EVENT
 from routing.selectors import event_routes, work_route_history_page, work_route_history_total
 from routing.views.access import permission_needed
@@ -137,8 +139,13 @@ def _history(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     before = cursors.get("history_before")
     page = work_route_history_page(work.pk, before=before)
     base = reverse("work-detail", args=[work.pk])
+    # Failed and skipped Events rerouted already link to their copy instead of offering Reroute
+    # (one query, only when the page has such Events).
+    dead = [r.event for r in page if r.event.route_state in (RouteState.FAILED, RouteState.SKIPPED)]
+    copies = reroute_copies(dead)
     return {
         "history": page,
+        "history_rows": [(record, copies.get(record.event_id)) for record in page],
         "history_total": work_route_history_total(work.pk),
         "history_first_url": base if before is not None else "",
         "history_next_url": (

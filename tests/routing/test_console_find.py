@@ -23,6 +23,7 @@ from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
+from tests.routing.test_controls import holding_work
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory, WorkInputFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -366,3 +367,21 @@ def test_i11_5_filtered_list_query_counts_are_pinned_and_do_not_grow(console, dj
         assert count_queries(console, reverse("event-list"), events) == small_events
     with django_assert_max_num_queries(6):
         assert count_queries(console, reverse("work-list"), work) == small_work
+
+
+@pytest.mark.django_db
+def test_i11_2_the_work_page_history_links_a_rerouted_event_to_its_copy(console, clock):
+    apply(clock)
+    r = router(clock)
+    try:
+        work_id, stuck, _later = holding_work(clock, r)
+    finally:
+        r.close()
+    controls.event_skip(seq=stuck.seq, user="alice", clock=clock)  # recorded on the Work it holds
+    url = reverse("work-detail", args=[work_id])
+    before = part(text(console.get(url)), "tr", f"history-{stuck.seq}")
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' in before
+    copy_seq = controls.event_reroute(seq=stuck.seq, user="alice", clock=clock).copy_seq
+    after = part(text(console.get(url)), "tr", f"history-{stuck.seq}")
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' not in after
+    assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in after
