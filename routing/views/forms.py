@@ -42,12 +42,39 @@ class TimeField(forms.CharField):
             raise forms.ValidationError(str(exc)) from None
 
 
+class KeysetOrderForm(forms.Form):
+    """Paging of a list that reads newest first (``before`` a key) or oldest first
+    (``oldest``, ``after`` a key). Subclasses call :meth:`clean_order` first in ``clean``."""
+
+    before = CursorField(help_text="Newest first: show rows with a lower key than this one.")
+    after = CursorField(help_text="Oldest first: show rows with a higher key than this one.")
+    oldest = forms.BooleanField(required=False, widget=forms.HiddenInput, help_text="Oldest first.")
+
+    def clean_order(self, data: dict[str, Any]) -> bool:
+        """Whether the filters can be read: no field error, and ``before`` not mixed with an
+        oldest-first page (its error names it)."""
+        if self.errors:
+            return False
+        if data.get("before") is not None and (data.get("oldest") or data.get("after") is not None):
+            self.add_error("before", "pages a newest-first list: use after with oldest")
+            return False
+        return True
+
+    def oldest_first(self) -> bool:
+        """Whether the list reads oldest first (call after ``is_valid()``)."""
+        return bool(self.cleaned_data["oldest"] or self.cleaned_data["after"] is not None)
+
+    def cursor(self) -> int | None:
+        """Where the page starts in its listing order (call after ``is_valid()``)."""
+        return self.cleaned_data["after"] if self.oldest_first() else self.cleaned_data["before"]
+
+
 # The filter's field each console parameter sets, where the names differ (errors name the
 # parameter the page sent).
 EVENT_PARAMS = {"query": "q", "state": "route_state"}
 
 
-class EventFilterForm(forms.Form):
+class EventFilterForm(KeysetOrderForm):
     """Filters of the Events list, as ``events list`` takes them: a search (envelope id,
     subject or seq), a scope and optionally its subtree, a type glob, the route state, the
     policy, an acceptance time range. ``before`` pages a newest-first list, ``after`` an
@@ -77,18 +104,12 @@ class EventFilterForm(forms.Form):
     )
     since = TimeField(required=False, label="Since (UTC)", help_text="Accepted at or after this time.")
     until = TimeField(required=False, label="Until (UTC)", help_text="Accepted before this time.")
-    before = CursorField(help_text="Newest first: show Events with a lower seq than this one.")
-    after = CursorField(help_text="Oldest first: show Events with a higher seq than this one.")
-    oldest = forms.BooleanField(required=False, widget=forms.HiddenInput, help_text="Oldest first.")
 
     def clean(self):
         data = super().clean()
-        if self.errors:
+        if not self.clean_order(data):
             return data
-        if data.get("before") is not None and (data.get("oldest") or data.get("after") is not None):
-            self.add_error("before", "pages a newest-first list: use after with oldest")
-            return data
-        oldest = bool(data.get("oldest") or data.get("after") is not None)
+        oldest = self.oldest_first()
         try:
             self.list_filter = EventListFilter(
                 query=data["q"],
@@ -99,7 +120,7 @@ class EventFilterForm(forms.Form):
                 policy=data["policy"],
                 since=data["since"],
                 until=data["until"],
-                after=data["after"] if oldest else data["before"],
+                after=self.cursor(),
                 oldest=oldest,
             )
         except EventListInvalid as exc:
@@ -111,7 +132,7 @@ class EventFilterForm(forms.Form):
         return self.list_filter
 
 
-class WorkFilterForm(forms.Form):
+class WorkFilterForm(KeysetOrderForm):
     """Filters of the Work list, as ``work list`` takes them: exact scope, status (or parked),
     binding and an owned correlation key. ``before`` pages a newest-first list, ``after`` an
     oldest-first one (``oldest``)."""
@@ -124,16 +145,10 @@ class WorkFilterForm(forms.Form):
     )
     binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")
     key = forms.CharField(required=False, max_length=512, help_text="A correlation key the Work owns.")
-    before = CursorField(help_text="Newest first: show Work with a lower id than this one.")
-    after = CursorField(help_text="Oldest first: show Work with a higher id than this one.")
-    oldest = forms.BooleanField(required=False, widget=forms.HiddenInput, help_text="Oldest first.")
 
     def clean(self):
         data = super().clean()
-        if self.errors:
-            return data
-        if data.get("before") is not None and (data.get("oldest") or data.get("after") is not None):
-            self.add_error("before", "pages a newest-first list: use after with oldest")
+        if not self.clean_order(data):
             return data
         try:
             self.work_filter = WorkFilter(
@@ -147,14 +162,6 @@ class WorkFilterForm(forms.Form):
     def filters(self) -> WorkFilter:
         """The validated filters (call after ``is_valid()``)."""
         return self.work_filter
-
-    def oldest_first(self) -> bool:
-        """Whether the list reads oldest first (call after ``is_valid()``)."""
-        return bool(self.cleaned_data["oldest"] or self.cleaned_data["after"] is not None)
-
-    def cursor(self) -> int | None:
-        """Where the page starts in its listing order (call after ``is_valid()``)."""
-        return self.cleaned_data["after"] if self.oldest_first() else self.cleaned_data["before"]
 
 
 # The Work page's input list: in acceptance order (the default) or newest first.

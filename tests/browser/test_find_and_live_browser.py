@@ -20,7 +20,8 @@ from django.urls import reverse
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory
-from tests.routing.routerkit import accept, apply, drain, router
+from tests.routing.routerkit import accept, apply
+from tests.routing.test_live_routing import route_pass
 from tests.test_setup import free_port
 from tests.worklife.factories import WorkFactory, WorkInputFactory
 
@@ -107,14 +108,6 @@ def signed_in(browser, base: str):
     page.click("button[type=submit]")
     page.wait_for_url(base + reverse("console-home"))
     return page
-
-
-def route_pass(clock) -> None:
-    r = router(clock)
-    try:
-        drain(r)
-    finally:
-        r.close()
 
 
 def test_i11_2_event_page_updates_whole_after_skip_and_live_when_routed(

@@ -17,44 +17,17 @@ from routing import controls
 from routing.consumers import CLOSE_NOT_FOUND
 from routing.live import send_routed
 from tests.routing.factories import UserFactory
-from tests.routing.routerkit import accept, apply, drain, router
-from tests.routing.test_live_routing import join, waiting
+from tests.routing.routerkit import accept, apply
+from tests.routing.test_live_routing import headers, join, layer_path, route_pass, waiting
 from tests.worklife.factories import WorkFactory, WorkInputFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A private channel layer file for each test (test_live_routing's fixture).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(layer_path.__name__)]
 
 
 @pytest.fixture(autouse=True)
 def handlers(test_handlers):
     """Every test here routes with the test handlers registered (tests/conftest.py)."""
-
-
-@pytest.fixture
-def layer_path(settings, tmp_path):
-    path = tmp_path / "channels.sqlite3"
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
-            "CONFIG": {"path": str(path), "poll_interval": 0.01},
-        }
-    }
-    return path
-
-
-def headers(client) -> list[tuple[bytes, bytes]]:
-    return [
-        (b"origin", b"http://testserver"),
-        (b"host", b"testserver"),
-        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()),
-    ]
-
-
-def route_pass(clock) -> None:
-    r = router(clock)
-    try:
-        drain(r)
-    finally:
-        r.close()
 
 
 def live_html(client, path: str, change) -> str:
@@ -72,7 +45,7 @@ def live_html(client, path: str, change) -> str:
     return async_to_sync(scenario)()
 
 
-def test_i11_2_an_unrouted_event_page_changes_when_the_router_routes_it(client, clock, layer_path):
+def test_i11_2_an_unrouted_event_page_changes_when_the_router_routes_it(client, clock):
     client.force_login(UserFactory())
     apply(clock)
     event = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 5})
@@ -90,7 +63,7 @@ def test_i11_2_an_unrouted_event_page_changes_when_the_router_routes_it(client, 
     assert f'<tr id="chain-{event.seq}" aria-current="true">' in html
 
 
-def test_i11_2_an_open_event_page_follows_a_skip_made_elsewhere(client, clock, layer_path):
+def test_i11_2_an_open_event_page_follows_a_skip_made_elsewhere(client, clock):
     operator = UserFactory()
     operator.user_permissions.add(
         *Permission.objects.filter(
@@ -111,7 +84,7 @@ def test_i11_2_an_open_event_page_follows_a_skip_made_elsewhere(client, clock, l
     assert f"/events/{event.seq}/reroute/" in html and f"/events/{event.seq}/skip/" not in html
 
 
-def test_i11_2_an_unknown_event_page_socket_is_refused(client, layer_path):
+def test_i11_2_an_unknown_event_page_socket_is_refused(client):
     client.force_login(UserFactory())
 
     async def scenario():
@@ -121,14 +94,19 @@ def test_i11_2_an_unknown_event_page_socket_is_refused(client, layer_path):
     assert async_to_sync(scenario)() == (False, CLOSE_NOT_FOUND)
 
 
-def test_i11_2_only_open_event_pages_are_told(layer_path):
+def test_i11_2_only_open_event_pages_are_told(settings):
     channels = join(group_name_for_event(300))
     # One Events-list message is not sent (nobody listens); the one open Event page is.
     assert send_routed(list(range(1, 1001)), []) == 1
-    assert [m["payload"] for m in waiting(layer_path, channels)[group_name_for_event(300)]] == [{"seq": 300}]
+    assert [
+        m["payload"]
+        for m in waiting(settings.CHANNEL_LAYERS["default"]["CONFIG"]["path"], channels)[
+            group_name_for_event(300)
+        ]
+    ] == [{"seq": 300}]
 
 
-def test_i11_5_a_paged_work_page_stays_live_on_its_page(client, layer_path):
+def test_i11_5_a_paged_work_page_stays_live_on_its_page(client):
     client.force_login(UserFactory())
     work = WorkFactory()
     inputs = [item.seq for item in WorkInputFactory.create_batch(60, work=work)]
