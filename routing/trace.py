@@ -9,6 +9,8 @@ a candidate configuration not yet applied; its generation reads ``candidate``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +116,19 @@ def trace_candidate(
     router = build_router(clock=clock, generation=candidate, options=options or RouterOptions(workers=1))
     try:
         return _trace(router, payload, operator=operator)
+    finally:
+        router.close()
+
+
+@contextmanager
+def tracer(
+    *, generation: Generation, clock: Clock, options: RouterOptions | None = None
+) -> Iterator[Callable[..., TraceResult]]:
+    """One router for many traces against ``generation`` (an impact preview traces hundreds):
+    yields ``trace_one(payload, operator=False)``, which traces like :func:`trace`."""
+    router = build_router(clock=clock, generation=generation, options=options or RouterOptions(workers=1))
+    try:
+        yield lambda payload, operator=False: _trace(router, payload, operator=operator)
     finally:
         router.close()
 
