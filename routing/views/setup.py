@@ -25,11 +25,11 @@ from routing.candidates import (
     CandidateNotFound,
     CandidateStale,
     candidate_apply,
-    candidate_diff,
     candidate_discard,
     candidate_get,
     candidate_label,
     candidates_recent,
+    configuration_diff,
     effective_tree,
 )
 from routing.config import (
@@ -162,17 +162,18 @@ def _candidate_or_404(candidate_id: int) -> Generation:
 
 def _candidate_context(request: HttpRequest, candidate: Generation) -> dict[str, Any]:
     live = live_generation()
+    configuration = load_configuration(candidate)
     return {
         "section": "config",
         "candidate": candidate,
         "reference": candidate_label(candidate),
         "live": live,
-        "diff": candidate_diff(candidate),
-        "tree": effective_tree(load_configuration(candidate)),
+        "diff": configuration_diff(load_configuration(live) if live is not None else None, configuration),
+        "tree": effective_tree(configuration),
         "trace_form": TraceForm(choices=[(candidate_label(candidate), str(candidate))]),
         "impact_form": ImpactForm(),
         "recent_events": list(Event.objects.order_by("-seq").only("seq", "type", "scope")[:RECENT_EVENTS]),
-        "scopes": sorted(load_configuration(candidate).scopes),
+        "scopes": sorted(configuration.scopes),
         "samples": [],
         "result": None,
         "refused": None,

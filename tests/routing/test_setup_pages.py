@@ -204,3 +204,33 @@ def test_i10p4_discard_from_the_page(admin):
     assert response.status_code == 200 and response["HX-Redirect"] == reverse("setup")
     assert not candidates().exists()
     assert admin.get(reverse("candidate-detail", args=[candidate.pk])).status_code == 404
+
+
+def test_i10p4_the_candidate_pages_queries_do_not_grow_with_history(admin, clock):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    url = reverse("candidate-detail", args=[candidate.pk])
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin.get(url).status_code == 200
+        return len(captured.captured_queries)
+
+    def accept(count: int, start: int) -> None:
+        for n in range(start, start + count):
+            payload = {
+                "specversion": "1.0",
+                "id": f"h{n}",
+                "source": "mon",
+                "type": "x.ping",
+                "scope": "acme",
+            }
+            event_accept(payload=payload, clock=clock)
+
+    accept(2, 0)
+    few = queries()
+    accept(30, 2)
+    assert queries() == few
