@@ -10,7 +10,6 @@ this.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,7 @@ from routing.config import live_generation, load_configuration
 from routing.decide import MANUAL_SOURCE
 from routing.envelopes import raw_envelope
 from routing.models import Generation, GenerationKind
-from routing.trace import TraceRefused, TraceResult, tracer
+from routing.trace import Tracer, TraceRefused, TraceResult, tracer
 
 DEFAULT_EVENTS = 1_000
 MAX_EVENTS = 10_000
@@ -95,8 +94,8 @@ class ImpactChange:
 class ImpactReport:
     """The changes, grouped in the order groups were first met (newest Event first).
 
-    ``examined`` Events were looked at, ``traced`` of them (those of changed scopes) traced
-    against both configurations."""
+    Of the ``examined`` Events, ``traced`` were traced against both configurations: those
+    whose routes could answer otherwise (see :func:`impact_preview`)."""
 
     live: str
     candidate: int
@@ -157,7 +156,7 @@ def recent_events(limit: int) -> list[Event]:
 
 
 def impact_preview(
-    *, candidate: Generation, clock: Clock, events: int | None = None, skip_unchanged_scopes: bool = True
+    *, candidate: Generation, clock: Clock, events: int | None = None, exhaustive: bool = False
 ) -> ImpactReport:
     """Trace the last ``events`` accepted Events (default :data:`DEFAULT_EVENTS`, at most
     :data:`MAX_EVENTS`) against the live generation and ``candidate``; keep what differs.
@@ -167,10 +166,12 @@ def impact_preview(
     as one. Writes nothing. Raises :class:`ImpactInvalid` (bad count, no live configuration,
     not a candidate).
 
-    A trace depends on the configuration only through the Event's own effective scope (its
-    routes and bindings: the world it reads is the same for both), so an Event of a scope
-    both configurations resolve alike cannot change and is not traced
-    (``skip_unchanged_scopes=False`` traces it anyway; a test holds the two equal)."""
+    A trace depends on the configuration only through the Event's own scope: the first route
+    that matches it (with its decision) and the scope's bindings; the world it reads is the
+    same for both. So an Event of a scope both configurations resolve alike is not looked at,
+    and one whose routes answer alike in both (:meth:`~routing.trace.Tracer.inputs`) is not
+    traced: neither can change. ``exhaustive=True`` traces every Event against both (a test
+    holds the reports equal)."""
     limit = check_limit(events)
     if candidate.kind != GenerationKind.CANDIDATE:
         raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
@@ -179,34 +180,41 @@ def impact_preview(
         raise ImpactInvalid("candidate", "no configuration has been applied yet: there is nothing to compare")
     started = time.perf_counter()
     rows = recent_events(limit)
-    if skip_unchanged_scopes:
+    if not exhaustive:
         diff = configuration_diff(load_configuration(live), load_configuration(candidate))
         changed = {scope.path for scope in diff.changed}
-        traced = [event for event in rows if event.scope in changed]
+        rows_looked_at = [event for event in rows if event.scope in changed]
     else:
-        traced = rows
-    payloads = [_offered(event) for event in traced]
-    live_outcomes = _traced(live, payloads, clock)
-    candidate_outcomes = _traced(candidate, payloads, clock)
+        rows_looked_at = rows
     groups: dict[str, list[ImpactChange]] = {}
-    for event, before, after in zip(traced, live_outcomes, candidate_outcomes, strict=True):
-        group = change_group(before, after)
-        if group is not None:
-            groups.setdefault(group, []).append(
-                ImpactChange(
-                    seq=event.seq,
-                    type=event.type,
-                    scope=event.scope,
-                    group=group,
-                    live=before,
-                    candidate=after,
+    traced = 0
+    with tracer(generation=live, clock=clock) as before, tracer(generation=candidate, clock=clock) as after:
+        for event in rows_looked_at:
+            payload, operator = _offered(event)
+            if not exhaustive:
+                inputs = before.inputs(payload, operator)
+                if inputs is not None and inputs == after.inputs(payload, operator):
+                    continue
+            traced += 1
+            live_outcome = _outcome(before, payload, operator)
+            candidate_outcome = _outcome(after, payload, operator)
+            group = change_group(live_outcome, candidate_outcome)
+            if group is not None:
+                groups.setdefault(group, []).append(
+                    ImpactChange(
+                        seq=event.seq,
+                        type=event.type,
+                        scope=event.scope,
+                        group=group,
+                        live=live_outcome,
+                        candidate=candidate_outcome,
+                    )
                 )
-            )
     return ImpactReport(
         live=live.label,
         candidate=candidate.pk,
         examined=len(rows),
-        traced=len(traced),
+        traced=traced,
         first_seq=rows[-1].seq if rows else None,
         last_seq=rows[0].seq if rows else None,
         groups=tuple((group, tuple(changes)) for group, changes in groups.items()),
@@ -220,12 +228,8 @@ def _offered(event: Event) -> tuple[dict[str, Any], bool]:
     return payload, event.source == MANUAL_SOURCE
 
 
-def _traced(generation: Generation, payloads: Sequence[tuple[dict, bool]], clock: Clock) -> list[Outcome]:
-    outcomes = []
-    with tracer(generation=generation, clock=clock) as trace_one:
-        for payload, operator in payloads:
-            try:
-                outcomes.append(Outcome(result=trace_one(payload, operator=operator)))
-            except TraceRefused as exc:
-                outcomes.append(Outcome(refused=exc))
-    return outcomes
+def _outcome(trace_one: Tracer, payload: dict[str, Any], operator: bool) -> Outcome:
+    try:
+        return Outcome(result=trace_one(payload, operator=operator))
+    except TraceRefused as exc:
+        return Outcome(refused=exc)

@@ -110,20 +110,42 @@ def test_i10p5_nothing_is_written(clock, routed):
     assert row_counts() == before
 
 
-def test_i10p5_skipping_unchanged_scopes_gives_the_same_report_as_tracing_everything(clock, routed):
-    only_web_changes = DEFAULT_TEST_CONFIG.replace(
-        'params: {type: "deploy.*", keys: ["deploy:{data.service}"]}\n        binding: agent',
-        'params: {type: "deploy.*", keys: ["deploy:{data.service}"]}\n        binding: shell',
-    )
-    for document in (CHANGED, only_web_changes):
-        candidate = apply_config(document, candidate=True)
-        quick = impact_preview(candidate=candidate, clock=clock)
-        full = impact_preview(candidate=candidate, clock=clock, skip_unchanged_scopes=False)
-        assert seqs(quick) == seqs(full)
-        assert [c.as_dict() for _, g in quick.groups for c in g] == [
-            c.as_dict() for _, g in full.groups for c in g
-        ]
-    assert (quick.traced, full.traced) == (1, 6)  # only acme/web's Event is traced
+APPENDED_ROUTE = DEFAULT_TEST_CONFIG.replace(
+    "  - path: acme/web",
+    """      - slot: alerts
+        handler: match
+        params: {type: "alert.*", keys: ["alert:{data.id}"]}
+        binding: agent
+        policy: queue
+  - path: acme/web""",
+)
+ONLY_WEB = DEFAULT_TEST_CONFIG.replace(
+    'params: {type: "deploy.*", keys: ["deploy:{data.service}"]}\n        binding: agent',
+    'params: {type: "deploy.*", keys: ["deploy:{data.service}"]}\n        binding: shell',
+)
+
+
+@pytest.mark.parametrize(
+    ("document", "traced"),
+    [
+        (CHANGED, 6),  # acme's bindings change: every Event of acme and acme/web is traced
+        (ONLY_WEB, 1),  # only acme/web's Event can change
+        (APPENDED_ROUTE, 0),  # a route after every match, that matches none of them
+        (DEFAULT_TEST_CONFIG.replace("policy: drop", "policy: queue\n        binding: inbox"), 1),
+        (DEFAULT_TEST_CONFIG[: DEFAULT_TEST_CONFIG.index("  - path: acme/web")], 1),
+    ],
+    ids=["changed", "only-web", "appended-route", "noise-queues", "web-removed"],
+)
+def test_i10p5_the_shortcuts_give_the_same_report_as_tracing_everything(clock, routed, document, traced):
+    candidate = apply_config(document, candidate=True)
+
+    quick = impact_preview(candidate=candidate, clock=clock)
+    full = impact_preview(candidate=candidate, clock=clock, exhaustive=True)
+
+    assert [(g, [c.as_dict() for c in cs]) for g, cs in quick.groups] == [
+        (g, [c.as_dict() for c in cs]) for g, cs in full.groups
+    ]
+    assert (quick.traced, full.traced) == (traced, 6)
 
 
 def test_i10p5_the_latest_n_events_newest_first(clock, routed):
