@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from causal.models import Event, RouteState
 from conduit_site.live import event_ws_path, events_ws_path
 from routing.controls import reroute_copies
+from routing.envelopes import raw_envelope
 from routing.roles import VIEW_EVENT
 from routing.selectors import (
     KNOWN_POLICIES,
@@ -150,6 +151,7 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
         context.update(
             data_json=pretty_json(event.data),
             extensions_json=pretty_json(event.extensions) if event.extensions else "",
+            raw_envelope_json=json.dumps(raw_envelope(event), indent=2, ensure_ascii=False),
             live_url=event_ws_path(seq),
         )
     return render_console(request, DETAIL_TEMPLATE, context, partials=DETAIL_PARTIALS)
