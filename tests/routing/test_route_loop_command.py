@@ -90,3 +90,37 @@ def test_d3_sigterm_stops_the_loop_gracefully():
             proc.kill()
     assert proc.returncode == 0, err
     assert "route_loop stopped" in out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issue12_4_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
+    """A loop waiting out a 30 s poll interval routes a new Event within seconds: the
+    acceptance's commit wakes it (LISTEN/NOTIFY on PostgreSQL, a local socket on SQLite)."""
+    apply(system_clock, MATCH_ONLY)
+    proc = subprocess.Popen(
+        manage_command("route_loop", "--poll-interval", "30"),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # The heartbeat ends the first (empty) pass: what is accepted next, only a wake-up or
+        # the poll interval 30 s later can bring to the loop.
+        while not KV.objects.filter(namespace=HEARTBEATS_NAMESPACE).exists():
+            assert time.monotonic() < deadline, "the loop recorded no heartbeat"
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        events_accept(payloads=conversation_payloads(3, 1), clock=system_clock)
+        accepted = time.monotonic()
+        while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
+            assert time.monotonic() - accepted < 10, "not routed within 10 s of acceptance: no wake-up"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "route_loop stopped" in out
