@@ -73,7 +73,9 @@ class Command(BaseCommand):
             workers=options["workers"],
         )
         stop = threading.Event()
-        loop = RouteLoop(clock=system_clock, options=router_options)
+        # Run forever, the loop is woken for every acceptance: one heartbeat a second at most.
+        forever = not (options["once"] or options["drain"])
+        loop = RouteLoop(clock=system_clock, options=router_options, heartbeat_every=1.0 if forever else 0.0)
         previous = install_graceful_stop(stop)
         try:
             if options["once"]:
