@@ -168,6 +168,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of load per run (default 10)")
     parser.add_argument("--workers", type=int, default=0, help="serve --workers N (default: serve's own)")
+    parser.add_argument(
+        "--no-router",
+        action="store_true",
+        help="serve --no-router (no route loop, no work loop): for comparison",
+    )
     parser.add_argument("--batch", type=int, default=100, help="Events per batch body (default 100)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="conduit-ingest-") as var:
@@ -195,6 +200,8 @@ def main() -> None:
         serve = [sys.executable, "manage.py", "serve", "--port", str(port)]
         if args.workers:
             serve += ["--workers", str(args.workers)]
+        if args.no_router:
+            serve.append("--no-router")
         server = subprocess.Popen(serve, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             wait_listening(port, server)
@@ -207,11 +214,12 @@ def main() -> None:
             stop(server)
 
     workers = f", serve --workers {args.workers}" if args.workers else ""
+    workers += ", serve --no-router" if args.no_router else ""
     print(
         f"POST /api/events, {args.clients} clients, SQLite synchronous=FULL, {args.seconds:g} s each{workers}"
     )
     show("floor (one INSERT behind daphne)", floor_figures)
-    show("Conduit (manage.py serve, route loop on)", single)
+    show("Conduit (manage.py serve)", single)
     print(f"ratio to the floor: {single['rps'] / floor_figures['rps']:.2f}")
     print(
         f"batches of {args.batch}: {batches['eps']:7.0f} Events/s "
