@@ -27,11 +27,8 @@ from causal.selectors import (
     unrouted_event_count,
 )
 from routing.config import live_generation
-from routing.controls import CONTROL_POLICY
 from routing.converters import MAX_ID
-from routing.decide import Effect
 from routing.models import ApiToken, Disposition, Generation, GenerationKind, RouteRecord, Scope
-from routing.router import FAILURES_NAMESPACE
 from worklife.selectors import work_counts
 
 # --- console --------------------------------------------------------------------------------
@@ -201,23 +198,33 @@ class EventListInvalid(ValueError):
 
 # What a search (``query``) is compared with: the longest envelope id or subject stored.
 QUERY_MAX_LENGTH = 512
-# The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list.
-KNOWN_POLICIES: tuple[str, ...] = (
-    Effect.START,
-    Effect.QUEUE,
-    Effect.INJECT,
-    Effect.INTERRUPT,
-    Effect.HELD,
-    Effect.WAKE,
-    Effect.DROP,
-    Effect.UNMATCHED,
-    Disposition.SKIPPED.value,
-    Disposition.FAILED.value,
-    CONTROL_POLICY,
-)
-# Routed Events whose policy delivered them nowhere: their outcome is named after the policy,
-# not "routed" (the console shows them apart).
-UNDELIVERED_OUTCOMES = {Effect.UNMATCHED: "unmatched", Effect.DROP: "dropped"}
+
+
+def known_policies() -> tuple[str, ...]:
+    """The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list."""
+    # The controls (and the router they import) only for the pages that offer the list.
+    from routing.controls import CONTROL_POLICY
+    from routing.decide import Effect
+
+    return (
+        Effect.START,
+        Effect.QUEUE,
+        Effect.INJECT,
+        Effect.INTERRUPT,
+        Effect.HELD,
+        Effect.WAKE,
+        Effect.DROP,
+        Effect.UNMATCHED,
+        Disposition.SKIPPED.value,
+        Disposition.FAILED.value,
+        CONTROL_POLICY,
+    )
+
+
+# Routed Events whose policy delivered them nowhere (``Effect.UNMATCHED``, ``Effect.DROP``: not
+# imported, so that reading routes does not load the decision's modules): their outcome is
+# named after the policy, not "routed" (the console shows them apart).
+UNDELIVERED_OUTCOMES = {"unmatched": "unmatched", "drop": "dropped"}
 
 
 def parse_time(text: str) -> datetime:
@@ -308,6 +315,9 @@ class EventRoutePage:
 
 def route_failures(seqs: Iterable[int]) -> dict[int, RouteFailure]:
     """The failures counted on these Events, by seq (one query; none for an empty list)."""
+    # The router module (and what it imports) only for the pages and commands that show failures.
+    from routing.router import FAILURES_NAMESPACE
+
     keys = sorted({str(seq) for seq in seqs})
     if not keys:
         return {}

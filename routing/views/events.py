@@ -15,7 +15,6 @@ from routing.controls import reroute_copies
 from routing.envelopes import raw_envelope
 from routing.roles import VIEW_EVENT
 from routing.selectors import (
-    KNOWN_POLICIES,
     EventListFilter,
     event_chain_routes,
     event_outcome,
@@ -24,6 +23,7 @@ from routing.selectors import (
     events_route_total,
     known_event_scopes,
     known_event_types,
+    known_policies,
     route_failures,
 )
 from routing.views.access import permission_needed
@@ -104,7 +104,7 @@ def _pick_lists() -> dict[str, Any]:
     return {
         "scope_paths": known_event_scopes(),
         "event_types": known_event_types(),
-        "policies": KNOWN_POLICIES,
+        "policies": known_policies(),
     }
 
 

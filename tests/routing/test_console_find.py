@@ -18,6 +18,8 @@ from django.urls import reverse
 from causal.models import RouteState
 from causal.selectors import ListTotal, count_capped
 from routing import controls
+from routing.decide import Effect
+from routing.selectors import UNDELIVERED_OUTCOMES
 from routing.views import controls as control_views
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
@@ -133,6 +135,8 @@ def test_i11_2_a_rerouted_event_links_to_its_copy_instead_of_offering_reroute(co
 
 @pytest.mark.django_db
 def test_i11_2_unmatched_and_dropped_events_are_not_shown_as_routed(console):
+    # The policies named without importing the decision are the decision's own.
+    assert set(UNDELIVERED_OUTCOMES) == {Effect.UNMATCHED, Effect.DROP}
     unmatched = EventFactory(route_state=RouteState.ROUTED)
     RouteRecordFactory(event=unmatched, policy="unmatched")
     dropped = EventFactory(route_state=RouteState.ROUTED)
