@@ -85,6 +85,8 @@ class Event(models.Model):
             models.Index(fields=["type", "seq"], name="event_type_seq_idx"),
             models.Index(fields=["route_state", "seq"], name="event_state_seq_idx"),
             models.Index(fields=["root", "seq"], name="event_root_seq_idx"),
+            # The home page's trends: Events accepted per minute.
+            models.Index(fields=["accepted_at"], name="event_accepted_at_idx"),
         ]
 
     def __str__(self) -> str:

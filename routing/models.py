@@ -178,6 +178,8 @@ class RouteRecord(models.Model):
         indexes = [
             models.Index(fields=["work", "event"], name="routerecord_work_idx"),
             models.Index(fields=["disposition", "event"], name="routerecord_disp_idx"),
+            # The home page's trends: decisions and route latency per minute.
+            models.Index(fields=["decided_at"], name="routerecord_decided_at_idx"),
         ]
 
     def __str__(self) -> str:

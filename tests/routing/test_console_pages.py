@@ -401,12 +401,13 @@ def test_d4_event_list_query_count_is_independent_of_history(console, django_ass
     live_scopes("acme", "acme/web")
     for event in EventFactory.create_batch(5, scope="acme"):
         RouteRecordFactory(event=event, work=WorkFactory())
-    # The page's queries and the permission check (the login's permissions: 1).
-    with django_assert_max_num_queries(6):
+    # The page's queries and the permission check (the login's permissions: 1), and the
+    # heartbeat banner (1, issue #11 item 6).
+    with django_assert_max_num_queries(7):
         small = count_queries(console, reverse("event-list"))
     for event in EventFactory.create_batch(55, scope="acme"):
         RouteRecordFactory(event=event, work=WorkFactory())
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(7):
         large = count_queries(console, reverse("event-list"))
     assert small == large
 
@@ -428,11 +429,12 @@ def test_d4_work_page_query_count_is_independent_of_history(console, django_asse
     grow(5)
     # 9, and 2 for the user's permissions (read once: which skip/reroute controls to show), and
     # 5 for the engine (issue #8 point 9): why the Work is not running (1; 2 with nothing to
-    # run), its children (1), its waits, timers and intents (1 each; attempts were read already).
-    with django_assert_max_num_queries(16):
+    # run), its children (1), its waits, timers and intents (1 each; attempts were read already);
+    # the heartbeat banner (1, issue #11 item 6).
+    with django_assert_max_num_queries(17):
         small = count_queries(console, reverse("work-detail", args=[work.pk]))
     grow(55)
-    with django_assert_max_num_queries(16):
+    with django_assert_max_num_queries(17):
         large = count_queries(console, reverse("work-detail", args=[work.pk]))
     assert small == large
 
