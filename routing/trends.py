@@ -282,8 +282,10 @@ def _trend(
 COUNT_CAP = 10_000
 
 
-def dead_letters_count(*, cap: int = COUNT_CAP) -> tuple[int, bool]:
+def dead_letters_count(*, cap: int | None = None) -> tuple[int, bool]:
     """How many dead letters (failed and skipped Events) there are, counting at most ``cap``
-    (on the disposition index): ``(count, more)``, ``more`` when there are more. One query."""
+    (on the disposition index; :data:`COUNT_CAP` by default): ``(count, more)``, ``more`` when
+    there are more. One query."""
+    cap = COUNT_CAP if cap is None else cap
     count = RouteRecord.objects.filter(disposition__in=DEAD_DISPOSITIONS).order_by()[: cap + 1].count()
     return min(count, cap), count > cap

@@ -74,7 +74,7 @@ def nice_ceiling(value: float) -> float:
     return 10 * power  # pragma: no cover - the loop ends at 10
 
 
-def number(value: float | None, digits: int = 1) -> str:
+def number(value: float | None, digits: int = 2) -> str:
     """A figure as the charts print it: ``—`` for none, integers without decimals."""
     if value is None:
         return "—"
@@ -150,7 +150,7 @@ def _peak(values: Sequence[float | None], trend: Trend) -> str:
     if not present or max(present)[0] == 0:
         return ""
     value, index = max(present)
-    return f", at most {number(value)} per minute {_ago(trend, index)}"
+    return f", peaking at {number(value)} a minute {_ago(trend, index)}"
 
 
 def _ago(trend: Trend, index: int) -> str:
