@@ -1,15 +1,20 @@
 """Trends: how many Events were accepted and settled, how many attempts ran, how long routing
-took and how the backlog moved, bucketed over the last hour and the last day.
+took and how the backlog moved, bucketed over the last hour (a minute a bucket) and the last
+day (20 minutes a bucket).
 
-Every series is one set-based query grouped by a bucket number computed in SQL (``GROUP BY
-bucket``), so a page reads a fixed number of rows however many Events there are: per-minute
-counts of the last day (at most 1,440 rows a query), rolled up in Python into the day's
-coarser buckets. Route latency (acceptance to the route decision) is a percentile per bucket,
-computed in the database by ranking each bucket's latencies (a window function, on SQLite
-and PostgreSQL alike) and reading back only the two ranks p50 and p99 fall on.
+Counts are per-bucket range counts in one statement a table: a list of buckets (a ``VALUES``
+table of bounds) and, for each, ``COUNT(*)`` of the rows whose timestamp falls in it, which
+walks only that range of an index on the timestamp (covering the columns counted apart), with
+no function evaluated per row and no sort. SQLite and PostgreSQL run the same SQL.
 
-The backlog needs no history of its own: the number of unrouted Events at the end of a
-bucket is today's count, less the Events accepted since, plus those settled since.
+Route latency (acceptance to the route decision) is a nearest-rank percentile per bucket,
+ranked in the database (a window function over the bucket's routed Events, which a partial
+index covers) and read back as two rows a bucket. A bucket that closed
+:data:`SETTLED_AFTER` ago cannot change any more (its Events were accepted and routed in it):
+its percentiles are kept in the cache, so a page ranks only the latest buckets' Events.
+
+The backlog needs no history of its own: the number of unrouted Events at the end of a bucket
+is now's count, less the Events accepted since, plus those settled since.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import NotSupportedError
+from django.core.cache import cache
+from django.db import NotSupportedError, connection
 from django.db.models import Count, F, FloatField, Func, IntegerField, Q, Window
 from django.db.models.functions import RowNumber
 
-from causal.models import Event
+from causal.models import Event, RouteState
 from routing.controls import DEAD_DISPOSITIONS
 from routing.models import Disposition, RouteRecord
 from worklife.models import Attempt, AttemptState
@@ -151,16 +157,15 @@ class Trends:
 
 def trends(*, now: datetime, unrouted: int) -> Trends:
     """The hour's and the day's trends at ``now``; ``unrouted`` is the number of Events unrouted
-    now (the backlog's last value). Six queries, each reading at most a few thousand rows."""
+    now (the backlog's last value). Five queries, none reading more than the buckets' index
+    ranges, the last two ranking only the latencies of buckets not cached yet."""
     hour = Span.ending_at("hour", now, size=HOUR_BUCKET, buckets=HOUR_BUCKETS)
     day = Span.ending_at("day", now, size=DAY_BUCKET, buckets=DAY_BUCKETS)
-    # Per-minute counts over the whole day (the hour's buckets are the last of them).
-    minutes = Span.ending_at("minutes", now, size=MINUTE, buckets=day.size * day.buckets // MINUTE)
-    counts = _minute_counts(minutes)
+    counts = _bucket_counts([hour, day])
     return Trends(
         at=now,
-        hour=_trend(hour, minutes, counts, _latency_percentiles(hour), unrouted),
-        day=_trend(day, minutes, counts, _latency_percentiles(day), unrouted),
+        hour=_trend(hour, counts[: hour.buckets], _latency_percentiles(hour, now=now), unrouted),
+        day=_trend(day, counts[hour.buckets :], _latency_percentiles(day, now=now), unrouted),
         unrouted=unrouted,
     )
 
@@ -177,55 +182,97 @@ COUNTED = (
 )
 
 
-def _minute_counts(span: Span) -> dict[str, dict[int, int]]:
-    """Each counted series as {minute number: count} over ``span``. Four queries."""
+def _column(model, field: str) -> str:
+    return f"{connection.ops.quote_name(model._meta.db_table)}.{connection.ops.quote_name(model._meta.get_field(field).column)}"
 
-    def bucketed(queryset, field: str):
-        return (
-            queryset.filter(**{f"{field}__gte": span.start, f"{field}__lt": span.end})
-            .annotate(bucket=BucketNumber(field, start=span.start, size=span.size))
-            .values("bucket")
-            .order_by()
-        )
 
-    counts: dict[str, dict[int, int]] = {name: {} for name in COUNTED}
-    for row in bucketed(Event.objects, "accepted_at").annotate(n=Count("pk")):
-        counts["accepted"][row["bucket"]] = row["n"]
-    routed = Q(disposition=Disposition.ROUTED) & ~Q(policy=UNMATCHED)
-    for row in bucketed(RouteRecord.objects, "decided_at").annotate(
-        routed=Count("pk", filter=routed),
-        unmatched=Count("pk", filter=Q(policy=UNMATCHED)),
-        dead_lettered=Count("pk", filter=Q(disposition=Disposition.FAILED)),
-        skipped=Count("pk", filter=Q(disposition=Disposition.SKIPPED)),
-    ):
-        for name in ("routed", "unmatched", "dead_lettered", "skipped"):
-            counts[name][row["bucket"]] = row[name]
-    for row in bucketed(Attempt.objects, "started_at").annotate(n=Count("pk")):
-        counts["attempts_started"][row["bucket"]] = row["n"]
-    for row in bucketed(Attempt.objects, "ended_at").annotate(
-        completed=Count("pk", filter=Q(state=AttemptState.SUCCEEDED)),
-        failed=Count("pk", filter=Q(state__in=FAILED_ATTEMPT_STATES)),
-    ):
-        counts["attempts_completed"][row["bucket"]] = row["completed"]
-        counts["attempts_failed"][row["bucket"]] = row["failed"]
+def _bucket_counts(spans: Sequence[Span]) -> list[dict[str, int]]:
+    """For each bucket of ``spans`` in turn, each counted series. Three queries: Events
+    accepted; route decisions by disposition and policy; attempts started and ended."""
+    bounds = [(span.bucket_start(n), span.bucket_start(n + 1)) for span in spans for n in range(span.buckets)]
+    counts: list[dict[str, int]] = [dict.fromkeys(COUNTED, 0) for _ in bounds]
+    series = [
+        (Event, [("accepted", "accepted_at", "", [])]),
+        (
+            RouteRecord,
+            [
+                (
+                    "routed",
+                    "decided_at",
+                    "disposition = %s AND policy <> %s",
+                    [Disposition.ROUTED, UNMATCHED],
+                ),
+                ("unmatched", "decided_at", "policy = %s", [UNMATCHED]),
+                ("dead_lettered", "decided_at", "disposition = %s", [Disposition.FAILED]),
+                ("skipped", "decided_at", "disposition = %s", [Disposition.SKIPPED]),
+            ],
+        ),
+        (
+            Attempt,
+            [
+                ("attempts_started", "started_at", "", []),
+                ("attempts_completed", "ended_at", "state = %s", [AttemptState.SUCCEEDED]),
+                ("attempts_failed", "ended_at", "state IN (%s, %s)", list(FAILED_ATTEMPT_STATES)),
+            ],
+        ),
+    ]
+    adapt = connection.ops.adapt_datetimefield_value
+    cast = "CAST(%s AS timestamp with time zone)" if connection.vendor == "postgresql" else "%s"
+    values = ", ".join(f"({n}, {cast}, {cast})" for n in range(len(bounds)))
+    value_params = [adapt(moment) for pair in bounds for moment in pair]
+    for model, counted in series:
+        table = connection.ops.quote_name(model._meta.db_table)
+        columns, params = [], []
+        for name, field, condition, condition_params in counted:
+            column = _column(model, field)
+            where = f"{column} >= bucket.lo AND {column} < bucket.hi"
+            if condition:
+                where += f" AND {condition}"
+            columns.append(f"(SELECT COUNT(*) FROM {table} WHERE {where}) AS {name}")
+            params.extend(str(p) for p in condition_params)
+        sql = f"WITH bucket (n, lo, hi) AS (VALUES {values}) SELECT n, {', '.join(columns)} FROM bucket ORDER BY n"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*value_params, *params])
+            for row in cursor.fetchall():
+                for (name, *_), value in zip(counted, row[1:], strict=True):
+                    counts[row[0]][name] = value
     return counts
 
 
-def _latency_percentiles(span: Span) -> dict[int, dict[int, float]]:
+# A bucket closed this long ago holds every Event it ever will (an Event is accepted and
+# routed at its commit's clock, and a pass commits within its call timeout).
+SETTLED_AFTER = timedelta(minutes=5)
+CACHE_SECONDS = 2 * 86_400
+CACHE_PREFIX = "conduit.trends.latency"
+
+
+def _cache_key(span: Span, number: int) -> str:
+    return f"{CACHE_PREFIX}.{span.size}.{int(span.bucket_start(number).timestamp())}"
+
+
+def _latency_percentiles(span: Span, *, now: datetime) -> dict[int, dict[int, float]]:
     """{bucket number: {percentile: seconds}} of the route latency (acceptance to the route
     decision) of the Events the router routed in each bucket of ``span``: nearest-rank
-    percentiles, ranked in the database. One query returning at most two rows a bucket."""
-    bucket = BucketNumber("decided_at", start=span.start, size=span.size)
+    percentiles. Settled buckets come from the cache when it has them; the others are ranked
+    in one query returning at most two rows a bucket."""
+    settled = [n for n in range(span.buckets) if span.bucket_start(n + 1) <= now - SETTLED_AFTER]
+    cached = cache.get_many([_cache_key(span, n) for n in settled])
+    result: dict[int, dict[int, float]] = {}
+    for n in settled:
+        value = cached.get(_cache_key(span, n))
+        if value is not None:
+            result[n] = {int(p): v for p, v in value.items()}
+    missing = [n for n in range(span.buckets) if n not in result]
+    if not missing:
+        return {n: v for n, v in result.items() if v}
+    start = span.bucket_start(missing[0])
+    bucket = BucketNumber("routed_at", start=span.start, size=span.size)
     ranked = (
-        RouteRecord.objects.filter(
-            decided_at__gte=span.start, decided_at__lt=span.end, disposition=Disposition.ROUTED
-        )
+        Event.objects.filter(route_state=RouteState.ROUTED, routed_at__gte=start, routed_at__lt=span.end)
         .annotate(
             bucket=bucket,
-            latency=SecondsBetween("decided_at", "event__accepted_at"),
-            rank=Window(
-                RowNumber(), partition_by=[bucket], order_by=[F("latency").asc(), F("event_id").asc()]
-            ),
+            latency=SecondsBetween("routed_at", "accepted_at"),
+            rank=Window(RowNumber(), partition_by=[bucket], order_by=[F("latency").asc(), F("seq").asc()]),
             total=Window(Count("pk"), partition_by=[bucket]),
         )
         .order_by()
@@ -234,31 +281,24 @@ def _latency_percentiles(span: Span) -> dict[int, dict[int, float]]:
     wanted = Q()
     for percentile in PERCENTILES:
         wanted |= Q(rank=(F("total") * percentile + 99) / 100)
-    result: dict[int, dict[int, float]] = {}
+    fresh: dict[int, dict[int, float]] = {n: {} for n in missing}
     for row in ranked.filter(wanted).values("bucket", "latency", "rank", "total"):
         for percentile in PERCENTILES:
-            if row["rank"] == (row["total"] * percentile + 99) // 100:
-                result.setdefault(row["bucket"], {})[percentile] = max(float(row["latency"]), 0.0)
-    return result
+            if row["rank"] == (row["total"] * percentile + 99) // 100 and row["bucket"] in fresh:
+                fresh[row["bucket"]][percentile] = max(float(row["latency"]), 0.0)
+    cache.set_many({_cache_key(span, n): fresh[n] for n in missing if n in settled}, CACHE_SECONDS)
+    result.update(fresh)
+    return {n: v for n, v in result.items() if v}
 
 
 def _trend(
     span: Span,
-    minutes: Span,
-    counts: dict[str, dict[int, int]],
+    counts: Sequence[dict[str, int]],
     latencies: dict[int, dict[int, float]],
     unrouted: int,
 ) -> Trend:
-    """``span``'s series rolled up from the per-minute ``counts``."""
-    per_bucket = span.size // MINUTE
-    offset = int((span.start - minutes.start).total_seconds()) // MINUTE
-    series: dict[str, list[int]] = {}
-    for name in COUNTED:
-        by_minute = counts[name]
-        series[name] = [
-            sum(by_minute.get(offset + n * per_bucket + m, 0) for m in range(per_bucket))
-            for n in range(span.buckets)
-        ]
+    """``span``'s series from its buckets' ``counts``."""
+    series = {name: [bucket[name] for bucket in counts] for name in COUNTED}
     # Unrouted at the end of bucket n: now's count, less what was accepted after it, plus
     # what was settled (routed, unmatched, dead-lettered or skipped) after it.
     backlog = [0] * span.buckets

@@ -165,7 +165,7 @@ class Attempt(models.Model):
             ),
             # The home page's trends: attempts started and ended per minute.
             models.Index(fields=["started_at"], name="attempt_started_at_idx"),
-            models.Index(fields=["ended_at"], name="attempt_ended_at_idx"),
+            models.Index(fields=["ended_at", "state"], name="attempt_ended_at_idx"),
         ]
 
     def __str__(self) -> str:

@@ -1,6 +1,7 @@
 """Line charts of the home page's trends, drawn on the server as SVG geometry: no script and no
-charting library. Each chart carries its title, a one-paragraph summary (the SVG's ``desc``)
-and its data as table rows, so that a screen reader gets the figures the picture shows."""
+charting library. Each chart carries its title and a one-paragraph summary (the SVG's
+``desc``); each span's figures are also one table (:func:`trend_table`, visually hidden), so
+that a screen reader gets the figures the pictures show."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from routing.templatetags.console_time import timetag
 from routing.trends import Trend
 
 # The SVG's coordinate system (viewBox) and the plot area inside it.
@@ -38,14 +43,6 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
-    """A bucket of the data table: its start and each series' value, formatted."""
-
-    start: datetime
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Chart:
     id: str
     title: str
@@ -54,7 +51,6 @@ class Chart:
     series: tuple[Series, ...]
     y_ticks: tuple[Tick, ...]
     x_ticks: tuple[Tick, ...]
-    rows: tuple[Row, ...]
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -80,7 +76,7 @@ def number(value: float | None, digits: int = 2) -> str:
         return "—"
     if float(value).is_integer():
         return f"{int(value):,}"
-    return f"{value:,.{digits}f}"
+    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
 
 
 def seconds(value: float | None) -> str:
@@ -90,6 +86,11 @@ def seconds(value: float | None) -> str:
     if value < 1:
         return f"{value * 1000:.0f} ms"
     return f"{value:,.1f} s"
+
+
+def _nudge(point: str) -> str:
+    x, y = point.split(",")
+    return f"{float(x) + 0.5:.1f},{y}"
 
 
 def line_chart(
@@ -126,13 +127,12 @@ def line_chart(
             points.append(f"{LEFT + index * step_x:.1f},{y(value):.1f}")
         if points:
             lines.append(" ".join(points))
+        # A lone value (its neighbours have none) is drawn as a dot: a round-capped stub.
+        lines = [line if " " in line else f"{line} {_nudge(line)}" for line in lines]
         drawn.append(Series(name, css, tuple(values), tuple(lines)))
     y_ticks = tuple(Tick(round(y(v), 1), fmt(v)) for v in (0, top_value / 2, top_value))
     x_ticks = tuple(Tick(round(LEFT + index * step_x, 1), label) for index, label in x_labels)
-    rows = tuple(
-        Row(start, tuple(fmt(values[index]) for _, _, values in series)) for index, start in enumerate(starts)
-    )
-    return Chart(id, title, summary, unit, tuple(drawn), y_ticks, x_ticks, rows)
+    return Chart(id, title, summary, unit, tuple(drawn), y_ticks, x_ticks)
 
 
 def _x_labels(trend: Trend) -> list[tuple[int, str]]:
@@ -238,3 +238,59 @@ def trend_charts(trend: Trend, *, label: str) -> list[Chart]:
             x_labels=x_labels,
         ),
     ]
+
+
+TABLE_COLUMNS = (
+    "accepted",
+    "routed",
+    "unmatched",
+    "dead-lettered",
+    "attempts started",
+    "attempts completed",
+    "attempts failed",
+    "route latency p50",
+    "route latency p99",
+    "backlog",
+)
+
+
+def trend_table(trend: Trend, *, caption: str) -> SafeString:
+    """The span's figures, a row a bucket: the counts per bucket (not per minute), the route
+    latency percentiles and the backlog at the bucket's end. Built here rather than in a
+    template loop: 132 rows of 11 cells would cost the page more than all its queries."""
+    rows = (
+        (
+            timetag(start),
+            *(
+                number(value)
+                for value in (
+                    trend.accepted[n],
+                    trend.routed[n],
+                    trend.unmatched[n],
+                    trend.dead_lettered[n],
+                    trend.attempts_started[n],
+                    trend.attempts_completed[n],
+                    trend.attempts_failed[n],
+                )
+            ),
+            seconds(trend.latency_p50[n]),
+            seconds(trend.latency_p99[n]),
+            number(trend.backlog[n]),
+        )
+        for n, start in enumerate(trend.span.starts)
+    )
+    body = format_html_join(
+        "",
+        '<tr><th scope="row">{}</th>' + "<td>{}</td>" * len(TABLE_COLUMNS) + "</tr>",
+        rows,
+    )
+    head = format_html_join("", '<th scope="col">{}</th>', ((name,) for name in TABLE_COLUMNS))
+    return format_html(
+        # A table ignores a width or height below its content's: the wrapper hides it.
+        '<div class="visually-hidden"><table id="trends-{}-table"><caption>{}</caption>'
+        '<thead><tr><th scope="col">bucket from</th>{}</tr></thead><tbody>{}</tbody></table></div>',
+        trend.span.name,
+        caption,
+        head,
+        body,
+    )

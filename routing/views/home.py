@@ -11,7 +11,7 @@ from routing.roles import VIEW_EVENT
 from routing.selectors import console_summary
 from routing.trends import dead_letters_count, trends
 from routing.views.access import permission_needed
-from routing.views.charts import trend_charts
+from routing.views.charts import trend_charts, trend_table
 from routing.views.common import render_console
 
 # The trusted clock the trends and checks read "now" from (tests inject a fake one).
@@ -37,8 +37,18 @@ def home(request: HttpRequest) -> HttpResponse:
         "dead_letters_more": dead_more,
         "trends": result,
         "spans": [
-            ("hour", "Last hour", trend_charts(result.hour, label="in the last hour")),
-            ("day", "Last day", trend_charts(result.day, label="in the last day")),
+            (
+                "hour",
+                "Last hour",
+                trend_charts(result.hour, label="in the last hour"),
+                trend_table(result.hour, caption="The last hour, a row a minute"),
+            ),
+            (
+                "day",
+                "Last day",
+                trend_charts(result.day, label="in the last day"),
+                trend_table(result.day, caption="The last day, a row every 20 minutes"),
+            ),
         ],
     }
     return render_console(request, "routing/home.html", context)

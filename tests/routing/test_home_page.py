@@ -55,13 +55,24 @@ def chart(body: str, chart_id: str) -> str:
     return match.group(1)
 
 
-def table_row(chart_markup: str, iso: str) -> list[str]:
-    """The data table's cells for the bucket starting at ``iso``."""
+def table_row(body: str, span: str, iso: str) -> list[str]:
+    """The cells of the span's data table for the bucket starting at ``iso``."""
+    table = re.search(
+        rf'<div class="visually-hidden"><table id="trends-{span}-table">(.*?)</table>', body, re.S
+    )
+    assert table, span
     match = re.search(
-        rf'<tr><th scope="row"><time datetime="{iso}">[^<]*</time></th>(.*?)</tr>', chart_markup
+        rf'<tr><th scope="row"><time datetime="{iso}">[^<]*</time></th>(.*?)</tr>', table.group(1)
     )
     assert match, iso
     return re.findall(r"<td>([^<]*)</td>", match.group(1))
+
+
+def table_rows(body: str, span: str) -> int:
+    table = re.search(
+        rf'<div class="visually-hidden"><table id="trends-{span}-table">(.*?)</table>', body, re.S
+    )
+    return len(re.findall(r'<tr><th scope="row">', table.group(1)))
 
 
 # --- trends -------------------------------------------------------------------------------------
@@ -72,7 +83,8 @@ def test_i11_6_home_draws_eight_accessible_charts_with_their_data(console):
     minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
     EventFactory.create_batch(3, accepted_at=minute + timedelta(seconds=5))
     RouteRecordFactory(
-        event=EventFactory(accepted_at=minute, route_state="routed"), decided_at=minute + timedelta(seconds=2)
+        event=EventFactory(accepted_at=minute, route_state="routed", routed_at=minute + timedelta(seconds=2)),
+        decided_at=minute + timedelta(seconds=2),
     )
     RouteRecordFactory(
         event=EventFactory(accepted_at=minute, route_state="failed"),
@@ -101,24 +113,42 @@ def test_i11_6_home_draws_eight_accessible_charts_with_their_data(console):
         in events
     )
     assert "<script" not in body.split("</head>")[1]
-    # The data table: one row a minute, the columns accepted, routed, unmatched, dead-lettered.
-    assert table_row(events, "2026-01-05T12:25:00Z") == ["5", "1", "0", "1"]
-    assert table_row(events, "2026-01-05T12:24:00Z") == ["0", "0", "0", "0"]
-    assert len(re.findall(r'<tr><th scope="row">', events)) == 60
     # Each series is a polyline with a point a bucket, its class naming the series.
     series = re.search(
         r'<g class="chart-series series-accepted" data-series="accepted"><polyline points="([^"]+)"/>', events
     )
     assert series and len(series.group(1).split()) == 60
-    latency = chart(body, "chart-latency-hour")
-    assert table_row(latency, "2026-01-05T12:25:00Z") == ["2.0 s", "2.0 s"]
-    assert table_row(latency, "2026-01-05T12:24:00Z") == ["—", "—"]
-    backlog = chart(body, "chart-backlog-hour")
-    assert table_row(backlog, "2026-01-05T12:30:00Z") == ["3"]  # the three still unrouted
-    day = chart(body, "chart-events-day")
-    assert len(re.findall(r'<tr><th scope="row">', day)) == 72
-    # 5 Events in the 20-minute bucket from 12:20: 0.25 a minute.
-    assert table_row(day, "2026-01-05T12:20:00Z")[0] == "0.25"
+    # The data table: a row a minute; counts, attempts, latency p50 and p99, backlog.
+    assert table_row(body, "hour", "2026-01-05T12:25:00Z") == [
+        "5",
+        "1",
+        "0",
+        "1",
+        "0",
+        "0",
+        "0",
+        "2.0 s",
+        "2.0 s",
+        "3",
+    ]
+    assert table_row(body, "hour", "2026-01-05T12:24:00Z") == [
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "—",
+        "—",
+        "0",
+    ]
+    assert table_row(body, "hour", "2026-01-05T12:30:00Z")[-1] == "3"  # the three still unrouted
+    assert table_rows(body, "hour") == 60
+    assert table_rows(body, "day") == 72
+    # 5 Events in the 20-minute bucket from 12:20 (the table counts; the chart draws 0.25 a minute).
+    assert table_row(body, "day", "2026-01-05T12:20:00Z")[0] == "5"
+    assert "Events per minute, averaged over 20 minutes, in the last day" in chart(body, "chart-events-day")
 
 
 def test_i11_6_home_counts_dead_letters_parked_work_and_doctor_warnings(console):

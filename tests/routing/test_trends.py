@@ -18,8 +18,9 @@ NOW = datetime(2026, 1, 5, 12, 30, 20, tzinfo=UTC)
 
 
 def routed(accepted_at, decided_at, **kwargs):
+    state = kwargs.get("disposition", "routed")
     return RouteRecordFactory(
-        event=EventFactory(accepted_at=accepted_at, route_state="routed", routed_at=decided_at),
+        event=EventFactory(accepted_at=accepted_at, route_state=state, routed_at=decided_at),
         decided_at=decided_at,
         **kwargs,
     )
@@ -119,7 +120,29 @@ def test_i11_6_attempts_started_completed_and_failed_per_bucket():
     assert sum(hour.attempts_completed) == 1
 
 
-def test_i11_6_trends_read_six_queries_however_many_events(django_assert_num_queries):
+def test_i11_6_trends_read_five_queries_then_three_once_settled_buckets_are_cached(django_assert_num_queries):
     EventFactory.create_batch(30, accepted_at=NOW - timedelta(minutes=5))
-    with django_assert_num_queries(6):
+    # The three counting queries and one latency ranking a span.
+    with django_assert_num_queries(5):
         trends(now=NOW, unrouted=0)
+    EventFactory.create_batch(30, accepted_at=NOW - timedelta(minutes=50))
+    with django_assert_num_queries(5):
+        trends(now=NOW, unrouted=0)
+
+
+def test_i11_6_settled_buckets_keep_their_latency_and_recent_ones_are_ranked_again():
+    old = datetime(2026, 1, 5, 12, 10, tzinfo=UTC)  # closed 19 minutes before NOW: settled
+    recent = datetime(2026, 1, 5, 12, 28, tzinfo=UTC)  # closed 1 minute 20 before NOW: not yet
+    routed(old - timedelta(seconds=4), old)
+    routed(recent - timedelta(seconds=6), recent)
+    first = trends(now=NOW, unrouted=0).hour
+    index_old, index_recent = first.span.starts.index(old), first.span.starts.index(recent)
+    assert first.latency_p50[index_old] == pytest.approx(4, abs=0.001)
+    # A route decision landing later in a settled bucket (it cannot, once settled) would not
+    # move the cached figure; one in a recent bucket does.
+    routed(old - timedelta(seconds=40), old + timedelta(seconds=1))
+    routed(recent - timedelta(seconds=60), recent + timedelta(seconds=1))
+    second = trends(now=NOW, unrouted=0).hour
+    assert second.latency_p50[index_old] == pytest.approx(4, abs=0.001)
+    assert second.latency_p99[index_recent] == pytest.approx(61, abs=0.001)
+    assert sum(second.routed) == 4  # counts are never cached
