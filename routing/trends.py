@@ -136,6 +136,8 @@ class Trend:
     attempts_failed: list[int]
     latency_p50: list[float | None]
     latency_p99: list[float | None]
+    # Settled buckets whose route latency is not ranked yet (see :data:`RANK_BUDGET`).
+    latency_pending: int
     backlog: list[int]
 
     def per_minute(self, counts: Sequence[int]) -> list[float]:
@@ -164,8 +166,8 @@ def trends(*, now: datetime, unrouted: int) -> Trends:
     counts = _bucket_counts([hour, day])
     return Trends(
         at=now,
-        hour=_trend(hour, counts[: hour.buckets], _latency_percentiles(hour, now=now), unrouted),
-        day=_trend(day, counts[hour.buckets :], _latency_percentiles(day, now=now), unrouted),
+        hour=_trend(hour, counts[: hour.buckets], now=now, unrouted=unrouted),
+        day=_trend(day, counts[hour.buckets :], now=now, unrouted=unrouted),
         unrouted=unrouted,
     )
 
@@ -250,12 +252,24 @@ def _cache_key(span: Span, number: int) -> str:
     return f"{CACHE_PREFIX}.{span.size}.{int(span.bucket_start(number).timestamp())}"
 
 
-def _latency_percentiles(span: Span, *, now: datetime) -> dict[int, dict[int, float]]:
+# The most routed Events one page ranks for one span's latency. Settled buckets are ranked
+# once and cached, newest first: after a restart, a day of 100,000 Events takes a few pages to
+# rank in full, each within the budget.
+RANK_BUDGET = 20_000
+
+
+def _latency_percentiles(
+    span: Span, *, now: datetime, routed: Sequence[int], budget: int | None = None
+) -> tuple[dict[int, dict[int, float]], int]:
     """{bucket number: {percentile: seconds}} of the route latency (acceptance to the route
-    decision) of the Events the router routed in each bucket of ``span``: nearest-rank
-    percentiles. Settled buckets come from the cache when it has them; the others are ranked
-    in one query returning at most two rows a bucket."""
-    settled = [n for n in range(span.buckets) if span.bucket_start(n + 1) <= now - SETTLED_AFTER]
+    decision) of the Events the router routed in each bucket of ``span`` (``routed`` counts
+    them a bucket), nearest-rank percentiles; and how many settled buckets were left for later.
+
+    Settled buckets come from the cache when it has them. The others are ranked in one query
+    (at most two rows back a bucket), newest first, stopping before a bucket would take the
+    ranked Events past ``budget`` (:data:`RANK_BUDGET` by default)."""
+    budget = RANK_BUDGET if budget is None else budget
+    settled = {n for n in range(span.buckets) if span.bucket_start(n + 1) <= now - SETTLED_AFTER}
     cached = cache.get_many([_cache_key(span, n) for n in settled])
     result: dict[int, dict[int, float]] = {}
     for n in settled:
@@ -264,11 +278,24 @@ def _latency_percentiles(span: Span, *, now: datetime) -> dict[int, dict[int, fl
             result[n] = {int(p): v for p, v in value.items()}
     missing = [n for n in range(span.buckets) if n not in result]
     if not missing:
-        return {n: v for n, v in result.items() if v}
-    start = span.bucket_start(missing[0])
+        return {n: v for n, v in result.items() if v}, 0
+    # The buckets still open are ranked on every page; of the settled ones not cached, the
+    # newest, as many as the budget allows and at least one, so that every page makes progress.
+    chosen = [n for n in missing if n not in settled]
+    ranked_rows = sum(routed[n] for n in chosen)
+    waiting = [n for n in missing if n in settled]
+    for count, n in enumerate(reversed(waiting)):
+        if count and ranked_rows + routed[n] > budget:
+            break
+        ranked_rows += routed[n]
+        chosen.append(n)
+    first = min(chosen)
+    pending = len(missing) - len(chosen)
     bucket = BucketNumber("routed_at", start=span.start, size=span.size)
     ranked = (
-        Event.objects.filter(route_state=RouteState.ROUTED, routed_at__gte=start, routed_at__lt=span.end)
+        Event.objects.filter(
+            route_state=RouteState.ROUTED, routed_at__gte=span.bucket_start(first), routed_at__lt=span.end
+        )
         .annotate(
             bucket=bucket,
             latency=SecondsBetween("routed_at", "accepted_at"),
@@ -281,24 +308,22 @@ def _latency_percentiles(span: Span, *, now: datetime) -> dict[int, dict[int, fl
     wanted = Q()
     for percentile in PERCENTILES:
         wanted |= Q(rank=(F("total") * percentile + 99) / 100)
-    fresh: dict[int, dict[int, float]] = {n: {} for n in missing}
+    fresh: dict[int, dict[int, float]] = {n: {} for n in chosen}
     for row in ranked.filter(wanted).values("bucket", "latency", "rank", "total"):
         for percentile in PERCENTILES:
             if row["rank"] == (row["total"] * percentile + 99) // 100 and row["bucket"] in fresh:
                 fresh[row["bucket"]][percentile] = max(float(row["latency"]), 0.0)
-    cache.set_many({_cache_key(span, n): fresh[n] for n in missing if n in settled}, CACHE_SECONDS)
+    cache.set_many({_cache_key(span, n): fresh[n] for n in chosen if n in settled}, CACHE_SECONDS)
     result.update(fresh)
-    return {n: v for n, v in result.items() if v}
+    return {n: v for n, v in result.items() if v}, pending
 
 
-def _trend(
-    span: Span,
-    counts: Sequence[dict[str, int]],
-    latencies: dict[int, dict[int, float]],
-    unrouted: int,
-) -> Trend:
+def _trend(span: Span, counts: Sequence[dict[str, int]], *, now: datetime, unrouted: int) -> Trend:
     """``span``'s series from its buckets' ``counts``."""
     series = {name: [bucket[name] for bucket in counts] for name in COUNTED}
+    # The Events routed in a bucket (the route state of the unmatched is "routed" too).
+    routed = [a + b for a, b in zip(series["routed"], series["unmatched"], strict=True)]
+    latencies, pending = _latency_percentiles(span, now=now, routed=routed)
     # Unrouted at the end of bucket n: now's count, less what was accepted after it, plus
     # what was settled (routed, unmatched, dead-lettered or skipped) after it.
     backlog = [0] * span.buckets
@@ -313,6 +338,7 @@ def _trend(
         span=span,
         latency_p50=[latencies.get(n, {}).get(50) for n in range(span.buckets)],
         latency_p99=[latencies.get(n, {}).get(99) for n in range(span.buckets)],
+        latency_pending=pending,
         backlog=backlog,
         **series,
     )

@@ -51,6 +51,7 @@ class Chart:
     series: tuple[Series, ...]
     y_ticks: tuple[Tick, ...]
     x_ticks: tuple[Tick, ...]
+    note: str = ""
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -103,6 +104,7 @@ def line_chart(
     series: Sequence[tuple[str, str, Sequence[float | None]]],
     x_labels: Sequence[tuple[int, str]],
     fmt=number,
+    note: str = "",
 ) -> Chart:
     """A chart of ``series`` (name, CSS class, one value per bucket) over the buckets starting
     at ``starts``; ``x_labels`` are (bucket index, label) pairs for the time axis."""
@@ -132,7 +134,7 @@ def line_chart(
         drawn.append(Series(name, css, tuple(values), tuple(lines)))
     y_ticks = tuple(Tick(round(y(v), 1), fmt(v)) for v in (0, top_value / 2, top_value))
     x_ticks = tuple(Tick(round(LEFT + index * step_x, 1), label) for index, label in x_labels)
-    return Chart(id, title, summary, unit, tuple(drawn), y_ticks, x_ticks)
+    return Chart(id, title, summary, unit, tuple(drawn), y_ticks, x_ticks, note)
 
 
 def _x_labels(trend: Trend) -> list[tuple[int, str]]:
@@ -183,12 +185,19 @@ def trend_charts(trend: Trend, *, label: str) -> list[Chart]:
     ]
     p50 = [v for v in trend.latency_p50 if v is not None]
     p99 = [v for v in trend.latency_p99 if v is not None]
+    pending = trend.latency_pending
+    note = (
+        f"The {pending} oldest bucket{'s are' if pending != 1 else ' is'} not ranked yet: each page "
+        "ranks a bounded number of Events, newest first, and keeps what it ranked."
+        if pending
+        else ""
+    )
     latency_summary = (
         f"Route latency, acceptance to route decision, {label}: median per bucket from "
         f"{seconds(min(p50))} to {seconds(max(p50))}; p99 at most {seconds(max(p99))}."
         if p50
-        else f"Route latency {label}: the router routed no Event."
-    )
+        else f"Route latency {label}: no routed Event ranked."
+    ) + (f" {note}" if note else "")
     return [
         line_chart(
             id=f"chart-events-{trend.span.name}",
@@ -227,6 +236,7 @@ def trend_charts(trend: Trend, *, label: str) -> list[Chart]:
             ],
             x_labels=x_labels,
             fmt=seconds,
+            note=note,
         ),
         line_chart(
             id=f"chart-backlog-{trend.span.name}",

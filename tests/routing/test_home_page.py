@@ -251,3 +251,22 @@ def test_i11_6_doctor_checks_poll_themselves(console):
         reverse("doctor"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="doctor-checks"
     ).content.decode()
     assert partial.lstrip().startswith('<section id="doctor-checks"') and "<html" not in partial
+
+
+def test_i11_6_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypatch):
+    from routing import trends
+
+    both_loops_alive()
+    for minute in (10, 11):
+        decided = datetime(2026, 1, 5, 12, minute, 30, tzinfo=UTC)
+        RouteRecordFactory(
+            event=EventFactory(
+                accepted_at=decided - timedelta(seconds=1), route_state="routed", routed_at=decided
+            ),
+            decided_at=decided,
+        )
+    monkeypatch.setattr(trends, "RANK_BUDGET", 0)
+    latency = chart(console.get(reverse("console-home")).content.decode(), "chart-latency-hour")
+    assert '<p class="muted chart-note">The 41 oldest buckets are not ranked yet' in latency
+    latency = chart(console.get(reverse("console-home")).content.decode(), "chart-latency-hour")
+    assert '<p class="muted chart-note">The 40 oldest buckets are not ranked yet' in latency

@@ -146,3 +146,26 @@ def test_i11_6_settled_buckets_keep_their_latency_and_recent_ones_are_ranked_aga
     assert second.latency_p50[index_old] == pytest.approx(4, abs=0.001)
     assert second.latency_p99[index_recent] == pytest.approx(61, abs=0.001)
     assert sum(second.routed) == 4  # counts are never cached
+
+
+def test_i11_6_latency_ranking_is_bounded_newest_first_and_completes_over_pages(monkeypatch):
+    from routing import trends as trends_module
+
+    # Three settled minutes with 3, 2 and 2 routed Events, newest last.
+    for minute, latencies in ((10, (1, 2, 3)), (11, (4, 5)), (12, (6, 7))):
+        decided = datetime(2026, 1, 5, 12, minute, 30, tzinfo=UTC)
+        for latency in latencies:
+            routed(decided - timedelta(seconds=latency), decided)
+    monkeypatch.setattr(trends_module, "RANK_BUDGET", 4)
+    hour = trends(now=NOW, unrouted=0).hour
+    index = hour.span.starts.index(datetime(2026, 1, 5, 12, 10, tzinfo=UTC))
+    # The newest two fit the budget; 12:10 (and the older, empty minutes) wait for later.
+    assert hour.latency_p50[index + 2] == pytest.approx(6, abs=0.001)
+    assert hour.latency_p50[index + 1] == pytest.approx(4, abs=0.001)
+    assert hour.latency_p50[index] is None
+    assert hour.latency_pending == index + 1
+    # The next page ranks what is left: the ranked buckets come from the cache.
+    hour = trends(now=NOW, unrouted=0).hour
+    assert hour.latency_p50[index] == pytest.approx(2, abs=0.001)
+    assert hour.latency_p99[index] == pytest.approx(3, abs=0.001)
+    assert hour.latency_pending == 0
