@@ -9,10 +9,11 @@ inserts, Events accepted evenly over the last day, a route record for nearly eve
 30 s), and attempts started and ended over the day. It times the whole home page (a signed-in
 GET through the middleware: session, heartbeat banner, doctor, counts, the trend queries,
 eight SVG charts) and, as the floor measured in the same run, the Event list page; first with
-1% of the Events, then with all of them. The home page is timed twice at each size: its first
-GET ("cold": no settled bucket's route latency is cached yet) and the median of ``--runs``
-GETs after it ("warm"). Prints server times, query counts and ratios. Target: the home page
-at 100,000 Events within 300 ms.
+1% of the Events, then with all of them. With the cache emptied (a restart), the home page is
+first fetched until the day's route latencies are all ranked (each GET ranks at most
+``routing.trends.RANK_BUDGET`` Events): how many GETs and the slowest are printed; then the
+median of ``--runs`` GETs. Prints server times, query counts and ratios. Target: the home
+page at 100,000 Events within 300 ms.
 """
 
 from __future__ import annotations
@@ -182,6 +183,19 @@ def time_page(client, url: str, runs: int) -> tuple[float, float, int]:
     return first, statistics.median(times), queries
 
 
+def fill_latency_cache(client) -> tuple[int, float]:
+    """GET the home page until no route latency bucket waits to be ranked: how many GETs
+    that took (the first included) and the slowest one (ms)."""
+    gets, slowest = 0, 0.0
+    while True:
+        began = time.perf_counter()
+        body = client.get("/").content.decode()
+        slowest = max(slowest, (time.perf_counter() - began) * 1000)
+        gets += 1
+        if "not ranked yet" not in body or gets >= 100:
+            return gets, slowest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=100_000, help="Events over the day (default 100,000).")
@@ -223,16 +237,18 @@ def main() -> None:
             filled = time.perf_counter() - began
             get(client, "/events/")  # the process's first page compiles the shared templates
             cache.clear()
-            cold, home, home_queries = time_page(client, "/", args.runs)
+            gets, slowest = fill_latency_cache(client)
+            _, home, home_queries = time_page(client, "/", args.runs)
             _, floor, floor_queries = time_page(client, "/events/", args.runs)
             warm[label] = home
             print(
-                f"{high:>7,} Events (filled in {filled:.0f} s): home cold {cold:6.1f} ms, warm {home:6.1f} ms, "
-                f"{home_queries} queries; floor (Event list) {floor:5.1f} ms, {floor_queries} queries; "
-                f"home warm / floor {home / floor:.2f}"
+                f"{high:>7,} Events (written in {filled:.0f} s): home {home:6.1f} ms, {home_queries} queries; "
+                f"floor (Event list) {floor:5.1f} ms, {floor_queries} queries; home / floor {home / floor:.2f}; "
+                f"after a restart {gets} GET{'s' if gets != 1 else ''} ranked the day's latencies, "
+                f"the slowest {slowest:.0f} ms"
             )
         print(
-            f"home warm at {args.events:,} / at {small:,} Events: {warm['all'] / warm['1%']:.2f}; "
+            f"home at {args.events:,} / at {small:,} Events: {warm['all'] / warm['1%']:.2f}; "
             f"at {args.events:,}: {warm['all']:.1f} ms "
             f"({'within' if warm['all'] <= TARGET_MS else 'OVER'} the {TARGET_MS:.0f} ms target)"
         )

@@ -344,8 +344,11 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
         .annotate(seq=Cast("key", BigIntegerField()))
         .values("seq")
     )
+    # "Not accepted since the cutoff" rather than "accepted before it": SQLite would otherwise
+    # answer the OR from two indexes, walking the accepted_at index over all history, instead
+    # of the few unrouted Events (the partial unrouted index).
     stuck = Event.objects.filter(route_state=RouteState.UNROUTED).filter(
-        Q(accepted_at__lt=cutoff) | Q(seq__in=keeps_failing)
+        ~Q(accepted_at__gte=cutoff) | Q(seq__in=keeps_failing)
     )
     total = stuck.count()
     if not total:

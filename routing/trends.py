@@ -253,9 +253,9 @@ def _cache_key(span: Span, number: int) -> str:
 
 
 # The most routed Events one page ranks for one span's latency. Settled buckets are ranked
-# once and cached, newest first: after a restart, a day of 100,000 Events takes a few pages to
+# once and cached, newest first: after a restart, a day of 100,000 Events takes ten pages to
 # rank in full, each within the budget.
-RANK_BUDGET = 20_000
+RANK_BUDGET = 10_000
 
 
 def _latency_percentiles(

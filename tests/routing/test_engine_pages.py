@@ -283,9 +283,9 @@ def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num
     WorkFactory()
     # Session and user (2), the permission check (2), unrouted Events (1), Work by status and
     # parked (1), the live generation (1); and with issue #11 item 6 the heartbeat banner (1),
-    # doctor's checks (at most 11), dead letters (1) and the trends (6): at most 24 in all,
+    # doctor's checks (at most 11), dead letters (1) and the trends (5): at most 23 in all,
     # however many Work are parked.
-    with django_assert_max_num_queries(24):
+    with django_assert_max_num_queries(23):
         body = console.get(reverse("console-home")).content.decode()
     card = section(body, "work-engine-summary")
     assert re.search(
@@ -295,5 +295,5 @@ def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num
         r'status=parked"><span class="badge badge-parked">parked</span></a><span class="num">2<', card
     )
     WorkFactory.create_batch(20, parked_at=T0)
-    with django_assert_max_num_queries(24):
+    with django_assert_max_num_queries(23):
         console.get(reverse("console-home"))
