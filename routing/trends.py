@@ -7,11 +7,14 @@ table of bounds) and, for each, ``COUNT(*)`` of the rows whose timestamp falls i
 walks only that range of an index on the timestamp (covering the columns counted apart), with
 no function evaluated per row and no sort. SQLite and PostgreSQL run the same SQL.
 
+A bucket that closed :data:`SETTLED_AFTER` ago cannot change any more (its Events were
+accepted, routed and run in it): its counts and route latency are kept in the cache, so that a
+page counts and ranks only the buckets still open and those not seen yet.
+
 Route latency (acceptance to the route decision) is a nearest-rank percentile per bucket,
 ranked in the database (a window function over the bucket's routed Events, which a partial
-index covers) and read back as two rows a bucket. A bucket that closed
-:data:`SETTLED_AFTER` ago cannot change any more (its Events were accepted and routed in it):
-its percentiles are kept in the cache, so a page ranks only the latest buckets' Events.
+index covers) and read back as two rows a bucket; a page ranks at most :data:`RANK_BUDGET`
+Events of settled buckets not ranked yet.
 
 The backlog needs no history of its own: the number of unrouted Events at the end of a bucket
 is now's count, less the Events accepted since, plus those settled since.
@@ -163,7 +166,7 @@ def trends(*, now: datetime, unrouted: int) -> Trends:
     ranges, the last two ranking only the latencies of buckets not cached yet."""
     hour = Span.ending_at("hour", now, size=HOUR_BUCKET, buckets=HOUR_BUCKETS)
     day = Span.ending_at("day", now, size=DAY_BUCKET, buckets=DAY_BUCKETS)
-    counts = _bucket_counts([hour, day])
+    counts = _counts(hour, day, now=now)
     return Trends(
         at=now,
         hour=_trend(hour, counts[: hour.buckets], now=now, unrouted=unrouted),
@@ -188,10 +191,47 @@ def _column(model, field: str) -> str:
     return f"{connection.ops.quote_name(model._meta.db_table)}.{connection.ops.quote_name(model._meta.get_field(field).column)}"
 
 
-def _bucket_counts(spans: Sequence[Span]) -> list[dict[str, int]]:
-    """For each bucket of ``spans`` in turn, each counted series. Three queries: Events
-    accepted; route decisions by disposition and policy; attempts started and ended."""
-    bounds = [(span.bucket_start(n), span.bucket_start(n + 1)) for span in spans for n in range(span.buckets)]
+# A bucket closed this long ago holds every Event it ever will (an Event is accepted and
+# routed at its commit's clock, and a pass commits within its call timeout).
+SETTLED_AFTER = timedelta(minutes=5)
+CACHE_SECONDS = 2 * 86_400
+CACHE_PREFIX = "conduit.trends"
+
+
+def _cache_key(kind: str, span: Span, number: int) -> str:
+    return f"{CACHE_PREFIX}.{kind}.{span.size}.{int(span.bucket_start(number).timestamp())}"
+
+
+def _counts(*spans: Span, now: datetime) -> list[dict[str, int]]:
+    """For each bucket of ``spans`` in turn, each counted series: settled buckets from the
+    cache when it has them, the others counted (:func:`_bucket_counts`) and the settled ones
+    among them kept."""
+    buckets = [(span, n) for span in spans for n in range(span.buckets)]
+    keys = [_cache_key("counts", span, n) for span, n in buckets]
+    settled = {
+        key
+        for key, (span, n) in zip(keys, buckets, strict=True)
+        if span.bucket_start(n + 1) <= now - SETTLED_AFTER
+    }
+    cached = cache.get_many(list(settled))
+    missing = [i for i, key in enumerate(keys) if key not in cached]
+    counted = _bucket_counts(
+        [
+            (buckets[i][0].bucket_start(buckets[i][1]), buckets[i][0].bucket_start(buckets[i][1] + 1))
+            for i in missing
+        ]
+    )
+    fresh = dict(zip((keys[i] for i in missing), counted, strict=True))
+    cache.set_many({key: value for key, value in fresh.items() if key in settled}, CACHE_SECONDS)
+    return [cached.get(key) or fresh[key] for key in keys]
+
+
+def _bucket_counts(bounds: Sequence[tuple[datetime, datetime]]) -> list[dict[str, int]]:
+    """For each ``[start, end)`` of ``bounds``, each counted series. Three queries (none for
+    no bounds): Events accepted; route decisions by disposition and policy; attempts started
+    and ended."""
+    if not bounds:
+        return []
     counts: list[dict[str, int]] = [dict.fromkeys(COUNTED, 0) for _ in bounds]
     series = [
         (Event, [("accepted", "accepted_at", "", [])]),
@@ -241,17 +281,6 @@ def _bucket_counts(spans: Sequence[Span]) -> list[dict[str, int]]:
     return counts
 
 
-# A bucket closed this long ago holds every Event it ever will (an Event is accepted and
-# routed at its commit's clock, and a pass commits within its call timeout).
-SETTLED_AFTER = timedelta(minutes=5)
-CACHE_SECONDS = 2 * 86_400
-CACHE_PREFIX = "conduit.trends.latency"
-
-
-def _cache_key(span: Span, number: int) -> str:
-    return f"{CACHE_PREFIX}.{span.size}.{int(span.bucket_start(number).timestamp())}"
-
-
 # The most routed Events one page ranks for one span's latency. Settled buckets are ranked
 # once and cached, newest first: after a restart, a day of 100,000 Events takes ten pages to
 # rank in full, each within the budget.
@@ -270,10 +299,10 @@ def _latency_percentiles(
     ranked Events past ``budget`` (:data:`RANK_BUDGET` by default)."""
     budget = RANK_BUDGET if budget is None else budget
     settled = {n for n in range(span.buckets) if span.bucket_start(n + 1) <= now - SETTLED_AFTER}
-    cached = cache.get_many([_cache_key(span, n) for n in settled])
+    cached = cache.get_many([_cache_key("latency", span, n) for n in settled])
     result: dict[int, dict[int, float]] = {}
     for n in settled:
-        value = cached.get(_cache_key(span, n))
+        value = cached.get(_cache_key("latency", span, n))
         if value is not None:
             result[n] = {int(p): v for p, v in value.items()}
     missing = [n for n in range(span.buckets) if n not in result]
@@ -313,7 +342,7 @@ def _latency_percentiles(
         for percentile in PERCENTILES:
             if row["rank"] == (row["total"] * percentile + 99) // 100 and row["bucket"] in fresh:
                 fresh[row["bucket"]][percentile] = max(float(row["latency"]), 0.0)
-    cache.set_many({_cache_key(span, n): fresh[n] for n in chosen if n in settled}, CACHE_SECONDS)
+    cache.set_many({_cache_key("latency", span, n): fresh[n] for n in chosen if n in settled}, CACHE_SECONDS)
     result.update(fresh)
     return {n: v for n, v in result.items() if v}, pending
 
