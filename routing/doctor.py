@@ -34,7 +34,6 @@ from causal.selectors import roots_refused_since
 from routing.loop import HEARTBEATS_NAMESPACE
 from routing.router import FAILURES_NAMESPACE
 from routing.serializers import timestamp
-from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
 from worklife.selectors import WorkLoopHeartbeat, work_loop_heartbeats, work_parked, work_runnable
 
 UNROUTED_AFTER = timedelta(minutes=10)
@@ -647,6 +646,9 @@ class LoopsAlive:
 def loops_alive(*, now: datetime) -> LoopsAlive:
     """Whether the route and work loops have fresh heartbeats: one aggregate query on the
     heartbeat rows newer than :data:`HEARTBEAT_STALE` (cheap enough for every console page)."""
+    # The runner (and the lifecycle it imports) only where heartbeats are read.
+    from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
+
     counts = KV.objects.filter(
         namespace__in=(HEARTBEATS_NAMESPACE, WORK_HEARTBEATS_NAMESPACE), updated_at__gte=now - HEARTBEAT_STALE
     ).aggregate(
