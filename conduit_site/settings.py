@@ -67,6 +67,8 @@ INSTALLED_APPS = [
     "axes",
     "django_htmx",
     "channels",
+    # Only for its static files: the Swagger UI build that /api/docs/ serves (no CDN).
+    "drf_spectacular_sidecar",
     "causal",
     "worklife",
     "routing",
