@@ -105,6 +105,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # Filters every console template uses: wrap_at_dots (Event types).
+            "builtins": ["routing.templatetags.console_text"],
         },
     },
 ]
