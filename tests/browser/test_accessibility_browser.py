@@ -166,11 +166,13 @@ def sign_in(page, base: str) -> None:
     page.wait_for_url(re.compile(re.escape(base + reverse("console-home"))))
 
 
-def test_i11_9_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path):
+# Wide, and as narrow as the console is laid out for (columns hide, lists stack).
+@pytest.mark.parametrize("width", [1280, 800])
+def test_i11_9_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path, width):
     base = live_server.url
     axe = Axe()
     found: dict[str, list[str]] = {}
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
 
     # Signed out: the login page.
