@@ -333,3 +333,54 @@ def test_i11_9_long_type_names_wrap_at_dots_not_inside_a_word(live_server, world
     assert len(lines) > 1, lines
     assert all(line.endswith(".") for line in lines[:-1]), lines
     context.close()
+
+
+# The console's websocket, replaced before the page loads by one the test speaks for: the live
+# server of the tests serves no websockets, and the message is the consumer's (an out-of-band
+# section), delivered as the htmx ws extension receives it.
+FAKE_WEBSOCKET = """
+window.__sockets = [];
+window.WebSocket = class extends EventTarget {
+  constructor(url) {
+    super();
+    this.url = url;
+    this.readyState = 0;
+    window.__sockets.push(this);
+    setTimeout(() => { this.readyState = 1; this.fire(new Event("open")); }, 0);
+  }
+  fire(event) { this["on" + event.type]?.(event); this.dispatchEvent(event); }
+  deliver(data) { this.fire(new MessageEvent("message", {data})); }
+  send() {}
+  close() { this.readyState = 3; }
+};
+Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+"""
+
+
+def test_i11_9_a_live_update_keeps_the_focus_on_the_same_link(live_server, world, browser):
+    """A websocket message swaps sections out of band: a link focused in a replaced section is
+    focused again in its new copy, not dropped to <body>."""
+    base = live_server.url
+    work, opened = world["work"], world["opened"]
+    context = browser.new_context()
+    context.add_init_script(FAKE_WEBSOCKET)
+    page = context.new_page()
+    sign_in(page, base)
+    page.goto(base + reverse("work-detail", args=[work.pk]))
+    page.wait_for_function("() => window.__sockets.some((s) => s.readyState === 1)")
+    link = f"#work-input a[href='{reverse('event-detail', args=[opened.seq])}']"
+    page.focus(link)
+    page.evaluate(
+        """() => {
+          const copy = document.getElementById('work-input').cloneNode(true);
+          copy.setAttribute('hx-swap-oob', 'true');
+          copy.dataset.fresh = 'yes';
+          window.__sockets.find((s) => s.readyState === 1).deliver(copy.outerHTML);
+        }"""
+    )
+    page.wait_for_function("() => document.getElementById('work-input').dataset.fresh === 'yes'")
+    page.wait_for_function("() => document.activeElement !== document.body", timeout=5000)
+    focused = active(page)
+    assert focused["tag"] == "a" and focused["text"] == f"#{opened.seq}"
+    assert page.evaluate("document.activeElement.closest('#work-input').dataset.fresh") == "yes"
+    context.close()
