@@ -9,6 +9,8 @@ a candidate configuration not yet applied; its generation reads ``candidate``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +116,44 @@ def trace_candidate(
     router = build_router(clock=clock, generation=candidate, options=options or RouterOptions(workers=1))
     try:
         return _trace(router, payload, operator=operator)
+    finally:
+        router.close()
+
+
+class Tracer:
+    """Traces many Events against one generation with one router (see :func:`tracer`)."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def __call__(self, payload: Any, operator: bool = False) -> TraceResult:
+        """Trace ``payload`` like :func:`trace`."""
+        return _trace(self._router, payload, operator=operator)
+
+    def inputs(self, payload: Any, operator: bool = False) -> tuple | None:
+        """What a trace of ``payload`` takes from this configuration, without deciding: the
+        first matching route (as resolved), its decision, and the bindings of the Event's
+        scope. The decision reads only these of the configuration (and the world, the same for
+        every configuration), so two configurations with equal inputs trace the Event alike.
+        ``None`` when the Event would be refused or a route fails: only a trace tells then."""
+        try:
+            envelope = _admitted(self._router, payload, operator=operator)
+        except TraceRefused:
+            return None
+        evaluation = self._router.evaluate_one(_hypothetical(envelope))
+        if evaluation.error is not None:
+            return None
+        scope = self._router.configuration.scope(envelope.scope)
+        assert scope is not None  # _admitted refuses an unknown scope
+        return (evaluation.route, evaluation.decision, dict(scope.bindings))
+
+
+@contextmanager
+def tracer(*, generation: Generation, clock: Clock, options: RouterOptions | None = None) -> Iterator[Tracer]:
+    """One router for many traces against ``generation`` (an impact preview traces hundreds)."""
+    router = build_router(clock=clock, generation=generation, options=options or RouterOptions(workers=1))
+    try:
+        yield Tracer(router)
     finally:
         router.close()
 
