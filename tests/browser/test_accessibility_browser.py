@@ -18,6 +18,7 @@ from django.urls import reverse
 
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing.factories import ApiTokenFactory, RouteRecordFactory, UserFactory, apply_config
+from tests.routing.test_candidates import CHANGED
 from tests.worklife.factories import (
     AttemptFactory,
     CorrelationKeyFactory,
@@ -71,8 +72,11 @@ PAGES: list[Page] = [
     Page("work create", lambda d: reverse("work-create")),
     Page("dead letters", lambda d: reverse("dead-letters")),
     Page("configuration", lambda d: reverse("config-list")),
+    Page("configuration setup", lambda d: reverse("setup")),
+    Page("candidate", lambda d: reverse("candidate-detail", args=[d["candidate"].pk])),
     Page("trace", lambda d: reverse("trace") + "?scope=acme&sample=0"),
     Page("trace result", lambda d: reverse("trace") + "?scope=acme&sample=0", run_trace),
+    Page("trace an event", lambda d: reverse("trace") + f"?event={d['opened'].seq}", run_trace),
     Page("causal root", lambda d: reverse("causal-root", args=[d["root"].seq])),
     Page("causal refusals", lambda d: reverse("causal-diagnostics")),
     Page("doctor", lambda d: reverse("doctor")),
@@ -91,6 +95,7 @@ def world() -> dict[str, Any]:
     admin.set_password(PASSWORD)
     admin.save()
     apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
     work = WorkFactory(scope="acme", status="running", binding="agent")
     CorrelationKeyFactory(work=work, key="pr:acme/web#42")
     failed_attempt = AttemptFactory(
@@ -146,6 +151,7 @@ def world() -> dict[str, Any]:
         "work": work,
         "parked": parked,
         "token": token,
+        "candidate": candidate,
     }
 
 
