@@ -11,6 +11,10 @@ from routing.views import api_docs
 # An unknown URL under /api/ is a JSON 404, like every other answer of the API.
 handler404 = "conduit_site.errors.page_not_found"
 
+# SimpleAdminConfig (settings) leaves discovery to the URLconf: commands that never serve a page
+# do not import every admin module.
+admin.autodiscover()
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     # The API's documentation is a page, not an endpoint of the API (nor of its OpenAPI document).

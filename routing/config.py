@@ -19,9 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from routing.extension import RouteInfo, freeze
 from routing.ingress import kind_of
@@ -36,6 +34,9 @@ from worklife.executors import (
     supported_controls,
     validate_binding,
 )
+
+if TYPE_CHECKING:
+    import yaml
 
 POLICIES: tuple[str, ...] = ("queue", "inject", "interrupt", "drop")
 FALLBACKS: tuple[str, ...] = ("queue", "drop")
@@ -456,6 +457,10 @@ class _Reader:
 
     def load(self, text: str) -> Any:
         """The document's data, or ``None`` after recording why it cannot be read."""
+        # PyYAML is imported by what reads documents only, not by every reader of the
+        # configuration (the CLI's start-up, the API).
+        import yaml
+
         try:
             loader = yaml.SafeLoader(text)
         except yaml.reader.ReaderError as exc:
@@ -497,6 +502,8 @@ class _Reader:
         self.problems.append(ConfigProblem(place or "document", message, line))
 
     def _build(self, loader: yaml.SafeLoader, node: yaml.Node, place: str) -> Any:
+        import yaml
+
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _TooLarge
@@ -548,6 +555,8 @@ class _Reader:
     def _tag_allowed(self, node: yaml.Node, place: str) -> bool:
         """Whether the node's tag is in the core schema for its kind; records the problem
         with the node's line when not (``!!python/object/apply:…``, ``!!set``, ``!custom``)."""
+        import yaml
+
         if isinstance(node, yaml.MappingNode):
             allowed = node.tag == _MAP_TAG
         elif isinstance(node, yaml.SequenceNode):
@@ -566,6 +575,8 @@ class _Reader:
     def _merges_allowed(self, node: yaml.MappingNode, place: str, seen: set[int]) -> bool:
         """Check the tags of what ``<<`` merge keys bring in before they are flattened into
         ``node`` (their own tags would be lost there)."""
+        import yaml
+
         if id(node) in seen:
             return True  # a recursive merge: flatten_mapping reports it
         seen.add(id(node))

@@ -24,7 +24,6 @@ from causal.selectors import (
 )
 from routing.config import live_generation
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
-from routing.router import FAILURES_NAMESPACE
 from worklife.selectors import work_counts
 
 # --- console --------------------------------------------------------------------------------
@@ -246,6 +245,9 @@ class EventRoutePage:
 
 def route_failures(seqs: Iterable[int]) -> dict[int, RouteFailure]:
     """The failures counted on these Events, by seq (one query; none for an empty list)."""
+    # The router module (and what it imports) only for the pages and commands that show failures.
+    from routing.router import FAILURES_NAMESPACE
+
     keys = sorted({str(seq) for seq in seqs})
     if not keys:
         return {}

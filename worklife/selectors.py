@@ -24,7 +24,6 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.runner import HEARTBEATS_NAMESPACE
 from worklife.scheduling import DISPATCH_REFUSED, PRESENTED_KINDS
 
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
@@ -202,6 +201,9 @@ class WorkLoopHeartbeat:
 def work_loop_heartbeats(*, since: datetime | None = None, limit: int = 10) -> list[WorkLoopHeartbeat]:
     """The work_loops' last heartbeats, newest first (only those written at ``since`` or
     later when given). One query."""
+    # The runner (and the lifecycle it imports) only for the pages that show its heartbeats.
+    from worklife.runner import HEARTBEATS_NAMESPACE
+
     entries = KV.objects.filter(namespace=HEARTBEATS_NAMESPACE)
     if since is not None:
         entries = entries.filter(updated_at__gte=since)
