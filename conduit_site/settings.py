@@ -69,6 +69,8 @@ INSTALLED_APPS = [
     "axes",
     "django_htmx",
     "channels",
+    # Only for its static files: the Swagger UI build that /api/docs/ serves (no CDN).
+    "drf_spectacular_sidecar",
     "causal",
     "worklife",
     "routing",
@@ -105,8 +107,9 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
-            # Every console timestamp is {{ value|timetag }}: loaded in every template.
-            "builtins": ["routing.templatetags.console_time"],
+            # Loaded in every template: {{ value|timetag }} (every console timestamp) and
+            # wrap_at_dots (Event types).
+            "builtins": ["routing.templatetags.console_time", "routing.templatetags.console_text"],
         },
     },
 ]

@@ -84,7 +84,8 @@ def causal_root(request: HttpRequest, seq: int) -> HttpResponse:
 def causal_diagnostics(request: HttpRequest) -> HttpResponse:
     """Refusal diagnostics of the causal limits, newest first, filtered by kind and root."""
     form = DiagnosticFilterForm(request.GET)
-    context: dict[str, Any] = {"section": "events", "form": form}
+    # Its own item in the navigation ("Causal refusals"); a root's page is an Event's ("Events").
+    context: dict[str, Any] = {"section": "causal", "form": form}
     if not form.is_valid():
         context["page"] = None
         return render_console(

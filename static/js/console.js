@@ -111,3 +111,82 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }, 15000);
 });
+
+// Focus after a swap. A control that an htmx swap replaces (Skip, Reroute, Refresh, a row's
+// control, a live update over the websocket) takes the keyboard focus with it, and the browser
+// drops it to <body>: the next Tab starts again at the top of the page. Instead, focus goes to
+// the same control in the new content (same id, or the same request or link), else to the
+// message the swap brought (role=alert or status), else to the nearest surviving region that
+// held the control. What was focused is remembered with the ids of its ancestors.
+const CONTROLS = "a[href], button, input, select, textarea, summary, [tabindex]";
+
+function controlKey(element) {
+  for (const name of ["hx-post", "hx-get", "href", "name"]) {
+    const value = element.getAttribute(name);
+    if (value) {
+      return `${name}=${value}`;
+    }
+  }
+  return null;
+}
+
+let lastFocus = null;
+
+document.addEventListener("focusin", (event) => {
+  const element = event.target;
+  if (!(element instanceof Element)) {
+    return;
+  }
+  const regions = [];
+  for (let node = element.parentElement; node; node = node.parentElement) {
+    if (node.id) {
+      regions.push(node.id);
+    }
+  }
+  lastFocus = { element, id: element.id, key: controlKey(element), regions };
+});
+
+function focusWithin(target) {
+  if (!target.matches(CONTROLS)) {
+    target.setAttribute("tabindex", "-1");
+  }
+  target.focus();
+}
+
+function restoreFocus() {
+  const lost = lastFocus;
+  if (!lost || lost.element.isConnected) {
+    return;
+  }
+  const active = document.activeElement;
+  if (active && active !== document.body) {
+    return;
+  }
+  const regions = lost.regions.map((id) => document.getElementById(id)).filter(Boolean);
+  const same = lost.id ? document.getElementById(lost.id) : null;
+  if (same) {
+    focusWithin(same);
+    return;
+  }
+  for (const region of regions) {
+    const control = lost.key && [...region.querySelectorAll(CONTROLS)].find((c) => controlKey(c) === lost.key);
+    if (control) {
+      focusWithin(control);
+      return;
+    }
+  }
+  for (const region of regions) {
+    const message = region.querySelector('[role="alert"], [role="status"]');
+    if (message) {
+      focusWithin(message);
+      return;
+    }
+  }
+  const holder = regions.find((region) => region.textContent.trim() !== "");
+  if (holder) {
+    focusWithin(holder);
+  }
+}
+
+document.addEventListener("htmx:afterSettle", restoreFocus);
+document.addEventListener("htmx:oobAfterSwap", restoreFocus);

@@ -227,7 +227,7 @@ def test_d4_event_page_shows_envelope_state_ancestry_and_route(console):
     for value in (
         "env-42",
         "github.com/acme",
-        "github.pull_request.opened",
+        "github.<wbr>pull_request.<wbr>opened",  # wraps at dots (issue 11 item 9)
         "pr/42",
         "acme/web",
         "pr:acme/web#42",

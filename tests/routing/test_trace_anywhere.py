@@ -60,7 +60,7 @@ def test_i10p6_the_event_page_shows_the_raw_envelope_and_trace_this_event(consol
     page = console.get(reverse("event-detail", args=[event.seq])).content.decode()
 
     assert f'<a href="/trace/?event={event.seq}" id="trace-this-event">Trace this Event</a>' in page
-    shown = re.search(r'<pre class="data" id="event-raw-envelope">(.*?)</pre>', page, re.S).group(1)
+    shown = re.search(r'<pre class="data" id="event-raw-envelope"[^>]*>(.*?)</pre>', page, re.S).group(1)
     assert "&quot;id&quot;: &quot;gh-1&quot;" in shown and "ünïcode" in shown
 
 

@@ -1,0 +1,113 @@
+"""Pages of the site itself (issue 11 item 9): ``/favicon.ico``, the 404 pages with ``DEBUG``
+on (development: Django's debug page) and off (the console's page), the API's JSON 404 either
+way, and ``DEBUG`` following the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.templatetags.static import static
+from django.test import Client
+from django.urls import reverse
+
+from tests.conduit_site.test_headers_and_files import asgi_get
+from tests.routing.factories import UserFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.django_db
+
+
+def test_i11_9_favicon_ico_redirects_to_a_static_icon(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == static("favicon.ico")
+    icon = Path(finders.find("favicon.ico")).read_bytes()
+    assert icon[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
+
+
+def test_i11_9_the_favicon_is_served_where_the_redirect_points():
+    status, headers = asyncio.run(asgi_get(static("favicon.ico")))
+    assert status == 200
+    assert headers[b"content-type"] in (b"image/x-icon", b"image/vnd.microsoft.icon")
+
+
+def test_i11_9_console_pages_and_the_admin_link_the_favicon(client):
+    client.force_login(UserFactory(is_staff=True, is_superuser=True))
+    page = client.get(reverse("console-home")).content.decode()
+    assert f'<link rel="icon" href="{static("favicon.ico")}">' in page
+    # The admin's pages link none: the browser asks for /favicon.ico, which now answers.
+    assert client.get(reverse("admin:index")).status_code == 200
+    assert client.get("/favicon.ico", follow=False).status_code == 301
+
+
+def test_i11_9_debug_404_is_djangos_debug_page_for_the_console_and_json_for_the_api(client, settings):
+    settings.DEBUG = True
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404
+    assert page["Content-Type"].startswith("text/html")
+    body = page.content.decode()
+    # Django's debug page, which lists the URL patterns tried.
+    assert "DEBUG = True" in body and "api/docs/" in body
+    api = client.get("/api/no-such-endpoint")
+    assert api.status_code == 404
+    assert api.json() == {"error": "not_found", "message": "no such URL: /api/no-such-endpoint"}
+
+
+def test_i11_9_without_debug_the_404_is_the_consoles_page_and_json_for_the_api(client, settings):
+    settings.DEBUG = False
+    client.force_login(UserFactory())
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404
+    body = page.content.decode()
+    assert "<h1>Not found</h1>" in body and "<code>/no-such-page/</code>" in body
+    assert 'class="site-nav"' in body  # in the console's layout
+    assert "DEBUG" not in body
+    api = client.get("/api/events/1/nothing")
+    assert api.status_code == 404 and api.json()["error"] == "not_found"
+
+
+def test_i11_9_api_docs_without_a_slash_redirects_to_the_page(client):
+    response = client.get("/api/docs")
+    assert response.status_code == 301 and response["Location"] == reverse("api-docs")
+
+
+def debug_setting(**environ: str) -> bool:
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "CONDUIT_ENV", "TEST_DATABASE_NAME")}
+    env.update(environ)
+    code = (
+        "import django, json; django.setup(); from django.conf import settings; "
+        "print(json.dumps(settings.DEBUG))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "conduit_site.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_i11_9_debug_is_on_in_development_and_follows_the_environment():
+    assert debug_setting() is True  # development: the debug 404 page above
+    assert debug_setting(DEBUG="false") is False
+    assert debug_setting(CONDUIT_ENV="production", SECRET_KEY="x" * 50, ALLOWED_HOSTS="example.com") is False
+    assert debug_setting(CONDUIT_ENV="production", SECRET_KEY="x" * 50, DEBUG="true") is True
+
+
+def test_i11_9_a_post_to_an_unknown_api_url_is_a_json_404_not_a_csrf_refusal(settings):
+    settings.DEBUG = True
+    response = Client(enforce_csrf_checks=True).post(
+        "/api/work/x/retry", data="{}", content_type="application/json"
+    )
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
