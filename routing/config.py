@@ -230,6 +230,11 @@ class Configuration:
         """The effective scope declared at ``path``, or ``None``."""
         return self.scopes.get(path)
 
+    def scope_or_empty(self, path: str) -> EffectiveScope:
+        """The effective scope at ``path``; a scope that left the configuration has no routes
+        and no bindings (no route can select its Events)."""
+        return self.scopes.get(path) or EffectiveScope(path=path, routes=(), bindings={})
+
 
 def _binding_state(executor: str, controls: Sequence[str]) -> tuple[frozenset[str], str]:
     """Capabilities and problem of a stored binding, against the executors registered now."""

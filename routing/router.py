@@ -45,20 +45,18 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 from django.db.models import F, OuterRef, Q, Subquery
 
 from causal.clock import Clock
-from causal.limits import Causal, CausalRefused, derived_atomic
-from causal.models import KV, Event, EventKey, RouteState
+from causal.limits import Causal, CausalRefused, Refusal, derived_atomic, refuse
+from causal.models import Event, EventKey, RouteState
 from routing.config import Configuration, EffectiveScope, live_generation, load_configuration
 from routing.decide import (
     INPUT_EFFECTS,
     AttemptView,
     Decision,
-    Effect,
     Reason,
     SubscriptionView,
     WaitView,
     WorkView,
     World,
-    decide,
 )
 from routing.errors import RouteError, RouteErrorCode
 from routing.evaluate import (
@@ -71,9 +69,19 @@ from routing.evaluate import (
     snapshots_isolated,
 )
 from routing.extension import EventSnapshot
+from routing.failures import (
+    FAILURES_NAMESPACE,
+    RouteFailure,
+    backoff_for,
+    failure_put_in_tx,
+    failures_forget_in_tx,
+    failures_read,
+    gives_up,
+)
 from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
 from routing.live import publish_routed
 from routing.models import Disposition, Generation, RouteRecord
+from routing.settle import CONFLICT_RECHECK, Bridge, Settlement, Settler, block, event_tokens
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     TERMINAL_STATUSES,
@@ -86,17 +94,18 @@ from worklife.models import (
     Work,
     WorkInput,
 )
-from worklife.scheduling import wait_block_in_tx, wait_time_out_in_tx, wait_wake_in_tx, wake_bridge_in_tx
+from worklife.scheduling import (
+    wait_block_in_tx,
+    wait_time_out_in_tx,
+    wait_wake_in_tx,
+    wake_bridge_envelope,
+)
 
 logger = logging.getLogger("conduit.routing")
 
-FAILURES_NAMESPACE = "core.routing.failures"
 COMMIT_LOCK_ID = 0x526F7574  # "Rout": serialises route commits on PostgreSQL
-BACKOFF_START = timedelta(seconds=2)
-BACKOFF_CAP = timedelta(minutes=5)
-# An Event left unrouted for a conflicting identity is looked at again after this long (an
-# operator may skip it sooner); meanwhile the loop's windows pass over it.
-CONFLICT_RECHECK = timedelta(seconds=60)
+# Re-exported for callers of the router's failure arithmetic (owned by routing.failures).
+__all__ = ["FAILURES_NAMESPACE", "backoff_for", "gives_up"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +144,23 @@ class RouteOutcome:
     reason: str = ""  # why it is still unrouted
     record_id: int | None = None
     waiting_on: int | None = None
+    settlement: Settlement | None = None
 
     @property
     def settled(self) -> bool:
         return self.state != RouteState.UNROUTED
+
+    @classmethod
+    def of(cls, settlement: Settlement) -> RouteOutcome:
+        return cls(
+            settlement.seq,
+            settlement.state,
+            settlement.decision,
+            error=settlement.error,
+            reason=settlement.reason,
+            waiting_on=settlement.waiting_on,
+            settlement=settlement,
+        )
 
 
 _FOREIGN = ("claimed by another loop",)
@@ -161,24 +183,6 @@ class _EarlierClaimed(Exception):
 
 class GenerationChanged(RuntimeError):
     """A newer configuration generation was applied: the router must be rebuilt."""
-
-
-def backoff_for(failures: int) -> timedelta:
-    """Retry delay after ``failures`` retryable failures: 2 s, doubling, capped at 5 min (R14)."""
-    if failures < 1:
-        return timedelta(0)
-    exponent = min(failures - 1, 16)
-    return min(BACKOFF_START * (2**exponent), BACKOFF_CAP)
-
-
-def gives_up(
-    *, error: RouteError, failures: int, first_failed_at: datetime, now: datetime, options: RouterOptions
-) -> bool:
-    """Whether routing gives up on an Event after its ``failures``-th failure (R15): at once for
-    a failure that is not retried; otherwise only once the count AND the window are reached."""
-    if not error.retried:
-        return True
-    return failures >= options.max_route_failures and now - first_failed_at >= options.route_failure_window
 
 
 def loop_identity() -> str:
@@ -299,59 +303,49 @@ class Router:
         if self._own_pool:
             self.pool.close()
 
-    # -- trace: the same evaluation and decision, nothing written (R39) -------------------------
-    def evaluate_one(self, event: EventSnapshot) -> Evaluation:
-        """Ask the routes about one Event on the handler pool, under the deadline."""
-        return self._evaluate([event])[event.seq]
+    # -- trace: the same pass, nothing written (R39) --------------------------------------------
+    def simulate(self, event: EventSnapshot) -> tuple[Settlement, Evaluation | None]:
+        """What :meth:`route` would do with ``event`` now, writing nothing: the same window (the
+        earlier unrouted input it must wait behind), the same evaluation (an Event backing off
+        is not asked about) and the same settlement. ``event`` may be a hypothetical Event not
+        accepted yet (a trace's), last in acceptance order. Returns its settlement and its
+        evaluation (``None`` when its handlers were not asked)."""
+        window = self._window_for(event)
+        while True:
+            outcomes, evaluations = self._pass_dry(window)
+            mine = next(o for o in outcomes if o.seq == event.seq)
+            present = {e.seq for e in window}
+            behind = mine.waiting_on
+            if behind is not None and behind not in present and len(window) < self.options.batch_size:
+                window = sorted(
+                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
+                )
+                continue
+            return mine.settlement or Settlement(event.seq, mine.state, reason=mine.reason), evaluations.get(
+                event.seq
+            )
 
-    def decide_one(self, event: EventSnapshot, evaluation: Evaluation) -> tuple[Decision, list[str]]:
-        """Read what routing reads and decide as routing would, writing nothing; the notes
-        say what routing would do first (earlier input, a due timeout)."""
-        now = self.clock()
-        evaluations = {event.seq: evaluation}
-        world = self._read_world([event], evaluations, now)
-        blocked = self._outside_blockers([event], world, False, now, evaluations)
-        notes: list[str] = []
-        tokens = _tokens(event, evaluation, world)
-        behind = min((blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None)
-        if behind is not None:
-            notes.append(
-                f"earlier input #{behind} for the same target is unrouted: it routes first, this Event waits"
-            )
-        scope = self.configuration.scope(event.scope) or EffectiveScope(
-            path=event.scope, routes=(), bindings={}
-        )
-        decision = decide(event=event, evaluation=evaluation, scope=scope, world=world)
-        if decision.timed_out_wait is not None:
-            wait = decision.timed_out_wait
-            notes.append(
-                f"the due timeout of wait {wait.name or wait.id} wins first: the Work is ready again"
-            )
-        if decision.effect == Effect.CONFLICT:
-            notes.append("conflicting identities: routing would leave the Event unrouted with this reason")
-        for sub in decision.also_wakes:
-            notes.append(
-                f"also wakes Work {sub.work_id}'s wait {sub.wait.name or sub.wait.id} in scope {sub.work_scope} "
-                "(its dependency subscription on this scope matches)"
-            )
-        work = world.works.get(decision.work_id) if decision.work_id else None
-        if work is not None and work.active_wait is not None and work.active_wait.blocked_reason:
-            notes.append(
-                f"wait {work.active_wait.name or work.active_wait.id} is blocked by the causal limits "
-                f"({work.active_wait.blocked_reason}): the Work is held, the Event kept as context"
-            )
-        return decision, notes
+    def _pass_dry(self, window: list[EventSnapshot]) -> tuple[list[RouteOutcome], dict[int, Evaluation]]:
+        evaluations, backing_off = self._evaluate_window(window)
+        # Read what routing reads, in a transaction that is rolled back: nothing is written.
+        with transaction.atomic():
+            outcomes = self._commit(window, evaluations, backing_off, honour_claims=False, dry=True)
+            transaction.set_rollback(True)
+        return outcomes, evaluations
 
     # -- windows --------------------------------------------------------------------------
     def _window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
         """The Event and the earlier unrouted Events that share an explicit target with it
-        (R17, R25): they route first, in acceptance order."""
+        (R17, R25), or that no pass has decided yet (their targets are not known: one may win
+        the same wait, R41): they route first, in acceptance order, as the route loop's window
+        would route them."""
         tokens = self._explicit_tokens([event])
         earlier = snapshots_isolated(
             Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=event.seq)
             .filter(
                 Q(keys__scope=event.scope, keys__key__in=list(event.correlation))
                 | Q(work_id__in=[t[1] for t in tokens if t[0] == "work"])
+                | Q(unrouted_reason="", retry_at__isnull=True)
             )
             .distinct()
             .order_by("seq")[: self.options.batch_size]
@@ -405,7 +399,7 @@ class Router:
         error = panic(exc, "routing this Event failed unexpectedly")
         evaluation = Evaluation((), error=error)
         try:
-            return self._commit([event], {event.seq: evaluation}, {}, {}, honour_claims)[0]
+            return self._commit([event], {event.seq: evaluation}, set(), honour_claims=honour_claims)[0]
         except (GenerationChanged, OperationalError, InterfaceError):
             raise
         except Exception:  # noqa: BLE001 - not even its failure commits: leave it unrouted, with why
@@ -421,29 +415,37 @@ class Router:
             )
             return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=reason)
 
-    def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
+    def _evaluate_window(self, window: list[EventSnapshot]) -> tuple[dict[int, Evaluation], set[int]]:
+        """Ask the routes about the window's Events, except those backing off (R14): their
+        handlers are not called before the backoff ends. Returns the evaluations and the seqs
+        backing off."""
         now = self.clock()
-        failures = self._failures([e.seq for e in window])
+        failures = failures_read(e.seq for e in window)
         evaluations: dict[int, Evaluation] = {}
-        backing_off: dict[int, RouteError] = {}
+        backing_off: set[int] = set()
         to_evaluate: list[EventSnapshot] = []
         for event in window:
-            entry = failures.get(event.seq)
+            failure = failures.get(event.seq)
             if isinstance(event, UnreadableSnapshot):
                 # Its routes cannot be asked about data that cannot be read: the error is its.
                 evaluations[event.seq] = Evaluation((), error=event.error)
-            elif entry is not None and _in_backoff(entry, now, self.configuration.label):
-                backing_off[event.seq] = _error_from_entry(entry)
+            elif failure is not None and failure.backing_off(now, self.configuration.label):
+                backing_off.add(event.seq)
             else:
                 to_evaluate.append(event)
         evaluations.update(self._evaluate(to_evaluate))
+        return evaluations, backing_off
+
+    def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
+        evaluations, backing_off = self._evaluate_window(window)
         attempt = 0
         wait_until = time.monotonic() + self.options.claim_seconds / 2
         while attempt <= self.options.max_retries:
             try:
-                return self._commit(window, evaluations, backing_off, failures, honour_claims)
-            except IntegrityError:
-                # Another process took a key or decided an Event first: read again and retry.
+                return self._commit(window, evaluations, backing_off, honour_claims=honour_claims)
+            except (IntegrityError, CausalRefused):
+                # Another process took a key or decided an Event first, or spent the causal
+                # limits' tokens the settlement counted on: read again and retry.
                 attempt += 1
                 logger.info("route.commit_retry", extra={"attempt": attempt})
             except _EarlierClaimed as earlier:
@@ -485,33 +487,49 @@ class Router:
         self,
         window: list[EventSnapshot],
         evaluations: Mapping[int, Evaluation],
-        backing_off: Mapping[int, RouteError],
-        failures: Mapping[int, dict],
+        backing_off: set[int],
+        *,
         honour_claims: bool,
+        dry: bool = False,
     ) -> list[RouteOutcome]:
+        """Settle the window in acceptance order on the world read now and write what the
+        settlements say, all or nothing. ``dry`` (trace) writes nothing and checks no
+        generation: the caller rolls the transaction back; an Event of the window not
+        accepted yet is a trace's hypothetical Event."""
         # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
-        with derived_atomic():
-            if connection.vendor == "postgresql":
+        with transaction.atomic() if dry else derived_atomic():
+            if connection.vendor == "postgresql" and not dry:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
             now = self.clock()
-            live = live_generation()
-            if live is None or live.pk != self.generation.pk:
-                raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
+            if not dry:
+                live = live_generation()
+                if live is None or live.pk != self.generation.pk:
+                    raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
             seqs = [e.seq for e in window]
             states = dict(Event.objects.filter(seq__in=seqs).values_list("seq", "route_state"))
+            hypothetical = {seq for seq in seqs if seq not in states} if dry else set()
+            states.update(dict.fromkeys(hypothetical, RouteState.UNROUTED))
             still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
             events = [e for e in window if e.seq in still]
-            # The failure entries as they are now: an operator's reroute may have forgotten an
-            # Event's failures while its handlers ran, and counting on the stale read undoes it.
-            failures = self._failures(still)
-            writer = _Writes(now=now, generation=self.configuration.label)
+            # The failures as they are now: an operator's reroute may have forgotten an Event's
+            # failures while its handlers ran, and counting on the stale read undoes it.
+            failures = failures_read(still)
             world = self._read_world(events, evaluations, now)
             blocked = self._outside_blockers(events, world, honour_claims, now, evaluations)
             foreign = blocked.pop(_FOREIGN, None)
             orphan = blocked.pop(_ORPHAN, None)
             if foreign is not None and not any(e.seq < foreign for e in events):
                 raise _EarlierClaimed(foreign, orphaned=foreign == orphan)
+            settler = Settler(
+                world=world,
+                blocked=blocked,
+                configuration=self.configuration,
+                options=self.options,
+                failures=failures,
+                limits=BridgeVerdicts(self.causal, hypothetical=hypothetical),
+            )
+            writer = _Writes(now=now, generation=self.configuration.label, causal=self.causal)
             outcomes: list[RouteOutcome] = []
             for event in window:
                 if event.seq not in still:
@@ -526,152 +544,29 @@ class Router:
                     writer.release(event.seq)
                     outcomes.append(RouteOutcome(event.seq, RouteState.UNROUTED, reason="retry"))
                     continue
-                snap = event
-                tokens = _tokens(snap, evaluations.get(event.seq), world)
-                behind = min(
-                    (blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None
-                )
-                if behind is not None:
-                    reason = f"waiting behind earlier input #{behind}"
-                    writer.unrouted(event.seq, reason, waiting_on=behind, retry_at=None)
-                    writer.remember_keys(event, evaluations.get(event.seq))
-                    _block(blocked, tokens, event.seq)
-                    outcomes.append(
-                        RouteOutcome(event.seq, RouteState.UNROUTED, reason=reason, waiting_on=behind)
-                    )
-                    continue
-                if event.seq in backing_off:
-                    error = backing_off[event.seq]
-                    _block(blocked, tokens, event.seq)
-                    outcomes.append(
-                        RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=error.code)
-                    )
-                    continue
-                scope = self.configuration.scope(snap.scope) or EffectiveScope(
-                    path=snap.scope, routes=(), bindings={}
-                )
-                try:
-                    decision = decide(event=snap, evaluation=evaluations[event.seq], scope=scope, world=world)
-                except Exception as exc:  # noqa: BLE001 - one Event's decision never fails the pass
-                    error = panic(exc, "deciding this Event failed unexpectedly")
-                    decision = Decision(
-                        Effect.ERROR,
-                        error.code.value,
-                        error=error,
-                        # The routes that declined before the decision failed are kept (R28).
-                        refusals=tuple(evaluations[event.seq].refusals),
-                        evaluation=Evaluation((), error=error),
-                    )
-                if decision.effect == Effect.CONFLICT:
-                    writer.unrouted(
-                        event.seq,
-                        f"conflicting identity: {decision.reason}",
-                        waiting_on=None,
-                        retry_at=now + CONFLICT_RECHECK,
-                    )
-                    writer.remember_keys(event, evaluations.get(event.seq))
-                    _block(blocked, tokens, event.seq)
-                    outcomes.append(
-                        RouteOutcome(event.seq, RouteState.UNROUTED, decision, reason=decision.reason)
-                    )
-                    continue
-                if decision.effect == Effect.ERROR:
-                    outcome = self._failure(event, decision, failures.get(event.seq), writer, now)
-                    if not outcome.settled:
-                        _block(blocked, tokens, event.seq)
-                        outcomes.append(outcome)
-                        continue
-                    decision = outcome.decision
-                if decision.effect == Effect.WAKE:
-                    decision = self._wake_bridge_in_tx(snap, decision, world, writer)
-                if decision.new_work:
-                    decision = replace(decision, work_id=world.new_work_id())
-                world.apply(snap, decision)
-                writer.settle(snap, decision, failures.get(event.seq))
-                outcomes.append(
-                    RouteOutcome(
-                        event.seq,
-                        Disposition.FAILED if decision.error else RouteState.ROUTED,
-                        decision,
-                        error=decision.error,
-                    )
-                )
+                evaluation = None if event.seq in backing_off else evaluations[event.seq]
+                settlement = settler.settle(event, evaluation)
+                writer.write(event, settlement, evaluation)
+                outcomes.append(RouteOutcome.of(settlement))
+            if dry:
+                return outcomes
             ids = writer.flush()
             if ids:
                 outcomes = [_with_real_work(o, ids) for o in outcomes]
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:
+                if outcome.error is not None:
+                    logger.warning(
+                        "route.gave_up",
+                        extra={
+                            "event": outcome.seq,
+                            "code": outcome.error.code.value,
+                            "attempts": outcome.error.attempts,
+                            "route": outcome.error.route,
+                        },
+                    )
                 _log_decided(outcome, self.configuration.label, now)
         return outcomes
-
-    def _wake_bridge_in_tx(
-        self, event: EventSnapshot, decision: Decision, world: World, writer: _Writes
-    ) -> Decision:
-        """Derive the ``core.wait.woken`` bridge that wakes the parked attempt from the winning
-        Event, through the causal limits. When they refuse it, the wait is blocked with the
-        reason, the Work is held and the Event is kept as context (R41)."""
-        wait = decision.wake_wait
-        try:
-            wake_bridge_in_tx(
-                causal=self.causal,
-                wait_id=wait.id,
-                work_id=decision.work_id,
-                scope=event.scope,
-                event_seq=event.seq,
-            )
-        except CausalRefused as refused:
-            reason = f"causal limits refuse the wake ({refused.kind}): {refused.detail}"[:500]
-            writer.blocked_waits[wait.id] = (reason, event.seq)
-            work = world.works[decision.work_id]
-            world.works[work.id] = replace(work, active_wait=replace(wait, blocked_reason=reason))
-            return replace(
-                decision, effect=Effect.QUEUE, reason=Reason.CONTEXT, input_kind="context", wake_wait=None
-            )
-        return decision
-
-    # -- failures (R13–R18) -----------------------------------------------------------------
-    def _failure(
-        self, event: EventSnapshot, decision: Decision, entry: dict | None, writer: _Writes, now: datetime
-    ) -> RouteOutcome:
-        """Count a route failure on its Event; give up (dead-letter) or back off."""
-        error = decision.error
-        count = (entry or {}).get("count", 0) + 1
-        first = _parse_time((entry or {}).get("first_failed_at")) or now
-        if gives_up(error=error, failures=count, first_failed_at=first, now=now, options=self.options):
-            error = replace(error, attempts=count)
-            logger.warning(
-                "route.gave_up",
-                extra={"event": event.seq, "code": error.code.value, "attempts": count, "route": error.route},
-            )
-            return RouteOutcome(
-                event.seq,
-                Disposition.FAILED,
-                replace(decision, error=error, reason=error.code.value),
-                error=error,
-            )
-        until = now + backoff_for(count) if error.retried else None
-        error = replace(error, attempts=count, backoff_until=until)
-        writer.failure(
-            event.seq,
-            {
-                "code": error.code.value,
-                "route": error.route,
-                "error": error.error_text[:4000],
-                "count": count,
-                "first_failed_at": first.isoformat(),
-                "last_failed_at": now.isoformat(),
-                "backoff_until": until.isoformat() if until else None,
-                "generation": self.configuration.label,
-            },
-            retry_at=until,
-            reason=f"{error.code.value} (failure {count}): {error.message}"[:1000],
-        )
-        return RouteOutcome(event.seq, RouteState.UNROUTED, decision, error=error, reason=error.code.value)
-
-    def _failures(self, seqs: Iterable[int]) -> dict[int, dict]:
-        keys = [str(s) for s in seqs]
-        rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).values_list("key", "value")
-        return {int(k): v for k, v in rows}
 
     # -- reading the world -------------------------------------------------------------------
     def _explicit_tokens(self, events: Iterable[EventSnapshot]) -> set[tuple]:
@@ -762,7 +657,7 @@ class Router:
         if len(rows) == BLOCKER_SCAN:
             # More earlier unrouted input than one scan reads (a long backlog behind failing
             # input): of the rest, read what shares a target with the window or is undecided.
-            tokens = set().union(*(_tokens(e, evaluations.get(e.seq), world) for e in events))
+            tokens = set().union(*(event_tokens(e, evaluations.get(e.seq), world) for e in events))
             rest = query.filter(seq__gt=rows[-1][0]).filter(self._sharing(tokens, honour_claims, now))
             rows.extend(rest.order_by("seq").values_list(*fields))
         if not rows:
@@ -807,7 +702,7 @@ class Router:
                 owner = world.owners.get(pair, owners.get(pair))
                 if owner is not None:
                     tokens.add(("work", owner))
-            _block(blocked, tokens, seq)
+            block(blocked, tokens, seq)
         return blocked
 
     def _sharing(self, tokens: set[tuple], honour_claims: bool, now: datetime) -> Q:
@@ -913,32 +808,6 @@ def _pairs(pairs: Iterable[tuple[str, str]]) -> Q:
     return condition
 
 
-def _tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) -> set[tuple]:
-    """The targets an Event touches: its keys (explicit and decided), its Work."""
-    tokens: set[tuple] = set()
-    keys = list(snap.correlation)
-    if evaluation is not None and evaluation.decision is not None:
-        keys.extend(evaluation.decision.keys)
-        if evaluation.decision.work_id is not None:
-            tokens.add(("work", evaluation.decision.work_id))
-    for key in keys:
-        tokens.add(("key", snap.scope, key))
-        owner = world.owners.get((snap.scope, key))
-        if owner is not None:
-            tokens.add(("work", owner))
-    if snap.work_id is not None:
-        tokens.add(("work", snap.work_id))
-    if snap.execution_id is not None and snap.execution_id in world.attempt_work:
-        tokens.add(("work", world.attempt_work[snap.execution_id]))
-    return tokens
-
-
-def _block(blocked: dict[tuple, int], tokens: Iterable[tuple], seq: int) -> None:
-    for token in tokens:
-        if token not in blocked or blocked[token] > seq:
-            blocked[token] = seq
-
-
 def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:
     if outcome.timed_out:
         error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
@@ -962,26 +831,6 @@ def _with_real_work(outcome: RouteOutcome, ids: Mapping[int, int]) -> RouteOutco
     if decision is None or decision.work_id not in ids:
         return outcome
     return replace(outcome, decision=replace(decision, work_id=ids[decision.work_id]))
-
-
-def _in_backoff(entry: dict, now: datetime, generation: str) -> bool:
-    until = _parse_time(entry.get("backoff_until"))
-    # A new configuration generation is tried at once (R14).
-    return until is not None and until > now and entry.get("generation") == generation
-
-
-def _error_from_entry(entry: dict) -> RouteError:
-    return RouteError(
-        RouteErrorCode(entry["code"]),
-        entry.get("error", ""),
-        route=entry.get("route", ""),
-        attempts=entry.get("count", 0),
-        backoff_until=_parse_time(entry.get("backoff_until")),
-    )
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
 
 
 # What a log line keeps of a reason: field names and the words reasons are made of. Any other
@@ -1053,6 +902,35 @@ def _log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -
     )
 
 
+class BridgeVerdicts:
+    """The causal limits' verdict on each wake bridge a window plans (a
+    :class:`~routing.settle.BridgeLimits`): a dry run of derivation that counts the bridges
+    planned before it on the same root, since they are derived only when the window is
+    written. An Event in ``hypothetical`` is not accepted yet (a trace's): it would be a root
+    of its own."""
+
+    def __init__(self, causal: Causal, *, hypothetical: Iterable[int] = ()) -> None:
+        self.causal = causal
+        self.hypothetical = frozenset(hypothetical)
+        self.planned: dict[int, int] = {}
+
+    def refusal(self, event: EventSnapshot) -> Refusal | None:
+        if event.seq in self.hypothetical:
+            root, depth = None, event.depth
+        else:
+            row = Event.objects.filter(seq=event.seq).values_list("root_id", "depth").first()
+            if row is None:
+                return self.causal.would_refuse(parent=Event(seq=event.seq))
+            root, depth = row[0] or event.seq, row[1]
+        counted = root if root is not None else event.seq
+        refusal = self.causal.would_refuse_child(
+            parent_seq=event.seq, root_seq=root, depth=depth, pending=self.planned.get(counted, 0)
+        )
+        if refusal is None:
+            self.planned[counted] = self.planned.get(counted, 0) + 1
+        return refusal
+
+
 @dataclass
 class _Writes:
     """The window's effects, written with set-based statements at the end of the commit.
@@ -1062,6 +940,7 @@ class _Writes:
 
     now: datetime
     generation: str
+    causal: Causal
     new_works: dict[int, tuple] = field(default_factory=dict)
     keys: list[list] = field(default_factory=list)
     inputs: list[list] = field(default_factory=list)
@@ -1073,11 +952,35 @@ class _Writes:
     wakes: list[tuple[int, int, int]] = field(default_factory=list)  # (work, wait, event)
     timeouts: list[tuple[int, int]] = field(default_factory=list)  # (work, wait)
     reasons: dict[int, tuple[str, int | None, datetime | None]] = field(default_factory=dict)
-    failures: dict[int, tuple[dict, datetime | None, str]] = field(default_factory=dict)
+    failures: dict[int, tuple[RouteFailure, datetime | None, str]] = field(default_factory=dict)
+    bridges: list[Bridge] = field(default_factory=list)
     cleared_failures: list[int] = field(default_factory=list)
     decided_keys: list[EventKey] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
     blocked_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # wait -> (reason, event)
+
+    def write(self, event: EventSnapshot, settlement: Settlement, evaluation: Evaluation | None) -> None:
+        """Queue exactly what ``settlement`` says happens to ``event``."""
+        if settlement.settled:
+            self.settle(event, settlement.decision, forget_failure=settlement.forget_failure)
+            for bridge in settlement.bridges:
+                if bridge.refusal is not None:
+                    self.blocked_waits[bridge.wait.id] = (bridge.blocked_reason, event.seq)
+                self.bridges.append(bridge)
+            return
+        if settlement.failure is not None:
+            self.failure(
+                event.seq, settlement.failure, retry_at=settlement.retry_at, reason=settlement.stored_reason
+            )
+        elif settlement.stored_reason is not None:
+            self.unrouted(
+                event.seq,
+                settlement.stored_reason,
+                waiting_on=settlement.waiting_on,
+                retry_at=settlement.retry_at,
+            )
+        if settlement.remember_keys:
+            self.remember_keys(event, evaluation)
 
     def release(self, seq: int) -> None:
         self.released.append(seq)
@@ -1096,10 +999,10 @@ class _Writes:
     def unrouted(self, seq: int, reason: str, *, waiting_on: int | None, retry_at: datetime | None) -> None:
         self.reasons[seq] = (reason, waiting_on, retry_at)
 
-    def failure(self, seq: int, entry: dict, *, retry_at: datetime | None, reason: str) -> None:
-        self.failures[seq] = (entry, retry_at, reason)
+    def failure(self, seq: int, failure: RouteFailure, *, retry_at: datetime | None, reason: str) -> None:
+        self.failures[seq] = (failure, retry_at, reason)
 
-    def settle(self, event: EventSnapshot, decision: Decision, failure: dict | None) -> None:
+    def settle(self, event: EventSnapshot, decision: Decision, *, forget_failure: bool) -> None:
         work_id = decision.work_id
         seq = event.seq
         if decision.new_work:
@@ -1159,7 +1062,7 @@ class _Writes:
             ]
         )
         self.settled.setdefault(disposition.value, []).append(seq)
-        if failure is not None:
+        if forget_failure:
             self.cleared_failures.append(seq)
 
     def flush(self) -> dict[int, int]:
@@ -1230,15 +1133,23 @@ class _Writes:
             Work.objects.filter(pk__in=self.touched_works).exclude(status__in=TERMINAL_STATUSES).update(
                 version=F("version") + 1, updated_at=self.now
             )
+        # The wake bridges the settlements planned, derived through the causal limits; a
+        # refused one leaves its diagnostic (R55). A limit spent meanwhile by another writer
+        # raises CausalRefused: the window is settled again on fresh reads.
+        for bridge in self.bridges:
+            envelope = wake_bridge_envelope(
+                wait_id=bridge.wait.id, work_id=bridge.work_id, scope=bridge.scope, event_seq=bridge.event_seq
+            )
+            if bridge.refusal is None:
+                self.causal.derive_in_tx(parent=Event(seq=bridge.event_seq), envelope=envelope)
+            else:
+                refuse(bridge.refusal, clock=lambda: self.now, envelope=envelope)
         # Wait transitions are worklife's (W7: the router records, it runs nothing).
         for _work_id, wait_id, seq in self.wakes:
             wait_wake_in_tx(wait_id=wait_id, event_seq=seq, now=self.now)
         for _work_id, wait_id in self.timeouts:
             wait_time_out_in_tx(wait_id=wait_id, now=self.now)
-        if self.cleared_failures:
-            KV.objects.filter(
-                namespace=FAILURES_NAMESPACE, key__in=[str(s) for s in self.cleared_failures]
-            ).delete()
+        failures_forget_in_tx(self.cleared_failures)
         if self.decided_keys:
             EventKey.objects.bulk_create(self.decided_keys, ignore_conflicts=True)
         for wait_id, (reason, seq) in self.blocked_waits.items():
@@ -1256,8 +1167,8 @@ class _Writes:
                 claimed_by="",
                 claimed_until=None,
             )
-        for seq, (entry, retry_at, reason) in self.failures.items():
-            _kv_put(FAILURES_NAMESPACE, str(seq), entry, self.now)
+        for seq, (failure, retry_at, reason) in self.failures.items():
+            failure_put_in_tx(seq, failure, self.now)
             Event.objects.filter(seq=seq).update(
                 unrouted_reason=reason, waiting_on=None, retry_at=retry_at, claimed_by="", claimed_until=None
             )
@@ -1315,14 +1226,6 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
             )
             ids.extend(row[0] for row in cursor.fetchall())
         return ids
-
-
-def _kv_put(namespace: str, key: str, value: dict, now: datetime) -> None:
-    updated = KV.objects.filter(namespace=namespace, key=key).update(
-        value=value, version=F("version") + 1, updated_at=now
-    )
-    if not updated:
-        KV.objects.create(namespace=namespace, key=key, value=value, version=1, updated_at=now)
 
 
 def build_router(

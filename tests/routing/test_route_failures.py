@@ -570,7 +570,7 @@ def test_i11_3_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_t
 
 @pytest.mark.django_db
 def test_i11_3_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock, monkeypatch):
-    from routing import router as router_module
+    from routing import settle as settle_module
 
     apply(clock, DECLINE_THEN_FAIL)
     event = accept(clock, "x.note", {})  # pulls and chats decline, scripted matches
@@ -578,7 +578,7 @@ def test_i11_3_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined
     def broken_decide(**kwargs):
         raise RuntimeError("a bug in deciding")
 
-    monkeypatch.setattr(router_module, "decide", broken_decide)
+    monkeypatch.setattr(settle_module, "decide", broken_decide)
     drain(router(clock))
     rec = record(event)
     assert (rec.disposition, rec.reason) == ("failed", "handler_panic")

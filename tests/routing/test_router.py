@@ -720,18 +720,18 @@ def test_i9_1_route_one_poisoned_event_is_dead_lettered(clock, live):
 
 
 def test_i9_1_an_unexpected_error_deciding_one_event_fails_that_event_only(clock, live, monkeypatch):
-    import routing.router as router_module
+    import routing.settle as settle_module
 
     events = [pr(clock, number=50), pr(clock, number=51), *_every_scope_routes(clock)]
     bad = events[1]
-    real = router_module.decide
+    real = settle_module.decide
 
     def decide(*, event, **kwargs):
         if event.seq == bad.seq:
             raise KeyError("boom")
         return real(event=event, **kwargs)
 
-    monkeypatch.setattr(router_module, "decide", decide)
+    monkeypatch.setattr(settle_module, "decide", decide)
     r = router(clock)
     r.route_pending()
     assert state(bad) == RouteState.FAILED
@@ -747,10 +747,10 @@ def test_i9_1_an_unexpected_error_writing_one_event_fails_that_event_only(clock,
     bad = events[1]
     real = router_module._Writes.settle
 
-    def settle(self, event, decision, failure):
+    def settle(self, event, decision, **kwargs):
         if event.seq == bad.seq and decision.error is None:
             raise ValueError("cannot write this one")
-        return real(self, event, decision, failure)
+        return real(self, event, decision, **kwargs)
 
     monkeypatch.setattr(router_module._Writes, "settle", settle)
     r = router(clock)
@@ -801,10 +801,10 @@ def test_i9_1_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_an
     bad = events[1]
     real = router_module._Writes.settle
 
-    def settle(self, event, decision, failure):
+    def settle(self, event, decision, **kwargs):
         if event.seq == bad.seq:
             raise ValueError("cannot write this one at all")
-        return real(self, event, decision, failure)
+        return real(self, event, decision, **kwargs)
 
     monkeypatch.setattr(router_module._Writes, "settle", settle)
     r = router(clock)
