@@ -4,7 +4,7 @@ of Events with their route, with explicit joins (no N+1)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet, Subquery
 
-from causal.models import KV, Event, RouteState
+from causal.models import Event, RouteState
 from causal.selectors import (
     PAGE_SIZE,
     EventFilter,
@@ -22,9 +22,9 @@ from causal.selectors import (
     keyset_page,
     unrouted_event_count,
 )
-from routing.config import live_generation
+from routing.config.selectors import live_generation
+from routing.engine.failures import RouteFailure, failures_read
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
-from routing.router import FAILURES_NAMESPACE
 from worklife.selectors import work_counts
 
 # --- console --------------------------------------------------------------------------------
@@ -126,34 +126,6 @@ MAX_LIST_LIMIT = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class RouteFailure:
-    """A counted route failure of an unrouted Event (KV ``core.routing.failures``, R13)."""
-
-    code: str
-    route: str
-    error: str
-    count: int
-    first_failed_at: datetime | None
-    last_failed_at: datetime | None
-    backoff_until: datetime | None
-    generation: str
-
-    @classmethod
-    def from_entry(cls, entry: Mapping[str, Any]) -> RouteFailure:
-        """The failure a KV entry's value holds (times stored as ISO 8601 text)."""
-        return cls(
-            code=str(entry.get("code", "")),
-            route=str(entry.get("route", "") or ""),
-            error=str(entry.get("error", "") or ""),
-            count=int(entry.get("count", 0) or 0),
-            first_failed_at=_stored_time(entry.get("first_failed_at")),
-            last_failed_at=_stored_time(entry.get("last_failed_at")),
-            backoff_until=_stored_time(entry.get("backoff_until")),
-            generation=str(entry.get("generation", "") or ""),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class EventRoute:
     """An Event with its route: the RouteRecord of a settled Event, or for an unrouted one
     the failure counted on it (``None`` when none is)."""
@@ -244,20 +216,11 @@ class EventRoutePage:
         return len(self.items)
 
 
-def route_failures(seqs: Iterable[int]) -> dict[int, RouteFailure]:
-    """The failures counted on these Events, by seq (one query; none for an empty list)."""
-    keys = sorted({str(seq) for seq in seqs})
-    if not keys:
-        return {}
-    rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).values_list("key", "value")
-    return {int(key): RouteFailure.from_entry(value) for key, value in rows if isinstance(value, dict)}
-
-
 def event_routes(events: Sequence[Event]) -> list[EventRoute]:
     """Pair Events with their routes: the RouteRecord of a settled Event (which the caller's
     query must have joined: ``select_related("route_record")``) and the failure counted on
     an unrouted one. One query at most (the failures)."""
-    failures = route_failures(e.seq for e in events if not e.is_settled)
+    failures = failures_read(e.seq for e in events if not e.is_settled)
     return [
         EventRoute(
             event=e,
@@ -286,7 +249,7 @@ def event_chain_routes(seq: int) -> list[EventRoute]:
         r.event_id: r
         for r in RouteRecord.objects.select_related("work").filter(event_id__in=[e.seq for e in chain])
     }
-    failures = route_failures(e.seq for e in chain if e.route_state == RouteState.UNROUTED)
+    failures = failures_read(e.seq for e in chain if e.route_state == RouteState.UNROUTED)
     return [EventRoute(event=e, record=records.get(e.seq), failure=failures.get(e.seq)) for e in chain]
 
 

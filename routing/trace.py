@@ -1,9 +1,9 @@
 """Trace: a dry run of routing for a hypothetical or an accepted Event (R37–R45).
 
-A trace runs what :meth:`routing.router.Router.route` runs, writing nothing: the same window
+A trace runs what :meth:`routing.engine.router.Router.route` runs, writing nothing: the same window
 (the earlier unrouted input the Event waits behind), the same evaluation on the handler pool
 (an Event backing off is not asked about), and the same settlement
-(:mod:`routing.settle`: deduplication, ordering, failure counting and giving up, the wake
+(:mod:`routing.engine.settle`: deduplication, ordering, failure counting and giving up, the wake
 bridges and the causal limits' verdict on them), in a transaction that is rolled back. So the
 trace taken before routing is what routing records. ``trace_candidate`` does the same against
 a candidate configuration not yet applied; its generation reads ``candidate``.
@@ -20,15 +20,16 @@ from django.db import transaction
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope
-from routing.config import find_generation, live_generation
+from routing.config.selectors import find_generation, live_generation
 from routing.decide import MANUAL_SOURCE, Effect, Reason
+from routing.engine.options import RouterOptions
+from routing.engine.router import Router, build_router
+from routing.engine.settle import DUPLICATE, Settlement, duplicate
 from routing.evaluate import Evaluation, RouteVerdict, snapshots_isolated
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.ingress import EnvelopeInvalid, parse_envelope
 from routing.models import Generation, GenerationKind, RouteRecord
-from routing.router import Router, RouterOptions, build_router
 from routing.services import check_event_size
-from routing.settle import DUPLICATE, Settlement, duplicate
 
 TRACE_ID = "trace"
 
@@ -153,7 +154,7 @@ def trace_event(
     *, seq: int, clock: Clock, generation: str | None = None, options: RouterOptions | None = None
 ) -> TraceResult:
     """Trace an accepted Event: what routing it now would do (an unrouted Event), through the
-    same window, backoff and settlement as :meth:`routing.router.Router.route`; for a settled
+    same window, backoff and settlement as :meth:`routing.engine.router.Router.route`; for a settled
     Event, what its RouteRecord says. Raises ``Event.DoesNotExist``."""
     event = Event.objects.filter(seq=seq).only("seq", "route_state", "scope").first()
     if event is None:

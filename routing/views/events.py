@@ -11,13 +11,13 @@ from django.views.decorators.http import require_GET
 from causal.models import Event
 from causal.selectors import EventFilter
 from conduit_site.live import events_ws_path
+from routing.engine.failures import failures_read
 from routing.roles import VIEW_EVENT
 from routing.selectors import (
     event_chain_routes,
     event_with_route,
     events_with_route_page,
     live_scope_paths,
-    route_failures,
 )
 from routing.views.access import permission_needed
 from routing.views.common import htmx_partial, paging_urls, render_console
@@ -81,7 +81,7 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
         "event": event,
         "record": record,
         # Why an unrouted Event is not routed yet: the failure counted on it (R13, R29).
-        "failure": None if event.is_settled else route_failures([event.seq]).get(event.seq),
+        "failure": None if event.is_settled else failures_read([event.seq]).get(event.seq),
         # The causal chain, root first, each Event with its policy (not read for the route alone).
         "chain": [] if htmx_partial(request, DETAIL_PARTIALS) == "event-route" else event_chain_routes(seq),
         "data_json": pretty_json(event.data),

@@ -9,7 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_http_methods
 
 from causal.clock import system_clock
-from routing.config import GenerationNotFound, live_generation
+from routing.config.problems import GenerationNotFound
+from routing.config.selectors import live_generation
 from routing.ingress import EnvelopeInvalid, loads
 from routing.models import Generation, GenerationKind, Scope
 from routing.roles import VIEW_EVENT

@@ -11,10 +11,10 @@ import socket
 import pytest
 
 from causal.models import KV, RouteState
+from routing.engine.failures import FAILURES_NAMESPACE, backoff_for
 from routing.errors import RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
-from routing.router import FAILURES_NAMESPACE, backoff_for
 from routing.trace import trace
 from tests.routing.routerkit import accept, apply, router, state
 

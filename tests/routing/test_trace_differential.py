@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
 from causal.models import Event, RouteState
-from routing.config import ConfigInvalid
+from routing.config.problems import ConfigInvalid
+from routing.engine.options import RouterOptions
+from routing.engine.router import build_router
 from routing.ingress import EnvelopeInvalid
 from routing.models import RouteRecord
-from routing.router import RouterOptions, build_router
 from routing.services import config_apply, event_accept
 from routing.trace import TraceRefused, trace
 from tests.conftest import FakeClock

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from causal.models import RouteState
 from routing.decide import Decision, Effect, Reason, WaitView, World, decide
+from routing.engine.failures import RouteFailure, backoff_for, gives_up
 from routing.errors import RouteError
 from routing.evaluate import Evaluation, panic
 from routing.extension import EventSnapshot
-from routing.failures import RouteFailure, backoff_for, gives_up
 
 if TYPE_CHECKING:
     from causal.limits import Refusal
-    from routing.config import Configuration
+    from routing.config.effective import Configuration
 
 # An Event left unrouted for a conflicting identity is looked at again after this long (an
 # operator may skip it sooner); meanwhile the loop's windows pass over it.
