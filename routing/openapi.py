@@ -46,6 +46,14 @@ WORK_ID_PARAMETER = {
     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
 }
 
+CANDIDATE_ID_PARAMETER = {
+    "name": "candidate_id",
+    "in": "path",
+    "required": True,
+    "description": "The candidate's id (``manage.py config candidate`` prints it).",
+    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+}
+
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
 NULLABLE_TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}
 
@@ -570,6 +578,122 @@ SCHEMAS: dict[str, Any] = {
             "checks": {"type": "array", "items": _ref("DoctorCheck")},
         },
     },
+    "Generation": {
+        "type": "object",
+        "description": "A stored configuration: an applied generation (numbered) or a candidate.",
+        "required": ["id", "kind", "number", "digest", "created_at", "created_by", "note"],
+        "properties": {
+            "id": {"type": "integer"},
+            "kind": {"type": "string", "enum": ["applied", "candidate"]},
+            "number": {"type": ["integer", "null"], "description": "The generation number (applied only)."},
+            "digest": {"type": "string", "description": "SHA-256 of the document, hex."},
+            "created_at": TIMESTAMP,
+            "created_by": {"type": "string", "description": "Who stored or applied it."},
+            "note": {"type": "string"},
+        },
+    },
+    "ItemChange": {
+        "type": "object",
+        "description": "A route (by slot) or binding (by name) that differs in one scope, with both sides.",
+        "required": ["name", "change", "fields", "live", "candidate"],
+        "properties": {
+            "name": {"type": "string"},
+            "change": {"type": "string", "enum": ["added", "removed", "changed"]},
+            "fields": {"type": "array", "items": {"type": "string"}, "description": "What changed."},
+            "live": {"type": ["object", "null"]},
+            "candidate": {"type": ["object", "null"]},
+        },
+    },
+    "ConfigDiff": {
+        "type": "object",
+        "description": "A candidate against the live generation, scope by scope: effective routes and "
+        "visible bindings added, removed or changed.",
+        "required": ["live", "candidate", "unchanged", "scopes"],
+        "properties": {
+            "live": {"type": "string", "description": "The live generation number (empty: none)."},
+            "candidate": {"type": "string"},
+            "unchanged": {"type": "boolean"},
+            "scopes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["path", "change", "routes", "bindings"],
+                    "properties": {
+                        "path": {"type": "string"},
+                        "change": {"type": "string", "enum": ["added", "removed", "changed", "same"]},
+                        "routes": {"type": "array", "items": _ref("ItemChange")},
+                        "bindings": {"type": "array", "items": _ref("ItemChange")},
+                    },
+                },
+            },
+        },
+    },
+    "Candidate": {
+        "description": "A candidate with its document, its diff against live and its effective route "
+        "tree (every scope, parents first; each route and binding names the scope it comes from and "
+        "what it overrides or redefines).",
+        "allOf": [
+            _ref("Generation"),
+            {
+                "type": "object",
+                "required": ["document", "diff", "tree"],
+                "properties": {
+                    "document": {"type": "string"},
+                    "diff": _ref("ConfigDiff"),
+                    "tree": {"type": "array", "items": {"type": "object"}},
+                },
+            },
+        ],
+    },
+    "StoredCandidate": {
+        "allOf": [
+            _ref("Generation"),
+            {"type": "object", "required": ["diff"], "properties": {"diff": _ref("ConfigDiff")}},
+        ],
+    },
+    "ImpactReport": {
+        "type": "object",
+        "description": "The latest Events traced against live and the candidate: only those that would "
+        "route otherwise, grouped (`start → queue`, `queue → unmatched`, `other route or binding`…), each "
+        "with both traces.",
+        "required": ["live", "candidate", "examined", "traced", "changed", "groups"],
+        "properties": {
+            "live": {"type": "string"},
+            "candidate": {"type": "integer"},
+            "examined": {"type": "integer", "minimum": 0},
+            "traced": {"type": "integer", "minimum": 0, "description": "Events of changed scopes traced."},
+            "first_seq": {"type": ["integer", "null"]},
+            "last_seq": {"type": ["integer", "null"]},
+            "changed": {"type": "integer", "minimum": 0},
+            "seconds": {"type": "number"},
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["group", "count", "changes"],
+                    "properties": {
+                        "group": {"type": "string"},
+                        "count": {"type": "integer"},
+                        "changes": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["seq", "type", "scope", "group", "live", "candidate"],
+                                "properties": {
+                                    "seq": {"type": "integer"},
+                                    "type": {"type": "string"},
+                                    "scope": {"type": "string"},
+                                    "group": {"type": "string"},
+                                    "live": {"type": "object", "description": "A Trace, or a refusal."},
+                                    "candidate": {"type": "object", "description": "A Trace, or a refusal."},
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error", "message"],
@@ -788,6 +912,133 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "200": {"description": "What routing would do, and why.", "content": _json(_ref("Trace"))},
                 "400": _response("Invalid"),
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/candidates": {
+        "post": {
+            "operationId": "candidate_create",
+            "summary": "Store a candidate configuration",
+            "description": "Validates `document` (YAML, as `manage.py config apply` takes it) and stores it as "
+            "a candidate: never live, for diffs, traces and impact previews. 400 (`invalid_configuration`) "
+            "lists every problem under `problems`, each with its `place`, `message` and `line`; nothing is "
+            "stored then. Needs the permission `routing.apply_configuration`.",
+            "requestBody": {
+                "required": True,
+                "content": _json(
+                    {
+                        "type": "object",
+                        "required": ["document"],
+                        "properties": {"document": {"type": "string"}},
+                        "additionalProperties": False,
+                    }
+                ),
+            },
+            "responses": {
+                "201": {"description": "Stored.", "content": _json(_ref("StoredCandidate"))},
+                "400": _response("Invalid"),
+                "401": _response("Unauthorized"),
+                "405": _response("MethodNotAllowed"),
+                "413": _response("TooLarge"),
+                "415": _response("UnsupportedMediaType"),
+            },
+        }
+    },
+    "/api/candidates/{candidate_id}": {
+        "get": {
+            "operationId": "candidate_detail",
+            "summary": "A candidate, its diff against live and its effective route tree",
+            "description": 'Trace an Event against it with `POST /api/trace` and `generation: "candidate:ID"`.',
+            "parameters": [CANDIDATE_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "The candidate.", "content": _json(_ref("Candidate"))},
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/candidates/{candidate_id}/impact": {
+        "get": {
+            "operationId": "candidate_impact",
+            "summary": "Preview a candidate's impact on recent Events",
+            "description": "Traces the latest `events` accepted Events again, against the live generation and "
+            "against the candidate, and answers only those that would route otherwise, grouped. Writes "
+            "nothing.",
+            "parameters": [
+                CANDIDATE_ID_PARAMETER,
+                {
+                    "name": "events",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+                    "description": "How many of the latest Events.",
+                },
+            ],
+            "responses": {
+                "200": {"description": "What would change.", "content": _json(_ref("ImpactReport"))},
+                "400": _response("Invalid"),
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/candidates/{candidate_id}/apply": {
+        "post": {
+            "operationId": "candidate_apply",
+            "summary": "Apply a candidate as the next live generation",
+            "description": "The candidate's document becomes the next applied generation, `created_by` the "
+            "token's user; the candidate is removed. With `expected_live` (the live generation number the "
+            "diff was read against, 0 for none) a newer live generation refuses the apply (409 "
+            "`stale_candidate`); a document the registered handlers or executors no longer accept is a 409 "
+            "too. Needs the permission `routing.apply_configuration`.",
+            "parameters": [CANDIDATE_ID_PARAMETER],
+            "requestBody": {
+                "required": False,
+                "content": _json(
+                    {
+                        "type": "object",
+                        "properties": {"expected_live": {"type": "integer", "minimum": 0}},
+                        "additionalProperties": False,
+                    }
+                ),
+            },
+            "responses": {
+                "200": {"description": "The new live generation.", "content": _json(_ref("Generation"))},
+                "400": _response("Invalid"),
+                "401": _response("Unauthorized"),
+                "404": _response("NotFound"),
+                "405": _response("MethodNotAllowed"),
+                "409": {
+                    "description": "Live moved on, or the document is refused.",
+                    "content": _json(_ref("Error")),
+                },
+                "413": _response("TooLarge"),
+                "415": _response("UnsupportedMediaType"),
+            },
+        }
+    },
+    "/api/candidates/{candidate_id}/discard": {
+        "post": {
+            "operationId": "candidate_discard",
+            "summary": "Discard a candidate",
+            "description": "Deletes the candidate; it takes no body. Needs the permission "
+            "`routing.apply_configuration`.",
+            "parameters": [CANDIDATE_ID_PARAMETER],
+            "responses": {
+                "200": {
+                    "description": "Discarded.",
+                    "content": _json(
+                        {
+                            "type": "object",
+                            "required": ["discarded"],
+                            "properties": {"discarded": {"type": "integer"}},
+                        }
+                    ),
+                },
                 "401": _response("Unauthorized"),
                 "404": _response("NotFound"),
                 "405": _response("MethodNotAllowed"),

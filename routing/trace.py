@@ -11,7 +11,9 @@ a candidate configuration not yet applied; its generation reads ``candidate``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -150,6 +152,36 @@ def trace_candidate(
         router.close()
 
 
+def trace_offered(
+    *,
+    payload: Any,
+    clock: Clock,
+    generation: str | None = None,
+    operator: bool = False,
+    options: RouterOptions | None = None,
+) -> TraceResult:
+    """Trace what an operator offers in the console: an Event whose ``(source, id)`` names an
+    accepted Event is that Event ("Trace this Event"): :func:`trace_event` says what routing
+    does (or did) with it, and a note that offering it again would store nothing; anything
+    else is traced as a hypothetical Event (:func:`trace`)."""
+    accepted = None
+    if (
+        isinstance(payload, dict)
+        and isinstance(payload.get("source"), str)
+        and isinstance(payload.get("id"), str)
+    ):
+        accepted = (
+            Event.objects.filter(source=payload["source"], envelope_id=payload["id"])
+            .values_list("seq", flat=True)
+            .first()
+        )
+    if accepted is None:
+        return trace(payload=payload, clock=clock, generation=generation, operator=operator, options=options)
+    result = trace_event(seq=accepted, clock=clock, generation=generation, options=options)
+    note = f"its source and id are accepted Event #{accepted}: this traces that Event (sent again, it would store nothing)"
+    return replace(result, notes=(note, *result.notes))
+
+
 def trace_event(
     *, seq: int, clock: Clock, generation: str | None = None, options: RouterOptions | None = None
 ) -> TraceResult:
@@ -169,6 +201,44 @@ def trace_event(
         snap = snapshots_isolated(Event.objects.filter(seq=seq))[0]
         settlement, evaluation = router.simulate(snap)
         return _result(router.configuration.label, snap.scope, settlement, evaluation, event=seq)
+    finally:
+        router.close()
+
+
+class Tracer:
+    """Traces many Events against one generation with one router (see :func:`tracer`)."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def __call__(self, payload: Any, operator: bool = False) -> TraceResult:
+        """Trace ``payload`` like :func:`trace`."""
+        return _trace(self._router, payload, operator=operator)
+
+    def inputs(self, payload: Any, operator: bool = False) -> tuple | None:
+        """What a trace of ``payload`` takes from this configuration, without deciding: the
+        first matching route (as resolved), its decision, and the bindings of the Event's
+        scope. The decision reads only these of the configuration (and the world, the same for
+        every configuration), so two configurations with equal inputs trace the Event alike.
+        ``None`` when the Event would be refused or a route fails: only a trace tells then."""
+        try:
+            envelope = _admitted(self._router, payload, operator=operator)
+        except TraceRefused:
+            return None
+        evaluation = self._router.evaluate_one(_hypothetical(envelope))
+        if evaluation.error is not None:
+            return None
+        scope = self._router.configuration.scope(envelope.scope)
+        assert scope is not None  # _admitted refuses an unknown scope
+        return (evaluation.route, evaluation.decision, dict(scope.bindings))
+
+
+@contextmanager
+def tracer(*, generation: Generation, clock: Clock, options: RouterOptions | None = None) -> Iterator[Tracer]:
+    """One router for many traces against ``generation`` (an impact preview traces hundreds)."""
+    router = build_router(clock=clock, generation=generation, options=options or RouterOptions(workers=1))
+    try:
+        yield Tracer(router)
     finally:
         router.close()
 

@@ -12,6 +12,7 @@ from routing.views import (
     doctor,
     events,
     home,
+    setup,
     trace,
     work,
     work_controls,
@@ -38,6 +39,15 @@ urlpatterns = [
     path("work/<id:work_id>/send/", work_controls.work_send, name="work-send"),
     path("work/<id:work_id>/rebind/", work_controls.work_rebind, name="work-rebind"),
     path("config/", config.config_list, name="config-list"),
+    path("config/setup/", setup.setup_page, name="setup"),
+    path("config/candidates/", setup.candidate_create, name="candidate-create"),
+    path("config/candidates/<id:candidate_id>/", setup.candidate_detail, name="candidate-detail"),
+    path("config/candidates/<id:candidate_id>/trace/", setup.candidate_trace, name="candidate-trace"),
+    path("config/candidates/<id:candidate_id>/impact/", setup.candidate_impact, name="candidate-impact"),
+    path("config/candidates/<id:candidate_id>/apply/", setup.candidate_apply_view, name="candidate-apply"),
+    path(
+        "config/candidates/<id:candidate_id>/discard/", setup.candidate_discard_view, name="candidate-discard"
+    ),
     path("trace/", trace.trace_page, name="trace"),
     path("causal/<id:seq>/", causal.causal_root, name="causal-root"),
     path("causal/diagnostics/", causal.causal_diagnostics, name="causal-diagnostics"),

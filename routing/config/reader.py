@@ -55,7 +55,19 @@ class _Reader:
 
     def load(self, text: str) -> Any:
         """The document's data, or ``None`` after recording why it cannot be read."""
-        loader = yaml.SafeLoader(text)
+        try:
+            loader = yaml.SafeLoader(text)
+        except yaml.reader.ReaderError as exc:
+            # The reader checks every character at once: a control character is refused here.
+            line = text.count("\n", 0, exc.position) + 1
+            self.problems.append(
+                ConfigProblem(
+                    "document",
+                    f"not valid YAML: unacceptable character #x{exc.character:04x} (line {line}): {exc.reason}",
+                    line,
+                )
+            )
+            return None
         try:
             node = loader.get_single_node()
             if node is None:

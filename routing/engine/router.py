@@ -235,6 +235,11 @@ class Router:
                 event.seq
             )
 
+    def evaluate_one(self, event: EventSnapshot) -> Evaluation:
+        """Ask the routes about one Event on the handler pool, under the deadline (the impact
+        preview compares what configurations answer before tracing)."""
+        return self._evaluate([event])[event.seq]
+
     def _pass_dry(self, window: list[EventSnapshot]) -> tuple[list[RouteOutcome], dict[int, Evaluation]]:
         evaluations, backing_off = self._evaluate_window(window)
         # Read what routing reads, in a transaction that is rolled back: nothing is written.

@@ -12,6 +12,7 @@ from causal.models import Event
 from causal.selectors import EventFilter
 from conduit_site.live import events_ws_path
 from routing.engine.failures import failures_read
+from routing.envelopes import raw_envelope
 from routing.roles import VIEW_EVENT
 from routing.selectors import (
     event_chain_routes,
@@ -86,5 +87,6 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
         "chain": [] if htmx_partial(request, DETAIL_PARTIALS) == "event-route" else event_chain_routes(seq),
         "data_json": pretty_json(event.data),
         "extensions_json": pretty_json(event.extensions) if event.extensions else "",
+        "raw_envelope_json": json.dumps(raw_envelope(event), indent=2, ensure_ascii=False),
     }
     return render_console(request, DETAIL_TEMPLATE, context, partials=DETAIL_PARTIALS)

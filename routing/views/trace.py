@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_http_methods
 
 from causal.clock import system_clock
+from causal.models import Event
 from routing.config.problems import GenerationNotFound
 from routing.config.selectors import live_generation
+from routing.decide import MANUAL_SOURCE
+from routing.envelopes import raw_envelope
 from routing.ingress import EnvelopeInvalid, loads
 from routing.models import Generation, GenerationKind, Scope
 from routing.roles import VIEW_EVENT
-from routing.trace import TraceRefused, samples, trace
+from routing.trace import TraceRefused, samples, trace_offered
 from routing.views.access import permission_needed
 from routing.views.common import render_console
 
@@ -55,6 +58,12 @@ class TraceForm(forms.Form):
         return value
 
 
+def candidate_id(reference: str) -> int | None:
+    """The candidate's id a generation reference names (``candidate:12`` → 12), else ``None``."""
+    kind, _, ident = (reference or "").partition(":")
+    return int(ident) if kind == "candidate" and ident.isdigit() else None
+
+
 def generation_choices() -> list[tuple[str, str]]:
     live = live_generation()
     choices = [("", f"live (generation {live.number})" if live else "live (none applied)")]
@@ -68,8 +77,9 @@ def generation_choices() -> list[tuple[str, str]]:
 @permission_needed(VIEW_EVENT)
 @require_http_methods(["GET", "POST"])
 def trace_page(request: HttpRequest) -> HttpResponse:
-    """GET: the form (``?scope=`` lists that scope's samples, ``?sample=N`` fills one in).
-    POST: the trace, rendered under the form (only the result for htmx)."""
+    """GET: the form (``?scope=`` lists that scope's samples, ``?sample=N`` fills one in,
+    ``?event=SEQ`` fills in that Event's raw envelope). POST: the trace, rendered under the
+    form (only the result for htmx; a refusal is a 400 the page swaps in too)."""
     choices = generation_choices()
     live = live_generation()
     scopes = list(Scope.objects.filter(generation=live).values_list("path", flat=True)) if live else []
@@ -78,8 +88,9 @@ def trace_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = TraceForm(request.POST, choices=choices)
         if form.is_valid():
+            context["candidate_id"] = candidate_id(form.cleaned_data["generation"])
             try:
-                context["result"] = trace(
+                context["result"] = trace_offered(
                     payload=form.cleaned_data["event"],
                     clock=system_clock,
                     generation=form.cleaned_data["generation"] or None,
@@ -102,6 +113,16 @@ def trace_page(request: HttpRequest) -> HttpResponse:
             if chosen.isascii() and chosen.isdigit() and int(chosen) < len(context["samples"]):
                 route, sample = context["samples"][int(chosen)]
                 initial["event"] = json.dumps({"source": "console", **sample.event, "scope": scope}, indent=2)
+        seq = request.GET.get("event", "")
+        if seq:
+            if not (seq.isascii() and seq.isdigit()):
+                raise Http404("event: not an Event seq")
+            event = Event.objects.filter(seq=int(seq)).first()
+            if event is None:
+                raise Http404(f"event: no Event with seq {seq}")
+            context["traced_event"] = event
+            initial["event"] = json.dumps(raw_envelope(event), indent=2, ensure_ascii=False)
+            initial["operator"] = event.source == MANUAL_SOURCE
         form = TraceForm(initial=initial, choices=choices)
         context["scope"] = scope
     context["form"] = form

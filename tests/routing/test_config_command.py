@@ -172,7 +172,7 @@ def test_every_action_and_argument_has_help():
     parser = Command().create_parser("manage.py", "config")
     assert Command.help
     subcommands = next(action for action in parser._actions if action.dest == "action")
-    assert set(subcommands.choices) == {"validate", "apply", "candidate", "show"}
+    assert set(subcommands.choices) == {"validate", "apply", "candidate", "show", "diff", "preview"}
     assert all(choice.help for choice in subcommands._choices_actions)
     for name, subparser in subcommands.choices.items():
         for action in subparser._actions:

@@ -41,7 +41,7 @@ MAY = {
     "anonymous": set(),
     "viewer": {"read"},
     "operator": {"read", "accept", *CONTROLS},
-    "admin": {"read", "accept", *CONTROLS, "admin"},
+    "admin": {"read", "accept", *CONTROLS, "admin", "configure"},
     # A token of an operator narrowed to accept: its user may do everything an operator may.
     "narrowed": {"accept"},
 }
@@ -57,6 +57,11 @@ API = {
     ("api-doctor", "GET"): "read",
     ("api-event-route", "GET"): "read",
     ("api-trace", "POST"): "read",
+    ("api-candidates", "POST"): "configure",
+    ("api-candidate-detail", "GET"): "read",
+    ("api-candidate-impact", "GET"): "read",
+    ("api-candidate-apply", "POST"): "configure",
+    ("api-candidate-discard", "POST"): "configure",
     ("api-work", "GET"): "read",
     ("api-work", "POST"): "create",
     ("api-work-detail", "GET"): "read",
@@ -93,6 +98,13 @@ CONSOLE = {
     ("work-rebind", "GET"): "rebind",
     ("work-rebind", "POST"): "rebind",
     ("config-list", "GET"): "read",
+    ("setup", "GET"): "read",
+    ("candidate-create", "POST"): "configure",
+    ("candidate-detail", "GET"): "read",
+    ("candidate-trace", "POST"): "read",
+    ("candidate-impact", "GET"): "read",
+    ("candidate-apply", "POST"): "configure",
+    ("candidate-discard", "POST"): "configure",
     ("trace", "GET"): "read",
     ("trace", "POST"): "read",
     ("causal-root", "GET"): "read",
@@ -138,11 +150,13 @@ def test_i9p3_an_api_endpoint_must_name_its_permission():
 
 @pytest.fixture
 def world():
-    """A live configuration, one unrouted Event and one Work; the URL arguments they give."""
+    """A live configuration, one unrouted Event, one Work and one candidate; the URL arguments
+    they give."""
     apply_config()
     event = EventFactory()
     work = WorkFactory(binding="agent")
-    return {"seq": event.seq, "work_id": work.pk}
+    candidate = apply_config(candidate=True)
+    return {"seq": event.seq, "work_id": work.pk, "candidate_id": candidate.pk}
 
 
 def principal_user(who: str):
@@ -161,7 +175,12 @@ def principal_token(who: str) -> str | None:
 
 
 def url_for(name: str, world: dict[str, int]) -> str:
-    for kwargs in ({}, {"seq": world["seq"]}, {"work_id": world["work_id"]}):
+    for kwargs in (
+        {},
+        {"seq": world["seq"]},
+        {"work_id": world["work_id"]},
+        {"candidate_id": world["candidate_id"]},
+    ):
         try:
             return reverse(name, kwargs=kwargs)
         except Exception:  # noqa: BLE001 - try the next set of arguments
@@ -283,8 +302,8 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 
 def test_i9p3_matrix_size():
-    # 5 principals x (15 API + 29 console + 5 admin site + 2 websocket) routes and methods.
-    assert MATRIX_SIZE == 5 * 51 == 255
+    # 5 principals x (20 API + 36 console + 5 admin site + 2 websocket) routes and methods.
+    assert MATRIX_SIZE == 5 * 63 == 315
 
 
 # --- narrowing a token ---------------------------------------------------------------------------

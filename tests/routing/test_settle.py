@@ -294,3 +294,18 @@ def test_i10_1_trace_event_of_a_settled_event_is_its_record(clock, live):
     predicted = trace_event(seq=event.seq, clock=clock)
     assert predicted.notes and "already routed" in predicted.notes[0]
     assert_agrees(predicted, event)
+
+
+def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(clock, live):
+    """The console's "Trace this Event" offers the Event's own envelope: it is traced as that
+    accepted Event (what routing will do with it), while a plain trace says a duplicate."""
+    from routing.trace import trace_offered
+
+    payload = pr(4, id="own-1")
+    event = accept_payload(clock, payload)
+    assert trace(payload=payload, clock=clock).state == "duplicate"
+    offered = trace_offered(payload=payload, clock=clock)
+    assert (offered.state, offered.effect, offered.event) == ("routed", "start", event.seq)
+    assert f"accepted Event #{event.seq}" in offered.notes[0]
+    router(clock).route(event.seq)
+    assert_agrees(offered, event)

@@ -1,4 +1,5 @@
-"""``manage.py config validate|apply|candidate|show``: configuration documents from the shell."""
+"""``manage.py config validate|apply|candidate|show|diff|preview``: configuration documents from
+the shell."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from routing.candidates import CandidateNotFound, ConfigDiff, candidate_diff, candidate_get
 from routing.config.effective import EffectiveScope, effective_scope_as_dict
 from routing.config.problems import ConfigInvalid, GenerationNotFound
 from routing.config.selectors import find_generation, load_configuration
 from routing.config.validate import CONTROL_POLICIES, parse_document
+from routing.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, ImpactReport, impact_preview
 from routing.services import config_apply, config_candidate
 
 
@@ -50,6 +53,28 @@ class Command(BaseCommand):
             "--by", default="", help="Who stores it, recorded on the candidate (default: nobody named)."
         )
 
+        diff = actions.add_parser(
+            "diff",
+            help="Show how a candidate differs from the live generation, per scope: routes and bindings "
+            "added, removed or changed (with the fields that changed). Exits 0 either way.",
+        )
+        diff.add_argument("candidate", metavar="CANDIDATE", type=int, help="The candidate id.")
+        diff.add_argument("--json", action="store_true", help="Print JSON instead of text.")
+
+        preview = actions.add_parser(
+            "preview",
+            help="Impact preview: trace the latest Events again against the live generation and the "
+            "candidate, and list only those that would route otherwise, grouped. Writes nothing.",
+        )
+        preview.add_argument("candidate", metavar="CANDIDATE", type=int, help="The candidate id.")
+        preview.add_argument(
+            "--events",
+            type=int,
+            default=DEFAULT_EVENTS,
+            help=f"How many of the latest accepted Events (default {DEFAULT_EVENTS}, at most {MAX_EVENTS}).",
+        )
+        preview.add_argument("--json", action="store_true", help="Print JSON instead of text.")
+
         show = actions.add_parser("show", help="Show a scope's bindings and routes in one generation.")
         show.add_argument("scope", metavar="SCOPE", help="The scope path, e.g. acme/web.")
         show.add_argument(
@@ -72,6 +97,17 @@ class Command(BaseCommand):
         action = options["action"]
         if action == "show":
             self._show(options)
+            return
+        if action in ("diff", "preview"):
+            try:
+                candidate = candidate_get(options["candidate"])
+                if action == "diff":
+                    self._diff(candidate_diff(candidate), as_json=options["json"])
+                else:
+                    report = impact_preview(candidate=candidate, clock=system_clock, events=options["events"])
+                    self._preview(report, as_json=options["json"])
+            except (CandidateNotFound, ImpactInvalid) as exc:
+                raise CommandError(str(exc)) from None
             return
         text = self._read(options["file"], options.get("stdin"))
         try:
@@ -179,3 +215,55 @@ class Command(BaseCommand):
             params = json.dumps(described["routes"][position - 1]["params"], sort_keys=True)
             lines.append(f"     params {params}")
         return "\n".join(lines)
+
+    def _diff(self, diff: ConfigDiff, *, as_json: bool) -> None:
+        if as_json:
+            self.stdout.write(json.dumps(diff.as_dict(), indent=2))
+            return
+        live = f"generation {diff.live}" if diff.live else "nothing (no generation applied)"
+        lines = [f"candidate against {live}"]
+        if not diff.changed:
+            lines.append("no scope differs")
+        for scope in diff.changed:
+            lines.append(f"scope {scope.path}: {scope.change}")
+            for kind, items in (("route", scope.routes), ("binding", scope.bindings)):
+                for item in items:
+                    fields = f" ({', '.join(item.fields)})" if item.fields else ""
+                    lines.append(f"  {kind} {item.name}: {item.change}{fields}")
+                    for side, value in (("-", item.live), ("+", item.candidate)):
+                        if value is not None and (item.change != "changed" or item.fields):
+                            shown = {k: value[k] for k in (item.fields or value)}
+                            lines.append(f"    {side} {json.dumps(shown, sort_keys=True)}")
+        self.stdout.write("\n".join(lines))
+
+    def _preview(self, report: ImpactReport, *, as_json: bool) -> None:
+        if as_json:
+            self.stdout.write(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+            return
+        span = f" (#{report.first_seq} to #{report.last_seq})" if report.first_seq else ""
+        lines = [
+            f"{report.changed} of the {report.examined} latest Events{span} would route otherwise under "
+            f"candidate {report.candidate} than under generation {report.live} ({report.traced} traced, "
+            f"{report.seconds:.2f} s); nothing was written"
+        ]
+        for group, changes in report.groups:
+            lines.append(f"{group}: {len(changes)}")
+            for change in changes:
+                lines.append(
+                    f"  #{change.seq} {change.type} in {change.scope}: {_outcome(change.live)}  |  "
+                    f"{_outcome(change.candidate)}"
+                )
+        self.stdout.write("\n".join(lines))
+
+
+def _outcome(outcome) -> str:
+    """One side of an impact change on one line: effect, route/binding, Work or refusal."""
+    if outcome.result is None:
+        return f"refused ({outcome.refused.field}): {outcome.refused.message}"
+    result = outcome.result
+    text = result.effect
+    if result.route:
+        text += f" by {result.route}" + (f" on {result.binding}" if result.binding else "")
+    if result.work_id:
+        text += f" (Work {result.work_id})"
+    return text

@@ -1,0 +1,141 @@
+"""Issue 10 items 4 to 6 in a real browser, under the Content-Security-Policy: an admin edits a
+candidate from the live document, sees a problem inline at its line, fixes it, saves it, traces
+against it (a refusal replaces the previous result), previews its impact and applies it."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from causal.models import Event
+from routing.config.selectors import live_generation
+from routing.engine.options import RouterOptions
+from routing.engine.router import build_router
+from routing.models import Generation, GenerationKind
+from routing.services import event_accept
+from tests.routing.factories import apply_config, user_with_role
+from tests.routing.test_candidates import CHANGED
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "browser-setup-password-10"
+
+
+@pytest.fixture
+def data(clock):
+    """An admin, the default configuration live, and two Events routed by it (one dropped by
+    the ``noise`` route the candidate removes, one unmatched)."""
+    user = user_with_role("admin", username="ada")
+    user.set_password(PASSWORD)
+    user.save()
+    apply_config()
+    for n, kind in enumerate(("x.ping", "issue.opened")):
+        event_accept(
+            payload={"specversion": "1.0", "id": f"b{n}", "source": "mon", "type": kind, "scope": "acme"},
+            clock=clock,
+        )
+    router = build_router(clock=clock, options=RouterOptions(workers=1))
+    try:
+        router.route_pending()
+    finally:
+        router.close()
+    return {"ping": Event.objects.get(envelope_id="b0").seq}
+
+
+@pytest.fixture
+def page(live_server, browser, data):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.errors = []
+    page.console_errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    # A refused request (400) is logged as a failed load: expected here. Anything else (a
+    # Content-Security-Policy violation, a script error) is not.
+    page.on(
+        "console",
+        lambda message: (
+            message.type == "error"
+            and not message.text.startswith("Failed to load resource")
+            and page.console_errors.append(message.text)
+        ),
+    )
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(live_server.url + reverse("login"))
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server.url + reverse("console-home"))
+    yield page
+    context.close()
+
+
+def test_i10_browser_edit_see_inline_error_fix_preview_impact_and_apply(page, live_server):
+    page.goto(live_server.url + reverse("setup"))
+    editor = page.locator("#id_document")
+    assert "- slot: deploys" in editor.input_value()  # starts from the live document
+
+    # A typo: the problem is shown at its line, the text kept for fixing, nothing stored.
+    broken = CHANGED.replace("binding: inbox", "binding: inbx")
+    line = broken.splitlines().index("        binding: inbx") + 1
+    editor.fill(broken)
+    page.click("#setup-form button[type=submit]")
+    problem = page.locator(f"#line-{line} .doc-problem")
+    problem.wait_for()
+    assert problem.inner_text().startswith(
+        f"line {line}: scopes[0].routes[3].binding: unknown binding 'inbx'"
+    )
+    assert page.locator(f"#line-{line} .doc-text").inner_text() == "        binding: inbx"
+    assert not Generation.objects.filter(kind=GenerationKind.CANDIDATE).exists()
+
+    # Fixed: saved as a candidate, and the candidate's page opens.
+    page.locator("#id_document").fill(CHANGED)
+    page.click("#setup-form button[type=submit]")
+    page.wait_for_url("**/config/candidates/*/")
+    candidate = Generation.objects.get(kind=GenerationKind.CANDIDATE)
+    assert page.locator("h1").inner_text().startswith(f"Candidate {candidate.pk}")
+    assert "removed" in page.locator("#candidate-diff").inner_text()
+
+    # A trace against it, then a refused one: the refusal replaces the result.
+    page.locator("#trace-form textarea").fill(
+        '{"source": "m", "type": "alert.fired", "scope": "acme", "data": {"id": 1}}'
+    )
+    page.click("#trace-form button[type=submit]")
+    page.locator("#candidate-trace-result .badge-effect").wait_for()
+    assert page.locator("#candidate-trace-result .badge-effect").inner_text() == "start"
+    page.locator("#trace-form textarea").fill('{"source": "m", "type": "alert.fired", "scope": "nowhere"}')
+    page.click("#trace-form button[type=submit]")
+    page.locator("#candidate-trace-result [role=alert]").wait_for()
+    assert "Refused (scope)" in page.locator("#candidate-trace-result").inner_text()
+    assert page.locator("#candidate-trace-result .badge-effect").count() == 0
+
+    # The impact preview: the dropped ping would be unmatched.
+    page.fill("#id_events", "100")
+    page.click("#impact-form button[type=submit]")
+    page.locator("#impact-summary").wait_for()
+    assert "1 of the 2 latest Events" in page.locator("#impact-summary").inner_text()
+    assert "drop → unmatched: 1 Event" in page.locator("#candidate-impact").inner_text()
+
+    # Apply: the next generation, by ada.
+    page.click("#candidate-apply")
+    page.wait_for_url("**/config/?generation=*")
+    generation = live_generation()
+    assert (generation.number, generation.created_by, generation.document) == (2, "ada", CHANGED)
+    assert "Live document: generation 2" in page.locator("#document").inner_text()
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_i10p6_browser_trace_this_event_and_a_refusal_replaces_the_result(page, live_server, data):
+    page.goto(live_server.url + reverse("event-detail", args=[data["ping"]]))
+    assert '"type": "x.ping"' in page.locator("#event-raw-envelope").inner_text()
+    page.click("#trace-this-event")
+    page.wait_for_url(f"**/trace/?event={data['ping']}")
+    page.click(".trace-form button[type=submit]")
+    page.locator("#trace-result .badge-effect").wait_for()
+    assert page.locator("#trace-result .badge-effect").inner_text() == "drop"
+
+    page.locator(".trace-form textarea").fill('{"source": "m", "type": "x.ping", "scope": "nowhere"}')
+    page.click(".trace-form button[type=submit]")
+    page.locator("#trace-result [role=alert]").wait_for()
+    assert "Refused (scope)" in page.locator("#trace-result").inner_text()
+    assert page.locator("#trace-result .badge-effect").count() == 0
+    assert page.errors == [] and page.console_errors == []

@@ -1,0 +1,237 @@
+"""Issue 10 items 4 and 5 in the console: the setup session page (edit a candidate from the live
+document with its problems at their lines, save it, its diff and effective tree, traces against
+it, the impact preview, apply and discard) (D5, D8)."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from routing.config.selectors import live_generation
+from routing.engine.options import RouterOptions
+from routing.engine.router import build_router
+from routing.models import Generation, GenerationKind
+from routing.services import event_accept
+from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
+from tests.routing.test_candidates import CHANGED
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def htmx(target: str) -> dict[str, str]:
+    return {**HTMX, "HTTP_HX_TARGET": target}
+
+
+@pytest.fixture
+def admin(client):
+    client.force_login(user_with_role("admin", username="ada"))
+    return client
+
+
+@pytest.fixture
+def viewer(client):
+    client.force_login(user_with_role("viewer", username="vic"))
+    return client
+
+
+def candidates():
+    return Generation.objects.filter(kind=GenerationKind.CANDIDATE)
+
+
+def test_i10p4_the_editor_starts_from_the_live_document(admin):
+    apply_config()
+    response = admin.get(reverse("setup"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "live document (generation 1)" in page
+    assert "- slot: deploys" in page and 'name="document"' in page
+
+
+def test_i10p4_an_invalid_document_is_shown_with_each_problem_at_its_line_and_nothing_stored(admin):
+    apply_config()
+    broken = DEFAULT_TEST_CONFIG.replace("policy: drop", "policy: dropp", 1)
+    line = broken.splitlines().index("        policy: dropp") + 1
+
+    response = admin.post(reverse("candidate-create"), {"document": broken}, **htmx("setup-editor"))
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert page.lstrip().startswith('<section id="setup-editor" data-swap-statuses="400">')
+    assert f'<li class="doc-line doc-line-bad" id="line-{line}">' in page
+    assert f"line {line}: scopes[0].routes[4].policy: unknown policy &#x27;dropp&#x27;" in page
+    assert 'aria-invalid="true"' in page and "policy: dropp" in page  # the text is kept for fixing
+    assert not candidates().exists()
+
+
+def test_i10p4_a_valid_document_is_stored_as_a_candidate_by_its_author(admin):
+    apply_config()
+    response = admin.post(reverse("candidate-create"), {"document": CHANGED})
+    candidate = candidates().get()
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "candidate-detail", args=[candidate.pk]
+    )
+    assert candidate.created_by == "ada" and candidate.document == CHANGED
+
+    again = admin.post(reverse("candidate-create"), {"document": CHANGED}, **htmx("setup-editor"))
+    assert again.status_code == 200 and again["HX-Redirect"].startswith("/config/candidates/")
+
+
+def test_i10p4_a_viewer_reads_but_cannot_save_apply_or_discard(viewer):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    assert viewer.get(reverse("setup")).status_code == 200
+    page = viewer.get(reverse("candidate-detail", args=[candidate.pk])).content.decode()
+    assert "needs the permission routing.apply_configuration" in page and 'id="candidate-apply"' not in page
+    assert viewer.post(reverse("candidate-create"), {"document": CHANGED}).status_code == 403
+    assert viewer.post(reverse("candidate-apply", args=[candidate.pk])).status_code == 403
+    assert viewer.post(reverse("candidate-discard", args=[candidate.pk])).status_code == 403
+    assert live_generation().number == 1 and candidates().count() == 1
+
+
+def test_i10p4_the_candidate_page_shows_its_id_diff_per_scope_and_effective_tree(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+
+    page = admin.get(reverse("candidate-detail", args=[candidate.pk])).content.decode()
+
+    assert f"<h1>Candidate {candidate.pk} " in page
+    assert '<h3 id="diff-acme">acme <span class="change-changed">(changed)</span></h3>' in page
+    assert '<td class="change-removed">removed</td>' in page and '<td class="change-added">added</td>' in page
+    assert '<td class="change-changed">changed: policy, fallback</td>' in page
+    # The tree: acme/web's prs is declared there and overrides acme's.
+    tree = page[page.index('id="tree-acmeweb"') :]
+    assert "<td>prs</td><td>here</td><td>acme</td>" in tree
+    assert "<td>chat</td><td>acme</td><td>—</td>" in tree
+
+
+def test_i10p4_trace_against_the_candidate_from_a_sample_a_recent_event_or_by_hand(admin, clock):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    event = event_accept(
+        payload={"specversion": "1.0", "id": "r1", "source": "mon", "type": "x.ping", "scope": "acme"},
+        clock=clock,
+    ).event
+    url = reverse("candidate-detail", args=[candidate.pk])
+
+    samples = admin.get(url, {"scope": "acme"}).content.decode()
+    assert "?scope=acme&amp;sample=" in samples and ">alerts</a>" in samples  # the candidate's own route
+    sample = admin.get(url, {"scope": "acme", "sample": "4"}).content.decode()
+    assert "alert." in sample  # alerts is acme's fifth route in the candidate
+    recent = admin.get(url, {"event": event.seq}).content.decode()
+    assert "&quot;type&quot;: &quot;x.ping&quot;" in recent and "&quot;id&quot;: &quot;r1&quot;" in recent
+
+    traced = admin.post(
+        reverse("candidate-trace", args=[candidate.pk]),
+        {"event": '{"source": "mon", "type": "x.ping", "scope": "acme"}'},
+        **htmx("candidate-trace-result"),
+    )
+    assert traced.status_code == 200
+    body = traced.content.decode()
+    assert body.lstrip().startswith('<section id="candidate-trace-result"')
+    assert '<span class="badge badge-effect badge-unmatched">unmatched</span>' in body
+    assert f"candidate {candidate.pk} <span" in body
+
+    refused = admin.post(
+        reverse("candidate-trace", args=[candidate.pk]),
+        {"event": '{"source": "mon", "type": "x.ping", "scope": "nowhere"}'},
+        **htmx("candidate-trace-result"),
+    )
+    assert refused.status_code == 400 and "Refused (scope)" in refused.content.decode()
+    assert 'data-swap-statuses="400"' in refused.content.decode()
+
+
+def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, clock):
+    apply_config()
+    for n, kind in enumerate(("x.ping", "issue.opened")):
+        event_accept(
+            payload={"specversion": "1.0", "id": f"p{n}", "source": "mon", "type": kind, "scope": "acme"},
+            clock=clock,
+        )
+    router = build_router(clock=clock, options=RouterOptions(workers=1))
+    router.route_pending()
+    router.close()
+    candidate = apply_config(CHANGED, candidate=True)
+
+    response = admin.get(
+        reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, **htmx("candidate-impact")
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.lstrip().startswith('<section id="candidate-impact"')
+    assert "<strong>1</strong> of the 2 latest Events" in page
+    assert "<strong>drop → unmatched</strong>: 1 Event" in page
+    assert "<h4>Live</h4>" in page and f"<h4>Candidate {candidate.pk}</h4>" in page
+
+    bad = admin.get(
+        reverse("candidate-impact", args=[candidate.pk]), {"events": "20000"}, **htmx("candidate-impact")
+    )
+    assert bad.status_code == 400 and "events" in bad.content.decode()
+
+
+def test_i10p4_apply_from_the_page_makes_the_next_generation_with_the_actor(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+
+    response = admin.post(reverse("candidate-apply", args=[candidate.pk]), {"expected_live": "1"})
+
+    generation = live_generation()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("config-list") + f"?generation={generation.pk}#document"
+    assert (generation.number, generation.created_by, generation.document) == (2, "ada", CHANGED)
+    assert not candidates().exists()
+
+
+def test_i10p4_apply_with_a_stale_diff_is_refused_409_in_place(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    apply_config()
+
+    response = admin.post(
+        reverse("candidate-apply", args=[candidate.pk]), {"expected_live": "1"}, **htmx("candidate-actions")
+    )
+
+    assert response.status_code == 409
+    assert "the live configuration is generation 2 now, not 1" in response.content.decode()
+    assert live_generation().number == 2 and candidates().count() == 1
+
+
+def test_i10p4_discard_from_the_page(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    response = admin.post(reverse("candidate-discard", args=[candidate.pk]), **htmx("candidate-actions"))
+    assert response.status_code == 200 and response["HX-Redirect"] == reverse("setup")
+    assert not candidates().exists()
+    assert admin.get(reverse("candidate-detail", args=[candidate.pk])).status_code == 404
+
+
+def test_i10p4_the_candidate_pages_queries_do_not_grow_with_history(admin, clock):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    url = reverse("candidate-detail", args=[candidate.pk])
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin.get(url).status_code == 200
+        return len(captured.captured_queries)
+
+    def accept(count: int, start: int) -> None:
+        for n in range(start, start + count):
+            payload = {
+                "specversion": "1.0",
+                "id": f"h{n}",
+                "source": "mon",
+                "type": "x.ping",
+                "scope": "acme",
+            }
+            event_accept(payload=payload, clock=clock)
+
+    accept(2, 0)
+    few = queries()
+    accept(30, 2)
+    assert queries() == few
