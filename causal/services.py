@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey
+from conduit_site import wakeup
 
 # Acceptance order is the commit order: on PostgreSQL a sequence value is taken before
 # commit, so two concurrent acceptances could commit out of seq order and a router could
@@ -100,11 +101,17 @@ def assert_in_tx() -> None:
 
 
 def acceptance_lock_in_tx() -> None:
-    """Serialise acceptance so that seq order is commit order (no-op on SQLite)."""
+    """Serialise acceptance so that seq order is commit order (SQLite's writers are serial
+    already), and wake the route loops when the transaction commits (``conduit_site.wakeup``:
+    on PostgreSQL a notification in the same statement, so acceptance pays no extra round trip)."""
     assert_in_tx()
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ACCEPT_LOCK_ID])
+            cursor.execute(
+                f"SELECT pg_advisory_xact_lock(%s), {wakeup.pg_notify_sql(wakeup.ACCEPTED)}", [ACCEPT_LOCK_ID]
+            )
+    else:
+        wakeup.notify_on_commit(wakeup.ACCEPTED)
 
 
 def event_row(envelope: Envelope, *, parent: Event | None, accepted_at: datetime, accepted_by: str) -> Event:

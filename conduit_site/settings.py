@@ -56,9 +56,11 @@ ALLOWED_HOSTS = env_list(
 )
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+# Not "daphne": its app imports twisted (about 0.3 s) in every process only to override
+# runserver; `manage.py serve` runs daphne itself, and other commands never need it.
 INSTALLED_APPS = [
-    "daphne",
-    "django.contrib.admin",
+    # The admin modules load with the URLconf (conduit_site/urls.py), not in every command.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 
@@ -82,8 +82,15 @@ class StepResult:
 class RouteLoop:
     """Runs router passes; owns the handler pool across generations."""
 
-    def __init__(self, *, clock: Clock, options: RouterOptions | None = None) -> None:
+    def __init__(
+        self, *, clock: Clock, options: RouterOptions | None = None, heartbeat_every: float = 0.0
+    ) -> None:
+        """``heartbeat_every``: seconds between heartbeats while nothing changes (0: every
+        pass). A loop woken by every acceptance runs many short passes; a heartbeat each would
+        be one more commit each (doctor calls a loop stale after a minute)."""
         self.clock = clock
+        self.heartbeat_every = timedelta(seconds=heartbeat_every)
+        self._last_beat: tuple[datetime, str] | None = None
         self.options = options or RouterOptions.from_settings()
         self.owner = loop_identity()
         self.pool = HandlerPool(workers=self.options.workers, max_abandoned=self.options.max_abandoned)
@@ -170,12 +177,18 @@ class RouteLoop:
         return True
 
     def _heartbeat(self, generation: str, *, failing: dict | None = None) -> None:
+        now = self.clock()
+        if failing is None and self._last_beat is not None:
+            at, beat_generation = self._last_beat
+            if beat_generation == generation and not self.failures.count and now - at < self.heartbeat_every:
+                return
+        self._last_beat = (now, generation) if failing is None else None
         with transaction.atomic():
             kv_put_in_tx(
                 namespace=HEARTBEATS_NAMESPACE,
                 key=self.owner,
                 value={
-                    "at": self.clock().isoformat(),
+                    "at": now.isoformat(),
                     "generation": generation,
                     "passes": self.passes,
                     "routed": self.routed_total,

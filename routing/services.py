@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Max, Subquery
 
 from causal.clock import Clock
 from causal.models import Event
@@ -143,11 +143,17 @@ def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) 
     A retry of an Event already accepted is not refused: it is acknowledged as the
     duplicate it is, whatever the configuration says now.
     """
-    live = live_generation()
     paths = {envelope.scope for envelope in envelopes}
-    known: set[str] = set()
-    if live is not None:
-        known = set(Scope.objects.filter(generation=live, path__in=paths).values_list("path", flat=True))
+    # One query on the way of every acceptance: the scopes of the newest applied generation.
+    live_pk = Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").values("pk")[:1]
+    known = set(
+        Scope.objects.filter(generation_id=Subquery(live_pk), path__in=paths)
+        .order_by()
+        .values_list("path", flat=True)
+    )
+    if all(envelope.scope in known for envelope in envelopes):
+        return
+    live = live_generation()
     errors = []
     for index, envelope in enumerate(envelopes):
         if envelope.scope in known:

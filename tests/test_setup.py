@@ -31,6 +31,7 @@ from routing.management.commands.serve import Child, Supervisor, clean_stop, url
 from routing.models import RouteRecord
 from routing.services import event_accept
 from tests.routing.factories import UserFactory, apply_config
+from tests.support import child_env
 
 ROOT = Path(settings.BASE_DIR)
 FIND_PYTHON = ROOT / "scripts" / "find-python"
@@ -328,6 +329,8 @@ def test_serve_fails_clearly_when_route_loop_is_missing(monkeypatch):
         (["--port", "70000"], "--port: must be between 1 and 65535, got 70000"),
         (["--host", " "], "--host: must not be empty"),
         (["--stop-timeout", "0"], "--stop-timeout: must be positive"),
+        (["--workers", "0"], "--workers: must be at least 1, got 0"),
+        (["--workers", "2", "--host", "::1"], "--workers: several web server processes need an IPv4 --host"),
     ],
 )
 def test_serve_refuses_bad_arguments_naming_them(args, message):
@@ -342,6 +345,36 @@ def test_serve_refuses_a_port_already_in_use():
         port = busy.getsockname()[1]
         with pytest.raises(CommandError, match=f"cannot listen on 127.0.0.1:{port}"):
             call_command("serve", "--no-router", "--port", str(port))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issue12_1_serve_workers_share_one_port(tmp_path):
+    """``serve --workers 2`` runs two daphne processes accepting on one listening socket; both
+    answer, and a stop signal stops them both cleanly."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--no-router", "--workers", "2", "--port", str(port)],
+        cwd=ROOT,
+        env=child_env(CONDUIT_VAR_DIR=str(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "Conduit console" in server.stdout.readline()
+        daphnes = subprocess.run(
+            ["pgrep", "-P", str(server.pid), "-f", "daphne"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert len(daphnes) == 2
+        for _ in range(4):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/openapi.json", timeout=30) as answer:
+                assert answer.status == 200
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, err
 
 
 def test_serve_fails_clearly_when_the_database_cannot_be_read():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from routing.config.problems import ConfigProblem
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_NODES = 50_000
@@ -55,6 +56,10 @@ class _Reader:
 
     def load(self, text: str) -> Any:
         """The document's data, or ``None`` after recording why it cannot be read."""
+        # PyYAML is imported by what reads documents only, not by every reader of the
+        # configuration (the CLI's start-up, the API).
+        import yaml
+
         try:
             loader = yaml.SafeLoader(text)
         except yaml.reader.ReaderError as exc:
@@ -96,6 +101,8 @@ class _Reader:
         self.problems.append(ConfigProblem(place or "document", message, line))
 
     def _build(self, loader: yaml.SafeLoader, node: yaml.Node, place: str) -> Any:
+        import yaml
+
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _TooLarge
@@ -147,6 +154,8 @@ class _Reader:
     def _tag_allowed(self, node: yaml.Node, place: str) -> bool:
         """Whether the node's tag is in the core schema for its kind; records the problem
         with the node's line when not (``!!python/object/apply:…``, ``!!set``, ``!custom``)."""
+        import yaml
+
         if isinstance(node, yaml.MappingNode):
             allowed = node.tag == _MAP_TAG
         elif isinstance(node, yaml.SequenceNode):
@@ -165,6 +174,8 @@ class _Reader:
     def _merges_allowed(self, node: yaml.MappingNode, place: str, seen: set[int]) -> bool:
         """Check the tags of what ``<<`` merge keys bring in before they are flattened into
         ``node`` (their own tags would be lost there)."""
+        import yaml
+
         if id(node) in seen:
             return True  # a recursive merge: flatten_mapping reports it
         seen.add(id(node))

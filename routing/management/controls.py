@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from causal.models import Event
-from routing import controls
+
+if TYPE_CHECKING:
+    from routing import controls
 
 CLI_ACTOR = "cli"
 
@@ -64,12 +66,17 @@ def reroute_arguments(parser: CommandParser) -> None:
 
 def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Skip an unrouted Event: route it as skipped without asking its routes."""
+    # The controls import the router: only the subcommands that use them pay for it.
+    from routing import controls
+
     _run(command, options, controls.event_skip)
 
 
 def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Reroute an Event: forget an unrouted one's failures, or accept a copy of a failed or
     skipped one."""
+    from routing import controls
+
     _run(command, options, controls.event_reroute)
 
 
@@ -90,6 +97,8 @@ def cli_actor(username: str | None) -> str:
 def _run(
     command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
 ) -> None:
+    from routing import controls
+
     as_json = options["json"]
     seq = options["seq"]
     actor = cli_actor(options["as_user"])

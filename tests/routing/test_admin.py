@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.apps import apps
 from django.contrib import admin
-from django.urls import reverse
+from django.urls import get_resolver, reverse
 
 from routing.admin_tokens import ApiTokenAdmin
 from routing.models import ApiToken
@@ -15,6 +15,12 @@ from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserF
 from tests.worklife.factories import IntentFactory, WorkInputFactory
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def urlconf_loaded():
+    """The admin modules are discovered with the URLconf (SimpleAdminConfig), as in a server."""
+    get_resolver().url_patterns  # noqa: B018 - importing the URLconf registers the admin
 
 
 @pytest.fixture

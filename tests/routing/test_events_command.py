@@ -304,3 +304,31 @@ def test_i9_4_events_accept_refuses_identities_the_system_writes(acme):
     refused(
         "-", stdin=json.dumps(cloud_event(source="conduit.work/9")), field_text="source: sources starting"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issue12_5_events_get_imports_neither_daphne_nor_twisted():
+    """``events get`` imports what it needs when it needs it: the web server (daphne, twisted,
+    autobahn) and the YAML parser stay out of a command that only reads an Event."""
+    live_scopes("acme")
+    accept("-", stdin=json.dumps(cloud_event(id="startup-1")))
+    seq = Event.objects.get().seq
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "manage.py", "events", "get", str(seq)],
+        capture_output=True,
+        text=True,
+        cwd=Path(settings.BASE_DIR),
+        env={**os.environ, "DATABASE_URL": database_url()},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"#{seq} "), done.stdout
+    imported = {
+        line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "routing.selectors" in imported  # the importtime report is there to read
+    top_level = {name.split(".")[0] for name in imported}
+    assert not top_level & {"daphne", "twisted", "autobahn", "yaml"}, sorted(
+        top_level & {"daphne", "twisted", "autobahn", "yaml"}
+    )

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from causal.clock import system_clock
 from causal.models import KV, Event, RouteState
-from routing.loop import HEARTBEATS_NAMESPACE
+from routing.loop import HEARTBEATS_NAMESPACE, RouteLoop
 from routing.services import events_accept
 from tests.routing.routerkit import MATCH_ONLY, apply, conversation_payloads
 from tests.support import child_env, manage_command
@@ -90,3 +90,69 @@ def test_d3_sigterm_stops_the_loop_gracefully():
             proc.kill()
     assert proc.returncode == 0, err
     assert "route_loop stopped" in out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issue12_4_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
+    """A loop waiting out a 30 s poll interval routes a new Event within seconds: the
+    acceptance's commit wakes it (LISTEN/NOTIFY on PostgreSQL, a local socket on SQLite)."""
+    apply(system_clock, MATCH_ONLY)
+    proc = subprocess.Popen(
+        manage_command("route_loop", "--poll-interval", "30"),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # The heartbeat ends the first (empty) pass: what is accepted next, only a wake-up or
+        # the poll interval 30 s later can bring to the loop.
+        while not KV.objects.filter(namespace=HEARTBEATS_NAMESPACE).exists():
+            assert time.monotonic() < deadline, "the loop recorded no heartbeat"
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        events_accept(payloads=conversation_payloads(3, 1), clock=system_clock)
+        accepted = time.monotonic()
+        while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
+            assert time.monotonic() - accepted < 10, "not routed within 10 s of acceptance: no wake-up"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "route_loop stopped" in out
+
+
+@pytest.mark.django_db
+def test_issue12_4_a_woken_loop_beats_once_per_interval_unless_something_changes(clock):
+    """Many short passes (one per acceptance) write one heartbeat per ``heartbeat_every``; a
+    new generation or a failing pass is written at once."""
+    apply(clock, MATCH_ONLY)
+    loop = RouteLoop(clock=clock, heartbeat_every=5.0)
+    try:
+        loop.step()
+        first = KV.objects.get(namespace=HEARTBEATS_NAMESPACE)
+        events_accept(payloads=conversation_payloads(3, 1), clock=clock)
+        clock.advance(seconds=1)
+        assert loop.step().settled == 3
+        assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value == first.value
+
+        clock.advance(seconds=4)
+        loop.step()
+        assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value["routed"] == 3
+
+        loop.pass_failed(RuntimeError("boom"))
+        assert (
+            KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value["failing"]["error"] == "RuntimeError: boom"
+        )
+        loop.step()  # the next pass that goes through clears it at once
+        assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value["failing"] is None
+
+        apply(clock, MATCH_ONLY.replace('"c.*"', '"c.x*"'))
+        loop.step()
+        assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value["generation"] == "2"
+    finally:
+        loop.close()

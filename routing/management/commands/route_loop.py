@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, reset_queries
 
 from causal.clock import system_clock
+from conduit_site.wakeup import ACCEPTED, Listener
 from routing.loop import RouteLoop
 from routing.management.loops import install_graceful_stop, restore_signals
 from routing.router import RouterOptions
@@ -47,7 +48,13 @@ class Command(BaseCommand):
             "--poll-interval",
             type=float,
             default=0.5,
-            help="Seconds to wait between passes when nothing is routable. Default 0.5.",
+            help="Seconds to wait between passes when nothing is routable; an acceptance wakes the "
+            "loop sooner (PostgreSQL LISTEN/NOTIFY, or a local socket beside SQLite). Default 0.5.",
+        )
+        parser.add_argument(
+            "--no-wakeup",
+            action="store_true",
+            help="Do not listen for acceptances: find new Events by polling only.",
         )
         parser.add_argument(
             "--workers", type=int, default=4, help="Threads that run route handlers. Default 4."
@@ -66,7 +73,9 @@ class Command(BaseCommand):
             workers=options["workers"],
         )
         stop = threading.Event()
-        loop = RouteLoop(clock=system_clock, options=router_options)
+        # Run forever, the loop is woken for every acceptance: one heartbeat a second at most.
+        forever = not (options["once"] or options["drain"])
+        loop = RouteLoop(clock=system_clock, options=router_options, heartbeat_every=1.0 if forever else 0.0)
         previous = install_graceful_stop(stop)
         try:
             if options["once"]:
@@ -74,7 +83,12 @@ class Command(BaseCommand):
             elif options["drain"]:
                 self._drain(loop, stop)
             else:
-                self._forever(loop, stop, options["poll_interval"])
+                listener = None if options["no_wakeup"] else Listener(ACCEPTED)
+                try:
+                    self._forever(loop, stop, options["poll_interval"], listener)
+                finally:
+                    if listener is not None:
+                        listener.close()
         finally:
             loop.close()
             restore_signals(previous)
@@ -109,7 +123,11 @@ class Command(BaseCommand):
         left = loop.backlog()
         self.stdout.write(f"drained: {done} Events routed, {left} unrouted left")
 
-    def _forever(self, loop: RouteLoop, stop: threading.Event, poll_interval: float) -> None:
+    def _forever(
+        self, loop: RouteLoop, stop: threading.Event, poll_interval: float, listener: Listener | None
+    ) -> None:
+        # Listening starts before the first pass: an acceptance committed while a pass runs
+        # leaves its wake-up pending, and the next wait returns at once.
         self.stdout.write(f"route_loop {loop.owner} started")
         while not stop.is_set():
             _refresh_connections()
@@ -122,7 +140,10 @@ class Command(BaseCommand):
             finally:
                 reset_queries()
             if result.empty or result.settled == 0:
-                stop.wait(poll_interval)
+                if listener is not None:
+                    listener.wait(poll_interval, stop)
+                else:
+                    stop.wait(poll_interval)
         self.stdout.write("route_loop stopped")
 
     def _report(self, result) -> None:

@@ -37,6 +37,8 @@ class Child:
     name: str
     argv: list[str]
     process: subprocess.Popen | None = None
+    # Descriptors the child inherits (the listening socket daphne workers share).
+    pass_fds: tuple[int, ...] = ()
     returncode: int | None = field(default=None)
     signalled: bool = False
 
@@ -84,6 +86,29 @@ def ensure_can_listen(host: str, port: int) -> None:
             raise CommandError(
                 f"--host/--port: cannot listen on {host}:{port}: {error.strerror or error}"
             ) from error
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port`` that several daphne processes accept on (the
+    kernel hands each connection to one of them)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise CommandError(
+            f"--host/--port: cannot listen on {host}:{port}: {error.strerror or error}"
+        ) from error
+    listener.listen(1024)
+    listener.set_inheritable(True)
+    return listener
+
+
+def fd_endpoint(listener: socket.socket) -> str:
+    """The twisted endpoint string with which daphne serves on an inherited listening socket
+    (its ``fd`` endpoint adopts IPv4 sockets only)."""
+    return f"fd:fileno={listener.fileno()}"
 
 
 def is_loopback(host: str) -> bool:
@@ -163,6 +188,13 @@ class Command(BaseCommand):
             help="Attempts the work_loop runs at once (manage.py work_loop --slots). Default 8.",
         )
         parser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="Web server processes (daphne) sharing one listening socket; each runs the "
+            "console and the API, so requests are served in parallel. Default 1.",
+        )
+        parser.add_argument(
             "--stop-timeout",
             type=float,
             default=10.0,
@@ -178,6 +210,12 @@ class Command(BaseCommand):
             raise CommandError(f"--port: must be between 1 and 65535, got {port}")
         if options["slots"] < 1:
             raise CommandError(f"--slots: must be at least 1, got {options['slots']}")
+        if options["workers"] < 1:
+            raise CommandError(f"--workers: must be at least 1, got {options['workers']}")
+        if options["workers"] > 1 and ":" in host:
+            raise CommandError(
+                "--workers: several web server processes need an IPv4 --host (daphne adopts IPv4 sockets only)"
+            )
         if options["stop_timeout"] <= 0:
             raise CommandError(f"--stop-timeout: must be positive, got {options['stop_timeout']}")
         with_router = not options["no_router"]
@@ -192,12 +230,24 @@ class Command(BaseCommand):
         if debug_warning:
             self.stderr.write(debug_warning)
 
-        children = [
-            Child(
-                name="daphne",
-                argv=[sys.executable, "-m", "daphne", "-b", host, "-p", str(port), ASGI_APPLICATION],
-            )
-        ]
+        listener = None
+        if options["workers"] == 1:
+            children = [
+                Child(
+                    name="daphne",
+                    argv=[sys.executable, "-m", "daphne", "-b", host, "-p", str(port), ASGI_APPLICATION],
+                )
+            ]
+        else:
+            listener = listening_socket(host, port)
+            children = [
+                Child(
+                    name=f"daphne-{number}",
+                    argv=[sys.executable, "-m", "daphne", "-e", fd_endpoint(listener), ASGI_APPLICATION],
+                    pass_fds=(listener.fileno(),),
+                )
+                for number in range(1, options["workers"] + 1)
+            ]
         if with_router:
             children.append(
                 Child(
@@ -222,9 +272,13 @@ class Command(BaseCommand):
                     ],
                 )
             )
-        returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"], env=debug_env).run(
-            url=url_for(host, port), probe=(probe_host(host), port)
-        )
+        try:
+            returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"], env=debug_env).run(
+                url=url_for(host, port), probe=(probe_host(host), port)
+            )
+        finally:
+            if listener is not None:
+                listener.close()
         if returncode:
             raise CommandError("stopped because a child process failed (see above)", returncode=returncode)
 
@@ -306,6 +360,7 @@ class Supervisor:
             process_group=0,
             # preexec_fn is unsafe only with threads; serve starts none.
             preexec_fn=_die_with_parent if linux else None,
+            pass_fds=child.pass_fds,
         )
 
     def _sleep(self, seconds: float) -> None:
