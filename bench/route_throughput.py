@@ -100,8 +100,8 @@ def route_all(batch_size: int) -> tuple[float, int, int]:
 
     from causal.clock import system_clock
     from causal.models import Event, RouteState
+    from routing.engine.options import RouterOptions
     from routing.loop import RouteLoop
-    from routing.router import RouterOptions
 
     statements = 0
 

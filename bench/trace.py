@@ -90,12 +90,12 @@ def payloads(events: int, routes: int) -> list[dict]:
 
 def run(args: argparse.Namespace) -> None:
     from causal.clock import system_clock
-    from routing.config import load_configuration
+    from routing.config.selectors import load_configuration
+    from routing.engine.options import RouterOptions
     from routing.extension import freeze
     from routing.impact import impact_preview
     from routing.loop import RouteLoop
     from routing.registry import handler_class
-    from routing.router import RouterOptions
     from routing.services import config_apply, config_candidate, events_accept
     from routing.trace import trace
 

@@ -534,22 +534,37 @@ class Causal:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def would_refuse(self, *, parent: Event | None) -> Refusal | None:
+    def would_refuse(self, *, parent: Event | None, pending: int = 0) -> Refusal | None:
         """What deriving a child of ``parent`` now would be refused for, or ``None``.
 
-        A dry run for traces: it reads what derivation reads, and writes and locks nothing.
+        A dry run for traces and for the router's settlement: it reads what derivation reads,
+        and writes and locks nothing. ``pending`` counts derived Events of the same root the
+        caller plans to accept before this one (in the same transaction), each spending a token.
         """
         row = self._parent_row(parent)
         if isinstance(row, Refusal):
             return row
+        return self.would_refuse_child(
+            parent_seq=row.seq, root_seq=row.root_seq, depth=row.depth, pending=pending
+        )
+
+    def would_refuse_child(
+        self, *, parent_seq: int, root_seq: int | None, depth: int, pending: int = 0
+    ) -> Refusal | None:
+        """:meth:`would_refuse` for a parent given by its ancestry; ``root_seq`` ``None`` is a
+        parent not accepted yet that would be a root (a trace's hypothetical Event): it has no
+        pin and no spent token."""
+        parent = Event(seq=parent_seq, root_id=root_seq if root_seq != parent_seq else None, depth=depth)
         minute = minute_start(self.now())
-        pin, bucket = _read_pin_and_bucket(row.root_seq, minute, lock=False)
-        limits = pin_from_value(row.root_seq, pin.value).limits if pin is not None else self.limits
-        refusal = _depth_refusal(parent=row, root_seq=row.root_seq, limits=limits)
-        if refusal is None and _bucket_count(bucket) >= limits.rate_per_minute:
-            refusal = _rate_refusal(
-                parent=row, root_seq=row.root_seq, limits=limits, minute=minute, count=_bucket_count(bucket)
-            )
+        pin = bucket = None
+        if root_seq is not None:
+            pin, bucket = _read_pin_and_bucket(root_seq, minute, lock=False)
+        root = root_seq if root_seq is not None else parent_seq
+        limits = pin_from_value(root, pin.value).limits if pin is not None else self.limits
+        refusal = _depth_refusal(parent=parent, root_seq=root, limits=limits)
+        count = _bucket_count(bucket) + pending
+        if refusal is None and count >= limits.rate_per_minute:
+            refusal = _rate_refusal(parent=parent, root_seq=root, limits=limits, minute=minute, count=count)
         return refusal
 
     def limits_for(self, root_seq: int) -> Limits:

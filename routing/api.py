@@ -11,7 +11,7 @@ from causal.models import Event
 from causal.selectors import event_get
 from routing import services
 from routing.api_auth import ApiError, api_view, request_json
-from routing.config import GenerationNotFound
+from routing.config.problems import GenerationNotFound
 from routing.openapi import openapi_schema
 from routing.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.selectors import event_route as event_route_get

@@ -19,7 +19,9 @@ from routing.candidates import (
     candidate_get,
     effective_tree,
 )
-from routing.config import MAX_DOCUMENT_BYTES, ConfigInvalid, load_configuration
+from routing.config.problems import ConfigInvalid
+from routing.config.reader import MAX_DOCUMENT_BYTES
+from routing.config.selectors import load_configuration
 from routing.impact import ImpactInvalid, impact_preview
 from routing.models import Generation
 from routing.roles import APPLY_CONFIGURATION, VIEW_EVENT

@@ -17,13 +17,8 @@ from typing import Any
 from django.db import transaction
 
 from causal.clock import Clock
-from routing.config import (
-    Configuration,
-    EffectiveScope,
-    effective_scope_as_dict,
-    live_generation,
-    load_configuration,
-)
+from routing.config.effective import Configuration, EffectiveScope, effective_scope_as_dict
+from routing.config.selectors import live_generation, load_configuration
 from routing.models import Generation, GenerationKind
 from routing.services import config_apply
 

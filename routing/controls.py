@@ -45,13 +45,14 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from causal.clock import Clock
-from causal.models import KV, Event, RouteState
+from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE, KeysetPage, keyset_page
 from causal.services import Envelope, event_accept_in_tx
-from routing.config import live_generation
+from routing.config.selectors import live_generation
+from routing.engine.claims import COMMIT_LOCK_ID
+from routing.engine.failures import RouteFailure, failures_forget_in_tx, failures_read
 from routing.live import publish_routed
 from routing.models import Disposition, RouteRecord
-from routing.router import COMMIT_LOCK_ID, FAILURES_NAMESPACE
 from worklife.models import Attempt, CorrelationKey, Work
 
 logger = logging.getLogger("conduit.routing")
@@ -176,21 +177,21 @@ def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Contr
                 message=f"Event #{seq} is already {event.route_state}: only an unrouted Event can be skipped",
             )
         now = clock()
-        entry = _failure_entry_in_tx(seq)
+        failure = failures_read([seq]).get(seq)
         work_id = _explicit_work_in_tx(event)
         generation = _live_label()
         RouteRecord.objects.create(
             event=event,
             work_id=work_id,
             scope=event.scope,
-            route=str(entry.get("route", "")),
+            route=failure.route if failure else "",
             generation=generation,
             policy=Disposition.SKIPPED.value,
             reason=f"skipped by {by}",
             disposition=Disposition.SKIPPED,
             keys=list(event.correlation or []),
-            error=str(entry.get("error", "")),
-            attempts=int(entry.get("count", 0)),
+            error=failure.error if failure else "",
+            attempts=failure.count if failure else 0,
             decided_at=now,
             decided_by=by,
         )
@@ -203,7 +204,7 @@ def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Contr
             claimed_by="",
             claimed_until=None,
         )
-        _forget_failures_in_tx(seq)
+        failures_forget_in_tx([seq])
         control = _control_event_in_tx(
             SKIP_EVENT, event, by=by, clock=clock, work_id=work_id, generation=generation
         )
@@ -217,8 +218,8 @@ def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Contr
         control_seq=control.seq,
         by=by,
         work_id=work_id,
-        failures=int(entry.get("count", 0)),
-        last_error=str(entry.get("error", "")),
+        failures=failure.count if failure else 0,
+        last_error=failure.error if failure else "",
     )
     _log(result)
     return result
@@ -239,12 +240,12 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
     with transaction.atomic():
         event = _locked_event_in_tx(seq)
         state = event.route_state
-        entry: dict[str, Any] = {}
+        failure: RouteFailure | None = None
         copy: Event | None = None
         if state == RouteState.UNROUTED:
-            entry = _failure_entry_in_tx(seq)
+            failure = failures_read([seq]).get(seq)
             work_id = _explicit_work_in_tx(event)
-            _forget_failures_in_tx(seq)
+            failures_forget_in_tx([seq])
             Event.objects.filter(seq=seq).update(
                 retry_at=None,
                 waiting_on=None,
@@ -276,8 +277,8 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
         by=by,
         work_id=work_id,
         copy_seq=copy.seq if copy is not None else None,
-        failures=int(entry.get("count", 0)),
-        last_error=str(entry.get("error", "")),
+        failures=failure.count if failure else 0,
+        last_error=failure.error if failure else "",
     )
     _log(result)
     return result
@@ -351,17 +352,6 @@ def _locked_event_in_tx(seq: int) -> Event:
         return Event.objects.select_for_update().get(seq=seq)
     except Event.DoesNotExist:
         raise Event.DoesNotExist(f"no Event has seq {seq}") from None
-
-
-def _failure_entry_in_tx(seq: int) -> dict[str, Any]:
-    value = (
-        KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(seq)).values_list("value", flat=True).first()
-    )
-    return value if isinstance(value, dict) else {}
-
-
-def _forget_failures_in_tx(seq: int) -> None:
-    KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(seq)).delete()
 
 
 def _explicit_work_in_tx(event: Event) -> int | None:

@@ -19,7 +19,7 @@ from routing.evaluate import Evaluation
 from routing.extension import EventSnapshot
 
 if TYPE_CHECKING:
-    from routing.config import EffectiveScope
+    from routing.config.effective import EffectiveScope
 
 
 class Effect:

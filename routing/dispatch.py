@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from causal.clock import Clock
-from routing.config import Configuration, find_generation, live_generation, load_configuration
+from routing.config.effective import Configuration
+from routing.config.selectors import find_generation, live_generation, load_configuration
 from routing.decide import addressed_binding
+from routing.engine.world import read_work_views
 from routing.models import Generation
-from routing.router import read_work_views
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.models import Attempt
 from worklife.services import AttemptSpec, WorkError, attempt_start, attempts_start_in_tx

@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import BigIntegerField, Count, Q
-from django.db.models.functions import Cast
+from django.db.models import Count, Q
 
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
+from routing.engine.failures import failures_keep_failing, failures_read
 from routing.loop import HEARTBEATS_NAMESPACE
-from routing.router import FAILURES_NAMESPACE
 from routing.serializers import timestamp
 from worklife.selectors import WorkLoopHeartbeat, work_loop_heartbeats, work_parked, work_runnable
 
@@ -338,11 +337,7 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
     with their failure counts, last error code, next retry and what they wait behind (R23).
     Three queries."""
     cutoff = now - UNROUTED_AFTER
-    keeps_failing = (
-        KV.objects.filter(namespace=FAILURES_NAMESPACE, value__count__gte=KEEPS_FAILING)
-        .annotate(seq=Cast("key", BigIntegerField()))
-        .values("seq")
-    )
+    keeps_failing = failures_keep_failing(KEEPS_FAILING)
     # "Not accepted since the cutoff" rather than "accepted before it": SQLite would otherwise
     # answer the OR from two indexes, walking the accepted_at index over all history, instead
     # of the few unrouted Events (the partial unrouted index).
@@ -359,14 +354,10 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
             "seq", "type", "scope", "accepted_at", "retry_at", "waiting_on_id", "unrouted_reason"
         )[:limit]
     )
-    failures = dict(
-        KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=[str(row[0]) for row in rows]).values_list(
-            "key", "value"
-        )
-    )
+    failures = failures_read(row[0] for row in rows)
     items = []
     for seq, type_, scope, accepted_at, retry_at, waiting_on, reason in rows:
-        entry = failures.get(str(seq)) or {}
+        failure = failures.get(seq)
         items.append(
             StuckEvent(
                 seq=seq,
@@ -374,9 +365,9 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
                 scope=scope,
                 accepted_at=accepted_at,
                 age_seconds=(now - accepted_at).total_seconds(),
-                failures=int(entry.get("count", 0)),
-                last_code=str(entry.get("code", "")),
-                last_error=first_line(str(entry.get("error", ""))),
+                failures=failure.count if failure else 0,
+                last_code=failure.code if failure else "",
+                last_error=first_line(failure.error) if failure else "",
                 retry_at=retry_at,
                 waiting_on=waiting_on,
                 reason=reason,

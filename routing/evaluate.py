@@ -22,7 +22,7 @@ logger = logging.getLogger("conduit.routing")
 
 if TYPE_CHECKING:
     from causal.models import Event
-    from routing.config import EffectiveRoute, EffectiveScope
+    from routing.config.effective import EffectiveRoute, EffectiveScope
 
 
 class Verdict:

@@ -16,7 +16,7 @@ from typing import Any
 from causal.clock import Clock
 from causal.models import Event
 from routing.candidates import configuration_diff
-from routing.config import live_generation, load_configuration
+from routing.config.selectors import live_generation, load_configuration
 from routing.decide import MANUAL_SOURCE
 from routing.envelopes import raw_envelope
 from routing.models import Generation, GenerationKind

@@ -269,7 +269,10 @@ SCHEMAS: dict[str, Any] = {
             "scope": {"type": "string"},
             "effect": {
                 "type": "string",
-                "description": "start, queue, inject, interrupt, held, drop, wake, unmatched, conflict or error.",
+                "description": "What routing records as the policy (start, queue, inject, interrupt, held, "
+                "drop, wake, unmatched, or failed when it gives up), or why the Event stays unrouted "
+                "(error: a failure counted and retried; waiting: behind earlier input; conflict), or "
+                "duplicate (its source and id are already accepted: nothing is stored).",
             },
             "reason": {"type": "string"},
             "work": {"type": ["integer", "null"]},
@@ -294,6 +297,22 @@ SCHEMAS: dict[str, Any] = {
             "refusals": {"type": "array", "items": {"type": "object"}},
             "error": {"type": "string"},
             "notes": {"type": "array", "items": {"type": "string"}},
+            "state": {
+                "type": "string",
+                "enum": ["routed", "failed", "unrouted", "duplicate"],
+                "description": "The route state routing leaves the Event in.",
+            },
+            "unrouted_reason": {
+                "type": ["string", "null"],
+                "description": "The reason routing stores on an unrouted Event; null: left as it is.",
+            },
+            "waiting_on": {"type": ["integer", "null"], "description": "The earlier Event it waits behind."},
+            "retry_at": {"type": ["string", "null"], "format": "date-time"},
+            "attempts": {"type": "integer", "description": "Route failures counted, this one included."},
+            "event": {
+                "type": ["integer", "null"],
+                "description": "The accepted Event traced, or the one a duplicate repeats.",
+            },
         },
     },
     "EventRoute": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Q, QuerySet, Subquery
 
-from causal.models import KV, Event, RouteState
+from causal.models import Event, RouteState
 from causal.selectors import (
     COUNT_CAP,
     PAGE_SIZE,
@@ -26,8 +26,11 @@ from causal.selectors import (
     keyset_page,
     unrouted_event_count,
 )
-from routing.config import live_generation
+from routing.config.selectors import live_generation
 from routing.converters import MAX_ID
+
+# Light: the failures module, not the router (reading routes loads neither it nor the decision).
+from routing.engine.failures import RouteFailure, failures_read
 from routing.models import ApiToken, Disposition, Generation, GenerationKind, RouteRecord, Scope
 from worklife.selectors import work_counts
 
@@ -124,34 +127,6 @@ def api_tokens_list(*, username: str | None = None, include_revoked: bool = Fals
 
 # The most Events one list reads (``events list --limit``).
 MAX_LIST_LIMIT = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class RouteFailure:
-    """A counted route failure of an unrouted Event (KV ``core.routing.failures``, R13)."""
-
-    code: str
-    route: str
-    error: str
-    count: int
-    first_failed_at: datetime | None
-    last_failed_at: datetime | None
-    backoff_until: datetime | None
-    generation: str
-
-    @classmethod
-    def from_entry(cls, entry: Mapping[str, Any]) -> RouteFailure:
-        """The failure a KV entry's value holds (times stored as ISO 8601 text)."""
-        return cls(
-            code=str(entry.get("code", "")),
-            route=str(entry.get("route", "") or ""),
-            error=str(entry.get("error", "") or ""),
-            count=int(entry.get("count", 0) or 0),
-            first_failed_at=_stored_time(entry.get("first_failed_at")),
-            last_failed_at=_stored_time(entry.get("last_failed_at")),
-            backoff_until=_stored_time(entry.get("backoff_until")),
-            generation=str(entry.get("generation", "") or ""),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,23 +288,11 @@ class EventRoutePage:
         return len(self.items)
 
 
-def route_failures(seqs: Iterable[int]) -> dict[int, RouteFailure]:
-    """The failures counted on these Events, by seq (one query; none for an empty list)."""
-    # The router module (and what it imports) only for the pages and commands that show failures.
-    from routing.router import FAILURES_NAMESPACE
-
-    keys = sorted({str(seq) for seq in seqs})
-    if not keys:
-        return {}
-    rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).values_list("key", "value")
-    return {int(key): RouteFailure.from_entry(value) for key, value in rows if isinstance(value, dict)}
-
-
 def event_routes(events: Sequence[Event]) -> list[EventRoute]:
     """Pair Events with their routes: the RouteRecord of a settled Event (which the caller's
     query must have joined: ``select_related("route_record")``) and the failure counted on
     an unrouted one. One query at most (the failures)."""
-    failures = route_failures(e.seq for e in events if not e.is_settled)
+    failures = failures_read(e.seq for e in events if not e.is_settled)
     return [
         EventRoute(
             event=e,
@@ -358,7 +321,7 @@ def event_chain_routes(seq: int) -> list[EventRoute]:
         r.event_id: r
         for r in RouteRecord.objects.select_related("work").filter(event_id__in=[e.seq for e in chain])
     }
-    failures = route_failures(e.seq for e in chain if e.route_state == RouteState.UNROUTED)
+    failures = failures_read(e.seq for e in chain if e.route_state == RouteState.UNROUTED)
     return [EventRoute(event=e, record=records.get(e.seq), failure=failures.get(e.seq)) for e in chain]
 
 

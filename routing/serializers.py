@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from causal.models import Event
 
 if TYPE_CHECKING:
+    from routing.engine.failures import RouteFailure
     from routing.models import RouteRecord
-    from routing.selectors import EventRoute, RouteFailure
+    from routing.selectors import EventRoute
     from worklife.models import Attempt, Work
 
 

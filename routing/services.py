@@ -23,7 +23,9 @@ from causal.services import (
     event_envelope,
     events_accept_in_tx,
 )
-from routing.config import ParsedDocument, live_generation, parse_document
+from routing.config.document import ParsedDocument
+from routing.config.selectors import live_generation
+from routing.config.validate import parse_document
 from routing.ingress import (
     BatchConflict,
     BatchInvalid,

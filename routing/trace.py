@@ -1,9 +1,11 @@
-"""Trace: a dry run of routing for a hypothetical Event (R37–R45).
+"""Trace: a dry run of routing for a hypothetical or an accepted Event (R37–R45).
 
-A trace reads what routing reads (the scope's effective routes and bindings, the owning
-Work, its active wait, earlier unrouted input) and calls the same code routing calls: the
-handlers on the handler pool (outside any transaction), then :func:`routing.decide.decide`
-on the world read the same way. It writes nothing. ``trace_candidate`` does the same against
+A trace runs what :meth:`routing.engine.router.Router.route` runs, writing nothing: the same window
+(the earlier unrouted input the Event waits behind), the same evaluation on the handler pool
+(an Event backing off is not asked about), and the same settlement
+(:mod:`routing.engine.settle`: deduplication, ordering, failure counting and giving up, the wake
+bridges and the causal limits' verdict on them), in a transaction that is rolled back. So the
+trace taken before routing is what routing records. ``trace_candidate`` does the same against
 a candidate configuration not yet applied; its generation reads ``candidate``.
 """
 
@@ -11,21 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
 from causal.clock import Clock
-from causal.models import Event
+from causal.models import Event, RouteState
 from causal.services import Envelope
-from routing.config import find_generation, live_generation
-from routing.decide import MANUAL_SOURCE, Decision, Effect, Reason
-from routing.evaluate import Evaluation, RouteVerdict
+from routing.config.selectors import find_generation, live_generation
+from routing.decide import MANUAL_SOURCE, Effect, Reason
+from routing.engine.options import RouterOptions
+from routing.engine.router import Router, build_router
+from routing.engine.settle import DUPLICATE, Settlement, duplicate
+from routing.evaluate import Evaluation, RouteVerdict, snapshots_isolated
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.ingress import EnvelopeInvalid, parse_envelope
-from routing.models import Generation, GenerationKind
-from routing.router import Router, RouterOptions, build_router
+from routing.models import Generation, GenerationKind, RouteRecord
 from routing.services import check_event_size
 
 TRACE_ID = "trace"
@@ -43,9 +48,24 @@ class TraceRefused(ValueError):
         return {"error": "invalid_trace", "field": self.field, "message": self.message}
 
 
+class TraceEffect:
+    """What a trace says happens, beside the decision effects (:class:`routing.decide.Effect`)
+    a settled Event records as its ``policy``: the Event stays unrouted, or is not stored."""
+
+    FAILED = "failed"  # routing gives up: the record's policy is ``failed`` (dead letter)
+    ERROR = "error"  # a route failure counted: the Event stays unrouted, retried after backoff
+    WAITING = "waiting"  # behind earlier unrouted input for the same target
+    CONFLICT = "conflict"  # conflicting identities: unrouted with the reason
+    DUPLICATE = DUPLICATE  # its (source, id) is already accepted: acceptance stores nothing
+
+
 @dataclass(frozen=True, slots=True)
 class TraceResult:
-    """What routing would do with the Event now, and why."""
+    """What routing would do with the Event now, and why.
+
+    ``state`` is the route state the Event is left in (``routed``, ``failed``, ``unrouted``,
+    or ``duplicate``); an unrouted one has the ``unrouted_reason`` routing stores, the Event it
+    waits behind and when it is retried."""
 
     generation: str
     scope: str
@@ -59,6 +79,12 @@ class TraceResult:
     refusals: tuple[dict, ...] = ()
     error: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    state: str = ""
+    unrouted_reason: str | None = None  # None: the Event's stored reason is left as it is
+    waiting_on: int | None = None
+    retry_at: datetime | None = None
+    attempts: int = 0
+    event: int | None = None  # the accepted Event traced (trace_event), or a duplicate's original
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +103,12 @@ class TraceResult:
             "refusals": list(self.refusals),
             "error": self.error,
             "notes": list(self.notes),
+            "state": self.state,
+            "unrouted_reason": self.unrouted_reason,
+            "waiting_on": self.waiting_on,
+            "retry_at": self.retry_at.isoformat() if self.retry_at else None,
+            "attempts": self.attempts,
+            "event": self.event,
         }
 
 
@@ -116,6 +148,59 @@ def trace_candidate(
     router = build_router(clock=clock, generation=candidate, options=options or RouterOptions(workers=1))
     try:
         return _trace(router, payload, operator=operator)
+    finally:
+        router.close()
+
+
+def trace_offered(
+    *,
+    payload: Any,
+    clock: Clock,
+    generation: str | None = None,
+    operator: bool = False,
+    options: RouterOptions | None = None,
+) -> TraceResult:
+    """Trace what an operator offers in the console: an Event whose ``(source, id)`` names an
+    accepted Event is that Event ("Trace this Event"): :func:`trace_event` says what routing
+    does (or did) with it, and a note that offering it again would store nothing; anything
+    else is traced as a hypothetical Event (:func:`trace`)."""
+    accepted = None
+    if (
+        isinstance(payload, dict)
+        and isinstance(payload.get("source"), str)
+        and isinstance(payload.get("id"), str)
+    ):
+        accepted = (
+            Event.objects.filter(source=payload["source"], envelope_id=payload["id"])
+            .values_list("seq", flat=True)
+            .first()
+        )
+    if accepted is None:
+        return trace(payload=payload, clock=clock, generation=generation, operator=operator, options=options)
+    result = trace_event(seq=accepted, clock=clock, generation=generation, options=options)
+    note = f"its source and id are accepted Event #{accepted}: this traces that Event (sent again, it would store nothing)"
+    return replace(result, notes=(note, *result.notes))
+
+
+def trace_event(
+    *, seq: int, clock: Clock, generation: str | None = None, options: RouterOptions | None = None
+) -> TraceResult:
+    """Trace an accepted Event: what routing it now would do (an unrouted Event), through the
+    same window, backoff and settlement as :meth:`routing.engine.router.Router.route`; for a settled
+    Event, what its RouteRecord says. Raises ``Event.DoesNotExist``."""
+    event = Event.objects.filter(seq=seq).only("seq", "route_state", "scope").first()
+    if event is None:
+        raise Event.DoesNotExist(f"no Event #{seq}")
+    target = find_generation(generation) if generation else live_generation()
+    if target is None:
+        raise TraceRefused("scope", "no configuration has been applied yet")
+    if event.is_settled:
+        return _recorded(event)
+    router = build_router(clock=clock, generation=target, options=options or RouterOptions(workers=1))
+    try:
+        snap = snapshots_isolated(Event.objects.filter(seq=seq))[0]
+        settlement, evaluation = router.simulate(snap)
+        return _result(router.configuration.label, snap.scope, settlement, evaluation, event=seq)
     finally:
         router.close()
 
@@ -183,12 +268,18 @@ def _trace(router: Router, payload: Any, *, operator: bool) -> TraceResult:
     envelope = _admitted(router, payload, operator=operator)
     label = router.configuration.label
     snap = _hypothetical(envelope)
-    evaluation = router.evaluate_one(snap)
-    # Read what routing reads, in a transaction that is rolled back: nothing is written.
+    accepted = (
+        Event.objects.filter(source=envelope.source, envelope_id=envelope.id)
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if accepted is not None:
+        # Acceptance would store nothing: no route is asked (deduplication, R5).
+        return _result(label, snap.scope, duplicate(snap.seq, accepted), None, event=accepted)
     with transaction.atomic():
-        decision, notes = router.decide_one(snap, evaluation)
+        settlement, evaluation = router.simulate(snap)
         transaction.set_rollback(True)
-    return _result(label, snap.scope, decision, evaluation, notes)
+    return _result(label, snap.scope, settlement, evaluation)
 
 
 def _admitted(router: Router, payload: Any, *, operator: bool) -> Envelope:
@@ -233,26 +324,119 @@ def _hypothetical(envelope: Envelope) -> EventSnapshot:
 
 
 def _result(
-    label: str, scope: str, decision: Decision, evaluation: Evaluation, notes: list[str]
+    label: str,
+    scope: str,
+    settlement: Settlement,
+    evaluation: Evaluation | None,
+    *,
+    event: int | None = None,
 ) -> TraceResult:
-    effect = decision.effect
-    reason = decision.reason
+    """The trace of one settlement: its effect as routing records it, and notes saying why."""
+    decision = settlement.decision
+    notes = _notes(settlement)
+    if settlement.state == DUPLICATE:
+        effect = TraceEffect.DUPLICATE
+    elif settlement.state == RouteState.FAILED:
+        effect = TraceEffect.FAILED
+    elif settlement.waiting_on is not None:
+        effect = TraceEffect.WAITING
+    elif settlement.error is not None:
+        effect = TraceEffect.ERROR
+    elif decision is not None and decision.effect == Effect.CONFLICT:
+        effect = TraceEffect.CONFLICT
+    elif decision is not None:
+        effect = Effect.START if decision.new_work else decision.effect
+    else:
+        effect = TraceEffect.WAITING
+    verdict_source = (decision.evaluation if decision is not None else None) or evaluation
+    error = settlement.error
+    return TraceResult(
+        generation=label,
+        scope=scope,
+        effect=effect,
+        reason=settlement.reason if decision is None or not settlement.settled else decision.reason,
+        verdicts=verdict_source.verdicts if verdict_source is not None else (),
+        work_id=decision.work_id if decision and decision.work_id and decision.work_id > 0 else None,
+        route=decision.route if decision else "",
+        binding=decision.binding if decision else "",
+        keys=decision.keys if decision else (),
+        refusals=decision.refusals if decision else (),
+        error=error.error_text if error else "",
+        notes=tuple(notes),
+        state=settlement.state,
+        unrouted_reason=settlement.stored_reason,
+        waiting_on=settlement.waiting_on,
+        retry_at=settlement.retry_at,
+        attempts=error.attempts if error else 0,
+        event=event,
+    )
+
+
+def _notes(settlement: Settlement) -> list[str]:
+    notes: list[str] = []
+    decision = settlement.decision
+    if settlement.state == DUPLICATE:
+        notes.append(f"{settlement.reason}: acceptance would store nothing and route nothing")
+        return notes
+    if settlement.waiting_on is not None:
+        notes.append(
+            f"earlier input #{settlement.waiting_on} for the same target is unrouted: it routes first, "
+            "this Event waits"
+        )
+    error = settlement.error
+    if error is not None and settlement.state == RouteState.UNROUTED:
+        if decision is None:
+            notes.append(
+                f"backing off after {error.attempts} failure(s): its handlers are not asked before then"
+            )
+        elif error.backoff_until is not None:
+            notes.append(f"failure {error.attempts}: retried after {error.backoff_until.isoformat()}")
+    if settlement.state == RouteState.FAILED and error is not None:
+        notes.append(f"routing gives up after {error.attempts} failure(s): the Event is dead-lettered (R16)")
+    if decision is None:
+        return notes
+    if decision.timed_out_wait is not None:
+        wait = decision.timed_out_wait
+        notes.append(f"the due timeout of wait {wait.name or wait.id} wins first: the Work is ready again")
+    if decision.effect == Effect.CONFLICT:
+        notes.append("conflicting identities: routing would leave the Event unrouted with this reason")
+    for sub in decision.also_wakes:
+        notes.append(
+            f"also wakes Work {sub.work_id}'s wait {sub.wait.name or sub.wait.id} in scope {sub.work_scope} "
+            "(its dependency subscription on this scope matches)"
+        )
+    for bridge in settlement.bridges:
+        if bridge.refusal is not None:
+            notes.append(
+                f"the wake of Work {bridge.work_id}'s wait {bridge.wait.name or bridge.wait.id} is refused: "
+                f"{bridge.blocked_reason}; the wait is blocked, the Work held"
+            )
+    if settlement.held:
+        notes.append(f"{settlement.held}: the Work is held, the Event kept as context")
     if decision.reason == Reason.ADDRESSED:
         notes.append("the operator addressed this Work: it needs no route to find it (R30)")
     if decision.reason == Reason.CONTEXT:
         notes.append("kept as context for the waiting Work; its wait still decides (R41)")
-    verdicts = (decision.evaluation or evaluation).verdicts
+    return notes
+
+
+def _recorded(event: Event) -> TraceResult:
+    """A settled Event's trace is its record: routing decides nothing twice (I1)."""
+    record = RouteRecord.objects.filter(event_id=event.seq).first()
     return TraceResult(
-        generation=label,
-        scope=scope,
-        effect=effect if not decision.new_work else Effect.START,
-        reason=reason,
-        verdicts=verdicts,
-        work_id=decision.work_id if decision.work_id and decision.work_id > 0 else None,
-        route=decision.route,
-        binding=decision.binding,
-        keys=decision.keys,
-        refusals=decision.refusals,
-        error=decision.error.error_text if decision.error else "",
-        notes=tuple(notes),
+        generation=record.generation if record else "",
+        scope=event.scope,
+        effect=record.policy if record else "",
+        reason=record.reason if record else "",
+        verdicts=(),
+        work_id=record.work_id if record else None,
+        route=record.route if record else "",
+        binding=record.binding if record else "",
+        keys=tuple(record.keys or ()) if record else (),
+        refusals=tuple(record.refusals or ()) if record else (),
+        error=record.error if record else "",
+        notes=(f"already {event.route_state}: routing decides an Event once (I1)",),
+        state=event.route_state,
+        attempts=record.attempts if record else 0,
+        event=event.seq,
     )

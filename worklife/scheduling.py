@@ -421,11 +421,9 @@ def _resume_in_tx(*, work_id: int, attempt_id: int | None, now: datetime) -> Non
     )
 
 
-def wake_bridge_in_tx(*, causal: Causal, wait_id: int, work_id: int, scope: str, event_seq: int) -> None:
-    """Derive the ``core.wait.woken`` bridge that wakes a parked attempt from the Event that
-    won its wait, through the causal limits; raises ``CausalRefused`` when they refuse it."""
-    assert_in_tx()
-    envelope = Envelope(
+def wake_bridge_envelope(*, wait_id: int, work_id: int, scope: str, event_seq: int) -> Envelope:
+    """The ``core.wait.woken`` bridge Event that wakes ``wait_id`` from Event ``event_seq``."""
+    return Envelope(
         id=f"wait-woken/{wait_id}",
         source=BRIDGE_SOURCE,
         type=WAIT_WOKEN,
@@ -433,6 +431,13 @@ def wake_bridge_in_tx(*, causal: Causal, wait_id: int, work_id: int, scope: str,
         work_id=work_id,
         data={"work": work_id, "wait": wait_id, "event": event_seq},
     )
+
+
+def wake_bridge_in_tx(*, causal: Causal, wait_id: int, work_id: int, scope: str, event_seq: int) -> None:
+    """Derive the ``core.wait.woken`` bridge that wakes a parked attempt from the Event that
+    won its wait, through the causal limits; raises ``CausalRefused`` when they refuse it."""
+    assert_in_tx()
+    envelope = wake_bridge_envelope(wait_id=wait_id, work_id=work_id, scope=scope, event_seq=event_seq)
     causal.derive_in_tx(parent=Event(seq=event_seq), envelope=envelope)
 
 

@@ -6,7 +6,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from routing.config import live_generation
+from routing.config.selectors import live_generation
 from routing.models import Generation
 from routing.roles import VIEW_EVENT
 from routing.selectors import generation_get, generations_page

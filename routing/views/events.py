@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from causal.models import Event, RouteState
 from conduit_site.live import event_ws_path, events_ws_path
 from routing.controls import reroute_copies
+from routing.engine.failures import failures_read
 from routing.envelopes import raw_envelope
 from routing.roles import VIEW_EVENT
 from routing.selectors import (
@@ -24,7 +25,6 @@ from routing.selectors import (
     known_event_scopes,
     known_event_types,
     known_policies,
-    route_failures,
 )
 from routing.views.access import permission_needed
 from routing.views.common import htmx_partial, list_paging_urls, render_console
@@ -127,7 +127,7 @@ def event_detail_context(seq: int, partials: Iterable[str] = DETAIL_PARTIALS) ->
         "record": record,
         "outcome": event_outcome(event, record),
         # Why an unrouted Event is not routed yet: the failure counted on it (R13, R29).
-        "failure": None if event.is_settled else route_failures([event.seq]).get(event.seq),
+        "failure": None if event.is_settled else failures_read([event.seq]).get(event.seq),
         # A failed or skipped Event rerouted already links to its copy instead of offering
         # Reroute again (R22).
         "copy_seq": reroute_copies([event]).get(event.seq) if settled_dead else None,

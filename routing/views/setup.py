@@ -32,13 +32,8 @@ from routing.candidates import (
     configuration_diff,
     effective_tree,
 )
-from routing.config import (
-    ConfigInvalid,
-    ConfigProblem,
-    GenerationNotFound,
-    live_generation,
-    load_configuration,
-)
+from routing.config.problems import ConfigInvalid, ConfigProblem, GenerationNotFound
+from routing.config.selectors import live_generation, load_configuration
 from routing.envelopes import raw_envelope
 from routing.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, impact_preview
 from routing.models import Generation

@@ -10,13 +10,14 @@ from django.views.decorators.http import require_http_methods
 
 from causal.clock import system_clock
 from causal.models import Event
-from routing.config import GenerationNotFound, live_generation
+from routing.config.problems import GenerationNotFound
+from routing.config.selectors import live_generation
 from routing.decide import MANUAL_SOURCE
 from routing.envelopes import raw_envelope
 from routing.ingress import EnvelopeInvalid, loads
 from routing.models import Generation, GenerationKind, Scope
 from routing.roles import VIEW_EVENT
-from routing.trace import TraceRefused, samples, trace
+from routing.trace import TraceRefused, samples, trace_offered
 from routing.views.access import permission_needed
 from routing.views.common import render_console
 
@@ -89,7 +90,7 @@ def trace_page(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             context["candidate_id"] = candidate_id(form.cleaned_data["generation"])
             try:
-                context["result"] = trace(
+                context["result"] = trace_offered(
                     payload=form.cleaned_data["event"],
                     clock=system_clock,
                     generation=form.cleaned_data["generation"] or None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from causal.models import Event
-from routing.router import Router, RouterOptions, build_router
+from routing.engine.options import RouterOptions
+from routing.engine.router import Router, build_router
 from routing.services import config_apply, event_accept
 
 HANDLERS = {

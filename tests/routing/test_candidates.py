@@ -18,7 +18,8 @@ from routing.candidates import (
     candidate_discard,
     effective_tree,
 )
-from routing.config import ConfigInvalid, live_generation, load_configuration
+from routing.config.problems import ConfigInvalid
+from routing.config.selectors import live_generation, load_configuration
 from routing.models import Generation, GenerationKind, Route, Scope
 from tests.routing.factories import DEFAULT_TEST_CONFIG, T0, apply_config
 

@@ -11,15 +11,10 @@ from textwrap import dedent, indent
 import pytest
 from django.db import connection
 
-from routing.config import (
-    ConfigInvalid,
-    GenerationNotFound,
-    build_configuration,
-    find_generation,
-    live_generation,
-    load_configuration,
-    parse_document,
-)
+from routing.config.effective import build_configuration
+from routing.config.problems import ConfigInvalid, GenerationNotFound
+from routing.config.selectors import find_generation, live_generation, load_configuration
+from routing.config.validate import parse_document
 from routing.extension import EventSnapshot, RouteInfo, freeze
 from routing.handlers import Match
 from routing.models import Binding, Generation, GenerationKind, Route, Scope

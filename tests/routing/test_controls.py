@@ -20,8 +20,10 @@ from django.urls import reverse
 from causal.models import KV, Event, EventKey, RouteState
 from causal.services import Envelope, event_accept_in_tx
 from routing import api_controls, controls
+from routing.engine.failures import FAILURES_NAMESPACE
+from routing.engine.options import RouterOptions
+from routing.engine.router import build_router
 from routing.models import RouteRecord
-from routing.router import FAILURES_NAMESPACE, RouterOptions, build_router
 from routing.views import controls as control_views
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret

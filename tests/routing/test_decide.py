@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from routing.config import EffectiveBinding, EffectiveRoute, EffectiveScope
+from routing.config.effective import EffectiveBinding, EffectiveRoute, EffectiveScope
 from routing.decide import AttemptView, Effect, Reason, WorkView, World, addressed_binding, decide
 from routing.errors import RouteErrorCode
 from routing.evaluate import Evaluation, RouteVerdict, Verdict

@@ -17,8 +17,8 @@ from django.urls import reverse
 from causal.models import KV
 from routing import api_controls, controls, doctor
 from routing.dispatch import RoutingDispatcher
+from routing.engine.options import RouterOptions
 from routing.loop import HEARTBEATS_NAMESPACE, RouteLoop
-from routing.router import RouterOptions
 from routing.views import doctor as doctor_views
 from tests.causal.factories import CausalDiagnosticFactory, KVFactory
 from tests.routing import sample_handlers

@@ -11,10 +11,10 @@ import socket
 import pytest
 
 from causal.models import KV, RouteState
+from routing.engine.failures import FAILURES_NAMESPACE, backoff_for
 from routing.errors import RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
-from routing.router import FAILURES_NAMESPACE, backoff_for
 from routing.trace import trace
 from tests.routing.routerkit import accept, apply, router, state
 
@@ -140,7 +140,9 @@ def test_i9_7_a_programming_error_is_handler_panic_dead_lettered_at_once_with_it
 
 
 def test_i9_7_trace_answers_with_the_same_table(clock):
-    """Trace asks the routes through the same code path: the same error for each exception."""
+    """Trace asks the routes through the same code path: the same error for each exception,
+    and the same settlement: a transient one is counted and retried (the Event stays unrouted),
+    a programming error is given up on at once (the record says ``failed``, issue 10)."""
     apply(clock, DOCUMENT)
     UPSTREAM_DOWN.update(RAISED)
     reasons = {}
@@ -156,5 +158,5 @@ def test_i9_7_trace_answers_with_the_same_table(clock):
         reasons[name] = (result.effect, result.reason)
     assert reasons == {
         **dict.fromkeys(TRANSIENT, ("error", "handler_failed")),
-        **dict.fromkeys(PROGRAMMING, ("error", "handler_panic")),
+        **dict.fromkeys(PROGRAMMING, ("failed", "handler_panic")),
     }

@@ -10,9 +10,10 @@ import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
 
+from routing.engine.options import RouterOptions
+from routing.engine.router import build_router
 from routing.impact import MAX_EVENTS, ImpactInvalid, impact_preview
 from routing.models import RouteRecord
-from routing.router import RouterOptions, build_router
 from routing.services import event_accept
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
 from tests.routing.test_candidates import CHANGED

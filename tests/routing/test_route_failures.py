@@ -15,11 +15,13 @@ import pytest
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
+from routing.engine.failures import FAILURES_NAMESPACE, backoff_for, gives_up
+from routing.engine.options import RouterOptions
+from routing.engine.router import build_router
 from routing.errors import RouteError, RouteErrorCode
 from routing.handler_pool import HandlerPool, PoolExhausted
 from routing.loop import RouteLoop
 from routing.models import RouteRecord
-from routing.router import FAILURES_NAMESPACE, RouterOptions, backoff_for, build_router, gives_up
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
@@ -570,7 +572,7 @@ def test_i11_3_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_t
 
 @pytest.mark.django_db
 def test_i11_3_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock, monkeypatch):
-    from routing import router as router_module
+    from routing.engine import settle as settle_module
 
     apply(clock, DECLINE_THEN_FAIL)
     event = accept(clock, "x.note", {})  # pulls and chats decline, scripted matches
@@ -578,7 +580,7 @@ def test_i11_3_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined
     def broken_decide(**kwargs):
         raise RuntimeError("a bug in deciding")
 
-    monkeypatch.setattr(router_module, "decide", broken_decide)
+    monkeypatch.setattr(settle_module, "decide", broken_decide)
     drain(router(clock))
     rec = record(event)
     assert (rec.disposition, rec.reason) == ("failed", "handler_panic")

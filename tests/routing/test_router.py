@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 
 from causal.models import RouteState
+from routing.engine.options import RouterOptions
+from routing.engine.router import GenerationChanged, Router, build_router
 from routing.loop import RouteLoop
 from routing.models import RouteRecord
-from routing.router import GenerationChanged, Router, RouterOptions, build_router
 from tests.routing import sample_handlers
 from tests.routing.routerkit import DOCUMENT, SCRIPTED_ONLY, accept, apply, drain, router, state
 from worklife import services as work
@@ -546,7 +547,7 @@ def test_r9_a_released_claim_is_not_overtaken_by_a_later_window(clock):
     second = accept(clock, "x", {"keys": ["k1"]})
     c, a, b = loops(clock, "loop-c", "loop-a", "loop-b", claim_seconds=0.2)
     try:
-        windows = [loop._claim_window(1) for loop in (c, a, b)]
+        windows = [loop.claim_window(1) for loop in (c, a, b)]
         assert [[e.seq for e in w] for w in windows] == [[first_of_c.seq], [first.seq], [second.seq]]
         # A waits behind C's uncommitted claim, then gives its window back undecided.
         assert [o.reason for o in a._pass(windows[1], honour_claims=True)] == ["retry"]
@@ -571,8 +572,8 @@ def test_r9_a_lapsed_claim_is_not_overtaken_by_a_later_window(clock):
     second = accept(clock, "x", {"keys": ["k1"]})
     a, b = loops(clock, "loop-a", "loop-b")
     try:
-        a._claim_window(1)
-        later = b._claim_window(1)
+        a.claim_window(1)
+        later = b.claim_window(1)
         assert [e.seq for e in later] == [second.seq]
         clock.advance(RouterOptions().claim_seconds + 1)
         assert [o.reason for o in b._pass(later, honour_claims=True)] == ["retry"]
@@ -588,7 +589,7 @@ def test_r9_a_lapsed_claim_is_not_overtaken_by_a_later_window(clock):
 def test_r25_a_long_backlog_past_one_scan_still_holds_later_input(clock, monkeypatch):
     """More earlier unrouted input than one commit reads in full: an Event whose key only a
     late, unread one of them decided still waits behind it."""
-    monkeypatch.setattr("routing.router.BLOCKER_SCAN", 3)
+    monkeypatch.setattr("routing.engine.world.BLOCKER_SCAN", 3)
     apply(clock, SCRIPTED_ONLY)
     failing = accept(clock, "x", {"keys": ["a"]}, correlation=["a"], id="failing")
     sample_handlers.BROKEN.add("failing")
@@ -650,8 +651,8 @@ def test_r9_a_restarted_loop_takes_back_a_dead_loops_claims_at_once(clock):
     gone.wait()
     crashed, remote = loops(clock, f"{socket.gethostname()}:{gone.pid}:deadbeef", "elsewhere:1:cafe")
     try:
-        assert [e.seq for e in crashed._claim_window(3)] == [e.seq for e in orphaned]
-        assert [e.seq for e in remote._claim_window(3)] == [elsewhere.seq]
+        assert [e.seq for e in crashed.claim_window(3)] == [e.seq for e in orphaned]
+        assert [e.seq for e in remote.claim_window(3)] == [elsewhere.seq]
     finally:
         crashed.close()
         remote.close()
@@ -720,18 +721,18 @@ def test_i9_1_route_one_poisoned_event_is_dead_lettered(clock, live):
 
 
 def test_i9_1_an_unexpected_error_deciding_one_event_fails_that_event_only(clock, live, monkeypatch):
-    import routing.router as router_module
+    import routing.engine.settle as settle_module
 
     events = [pr(clock, number=50), pr(clock, number=51), *_every_scope_routes(clock)]
     bad = events[1]
-    real = router_module.decide
+    real = settle_module.decide
 
     def decide(*, event, **kwargs):
         if event.seq == bad.seq:
             raise KeyError("boom")
         return real(event=event, **kwargs)
 
-    monkeypatch.setattr(router_module, "decide", decide)
+    monkeypatch.setattr(settle_module, "decide", decide)
     r = router(clock)
     r.route_pending()
     assert state(bad) == RouteState.FAILED
@@ -741,18 +742,18 @@ def test_i9_1_an_unexpected_error_deciding_one_event_fails_that_event_only(clock
 
 
 def test_i9_1_an_unexpected_error_writing_one_event_fails_that_event_only(clock, live, monkeypatch):
-    import routing.router as router_module
+    import routing.engine.writes as writes_module
 
     events = [pr(clock, number=60), pr(clock, number=61), *_every_scope_routes(clock)]
     bad = events[1]
-    real = router_module._Writes.settle
+    real = writes_module.Writes.settle
 
-    def settle(self, event, decision, failure):
+    def settle(self, event, decision, **kwargs):
         if event.seq == bad.seq and decision.error is None:
             raise ValueError("cannot write this one")
-        return real(self, event, decision, failure)
+        return real(self, event, decision, **kwargs)
 
-    monkeypatch.setattr(router_module._Writes, "settle", settle)
+    monkeypatch.setattr(writes_module.Writes, "settle", settle)
     r = router(clock)
     outcomes = r.route_pending()
     assert len(outcomes) == len(events)
@@ -794,19 +795,19 @@ def test_i9_12_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, l
 def test_i9_1_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_and_others_route(
     clock, live, monkeypatch
 ):
-    import routing.router as router_module
+    import routing.engine.writes as writes_module
     from causal.models import Event
 
     events = [pr(clock, number=80), pr(clock, number=81), *_every_scope_routes(clock)]
     bad = events[1]
-    real = router_module._Writes.settle
+    real = writes_module.Writes.settle
 
-    def settle(self, event, decision, failure):
+    def settle(self, event, decision, **kwargs):
         if event.seq == bad.seq:
             raise ValueError("cannot write this one at all")
-        return real(self, event, decision, failure)
+        return real(self, event, decision, **kwargs)
 
-    monkeypatch.setattr(router_module._Writes, "settle", settle)
+    monkeypatch.setattr(writes_module.Writes, "settle", settle)
     r = router(clock)
     r.route_pending()
     r.route_pending()  # nothing waits behind it but its own target

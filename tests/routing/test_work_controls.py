@@ -18,8 +18,8 @@ from django.urls import reverse
 from causal.models import Event, RouteState
 from routing import api_work, work_controls
 from routing.decide import addressed_binding
+from routing.engine.world import read_work_views
 from routing.models import RouteRecord
-from routing.router import read_work_views
 from routing.views import work_controls as control_views
 from routing.work_controls import WorkControlInvalid, WorkControlRefused
 from tests.routing.factories import UserFactory, api_token_with_secret

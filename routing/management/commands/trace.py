@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
-from routing.config import GenerationNotFound
+from routing.config.problems import GenerationNotFound
 from routing.ingress import EnvelopeInvalid, loads
 from routing.trace import TraceRefused, TraceResult, samples, trace
 

@@ -1,0 +1,62 @@
+"""The parsed document: scopes, bindings and routes as declared (validated)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedBinding:
+    """A binding as declared (plain JSON values, ready to store)."""
+
+    name: str
+    executor: str
+    settings: dict[str, Any]
+    controls: tuple[str, ...]
+    capabilities: frozenset[str]
+    place: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRoute:
+    """A route as declared (plain JSON values, ready to store)."""
+
+    slot: str
+    handler: str
+    params: dict[str, Any]
+    binding: str
+    policy: str
+    fallback: str
+    start: bool
+    place: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedScope:
+    """A scope as declared: its own bindings and routes, in document order."""
+
+    path: str
+    bindings: tuple[ParsedBinding, ...]
+    routes: tuple[ParsedRoute, ...]
+    place: str = ""
+
+    @property
+    def parent_path(self) -> str | None:
+        head, sep, _ = self.path.rpartition("/")
+        return head if sep else None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDocument:
+    """A valid document: what :func:`parse_document` returns and the services store."""
+
+    version: int
+    scopes: tuple[ParsedScope, ...]
+    text: str = ""
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the document text, hex."""
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()

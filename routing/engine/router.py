@@ -1,0 +1,529 @@
+"""The router: accepted Events, in acceptance order, into Work.
+
+A pass takes a *window* of unrouted Events (the oldest ones, or one Event and the earlier
+input it must wait behind), then:
+
+1. **Evaluate** each Event's routes on the handler pool, outside any transaction, on a
+   detached snapshot, each call under the deadline (R5, R12). Evaluation depends only on the
+   Event and the configuration generation, never on Work state.
+2. **Commit** in one transaction: check the generation is still live, read the world the
+   decisions need (key owners, Work, attempts, waits, earlier unrouted input), decide each
+   Event in acceptance order with :func:`routing.decide.decide` (the same code trace calls),
+   mirror each decision into the in-memory world so later Events of the window see it, and
+   write every effect with set-based statements. Because the decision is computed from state
+   read inside the commit, the snapshot it assumes is the one committed (R7); a changed
+   generation discards the window and evaluates again.
+
+Ordering (I3, I4): an Event that shares a target (an explicit key, its Work) with an earlier
+unrouted Event waits behind it, and so does everything after it on that target. A uniqueness
+violation (another process owns the key first) rolls the window back and the pass is tried
+again (bounded): ownership comes from the database constraint, never from a check.
+
+Several route loops (PostgreSQL): each claims its window with ``FOR UPDATE SKIP LOCKED`` and
+a short lease; commits are serialised by a transaction-scoped advisory lock and a window only
+commits the Events no other live loop holds an earlier claim before, so commit order is
+acceptance order on every target. On SQLite, ``BEGIN IMMEDIATE`` serialises writers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import Q
+
+from causal.clock import Clock
+from causal.limits import Causal, CausalRefused, derived_atomic
+from causal.models import Event, RouteState
+from routing.config.effective import Configuration, EffectiveScope
+from routing.config.selectors import live_generation, load_configuration
+from routing.decide import (
+    Decision,
+)
+from routing.engine.claims import COMMIT_LOCK_ID, claim_window, loop_identity
+from routing.engine.failures import (
+    failures_read,
+)
+from routing.engine.logs import log_decided
+from routing.engine.options import RouterOptions
+from routing.engine.settle import CONFLICT_RECHECK, Settlement, Settler
+from routing.engine.world import (
+    _FOREIGN,
+    _ORPHAN,
+    BridgeVerdicts,
+    explicit_tokens,
+    outside_blockers,
+    read_world,
+)
+from routing.engine.writes import Writes
+from routing.errors import RouteError, RouteErrorCode
+from routing.evaluate import (
+    Evaluation,
+    RouteVerdict,
+    UnreadableSnapshot,
+    Verdict,
+    evaluate,
+    panic,
+    snapshots_isolated,
+)
+from routing.extension import EventSnapshot
+from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
+from routing.models import Generation, RouteRecord
+
+logger = logging.getLogger("conduit.routing")
+
+
+_PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
+
+
+@dataclass(frozen=True, slots=True)
+class RouteOutcome:
+    """What happened to one Event in a pass."""
+
+    seq: int
+    state: str  # an Event route_state: unrouted, routed, skipped, failed
+    decision: Decision | None = None
+    error: RouteError | None = None
+    reason: str = ""  # why it is still unrouted
+    record_id: int | None = None
+    waiting_on: int | None = None
+    settlement: Settlement | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.state != RouteState.UNROUTED
+
+    @classmethod
+    def of(cls, settlement: Settlement) -> RouteOutcome:
+        return cls(
+            settlement.seq,
+            settlement.state,
+            settlement.decision,
+            error=settlement.error,
+            reason=settlement.reason,
+            waiting_on=settlement.waiting_on,
+            settlement=settlement,
+        )
+
+
+class _EarlierClaimed(Exception):
+    """Earlier Events whose targets are not known yet (another live loop holds them, or no
+    pass has decided them) come before this whole window."""
+
+    def __init__(self, seq: int, *, orphaned: bool) -> None:
+        super().__init__(seq)
+        self.seq = seq
+        self.orphaned = orphaned
+
+
+class GenerationChanged(RuntimeError):
+    """A newer configuration generation was applied: the router must be rebuilt."""
+
+
+class Router:
+    """Routes Events with one configuration generation (R1, R4).
+
+    ``handlers`` maps handler names to classes (or factories); each is instantiated once for
+    this generation. ``executors`` maps executor registrations to implementation classes; it
+    is only read (the router makes no execution or control calls, R33). Maps are copied here:
+    a caller mutating its dict afterwards changes nothing.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        generation: Generation,
+        handlers: Mapping[str, Callable[[], Any]],
+        executors: Mapping[str, type] | None = None,
+        options: RouterOptions | None = None,
+        pool: HandlerPool | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.clock = clock
+        self.generation = generation
+        self.options = options or RouterOptions()
+        self.handler_classes = dict(handlers)
+        self.executors = dict(executors or {})
+        self.handlers: dict[str, Any] = {name: factory() for name, factory in self.handler_classes.items()}
+        self.configuration: Configuration = load_configuration(generation)
+        self._own_pool = pool is None
+        self.pool = pool or HandlerPool(
+            workers=self.options.workers, max_abandoned=self.options.max_abandoned
+        )
+        self.owner = owner or loop_identity()
+        self.causal = Causal(clock)
+        self.last_window: tuple[int, ...] = ()  # the Events of the latest pass (doctor names them)
+
+    # -- public API ---------------------------------------------------------------------
+    def route(self, seq: int) -> RouteOutcome:
+        """Route one Event (R5): first the earlier unrouted input it must wait behind, then it.
+
+        Within a retryable failure's backoff the failure is returned with its backoff and the
+        handler is not called (R14)."""
+        event = Event.objects.filter(seq=seq).defer("data").first()
+        if event is None:
+            raise Event.DoesNotExist(f"no Event #{seq}")
+        if event.is_settled:
+            return self._settled_outcome(event)
+        window = self._window_for(snapshots_isolated(Event.objects.filter(seq=seq))[0])
+        mine = None
+        retries = 0
+        while True:
+            outcomes = self._pass_isolated(window, honour_claims=False)
+            mine = next((o for o in outcomes if o.seq == seq), None)
+            if mine is None or mine.settled:
+                break
+            present = {e.seq for e in window}
+            behind = mine.waiting_on
+            if behind is not None and behind not in present and len(window) < self.options.batch_size:
+                # Earlier input the Event waits behind (known only once its route decided its
+                # keys) joins the call, in acceptance order (R17, R25).
+                window = sorted(
+                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
+                )
+                continue
+            if mine.reason == "retry" and retries < self.options.max_retries:
+                retries += 1
+                continue
+            break
+        return mine or RouteOutcome(seq, RouteState.UNROUTED, reason="retry")
+
+    def route_pending(self, *, limit: int | None = None) -> list[RouteOutcome]:
+        """One pass over the oldest routable Events (the route loop's step)."""
+        self.last_window = ()
+        window = self.claim_window(limit or self.options.batch_size)
+        self.last_window = tuple(e.seq for e in window)
+        if not window:
+            return []
+        return self._pass_isolated(window, honour_claims=True)
+
+    def claim_window(self, limit: int) -> list[EventSnapshot]:
+        """Claim the oldest unrouted Events that are not backing off or held by another loop."""
+        return claim_window(
+            owner=self.owner, now=self.clock(), limit=limit, claim_seconds=self.options.claim_seconds
+        )
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+
+    # -- trace: the same pass, nothing written (R39) --------------------------------------------
+    def simulate(self, event: EventSnapshot) -> tuple[Settlement, Evaluation | None]:
+        """What :meth:`route` would do with ``event`` now, writing nothing: the same window (the
+        earlier unrouted input it must wait behind), the same evaluation (an Event backing off
+        is not asked about) and the same settlement. ``event`` may be a hypothetical Event not
+        accepted yet (a trace's), last in acceptance order. Returns its settlement and its
+        evaluation (``None`` when its handlers were not asked)."""
+        window = self._window_for(event)
+        while True:
+            outcomes, evaluations = self._pass_dry(window)
+            mine = next(o for o in outcomes if o.seq == event.seq)
+            present = {e.seq for e in window}
+            behind = mine.waiting_on
+            if behind is not None and behind not in present and len(window) < self.options.batch_size:
+                window = sorted(
+                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
+                )
+                continue
+            return mine.settlement or Settlement(event.seq, mine.state, reason=mine.reason), evaluations.get(
+                event.seq
+            )
+
+    def evaluate_one(self, event: EventSnapshot) -> Evaluation:
+        """Ask the routes about one Event on the handler pool, under the deadline (the impact
+        preview compares what configurations answer before tracing)."""
+        return self._evaluate([event])[event.seq]
+
+    def _pass_dry(self, window: list[EventSnapshot]) -> tuple[list[RouteOutcome], dict[int, Evaluation]]:
+        evaluations, backing_off = self._evaluate_window(window)
+        # Read what routing reads, in a transaction that is rolled back: nothing is written.
+        with transaction.atomic():
+            outcomes = self._commit(window, evaluations, backing_off, honour_claims=False, dry=True)
+            transaction.set_rollback(True)
+        return outcomes, evaluations
+
+    # -- windows --------------------------------------------------------------------------
+    def _window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
+        """The Event and the earlier unrouted Events that share an explicit target with it
+        (R17, R25), or that no pass has decided yet (their targets are not known: one may win
+        the same wait, R41): they route first, in acceptance order, as the route loop's window
+        would route them."""
+        tokens = explicit_tokens([event])
+        earlier = snapshots_isolated(
+            Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=event.seq)
+            .filter(
+                Q(keys__scope=event.scope, keys__key__in=list(event.correlation))
+                | Q(work_id__in=[t[1] for t in tokens if t[0] == "work"])
+                | Q(unrouted_reason="", retry_at__isnull=True)
+            )
+            .distinct()
+            .order_by("seq")[: self.options.batch_size]
+        )
+        return [*earlier, event]
+
+    # -- a pass ---------------------------------------------------------------------------
+    def _pass_isolated(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
+        """A pass that no single Event's content can fail: when the window's pass raises
+        something unexpected, its Events are routed one by one, in acceptance order, and an
+        Event whose own pass still raises is given up on with a ``handler_panic`` carrying
+        the exception and its stack (dead-lettered, R16). The database being unavailable and
+        a new generation are not an Event's doing: they still end the pass."""
+        try:
+            return self._pass(window, honour_claims=honour_claims)
+        except (GenerationChanged, OperationalError, InterfaceError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolated below, one Event at a time
+            if len(window) == 1:
+                return [self._give_up_unexpected(window[0], exc, honour_claims=honour_claims)]
+        outcomes: list[RouteOutcome] = []
+        for event in window:
+            outcomes.extend(self._pass_isolated([event], honour_claims=honour_claims))
+        return outcomes
+
+    def _give_up_unexpected(
+        self, event: EventSnapshot, exc: Exception, *, honour_claims: bool
+    ) -> RouteOutcome:
+        error = panic(exc, "routing this Event failed unexpectedly")
+        evaluation = Evaluation((), error=error)
+        try:
+            return self._commit([event], {event.seq: evaluation}, set(), honour_claims=honour_claims)[0]
+        except (GenerationChanged, OperationalError, InterfaceError):
+            raise
+        except Exception:  # noqa: BLE001 - not even its failure commits: leave it unrouted, with why
+            logger.exception("route.event_failed", extra={"event": event.seq})
+            # A reason and a later retry: it is decided-for-now, so later Events of other targets
+            # route past it while those of its own targets wait behind it (I4).
+            reason = f"routing failed unexpectedly: {error.message}"[:1000]
+            Event.objects.filter(seq=event.seq, route_state=RouteState.UNROUTED).update(
+                unrouted_reason=reason,
+                retry_at=self.clock() + CONFLICT_RECHECK,
+                claimed_by="",
+                claimed_until=None,
+            )
+            return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=reason)
+
+    def _evaluate_window(self, window: list[EventSnapshot]) -> tuple[dict[int, Evaluation], set[int]]:
+        """Ask the routes about the window's Events, except those backing off (R14): their
+        handlers are not called before the backoff ends. Returns the evaluations and the seqs
+        backing off."""
+        now = self.clock()
+        failures = failures_read(e.seq for e in window)
+        evaluations: dict[int, Evaluation] = {}
+        backing_off: set[int] = set()
+        to_evaluate: list[EventSnapshot] = []
+        for event in window:
+            failure = failures.get(event.seq)
+            if isinstance(event, UnreadableSnapshot):
+                # Its routes cannot be asked about data that cannot be read: the error is its.
+                evaluations[event.seq] = Evaluation((), error=event.error)
+            elif failure is not None and failure.backing_off(now, self.configuration.label):
+                backing_off.add(event.seq)
+            else:
+                to_evaluate.append(event)
+        evaluations.update(self._evaluate(to_evaluate))
+        return evaluations, backing_off
+
+    def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
+        evaluations, backing_off = self._evaluate_window(window)
+        attempt = 0
+        wait_until = time.monotonic() + self.options.claim_seconds / 2
+        while attempt <= self.options.max_retries:
+            try:
+                return self._commit(window, evaluations, backing_off, honour_claims=honour_claims)
+            except (IntegrityError, CausalRefused):
+                # Another process took a key or decided an Event first, or spent the causal
+                # limits' tokens the settlement counted on: read again and retry.
+                attempt += 1
+                logger.info("route.commit_retry", extra={"attempt": attempt})
+            except _EarlierClaimed as earlier:
+                # Earlier Events are undecided: this window commits after them (acceptance
+                # order). When another loop holds them, wait for it; the evaluations stand.
+                # When nobody does (a released or lapsed claim), give the window back at once:
+                # the next claim starts at the oldest unrouted Event, so it routes first.
+                if earlier.orphaned or time.monotonic() > wait_until:
+                    break
+                _PAUSE.wait(0.02)
+        Event.objects.filter(seq__in=[e.seq for e in window], claimed_by=self.owner).update(
+            claimed_by="", claimed_until=None
+        )
+        return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
+
+    def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
+        results: dict[int, Evaluation] = {}
+        calls: list[Callable[[], Evaluation]] = []
+        scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
+        for event in events:
+            scope = self.configuration.scope(event.scope)
+            if scope is None:
+                # The scope left the configuration: no route can select the Event.
+                results[event.seq] = Evaluation(())
+                continue
+            calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
+            scoped.append((event, scope))
+        if not calls:
+            return results
+        try:
+            outcomes = self.pool.run_all(calls, timeout=self.options.route_timeout)
+        except PoolExhausted as exc:
+            outcomes = [CallOutcome(exception=exc) for _ in calls]
+        for (event, scope), outcome in zip(scoped, outcomes, strict=True):
+            results[event.seq] = _evaluation_from(outcome, scope, self.options.route_timeout)
+        return results
+
+    def _commit(
+        self,
+        window: list[EventSnapshot],
+        evaluations: Mapping[int, Evaluation],
+        backing_off: set[int],
+        *,
+        honour_claims: bool,
+        dry: bool = False,
+    ) -> list[RouteOutcome]:
+        """Settle the window in acceptance order on the world read now and write what the
+        settlements say, all or nothing. ``dry`` (trace) writes nothing and checks no
+        generation: the caller rolls the transaction back; an Event of the window not
+        accepted yet is a trace's hypothetical Event."""
+        # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
+        with transaction.atomic() if dry else derived_atomic():
+            if connection.vendor == "postgresql" and not dry:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+            now = self.clock()
+            if not dry:
+                live = live_generation()
+                if live is None or live.pk != self.generation.pk:
+                    raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
+            seqs = [e.seq for e in window]
+            states = dict(Event.objects.filter(seq__in=seqs).values_list("seq", "route_state"))
+            hypothetical = {seq for seq in seqs if seq not in states} if dry else set()
+            states.update(dict.fromkeys(hypothetical, RouteState.UNROUTED))
+            still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
+            events = [e for e in window if e.seq in still]
+            # The failures as they are now: an operator's reroute may have forgotten an Event's
+            # failures while its handlers ran, and counting on the stale read undoes it.
+            failures = failures_read(still)
+            world = read_world(events, evaluations, now)
+            blocked = outside_blockers(
+                events, world, honour_claims=honour_claims, now=now, evaluations=evaluations, owner=self.owner
+            )
+            foreign = blocked.pop(_FOREIGN, None)
+            orphan = blocked.pop(_ORPHAN, None)
+            if foreign is not None and not any(e.seq < foreign for e in events):
+                raise _EarlierClaimed(foreign, orphaned=foreign == orphan)
+            settler = Settler(
+                world=world,
+                blocked=blocked,
+                configuration=self.configuration,
+                options=self.options,
+                failures=failures,
+                limits=BridgeVerdicts(self.causal, hypothetical=hypothetical),
+            )
+            writer = Writes(now=now, generation=self.configuration.label, causal=self.causal)
+            outcomes: list[RouteOutcome] = []
+            for event in window:
+                if event.seq not in still:
+                    outcomes.append(
+                        RouteOutcome(
+                            event.seq, states.get(event.seq, RouteState.ROUTED), reason="decided elsewhere"
+                        )
+                    )
+                    continue
+                if foreign is not None and event.seq > foreign:
+                    # After another loop's uncommitted claim: not this pass (acceptance order).
+                    writer.release(event.seq)
+                    outcomes.append(RouteOutcome(event.seq, RouteState.UNROUTED, reason="retry"))
+                    continue
+                evaluation = None if event.seq in backing_off else evaluations[event.seq]
+                settlement = settler.settle(event, evaluation)
+                writer.write(event, settlement, evaluation)
+                outcomes.append(RouteOutcome.of(settlement))
+            if dry:
+                return outcomes
+            ids = writer.flush()
+            if ids:
+                outcomes = [_with_real_work(o, ids) for o in outcomes]
+        for outcome in outcomes:
+            if outcome.decision is not None and outcome.settled:
+                if outcome.error is not None:
+                    logger.warning(
+                        "route.gave_up",
+                        extra={
+                            "event": outcome.seq,
+                            "code": outcome.error.code.value,
+                            "attempts": outcome.error.attempts,
+                            "route": outcome.error.route,
+                        },
+                    )
+                log_decided(outcome, self.configuration.label, now)
+        return outcomes
+
+    def _settled_outcome(self, event: Event) -> RouteOutcome:
+        record = RouteRecord.objects.filter(event_id=event.seq).first()
+        return RouteOutcome(event.seq, event.route_state, record_id=record.pk if record else None)
+
+
+def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:
+    if outcome.timed_out:
+        error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
+        verdicts = tuple(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in scope.routes)
+        return Evaluation(verdicts, error=error)
+    if outcome.exception is not None:
+        if isinstance(outcome.exception, PoolExhausted):
+            error = RouteError(RouteErrorCode.HANDLER_FAILED, str(outcome.exception))
+        else:  # evaluate() recovers handler exceptions itself; this is a bug in routing code
+            error = RouteError(
+                RouteErrorCode.HANDLER_PANIC,
+                f"{type(outcome.exception).__name__}: {outcome.exception}",
+                stack=outcome.stack,
+            )
+        return Evaluation((), error=error)
+    return outcome.result
+
+
+def _with_real_work(outcome: RouteOutcome, ids: Mapping[int, int]) -> RouteOutcome:
+    decision = outcome.decision
+    if decision is None or decision.work_id not in ids:
+        return outcome
+    return replace(outcome, decision=replace(decision, work_id=ids[decision.work_id]))
+
+
+def build_router(
+    *,
+    clock: Clock,
+    generation: Generation | None = None,
+    options: RouterOptions | None = None,
+    pool: HandlerPool | None = None,
+) -> Router | None:
+    """A router for the live generation (or ``generation``) with the registered handlers and
+    executors; ``None`` when no configuration was ever applied."""
+    from routing.registry import find_handler_class
+    from worklife.executors import find_executor_class, registered_executors
+
+    generation = generation or live_generation()
+    if generation is None:
+        return None
+    configuration_handlers = {}
+    for name in _handler_names(generation):
+        cls = find_handler_class(name)
+        if cls is not None:
+            configuration_handlers[name] = cls
+    return Router(
+        clock=clock,
+        generation=generation,
+        handlers=configuration_handlers,
+        executors={name: cls for name in registered_executors() if (cls := find_executor_class(name))},
+        options=options,
+        pool=pool,
+    )
+
+
+def _handler_names(generation: Generation) -> set[str]:
+    from routing.models import Route
+
+    return set(Route.objects.filter(scope__generation=generation).values_list("handler", flat=True))

@@ -1,0 +1,307 @@
+"""Settlement: one Event's evaluation and the world it meets, turned into its outcome.
+
+The one path from "the routes said this" to "this is what happens to the Event", called by the
+route commit (which then writes exactly what it returns) and by trace (which only shows it),
+so a trace cannot disagree with routing (R39):
+
+- deduplication: an Event whose ``(source, id)`` is already accepted is stored as nothing;
+- ordering: an Event that shares a target with earlier unrouted input waits behind it (I4);
+- backoff: within a retryable failure's backoff the handlers are not asked (R14);
+- the decision itself (:func:`routing.decide.decide`), a decision that raises being a panic;
+- failure counting and the give-up prediction (R13–R16);
+- the wake bridge of a won wait (R41) and of dependency subscriptions (R42), each judged by the
+  causal limits first: a refused wake blocks the wait, holds the Work and keeps the Event as
+  context.
+
+It reads nothing itself: the world, the failures counted so far and the causal limits' verdict
+come in; the :class:`Settler` mirrors each outcome into the in-memory world so later Events of
+the same window see it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
+
+from causal.models import RouteState
+from routing.decide import Decision, Effect, Reason, WaitView, World, decide
+from routing.engine.failures import RouteFailure, backoff_for, gives_up
+from routing.errors import RouteError
+from routing.evaluate import Evaluation, panic
+from routing.extension import EventSnapshot
+
+if TYPE_CHECKING:
+    from causal.limits import Refusal
+    from routing.config.effective import Configuration
+
+# An Event left unrouted for a conflicting identity is looked at again after this long (an
+# operator may skip it sooner); meanwhile the loop's windows pass over it.
+CONFLICT_RECHECK = timedelta(seconds=60)
+DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
+
+
+class BridgeLimits(Protocol):
+    """The causal limits' verdict on deriving a wake bridge from an Event (a read)."""
+
+    def refusal(self, event: EventSnapshot) -> Refusal | None:
+        """Why a bridge derived from ``event`` now would be refused, or ``None``; a bridge not
+        refused counts as planned for the next verdict on the same root."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bridge:
+    """A ``core.wait.woken`` bridge an Event derives to wake ``wait`` of ``work_id`` (R41, R42),
+    with the causal limits' verdict: refused, the wait is blocked with the reason instead."""
+
+    wait: WaitView
+    work_id: int
+    scope: str
+    event_seq: int
+    refusal: Refusal | None = None
+
+    @property
+    def blocked_reason(self) -> str:
+        if self.refusal is None:
+            return ""
+        return f"causal limits refuse the wake ({self.refusal.kind}): {self.refusal.detail}"[:500]
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What happens to one Event: settled (``routed``/``failed``), left unrouted with why, or
+    a duplicate. The route commit writes exactly this; trace shows it."""
+
+    seq: int
+    state: str  # a RouteState value, or DUPLICATE
+    decision: Decision | None = None
+    error: RouteError | None = None
+    reason: str = ""  # why it is still unrouted, in short (the outcome's reason)
+    stored_reason: str | None = None  # the Event's unrouted_reason to store; None: left as it is
+    waiting_on: int | None = None
+    retry_at: datetime | None = None
+    failure: RouteFailure | None = None  # counted and stored: the Event stays unrouted
+    forget_failure: bool = False  # settled: the failures counted on it are forgotten
+    remember_keys: bool = False  # unsettled: keep the keys its route decided (others wait behind)
+    bridges: tuple[Bridge, ...] = ()
+    duplicate_of: int | None = None
+    held: str = ""  # the Work's wait is blocked by the causal limits: why (R41)
+
+    @property
+    def settled(self) -> bool:
+        return self.state in (RouteState.ROUTED, RouteState.FAILED, RouteState.SKIPPED)
+
+
+def duplicate(seq: int, accepted: int) -> Settlement:
+    """An Event whose ``(source, id)`` is already accepted as ``accepted``: acceptance stores
+    nothing, so nothing is routed (deduplication)."""
+    return Settlement(seq, DUPLICATE, reason=f"already accepted as Event #{accepted}", duplicate_of=accepted)
+
+
+class Settler:
+    """Settles a window's Events in acceptance order against one world read."""
+
+    def __init__(
+        self,
+        *,
+        world: World,
+        blocked: dict[tuple, int],
+        configuration: Configuration,
+        options,
+        failures: Mapping[int, RouteFailure],
+        limits: BridgeLimits,
+    ) -> None:
+        self.world = world
+        self.blocked = blocked
+        self.configuration = configuration
+        self.options = options
+        self.failures = failures
+        self.limits = limits
+
+    def settle(self, event: EventSnapshot, evaluation: Evaluation | None) -> Settlement:
+        """Settle ``event``; ``evaluation`` is ``None`` for an Event that backs off (its handlers
+        were not asked)."""
+        world = self.world
+        tokens = event_tokens(event, evaluation, world)
+        behind = min(
+            (self.blocked[t] for t in tokens if t in self.blocked and self.blocked[t] < event.seq),
+            default=None,
+        )
+        if behind is not None:
+            reason = f"waiting behind earlier input #{behind}"
+            block(self.blocked, tokens, event.seq)
+            return Settlement(
+                event.seq,
+                RouteState.UNROUTED,
+                reason=reason,
+                stored_reason=reason,
+                waiting_on=behind,
+                remember_keys=True,
+            )
+        failure = self.failures.get(event.seq)
+        if evaluation is None:
+            error = failure.as_error()
+            block(self.blocked, tokens, event.seq)
+            # Nothing is written: the Event keeps its reason and its retry time.
+            return Settlement(
+                event.seq,
+                RouteState.UNROUTED,
+                error=error,
+                reason=error.code.value,
+                retry_at=error.backoff_until,
+            )
+        scope = self.configuration.scope_or_empty(event.scope)
+        try:
+            decision = decide(event=event, evaluation=evaluation, scope=scope, world=world)
+        except Exception as exc:  # noqa: BLE001 - one Event's decision never fails the window
+            error = panic(exc, "deciding this Event failed unexpectedly")
+            decision = Decision(
+                Effect.ERROR,
+                error.code.value,
+                error=error,
+                # The routes that declined before the decision failed are kept (R28).
+                refusals=tuple(evaluation.refusals),
+                evaluation=Evaluation((), error=error),
+            )
+        if decision.effect == Effect.CONFLICT:
+            block(self.blocked, tokens, event.seq)
+            return Settlement(
+                event.seq,
+                RouteState.UNROUTED,
+                decision,
+                reason=decision.reason,
+                stored_reason=f"conflicting identity: {decision.reason}",
+                retry_at=world.now + CONFLICT_RECHECK,
+                remember_keys=True,
+            )
+        if decision.effect == Effect.ERROR:
+            counted = self._count(event, decision, failure)
+            if isinstance(counted, Settlement):
+                block(self.blocked, tokens, event.seq)
+                return counted
+            decision = counted
+        bridges: list[Bridge] = []
+        if decision.effect == Effect.WAKE:
+            decision, bridge = self._wake(event, decision)
+            bridges.append(bridge)
+        if decision.also_wakes:
+            decision, woken = self._subscription_wakes(event, decision)
+            bridges.extend(woken)
+        if decision.new_work:
+            decision = replace(decision, work_id=world.new_work_id())
+        held = ""
+        work = world.works.get(decision.work_id) if decision.work_id is not None else None
+        if decision.reason == Reason.CONTEXT and work is not None and work.active_wait is not None:
+            wait = work.active_wait
+            if wait.blocked_reason:
+                held = f"wait {wait.name or wait.id} is blocked by the causal limits ({wait.blocked_reason})"
+        world.apply(event, decision)
+        return Settlement(
+            event.seq,
+            RouteState.FAILED if decision.error else RouteState.ROUTED,
+            decision,
+            error=decision.error,
+            forget_failure=failure is not None,
+            bridges=tuple(bridges),
+            held=held,
+        )
+
+    # -- failures (R13–R18) -------------------------------------------------------------------
+    def _count(
+        self, event: EventSnapshot, decision: Decision, failure: RouteFailure | None
+    ) -> Decision | Settlement:
+        """Count a route failure on its Event: the decision to record when routing gives up
+        on it (dead-letters it), else the Settlement that leaves it unrouted, backing off."""
+        now = self.world.now
+        error = decision.error
+        count = (failure.count if failure else 0) + 1
+        first = (failure.first_failed_at if failure else None) or now
+        if gives_up(error=error, failures=count, first_failed_at=first, now=now, options=self.options):
+            error = replace(error, attempts=count)
+            return replace(decision, error=error, reason=error.code.value)
+        until = now + backoff_for(count) if error.retried else None
+        error = replace(error, attempts=count, backoff_until=until)
+        counted = RouteFailure(
+            code=error.code.value,
+            route=error.route,
+            error=error.error_text,
+            count=count,
+            first_failed_at=first,
+            last_failed_at=now,
+            backoff_until=until,
+            generation=self.configuration.label,
+        )
+        return Settlement(
+            event.seq,
+            RouteState.UNROUTED,
+            decision,
+            error=error,
+            reason=error.code.value,
+            stored_reason=f"{error.code.value} (failure {count}): {error.message}"[:1000],
+            retry_at=until,
+            failure=counted,
+        )
+
+    # -- wakes (R41, R42) -----------------------------------------------------------------------
+    def _wake(self, event: EventSnapshot, decision: Decision) -> tuple[Decision, Bridge]:
+        """The won wait's bridge, judged by the causal limits; refused, the wait is blocked with
+        the reason, the Work held and the Event kept as context (R41)."""
+        wait = decision.wake_wait
+        bridge = Bridge(wait, decision.work_id, event.scope, event.seq, self.limits.refusal(event))
+        if bridge.refusal is None:
+            return decision, bridge
+        self._block_wait(decision.work_id, wait, bridge.blocked_reason)
+        held = replace(
+            decision, effect=Effect.QUEUE, reason=Reason.CONTEXT, input_kind="context", wake_wait=None
+        )
+        return held, bridge
+
+    def _subscription_wakes(self, event: EventSnapshot, decision: Decision) -> tuple[Decision, list[Bridge]]:
+        """Dependency subscriptions wake through the same bridge and the same limits (R42)."""
+        bridges = []
+        woken = []
+        for sub in decision.also_wakes:
+            bridge = Bridge(sub.wait, sub.work_id, sub.work_scope, event.seq, self.limits.refusal(event))
+            bridges.append(bridge)
+            if bridge.refusal is None:
+                woken.append(sub)
+            else:
+                self._block_wait(sub.work_id, sub.wait, bridge.blocked_reason)
+        return replace(decision, also_wakes=tuple(woken)), bridges
+
+    def _block_wait(self, work_id: int, wait: WaitView, reason: str) -> None:
+        work = self.world.works.get(work_id)
+        if work is not None and work.active_wait is not None and work.active_wait.id == wait.id:
+            self.world.works[work_id] = replace(work, active_wait=replace(wait, blocked_reason=reason))
+        self.world.subscriptions = [
+            replace(s, wait=replace(s.wait, blocked_reason=reason)) if s.wait.id == wait.id else s
+            for s in self.world.subscriptions
+        ]
+
+
+def event_tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) -> set[tuple]:
+    """The targets an Event touches: its keys (explicit and decided), its Work."""
+    tokens: set[tuple] = set()
+    keys = list(snap.correlation)
+    if evaluation is not None and evaluation.decision is not None:
+        keys.extend(evaluation.decision.keys)
+        if evaluation.decision.work_id is not None:
+            tokens.add(("work", evaluation.decision.work_id))
+    for key in keys:
+        tokens.add(("key", snap.scope, key))
+        owner = world.owners.get((snap.scope, key))
+        if owner is not None:
+            tokens.add(("work", owner))
+    if snap.work_id is not None:
+        tokens.add(("work", snap.work_id))
+    if snap.execution_id is not None and snap.execution_id in world.attempt_work:
+        tokens.add(("work", world.attempt_work[snap.execution_id]))
+    return tokens
+
+
+def block(blocked: dict[tuple, int], tokens: Iterable[tuple], seq: int) -> None:
+    """Record that ``seq`` blocks ``tokens``: later input for them waits behind it (I4)."""
+    for token in tokens:
+        if token not in blocked or blocked[token] > seq:
+            blocked[token] = seq

@@ -1,0 +1,303 @@
+"""World reads: what a route commit (and a trace) reads before it settles a window.
+
+The Works, key owners, attempts and dependency subscriptions the window's Events may touch
+(:func:`read_world`), the earlier unrouted input outside the window by the targets it blocks
+(:func:`outside_blockers`, I4), and the causal limits' verdict on the wake bridges a window
+plans (:class:`BridgeVerdicts`). Each costs a fixed number of queries per window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from django.db.models import OuterRef, Q, Subquery
+
+from causal.limits import Causal, Refusal
+from causal.models import Event, EventKey, RouteState
+from routing.decide import (
+    AttemptView,
+    SubscriptionView,
+    WaitView,
+    WorkView,
+    World,
+)
+from routing.engine.settle import block, event_tokens
+from routing.evaluate import (
+    Evaluation,
+)
+from routing.extension import EventSnapshot
+from worklife.models import (
+    ACTIVE_ATTEMPT_STATES,
+    Attempt,
+    CorrelationKey,
+    DependencySubscription,
+    Wait,
+    WaitState,
+    Work,
+    WorkInput,
+)
+
+# Markers in a blocked-targets map: an earlier Event whose targets are not known yet.
+_FOREIGN = ("claimed by another loop",)
+
+
+_ORPHAN = ("undecided and unclaimed",)
+
+
+# How many earlier unrouted Events a commit reads in full; past it, only those that share a
+# target with the window (or are undecided) are read.
+BLOCKER_SCAN = 10_000
+
+
+def explicit_tokens(events: Iterable[EventSnapshot]) -> set[tuple]:
+    """The explicit targets (work ids, correlation keys) of ``events``, known at acceptance."""
+    tokens: set[tuple] = set()
+    for event in events:
+        if event.work_id is not None:
+            tokens.add(("work", event.work_id))
+        for key in event.correlation or ():
+            tokens.add(("key", event.scope, key))
+    return tokens
+
+
+def read_world(
+    events: Sequence[EventSnapshot],
+    evaluations: Mapping[int, Evaluation],
+    now: datetime,
+) -> World:
+    world = World(now=now)
+    keys_by_scope: dict[str, set[str]] = {}
+    work_ids: set[int] = set()
+    execution_ids: set[int] = set()
+    for snap in events:
+        wanted = keys_by_scope.setdefault(snap.scope, set())
+        wanted.update(snap.correlation)
+        evaluation = evaluations.get(snap.seq)
+        if evaluation is not None and evaluation.decision is not None:
+            wanted.update(evaluation.decision.keys)
+            if evaluation.decision.work_id is not None:
+                work_ids.add(evaluation.decision.work_id)
+        if snap.work_id is not None:
+            work_ids.add(snap.work_id)
+        if snap.execution_id is not None:
+            execution_ids.add(snap.execution_id)
+    wanted_pairs = [(scope, key) for scope, keys in keys_by_scope.items() for key in keys]
+    for scope, key, work_id in CorrelationKey.objects.filter(_pairs(wanted_pairs)).values_list(
+        "scope", "key", "work_id"
+    ):
+        world.owners[(scope, key)] = work_id
+        work_ids.add(work_id)
+    for sub in DependencySubscription.objects.filter(
+        active=True, scope__in=list(keys_by_scope), wait__state=WaitState.ACTIVE
+    ).select_related("wait", "work"):
+        world.subscriptions.append(
+            SubscriptionView(
+                id=sub.pk,
+                work_id=sub.work_id,
+                work_scope=sub.work.scope,
+                wait=WaitView(
+                    sub.wait.pk,
+                    sub.wait.name,
+                    dict(sub.wait.match or {}),
+                    sub.wait.timeout_at,
+                    sub.wait.blocked_reason,
+                ),
+                scope=sub.scope,
+                match=dict(sub.match or {}),
+            )
+        )
+        work_ids.add(sub.work_id)
+    if execution_ids:
+        for attempt_id, work_id in Attempt.objects.filter(pk__in=execution_ids).values_list("pk", "work_id"):
+            world.attempt_work[attempt_id] = work_id
+            work_ids.add(work_id)
+    world.works.update(read_work_views(work_ids))
+    world.missing_works = work_ids - set(world.works)
+    return world
+
+
+def outside_blockers(
+    events: Sequence[EventSnapshot],
+    world: World,
+    *,
+    honour_claims: bool,
+    now: datetime,
+    evaluations: Mapping[int, Evaluation],
+    owner: str,
+) -> dict[tuple, int]:
+    """Earlier unrouted Events outside the window, by the targets they block (I4)."""
+    if not events:
+        return {}
+    window = [e.seq for e in events]
+    query = Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=max(window)).exclude(seq__in=window)
+    fields = ("seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until", "unrouted_reason")
+    blocked: dict[tuple, int] = {}
+    rows = list(query.order_by("seq").values_list(*fields)[:BLOCKER_SCAN])
+    if len(rows) == BLOCKER_SCAN:
+        # More earlier unrouted input than one scan reads (a long backlog behind failing
+        # input): of the rest, read what shares a target with the window or is undecided.
+        tokens = set().union(*(event_tokens(e, evaluations.get(e.seq), world) for e in events))
+        rest = query.filter(seq__gt=rows[-1][0]).filter(_sharing(tokens, honour_claims, now, owner))
+        rows.extend(rest.order_by("seq").values_list(*fields))
+    if not rows:
+        return blocked
+    seqs = [r[0] for r in rows]
+    keys: dict[int, list[tuple[str, str]]] = {}
+    for seq, scope, key in EventKey.objects.filter(event_id__in=seqs).values_list("event_id", "scope", "key"):
+        keys.setdefault(seq, []).append((scope, key))
+    extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
+    if extra_keys:
+        owners = dict(
+            ((s, k), w)
+            for s, k, w in CorrelationKey.objects.filter(_pairs(extra_keys)).values_list(
+                "scope", "key", "work_id"
+            )
+        )
+    else:
+        owners = {}
+    for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
+        held = bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
+        if honour_claims and (held or not reason):
+            # An earlier Event whose targets are not known yet: another live loop holds it,
+            # or no pass has decided it (its claim was released or lapsed). Its route may
+            # attach any key, so nothing after it commits before it does (acceptance order).
+            blocked[_FOREIGN] = min(blocked.get(_FOREIGN, seq), seq)
+            if not held and _ORPHAN not in blocked:
+                blocked[_ORPHAN] = seq
+        tokens: set[tuple] = set()
+        if work_id is not None:
+            tokens.add(("work", work_id))
+        if execution_id is not None and execution_id in world.attempt_work:
+            tokens.add(("work", world.attempt_work[execution_id]))
+        for pair in keys.get(seq, []):
+            tokens.add(("key", *pair))
+            owner = world.owners.get(pair, owners.get(pair))
+            if owner is not None:
+                tokens.add(("work", owner))
+        block(blocked, tokens, seq)
+    return blocked
+
+
+def _sharing(tokens: set[tuple], honour_claims: bool, now: datetime, owner: str) -> Q:
+    """Unrouted Events that share one of ``tokens`` (a key, a Work, through a key that
+    Work owns or an attempt of it), or, for a route loop, whose route is not decided yet."""
+    works = {t[1] for t in tokens if t[0] == "work"}
+    keys = {(t[1], t[2]) for t in tokens if t[0] == "key"}
+    keys.update(CorrelationKey.objects.filter(work_id__in=works).values_list("scope", "key"))
+    sharing = (
+        Q(work_id__in=works)
+        | Q(execution_id__in=Attempt.objects.filter(work_id__in=works).values("pk"))
+        | Q(seq__in=EventKey.objects.filter(_pairs(keys)).values("event_id"))
+    )
+    if honour_claims:
+        sharing |= Q(unrouted_reason="") | (
+            Q(claimed_until__gt=now) & ~Q(claimed_by="") & ~Q(claimed_by=owner)
+        )
+    return sharing
+
+
+# The Work columns a WorkView copies, under the names it uses.
+WORK_VIEW_FIELDS = (
+    "id",
+    "scope",
+    "status",
+    "version",
+    "binding",
+    "retry_binding",
+    "rebind_binding",
+    "rebind_after_attempt",
+)
+
+
+def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
+    """What routing (and trace) reads of these Works, in a fixed number of queries."""
+    ids = sorted(set(work_ids))
+    if not ids:
+        return {}
+    pending_queue = WorkInput.objects.filter(work=OuterRef("pk"), state="pending", kind="queue").order_by(
+        "-seq"
+    )
+    latest_input = WorkInput.objects.filter(work=OuterRef("pk")).order_by("-seq")
+    latest_attempt = Attempt.objects.filter(work=OuterRef("pk")).order_by("-number")
+    works = list(
+        Work.objects.filter(pk__in=ids)
+        .annotate(
+            queued_binding=Subquery(pending_queue.values("binding")[:1]),
+            max_input_seq=Subquery(latest_input.values("seq")[:1]),
+            latest_attempt_id=Subquery(latest_attempt.values("pk")[:1]),
+        )
+        .values(*WORK_VIEW_FIELDS, "queued_binding", "max_input_seq", "latest_attempt_id")
+    )
+    attempt_ids = [w["latest_attempt_id"] for w in works if w["latest_attempt_id"]]
+    attempts = {
+        pk: (AttemptView(pk, number, binding, frozenset(capabilities or ()), epoch, state), work_id)
+        for pk, number, binding, capabilities, epoch, state, work_id in Attempt.objects.filter(
+            Q(pk__in=attempt_ids) | Q(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES)
+        ).values_list("pk", "number", "binding", "capabilities", "lease_epoch", "state", "work_id")
+    }
+    active = {work_id: a for a, work_id in attempts.values() if a.state in ACTIVE_ATTEMPT_STATES}
+    waiting = [w["id"] for w in works if w["status"] == "waiting"]
+    waits = {}
+    if waiting:
+        for wait in Wait.objects.filter(work_id__in=waiting, state=WaitState.ACTIVE).order_by(
+            "created_at", "pk"
+        ):
+            waits.setdefault(wait.work_id, wait)
+    views: dict[int, WorkView] = {}
+    for work in works:
+        latest = attempts.get(work.pop("latest_attempt_id"))
+        wait = waits.get(work["id"])
+        work["queued_binding"] = work["queued_binding"] or ""
+        work["max_input_seq"] = work["max_input_seq"] or 0
+        views[work["id"]] = WorkView(
+            **work,
+            active_attempt=active.get(work["id"]),
+            latest_attempt=latest[0] if latest else None,
+            active_wait=(
+                WaitView(wait.pk, wait.name, dict(wait.match or {}), wait.timeout_at, wait.blocked_reason)
+                if wait
+                else None
+            ),
+        )
+    return views
+
+
+def _pairs(pairs: Iterable[tuple[str, str]]) -> Q:
+    """Rows whose (scope, key) is one of ``pairs``: one ``key IN`` per scope, so thousands of
+    keys stay one shallow condition."""
+    by_scope: dict[str, list[str]] = {}
+    for scope, key in pairs:
+        by_scope.setdefault(scope, []).append(key)
+    condition = Q(pk__in=[])
+    for scope, keys in by_scope.items():
+        condition |= Q(scope=scope, key__in=sorted(keys))
+    return condition
+
+
+class BridgeVerdicts:
+    """The causal limits' verdict on each wake bridge a window plans (a
+    :class:`~routing.engine.settle.BridgeLimits`): a dry run of derivation that counts the bridges
+    planned before it on the same root, since they are derived only when the window is
+    written. An Event in ``hypothetical`` is not accepted yet (a trace's): it would be a root
+    of its own."""
+
+    def __init__(self, causal: Causal, *, hypothetical: Iterable[int] = ()) -> None:
+        self.causal = causal
+        self.hypothetical = frozenset(hypothetical)
+        self.planned: dict[int, int] = {}
+
+    def refusal(self, event: EventSnapshot) -> Refusal | None:
+        if event.seq in self.hypothetical:
+            root, depth = None, event.depth
+        else:
+            row = Event.objects.filter(seq=event.seq).values_list("root_id", "depth").first()
+            if row is None:
+                return self.causal.would_refuse(parent=Event(seq=event.seq))
+            root, depth = row[0] or event.seq, row[1]
+        counted = root if root is not None else event.seq
+        refusal = self.causal.would_refuse_child(
+            parent_seq=event.seq, root_seq=root, depth=depth, pending=self.planned.get(counted, 0)
+        )
+        if refusal is None:
+            self.planned[counted] = self.planned.get(counted, 0) + 1
+        return refusal

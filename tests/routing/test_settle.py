@@ -1,0 +1,311 @@
+"""One settlement path (issue 10 item 1): what trace predicts is what routing then records.
+
+Each test is a divergence seen between trace and routing before trace and the route commit
+shared the settlement step: the trace is taken before routing, the record read after.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from causal.models import CausalDiagnostic, Event, RouteState
+from routing.models import RouteRecord
+from routing.trace import trace, trace_event
+from tests.routing import sample_handlers
+from tests.routing.routerkit import accept, apply, router
+from worklife import services as work
+from worklife.models import Wait, Work
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+
+
+@pytest.fixture
+def live(clock):
+    return apply(clock)
+
+
+def pr(number=1, action="opened", **extra):
+    return {
+        "source": "github",
+        "type": f"github.pull_request.{action}",
+        "scope": "acme",
+        "data": {"repo": "acme/api", "number": number},
+        **extra,
+    }
+
+
+def accept_payload(clock, payload):
+    fields = {k: v for k, v in payload.items() if k not in ("source", "type", "data", "scope", "id")}
+    return accept(
+        clock,
+        payload["type"],
+        payload.get("data"),
+        source=payload["source"],
+        scope=payload["scope"],
+        id=payload.get("id"),
+        **fields,
+    )
+
+
+def assert_agrees(predicted, event):
+    """The trace's state, effect, route, binding, Work and reason equal what routing left."""
+    event.refresh_from_db()
+    assert predicted.state == event.route_state
+    if event.route_state == RouteState.UNROUTED:
+        assert predicted.waiting_on == event.waiting_on_id
+        assert predicted.retry_at == event.retry_at
+        if predicted.unrouted_reason is not None:
+            assert predicted.unrouted_reason == event.unrouted_reason
+        return
+    record = RouteRecord.objects.get(event=event)
+    assert (predicted.effect, predicted.route, predicted.binding, predicted.reason) == (
+        record.policy,
+        record.route,
+        record.binding,
+        record.reason,
+    )
+    assert list(predicted.refusals) == record.refusals
+    if predicted.work_id is not None:
+        assert predicted.work_id == record.work_id
+
+
+def _waiting(clock, match, number=1):
+    first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": number})
+    router(clock).route(first.seq)
+    work_id = RouteRecord.objects.get(event=first).work_id
+    attempt = work.attempt_start(
+        work_id=work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=["inject"],
+        clock=clock,
+    )
+    work.attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match=match, clock=clock, name="review")
+    return work_id
+
+
+def test_i10_1_r41_a_wake_the_causal_limits_would_refuse_is_predicted_as_context(clock, live, settings):
+    """Reproduced: a waiting Work and CONDUIT_CAUSAL_MAX_DEPTH=0; trace said ``wake``, routing
+    recorded ``queue`` (context). Trace now asks the causal limits first."""
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 0
+    payload = pr(1, "review_submitted", id="w1")
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.effect, predicted.reason, predicted.work_id) == ("queue", "context", work_id)
+    assert any("refused" in note and "depth" in note for note in predicted.notes)
+    assert not CausalDiagnostic.objects.exists()  # a trace writes no diagnostic
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+    assert "depth" in Wait.objects.get(work_id=work_id, state="active").blocked_reason
+    assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
+
+
+def test_i10_1_r41_an_allowed_wake_is_predicted_and_derives_the_bridge(clock, live):
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    payload = pr(1, "review_submitted", id="w2")
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.effect, predicted.work_id) == ("wake", work_id)
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+    assert Event.objects.get(type="core.wait.woken").parent_id == event.seq
+
+
+def test_i10_1_r41_an_earlier_unrouted_event_wins_the_wait_first(clock, live):
+    """Trace ignored an earlier accepted Event that wins the wait first: now it settles the
+    earlier input of the same target first, as routing does."""
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    earlier = accept(clock, "github.pull_request.review_submitted", {"repo": "acme/api", "number": 1})
+    payload = pr(1, "review_requested", id="w3")
+    predicted = trace(payload=payload, clock=clock)
+    assert predicted.effect != "wake"
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert RouteRecord.objects.get(event=earlier).policy == "wake"
+    assert_agrees(predicted, event)
+    assert Work.objects.get(pk=work_id).status == "running"
+
+
+def test_i10_1_r14_a_backing_off_event_is_traced_without_asking_its_handler(clock, live):
+    """Trace called the handler of an Event routing skips because it backs off."""
+    sample_handlers.BROKEN.add("b1")
+    event = accept(clock, "x.job", {}, id="b1")
+    r = router(clock)
+    r.route(event.seq)
+    event.refresh_from_db()
+    assert event.route_state == RouteState.UNROUTED and event.retry_at is not None
+    calls = len(sample_handlers.CALLS)
+    predicted = trace_event(seq=event.seq, clock=clock)
+    assert len(sample_handlers.CALLS) == calls  # not asked
+    assert (predicted.effect, predicted.reason, predicted.attempts) == ("error", "handler_failed", 1)
+    assert predicted.unrouted_reason is None  # routing leaves the stored reason as it is
+    reason = event.unrouted_reason
+    r.route(event.seq)
+    assert len(sample_handlers.CALLS) == calls
+    assert_agrees(predicted, event)
+    assert event.unrouted_reason == reason
+
+
+def test_i10_1_r13_a_counted_failure_and_its_backoff_are_predicted(clock, live):
+    sample_handlers.BROKEN.add("b2")
+    event = accept(clock, "x.job", {}, id="b2")
+    predicted = trace_event(seq=event.seq, clock=clock)
+    assert (predicted.state, predicted.effect, predicted.attempts) == ("unrouted", "error", 1)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+    assert predicted.unrouted_reason == event.unrouted_reason
+
+
+def test_i10_1_r16_a_panic_is_predicted_as_failed_as_the_record_says(clock, live):
+    """Trace said ``error`` where the record says ``failed``."""
+    payload = {"source": "s", "type": "x.job", "scope": "acme", "data": {"behaviour": "panic"}, "id": "p1"}
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.state, predicted.effect, predicted.reason) == ("failed", "failed", "handler_panic")
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+
+
+def test_i10_1_r16_giving_up_after_the_count_and_window_is_predicted(clock, live):
+    sample_handlers.BROKEN.add("g1")
+    event = accept(clock, "x.job", {}, id="g1")
+    r = router(clock, max_route_failures=2, route_failure_window=__import__("datetime").timedelta(0))
+    r.route(event.seq)
+    clock.advance(60)
+    predicted = trace_event(seq=event.seq, clock=clock, options=r.options)
+    assert (predicted.state, predicted.effect, predicted.attempts) == ("failed", "failed", 2)
+    r.route(event.seq)
+    assert_agrees(predicted, event)
+
+
+def test_i10_1_r42_a_subscription_wake_goes_through_the_bridge_and_the_limits(clock, live, settings):
+    """Subscription wakes bypassed the bridge and the causal limits."""
+    from tests.worklife.factories import DependencySubscriptionFactory
+
+    waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    wait = Wait.objects.get(work_id=waiting_id, state="active")
+    DependencySubscriptionFactory(wait=wait, work_id=waiting_id, scope="acme/web", match={"type": "chat.*"})
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 0
+    payload = {
+        "source": "chat",
+        "type": "chat.message",
+        "scope": "acme/web",
+        "data": {"thread": "d"},
+        "id": "s1",
+    }
+    predicted = trace(payload=payload, clock=clock)
+    assert not any("also wakes" in note for note in predicted.notes)
+    assert any(f"wake of Work {waiting_id}'s wait review is refused" in note for note in predicted.notes)
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+    wait.refresh_from_db()
+    assert wait.state == "active" and "depth" in wait.blocked_reason
+    assert Work.objects.get(pk=waiting_id).status == "waiting"
+    assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
+
+
+def test_i10_1_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
+    from tests.worklife.factories import DependencySubscriptionFactory
+
+    waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    wait = Wait.objects.get(work_id=waiting_id, state="active")
+    DependencySubscriptionFactory(wait=wait, work_id=waiting_id, scope="acme/web", match={"type": "chat.*"})
+    payload = {
+        "source": "chat",
+        "type": "chat.message",
+        "scope": "acme/web",
+        "data": {"thread": "e"},
+        "id": "s2",
+    }
+    predicted = trace(payload=payload, clock=clock)
+    assert any(f"also wakes Work {waiting_id}" in note for note in predicted.notes)
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+    bridge = Event.objects.get(type="core.wait.woken")
+    assert (bridge.parent_id, bridge.work_id) == (event.seq, waiting_id)
+    assert Work.objects.get(pk=waiting_id).status == "running"
+
+
+def test_i10_1_r41_the_rate_limit_counts_the_bridges_one_event_plans(clock, live, settings):
+    """Two bridges from one root in one minute against a rate of one: the second is refused,
+    in the trace and in routing alike."""
+    from tests.worklife.factories import DependencySubscriptionFactory
+
+    waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    other_id = _waiting(clock, {"type": "never"}, number=2)
+    other_wait = Wait.objects.get(work_id=other_id, state="active")
+    DependencySubscriptionFactory(wait=other_wait, work_id=other_id, scope="acme", match={"type": "github.*"})
+    settings.CONDUIT_CAUSAL_RATE_PER_MINUTE = 1
+    payload = pr(1, "review_submitted", id="r1")
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.effect, predicted.work_id) == ("wake", waiting_id)
+    assert any("rate_exceeded" in note for note in predicted.notes)
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+    other_wait.refresh_from_db()
+    assert other_wait.state == "active" and "rate_exceeded" in other_wait.blocked_reason
+    assert Event.objects.filter(type="core.wait.woken").count() == 1
+
+
+def test_i10_1_an_event_already_accepted_is_traced_as_a_duplicate(clock, live):
+    """Trace showed ``queue on Work 1`` for an Event whose (source, id) was already accepted."""
+    payload = pr(1, id="dup-1")
+    first = accept_payload(clock, payload)
+    router(clock).route(first.seq)
+    calls = len(sample_handlers.CALLS)
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.state, predicted.effect, predicted.event, predicted.work_id) == (
+        "duplicate",
+        "duplicate",
+        first.seq,
+        None,
+    )
+    assert predicted.verdicts == () and len(sample_handlers.CALLS) == calls
+    count = Event.objects.count()
+    again = accept_payload(clock, payload)
+    assert again.seq == first.seq and Event.objects.count() == count
+
+
+def test_i10_1_waiting_behind_earlier_input_is_predicted(clock, live):
+    sample_handlers.BROKEN.add("h1")
+    blocker = accept(clock, "x.job", {"keys": ["k:1"]}, id="h1", correlation=["k:1"])
+    router(clock).route(blocker.seq)
+    payload = {"source": "s", "type": "x.job", "scope": "acme", "data": {"keys": ["k:1"]}, "id": "h2"}
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.state, predicted.effect, predicted.waiting_on) == ("unrouted", "waiting", blocker.seq)
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+
+
+def test_i10_1_trace_event_of_a_settled_event_is_its_record(clock, live):
+    event = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 3})
+    router(clock).route(event.seq)
+    predicted = trace_event(seq=event.seq, clock=clock)
+    assert predicted.notes and "already routed" in predicted.notes[0]
+    assert_agrees(predicted, event)
+
+
+def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(clock, live):
+    """The console's "Trace this Event" offers the Event's own envelope: it is traced as that
+    accepted Event (what routing will do with it), while a plain trace says a duplicate."""
+    from routing.trace import trace_offered
+
+    payload = pr(4, id="own-1")
+    event = accept_payload(clock, payload)
+    assert trace(payload=payload, clock=clock).state == "duplicate"
+    offered = trace_offered(payload=payload, clock=clock)
+    assert (offered.state, offered.effect, offered.event) == ("routed", "start", event.seq)
+    assert f"accepted Event #{event.seq}" in offered.notes[0]
+    router(clock).route(event.seq)
+    assert_agrees(offered, event)
