@@ -88,41 +88,53 @@ def keyset_page(
     return KeysetPage(items=rows, cursor=cursor, next_cursor=next_cursor)
 
 
-# --- console --------------------------------------------------------------------------------
+# Lists count their rows up to this many; past it they say "10,000+" (counting every row of a
+# long history would cost a page time that grows with it).
+COUNT_CAP = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class EventFilter:
-    """What the Events list is filtered by; empty strings mean "any"."""
+class ListTotal:
+    """How many rows a filtered list has: exact up to the cap, else "at least ``count``"."""
 
-    scope: str = ""
-    type: str = ""
-    route_state: str = ""
+    count: int
+    capped: bool
 
-    def __post_init__(self) -> None:
-        if self.route_state and self.route_state not in RouteState.values:
-            raise ValueError(f"route_state: unknown state {self.route_state!r}")
+    def __str__(self) -> str:
+        return f"{self.count:,}+" if self.capped else f"{self.count:,}"
 
 
-def events_filtered(filters: EventFilter) -> QuerySet[Event]:
-    """Events matching ``filters`` (exact scope, exact type, route state), unordered.
+def count_capped(queryset: QuerySet, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many rows ``queryset`` has, counting at most ``cap`` of them: one query whose
+    cost is bounded by the cap (``SELECT COUNT(*) FROM (… LIMIT cap + 1)``)."""
+    if cap < 1:
+        raise ValueError("cap must be at least 1")
+    n = queryset.order_by()[: cap + 1].count()
+    return ListTotal(count=min(n, cap), capped=n > cap)
 
-    Each filter has an index beginning with it and ending with ``seq``, so a keyset page
-    over one filter reads only the rows it shows.
+
+def distinct_values(model: type, column: str, *, limit: int) -> list[str]:
+    """The first ``limit`` distinct values of an indexed text ``column`` of ``model``, sorted.
+
+    One query, a "loose index scan" (a recursive common table expression that asks the index
+    for the next larger value, once per value): its cost grows with the number of distinct
+    values, not with the number of rows.
     """
-    queryset = Event.objects.all()
-    if filters.scope:
-        queryset = queryset.filter(scope=filters.scope)
-    if filters.type:
-        queryset = queryset.filter(type=filters.type)
-    if filters.route_state:
-        queryset = queryset.filter(route_state=filters.route_state)
-    return queryset
+    table = connection.ops.quote_name(model._meta.db_table)
+    col = connection.ops.quote_name(model._meta.get_field(column).column)
+    sql = (
+        f"WITH RECURSIVE v(value) AS ("
+        f" SELECT MIN({col}) FROM {table}"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN({col}) FROM {table} WHERE {col} > v.value) FROM v WHERE v.value IS NOT NULL"
+        f") SELECT value FROM v WHERE value IS NOT NULL LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit])
+        return [row[0] for row in cursor.fetchall()]
 
 
-def events_page(filters: EventFilter, *, before: int | None = None, limit: int = PAGE_SIZE) -> KeysetPage:
-    """One page of Events, newest (highest seq) first, below ``before`` when given."""
-    return keyset_page(events_filtered(filters), key="seq", cursor=before, limit=limit)
+# --- console --------------------------------------------------------------------------------
 
 
 def event_get(seq: int) -> Event:

@@ -1,7 +1,8 @@
 """Live updates of the console: group names, publishing after commit, websocket paths.
 
 Services call :func:`publish_on_commit` when they change what a page shows: the group
-``work.<id>`` for a Work's page and :data:`EVENTS_GROUP` for the Events list. The console's
+``work.<id>`` for a Work's page, ``event.<seq>`` for an Event's page and :data:`EVENTS_GROUP`
+for the Events list. The console's
 websocket consumers (``routing.consumers``) join those groups and re-render the partial the
 page shows. Group names come from here only and contain only ids.
 """
@@ -35,6 +36,13 @@ def group_name_for_work(work_id: int) -> str:
     return f"work.{work_id}"
 
 
+def group_name_for_event(seq: int) -> str:
+    """The group of one Event's page: ``event.<seq>``."""
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise ValueError(f"seq: expected a positive integer, got {seq!r}")
+    return f"event.{seq}"
+
+
 def publish_on_commit(group: str, payload: Mapping[str, Any], *, using: str | None = None) -> None:
     """Send ``payload`` to ``group`` once the current transaction commits.
 
@@ -60,6 +68,11 @@ def _send(group: str, message: dict[str, Any]) -> None:
 def work_ws_path(work_id: int) -> str:
     """The websocket path that streams updates of one Work's page."""
     return f"/ws/work/{int(work_id)}/"
+
+
+def event_ws_path(seq: int) -> str:
+    """The websocket path that streams updates of one Event's page."""
+    return f"/ws/events/{int(seq)}/"
 
 
 def events_ws_path(filters: Mapping[str, str] | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Websocket consumers: live updates of the console's Work page and Events list.
+"""Websocket consumers: live updates of the console's Work page, Event page and Events list.
 
 A consumer accepts only a signed-in user with ``routing.view_event`` (the permission of the
 pages it updates), joins the page's group (``conduit_site.live``) and,
@@ -22,10 +22,15 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
-from conduit_site.live import EVENTS_GROUP, group_name_for_work
+from causal.models import Event
+from conduit_site.live import EVENTS_GROUP, group_name_for_event, group_name_for_work
+from routing.converters import MAX_ID
 from routing.roles import VIEW_EVENT
-from routing.views.events import LIST_TEMPLATE, event_rows_context
-from routing.views.forms import EventFilterForm
+from routing.views.common import query_string
+from routing.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
+from routing.views.events import DETAIL_TEMPLATE as EVENT_TEMPLATE
+from routing.views.events import LIST_TEMPLATE, event_detail_context, event_rows_context, page_params
+from routing.views.forms import EventFilterForm, WorkDetailForm
 from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
 from worklife.models import Work
 from worklife.selectors import work_get
@@ -105,12 +110,18 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
 
 
 class WorkConsumer(LiveConsumer):
-    """``ws/work/<id>/``: the Work page's state, unrouted input, input and history."""
+    """``ws/work/<id>/?input_after=…``: the Work page's state, engine, unrouted input, input
+    and history, on the pages (and in the input order) the page shows."""
 
     work_id: int = 0
+    cursors: dict[str, Any] | None = None
 
     async def prepare(self) -> tuple[str | None, int]:
         self.work_id = int(self.scope["url_route"]["kwargs"]["work_id"])
+        form = WorkDetailForm(query_params(self.scope))
+        if not form.is_valid():
+            return None, CLOSE_BAD_REQUEST
+        self.cursors = form.cursors()
         exists = await database_sync_to_async(Work.objects.filter(pk=self.work_id).exists)()
         if not exists:
             return None, CLOSE_NOT_FOUND
@@ -121,21 +132,21 @@ class WorkConsumer(LiveConsumer):
             work = work_get(self.work_id)
         except Work.DoesNotExist:
             return ""
-        context = work_detail_context(work, LIVE_PARTIALS)
-        context.update(self.base_context(reverse("work-detail", args=[work.pk])))
+        cursors = self.cursors or {}
+        context = work_detail_context(work, LIVE_PARTIALS, cursors)
+        context.update(self.base_context(reverse("work-detail", args=[work.pk]) + query_string(cursors)))
         return "".join(render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS)
 
 
 class EventsConsumer(LiveConsumer):
-    """``ws/events/?scope=&type=&route_state=``: the first page of the Events list's rows,
-    with the list's filters."""
+    """``ws/events/?scope=&type=&route_state=…&before=``: the Events list's rows, with the
+    list's filters and on the list's page (a later page stays live too)."""
 
     form: EventFilterForm | None = None
 
     async def prepare(self) -> tuple[str | None, int]:
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        form = EventFilterForm(MultiValueDict(query))
-        if not form.is_valid() or form.cleaned_data["before"] is not None:
+        form = EventFilterForm(query_params(self.scope))
+        if not await database_sync_to_async(form.is_valid)():
             return None, CLOSE_BAD_REQUEST
         self.form = form
         return EVENTS_GROUP, 0
@@ -143,6 +154,38 @@ class EventsConsumer(LiveConsumer):
     def render(self) -> str:
         if self.form is None:  # not connected (prepare() refused it): nothing to show
             return ""
-        context = event_rows_context(self.form.filters())
-        context.update(self.base_context(context["first_url"]))
+        filters = self.form.filters()
+        context = event_rows_context(filters)
+        context.update(self.base_context(reverse("event-list") + query_string(page_params(filters))))
         return render_to_string(f"{LIST_TEMPLATE}#event-rows", context)
+
+
+class EventConsumer(LiveConsumer):
+    """``ws/events/<seq>/``: the Event page's heading, state, route and causal chain, as the
+    router routes the Event and operators skip or reroute it."""
+
+    seq: int = 0
+
+    async def prepare(self) -> tuple[str | None, int]:
+        self.seq = int(self.scope["url_route"]["kwargs"]["seq"])
+        if not 1 <= self.seq <= MAX_ID:
+            return None, CLOSE_NOT_FOUND
+        exists = await database_sync_to_async(Event.objects.filter(seq=self.seq).exists)()
+        if not exists:
+            return None, CLOSE_NOT_FOUND
+        return group_name_for_event(self.seq), 0
+
+    def render(self) -> str:
+        try:
+            context = event_detail_context(self.seq)
+        except Event.DoesNotExist:
+            return ""
+        context.update(self.base_context(reverse("event-detail", args=[self.seq])))
+        return "".join(
+            render_to_string(f"{EVENT_TEMPLATE}#{name}", context) for name in EVENT_DETAIL_PARTIALS
+        )
+
+
+def query_params(scope: dict[str, Any]) -> MultiValueDict:
+    """The websocket request's query string, as a form reads ``request.GET``."""
+    return MultiValueDict(parse_qs(scope.get("query_string", b"").decode("latin-1")))

@@ -2,9 +2,10 @@
 
 The router calls :func:`publish_routed` once per window with the Events it touched and the
 Work they went to. On commit (never before, nothing on a rollback) a publisher thread sends one
-``console.events`` message and at most :data:`MAX_WORK_MESSAGES` ``work.<id>`` messages,
-so a window of any size costs a bounded number of channel-layer writes; with the embedded
-layer, only groups a page is open on are sent to. The consumers
+``console.events`` message, at most :data:`MAX_WORK_MESSAGES` ``work.<id>`` messages and at
+most :data:`MAX_EVENT_MESSAGES` ``event.<seq>`` messages (the Event pages), so a window of any
+size costs a bounded number of channel-layer writes; with the embedded layer, only groups a
+page is open on are sent to (and count against the caps). The consumers
 (``routing.consumers``) re-render their partials and push them as out-of-band swaps.
 
 Publishing is best effort and never reaches routing: the decisions are committed already,
@@ -23,12 +24,14 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from conduit_site.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_work
+from conduit_site.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_event, group_name_for_work
 
 logger = logging.getLogger("conduit.routing.live")
 
 # At most this many Work pages are told about one window; the rest refresh on their next load.
 MAX_WORK_MESSAGES = 50
+# At most this many Event pages are told about one window.
+MAX_EVENT_MESSAGES = 50
 # Windows waiting to be published while a send is slow; older ones are dropped past this.
 MAX_PENDING = 100
 
@@ -130,20 +133,24 @@ def send_routed(
 
 
 async def _send_all(layer, seqs: list[int], work_ids: list[int]) -> int:
-    """One ``console.events`` message and at most :data:`MAX_WORK_MESSAGES` ``work.<id>``
-    messages. A layer that can tell which groups have members (``occupied_groups``, as the
-    embedded SQLite layer can) is asked first, in one read: only open pages are told, and
-    the cap counts open pages, so a page open on any Work of a big window hears of it."""
+    """One ``console.events`` message, at most :data:`MAX_WORK_MESSAGES` ``work.<id>`` messages
+    and at most :data:`MAX_EVENT_MESSAGES` ``event.<seq>`` messages. A layer that can tell
+    which groups have members (``occupied_groups``, as the embedded SQLite layer can) is asked
+    first, in one read: only open pages are told, and the caps count open pages, so a page
+    open on any Work or Event of a big window hears of it."""
     works = {group_name_for_work(w): w for w in work_ids}
-    groups = ([EVENTS_GROUP] if seqs else []) + list(works)
+    events = {group_name_for_event(s): s for s in seqs}
+    groups = ([EVENTS_GROUP] if seqs else []) + list(works) + list(events)
     occupied = getattr(layer, "occupied_groups", None)
     if occupied is not None:
         members = await occupied(groups)
         groups = [g for g in groups if g in members]
-    work_groups = [g for g in groups if g != EVENTS_GROUP]
-    if len(work_groups) > MAX_WORK_MESSAGES:
+    work_groups = [g for g in groups if g in works]
+    event_groups = [g for g in groups if g in events]
+    if len(work_groups) > MAX_WORK_MESSAGES or len(event_groups) > MAX_EVENT_MESSAGES:
         logger.debug(
-            "route.live_works_capped", extra={"works": len(work_groups), "published": MAX_WORK_MESSAGES}
+            "route.live_pages_capped",
+            extra={"works": len(work_groups), "events": len(event_groups), "published": MAX_WORK_MESSAGES},
         )
     sent = 0
     if EVENTS_GROUP in groups:
@@ -152,6 +159,10 @@ async def _send_all(layer, seqs: list[int], work_ids: list[int]) -> int:
         sent += 1
     for group in work_groups[:MAX_WORK_MESSAGES]:
         message = {"type": UPDATE_TYPE, "group": group, "payload": {"work_id": works[group]}}
+        await layer.group_send(group, message)
+        sent += 1
+    for group in event_groups[:MAX_EVENT_MESSAGES]:
+        message = {"type": UPDATE_TYPE, "group": group, "payload": {"seq": events[group]}}
         await layer.group_send(group, message)
         sent += 1
     return sent

@@ -4,37 +4,34 @@ of Events with their route, with explicit joins (no N+1)."""
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.db.models import Q, QuerySet, Subquery
 
 from causal.models import KV, Event, RouteState
 from causal.selectors import (
+    COUNT_CAP,
     PAGE_SIZE,
-    EventFilter,
     KeysetPage,
+    ListTotal,
+    count_capped,
+    distinct_values,
     event_chain,
-    events_filtered,
     keyset_page,
     unrouted_event_count,
 )
 from routing.config import live_generation
-from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
+from routing.converters import MAX_ID
+from routing.models import ApiToken, Disposition, Generation, GenerationKind, RouteRecord, Scope
 from worklife.selectors import work_counts
 
 # --- console --------------------------------------------------------------------------------
-
-
-def events_with_route_page(
-    filters: EventFilter, *, before: int | None = None, limit: int = PAGE_SIZE
-) -> KeysetPage:
-    """One page of Events, newest first, each with its RouteRecord (when it has one) joined."""
-    queryset = events_filtered(filters).select_related("route_record")
-    return keyset_page(queryset, key="seq", cursor=before, limit=limit)
 
 
 def event_with_route(seq: int) -> Event:
@@ -53,6 +50,11 @@ def work_route_history_page(work_id: int, *, before: int | None = None, limit: i
     Event seq ``before`` when given."""
     queryset = RouteRecord.objects.filter(work_id=work_id).select_related("event")
     return keyset_page(queryset, key="event_id", cursor=before, limit=limit)
+
+
+def work_route_history_total(work_id: int, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many RouteRecords name the Work, counted up to ``cap`` (one query)."""
+    return count_capped(RouteRecord.objects.filter(work_id=work_id), cap=cap)
 
 
 def live_scope_paths() -> list[str]:
@@ -170,6 +172,20 @@ class EventRoute:
     def settled(self) -> bool:
         return self.event.route_state != RouteState.UNROUTED
 
+    @property
+    def outcome(self) -> str:
+        """What became of the Event: its route state, except that a routed Event its policy
+        delivered nowhere is ``unmatched`` or ``dropped``."""
+        return event_outcome(self.event, self.record)
+
+
+def event_outcome(event: Event, record: RouteRecord | None) -> str:
+    """The Event's outcome: its route state, or ``unmatched``/``dropped`` for a routed Event
+    whose RouteRecord's policy delivered it nowhere."""
+    if event.route_state == RouteState.ROUTED and record is not None:
+        return UNDELIVERED_OUTCOMES.get(record.policy, RouteState.ROUTED.value)
+    return event.route_state
+
 
 class EventListInvalid(ValueError):
     """A filter of the Events list that cannot be used; ``field`` names it."""
@@ -180,12 +196,58 @@ class EventListInvalid(ValueError):
         self.message = message
 
 
+# What a search (``query``) is compared with: the longest envelope id or subject stored.
+QUERY_MAX_LENGTH = 512
+
+
+def known_policies() -> tuple[str, ...]:
+    """The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list."""
+    # The controls (and the router they import) only for the pages that offer the list.
+    from routing.controls import CONTROL_POLICY
+    from routing.decide import Effect
+
+    return (
+        Effect.START,
+        Effect.QUEUE,
+        Effect.INJECT,
+        Effect.INTERRUPT,
+        Effect.HELD,
+        Effect.WAKE,
+        Effect.DROP,
+        Effect.UNMATCHED,
+        Disposition.SKIPPED.value,
+        Disposition.FAILED.value,
+        CONTROL_POLICY,
+    )
+
+
+# Routed Events whose policy delivered them nowhere (``Effect.UNMATCHED``, ``Effect.DROP``: not
+# imported, so that reading routes does not load the decision's modules): their outcome is
+# named after the policy, not "routed" (the console shows them apart).
+UNDELIVERED_OUTCOMES = {"unmatched": "unmatched", "drop": "dropped"}
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 date or time (``2026-01-05``, ``2026-01-05T12:00:00Z``); without an offset
+    it is read as UTC. ``ValueError`` saying what was expected otherwise. The CLI's
+    ``--since``/``--until`` and the console's filters both read times with it."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"expected an ISO 8601 time like 2026-01-05T12:00:00Z, got {text!r}") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 @dataclass(frozen=True, slots=True)
 class EventListFilter:
-    """What ``events list`` reads. Empty strings and ``None`` mean "any".
+    """What ``events list`` and the console's Events list read. Empty strings and ``None``
+    mean "any".
 
+    ``query`` finds an Event by its envelope id, its subject or (digits, ``#`` optional) its
+    seq, exactly; ``scope`` is a scope path, with every scope under it when ``subtree``;
     ``type`` is a glob (``*`` any run of characters, ``?`` one character, case-sensitive, as
-    routes match types); ``work_id`` selects Events routed on that Work or naming it as
+    routes match types); ``policy`` is the policy its RouteRecord records (``unmatched``,
+    ``drop``, ``queue``…); ``work_id`` selects Events routed on that Work or naming it as
     their explicit target; ``since`` (inclusive) and ``until`` (exclusive) bound the
     acceptance time. Newest first unless ``oldest``; ``after`` is the seq the previous page
     ended with (keyset paging in the listing order).
@@ -200,12 +262,20 @@ class EventListFilter:
     after: int | None = None
     limit: int = PAGE_SIZE
     oldest: bool = False
+    query: str = ""
+    subtree: bool = False
+    policy: str = ""
 
     def __post_init__(self) -> None:
-        if len(self.scope) > 255:
-            raise EventListInvalid("scope", "at most 255 characters")
-        if len(self.type) > 255:
-            raise EventListInvalid("type", "at most 255 characters")
+        for name, most in (("scope", 255), ("type", 255), ("query", QUERY_MAX_LENGTH), ("policy", 32)):
+            value = getattr(self, name)
+            if len(value) > most:
+                raise EventListInvalid(name, f"at most {most} characters")
+            # No stored value has one; PostgreSQL refuses a NUL in a query outright.
+            if "\x00" in value:
+                raise EventListInvalid(name, "a NUL character cannot match anything")
+        if self.subtree and not self.scope:
+            raise EventListInvalid("subtree", "needs a scope whose subtree to list")
         if self.state and self.state not in RouteState.values:
             raise EventListInvalid(
                 "state", f"unknown state {self.state!r} (one of {', '.join(RouteState.values)})"
@@ -292,28 +362,91 @@ def event_chain_routes(seq: int) -> list[EventRoute]:
     return [EventRoute(event=e, record=records.get(e.seq), failure=failures.get(e.seq)) for e in chain]
 
 
-def events_route_page(filters: EventListFilter) -> EventRoutePage:
-    """One page of Events matching ``filters``, each with its route (at most two queries)."""
+def events_listed(filters: EventListFilter) -> QuerySet[Event]:
+    """The Events ``filters`` select (paging aside), each with its RouteRecord and the
+    record's Work joined, unordered."""
     queryset = _events_with_records()
-    if filters.scope:
+    if filters.query:
+        text = filters.query.strip()
+        found = Q(envelope_id=text) | Q(subject=text)
+        digits = text.removeprefix("#")
+        if digits.isascii() and digits.isdigit() and 0 < int(digits) <= MAX_ID:
+            found |= Q(seq=int(digits))
+        queryset = queryset.filter(found)
+    if filters.scope and filters.subtree:
+        queryset = queryset.filter(
+            Q(scope=filters.scope) | starts_with("scope", filters.scope.rstrip("/") + "/")
+        )
+    elif filters.scope:
         queryset = queryset.filter(scope=filters.scope)
     if filters.type and filters.type != "*":
-        if _GLOB_CHARS.search(filters.type):
+        head, star, tail = filters.type.partition("*")
+        if star and not tail and head and not _GLOB_CHARS.search(head):
+            # A prefix glob (github.*), the common case: by the index, no regular expression.
+            queryset = queryset.filter(starts_with("type", head))
+        elif _GLOB_CHARS.search(filters.type):
             queryset = queryset.filter(type__regex=glob_regex(filters.type))
         else:
             queryset = queryset.filter(type=filters.type)
     if filters.state:
         queryset = queryset.filter(route_state=filters.state)
+    if filters.policy:
+        queryset = queryset.filter(route_record__policy=filters.policy)
     if filters.work_id is not None:
         queryset = queryset.filter(Q(work_id=filters.work_id) | Q(route_record__work_id=filters.work_id))
     if filters.since is not None:
         queryset = queryset.filter(accepted_at__gte=filters.since)
     if filters.until is not None:
         queryset = queryset.filter(accepted_at__lt=filters.until)
-    page = keyset_page(
-        queryset, key="seq", cursor=filters.after, limit=filters.limit, descending=not filters.oldest
+    return queryset
+
+
+def events_route_page(filters: EventListFilter) -> EventRoutePage:
+    """One page of Events matching ``filters``, each with its route (at most three queries).
+
+    The page's seqs are found first, reading the seqs alone (an index holds them), then its
+    rows by seq: where a filter's index serves the search, ordering its matches costs a sort
+    of integers, not of whole Events with their records.
+    """
+    seqs = keyset_page(
+        events_listed(filters).select_related(None).only("seq"),
+        key="seq",
+        cursor=filters.after,
+        limit=filters.limit,
+        descending=not filters.oldest,
     )
-    return EventRoutePage(items=event_routes(page.items), next_after=page.next_cursor)
+    wanted = [event.seq for event in seqs]
+    events = sorted(
+        _events_with_records().filter(seq__in=wanted), key=lambda e: e.seq, reverse=not filters.oldest
+    )
+    return EventRoutePage(items=event_routes(events), next_after=seqs.next_cursor)
+
+
+def events_route_total(filters: EventListFilter, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many Events match ``filters`` (paging aside), counted up to ``cap``: one query."""
+    return count_capped(events_listed(filters), cap=cap)
+
+
+def known_event_types(*, limit: int = 200) -> list[str]:
+    """The Event types accepted so far, sorted, at most ``limit`` (one query, by the index)."""
+    return distinct_values(Event, "type", limit=limit)
+
+
+def known_event_scopes(*, limit: int = 200) -> list[str]:
+    """The scopes of the live configuration and of Events accepted so far, sorted (two
+    queries, by the indexes)."""
+    return sorted(set(live_scope_paths()) | set(distinct_values(Event, "scope", limit=limit)))[:limit]
+
+
+def starts_with(field: str, prefix: str) -> Q:
+    """Rows whose text ``field`` begins with ``prefix``, case-sensitively, in a way the field's
+    index can serve: a range on SQLite (whose text comparison is by code point, where ``LIKE``
+    ignores case), ``LIKE 'prefix%'`` on PostgreSQL (where a range would follow the collation)."""
+    last = ord(prefix[-1]) if prefix else 0
+    # The next character after the last one (not a surrogate, which UTF-8 cannot hold).
+    if connection.vendor == "sqlite" and prefix and last < sys.maxunicode and not 0xD7FF <= last < 0xE000:
+        return Q(**{f"{field}__gte": prefix, f"{field}__lt": prefix[:-1] + chr(last + 1)})
+    return Q(**{f"{field}__startswith": prefix})
 
 
 _GLOB_CHARS = re.compile(r"[*?]")

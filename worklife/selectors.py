@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 
 from causal.models import KV, Event, RouteState
-from causal.selectors import PAGE_SIZE, KeysetPage, keyset_page
+from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from worklife.models import (
     Attempt,
     AttemptState,
@@ -33,28 +33,39 @@ ENGINE_LIST_LIMIT = 20
 PARKED = "parked"
 # The longest scope path Work stores (Work.scope).
 SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
+BINDING_MAX_LENGTH = Work._meta.get_field("binding").max_length
+KEY_MAX_LENGTH = CorrelationKey._meta.get_field("key").max_length
 
 # --- console --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class WorkFilter:
-    """What the Work list is filtered by; empty strings mean "any"."""
+    """What the Work list is filtered by (the console, ``work list`` and the API); empty
+    strings mean "any". ``key`` is a correlation key the Work owns."""
 
     scope: str = ""
     status: str = ""
+    binding: str = ""
+    key: str = ""
 
     def __post_init__(self) -> None:
         if self.status and self.status not in (*WorkStatus.values, PARKED):
             raise ValueError(f"status: unknown status {self.status!r}")
-        # No stored scope has either; PostgreSQL refuses a NUL in a query outright.
-        if "\x00" in self.scope or len(self.scope) > SCOPE_MAX_LENGTH:
-            raise ValueError(f"scope: not a scope path (at most {SCOPE_MAX_LENGTH} characters, no NUL)")
+        for name, most in (
+            ("scope", SCOPE_MAX_LENGTH),
+            ("binding", BINDING_MAX_LENGTH),
+            ("key", KEY_MAX_LENGTH),
+        ):
+            value = getattr(self, name)
+            # No stored value has either; PostgreSQL refuses a NUL in a query outright.
+            if "\x00" in value or len(value) > most:
+                raise ValueError(f"{name}: at most {most} characters, no NUL")
 
 
 def work_filtered(filters: WorkFilter) -> QuerySet[Work]:
-    """Work matching ``filters`` (exact scope, status), unordered. The status ``parked`` is
-    ready Work parked after too many failures."""
+    """Work matching ``filters`` (exact scope, status, binding, an owned key), unordered. The
+    status ``parked`` is ready Work parked after too many failures."""
     queryset = Work.objects.all()
     if filters.scope:
         queryset = queryset.filter(scope=filters.scope)
@@ -62,12 +73,27 @@ def work_filtered(filters: WorkFilter) -> QuerySet[Work]:
         queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=False)
     elif filters.status:
         queryset = queryset.filter(status=filters.status)
+    if filters.binding:
+        queryset = queryset.filter(binding=filters.binding)
+    if filters.key:
+        keys = CorrelationKey.objects.filter(key=filters.key)
+        if filters.scope:
+            keys = keys.filter(scope=filters.scope)  # by the (scope, key) unique index
+        queryset = queryset.filter(pk__in=keys.values("work_id"))
     return queryset
 
 
-def work_page(filters: WorkFilter, *, before: int | None = None, limit: int = PAGE_SIZE) -> KeysetPage:
-    """One page of Work, newest (highest id) first, below ``before`` when given."""
-    return keyset_page(work_filtered(filters), key="id", cursor=before, limit=limit)
+def work_page(
+    filters: WorkFilter, *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
+) -> KeysetPage:
+    """One page of Work, newest (highest id) first below ``before`` when given, or oldest
+    first above it (``oldest``)."""
+    return keyset_page(work_filtered(filters), key="id", cursor=before, limit=limit, descending=not oldest)
+
+
+def work_total(filters: WorkFilter, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many Work match ``filters``, counted up to ``cap`` (one query)."""
+    return count_capped(work_filtered(filters), cap=cap)
 
 
 def work_get(work_id: int) -> Work:
@@ -115,11 +141,18 @@ def work_attempts(work_id: int, *, limit: int = PAGE_SIZE) -> KeysetPage:
     return keyset_page(Attempt.objects.filter(work_id=work_id), key="number", limit=limit)
 
 
-def work_inputs_page(work_id: int, *, after: int | None = None, limit: int = PAGE_SIZE) -> KeysetPage:
-    """The Work's input in acceptance order (WorkInput rows joined with their Events and
-    attempts), after the Event seq ``after`` when given."""
+def work_inputs_page(
+    work_id: int, *, after: int | None = None, limit: int = PAGE_SIZE, newest: bool = False
+) -> KeysetPage:
+    """The Work's input (WorkInput rows joined with their Events and attempts) in acceptance
+    order after the Event seq ``after`` when given, or newest first below it (``newest``)."""
     queryset = WorkInput.objects.filter(work_id=work_id).select_related("event", "attempt")
-    return keyset_page(queryset, key="seq", cursor=after, limit=limit, descending=False)
+    return keyset_page(queryset, key="seq", cursor=after, limit=limit, descending=newest)
+
+
+def work_inputs_total(work_id: int, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many inputs the Work has, counted up to ``cap`` (one query)."""
+    return count_capped(WorkInput.objects.filter(work_id=work_id), cap=cap)
 
 
 def work_unrouted_events(work: Work, *, limit: int = PAGE_SIZE) -> KeysetPage:

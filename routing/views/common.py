@@ -59,3 +59,27 @@ def paging_urls(url_name: str, params: Mapping[str, Any], page: Any) -> dict[str
         "first_url": base + query_string(params),
         "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
     }
+
+
+def list_paging_urls(
+    url_name: str, params: Mapping[str, Any], *, oldest: bool, cursor: int | None, next_cursor: int | None
+) -> dict[str, Any]:
+    """The pager of a keyset-paged list that reads newest first (``before`` a key) or oldest
+    first (``oldest``, ``after`` a key): ``first_url`` (the newest page), ``oldest_url`` (the
+    oldest page; empty on it), ``next_url`` (empty on the last page), its label and
+    ``oldest_first``."""
+    base = reverse(url_name)
+    on_oldest = oldest and cursor is None
+    if next_cursor is None:
+        next_url = ""
+    elif oldest:
+        next_url = base + query_string({**params, "oldest": "1", "after": next_cursor})
+    else:
+        next_url = base + query_string({**params, "before": next_cursor})
+    return {
+        "first_url": base + query_string(params),
+        "oldest_url": "" if on_oldest else base + query_string({**params, "oldest": "1"}),
+        "next_url": next_url,
+        "next_label": "Newer →" if oldest else "Older →",
+        "oldest_first": oldest,
+    }

@@ -24,6 +24,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -34,10 +35,11 @@ from causal.models import Event
 from routing import controls
 from routing.models import RouteRecord
 from routing.views.common import HTMX_VARY
+from routing.views.events import DETAIL_PARTIALS, event_detail_context
+from routing.views.events import DETAIL_TEMPLATE as EVENT_PAGE
 
 CONFIRM_TEMPLATE = "routing/event_control.html"
 ROW_TEMPLATE = "routing/event_control_row.html"
-EVENT_ROUTE_PARTIAL = "routing/event_detail.html#event-route"
 # The Work page's rows the controls sit in, by id prefix, and how many columns each has: the
 # swapped row spans the same width.
 ROW_COLUMNS = {"unrouted": 5, "input": 8, "history": 10}
@@ -153,22 +155,19 @@ def _swapped(
     status: int = 200,
 ) -> HttpResponse:
     """The element the htmx button targets, re-rendered with the Event's new state."""
-    event = _event(seq)
-    record: RouteRecord | None = getattr(event, "route_record", None) if event.is_settled else None
     context: dict[str, Any] = {
-        "event": event,
-        "record": record,
         "control": result,
         "control_error": error,
-        "copy_seq": copy_seq,
         # The page the buttons sit on (the no-JavaScript links come back to it).
         "return_to": _page_path(request.htmx.current_url),
     }
     target = request.htmx.target or ""
     if target == "event-route":
-        context["control_target"] = "#event-route"
-        response = render(request, EVENT_ROUTE_PARTIAL, context, status=status)
+        response = HttpResponse(_event_page_parts(request, seq, context), status=status)
     else:
+        event = _event(seq)
+        record: RouteRecord | None = getattr(event, "route_record", None) if event.is_settled else None
+        context.update(event=event, record=record, copy_seq=copy_seq)
         match = _ROW_TARGET.match(target)
         kind = match["kind"] if match and int(match["seq"]) == seq else ""
         context.update(
@@ -178,6 +177,25 @@ def _swapped(
         response = render(request, ROW_TEMPLATE, context, status=status)
     patch_vary_headers(response, HTMX_VARY)
     return response
+
+
+def _event_page_parts(request: HttpRequest, seq: int, control: dict[str, Any]) -> str:
+    """The Event page's route section with the Event's new state, and its heading, state box,
+    causal chain and the control's message out of band: the whole page agrees at once."""
+    try:
+        context = {**event_detail_context(seq), **control, "control_target": "#event-route"}
+    except Event.DoesNotExist:
+        raise Http404(f"No Event with seq {seq}.") from None
+    html = [render_to_string(f"{EVENT_PAGE}#event-route", context, request)]
+    if control["control"] is not None:
+        html.append(render_to_string(f"{EVENT_PAGE}#event-control-result", context, request))
+    oob = {**context, "oob": True}
+    html.extend(
+        render_to_string(f"{EVENT_PAGE}#{name}", oob, request)
+        for name in DETAIL_PARTIALS
+        if name != "event-route"
+    )
+    return "".join(html)
 
 
 def _page_path(url: str | None) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from causal.models import RouteState
-from causal.selectors import EventFilter
 from routing.converters import MAX_ID
+from routing.selectors import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid, parse_time
 from worklife.models import WorkStatus
 from worklife.selectors import PARKED, WorkFilter
 
@@ -27,27 +29,113 @@ class CursorField(forms.IntegerField):
         super().__init__(**kwargs)
 
 
-class EventFilterForm(forms.Form):
-    """Filters of the Events list: exact scope, exact type, route state; ``before`` pages."""
+class TimeField(forms.CharField):
+    """An ISO 8601 date or time, UTC without an offset: read by the CLI's own parser."""
 
-    scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
-    type = forms.CharField(required=False, max_length=255, help_text="Exact Event type.")
+    def to_python(self, value):
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return parse_time(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class KeysetOrderForm(forms.Form):
+    """Paging of a list that reads newest first (``before`` a key) or oldest first
+    (``oldest``, ``after`` a key). Subclasses call :meth:`clean_order` first in ``clean``."""
+
+    before = CursorField(help_text="Newest first: show rows with a lower key than this one.")
+    after = CursorField(help_text="Oldest first: show rows with a higher key than this one.")
+    oldest = forms.BooleanField(required=False, widget=forms.HiddenInput, help_text="Oldest first.")
+
+    def clean_order(self, data: dict[str, Any]) -> bool:
+        """Whether the filters can be read: no field error, and ``before`` not mixed with an
+        oldest-first page (its error names it)."""
+        if self.errors:
+            return False
+        if data.get("before") is not None and (data.get("oldest") or data.get("after") is not None):
+            self.add_error("before", "pages a newest-first list: use after with oldest")
+            return False
+        return True
+
+    def oldest_first(self) -> bool:
+        """Whether the list reads oldest first (call after ``is_valid()``)."""
+        return bool(self.cleaned_data["oldest"] or self.cleaned_data["after"] is not None)
+
+    def cursor(self) -> int | None:
+        """Where the page starts in its listing order (call after ``is_valid()``)."""
+        return self.cleaned_data["after"] if self.oldest_first() else self.cleaned_data["before"]
+
+
+# The filter's field each console parameter sets, where the names differ (errors name the
+# parameter the page sent).
+EVENT_PARAMS = {"query": "q", "state": "route_state"}
+
+
+class EventFilterForm(KeysetOrderForm):
+    """Filters of the Events list, as ``events list`` takes them: a search (envelope id,
+    subject or seq), a scope and optionally its subtree, a type glob, the route state, the
+    policy, an acceptance time range. ``before`` pages a newest-first list, ``after`` an
+    oldest-first one (``oldest``)."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=QUERY_MAX_LENGTH,
+        label="Find",
+        help_text="An Event's envelope id, subject or seq (#123).",
+    )
+    scope = forms.CharField(required=False, max_length=255, help_text="A scope path, e.g. acme/web.")
+    subtree = forms.BooleanField(required=False, label="and under it", help_text="Also every scope under it.")
+    type = forms.CharField(
+        required=False,
+        max_length=255,
+        help_text="An Event type or a glob: github.* ('*' any characters, '?' one).",
+    )
     route_state = forms.ChoiceField(
         required=False,
         choices=_choices_with_any(RouteState.choices),
         label="Route state",
         help_text="Where the Event stands in routing.",
     )
-    before = CursorField(help_text="Show Events with a lower seq than this one.")
+    policy = forms.CharField(
+        required=False, max_length=32, help_text="The policy its route recorded: unmatched, drop, queue…"
+    )
+    since = TimeField(required=False, label="Since (UTC)", help_text="Accepted at or after this time.")
+    until = TimeField(required=False, label="Until (UTC)", help_text="Accepted before this time.")
 
-    def filters(self) -> EventFilter:
-        """The validated filters (call after ``is_valid()``)."""
-        data = self.cleaned_data
-        return EventFilter(scope=data["scope"], type=data["type"], route_state=data["route_state"])
+    def clean(self):
+        data = super().clean()
+        if not self.clean_order(data):
+            return data
+        oldest = self.oldest_first()
+        try:
+            self.list_filter = EventListFilter(
+                query=data["q"],
+                scope=data["scope"],
+                subtree=data["subtree"],
+                type=data["type"],
+                state=data["route_state"],
+                policy=data["policy"],
+                since=data["since"],
+                until=data["until"],
+                after=self.cursor(),
+                oldest=oldest,
+            )
+        except EventListInvalid as exc:
+            self.add_error(EVENT_PARAMS.get(exc.field, exc.field), exc.message)
+        return data
+
+    def filters(self) -> EventListFilter:
+        """The validated filters with their cursor (call after ``is_valid()``)."""
+        return self.list_filter
 
 
-class WorkFilterForm(forms.Form):
-    """Filters of the Work list: exact scope and status (or parked); ``before`` pages."""
+class WorkFilterForm(KeysetOrderForm):
+    """Filters of the Work list, as ``work list`` takes them: exact scope, status (or parked),
+    binding and an owned correlation key. ``before`` pages a newest-first list, ``after`` an
+    oldest-first one (``oldest``)."""
 
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     status = forms.ChoiceField(
@@ -55,18 +143,61 @@ class WorkFilterForm(forms.Form):
         choices=_choices_with_any([*WorkStatus.choices, (PARKED, "parked")]),
         help_text="The Work's status; parked: ready Work parked after too many failures.",
     )
-    before = CursorField(help_text="Show Work with a lower id than this one.")
+    binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")
+    key = forms.CharField(required=False, max_length=512, help_text="A correlation key the Work owns.")
+
+    def clean(self):
+        data = super().clean()
+        if not self.clean_order(data):
+            return data
+        try:
+            self.work_filter = WorkFilter(
+                scope=data["scope"], status=data["status"], binding=data["binding"], key=data["key"]
+            )
+        except ValueError as exc:
+            field, _, message = str(exc).partition(": ")
+            self.add_error(field if field in self.fields else None, message)
+        return data
 
     def filters(self) -> WorkFilter:
         """The validated filters (call after ``is_valid()``)."""
-        return WorkFilter(scope=self.cleaned_data["scope"], status=self.cleaned_data["status"])
+        return self.work_filter
+
+
+# The Work page's input list: in acceptance order (the default) or newest first.
+INPUT_NEWEST = "newest"
 
 
 class WorkDetailForm(forms.Form):
-    """Paging of the Work page's lists."""
+    """Paging of the Work page's lists: the input in acceptance order (``input_after``) or
+    newest first (``input_order=newest``, ``input_before``), the history newest first."""
 
-    input_after = CursorField(help_text="Show input accepted after this Event seq.")
+    input_order = forms.ChoiceField(
+        required=False,
+        choices=[("", "acceptance order"), (INPUT_NEWEST, "newest first")],
+        help_text="The order of the input list.",
+    )
+    input_after = CursorField(help_text="Acceptance order: show input accepted after this Event seq.")
+    input_before = CursorField(help_text="Newest first: show input accepted before this Event seq.")
     history_before = CursorField(help_text="Show route records of Events before this seq.")
+
+    def clean(self):
+        data = super().clean()
+        newest = data.get("input_order") == INPUT_NEWEST
+        if newest and data.get("input_after") is not None:
+            self.add_error(
+                "input_after", "pages the input in acceptance order: use input_before when newest first"
+            )
+        elif not newest and data.get("input_before") is not None:
+            self.add_error("input_before", "pages the input newest first: add input_order=newest")
+        return data
+
+    def cursors(self) -> dict[str, Any]:
+        """Where each list of the page starts, and the input's order (after ``is_valid()``)."""
+        return {
+            name: self.cleaned_data[name]
+            for name in ("input_order", "input_after", "input_before", "history_before")
+        }
 
 
 class ConfigListForm(forms.Form):

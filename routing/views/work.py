@@ -10,12 +10,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from causal.clock import Clock, system_clock
+from causal.models import RouteState
 from conduit_site.live import work_ws_path
+from routing.controls import reroute_copies
 from routing.roles import VIEW_EVENT
-from routing.selectors import event_routes, work_route_history_page
+from routing.selectors import event_routes, work_route_history_page, work_route_history_total
 from routing.views.access import permission_needed
-from routing.views.common import htmx_partial, paging_urls, query_string, render_console
-from routing.views.forms import WorkDetailForm, WorkFilterForm
+from routing.views.common import htmx_partial, list_paging_urls, query_string, render_console
+from routing.views.forms import INPUT_NEWEST, WorkDetailForm, WorkFilterForm
 from worklife.models import Work
 from worklife.selectors import (
     ENGINE_LIST_LIMIT,
@@ -24,10 +26,12 @@ from worklife.selectors import (
     work_children,
     work_get,
     work_inputs_page,
+    work_inputs_total,
     work_intents,
     work_keys,
     work_page,
     work_timers,
+    work_total,
     work_unrouted_events,
     work_waits,
     work_why_not_running,
@@ -41,24 +45,42 @@ DETAIL_TEMPLATE = "worklife/work_detail.html"
 clock: Clock = system_clock
 
 
-def work_rows_context(filters: WorkFilter, *, before: int | None = None) -> dict[str, Any]:
-    """What the ``work-list`` partial needs: one page of Work, the paging links and now (a
-    backoff shows only while it lasts)."""
-    page = work_page(filters, before=before)
-    params = {"scope": filters.scope, "status": filters.status}
-    return {"filters": filters, "page": page, "now": clock(), **paging_urls("work-list", params, page)}
+def work_filter_params(filters: WorkFilter) -> dict[str, str]:
+    """The query parameters that reproduce ``filters``."""
+    return {"scope": filters.scope, "status": filters.status, "binding": filters.binding, "key": filters.key}
+
+
+def work_rows_context(
+    filters: WorkFilter, *, cursor: int | None = None, oldest: bool = False
+) -> dict[str, Any]:
+    """What the ``work-list`` partial needs: one page of Work, the total, the paging links
+    and now (a backoff shows only while it lasts)."""
+    page = work_page(filters, before=cursor, oldest=oldest)
+    paging = list_paging_urls(
+        "work-list", work_filter_params(filters), oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
+    )
+    return {
+        "filters": filters,
+        "page": page,
+        "paged": cursor is not None,
+        "total": work_total(filters),
+        "total_noun": "Work",
+        "now": clock(),
+        **paging,
+    }
 
 
 @permission_needed(VIEW_EVENT)
 @require_GET
 def work_list(request: HttpRequest) -> HttpResponse:
-    """Work newest first, filtered by scope and status, 50 a page by id."""
+    """Work newest (or oldest) first, filtered by scope, status, binding and owned key, 50 a
+    page by id, with its total."""
     form = WorkFilterForm(request.GET)
     context: dict[str, Any] = {"section": "work", "form": form}
     if not form.is_valid():
         context["page"] = None
         return render_console(request, LIST_TEMPLATE, context, partials=LIST_PARTIALS, status=400)
-    context.update(work_rows_context(form.filters(), before=form.cleaned_data["before"]))
+    context.update(work_rows_context(form.filters(), cursor=form.cursor(), oldest=form.oldest_first()))
     return render_console(request, LIST_TEMPLATE, context, partials=LIST_PARTIALS)
 
 
@@ -67,7 +89,7 @@ def work_list(request: HttpRequest) -> HttpResponse:
 # update) for one partial reads only what that partial shows.
 
 
-def _summary(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
+def _summary(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     return {
         "why": work_why_not_running(work, now=clock()),
         "keys": work_keys(work.pk),
@@ -75,7 +97,7 @@ def _summary(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
     }
 
 
-def _engine(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
+def _engine(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     # What work_loop did with the Work: newest first, the newest ENGINE_LIST_LIMIT of each.
     return {
         "attempts": work_attempts(work.pk, limit=ENGINE_LIST_LIMIT),
@@ -85,29 +107,46 @@ def _engine(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
     }
 
 
-def _unrouted(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
+def _unrouted(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     unrouted = work_unrouted_events(work)
     # Each with the failure counted on it (count, next retry): one query for the page.
     return {"unrouted": unrouted, "unrouted_routes": event_routes(unrouted.items)}
 
 
-def _input(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
-    after = cursors.get("input_after")
-    page = work_inputs_page(work.pk, after=after)
+def _input(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
+    newest = cursors.get("input_order") == INPUT_NEWEST
+    cursor = cursors.get("input_before" if newest else "input_after")
+    page = work_inputs_page(work.pk, after=cursor, newest=newest)
     base = reverse("work-detail", args=[work.pk])
+    order = {"input_order": INPUT_NEWEST} if newest else {}
+    next_url = ""
+    if page.has_next:
+        next_url = base + query_string(
+            {**order, "input_before" if newest else "input_after": page.next_cursor}
+        )
     return {
         "inputs": page,
-        "inputs_first_url": base if after is not None else "",
-        "inputs_next_url": base + query_string({"input_after": page.next_cursor}) if page.has_next else "",
+        "inputs_total": work_inputs_total(work.pk),
+        "inputs_newest": newest,
+        # The first page of this order (empty on it) and of the other one.
+        "inputs_first_url": base + query_string(order) if cursor is not None else "",
+        "inputs_flip_url": base + ("" if newest else query_string({"input_order": INPUT_NEWEST})),
+        "inputs_next_url": next_url,
     }
 
 
-def _history(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
+def _history(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     before = cursors.get("history_before")
     page = work_route_history_page(work.pk, before=before)
     base = reverse("work-detail", args=[work.pk])
+    # Failed and skipped Events rerouted already link to their copy instead of offering Reroute
+    # (one query, only when the page has such Events).
+    dead = [r.event for r in page if r.event.route_state in (RouteState.FAILED, RouteState.SKIPPED)]
+    copies = reroute_copies(dead)
     return {
         "history": page,
+        "history_rows": [(record, copies.get(record.event_id)) for record in page],
+        "history_total": work_route_history_total(work.pk),
         "history_first_url": base if before is not None else "",
         "history_next_url": (
             base + query_string({"history_before": page.next_cursor}) if page.has_next else ""
@@ -115,7 +154,7 @@ def _history(work: Work, cursors: dict[str, int | None]) -> dict[str, Any]:
     }
 
 
-WORK_PARTIALS: dict[str, Callable[[Work, dict[str, int | None]], dict[str, Any]]] = {
+WORK_PARTIALS: dict[str, Callable[[Work, dict[str, Any]], dict[str, Any]]] = {
     "work-summary": _summary,
     "work-engine": _engine,
     "work-unrouted": _unrouted,
@@ -127,7 +166,7 @@ LIVE_PARTIALS = ("work-summary", "work-engine", "work-unrouted", "work-input", "
 
 
 def work_detail_context(
-    work: Work, partials: Iterable[str] = WORK_PARTIALS, cursors: dict[str, int | None] | None = None
+    work: Work, partials: Iterable[str] = WORK_PARTIALS, cursors: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The context of the Work page's ``partials`` (all of them by default)."""
     cursors = cursors or {}
@@ -152,9 +191,9 @@ def work_detail(request: HttpRequest, work_id: int) -> HttpResponse:
         work = work_get(work_id)
     except Work.DoesNotExist:
         raise Http404(f"No Work with id {work_id}.") from None
-    cursors = {name: form.cleaned_data[name] for name in ("input_after", "history_before")}
+    cursors = form.cursors()
     partial = htmx_partial(request, WORK_PARTIALS)
     context = work_detail_context(work, [partial] if partial else WORK_PARTIALS, cursors)
-    # Live updates re-render first pages: a paged view keeps still.
-    context["live_url"] = work_ws_path(work.pk) if not any(cursors.values()) else ""
+    # Live updates re-render the lists on the pages this view shows: a paged view stays live.
+    context["live_url"] = work_ws_path(work.pk) + query_string(cursors)
     return render_console(request, DETAIL_TEMPLATE, context, partials=WORK_PARTIALS)

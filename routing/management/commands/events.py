@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TextIO
 
@@ -40,6 +40,7 @@ from routing.selectors import (
     event_chain_routes,
     event_route,
     events_route_page,
+    parse_time,
 )
 from routing.serializers import (
     accepted_json,
@@ -158,8 +159,11 @@ def _print_results(command: BaseCommand, results: list[Accepted], *, as_json: bo
 
 # events list's options, by the filter field each one sets (to name the option in errors).
 LIST_OPTIONS = {
+    "query": "--query",
     "scope": "--scope",
+    "subtree": "--subtree",
     "type": "--type",
+    "policy": "--policy",
     "state": "--state",
     "work_id": "--work",
     "since": "--since",
@@ -181,14 +185,12 @@ def positive_int(text: str) -> int:
 
 
 def iso_time(text: str) -> datetime:
-    """An argparse type: an ISO 8601 date or time; without an offset it is read as UTC."""
+    """An argparse type: an ISO 8601 date or time; without an offset it is read as UTC (the
+    console's filters read times with the same :func:`parse_time`)."""
     try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an ISO 8601 time like 2026-01-05T12:00:00Z, got {text!r}"
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _json_argument(parser: CommandParser, what: str) -> None:
@@ -219,7 +221,18 @@ def chain_arguments(parser: CommandParser) -> None:
 
 def list_arguments(parser: CommandParser) -> None:
     """Arguments of ``events list``."""
+    parser.add_argument(
+        "--query",
+        default="",
+        metavar="TEXT",
+        help="Only the Events whose envelope id or subject is TEXT, or whose seq it is (digits, '#' optional).",
+    )
     parser.add_argument("--scope", default="", metavar="PATH", help="Only Events of this scope (exact path).")
+    parser.add_argument(
+        "--subtree",
+        action="store_true",
+        help="With --scope: also the Events of every scope under it (acme: acme/web, acme/web/x).",
+    )
     parser.add_argument(
         "--type",
         default="",
@@ -232,6 +245,13 @@ def list_arguments(parser: CommandParser) -> None:
         default="",
         choices=RouteState.values,
         help="Only Events in this route state.",
+    )
+    parser.add_argument(
+        "--policy",
+        default="",
+        metavar="POLICY",
+        help="Only Events whose route record has this policy (e.g. unmatched, drop, start, queue, skipped, "
+        "failed).",
     )
     parser.add_argument(
         "--work",
@@ -306,8 +326,11 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Print a page of Events with their routes, filtered, newest (or oldest) first."""
     try:
         filters = EventListFilter(
+            query=options["query"],
             scope=options["scope"],
+            subtree=options["subtree"],
             type=options["type"],
+            policy=options["policy"],
             state=options["state"],
             work_id=options["work_id"],
             since=options["since"],

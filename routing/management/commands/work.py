@@ -117,6 +117,12 @@ def list_arguments(parser: CommandParser) -> None:
         "list offers it.",
     )
     parser.add_argument(
+        "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
+    )
+    parser.add_argument(
+        "--key", default="", metavar="KEY", help="Only the Work that owns this correlation key."
+    )
+    parser.add_argument(
         "--limit",
         type=int,
         default=PAGE_SIZE,
@@ -134,12 +140,14 @@ def list_arguments(parser: CommandParser) -> None:
 
 
 def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
-    """Print a page of Work, newest first, filtered by scope and status."""
+    """Print a page of Work, newest first, filtered by scope, status, binding and owned key."""
     limit = options["limit"]
     if not 1 <= limit <= MAX_LIST_LIMIT:
         _refuse(command, options, "invalid_input", f"--limit: expected 1 to {MAX_LIST_LIMIT}, got {limit}")
     try:
-        filters = WorkFilter(scope=options["scope"], status=options["status"])
+        filters = WorkFilter(
+            scope=options["scope"], status=options["status"], binding=options["binding"], key=options["key"]
+        )
     except ValueError as exc:
         _refuse(command, options, "invalid_input", f"--{exc}")
     page = work_page(filters, before=options["before"], limit=limit)

@@ -1,0 +1,298 @@
+"""The console's pages at 100 and at 10,000 rows of history, in one run.
+
+    python bench/console.py [--small 100] [--large 10000] [--repeat 25]
+
+It stores ``--small`` Events, Work and inputs of one Work in one fresh SQLite database and
+``--large`` of each in another, then times each page on both (the server's time: Django's
+whole request in process, middleware, queries and template; the least of ``--repeat``
+requests, the two databases taking turns) and counts its queries. Prints, per page, both
+times, their ratio (target <= 1.5: a page's cost must not grow with history) and both query
+counts (which must be equal). The time at ``--small`` is each page's floor, measured in the
+same run. ``BENCH_SQL=1`` prints each page's queries with their times.
+
+Each page is one function in ``PAGES`` taking the test client and the data's ids and returning
+the path it requests; to bench another page, write one and add it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TYPES = ("github.pull_request.opened", "github.push", "slack.message", "ops.alert")
+SCOPES = ("acme", "acme/web", "acme/ops", "chat")
+# Policies recorded on routed Events, in turn (unmatched and dropped among them).
+POLICIES = ("start", "queue", "queue", "unmatched", "drop")
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class History:
+    """What has been stored so far, and the ids the pages need."""
+
+    events: int = 0
+    works: int = 0
+    inputs: int = 0
+    busy_work_id: int = 0
+
+
+# --- the pages ---------------------------------------------------------------------------------
+
+
+def event_list(history: History) -> str:
+    """The Events list, first page, no filter."""
+    return "/events/"
+
+
+def event_list_filtered(history: History) -> str:
+    """The Events list filtered by a type glob and a scope with its subtree."""
+    return "/events/?type=github.*&scope=acme&subtree=1"
+
+
+def event_search(history: History) -> str:
+    """The Events list searched by a subject (no index holds subjects: it reads every row)."""
+    return "/events/?q=subject+7"
+
+
+def work_list(history: History) -> str:
+    """The Work list, first page, no filter."""
+    return "/work/"
+
+
+def work_page(history: History) -> str:
+    """The Work page of the Work with all the inputs (first pages of its lists)."""
+    return f"/work/{history.busy_work_id}/"
+
+
+def work_page_newest(history: History) -> str:
+    """The same Work page with its input newest first."""
+    return f"/work/{history.busy_work_id}/?input_order=newest"
+
+
+PAGES: list[Callable[[History], str]] = [event_list, work_list, work_page, work_page_newest]
+# Shown for information, outside the target: a filter whose matches are most of history walks
+# its index over all of them (SQLite picks the index, not the newest-first scan), and a search
+# by subject or envelope id reads every Event (no index for them: each would cost every
+# acceptance an index write).
+INFORMATIONAL: list[Callable[[History], str]] = [event_list_filtered, event_search]
+
+
+# --- the data ----------------------------------------------------------------------------------
+
+
+def grow(history: History, target: int) -> None:
+    """Store Events (most routed, some unrouted), Work and inputs of the busy Work until each
+    count reaches ``target``, in bulk."""
+    from django.db import transaction
+
+    from causal.models import Event, RouteState
+    from routing.models import Disposition, RouteRecord
+    from worklife.models import Work, WorkInput
+
+    with transaction.atomic():
+        if not history.busy_work_id:
+            busy = Work.objects.create(
+                scope="acme", binding="agent", status="ready", created_at=T0, updated_at=T0
+            )
+            history.busy_work_id = busy.pk
+        works = [
+            Work(
+                scope=SCOPES[i % len(SCOPES)],
+                binding=("agent", "shell", "inbox")[i % 3],
+                status=("ready", "running", "completed", "cancelled")[i % 4],
+                created_at=T0,
+                updated_at=T0,
+            )
+            for i in range(history.works, target)
+        ]
+        Work.objects.bulk_create(works, batch_size=1000)
+        history.works = target
+
+        def new_events(start: int, end: int, prefix: str, **fields) -> list[Event]:
+            made = [
+                Event(
+                    envelope_id=f"{prefix}-{i}",
+                    source="bench",
+                    type=fields.get("type") or TYPES[i % len(TYPES)],
+                    scope=fields.get("scope") or SCOPES[i % len(SCOPES)],
+                    subject=f"subject {i}",
+                    data={"n": i},
+                    accepted_at=T0 + timedelta(seconds=i),
+                    route_state=RouteState.UNROUTED if i % 10 == 0 else RouteState.ROUTED,
+                )
+                for i in range(start, end)
+            ]
+            return Event.objects.bulk_create(made, batch_size=1000)
+
+        events = new_events(history.events, target, "e")
+        RouteRecord.objects.bulk_create(
+            [
+                RouteRecord(
+                    event=e,
+                    policy=POLICIES[e.seq % len(POLICIES)],
+                    disposition=Disposition.ROUTED,
+                    scope=e.scope,
+                    decided_at=T0,
+                )
+                for e in events
+                if e.route_state == RouteState.ROUTED
+            ],
+            batch_size=1000,
+        )
+        history.events = target
+
+        inputs = new_events(history.inputs, target, "input", type="github.push", scope="acme")
+        Event.objects.filter(seq__in=[e.seq for e in inputs]).update(route_state=RouteState.ROUTED)
+        WorkInput.objects.bulk_create(
+            [
+                WorkInput(work_id=history.busy_work_id, event=e, seq=e.seq, binding="agent", created_at=T0)
+                for e in inputs
+            ],
+            batch_size=1000,
+        )
+        RouteRecord.objects.bulk_create(
+            [
+                RouteRecord(
+                    event=e, work_id=history.busy_work_id, policy="queue", scope="acme", decided_at=T0
+                )
+                for e in inputs
+            ],
+            batch_size=1000,
+        )
+        history.inputs = target
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def use_database(path: str) -> None:
+    """Point the default connection at the SQLite file ``path`` (opened on the next query)."""
+    from django.db import connection
+
+    connection.close()
+    connection.settings_dict["NAME"] = path
+
+
+def request(client, path: str) -> tuple[float, list[tuple[float, str]]]:
+    """One request of ``path``: its time in ms and its queries (time in ms, SQL)."""
+    from django.db import connection
+
+    queries: list[tuple[float, str]] = []
+
+    def timed(execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            queries.append(((time.perf_counter() - started) * 1000, sql))
+
+    with connection.execute_wrapper(timed):
+        started = time.perf_counter()
+        response = client.get(path)
+        elapsed = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise SystemExit(f"{path}: status {response.status_code}")
+    return elapsed, queries
+
+
+def prepare(path: str, size: int) -> tuple[History, object]:
+    """A fresh database at ``path`` holding ``size`` rows of history, and a signed-in client."""
+    from django.core.management import call_command
+    from django.test import Client
+
+    from tests.routing.factories import UserFactory
+
+    use_database(path)
+    call_command("migrate", verbosity=0)
+    history = History()
+    grow(history, size)
+    client = Client()
+    client.force_login(UserFactory(username="bench", is_superuser=True))
+    return history, client
+
+
+def run(args: argparse.Namespace, tmp: str) -> None:
+    sizes = (args.small, args.large)
+    setups = {
+        size: (f"{tmp}/history-{size}.sqlite3", *prepare(f"{tmp}/history-{size}.sqlite3", size))
+        for size in sizes
+    }
+    pages = PAGES + INFORMATIONAL
+    times: dict[tuple[str, int], list[float]] = {}
+    counts: dict[tuple[str, int], int] = {}
+    # The two histories take turns, request by request, so the machine's other work weighs on
+    # both alike; each switch of database is followed by an untimed request.
+    for _ in range(args.repeat):
+        for size in sizes:
+            path, history, client = setups[size]
+            use_database(path)
+            for page in pages:
+                request(client, page(history))
+                elapsed, queries = request(client, page(history))
+                times.setdefault((page.__name__, size), []).append(elapsed)
+                counts[(page.__name__, size)] = len(queries)
+                if os.environ.get("BENCH_SQL") and _ == 0:
+                    print(f"{page.__name__} at {size}:")
+                    for ms, sql in queries:
+                        print(f"    {ms:7.2f} ms  {sql[:150]}")
+
+    print(
+        f"history                 {args.small:,} and {args.large:,} Events, Work and inputs of one Work (SQLite)"
+    )
+    print(
+        f"{'page':<22}{'at ' + format(args.small, ','):>12}{'at ' + format(args.large, ','):>14}{'ratio':>8}   queries"
+    )
+    worst = 0.0
+    informational = {page.__name__ for page in INFORMATIONAL}
+    for page in pages:
+        name = page.__name__
+        # The least time: the machine's other work only ever adds to a request's time.
+        small_ms, large_ms = min(times[(name, args.small)]), min(times[(name, args.large)])
+        small_q, large_q = counts[(name, args.small)], counts[(name, args.large)]
+        ratio = large_ms / small_ms
+        if name not in informational:
+            worst = max(worst, ratio)
+        print(
+            f"{name:<22}{small_ms:>9.1f} ms{large_ms:>11.1f} ms{ratio:>8.2f}   {small_q} / {large_q}"
+            + ("" if small_q == large_q else "   (differs!)")
+            + ("   (information, no target)" if name in informational else "")
+        )
+    print(f"worst ratio             {worst:.2f}   (target <= 1.5)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=100, help="The short history (rows of each kind).")
+    parser.add_argument("--large", type=int, default=10_000, help="The long history (rows of each kind).")
+    parser.add_argument("--repeat", type=int, default=25, help="Requests timed per page and size.")
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="conduit-bench-")
+    os.environ.update(
+        DATABASE_URL=f"sqlite:///{tmp}/conduit.sqlite3",
+        CONDUIT_VAR_DIR=tmp,
+        DEBUG="false",
+        LOG_LEVEL="WARNING",
+    )
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
+    import django
+
+    django.setup()
+    try:
+        run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
