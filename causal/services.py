@@ -153,6 +153,11 @@ def event_accept_in_tx(
         return Accepted(existing, created=False)
     acceptance_lock_in_tx()
     event = event_row(envelope, parent=parent, accepted_at=clock(), accepted_by=accepted_by)
+    if connection.vendor == "sqlite":
+        # BEGIN IMMEDIATE took the write lock before the read above: no concurrent acceptance
+        # can insert the same (source, id) in between, so no savepoint is needed for the race.
+        event.save(force_insert=True)
+        return _with_keys(event, envelope)
     try:
         with transaction.atomic():
             event.save(force_insert=True)
@@ -162,6 +167,11 @@ def event_accept_in_tx(
         if existing is None:
             raise
         return Accepted(existing, created=False)
+    return _with_keys(event, envelope)
+
+
+def _with_keys(event: Event, envelope: Envelope) -> Accepted:
+    """Store the correlation keys of the just-inserted ``event``."""
     if envelope.correlation:
         EventKey.objects.bulk_create(
             [

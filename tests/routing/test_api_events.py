@@ -502,3 +502,23 @@ def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme
     result = controls.event_reroute(seq=original.seq, user="carol", clock=clock)
     copy = Event.objects.get(seq=result.copy_seq)
     assert (copy.envelope_id, copy.source, copy.accepted_by) == ("reroute/bad", "github/acme", "carol")
+
+
+# --- cost of one acceptance (issue #12 item 1) ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_i12_1_an_acceptance_runs_a_fixed_handful_of_queries(client, auth, acme):
+    """Token, permissions (one UNION query), live scope, deduplication, the INSERT, and the
+    transaction's two ends; PostgreSQL adds the acceptance lock and the race's savepoint."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert post(client, cloud_event(id="warm"), auth).status_code == 201  # records the token's use
+    with CaptureQueriesContext(connection) as queries:
+        response = post(client, cloud_event(id="evt-2", correlation=[]), auth)
+    assert response.status_code == 201, response.content
+    statements = [query["sql"] for query in queries.captured_queries]
+    assert sum("auth_permission" in sql for sql in statements) == 1, statements
+    assert sum(sql.startswith('INSERT INTO "causal_event"') for sql in statements) == 1, statements
+    assert len(statements) == (7 if connection.vendor == "sqlite" else 10), statements
