@@ -105,6 +105,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # Every console timestamp is {{ value|timetag }}: loaded in every template.
+            "builtins": ["routing.templatetags.console_time"],
         },
     },
 ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import BigIntegerField, Q
+from django.db.models import BigIntegerField, Count, Q
 from django.db.models.functions import Cast
 
 from causal.clock import Clock
@@ -343,8 +343,11 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
         .annotate(seq=Cast("key", BigIntegerField()))
         .values("seq")
     )
+    # "Not accepted since the cutoff" rather than "accepted before it": SQLite would otherwise
+    # answer the OR from two indexes, walking the accepted_at index over all history, instead
+    # of the few unrouted Events (the partial unrouted index).
     stuck = Event.objects.filter(route_state=RouteState.UNROUTED).filter(
-        Q(accepted_at__lt=cutoff) | Q(seq__in=keeps_failing)
+        ~Q(accepted_at__gte=cutoff) | Q(seq__in=keeps_failing)
     )
     total = stuck.count()
     if not total:
@@ -613,3 +616,43 @@ def _parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else None
+
+
+# --- the console's banner ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoopsAlive:
+    """Whether a route loop and a work loop each have a heartbeat newer than
+    :data:`HEARTBEAT_STALE` (a stopped work loop's last one does not count)."""
+
+    route_loop: bool
+    work_loop: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.route_loop and self.work_loop
+
+    @property
+    def missing(self) -> list[str]:
+        """The loops without a fresh heartbeat, by name."""
+        return [
+            name
+            for name, alive in (("route loop", self.route_loop), ("work loop", self.work_loop))
+            if not alive
+        ]
+
+
+def loops_alive(*, now: datetime) -> LoopsAlive:
+    """Whether the route and work loops have fresh heartbeats: one aggregate query on the
+    heartbeat rows newer than :data:`HEARTBEAT_STALE` (cheap enough for every console page)."""
+    # The runner (and the lifecycle it imports) only where heartbeats are read.
+    from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
+
+    counts = KV.objects.filter(
+        namespace__in=(HEARTBEATS_NAMESPACE, WORK_HEARTBEATS_NAMESPACE), updated_at__gte=now - HEARTBEAT_STALE
+    ).aggregate(
+        route=Count("pk", filter=Q(namespace=HEARTBEATS_NAMESPACE)),
+        work=Count("pk", filter=Q(namespace=WORK_HEARTBEATS_NAMESPACE, value__stopped=False)),
+    )
+    return LoopsAlive(route_loop=counts["route"] > 0, work_loop=counts["work"] > 0)

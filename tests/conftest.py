@@ -69,3 +69,12 @@ def test_handlers(settings):
     sample_handlers.RELEASE.clear()
     yield
     sample_handlers.RELEASE.set()
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    """Each test starts with an empty cache: the database is rolled back after a test, so
+    what a test cached (the trends' settled buckets) must not outlive it."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -163,6 +163,9 @@ class Attempt(models.Model):
                 name="attempt_active_lease_idx",
                 condition=Q(state__in=["running", "waiting"]),
             ),
+            # The home page's trends: attempts started and ended per minute.
+            models.Index(fields=["started_at"], name="attempt_started_at_idx"),
+            models.Index(fields=["ended_at", "state"], name="attempt_ended_at_idx"),
         ]
 
     def __str__(self) -> str:

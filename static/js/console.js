@@ -27,3 +27,87 @@ document.addEventListener("htmx:beforeSwap", (event) => {
     event.detail.isError = false;
   }
 });
+
+// Timestamps: every <time datetime> (the timetag filter, routing/templatetags/console_time.py)
+// comes as UTC; show it in the browser's time zone, naming the zone, to the second. One marked
+// data-ago shows its age instead ("3 min ago"), the local time in its title, and ages on.
+const LOCAL_TIME = new Intl.DateTimeFormat("en-US", {
+  year: "numeric",
+  month: "2-digit",
+  day: "2-digit",
+  hour: "2-digit",
+  minute: "2-digit",
+  second: "2-digit",
+  hourCycle: "h23",
+  timeZoneName: "short",
+});
+
+function localTime(date) {
+  const part = {};
+  for (const { type, value } of LOCAL_TIME.formatToParts(date)) {
+    part[type] = value;
+  }
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+}
+
+function age(date, now) {
+  const seconds = Math.round((now - date) / 1000);
+  const future = seconds < 0;
+  const span = Math.abs(seconds);
+  let words;
+  if (span < 120) {
+    words = `${span} s`;
+  } else if (span < 120 * 60) {
+    words = `${Math.floor(span / 60)} min`;
+  } else if (span < 48 * 3600) {
+    words = `${Math.floor(span / 3600)} h`;
+  } else {
+    words = `${Math.floor(span / 86400)} d`;
+  }
+  return future ? `in ${words}` : `${words} ago`;
+}
+
+function showTime(element, now) {
+  const date = new Date(element.dateTime);
+  if (Number.isNaN(date.getTime())) {
+    return;
+  }
+  const local = localTime(date);
+  const text = element.hasAttribute("data-ago") ? age(date, now) : local;
+  if (element.textContent !== text) {
+    element.textContent = text;
+  }
+  if (element.title !== local) {
+    element.title = local;
+  }
+}
+
+function showTimes(root) {
+  const now = Date.now();
+  if (root instanceof Element && root.matches("time[datetime]")) {
+    showTime(root, now);
+  }
+  for (const element of root.querySelectorAll("time[datetime]")) {
+    showTime(element, now);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  showTimes(document);
+  // Fragments swapped in later (htmx, the live websocket) carry UTC times too.
+  new MutationObserver((mutations) => {
+    for (const mutation of mutations) {
+      for (const node of mutation.addedNodes) {
+        if (node instanceof Element) {
+          showTimes(node);
+        }
+      }
+    }
+  }).observe(document.body, { childList: true, subtree: true });
+  setInterval(() => {
+    const now = Date.now();
+    for (const element of document.querySelectorAll("time[data-ago]")) {
+      showTime(element, now);
+    }
+  }, 15000);
+});

@@ -72,8 +72,11 @@ def test_r53_root_page_shows_the_tree_depths_tokens_and_refusals(console, family
     assert order == sorted(order)
     assert body.index(f'id="event-{root.seq}"') < order[0]
     assert f'id="event-{family["grandchild"].seq}" aria-level="3"' in body
-    assert "4 of 4 used in 2026-01-05 12:00 UTC" in body
-    assert "depth 5, 4 derived Events a minute" in body and "pinned 2026-01-05 12:00:00 UTC" in body
+    assert '4 of 4 used in <time datetime="2026-01-05T12:00:00Z">2026-01-05 12:00:00 UTC</time>' in body
+    assert (
+        "depth 5, 4 derived Events a minute" in body
+        and 'pinned <time datetime="2026-01-05T12:00:00Z">2026-01-05 12:00:00 UTC</time>' in body
+    )
     assert "rate exceeded" in body
     assert SECRET not in body
 
@@ -90,7 +93,7 @@ def test_r52_the_tokens_partial_alone_for_htmx(console, family, page_clock):
     response = console.get(reverse("causal-root", args=[root.seq]), **HTMX, HTTP_HX_TARGET="causal-limits")
     body = text(response)
     assert body.lstrip().startswith('<section id="causal-limits"')
-    assert "0 of 4 used in 2026-01-05 12:01 UTC" in body
+    assert '0 of 4 used in <time datetime="2026-01-05T12:01:00Z">2026-01-05 12:01:00 UTC</time>' in body
     assert "<html" not in body and "causal-tree" not in body
 
 
@@ -116,8 +119,8 @@ def test_r53_root_page_query_count_does_not_grow_with_history(
     for i in range(30):
         parent = causal.derive(parent=parent if i % 2 else root, envelope=envelope(f"e{i}")).event
     CausalDiagnosticFactory.create_batch(30, root_seq=root.seq)
-    # Session, user, tree (root, descendants, count), limits, diagnostics.
-    with django_assert_max_num_queries(8):
+    # Session, user, tree (root, descendants, count), limits, diagnostics, the heartbeat banner.
+    with django_assert_max_num_queries(9):
         assert console.get(reverse("causal-root", args=[root.seq])).status_code == 200
 
 

@@ -406,12 +406,12 @@ def test_d4_event_list_query_count_is_independent_of_history(console, django_ass
     # 11: the session and its user (2), the permission check (2), the page (2: its seqs, then
     # its rows), the failures of its unrouted Events (1), the total (1, capped), and what the
     # filters offer to pick from: the live scopes, the Events' scopes and types (3, issue 11
-    # items 4 and 5).
-    with django_assert_max_num_queries(11):
+    # items 4 and 5), and the heartbeat banner (1, item 6).
+    with django_assert_max_num_queries(12):
         small = count_queries(console, reverse("event-list"))
     for event in EventFactory.create_batch(55, scope="acme"):
         RouteRecordFactory(event=event, work=WorkFactory())
-    with django_assert_max_num_queries(11):
+    with django_assert_max_num_queries(12):
         large = count_queries(console, reverse("event-list"))
     assert small == large
 
@@ -434,11 +434,11 @@ def test_d4_work_page_query_count_is_independent_of_history(console, django_asse
     # 9, and 2 for the user's permissions (read once: which skip/reroute controls to show), and
     # 5 for the engine (issue #8 point 9): why the Work is not running (1; 2 with nothing to
     # run), its children (1), its waits, timers and intents (1 each; attempts were read already),
-    # and the totals of its input and its history (2, capped: issue 11 item 5).
-    with django_assert_max_num_queries(18):
+    # and the totals of its input and its history (2, capped: issue 11 item 5); the heartbeat banner (1, item 6).
+    with django_assert_max_num_queries(19):
         small = count_queries(console, reverse("work-detail", args=[work.pk]))
     grow(55)
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(19):
         large = count_queries(console, reverse("work-detail", args=[work.pk]))
     assert small == large
 

@@ -658,7 +658,10 @@ def test_r13_r29_event_page_shows_why_an_event_is_unrouted(console, history):
     route = section(body, "event-route")
     assert "<dt>failures</dt><dd><strong>1</strong> (handler_failed on route scripted)" in route
     assert "route scripted: upstream is restarting" in route
-    assert "<dt>next retry</dt><dd>2026-01-05 12:00:02 UTC</dd>" in route
+    assert (
+        '<dt>next retry</dt><dd><time datetime="2026-01-05T12:00:02Z">2026-01-05 12:00:02 UTC</time></dd>'
+        in route
+    )
     body = console.get(reverse("event-detail", args=[history.behind.seq])).content.decode()
     route = section(body, "event-route")
     link = reverse("event-detail", args=[history.failing.seq])
@@ -701,7 +704,7 @@ def test_r29_work_page_history_shows_refusals_errors_and_unrouted_failures(conso
     unrouted = section(body, "work-unrouted")
     assert f'<tr id="unrouted-{failing.seq}">' in unrouted
     assert "1 failure (handler_failed)" in unrouted
-    assert "next retry 12:00:02 UTC" in unrouted
+    assert 'next retry <time datetime="2026-01-05T12:00:02Z">2026-01-05 12:00:02 UTC</time>' in unrouted
 
 
 def test_r16_r29_work_page_history_shows_a_failed_route_error(console, clock):

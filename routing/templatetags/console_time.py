@@ -1,0 +1,42 @@
+"""``{{ value|timetag }}``: a timestamp as the console shows it, everywhere.
+
+A ``<time datetime="…Z">`` element whose text is the UTC time to the second with the zone
+named (``2026-01-05 12:00:00 UTC``); ``static/js/console.js`` rewrites it in the browser's
+time zone, naming that zone. ``{{ value|timetag:"ago" }}`` marks a timestamp whose recency
+matters (lists): the script shows its age ("3 min ago") and keeps the time in the title.
+Without JavaScript both read as UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+register = template.Library()
+
+# The one precision of the console's timestamps: seconds.
+DISPLAY_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+NONE = "—"
+
+
+@register.filter
+def timetag(value: datetime | None, style: str = "") -> SafeString | str:
+    """``value`` as a ``<time>`` element (``—`` for none); ``style`` ``"ago"`` asks for the
+    relative age in the browser."""
+    if value is None or value == "":
+        return NONE
+    if not isinstance(value, datetime):
+        raise template.TemplateSyntaxError(f"timetag needs a datetime, not {type(value).__name__}")
+    if value.tzinfo is None:
+        raise template.TemplateSyntaxError("timetag needs an aware datetime")
+    moment = value.astimezone(UTC)
+    iso = moment.isoformat().replace("+00:00", "Z")
+    shown = moment.strftime(DISPLAY_FORMAT)
+    if style == "ago":
+        return format_html('<time datetime="{}" data-ago>{}</time>', iso, shown)
+    if style:
+        raise template.TemplateSyntaxError(f'timetag takes "ago" or nothing, not {style!r}')
+    return format_html('<time datetime="{}">{}</time>', iso, shown)

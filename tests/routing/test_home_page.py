@@ -1,0 +1,272 @@
+"""The home page's trends and counts, the heartbeat banner on every page, and Doctor's own
+refresh (issue #11 item 6)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+from routing.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
+from routing.templatetags import console_health
+from routing.views import doctor as doctor_views
+from routing.views import home as home_views
+from tests.causal.factories import EventFactory, KVFactory
+from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.worklife.factories import WorkFactory
+from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 1, 5, 12, 30, 20, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fixed_clocks(clock, monkeypatch):
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    monkeypatch.setattr(console_health, "clock", clock)
+    return clock
+
+
+@pytest.fixture
+def console(client):
+    client.force_login(UserFactory(username="operator"))
+    return client
+
+
+def beat(namespace, *, at=NOW, **value):
+    return KVFactory(
+        namespace=namespace, key=f"host:{namespace}", updated_at=at, value={"at": at.isoformat(), **value}
+    )
+
+
+def both_loops_alive(at=NOW):
+    beat(ROUTE_HEARTBEATS, at=at, passes=3)
+    beat(WORK_HEARTBEATS, at=at, slots=4, stopped=False)
+
+
+def chart(body: str, chart_id: str) -> str:
+    match = re.search(rf'<figure class="chart" id="{chart_id}">(.*?)</figure>', body, re.S)
+    assert match, chart_id
+    return match.group(1)
+
+
+def table_row(body: str, span: str, iso: str) -> list[str]:
+    """The cells of the span's data table for the bucket starting at ``iso``."""
+    table = re.search(
+        rf'<div class="visually-hidden"><table id="trends-{span}-table">(.*?)</table>', body, re.S
+    )
+    assert table, span
+    match = re.search(
+        rf'<tr><th scope="row"><time datetime="{iso}">[^<]*</time></th>(.*?)</tr>', table.group(1)
+    )
+    assert match, iso
+    return re.findall(r"<td>([^<]*)</td>", match.group(1))
+
+
+def table_rows(body: str, span: str) -> int:
+    table = re.search(
+        rf'<div class="visually-hidden"><table id="trends-{span}-table">(.*?)</table>', body, re.S
+    )
+    return len(re.findall(r'<tr><th scope="row">', table.group(1)))
+
+
+# --- trends -------------------------------------------------------------------------------------
+
+
+def test_i11_6_home_draws_eight_accessible_charts_with_their_data(console):
+    both_loops_alive()
+    minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
+    EventFactory.create_batch(3, accepted_at=minute + timedelta(seconds=5))
+    RouteRecordFactory(
+        event=EventFactory(accepted_at=minute, route_state="routed", routed_at=minute + timedelta(seconds=2)),
+        decided_at=minute + timedelta(seconds=2),
+    )
+    RouteRecordFactory(
+        event=EventFactory(accepted_at=minute, route_state="failed"),
+        decided_at=minute + timedelta(seconds=3),
+        policy="failed",
+        disposition="failed",
+    )
+
+    body = console.get(reverse("console-home")).content.decode()
+
+    ids = re.findall(r'<figure class="chart" id="([^"]+)">', body)
+    assert ids == [
+        f"chart-{kind}-{span}"
+        for span in ("hour", "day")
+        for kind in ("events", "attempts", "latency", "backlog")
+    ]
+    events = chart(body, "chart-events-hour")
+    # The SVG names itself (title and desc) and is drawn without a script.
+    assert re.search(
+        r'<svg viewBox="0 0 640 180" role="img" aria-labelledby="chart-events-hour-svg-title chart-events-hour-svg-desc"',
+        events,
+    )
+    assert '<title id="chart-events-hour-svg-title">Events per minute, in the last hour</title>' in events
+    assert (
+        "Events in the last hour: 5 accepted, peaking at 5 a minute 5 min ago; 1 routed, 0 unmatched, 1 dead-lettered."
+        in events
+    )
+    assert "<script" not in body.split("</head>")[1]
+    # Each series is a polyline with a point a bucket, its class naming the series.
+    series = re.search(
+        r'<g class="chart-series series-accepted" data-series="accepted"><polyline points="([^"]+)"/>', events
+    )
+    assert series and len(series.group(1).split()) == 60
+    # The data table: a row a minute; counts, attempts, latency p50 and p99, backlog.
+    assert table_row(body, "hour", "2026-01-05T12:25:00Z") == [
+        "5",
+        "1",
+        "0",
+        "1",
+        "0",
+        "0",
+        "0",
+        "2.0 s",
+        "2.0 s",
+        "3",
+    ]
+    assert table_row(body, "hour", "2026-01-05T12:24:00Z") == [
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "—",
+        "—",
+        "0",
+    ]
+    assert table_row(body, "hour", "2026-01-05T12:30:00Z")[-1] == "3"  # the three still unrouted
+    assert table_rows(body, "hour") == 60
+    assert table_rows(body, "day") == 72
+    # 5 Events in the 20-minute bucket from 12:20 (the table counts; the chart draws 0.25 a minute).
+    assert table_row(body, "day", "2026-01-05T12:20:00Z")[0] == "5"
+    assert "Events per minute, averaged over 20 minutes, in the last day" in chart(body, "chart-events-day")
+
+
+def test_i11_6_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
+    both_loops_alive()
+    for _ in range(2):
+        RouteRecordFactory(event=EventFactory(route_state="failed"), policy="failed", disposition="failed")
+    RouteRecordFactory(event=EventFactory(route_state="skipped"), policy="skipped", disposition="skipped")
+    WorkFactory(parked_at=NOW - timedelta(minutes=3), failures=5)
+
+    body = console.get(reverse("console-home")).content.decode()
+
+    assert '<span class="num" id="dead-letters-count">3</span>' in body
+    assert '<span class="num" id="parked-count">1</span>' in body
+    # The parked Work is doctor's one warning.
+    assert '<span class="num" id="doctor-warnings-count">1</span>' in body
+    assert '<p class="muted">parked_work</p>' in body
+
+
+def test_i11_6_dead_letters_count_is_capped(console, monkeypatch):
+    from routing import trends
+
+    both_loops_alive()
+    for _ in range(3):
+        RouteRecordFactory(event=EventFactory(route_state="failed"), policy="failed", disposition="failed")
+    assert trends.dead_letters_count(cap=2) == (2, True)
+    assert trends.dead_letters_count(cap=3) == (3, False)
+    monkeypatch.setattr(trends, "COUNT_CAP", 2)
+    body = console.get(reverse("console-home")).content.decode()
+    assert '<span class="num" id="dead-letters-count">2+</span>' in body
+
+
+# --- the heartbeat banner -----------------------------------------------------------------------
+
+
+PAGES = ("console-home", "event-list", "work-list", "dead-letters", "config-list", "doctor")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_i11_6_no_banner_while_both_loops_beat(console, page):
+    both_loops_alive(at=NOW - timedelta(seconds=59))
+    body = console.get(reverse(page)).content.decode()
+    assert 'id="heartbeat-banner"' not in body
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_i11_6_banner_on_every_page_without_a_route_loop_heartbeat(console, page):
+    beat(WORK_HEARTBEATS, slots=2, stopped=False)
+    beat(ROUTE_HEARTBEATS, at=NOW - timedelta(seconds=61))  # too old
+    body = console.get(reverse(page)).content.decode()
+    banner = re.search(
+        r'<p class="heartbeat-banner" id="heartbeat-banner" role="alert">(.*?)</p>', body, re.S
+    )
+    assert banner, page
+    assert "No route loop heartbeat in the last 60 s: accepted Events are not being routed." in banner.group(
+        1
+    )
+    assert f'<a href="{reverse("doctor")}">See Doctor</a>' in banner.group(1)
+    assert "work loop" not in banner.group(1)
+
+
+def test_i11_6_banner_names_a_stopped_or_missing_work_loop(console):
+    beat(ROUTE_HEARTBEATS)
+    beat(WORK_HEARTBEATS, slots=2, stopped=True)  # fresh, but it said it stopped
+    body = console.get(reverse("event-list")).content.decode()
+    assert "No work loop heartbeat in the last 60 s: Work is not being run." in body
+
+
+def test_i11_6_banner_names_both_loops_when_neither_beats(console):
+    body = console.get(reverse("work-list")).content.decode()
+    assert (
+        "No route loop and no work loop heartbeat in the last 60 s: accepted Events are not being "
+        "routed and Work is not being run." in body
+    )
+
+
+def test_i11_6_no_banner_before_sign_in(client):
+    body = client.get(reverse("login")).content.decode()
+    assert "heartbeat-banner" not in body
+
+
+def test_i11_6_banner_costs_one_query(console, django_assert_num_queries):
+    from routing.doctor import loops_alive
+
+    both_loops_alive()
+    with django_assert_num_queries(1):
+        assert loops_alive(now=NOW).ok
+
+
+# --- Doctor refreshes itself ---------------------------------------------------------------------
+
+
+def test_i11_6_doctor_checks_poll_themselves(console):
+    body = console.get(reverse("doctor")).content.decode()
+    assert re.search(
+        r'<section id="doctor-checks" hx-get="/doctor/" hx-trigger="every 10s" hx-target="this" hx-swap="outerHTML">',
+        body,
+    )
+    # What the poll asks for is the checks alone.
+    partial = console.get(
+        reverse("doctor"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="doctor-checks"
+    ).content.decode()
+    assert partial.lstrip().startswith('<section id="doctor-checks"') and "<html" not in partial
+
+
+def test_i11_6_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypatch):
+    from routing import trends
+
+    both_loops_alive()
+    for minute in (10, 11):
+        decided = datetime(2026, 1, 5, 12, minute, 30, tzinfo=UTC)
+        RouteRecordFactory(
+            event=EventFactory(
+                accepted_at=decided - timedelta(seconds=1), route_state="routed", routed_at=decided
+            ),
+            decided_at=decided,
+        )
+    monkeypatch.setattr(trends, "RANK_BUDGET", 0)
+    latency = chart(console.get(reverse("console-home")).content.decode(), "chart-latency-hour")
+    assert '<p class="muted chart-note">The 41 oldest buckets are not ranked yet' in latency
+    latency = chart(console.get(reverse("console-home")).content.decode(), "chart-latency-hour")
+    assert '<p class="muted chart-note">The 40 oldest buckets are not ranked yet' in latency
