@@ -311,13 +311,26 @@ class DiagnosticFilter:
             raise ValueError(f"kind: unknown diagnostic kind {self.kind!r}")
 
 
-def diagnostics_page(
-    filters: DiagnosticFilter, *, before: int | None = None, limit: int = PAGE_SIZE
-) -> KeysetPage:
-    """One page of causal diagnostics, newest first, below id ``before`` when given."""
+def diagnostics_filtered(filters: DiagnosticFilter) -> QuerySet[CausalDiagnostic]:
+    """Causal diagnostics matching ``filters``, unordered."""
     queryset = CausalDiagnostic.objects.all()
     if filters.kind:
         queryset = queryset.filter(kind=filters.kind)
     if filters.root_seq is not None:
         queryset = queryset.filter(root_seq=filters.root_seq)
-    return keyset_page(queryset, key="id", cursor=before, limit=limit)
+    return queryset
+
+
+def diagnostics_page(
+    filters: DiagnosticFilter, *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
+) -> KeysetPage:
+    """One page of causal diagnostics, newest first below id ``before`` when given, or oldest
+    first above it (``oldest``)."""
+    return keyset_page(
+        diagnostics_filtered(filters), key="id", cursor=before, limit=limit, descending=not oldest
+    )
+
+
+def diagnostics_total(filters: DiagnosticFilter, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many causal diagnostics match ``filters``, counted up to ``cap`` (one query)."""
+    return count_capped(diagnostics_filtered(filters), cap=cap)

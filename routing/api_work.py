@@ -33,6 +33,8 @@ clock: Clock = system_clock
 
 CONTROL_ERRORS = {WorkControlRefused: (409, "refused"), WorkControlInvalid: (400, "invalid_input")}
 MAX_LIST_LIMIT = 200
+# The list's filters: query parameters named as the console's and ``work list``'s (WorkFilter).
+LIST_FILTERS = ("scope", "status", "binding", "key")
 # The fields each control's body may hold (anything else is refused, naming it).
 SEND_FIELDS = frozenset({"type", "data", "subject"})
 CREATE_FIELDS = frozenset({"scope", "binding", "input"})
@@ -45,7 +47,8 @@ REBIND_FIELDS = frozenset({"binding"})
     errors=CONTROL_ERRORS,
 )
 def work_collection(request: HttpRequest) -> JsonResponse:
-    """``GET``: Work newest first, filtered by ``scope`` and ``status``, paged by ``before``
+    """``GET``: Work newest first, filtered by ``scope``, ``status`` (``parked`` included),
+    ``binding`` and an owned correlation ``key``, paged by ``before``
     (``limit`` a page). ``POST``: create a Work with its first input (201)."""
     if request.method == "POST":
         return _create(request)
@@ -148,7 +151,7 @@ def _body(request: HttpRequest, fields: frozenset[str]) -> dict[str, Any]:
 
 def _list_query(request: HttpRequest) -> tuple[WorkFilter, int | None, int]:
     try:
-        filters = WorkFilter(scope=request.GET.get("scope", ""), status=request.GET.get("status", ""))
+        filters = WorkFilter(**{name: request.GET.get(name, "") for name in LIST_FILTERS})
     except ValueError as exc:
         field, _, message = str(exc).partition(": ")
         raise WorkControlInvalid(field, message) from None

@@ -31,7 +31,7 @@ from routing.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
 from routing.views.events import DETAIL_TEMPLATE as EVENT_TEMPLATE
 from routing.views.events import LIST_TEMPLATE, event_detail_context, event_rows_context, page_params
 from routing.views.forms import EventFilterForm, WorkDetailForm
-from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
+from routing.views.work import DETAIL_TEMPLATE, LIVE_CONTROLS, LIVE_PARTIALS, work_detail_context
 from worklife.models import Work
 from worklife.selectors import work_get
 
@@ -111,7 +111,7 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
 
 class WorkConsumer(LiveConsumer):
     """``ws/work/<id>/?input_after=…``: the Work page's state, engine, unrouted input, input
-    and history, on the pages (and in the input order) the page shows."""
+    and history, on the pages (and in the input order) the page shows, and its control buttons."""
 
     work_id: int = 0
     cursors: dict[str, Any] | None = None
@@ -135,7 +135,8 @@ class WorkConsumer(LiveConsumer):
         cursors = self.cursors or {}
         context = work_detail_context(work, LIVE_PARTIALS, cursors)
         context.update(self.base_context(reverse("work-detail", args=[work.pk]) + query_string(cursors)))
-        return "".join(render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS)
+        partials = [render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS]
+        return "".join([*partials, render_to_string(LIVE_CONTROLS, context)])
 
 
 class EventsConsumer(LiveConsumer):

@@ -42,11 +42,11 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from causal.clock import Clock
 from causal.models import Event, RouteState
-from causal.selectors import PAGE_SIZE, KeysetPage, keyset_page
+from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from causal.services import Envelope, event_accept_in_tx
 from routing.config.selectors import live_generation
 from routing.engine.claims import COMMIT_LOCK_ID
@@ -477,19 +477,30 @@ class DeadLetterFilter:
             raise ValueError(f"disposition: expected failed or skipped, not {self.disposition!r}")
 
 
-def dead_letters_page(
-    filters: DeadLetterFilter, *, before: int | None = None, limit: int = PAGE_SIZE
-) -> KeysetPage:
-    """One page of dead letters (RouteRecords of failed and skipped Events), newest first,
-    below the Event seq ``before`` when given; each record with its Event and Work joined.
-    One query."""
+def dead_letters_filtered(filters: DeadLetterFilter) -> QuerySet[RouteRecord]:
+    """The dead letters (RouteRecords of failed and skipped Events) matching ``filters``,
+    unordered."""
     records = RouteRecord.objects.filter(
         disposition__in=[filters.disposition] if filters.disposition else DEAD_DISPOSITIONS
-    ).select_related("event", "work")
+    )
     if filters.scope:
         records = records.filter(scope=filters.scope)
     if filters.route:
         records = records.filter(route=filters.route)
     if filters.code:
         records = records.filter(reason=filters.code)
-    return keyset_page(records, key="event_id", cursor=before, limit=limit)
+    return records
+
+
+def dead_letters_page(
+    filters: DeadLetterFilter, *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
+) -> KeysetPage:
+    """One page of dead letters, newest first below the Event seq ``before`` when given, or
+    oldest first above it (``oldest``); each record with its Event and Work joined. One query."""
+    records = dead_letters_filtered(filters).select_related("event", "work")
+    return keyset_page(records, key="event_id", cursor=before, limit=limit, descending=not oldest)
+
+
+def dead_letters_total(filters: DeadLetterFilter, *, cap: int = COUNT_CAP) -> ListTotal:
+    """How many dead letters match ``filters``, counted up to ``cap`` (one query)."""
+    return count_capped(dead_letters_filtered(filters), cap=cap)

@@ -1056,8 +1056,21 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {
                         "type": "string",
-                        "enum": ["ready", "running", "waiting", "completed", "cancelled"],
+                        "enum": ["ready", "running", "waiting", "completed", "cancelled", "parked"],
                     },
+                    "description": "The Work's status; `parked`: ready Work parked after too many failures.",
+                },
+                {
+                    "name": "binding",
+                    "in": "query",
+                    "schema": {"type": "string", "maxLength": 128},
+                    "description": "The binding the Work runs on (exact).",
+                },
+                {
+                    "name": "key",
+                    "in": "query",
+                    "schema": {"type": "string", "maxLength": 512},
+                    "description": "A correlation key the Work owns (exact; with `scope`, that scope's key).",
                 },
                 {
                     "name": "before",

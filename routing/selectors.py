@@ -68,11 +68,19 @@ def live_scope_paths() -> list[str]:
     )
 
 
-def generations_page(*, before: int | None = None, limit: int = PAGE_SIZE) -> KeysetPage:
-    """Configuration generations, applied and candidates, newest first (by id). The
-    documents themselves are not read: a list never loads every document."""
+def generations_page(
+    *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
+) -> KeysetPage:
+    """Configuration generations, applied and candidates, newest first (by id) below
+    ``before``, or oldest first above it (``oldest``). The documents themselves are not read:
+    a list never loads every document."""
     queryset = Generation.objects.defer("document")
-    return keyset_page(queryset, key="id", cursor=before, limit=limit)
+    return keyset_page(queryset, key="id", cursor=before, limit=limit, descending=not oldest)
+
+
+def generations_total(*, cap: int = COUNT_CAP) -> ListTotal:
+    """How many configuration generations there are, counted up to ``cap`` (one query)."""
+    return count_capped(Generation.objects.all(), cap=cap)
 
 
 def generation_get(generation_id: int) -> Generation:

@@ -16,14 +16,15 @@ from causal.selectors import (
     DiagnosticFilter,
     NotARoot,
     diagnostics_page,
+    diagnostics_total,
     root_limits_status,
     root_tree,
 )
 from routing.converters import MAX_ID
 from routing.roles import VIEW_EVENT
 from routing.views.access import permission_needed
-from routing.views.common import paging_urls, query_string, render_console
-from routing.views.forms import CursorField
+from routing.views.common import list_paging_urls, query_string, render_console
+from routing.views.forms import KeysetOrderForm
 
 ROOT_TEMPLATE = "causal/root.html"
 ROOT_PARTIALS = ("causal-limits",)
@@ -35,8 +36,9 @@ ROOT_RECENT_DIAGNOSTICS = 20
 clock: Clock = system_clock
 
 
-class DiagnosticFilterForm(forms.Form):
-    """Filters of the diagnostics list: kind and root; ``before`` pages."""
+class DiagnosticFilterForm(KeysetOrderForm):
+    """Filters of the diagnostics list: kind and root; ``before`` pages a newest-first list,
+    ``after`` an oldest-first one (``oldest``)."""
 
     kind = forms.ChoiceField(
         required=False, choices=[("", "any"), *DiagnosticKind.choices], help_text="The kind of refusal."
@@ -48,7 +50,11 @@ class DiagnosticFilterForm(forms.Form):
         label="Root seq",
         help_text="Only refusals under this root.",
     )
-    before = CursorField(help_text="Show diagnostics with a lower id than this one.")
+
+    def clean(self):
+        data = super().clean()
+        self.clean_order(data)
+        return data
 
     def filters(self) -> DiagnosticFilter:
         """The validated filters (call after ``is_valid()``)."""
@@ -82,7 +88,8 @@ def causal_root(request: HttpRequest, seq: int) -> HttpResponse:
 @permission_needed(VIEW_EVENT)
 @require_GET
 def causal_diagnostics(request: HttpRequest) -> HttpResponse:
-    """Refusal diagnostics of the causal limits, newest first, filtered by kind and root."""
+    """Refusal diagnostics of the causal limits, newest (or oldest) first, filtered by kind and
+    root, with their total."""
     form = DiagnosticFilterForm(request.GET)
     # Its own item in the navigation ("Causal refusals"); a root's page is an Event's ("Events").
     context: dict[str, Any] = {"section": "causal", "form": form}
@@ -92,7 +99,16 @@ def causal_diagnostics(request: HttpRequest) -> HttpResponse:
             request, DIAGNOSTICS_TEMPLATE, context, partials=DIAGNOSTICS_PARTIALS, status=400
         )
     filters = form.filters()
-    page = diagnostics_page(filters, before=form.cleaned_data["before"])
+    cursor, oldest = form.cursor(), form.oldest_first()
+    page = diagnostics_page(filters, before=cursor, oldest=oldest)
     params = {"kind": filters.kind, "root": filters.root_seq}
-    context.update(filters=filters, page=page, **paging_urls("causal-diagnostics", params, page))
+    context.update(
+        filters=filters,
+        page=page,
+        total=diagnostics_total(filters),
+        total_noun="refusals",
+        **list_paging_urls(
+            "causal-diagnostics", params, oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
+        ),
+    )
     return render_console(request, DIAGNOSTICS_TEMPLATE, context, partials=DIAGNOSTICS_PARTIALS)

@@ -51,16 +51,6 @@ def query_string(params: Mapping[str, Any]) -> str:
     return f"?{urlencode(pairs)}" if pairs else ""
 
 
-def paging_urls(url_name: str, params: Mapping[str, Any], page: Any) -> dict[str, str]:
-    """``first_url`` and ``next_url`` (empty on the last page) of a keyset-paged list whose
-    filters are ``params``; ``page`` has ``has_next`` and ``next_cursor``."""
-    base = reverse(url_name)
-    return {
-        "first_url": base + query_string(params),
-        "next_url": base + query_string({**params, "before": page.next_cursor}) if page.has_next else "",
-    }
-
-
 def list_paging_urls(
     url_name: str, params: Mapping[str, Any], *, oldest: bool, cursor: int | None, next_cursor: int | None
 ) -> dict[str, Any]:

@@ -24,9 +24,9 @@ from routing.doctor import first_line
 from routing.errors import RouteErrorCode
 from routing.roles import VIEW_EVENT
 from routing.views.access import permission_needed
-from routing.views.common import paging_urls, render_console
+from routing.views.common import list_paging_urls, render_console
 from routing.views.controls import require_control_permission
-from routing.views.forms import CursorField, form_errors_text
+from routing.views.forms import KeysetOrderForm, form_errors_text
 
 TEMPLATE = "routing/dead_letters.html"
 PARTIALS = ("dead-letter-list",)
@@ -35,8 +35,9 @@ PARTIALS = ("dead-letter-list",)
 clock: Clock = system_clock
 
 
-class DeadLetterFilterForm(forms.Form):
-    """Filters of the dead letters: exact scope, route and code, disposition; ``before`` pages."""
+class DeadLetterFilterForm(KeysetOrderForm):
+    """Filters of the dead letters: exact scope, route and code, disposition; ``before`` pages
+    a newest-first list, ``after`` an oldest-first one (``oldest``), by Event seq."""
 
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     route = forms.CharField(required=False, max_length=128, help_text="Exact route slot.")
@@ -50,7 +51,11 @@ class DeadLetterFilterForm(forms.Form):
         choices=[("", "failed or skipped"), ("failed", "failed"), ("skipped", "skipped")],
         help_text="Failed (given up on) or skipped by an operator.",
     )
-    before = CursorField(help_text="Show dead letters of Events with a lower seq than this one.")
+
+    def clean(self):
+        data = super().clean()
+        self.clean_order(data)
+        return data
 
     def filters(self) -> controls.DeadLetterFilter:
         """The validated filters (call after ``is_valid()``)."""
@@ -90,10 +95,12 @@ class RerouteSelectionForm(forms.Form):
         return seqs
 
 
-def dead_letter_list_context(filters: controls.DeadLetterFilter, *, before: int | None) -> dict[str, Any]:
+def dead_letter_list_context(
+    filters: controls.DeadLetterFilter, *, cursor: int | None = None, oldest: bool = False
+) -> dict[str, Any]:
     """What the ``dead-letter-list`` partial needs: a page of dead letters, each one's copy
-    (when rerouted already), and the paging links. Two queries."""
-    page = controls.dead_letters_page(filters, before=before)
+    (when rerouted already), their total and the paging links. Three queries."""
+    page = controls.dead_letters_page(filters, before=cursor, oldest=oldest)
     copies = controls.reroute_copies([record.event for record in page])
     params = {
         "scope": filters.scope,
@@ -115,20 +122,25 @@ def dead_letter_list_context(filters: controls.DeadLetterFilter, *, before: int 
         "filter_params": params,
         "page": page,
         "rows": rows,
-        **paging_urls("dead-letters", params, page),
+        "total": controls.dead_letters_total(filters),
+        "total_noun": "dead letters",
+        **list_paging_urls(
+            "dead-letters", params, oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
+        ),
     }
 
 
 @permission_needed(VIEW_EVENT)
 @require_GET
 def dead_letters(request: HttpRequest) -> HttpResponse:
-    """Failed and skipped Events, newest first, filtered by scope, route, code and disposition."""
+    """Failed and skipped Events, newest (or oldest) first, filtered by scope, route, code and
+    disposition, with their total."""
     form = DeadLetterFilterForm(request.GET)
     context: dict[str, Any] = {"section": "dead-letters", "form": form, "codes": list(RouteErrorCode)}
     if not form.is_valid():
         context.update(page=None, rows=[], errors=form_errors_text(form))
         return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
-    context.update(dead_letter_list_context(form.filters(), before=form.cleaned_data["before"]))
+    context.update(dead_letter_list_context(form.filters(), cursor=form.cursor(), oldest=form.oldest_first()))
     return render_console(request, TEMPLATE, context, partials=PARTIALS)
 
 
@@ -140,10 +152,12 @@ def dead_letters_reroute(request: HttpRequest) -> HttpResponse:
     filters_form = DeadLetterFilterForm(request.POST)
     selection = RerouteSelectionForm(request.POST)
     context: dict[str, Any] = {"section": "dead-letters", "form": filters_form, "codes": list(RouteErrorCode)}
-    filters = filters_form.filters() if filters_form.is_valid() else controls.DeadLetterFilter()
+    valid = filters_form.is_valid()
+    filters = filters_form.filters() if valid else controls.DeadLetterFilter()
+    oldest = valid and filters_form.oldest_first()
     if not selection.is_valid():
-        context.update(dead_letter_list_context(filters, before=None), errors=form_errors_text(selection))
+        context.update(dead_letter_list_context(filters, oldest=oldest), errors=form_errors_text(selection))
         return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
     outcomes = controls.events_reroute(seqs=selection.cleaned_data["seq"], user=request.user, clock=clock)
-    context.update(dead_letter_list_context(filters, before=None), outcomes=outcomes)
+    context.update(dead_letter_list_context(filters, oldest=oldest), outcomes=outcomes)
     return render_console(request, TEMPLATE, context, partials=PARTIALS)

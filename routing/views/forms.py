@@ -200,11 +200,16 @@ class WorkDetailForm(forms.Form):
         }
 
 
-class ConfigListForm(forms.Form):
-    """Paging of the generations list and the generation whose document is shown."""
+class ConfigListForm(KeysetOrderForm):
+    """Paging of the generations list (newest or oldest first) and the generation whose
+    document is shown."""
 
-    before = CursorField(help_text="Show generations with a lower id than this one.")
     generation = CursorField(help_text="Show the document of this generation (default: the live one).")
+
+    def clean(self):
+        data = super().clean()
+        self.clean_order(data)
+        return data
 
 
 def form_errors_text(form: forms.Form) -> str:

@@ -163,6 +163,8 @@ WORK_PARTIALS: dict[str, Callable[[Work, dict[str, Any]], dict[str, Any]]] = {
 }
 # What a websocket update re-renders: the Work's state, its engine and its lists, first pages.
 LIVE_PARTIALS = ("work-summary", "work-engine", "work-unrouted", "work-input", "work-history")
+# ... and the operator control buttons (cancel, retry) as the Work's state allows them.
+LIVE_CONTROLS = "worklife/work_controls.html#work-control-buttons"
 
 
 def work_detail_context(

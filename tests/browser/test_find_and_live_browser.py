@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission
-from django.db import connection
+from django.contrib.auth.models import Permission, User
+from django.db import connection, transaction
 from django.urls import reverse
 
+from routing.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.routing.routerkit import accept, apply
 from tests.routing.test_live_routing import route_pass
 from tests.test_setup import free_port
-from tests.worklife.factories import WorkFactory, WorkInputFactory
+from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.scheduling import attempt_fail
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -209,3 +211,40 @@ def test_i11_4_5_find_count_and_page_both_ways(live_server, browser, tmp_path):
     page.wait_for_selector(f"#input-{inputs[0]}")
     assert page.locator("#work-input tbody tr").count() == 5
     page.screenshot(path=str(tmp_path / "work-input-newest.png"), full_page=True)
+
+
+def test_i11_3_work_page_offers_retry_live_when_its_work_parks(
+    asgi_server, browser, clock, settings, tmp_path
+):
+    settings.CONDUIT_MAX_ATTEMPTS = 1
+    operator()
+    User.objects.get(username="operator").user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="worklife", codename__in=["retry_work", "cancel_work"]
+        )
+    )
+    work = WorkFactory(scope="acme", status="running")
+    attempt = AttemptFactory(work=work, number=1)
+    page = signed_in(browser, asgi_server)
+    page.goto(asgi_server + reverse("work-detail", args=[work.pk]))
+    page.wait_for_function("() => document.querySelector('#work-live').getAttribute('ws-connect')")
+    assert page.locator("#work-control-buttons >> text=Cancel Work").count() == 1
+    assert page.locator("#work-control-buttons >> text=Retry").count() == 0
+    page.evaluate("window.notReloaded = true")
+    time.sleep(0.5)  # the socket is open before the work loop commits
+
+    # What the work loop does when the attempt fails: commit, then tell the Work's page.
+    with transaction.atomic():
+        attempt_fail(attempt_id=attempt.pk, lease_epoch=attempt.lease_epoch, error="boom", clock=clock)
+        publish_routed([], [work.pk])
+    page.wait_for_selector("#work-control-buttons >> text=Retry", timeout=15_000)
+    assert page.evaluate("window.notReloaded === true")
+
+    # The live button works as the page's own: Retry unparks the Work and goes away.
+    page.click("#work-control-buttons >> text=Retry")
+    page.wait_for_selector("#work-controls .control-result", timeout=5000)
+    assert page.locator("#work-control-buttons >> text=Retry").count() == 0
+    work.refresh_from_db()
+    assert work.parked_at is None
+    page.screenshot(path=str(tmp_path / "work-page-retry-live.png"), full_page=True)
+    assert page.errors == []

@@ -16,14 +16,14 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from causal.models import RouteState
-from causal.selectors import ListTotal, count_capped
+from causal.selectors import DiagnosticFilter, ListTotal, count_capped, diagnostics_total
 from routing import controls
 from routing.decide import Effect
-from routing.selectors import UNDELIVERED_OUTCOMES
+from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
 from routing.views import controls as control_views
-from tests.causal.factories import EventFactory
+from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing import sample_handlers
-from tests.routing.factories import RouteRecordFactory, UserFactory, live_scopes
+from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.routing.test_controls import holding_work
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory, WorkInputFactory
@@ -389,3 +389,55 @@ def test_i11_2_the_work_page_history_links_a_rerouted_event_to_its_copy(console,
     after = part(text(console.get(url)), "tr", f"history-{stuck.seq}")
     assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' not in after
     assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in after
+
+
+# --- item 5: every list shows its total and jumps to its newest and oldest page ---------------------
+
+
+def newest_and_oldest(console, url_name: str, prefix: str, keys: list[int], noun: str, params=None):
+    """The list at ``url_name`` counts ``keys`` (ascending), shows them newest first, jumps to
+    the oldest page and pages on from there, newer each page."""
+    params = params or {}
+    url = reverse(url_name)
+    newest = text(console.get(url, params))
+    assert f"{len(keys)} {noun}</span>" in newest
+    assert rows(newest, prefix) == keys[::-1][:50]
+    oldest_link = re.search(r'<a href="([^"]+)"[^>]*>Oldest ⇥</a>', newest).group(1).replace("&amp;", "&")
+    oldest = text(console.get(oldest_link))
+    assert rows(oldest, prefix) == keys[:50]
+    assert f"{len(keys)} {noun}, oldest first" in oldest and "Oldest ⇥" not in oldest and "← Newest" in oldest
+    newer = re.search(r'<a href="([^"]+)"[^>]*rel="next">Newer', oldest).group(1).replace("&amp;", "&")
+    assert rows(text(console.get(newer)), prefix) == keys[50:100]
+    mixed = console.get(url, {**params, "before": keys[10], "oldest": "1"})
+    assert mixed.status_code == 400 and "pages a newest-first list" in text(mixed)
+
+
+@pytest.mark.django_db
+def test_i11_5_dead_letters_show_their_total_and_jump_to_the_oldest(console):
+    records = [
+        RouteRecordFactory(event__scope="acme", disposition="failed", reason="handler_failed")
+        for _ in range(55)
+    ]
+    RouteRecordFactory(event__scope="elsewhere", disposition="failed")
+    RouteRecordFactory(event__scope="acme", disposition="queued")  # not a dead letter
+    seqs = sorted(r.event_id for r in records)
+    newest_and_oldest(console, "dead-letters", "dead", seqs, "dead letters", {"scope": "acme"})
+    assert controls.dead_letters_total(controls.DeadLetterFilter(scope="acme"), cap=10) == ListTotal(
+        10, capped=True
+    )
+
+
+@pytest.mark.django_db
+def test_i11_5_causal_refusals_show_their_total_and_jump_to_the_oldest(console):
+    ids = [d.pk for d in CausalDiagnosticFactory.create_batch(55, kind="rate_exceeded", root_seq=7)]
+    CausalDiagnosticFactory(kind="depth_exceeded", root_seq=8)
+    newest_and_oldest(console, "causal-diagnostics", "diagnostic", ids, "refusals", {"kind": "rate_exceeded"})
+    assert diagnostics_total(DiagnosticFilter(root_seq=7), cap=50) == ListTotal(50, capped=True)
+    assert diagnostics_total(DiagnosticFilter(root_seq=8)) == ListTotal(1, capped=False)
+
+
+@pytest.mark.django_db
+def test_i11_5_configuration_generations_show_their_total_and_jump_to_the_oldest(console):
+    ids = [g.pk for g in GenerationFactory.create_batch(55)]
+    newest_and_oldest(console, "config-list", "generation", ids, "generations")
+    assert generations_total(cap=5) == ListTotal(5, capped=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission
 from django.db import transaction
+from django.urls import reverse
 
 from conduit_site.asgi import application
 from conduit_site.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
@@ -16,6 +18,7 @@ from routing.views import work as work_views
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.models import Work, WorkStatus
 from worklife.scheduling import attempt_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,3 +152,48 @@ def test_i8p9_work_socket_sends_the_engine_partial_when_the_work_loop_publishes(
     assert accepted
     assert '<section id="work-engine" hx-swap-oob="true">' in html and "engine-says-so" in html
     assert '<dd id="work-why" data-reason="backing_off">backing off until 2026-01-05 12:00:02 UTC' in html
+
+
+def test_issue11_work_socket_sends_the_control_buttons_so_retry_shows_when_the_work_parks(
+    client, clock, settings, monkeypatch
+):
+    monkeypatch.setattr(work_views, "clock", clock)
+    settings.CONDUIT_MAX_ATTEMPTS = 1
+    user = UserFactory()
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="worklife", codename__in=["retry_work", "cancel_work"]
+        )
+    )
+    client.force_login(user)
+    work = WorkFactory(status="running")
+    attempt = AttemptFactory(work=work, number=1)
+    retry_url = reverse("work-retry", args=[work.pk])
+    page = client.get(reverse("work-detail", args=[work.pk])).content.decode()
+    buttons = page[page.index('id="work-control-buttons"') :]
+    buttons = buttons[: buttons.index("</span>")]
+    assert "Cancel Work" in buttons and retry_url not in buttons  # running: nothing to retry yet
+
+    def the_attempt_fails_and_the_work_parks():
+        # What work_loop does once an outcome commits: publish_routed([], the Work it touched).
+        with transaction.atomic():
+            attempt_fail(attempt_id=attempt.pk, lease_epoch=attempt.lease_epoch, error="boom", clock=clock)
+            publish_routed([], [work.pk])
+
+    accepted, _, html = connect_and_collect(
+        f"/ws/work/{work.pk}/", client, the_attempt_fails_and_the_work_parks
+    )
+    assert accepted
+    live = html[html.index('<span class="controls" id="work-control-buttons" hx-swap-oob="true">') :]
+    live = live[: live.index("</span>")]
+    assert f'hx-post="{retry_url}"' in live and ">Retry</a>" in live and "Cancel Work" in live
+
+    def the_work_is_cancelled():
+        with transaction.atomic():
+            Work.objects.filter(pk=work.pk).update(status=WorkStatus.CANCELLED)
+            publish_routed([], [work.pk])
+
+    accepted, _, html = connect_and_collect(f"/ws/work/{work.pk}/", client, the_work_is_cancelled)
+    live = html[html.index('<span class="controls" id="work-control-buttons" hx-swap-oob="true">') :]
+    live = live[: live.index("</span>")]
+    assert "Retry" not in live and "Cancel Work" not in live  # ended: no control applies

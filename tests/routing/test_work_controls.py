@@ -26,6 +26,7 @@ from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply, drain, router
 from tests.worklife.factories import (
     AttemptFactory,
+    CorrelationKeyFactory,
     TimerFactory,
     WaitFactory,
     WorkFactory,
@@ -945,3 +946,40 @@ def test_i9_2_operator_input_refuses_deep_json_with_400_not_500(console, clock, 
     ):
         work_command("send", str(work.pk), "--type", "operator.note", "--data", deep)
     assert stored() == before
+
+
+@pytest.mark.django_db
+def test_issue11_api_work_list_filters_by_binding_status_parked_and_key_like_the_console(client, clock):
+    parked = parked_work(clock)
+    running = running_work(clock)
+    other = WorkFactory(scope="acme", binding="plain")
+    CorrelationKeyFactory(work=other, key="order:7")
+    CorrelationKeyFactory(work=running, key="order:8")
+    token, secret = api_token_with_secret()
+    url = reverse("api-work")
+
+    def ids(**params) -> list[int]:
+        response = client.get(url, params, headers={"Authorization": f"Bearer {secret}"})
+        assert response.status_code == 200, response.content
+        return [row["id"] for row in response.json()["work"]]
+
+    assert ids() == [other.pk, running.pk, parked.pk]
+    assert ids(status="parked") == [parked.pk]
+    assert ids(status="ready") == [other.pk, parked.pk]
+    assert ids(binding="triage") == [running.pk, parked.pk]
+    assert ids(binding="triage", status="running") == [running.pk]
+    assert ids(key="order:7") == [other.pk]
+    assert ids(key="order:7", scope="elsewhere") == []
+    assert ids(key="order:8", binding="plain") == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"status": "sleeping"}, "status"), ({"binding": "b" * 129}, "binding"), ({"key": "k\x00"}, "key")],
+)
+def test_issue11_api_work_list_refuses_a_bad_filter_naming_it(client, params, field):
+    token, secret = api_token_with_secret()
+    response = client.get(reverse("api-work"), params, headers={"Authorization": f"Bearer {secret}"})
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
