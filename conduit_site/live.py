@@ -3,7 +3,7 @@
 Services call :func:`publish_on_commit` when they change what a page shows: the group
 ``work.<id>`` for a Work's page, ``event.<seq>`` for an Event's page and :data:`EVENTS_GROUP`
 for the Events list. The console's
-websocket consumers (``routing.consumers``) join those groups and re-render the partial the
+websocket consumers (``conduit_site.console.consumers``) join those groups and re-render the partial the
 page shows. Group names come from here only and contain only ids.
 """
 

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "causal",
     "worklife",
     "routing",
+    "conduit_site.console",
 ]
 
 MIDDLEWARE = [
@@ -109,7 +110,10 @@ TEMPLATES = [
             ],
             # Loaded in every template: {{ value|timetag }} (every console timestamp) and
             # wrap_at_dots (Event types).
-            "builtins": ["routing.templatetags.console_time", "routing.templatetags.console_text"],
+            "builtins": [
+                "conduit_site.console.templatetags.console_time",
+                "conduit_site.console.templatetags.console_text",
+            ],
         },
     },
 ]
@@ -177,7 +181,7 @@ AXES_FAILURE_LIMIT = env_int("CONDUIT_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONDUIT_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_HANDLER = "routing.login_guard.LoggingAxesHandler"
+AXES_HANDLER = "conduit_site.console.login_guard.LoggingAxesHandler"
 AXES_LOCKOUT_TEMPLATE = "routing/login_locked.html"
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
 # Our handler writes one structured line per failure; axes' own prose lines would repeat it.

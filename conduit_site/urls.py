@@ -5,8 +5,8 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from conduit_site.console.views import api_docs
 from conduit_site.errors import api_not_found
-from routing.views import api_docs
 
 # An unknown URL under /api/ is a JSON 404, like every other answer of the API.
 handler404 = "conduit_site.errors.page_not_found"
@@ -20,9 +20,9 @@ urlpatterns = [
     # The API's documentation is a page, not an endpoint of the API (nor of its OpenAPI document).
     path("api/docs/", api_docs.api_docs, name="api-docs"),
     path("api/docs", RedirectView.as_view(pattern_name="api-docs", permanent=True)),
-    path("api/", include("routing.urls_api")),
+    path("api/", include("conduit_site.api.urls")),
     re_path(r"^api/(?P<path>.*)$", api_not_found),
     # Browsers and the admin's pages ask for /favicon.ico; the console's pages link it.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.ico"), permanent=True)),
-    path("", include("routing.urls_console")),
+    path("", include("conduit_site.console.urls")),
 ]

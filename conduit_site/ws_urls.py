@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from routing.consumers import EventConsumer, EventsConsumer, WorkConsumer
+from conduit_site.console.consumers import EventConsumer, EventsConsumer, WorkConsumer
 
 websocket_urlpatterns = [
     path("ws/work/<int:work_id>/", WorkConsumer.as_asgi(), name="ws-work"),

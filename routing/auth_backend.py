@@ -2,7 +2,7 @@
 
 Django's :class:`~django.contrib.auth.backends.ModelBackend` reads a user's own permissions and
 their groups' permissions with a query each, on the first ``has_perm`` of a request. Every API
-request checks one permission (``routing.api_auth``), so this backend reads both sets with one
+request checks one permission (``conduit_site.api.auth``), so this backend reads both sets with one
 ``UNION`` query. Everything else (who may sign in, superusers, inactive users, the per-object
 answer) is Django's.
 """

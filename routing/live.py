@@ -6,7 +6,7 @@ Work they went to. On commit (never before, nothing on a rollback) a publisher t
 most :data:`MAX_EVENT_MESSAGES` ``event.<seq>`` messages (the Event pages), so a window of any
 size costs a bounded number of channel-layer writes; with the embedded layer, only groups a
 page is open on are sent to (and count against the caps). The consumers
-(``routing.consumers``) re-render their partials and push them as out-of-band swaps.
+(``conduit_site.console.consumers``) re-render their partials and push them as out-of-band swaps.
 
 Publishing is best effort and never reaches routing: the decisions are committed already,
 and a page without a live refresh is still right on its next load. A failing channel layer

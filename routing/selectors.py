@@ -26,8 +26,8 @@ from causal.selectors import (
     keyset_page,
     unrouted_event_count,
 )
+from conduit_site.converters import MAX_ID
 from routing.config.selectors import live_generation
-from routing.converters import MAX_ID
 
 # Light: the failures module, not the router (reading routes loads neither it nor the decision).
 from routing.engine.failures import RouteFailure, failures_read

@@ -291,7 +291,7 @@ def work_create_successor(
         return Created(work, event)
 
 
-# --- operator Work (the controls in routing.work_controls) ----------------------------------------
+# --- operator Work (the controls in worklife.controls) ----------------------------------------
 
 
 def work_open_in_tx(*, scope: str, binding: str, created_by: str, now: datetime) -> Work:

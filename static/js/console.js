@@ -28,7 +28,7 @@ document.addEventListener("htmx:beforeSwap", (event) => {
   }
 });
 
-// Timestamps: every <time datetime> (the timetag filter, routing/templatetags/console_time.py)
+// Timestamps: every <time datetime> (the timetag filter, conduit_site/console/templatetags/console_time.py)
 // comes as UTC; show it in the browser's time zone, naming the zone, to the second. One marked
 // data-ago shows its age instead ("3 min ago"), the local time in its title, and ages on.
 const LOCAL_TIME = new Intl.DateTimeFormat("en-US", {

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.urls import reverse
 
-from routing.openapi import openapi_schema
+from conduit_site.api.openapi import openapi_schema
 from tests.browser.test_csp_browser import RECORD_VIOLATIONS
 from tests.routing.factories import UserFactory
 

@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from causal.limits import Causal, CausalRefused, Limits
-from routing.views import causal as causal_views
+from conduit_site.console.views import causal as causal_views
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.causal.support import SECRET, envelope
 from tests.routing.factories import UserFactory

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, reverse
 
 from causal.models import Event
-from routing import urls_api
+from conduit_site.api import urls as urls_api
 from tests.causal.factories import EventFactory
 from tests.routing.factories import ScopeFactory, api_token_with_secret, apply_config
 
@@ -346,7 +346,7 @@ def test_api_event_detail_query_count_is_fixed(client, auth, django_assert_max_n
 
 
 def api_routes(patterns=None, prefix="/api/"):
-    """Every (path template, view) of routing.urls_api, walking included URLconfs."""
+    """Every (path template, view) of conduit_site.api.urls, walking included URLconfs."""
     for pattern in patterns if patterns is not None else urls_api.urlpatterns:
         route = str(pattern.pattern)
         if isinstance(pattern, URLResolver):
@@ -357,13 +357,13 @@ def api_routes(patterns=None, prefix="/api/"):
 
 
 def test_api_every_route_and_method_is_in_the_openapi_schema():
-    from routing.openapi import openapi_schema
+    from conduit_site.api.openapi import openapi_schema
 
     schema = openapi_schema()
     routes = list(api_routes())
-    assert routes, "routing.urls_api has no routes"
+    assert routes, "conduit_site.api.urls has no routes"
     for template, view in routes:
-        assert template in schema["paths"], f"{template} is missing from routing/openapi.py"
+        assert template in schema["paths"], f"{template} is missing from conduit_site/api/openapi.py"
         methods = getattr(view, "api_methods", None)
         assert methods, f"{template}: the view is not an api_view"
         for method in methods:
@@ -374,7 +374,7 @@ def test_api_every_route_and_method_is_in_the_openapi_schema():
 
 
 def test_api_openapi_schema_references_resolve():
-    from routing.openapi import openapi_schema
+    from conduit_site.api.openapi import openapi_schema
 
     schema = openapi_schema()
     refs = re.findall(r'"\$ref": "#/components/(\w+)/(\w+)"', json.dumps(schema))

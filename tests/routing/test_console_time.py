@@ -11,7 +11,7 @@ import pytest
 from django.template import Context, Template, TemplateSyntaxError
 from django.urls import reverse
 
-from routing.templatetags.console_time import timetag
+from conduit_site.console.templatetags.console_time import timetag
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, live_scopes
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory

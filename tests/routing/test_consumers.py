@@ -11,10 +11,10 @@ from django.db import transaction
 from django.urls import reverse
 
 from conduit_site.asgi import application
+from conduit_site.console.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from conduit_site.console.views import work as work_views
 from conduit_site.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
-from routing.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from routing.live import publish_routed
-from routing.views import work as work_views
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory

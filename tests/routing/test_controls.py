@@ -19,12 +19,13 @@ from django.urls import reverse
 
 from causal.models import KV, Event, EventKey, RouteState
 from causal.services import Envelope, event_accept_in_tx
-from routing import api_controls, controls
+from conduit_site.api import controls as api_controls
+from conduit_site.console.views import controls as control_views
+from routing import controls
 from routing.engine.failures import FAILURES_NAMESPACE
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from routing.views import controls as control_views
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import accept, apply, drain, router, state
@@ -559,7 +560,7 @@ def test_d4_a_user_without_the_permissions_sees_no_controls(client, clock, live)
 
 @pytest.mark.django_db
 def test_d4_live_updates_of_the_work_page_keep_the_controls_by_permission(clock, live, operator):
-    from routing.consumers import WorkConsumer
+    from conduit_site.console.consumers import WorkConsumer
 
     r = router(clock)
     work_id, stuck, _ = holding_work(clock, r)

@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 
 from causal.models import Event
+from conduit_site.console.views import dead_letters as dead_letter_views
 from routing import controls
 from routing.models import RouteRecord
-from routing.views import dead_letters as dead_letter_views
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory

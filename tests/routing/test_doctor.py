@@ -15,11 +15,13 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from causal.models import KV
-from routing import api_controls, controls, doctor
+from conduit_site import doctor
+from conduit_site.api import controls as api_controls
+from conduit_site.console.views import doctor as doctor_views
+from routing import controls
 from routing.dispatch import RoutingDispatcher
 from routing.engine.options import RouterOptions
 from routing.loop import HEARTBEATS_NAMESPACE, RouteLoop
-from routing.views import doctor as doctor_views
 from tests.causal.factories import CausalDiagnosticFactory, KVFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret

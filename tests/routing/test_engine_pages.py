@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from routing.views import work as work_views
+from conduit_site.console.views import work as work_views
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory
 from tests.worklife.factories import (

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
+from conduit_site.console.templatetags import console_health
+from conduit_site.console.views import doctor as doctor_views
+from conduit_site.console.views import home as home_views
 from routing.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
-from routing.templatetags import console_health
-from routing.views import doctor as doctor_views
-from routing.views import home as home_views
 from tests.causal.factories import EventFactory, KVFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import WorkFactory
@@ -230,7 +230,7 @@ def test_i11_6_no_banner_before_sign_in(client):
 
 
 def test_i11_6_banner_costs_one_query(console, django_assert_num_queries):
-    from routing.doctor import loops_alive
+    from conduit_site.doctor import loops_alive
 
     both_loops_alive()
     with django_assert_num_queries(1):

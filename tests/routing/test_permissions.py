@@ -1,7 +1,7 @@
 """Issue 9 item 3: least privilege for people and tokens, as one permission matrix.
 
-Every API endpoint and method (walked from ``routing/urls_api.py``), every console page and
-control (``routing/urls_console.py``), the admin site and both websockets, each tried by an
+Every API endpoint and method (walked from ``conduit_site/api/urls.py``), every console page and
+control (``conduit_site/console/urls.py``), the admin site and both websockets, each tried by an
 anonymous client, a viewer, an operator, an admin and a token narrowed to ``accept`` (an
 operator's). The expected permission of each row is written here, not read from the code, and
 the tables must name exactly the routes the URLconfs hold, so a new route fails until it is
@@ -24,9 +24,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import URLPattern, get_resolver, reverse
 
+from conduit_site.api.auth import api_view
 from conduit_site.asgi import application
-from routing.api_auth import api_view
-from routing.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from conduit_site.console.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from routing.models import ApiToken
 from routing.services import api_token_create
 from tests.causal.factories import EventFactory
@@ -130,14 +130,14 @@ def _patterns(urlconf: str) -> set[str]:
 def test_i9p3_the_matrix_names_every_api_route_and_method():
     routes = {
         (pattern.name, method)
-        for pattern in get_resolver("routing.urls_api").url_patterns
+        for pattern in get_resolver("conduit_site.api.urls").url_patterns
         for method in pattern.callback.api_methods
     }
     assert routes == set(API)
 
 
 def test_i9p3_the_matrix_names_every_console_route():
-    assert _patterns("routing.urls_console") == {name for name, _ in CONSOLE}
+    assert _patterns("conduit_site.console.urls") == {name for name, _ in CONSOLE}
 
 
 def test_i9p3_an_api_endpoint_must_name_its_permission():

@@ -16,9 +16,9 @@ from django.urls import reverse
 from causal.limits import Causal
 from causal.models import Event
 from causal.services import Envelope
+from conduit_site.api.openapi import openapi_schema
 from routing.engine.logs import redacted
 from routing.models import RouteRecord
-from routing.openapi import openapi_schema
 from routing.selectors import (
     EventListFilter,
     EventListInvalid,

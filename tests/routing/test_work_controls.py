@@ -16,12 +16,11 @@ from django.test import Client
 from django.urls import reverse
 
 from causal.models import Event, RouteState
-from routing import api_work, work_controls
+from conduit_site.api import work as api_work
+from conduit_site.console.views import work_controls as control_views
 from routing.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import RouteRecord
-from routing.views import work_controls as control_views
-from routing.work_controls import WorkControlInvalid, WorkControlRefused
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply, drain, router
 from tests.worklife.factories import (
@@ -32,6 +31,8 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
+from worklife import controls
+from worklife.controls import WorkControlInvalid, WorkControlRefused
 from worklife.models import (
     AttemptState,
     InputState,
@@ -128,7 +129,7 @@ def test_r48_cancel_ends_attempts_waits_timers_and_queue_with_a_control_event(cl
     timer = TimerFactory(work=work)
     queued = WorkInputFactory(work=work)
 
-    result = work_controls.work_cancel(work_id=work.pk, user="alice", clock=clock)
+    result = controls.work_cancel(work_id=work.pk, user="alice", clock=clock)
 
     work.refresh_from_db()
     assert work.status == WorkStatus.CANCELLED and work.ended_at == clock()
@@ -152,18 +153,18 @@ def test_r48_r49_cancel_of_terminal_work_is_refused_and_stores_nothing(clock, li
     work = WorkFactory(scope="acme", status=WorkStatus.COMPLETED, ended_at=clock())
     before = stored()
     with pytest.raises(WorkControlRefused, match=rf"Work {work.pk} is already completed") as refused:
-        work_controls.work_cancel(work_id=work.pk, user="alice", clock=clock)
+        controls.work_cancel(work_id=work.pk, user="alice", clock=clock)
     assert refused.value.details()["error"] == "wrong_state"
     assert refused.value.details()["status"] == "completed"
     assert stored() == before
     with pytest.raises(Work.DoesNotExist, match="no Work has id 999999"):
-        work_controls.work_cancel(work_id=999999, user="alice", clock=clock)
+        controls.work_cancel(work_id=999999, user="alice", clock=clock)
 
 
 @pytest.mark.django_db
 def test_w5_retry_runs_a_parked_work_again_at_once_with_a_control_event(clock, live):
     work = parked_work(clock)
-    result = work_controls.work_retry(work_id=work.pk, user="alice", clock=clock)
+    result = controls.work_retry(work_id=work.pk, user="alice", clock=clock)
     work.refresh_from_db()
     assert (work.parked_at, work.retry_at, work.failures, work.pending_run) == (None, None, 0, True)
     assert_control_event(result, "retry_work", work, "alice")
@@ -180,16 +181,16 @@ def test_w5_retry_of_work_neither_parked_nor_backing_off_is_refused_and_stores_n
     cancelled = WorkFactory(scope="acme", status=WorkStatus.CANCELLED)
     before = stored()
     with pytest.raises(WorkControlRefused, match="neither parked nor backing off"):
-        work_controls.work_retry(work_id=ready.pk, user="alice", clock=clock)
+        controls.work_retry(work_id=ready.pk, user="alice", clock=clock)
     with pytest.raises(WorkControlRefused, match="is cancelled"):
-        work_controls.work_retry(work_id=cancelled.pk, user="alice", clock=clock)
+        controls.work_retry(work_id=cancelled.pk, user="alice", clock=clock)
     assert stored() == before
 
 
 @pytest.mark.django_db
 def test_r30_sent_input_is_an_addressed_operator_event_the_router_queues_on_the_work(clock, live):
     work = running_work(clock)
-    result = work_controls.work_input_send(
+    result = controls.work_input_send(
         work_id=work.pk,
         event_type="operator.note",
         data={"text": "look again"},
@@ -226,21 +227,19 @@ def test_r30_r49_send_to_terminal_work_or_with_a_core_type_is_refused_and_stores
     live_work = WorkFactory(scope="acme")
     before = stored()
     with pytest.raises(WorkControlRefused, match="terminal Work takes no more input"):
-        work_controls.work_input_send(work_id=work.pk, event_type="operator.note", user="alice", clock=clock)
+        controls.work_input_send(work_id=work.pk, event_type="operator.note", user="alice", clock=clock)
     with pytest.raises(WorkControlInvalid, match="reserved for core Events") as invalid:
-        work_controls.work_input_send(
-            work_id=live_work.pk, event_type="core.wait.woken", user="a", clock=clock
-        )
+        controls.work_input_send(work_id=live_work.pk, event_type="core.wait.woken", user="a", clock=clock)
     assert invalid.value.field == "type"
     with pytest.raises(WorkControlInvalid) as empty:
-        work_controls.work_input_send(work_id=live_work.pk, event_type=" ", user="a", clock=clock)
+        controls.work_input_send(work_id=live_work.pk, event_type=" ", user="a", clock=clock)
     assert empty.value.field == "type"
     assert stored() == before
 
 
 @pytest.mark.django_db
 def test_r30_create_work_accepts_its_first_input_as_addressed_so_it_runs(clock, live):
-    result = work_controls.work_create(
+    result = controls.work_create(
         scope="acme",
         binding="inbox",
         event_type="operator.task",
@@ -285,9 +284,7 @@ def test_r30_create_work_in_an_unknown_scope_or_binding_is_refused_and_stores_no
 ):
     before = stored()
     with pytest.raises(WorkControlRefused, match=message) as refused:
-        work_controls.work_create(
-            scope=scope, binding=binding, event_type="operator.task", user="a", clock=clock
-        )
+        controls.work_create(scope=scope, binding=binding, event_type="operator.task", user="a", clock=clock)
     assert refused.value.code == code
     assert stored() == before
 
@@ -303,7 +300,7 @@ def test_r30_create_work_refuses_bad_arguments_naming_the_field(clock, live):
         ({"scope": "acme", "binding": "inbox", "event_type": "t", "data": float("nan")}, "input.data"),
     ]:
         with pytest.raises(WorkControlInvalid) as invalid:
-            work_controls.work_create(**kwargs, user="a", clock=clock)
+            controls.work_create(**kwargs, user="a", clock=clock)
         assert invalid.value.field == field, kwargs
     assert stored() == before
 
@@ -311,7 +308,7 @@ def test_r30_create_work_refuses_bad_arguments_naming_the_field(clock, live):
 @pytest.mark.django_db
 def test_r30_rebind_makes_the_binding_the_one_the_work_runs_on_next(clock, live):
     work = running_work(clock)
-    result = work_controls.work_rebind(work_id=work.pk, binding="plain", user="alice", clock=clock)
+    result = controls.work_rebind(work_id=work.pk, binding="plain", user="alice", clock=clock)
     work.refresh_from_db()
     assert (work.rebind_binding, work.rebind_after_attempt, work.retry_binding) == ("plain", 1, "")
     assert (result.previous_binding, result.binding) == ("triage", "plain")
@@ -320,9 +317,7 @@ def test_r30_rebind_makes_the_binding_the_one_the_work_runs_on_next(clock, live)
     assert addressed_binding(read_work_views([work.pk])[work.pk]) == "plain"
 
     # Operator input sent now is queued on the new binding (R30).
-    sent = work_controls.work_input_send(
-        work_id=work.pk, event_type="operator.note", user="alice", clock=clock
-    )
+    sent = controls.work_input_send(work_id=work.pk, event_type="operator.note", user="alice", clock=clock)
     drain(router(clock))
     record = RouteRecord.objects.get(event_id=sent.input_seq)
     assert (record.reason, record.binding) == ("addressed", "plain")
@@ -332,7 +327,7 @@ def test_r30_rebind_makes_the_binding_the_one_the_work_runs_on_next(clock, live)
 def test_r30_rebind_of_a_parked_work_moves_its_retry_and_pending_input(clock, live):
     work = parked_work(clock)
     queued = WorkInputFactory(work=work, binding="triage")
-    work_controls.work_rebind(work_id=work.pk, binding="plain", user="alice", clock=clock)
+    controls.work_rebind(work_id=work.pk, binding="plain", user="alice", clock=clock)
     work.refresh_from_db()
     queued.refresh_from_db()
     assert (work.retry_binding, work.rebind_binding, queued.binding) == ("plain", "plain", "plain")
@@ -347,11 +342,11 @@ def test_r30_rebind_to_an_unknown_binding_or_of_terminal_work_is_refused_and_sto
     with pytest.raises(
         WorkControlRefused, match=r"unknown binding 'ghost'.*bindings there: inbox, plain, triage"
     ):
-        work_controls.work_rebind(work_id=work.pk, binding="ghost", user="alice", clock=clock)
+        controls.work_rebind(work_id=work.pk, binding="ghost", user="alice", clock=clock)
     with pytest.raises(WorkControlRefused, match="terminal Work cannot be rebound"):
-        work_controls.work_rebind(work_id=ended.pk, binding="plain", user="alice", clock=clock)
+        controls.work_rebind(work_id=ended.pk, binding="plain", user="alice", clock=clock)
     with pytest.raises(WorkControlInvalid):
-        work_controls.work_rebind(work_id=work.pk, binding="  ", user="alice", clock=clock)
+        controls.work_rebind(work_id=work.pk, binding="  ", user="alice", clock=clock)
     assert stored() == before
     work.refresh_from_db()
     assert (work.rebind_binding, work.version) == ("", 1)
@@ -906,9 +901,9 @@ def test_r48_r49_concurrent_cancel_and_send_never_leave_input_sent_after_the_can
             connection.close()
 
     calls = {
-        "cancel": lambda: work_controls.work_cancel(work_id=work.pk, user="alice", clock=clock),
-        "again": lambda: work_controls.work_cancel(work_id=work.pk, user="bob", clock=clock),
-        "send": lambda: work_controls.work_input_send(
+        "cancel": lambda: controls.work_cancel(work_id=work.pk, user="alice", clock=clock),
+        "again": lambda: controls.work_cancel(work_id=work.pk, user="bob", clock=clock),
+        "send": lambda: controls.work_input_send(
             work_id=work.pk, event_type="operator.note", user="carol", clock=clock
         ),
     }

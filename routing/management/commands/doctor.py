@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
-from routing.doctor import doctor
+from conduit_site.doctor import doctor
 
 
 class Command(BaseCommand):

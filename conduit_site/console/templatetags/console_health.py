@@ -1,6 +1,6 @@
 """``{% heartbeat_banner %}``: the banner every console page shows while the route loop or
 the work loop has no fresh heartbeat, linking to Doctor. One light query
-(:func:`routing.doctor.loops_alive`)."""
+(:func:`conduit_site.doctor.loops_alive`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 
 from causal.clock import Clock, system_clock
-from routing.doctor import HEARTBEAT_STALE, duration, loops_alive
+from conduit_site.doctor import HEARTBEAT_STALE, duration, loops_alive
 
 register = template.Library()
 

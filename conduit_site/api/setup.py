@@ -9,7 +9,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 
 from causal.clock import system_clock
-from routing.api_auth import ApiError, api_view, request_json
+from conduit_site.api.auth import ApiError, api_view, request_json
 from routing.candidates import (
     CandidateNotFound,
     CandidateStale,

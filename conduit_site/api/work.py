@@ -1,10 +1,10 @@
 """JSON API endpoints of Work and its operator controls (token-authenticated, see
-``routing.api_auth``): ``GET /api/work`` (list), ``POST /api/work`` (create),
+``conduit_site.api.auth``): ``GET /api/work`` (list), ``POST /api/work`` (create),
 ``GET /api/work/{id}`` and ``POST /api/work/{id}/cancel|retry|send|rebind``.
 
 Each control needs its own permission (``worklife.cancel_work``, ``worklife.retry_work``,
 ``worklife.send_input``, ``worklife.create_work``, ``worklife.rebind_work``), reading
-``routing.view_event``: 403 without it, before the body is read (:func:`routing.api_auth.api_view`
+``routing.view_event``: 403 without it, before the body is read (:func:`conduit_site.api.auth.api_view`
 checks). A control the Work's state or the live configuration refuses is a 409
 naming why, an unknown Work a 404 and malformed input a 400 naming the field; nothing is stored
 then.
@@ -19,12 +19,12 @@ from django.urls import reverse
 
 from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
-from routing import work_controls
-from routing.api_auth import ApiError, api_view, request_json
-from routing.converters import MAX_ID
+from conduit_site.api.auth import ApiError, api_view, request_json
+from conduit_site.converters import MAX_ID
 from routing.roles import VIEW_EVENT
 from routing.serializers import attempt_json, work_json
-from routing.work_controls import WorkControl, WorkControlInvalid, WorkControlRefused
+from worklife import controls
+from worklife.controls import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
 from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page
 
@@ -43,7 +43,7 @@ REBIND_FIELDS = frozenset({"binding"})
 
 @api_view(
     ["GET", "POST"],
-    permission={"GET": VIEW_EVENT, "POST": work_controls.PERMISSIONS[WorkControl.CREATE]},
+    permission={"GET": VIEW_EVENT, "POST": controls.PERMISSIONS[WorkControl.CREATE]},
     errors=CONTROL_ERRORS,
 )
 def work_collection(request: HttpRequest) -> JsonResponse:
@@ -74,26 +74,26 @@ def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
     )
 
 
-@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
 def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
     """Cancel the Work (R48); its work loop stops a running attempt's process. No body."""
-    result = work_controls.work_cancel(work_id=work_id, user=request.user, clock=clock)
+    result = controls.work_cancel(work_id=work_id, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.RETRY], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.RETRY], errors=CONTROL_ERRORS)
 def work_retry(request: HttpRequest, work_id: int) -> JsonResponse:
     """Run a parked or backing-off Work again at once. No body."""
-    result = work_controls.work_retry(work_id=work_id, user=request.user, clock=clock)
+    result = controls.work_retry(work_id=work_id, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.SEND], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.SEND], errors=CONTROL_ERRORS)
 def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
     """Send operator input to the Work: ``{"type", "data"?, "subject"?}`` accepted as an
     addressed operator Event (R30)."""
     body = _body(request, SEND_FIELDS)
-    result = work_controls.work_input_send(
+    result = controls.work_input_send(
         work_id=work_id,
         event_type=body.get("type"),
         data=body.get("data"),
@@ -104,12 +104,12 @@ def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=work_controls.PERMISSIONS[WorkControl.REBIND], errors=CONTROL_ERRORS)
+@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.REBIND], errors=CONTROL_ERRORS)
 def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
     """Make ``{"binding"}`` (a binding of the Work's scope in the live configuration) the one
     the Work runs on next."""
     body = _body(request, REBIND_FIELDS)
-    result = work_controls.work_rebind(
+    result = controls.work_rebind(
         work_id=work_id, binding=body.get("binding"), user=request.user, clock=clock
     )
     return JsonResponse(result.as_dict())
@@ -125,7 +125,7 @@ def _create(request: HttpRequest) -> JsonResponse:
         raise WorkControlInvalid(
             f"input.{unknown[0]}", "unknown field: the input takes type, data and subject"
         )
-    result = work_controls.work_create(
+    result = controls.work_create(
         scope=body.get("scope"),
         binding=body.get("binding"),
         event_type=first.get("type"),

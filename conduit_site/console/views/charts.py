@@ -13,7 +13,7 @@ from datetime import datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from routing.templatetags.console_time import timetag
+from conduit_site.console.templatetags.console_time import timetag
 from routing.trends import Trend
 
 # The SVG's coordinate system (viewBox) and the plot area inside it.

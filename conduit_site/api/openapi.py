@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 description of the JSON API, written by hand.
 
-Every route of ``routing.urls_api`` must be described here with each of its methods: a
+Every route of ``conduit_site.api.urls`` must be described here with each of its methods: a
 test walks the URLconf and fails otherwise. To add an endpoint, add its path item to
 ``PATHS`` (reusing the component schemas and responses below).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from routing.converters import MAX_ID
+from conduit_site.converters import MAX_ID
 
 API_VERSION = "1.0.0"
 

@@ -10,6 +10,8 @@ from django.views.decorators.http import require_http_methods
 
 from causal.clock import system_clock
 from causal.models import Event
+from conduit_site.console.views.access import permission_needed
+from conduit_site.console.views.common import render_console
 from routing.config.problems import GenerationNotFound
 from routing.config.selectors import live_generation
 from routing.decide import MANUAL_SOURCE
@@ -18,8 +20,6 @@ from routing.ingress import EnvelopeInvalid, loads
 from routing.models import Generation, GenerationKind, Scope
 from routing.roles import VIEW_EVENT
 from routing.trace import TraceRefused, samples, trace_offered
-from routing.views.access import permission_needed
-from routing.views.common import render_console
 
 TEMPLATE = "routing/trace.html"
 PARTIALS = ("trace-result",)

@@ -18,15 +18,15 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from causal.clock import Clock, system_clock
+from conduit_site.console.views.access import permission_needed
+from conduit_site.console.views.common import list_paging_urls, render_console
+from conduit_site.console.views.controls import require_control_permission
+from conduit_site.console.views.forms import KeysetOrderForm, form_errors_text
+from conduit_site.converters import MAX_ID
+from conduit_site.doctor import first_line
 from routing import controls
-from routing.converters import MAX_ID
-from routing.doctor import first_line
 from routing.errors import RouteErrorCode
 from routing.roles import VIEW_EVENT
-from routing.views.access import permission_needed
-from routing.views.common import list_paging_urls, render_console
-from routing.views.controls import require_control_permission
-from routing.views.forms import KeysetOrderForm, form_errors_text
 
 TEMPLATE = "routing/dead_letters.html"
 PARTIALS = ("dead-letter-list",)

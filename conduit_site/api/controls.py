@@ -1,9 +1,9 @@
 """JSON API endpoints of the operator controls and of doctor (token-authenticated, see
-``routing.api_auth``): ``POST /api/events/{seq}/skip``, ``POST /api/events/{seq}/reroute``
+``conduit_site.api.auth``): ``POST /api/events/{seq}/skip``, ``POST /api/events/{seq}/reroute``
 (R20) and ``GET /api/doctor`` (R23).
 
 Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``),
-doctor ``routing.view_event``: 403 without it (:func:`routing.api_auth.api_view` checks). An
+doctor ``routing.view_event``: 403 without it (:func:`conduit_site.api.auth.api_view` checks). An
 Event in the wrong state is a 409 (``wrong_state``, naming the copy of an Event already
 rerouted), an unknown seq a 404; nothing is changed then.
 """
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from django.http import HttpRequest, JsonResponse
 
 from causal.clock import Clock, system_clock
+from conduit_site.api.auth import api_view
+from conduit_site.doctor import doctor
 from routing import controls
-from routing.api_auth import api_view
-from routing.doctor import doctor
 from routing.roles import VIEW_EVENT
 
 # The trusted clock the endpoints use (tests inject a fake one).

@@ -37,12 +37,12 @@ from django.views.decorators.http import require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
 from causal.clock import Clock, system_clock
-from routing import work_controls
+from conduit_site.console.views.common import HTMX_VARY
+from conduit_site.console.views.forms import form_errors_text
+from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
 from routing.ingress import loads
-from routing.views.common import HTMX_VARY
-from routing.views.forms import form_errors_text
-from routing.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
-from routing.work_controls import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
+from worklife import controls
+from worklife.controls import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
 from worklife.models import Work, WorkStatus
 from worklife.selectors import work_get
 
@@ -145,7 +145,7 @@ def work_cancel(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.CANCEL,
-        lambda data: work_controls.work_cancel(work_id=work_id, user=request.user, clock=clock),
+        lambda data: controls.work_cancel(work_id=work_id, user=request.user, clock=clock),
     )
 
 
@@ -157,7 +157,7 @@ def work_retry(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.RETRY,
-        lambda data: work_controls.work_retry(work_id=work_id, user=request.user, clock=clock),
+        lambda data: controls.work_retry(work_id=work_id, user=request.user, clock=clock),
     )
 
 
@@ -169,7 +169,7 @@ def work_send(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.SEND,
-        lambda data: work_controls.work_input_send(
+        lambda data: controls.work_input_send(
             work_id=work_id,
             event_type=data["type"],
             data=data["data"],
@@ -188,7 +188,7 @@ def work_rebind(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.REBIND,
-        lambda data: work_controls.work_rebind(
+        lambda data: controls.work_rebind(
             work_id=work_id, binding=data["binding"], user=request.user, clock=clock
         ),
     )
@@ -196,7 +196,7 @@ def work_rebind(request: HttpRequest, work_id: int) -> HttpResponse:
 
 def require_permission(request: HttpRequest, action: WorkControl) -> None:
     """Refuse (403) a user who lacks the permission of the control ``action``."""
-    permission = work_controls.PERMISSIONS[action]
+    permission = controls.PERMISSIONS[action]
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the permission {permission} to {action.value.replace('_', ' ')}.")
 
@@ -347,7 +347,7 @@ def work_create(request: HttpRequest) -> HttpResponse:
         return _create_page(request, form, error=form_errors_text(form), status=400)
     data = form.cleaned_data
     try:
-        result = work_controls.work_create(
+        result = controls.work_create(
             scope=data["scope"],
             binding=data["binding"],
             event_type=data["type"],

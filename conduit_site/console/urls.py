@@ -2,8 +2,7 @@
 
 from django.urls import path
 
-from routing.converters import register_id_converter
-from routing.views import (
+from conduit_site.console.views import (
     auth,
     causal,
     config,
@@ -17,6 +16,7 @@ from routing.views import (
     work,
     work_controls,
 )
+from conduit_site.converters import register_id_converter
 
 register_id_converter()
 

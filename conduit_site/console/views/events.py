@@ -10,6 +10,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from causal.models import Event, RouteState
+from conduit_site.console.views.access import permission_needed
+from conduit_site.console.views.common import htmx_partial, list_paging_urls, render_console
+from conduit_site.console.views.forms import EventFilterForm
 from conduit_site.live import event_ws_path, events_ws_path
 from routing.controls import reroute_copies
 from routing.engine.failures import failures_read
@@ -26,9 +29,6 @@ from routing.selectors import (
     known_event_types,
     known_policies,
 )
-from routing.views.access import permission_needed
-from routing.views.common import htmx_partial, list_paging_urls, render_console
-from routing.views.forms import EventFilterForm
 
 LIST_TEMPLATE = "routing/event_list.html"
 LIST_PARTIALS = ("event-list", "event-rows")

@@ -32,11 +32,11 @@ from django.views.decorators.http import require_http_methods
 
 from causal.clock import Clock, system_clock
 from causal.models import Event
+from conduit_site.console.views.common import HTMX_VARY
+from conduit_site.console.views.events import DETAIL_PARTIALS, event_detail_context
+from conduit_site.console.views.events import DETAIL_TEMPLATE as EVENT_PAGE
 from routing import controls
 from routing.models import RouteRecord
-from routing.views.common import HTMX_VARY
-from routing.views.events import DETAIL_PARTIALS, event_detail_context
-from routing.views.events import DETAIL_TEMPLATE as EVENT_PAGE
 
 CONFIRM_TEMPLATE = "routing/event_control.html"
 ROW_TEMPLATE = "routing/event_control_row.html"

@@ -21,6 +21,9 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from causal.clock import Clock, system_clock
 from causal.models import Event
+from conduit_site.console.views.access import permission_needed
+from conduit_site.console.views.common import render_console
+from conduit_site.console.views.trace import TraceForm
 from routing.candidates import (
     CandidateNotFound,
     CandidateStale,
@@ -40,9 +43,6 @@ from routing.models import Generation
 from routing.roles import APPLY_CONFIGURATION, VIEW_EVENT
 from routing.services import config_candidate
 from routing.trace import TraceRefused, samples, trace
-from routing.views.access import permission_needed
-from routing.views.common import render_console
-from routing.views.trace import TraceForm
 
 SETUP_TEMPLATE = "routing/setup.html"
 SETUP_PARTIALS = ("setup-editor",)

@@ -20,11 +20,11 @@ from causal.selectors import (
     root_limits_status,
     root_tree,
 )
-from routing.converters import MAX_ID
+from conduit_site.console.views.access import permission_needed
+from conduit_site.console.views.common import list_paging_urls, query_string, render_console
+from conduit_site.console.views.forms import KeysetOrderForm
+from conduit_site.converters import MAX_ID
 from routing.roles import VIEW_EVENT
-from routing.views.access import permission_needed
-from routing.views.common import list_paging_urls, query_string, render_console
-from routing.views.forms import KeysetOrderForm
 
 ROOT_TEMPLATE = "causal/root.html"
 ROOT_PARTIALS = ("causal-limits",)

@@ -23,15 +23,20 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from causal.models import Event
+from conduit_site.console.views.common import query_string
+from conduit_site.console.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
+from conduit_site.console.views.events import DETAIL_TEMPLATE as EVENT_TEMPLATE
+from conduit_site.console.views.events import (
+    LIST_TEMPLATE,
+    event_detail_context,
+    event_rows_context,
+    page_params,
+)
+from conduit_site.console.views.forms import EventFilterForm, WorkDetailForm
+from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_CONTROLS, LIVE_PARTIALS, work_detail_context
+from conduit_site.converters import MAX_ID
 from conduit_site.live import EVENTS_GROUP, group_name_for_event, group_name_for_work
-from routing.converters import MAX_ID
 from routing.roles import VIEW_EVENT
-from routing.views.common import query_string
-from routing.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
-from routing.views.events import DETAIL_TEMPLATE as EVENT_TEMPLATE
-from routing.views.events import LIST_TEMPLATE, event_detail_context, event_rows_context, page_params
-from routing.views.forms import EventFilterForm, WorkDetailForm
-from routing.views.work import DETAIL_TEMPLATE, LIVE_CONTROLS, LIVE_PARTIALS, work_detail_context
 from worklife.models import Work
 from worklife.selectors import work_get
 

@@ -6,10 +6,10 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from causal.clock import Clock, system_clock
-from routing.doctor import doctor
+from conduit_site.console.views.access import permission_needed
+from conduit_site.console.views.common import render_console
+from conduit_site.doctor import doctor
 from routing.roles import VIEW_EVENT
-from routing.views.access import permission_needed
-from routing.views.common import render_console
 
 TEMPLATE = "routing/doctor.html"
 PARTIALS = ("doctor-checks",)

@@ -1,4 +1,4 @@
-"""JSON API endpoints (token-authenticated, see ``routing.api_auth``). Events are named by
+"""JSON API endpoints (token-authenticated, see ``conduit_site.api.auth``). Events are named by
 their ``seq``: envelope ids are unique only per source."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from django.urls import reverse
 from causal.clock import system_clock
 from causal.models import Event
 from causal.selectors import event_get
+from conduit_site.api.auth import ApiError, api_view, request_json
+from conduit_site.api.openapi import openapi_schema
 from routing import services
-from routing.api_auth import ApiError, api_view, request_json
 from routing.config.problems import GenerationNotFound
-from routing.openapi import openapi_schema
 from routing.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.selectors import event_route as event_route_get
 from routing.serializers import accepted_json, event_json, event_route_json

@@ -1,0 +1,38 @@
+"""The JSON API (token-authenticated), mounted under ``/api/``.
+
+Every route here is an :func:`conduit_site.api.auth.api_view` and is described in
+``conduit_site/api/openapi.py`` (a test walks these patterns and fails for any missing route or method).
+"""
+
+from django.urls import path
+
+from conduit_site.api import controls, events, setup, work
+from conduit_site.converters import register_id_converter
+
+register_id_converter()
+
+urlpatterns = [
+    path("events", events.events_accept, name="api-events"),
+    path("events/<id:seq>", events.event_detail, name="api-event-detail"),
+    path("events/<id:seq>/skip", controls.event_skip, name="api-event-skip"),
+    path("events/<id:seq>/reroute", controls.event_reroute, name="api-event-reroute"),
+    path("doctor", controls.doctor_report, name="api-doctor"),
+    path("events/<id:seq>/route", events.event_route, name="api-event-route"),
+    path("trace", events.trace_event, name="api-trace"),
+    path("candidates", setup.candidates, name="api-candidates"),
+    path("candidates/<id:candidate_id>", setup.candidate_detail, name="api-candidate-detail"),
+    path("candidates/<id:candidate_id>/impact", setup.candidate_impact, name="api-candidate-impact"),
+    path("candidates/<id:candidate_id>/apply", setup.candidate_apply_endpoint, name="api-candidate-apply"),
+    path(
+        "candidates/<id:candidate_id>/discard",
+        setup.candidate_discard_endpoint,
+        name="api-candidate-discard",
+    ),
+    path("work", work.work_collection, name="api-work"),
+    path("work/<id:work_id>", work.work_detail, name="api-work-detail"),
+    path("work/<id:work_id>/cancel", work.work_cancel, name="api-work-cancel"),
+    path("work/<id:work_id>/retry", work.work_retry, name="api-work-retry"),
+    path("work/<id:work_id>/send", work.work_send, name="api-work-send"),
+    path("work/<id:work_id>/rebind", work.work_rebind, name="api-work-rebind"),
+    path("openapi.json", events.openapi_json, name="api-openapi"),
+]
