@@ -74,7 +74,11 @@ def test_handlers(settings):
 @pytest.fixture(autouse=True)
 def empty_cache():
     """Each test starts with an empty cache: the database is rolled back after a test, so
-    what a test cached (the trends' settled buckets) must not outlive it."""
+    what a test cached (the trends' settled buckets, the configurations read) must not outlive
+    it."""
     from django.core.cache import cache
 
+    from routing.config.selectors import configurations_forget
+
     cache.clear()
+    configurations_forget()
