@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.browser.conftest import ENABLE_HINT, chromium_gate, in_ci
+from tests.browser.conftest import ENABLE_HINT, SCREENSHOTS_ENV, chromium_gate, in_ci, keep_screenshots
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -100,3 +100,20 @@ def test_pytest_runs_in_a_fresh_clone_without_var(tmp_path):
     assert result.returncode == 0, output
     assert "1 passed" in output and "unable to open database file" not in output
     assert (clone / "var").is_dir()
+
+
+def test_i11_browser_screenshots_are_kept_as_ci_artifacts(tmp_path):
+    """Issue 11 (evidence): a browser test's screenshots are copied to ``$CONDUIT_SCREENSHOTS``,
+    one folder per test, which ``.ci/run`` sets; unset, nothing is copied."""
+    shots = tmp_path / "test"
+    shots.mkdir()
+    (shots / "after-skip.png").write_bytes(b"\x89PNG")
+    (shots / "notes.txt").write_text("not a screenshot")
+    kept = tmp_path / "kept"
+    nodeid = "tests/browser/test_x.py::test_y[1280]"
+    assert keep_screenshots(shots, nodeid, {}) is None
+    folder = keep_screenshots(shots, nodeid, {SCREENSHOTS_ENV: str(kept)})
+    assert folder == kept / "tests_browser_test_x.py_test_y_1280"
+    assert [p.name for p in folder.iterdir()] == ["after-skip.png"]
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    assert ci.count("CONDUIT_SCREENSHOTS=") == 2  # the SQLite and the PostgreSQL run

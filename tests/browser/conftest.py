@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +48,32 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and isinstance(report.longrepr, tuple) and ENABLE_HINT in str(report.longrepr[2]):
         report.longrepr = (__file__, chromium_present.__wrapped__.__code__.co_firstlineno, report.longrepr[2])
     return report
+
+
+SCREENSHOTS_ENV = "CONDUIT_SCREENSHOTS"
+
+
+def keep_screenshots(tmp_path: Path, nodeid: str, environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Copy the screenshots a browser test left in its ``tmp_path`` to ``$CONDUIT_SCREENSHOTS``
+    (one folder per test), so that a CI run keeps them as artifacts; nothing when it is unset.
+    Returns the folder written."""
+    root = environ.get(SCREENSHOTS_ENV, "").strip()
+    shots = sorted(tmp_path.glob("**/*.png"))
+    if not root or not shots:
+        return None
+    folder = Path(root) / re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")
+    folder.mkdir(parents=True, exist_ok=True)
+    for shot in shots:
+        shutil.copy2(shot, folder / shot.name)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def screenshots_kept(request, tmp_path):
+    """After each browser test, the screenshots it saved under its ``tmp_path`` are kept where
+    ``CONDUIT_SCREENSHOTS`` says (``.ci/run`` sets it), passed or failed."""
+    yield
+    keep_screenshots(tmp_path, request.node.nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)

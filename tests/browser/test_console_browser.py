@@ -16,8 +16,8 @@ from tests.worklife.factories import AttemptFactory, CorrelationKeyFactory, Work
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "browser-console-password-7"
-SCREENSHOT = "/tmp/conduit-console-work-page.png"
-SCREENSHOT_NARROW = "/tmp/conduit-console-work-page-800.png"
+SCREENSHOT = "console-work-page.png"
+SCREENSHOT_NARROW = "console-work-page-800.png"
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def data():
     return {"work": work, "opened": opened}
 
 
-def test_d4_console_in_chromium(live_server, data, browser):
+def test_d4_console_in_chromium(live_server, data, browser, tmp_path):
     # ``data`` is written before Chromium starts: Playwright's event loop then runs in this
     # thread, and connections opened under it would outlive the test.
     base = live_server.url
@@ -128,7 +128,7 @@ def test_d4_console_in_chromium(live_server, data, browser):
     with page.expect_response(lambda r: r.request.headers.get("hx-target") == "work-history"):
         page.click("#work-history >> xpath=preceding::a[1]")
     assert page.locator("#work-history tbody tr").count() == 2
-    page.screenshot(path=SCREENSHOT, full_page=True)
+    page.screenshot(path=tmp_path / SCREENSHOT, full_page=True)
 
     # Readable at 800px: nothing wider than the window.
     page.set_viewport_size({"width": 800, "height": 900})
@@ -136,7 +136,7 @@ def test_d4_console_in_chromium(live_server, data, browser):
         page.goto(base + url)
         assert page.evaluate("document.documentElement.scrollWidth") <= 800, url
         if url.startswith("/work/"):
-            page.screenshot(path=SCREENSHOT_NARROW, full_page=True)
+            page.screenshot(path=tmp_path / SCREENSHOT_NARROW, full_page=True)
 
     # Nothing was fetched from anywhere but the console.
     assert requests and all(urlsplit(url).netloc == host for url in requests), requests
