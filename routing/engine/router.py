@@ -524,6 +524,7 @@ def build_router(
 
 
 def _handler_names(generation: Generation) -> set[str]:
-    from routing.models import Route
-
-    return set(Route.objects.filter(scope__generation=generation).values_list("handler", flat=True))
+    """The handlers the generation's routes name (every declared route is among the effective
+    routes of the scope that declares it), from its kept configuration: no query."""
+    configuration = load_configuration(generation)
+    return {route.handler for scope in configuration.scopes.values() for route in scope.routes}
