@@ -20,7 +20,7 @@ from routing.config.selectors import live_generation, load_configuration
 from routing.decide import MANUAL_SOURCE
 from routing.envelopes import raw_envelope
 from routing.models import Generation, GenerationKind
-from routing.trace import Tracer, TraceRefused, TraceResult, tracer
+from routing.trace import Tracer, TraceRefused, TraceResult, tracers
 
 DEFAULT_EVENTS = 1_000
 MAX_EVENTS = 10_000
@@ -188,7 +188,7 @@ def impact_preview(
         rows_looked_at = rows
     groups: dict[str, list[ImpactChange]] = {}
     traced = 0
-    with tracer(generation=live, clock=clock) as before, tracer(generation=candidate, clock=clock) as after:
+    with tracers(live, candidate, clock=clock) as (before, after):
         for event in rows_looked_at:
             payload, operator = _offered(event)
             if not exhaustive:

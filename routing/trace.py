@@ -17,16 +17,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope
+from conduit_site.snapshots import read_snapshot
 from routing.config.selectors import find_generation, live_generation
 from routing.decide import MANUAL_SOURCE, Effect, Reason
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
 from routing.engine.settle import DUPLICATE, Settlement, duplicate
+from routing.engine.world import SnapshotReads
 from routing.evaluate import Evaluation, RouteVerdict, snapshots_isolated
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.ingress import EnvelopeInvalid, parse_envelope
@@ -205,15 +205,54 @@ def trace_event(
         router.close()
 
 
-class Tracer:
-    """Traces many Events against one generation with one router (see :func:`tracer`)."""
+class TraceReads:
+    """What every trace in one read snapshot reads alike, read once: the last accepted Event
+    (a hypothetical Event comes after it), whether an envelope's (source, id) is accepted, and
+    the window of earlier unrouted input an Event routes behind (it depends on the Event and
+    the world, not on the configuration), and the world reads (:class:`SnapshotReads`).
+    Valid only inside one :func:`read_snapshot`."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self) -> None:
+        self._last_seq: int | None = None
+        self._accepted: dict[tuple[str, str], int | None] = {}
+        self._windows: dict[tuple, list[EventSnapshot]] = {}  # the earlier input, by Event
+        self.world = SnapshotReads()
+
+    def last_seq(self) -> int:
+        if self._last_seq is None:
+            self._last_seq = Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+        return self._last_seq
+
+    def accepted(self, source: str, envelope_id: str) -> int | None:
+        """The seq of the accepted Event with this (source, id), if any."""
+        key = (source, envelope_id)
+        if key not in self._accepted:
+            self._accepted[key] = (
+                Event.objects.filter(source=source, envelope_id=envelope_id)
+                .values_list("seq", flat=True)
+                .first()
+            )
+        return self._accepted[key]
+
+    def window(self, router: Router, event: EventSnapshot) -> list[EventSnapshot]:
+        """:meth:`Router.window_for` ``event``: the earlier input it routes behind depends
+        only on its seq, scope and explicit targets."""
+        key = (event.seq, event.scope, event.correlation, event.work_id)
+        if key not in self._windows:
+            self._windows[key] = router.window_for(event)[:-1]
+        return [*self._windows[key], event]
+
+
+class Tracer:
+    """Traces many Events against one generation with one router (see :func:`tracers`)."""
+
+    def __init__(self, router: Router, reads: TraceReads) -> None:
         self._router = router
+        self._reads = reads
 
     def __call__(self, payload: Any, operator: bool = False) -> TraceResult:
         """Trace ``payload`` like :func:`trace`."""
-        return _trace(self._router, payload, operator=operator)
+        return _trace(self._router, payload, operator=operator, reads=self._reads)
 
     def inputs(self, payload: Any, operator: bool = False) -> tuple | None:
         """What a trace of ``payload`` takes from this configuration, without deciding: the
@@ -225,7 +264,7 @@ class Tracer:
             envelope = _admitted(self._router, payload, operator=operator)
         except TraceRefused:
             return None
-        evaluation = self._router.evaluate_one(_hypothetical(envelope))
+        evaluation = self._router.evaluate_one(_hypothetical(envelope, self._reads.last_seq()))
         if evaluation.error is not None:
             return None
         scope = self._router.configuration.scope(envelope.scope)
@@ -234,13 +273,24 @@ class Tracer:
 
 
 @contextmanager
-def tracer(*, generation: Generation, clock: Clock, options: RouterOptions | None = None) -> Iterator[Tracer]:
-    """One router for many traces against ``generation`` (an impact preview traces hundreds)."""
-    router = build_router(clock=clock, generation=generation, options=options or RouterOptions(workers=1))
+def tracers(
+    *generations: Generation, clock: Clock, options: RouterOptions | None = None
+) -> Iterator[tuple[Tracer, ...]]:
+    """One router per generation for many traces (an impact preview traces thousands), all in
+    one read snapshot: every trace sees the database as of the first, the tracers share what
+    they read alike (:class:`TraceReads`), and nothing blocks writers meanwhile."""
+    routers: list[Router] = []
     try:
-        yield Tracer(router)
+        for generation in generations:
+            routers.append(
+                build_router(clock=clock, generation=generation, options=options or RouterOptions(workers=1))
+            )
+        with read_snapshot():
+            reads = TraceReads()
+            yield tuple(Tracer(router, reads) for router in routers)
     finally:
-        router.close()
+        for router in routers:
+            router.close()
 
 
 def samples(*, scope: str, clock: Clock, generation: str | None = None) -> list[tuple[str, Sample]]:
@@ -264,21 +314,25 @@ def samples(*, scope: str, clock: Clock, generation: str | None = None) -> list[
         router.close()
 
 
-def _trace(router: Router, payload: Any, *, operator: bool) -> TraceResult:
+def _trace(router: Router, payload: Any, *, operator: bool, reads: TraceReads | None = None) -> TraceResult:
     envelope = _admitted(router, payload, operator=operator)
     label = router.configuration.label
-    snap = _hypothetical(envelope)
-    accepted = (
-        Event.objects.filter(source=envelope.source, envelope_id=envelope.id)
-        .values_list("seq", flat=True)
-        .first()
-    )
-    if accepted is not None:
-        # Acceptance would store nothing: no route is asked (deduplication, R5).
-        return _result(label, snap.scope, duplicate(snap.seq, accepted), None, event=accepted)
-    with transaction.atomic():
-        settlement, evaluation = router.simulate(snap)
-        transaction.set_rollback(True)
+    with read_snapshot():
+        # A run of traces (``reads`` given) shares what they read alike; a lone trace reads
+        # everything afresh, as the route commit does.
+        shared = reads is not None
+        reads = reads if reads is not None else TraceReads()
+        snap = _hypothetical(envelope, reads.last_seq())
+        accepted = reads.accepted(envelope.source, envelope.id)
+        if accepted is not None:
+            # Acceptance would store nothing: no route is asked (deduplication, R5).
+            return _result(label, snap.scope, duplicate(snap.seq, accepted), None, event=accepted)
+        settlement, evaluation = router.simulate(
+            snap,
+            window=reads.window(router, snap) if shared else None,
+            memo=reads.world if shared else None,
+            accepted=False,
+        )
     return _result(label, snap.scope, settlement, evaluation)
 
 
@@ -303,9 +357,8 @@ def _admitted(router: Router, payload: Any, *, operator: bool) -> Envelope:
     return envelope
 
 
-def _hypothetical(envelope: Envelope) -> EventSnapshot:
-    """The snapshot the Event would have if it were accepted now (last in acceptance order)."""
-    last = Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+def _hypothetical(envelope: Envelope, last: int) -> EventSnapshot:
+    """The snapshot the Event would have if it were accepted now (after Event ``last``)."""
     return EventSnapshot(
         seq=last + 1,
         id=envelope.id,

@@ -34,12 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection
 from django.db.models import Q
 
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
+from conduit_site.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
 from routing.decide import (
@@ -56,6 +57,7 @@ from routing.engine.world import (
     _FOREIGN,
     _ORPHAN,
     BridgeVerdicts,
+    SnapshotReads,
     explicit_tokens,
     outside_blockers,
     read_world,
@@ -171,7 +173,7 @@ class Router:
             raise Event.DoesNotExist(f"no Event #{seq}")
         if event.is_settled:
             return self._settled_outcome(event)
-        window = self._window_for(snapshots_isolated(Event.objects.filter(seq=seq))[0])
+        window = self.window_for(snapshots_isolated(Event.objects.filter(seq=seq))[0])
         mine = None
         retries = 0
         while True:
@@ -214,15 +216,29 @@ class Router:
             self.pool.close()
 
     # -- trace: the same pass, nothing written (R39) --------------------------------------------
-    def simulate(self, event: EventSnapshot) -> tuple[Settlement, Evaluation | None]:
+    def simulate(
+        self,
+        event: EventSnapshot,
+        *,
+        window: list[EventSnapshot] | None = None,
+        memo: SnapshotReads | None = None,
+        accepted: bool = True,
+    ) -> tuple[Settlement, Evaluation | None]:
         """What :meth:`route` would do with ``event`` now, writing nothing: the same window (the
         earlier unrouted input it must wait behind), the same evaluation (an Event backing off
         is not asked about) and the same settlement. ``event`` may be a hypothetical Event not
         accepted yet (a trace's), last in acceptance order. Returns its settlement and its
-        evaluation (``None`` when its handlers were not asked)."""
-        window = self._window_for(event)
+        evaluation (``None`` when its handlers were not asked).
+
+        For a run of traces in one read snapshot: ``window`` is :meth:`window_for` the Event
+        when the caller has read it already, ``memo`` remembers world reads for the next
+        trace, and ``accepted=False`` says the Event is hypothetical (it has no failures to
+        read)."""
+        window = list(window) if window is not None else self.window_for(event)
         while True:
-            outcomes, evaluations = self._pass_dry(window)
+            outcomes, evaluations = self._pass_dry(
+                window, memo=memo, absent=frozenset() if accepted else frozenset({event.seq})
+            )
             mine = next(o for o in outcomes if o.seq == event.seq)
             present = {e.seq for e in window}
             behind = mine.waiting_on
@@ -240,16 +256,15 @@ class Router:
         preview compares what configurations answer before tracing)."""
         return self._evaluate([event])[event.seq]
 
-    def _pass_dry(self, window: list[EventSnapshot]) -> tuple[list[RouteOutcome], dict[int, Evaluation]]:
-        evaluations, backing_off = self._evaluate_window(window)
-        # Read what routing reads, in a transaction that is rolled back: nothing is written.
-        with transaction.atomic():
-            outcomes = self._commit(window, evaluations, backing_off, honour_claims=False, dry=True)
-            transaction.set_rollback(True)
+    def _pass_dry(
+        self, window: list[EventSnapshot], *, memo: SnapshotReads | None, absent: frozenset[int]
+    ) -> tuple[list[RouteOutcome], dict[int, Evaluation]]:
+        evaluations, backing_off = self._evaluate_window(window, absent=absent)
+        outcomes = self._commit(window, evaluations, backing_off, honour_claims=False, dry=True, memo=memo)
         return outcomes, evaluations
 
     # -- windows --------------------------------------------------------------------------
-    def _window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
+    def window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
         """The Event and the earlier unrouted Events that share an explicit target with it
         (R17, R25), or that no pass has decided yet (their targets are not known: one may win
         the same wait, R41): they route first, in acceptance order, as the route loop's window
@@ -308,12 +323,14 @@ class Router:
             )
             return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=reason)
 
-    def _evaluate_window(self, window: list[EventSnapshot]) -> tuple[dict[int, Evaluation], set[int]]:
+    def _evaluate_window(
+        self, window: list[EventSnapshot], *, absent: frozenset[int] = frozenset()
+    ) -> tuple[dict[int, Evaluation], set[int]]:
         """Ask the routes about the window's Events, except those backing off (R14): their
         handlers are not called before the backoff ends. Returns the evaluations and the seqs
-        backing off."""
+        backing off. Events in ``absent`` (a trace's hypothetical Event) have no failures."""
         now = self.clock()
-        failures = failures_read(e.seq for e in window)
+        failures = failures_read(e.seq for e in window if e.seq not in absent)
         evaluations: dict[int, Evaluation] = {}
         backing_off: set[int] = set()
         to_evaluate: list[EventSnapshot] = []
@@ -384,13 +401,14 @@ class Router:
         *,
         honour_claims: bool,
         dry: bool = False,
+        memo: SnapshotReads | None = None,
     ) -> list[RouteOutcome]:
         """Settle the window in acceptance order on the world read now and write what the
-        settlements say, all or nothing. ``dry`` (trace) writes nothing and checks no
-        generation: the caller rolls the transaction back; an Event of the window not
-        accepted yet is a trace's hypothetical Event."""
+        settlements say, all or nothing. ``dry`` (trace) reads in a read snapshot, writes
+        nothing and checks no generation; an Event of the window not accepted yet is a
+        trace's hypothetical Event, and ``memo`` may remember world reads for later traces."""
         # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
-        with transaction.atomic() if dry else derived_atomic():
+        with read_snapshot() if dry else derived_atomic():
             if connection.vendor == "postgresql" and not dry:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
@@ -407,8 +425,8 @@ class Router:
             events = [e for e in window if e.seq in still]
             # The failures as they are now: an operator's reroute may have forgotten an Event's
             # failures while its handlers ran, and counting on the stale read undoes it.
-            failures = failures_read(still)
-            world = read_world(events, evaluations, now)
+            failures = failures_read(still - hypothetical)
+            world = read_world(events, evaluations, now, memo if dry else None)
             blocked = outside_blockers(
                 events, world, honour_claims=honour_claims, now=now, evaluations=evaluations, owner=self.owner
             )

@@ -64,7 +64,12 @@ def read_world(
     events: Sequence[EventSnapshot],
     evaluations: Mapping[int, Evaluation],
     now: datetime,
+    memo: SnapshotReads | None = None,
 ) -> World:
+    """The Works, key owners, attempts and dependency subscriptions the window's Events may
+    touch. ``memo`` remembers what was read for the next windows read in the same read
+    snapshot (a run of traces, where nothing changes in between)."""
+    memo = memo if memo is not None else SnapshotReads(remember=False)
     world = World(now=now)
     keys_by_scope: dict[str, set[str]] = {}
     work_ids: set[int] = set()
@@ -81,39 +86,101 @@ def read_world(
             work_ids.add(snap.work_id)
         if snap.execution_id is not None:
             execution_ids.add(snap.execution_id)
-    wanted_pairs = [(scope, key) for scope, keys in keys_by_scope.items() for key in keys]
-    for scope, key, work_id in CorrelationKey.objects.filter(_pairs(wanted_pairs)).values_list(
-        "scope", "key", "work_id"
-    ):
-        world.owners[(scope, key)] = work_id
+    wanted_pairs = {(scope, key) for scope, keys in keys_by_scope.items() for key in keys}
+    for pair, work_id in memo.owners(wanted_pairs).items():
+        world.owners[pair] = work_id
         work_ids.add(work_id)
-    for sub in DependencySubscription.objects.filter(
-        active=True, scope__in=list(keys_by_scope), wait__state=WaitState.ACTIVE
-    ).select_related("wait", "work"):
-        world.subscriptions.append(
-            SubscriptionView(
-                id=sub.pk,
-                work_id=sub.work_id,
-                work_scope=sub.work.scope,
-                wait=WaitView(
-                    sub.wait.pk,
-                    sub.wait.name,
-                    dict(sub.wait.match or {}),
-                    sub.wait.timeout_at,
-                    sub.wait.blocked_reason,
-                ),
-                scope=sub.scope,
-                match=dict(sub.match or {}),
-            )
-        )
+    for sub in memo.subscriptions(keys_by_scope):
+        world.subscriptions.append(sub)
         work_ids.add(sub.work_id)
-    if execution_ids:
-        for attempt_id, work_id in Attempt.objects.filter(pk__in=execution_ids).values_list("pk", "work_id"):
-            world.attempt_work[attempt_id] = work_id
-            work_ids.add(work_id)
-    world.works.update(read_work_views(work_ids))
+    for attempt_id, work_id in memo.attempt_work(execution_ids).items():
+        world.attempt_work[attempt_id] = work_id
+        work_ids.add(work_id)
+    world.works.update(memo.works(work_ids))
     world.missing_works = work_ids - set(world.works)
     return world
+
+
+class SnapshotReads:
+    """The world reads of :func:`read_world`, remembered (``remember=True``) for later windows
+    read in the same read snapshot (:func:`conduit_site.snapshots.read_snapshot`): an impact
+    preview traces thousands of Events, most of them about the same Works and keys, and
+    nothing changes between its traces. Absent rows are remembered too. A route commit reads
+    afresh (``remember=False``): the world changes between its windows."""
+
+    def __init__(self, *, remember: bool = True) -> None:
+        self.remember = remember
+        self._owners: dict[tuple[str, str], int | None] = {}
+        self._subscriptions: dict[frozenset[str], list[SubscriptionView]] = {}
+        self._attempt_work: dict[int, int | None] = {}
+        self._works: dict[int, WorkView | None] = {}
+
+    def owners(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The Work owning each (scope, key) that has an owner."""
+        return self._lookup(self._owners, pairs, _read_owners)
+
+    def attempt_work(self, attempt_ids: Iterable[int]) -> dict[int, int]:
+        """The Work of each attempt that exists."""
+        return self._lookup(self._attempt_work, attempt_ids, _read_attempt_work)
+
+    def works(self, work_ids: Iterable[int]) -> dict[int, WorkView]:
+        """What routing reads of each Work that exists (:func:`read_work_views`)."""
+        return self._lookup(self._works, work_ids, read_work_views)
+
+    def subscriptions(self, scopes: Iterable[str]) -> list[SubscriptionView]:
+        """The active dependency subscriptions on ``scopes`` whose wait is active."""
+        wanted = frozenset(scopes)
+        if not self.remember:
+            return _read_subscriptions(wanted)
+        if wanted not in self._subscriptions:
+            self._subscriptions[wanted] = _read_subscriptions(wanted)
+        return list(self._subscriptions[wanted])
+
+    def _lookup(self, known: dict, wanted: Iterable, read) -> dict:
+        wanted = set(wanted)
+        if not self.remember:
+            return read(wanted) if wanted else {}
+        missing = wanted - known.keys()
+        if missing:
+            found = read(missing)
+            for item in missing:
+                known[item] = found.get(item)
+        return {item: known[item] for item in wanted if known[item] is not None}
+
+
+def _read_owners(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    return {
+        (scope, key): work_id
+        for scope, key, work_id in CorrelationKey.objects.filter(_pairs(pairs)).values_list(
+            "scope", "key", "work_id"
+        )
+    }
+
+
+def _read_attempt_work(attempt_ids: set[int]) -> dict[int, int]:
+    return dict(Attempt.objects.filter(pk__in=attempt_ids).values_list("pk", "work_id"))
+
+
+def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
+    return [
+        SubscriptionView(
+            id=sub.pk,
+            work_id=sub.work_id,
+            work_scope=sub.work.scope,
+            wait=WaitView(
+                sub.wait.pk,
+                sub.wait.name,
+                dict(sub.wait.match or {}),
+                sub.wait.timeout_at,
+                sub.wait.blocked_reason,
+            ),
+            scope=sub.scope,
+            match=dict(sub.match or {}),
+        )
+        for sub in DependencySubscription.objects.filter(
+            active=True, scope__in=sorted(scopes), wait__state=WaitState.ACTIVE
+        ).select_related("wait", "work")
+    ]
 
 
 def outside_blockers(

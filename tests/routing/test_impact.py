@@ -12,9 +12,19 @@ from django.core.management import CommandError, call_command
 
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
-from routing.impact import MAX_EVENTS, ImpactInvalid, impact_preview
+from routing.impact import (
+    DEFAULT_EVENTS,
+    MAX_EVENTS,
+    ImpactInvalid,
+    Outcome,
+    _offered,
+    change_group,
+    impact_preview,
+    recent_events,
+)
 from routing.models import RouteRecord
 from routing.services import event_accept
+from routing.trace import TraceRefused, trace, trace_candidate
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
 from tests.routing.test_candidates import CHANGED
 
@@ -204,3 +214,78 @@ def test_i10p5_cli_config_preview_refuses_bad_input(clock, routed, args, message
     target = "99" if not args else str(candidate.pk)
     with pytest.raises(CommandError, match=message):
         call_command("config", "preview", target, *args, stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("document", [CHANGED, ONLY_WEB], ids=["changed", "only-web"])
+def test_i10p5_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, routed, document):
+    """The preview's traces share one read snapshot and what they read alike (the earlier
+    input, the Works, key owners, subscriptions); each must still equal a trace taken alone."""
+    # Unrouted input behind the routed Events: a trace's window now holds earlier Events.
+    for n, payload in enumerate(OFFERED):
+        event_accept(payload={"specversion": "1.0", "id": f"later{n}", **payload}, clock=clock)
+    candidate = apply_config(document, candidate=True)
+
+    report = impact_preview(candidate=candidate, clock=clock, exhaustive=True)
+
+    expected: dict[str, list] = {}
+    for event in recent_events(DEFAULT_EVENTS):
+        payload, operator = _offered(event)
+        live = Outcome(result=trace(payload=payload, clock=clock, operator=operator))
+        try:
+            changed = Outcome(
+                result=trace_candidate(candidate=candidate, payload=payload, clock=clock, operator=operator)
+            )
+        except TraceRefused as exc:
+            changed = Outcome(refused=exc)
+        group = change_group(live, changed)
+        if group is not None:
+            expected.setdefault(group, []).append((event.seq, live.as_dict(), changed.as_dict()))
+    assert report.examined == 12 and expected
+    assert {
+        group: [(c.seq, c.live.as_dict(), c.candidate.as_dict()) for c in changes]
+        for group, changes in report.groups
+    } == expected
+
+
+def test_i10p5_shared_reads_hold_with_backlog_failures_and_undecided_input(clock, test_handlers):
+    """The same with earlier input in the windows: a backing-off Event that later input of its
+    key waits behind, undecided input that routes first, and Works several Events share."""
+    from routing.services import config_candidate
+    from tests.routing import sample_handlers
+    from tests.routing.routerkit import DOCUMENT, accept, apply, router
+
+    apply(clock)
+    r = router(clock)
+    for n, key in enumerate(["k:1", "k:2", "k:1", "k:2"]):
+        r.route(accept(clock, "x.job", {"keys": [key]}, id=f"a{n}", correlation=[key]).seq)
+    sample_handlers.BROKEN.add("h1")
+    r.route(accept(clock, "x.job", {"keys": ["k:1"]}, id="h1", correlation=["k:1"]).seq)
+    accept(clock, "x.job", {"keys": ["k:3"]}, id="u1", correlation=["k:3"])
+    accept(clock, "x.job", {"keys": ["k:2", "k:4"]}, id="u2", correlation=["k:2", "k:4"])
+    r.close()
+    candidate = config_candidate(
+        document=DOCUMENT.replace(
+            "binding: inbox\n        policy: queue", "binding: triage\n        policy: queue"
+        ),
+        clock=clock,
+    )
+
+    report = impact_preview(candidate=candidate, clock=clock, exhaustive=True)
+
+    expected: dict[str, list] = {}
+    effects = set()
+    for event in recent_events(DEFAULT_EVENTS):
+        payload, operator = _offered(event)
+        live = Outcome(result=trace(payload=payload, clock=clock, operator=operator))
+        changed = Outcome(
+            result=trace_candidate(candidate=candidate, payload=payload, clock=clock, operator=operator)
+        )
+        effects |= {live.effect, changed.effect}
+        group = change_group(live, changed)
+        if group is not None:
+            expected.setdefault(group, []).append((event.seq, live.as_dict(), changed.as_dict()))
+    assert {"waiting", "queue"} <= effects and expected, effects
+    assert {
+        group: [(c.seq, c.live.as_dict(), c.candidate.as_dict()) for c in changes]
+        for group, changes in report.groups
+    } == expected
