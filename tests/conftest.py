@@ -23,6 +23,25 @@ def pytest_configure(config):
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database, and on PostgreSQL no session left on it when it is dropped: a
+    connection another thread of the run left open (a live-server request's, seen with the
+    browser tests) makes ``DROP DATABASE`` fail, and each run would leave its database behind."""
+    yield
+    from django.db import connection, connections
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connections.close_all()
+
+
 class FakeClock:
     """An injectable clock that only moves when told to."""
 
