@@ -90,19 +90,27 @@ def _conflicts(envelopes: Sequence[Envelope], results: Sequence[Accepted]) -> di
     """The duplicates whose body differs from the Event they repeat, by position."""
     conflicts: dict[int, EventConflict] = {}
     for index, (envelope, result) in enumerate(zip(envelopes, results, strict=True)):
-        if result.created:
-            continue
-        accepted, offered = envelope_digest(event_envelope(result.event)), envelope_digest(envelope)
-        if accepted != offered:
-            conflicts[index] = EventConflict(
-                f"source {envelope.source!r} already sent an Event with id {envelope.id!r} "
-                f"(#{result.event.seq}) with another body: the digest accepted is {accepted}, this "
-                f"one is {offered}; send a new id for a new Event",
-                seq=result.event.seq,
-                accepted=accepted,
-                offered=offered,
-            )
+        if not result.created:
+            conflict = duplicate_conflict(envelope, result.event)
+            if conflict is not None:
+                conflicts[index] = conflict
     return conflicts
+
+
+def duplicate_conflict(envelope: Envelope, accepted_event: Event) -> EventConflict | None:
+    """Why acceptance answers 409 to ``envelope``, which repeats the ``(source, id)`` of
+    ``accepted_event`` with another body; ``None`` when it is the same Event (stored once)."""
+    accepted, offered = envelope_digest(event_envelope(accepted_event)), envelope_digest(envelope)
+    if accepted == offered:
+        return None
+    return EventConflict(
+        f"source {envelope.source!r} already sent an Event with id {envelope.id!r} "
+        f"(#{accepted_event.seq}) with another body: the digest accepted is {accepted}, this "
+        f"one is {offered}; send a new id for a new Event",
+        seq=accepted_event.seq,
+        accepted=accepted,
+        offered=offered,
+    )
 
 
 def _validated(payload: Any, *, trusted: bool) -> Envelope:

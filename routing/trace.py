@@ -31,7 +31,7 @@ from routing.evaluate import Evaluation, RouteVerdict, snapshots_isolated
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.ingress import EnvelopeInvalid, parse_envelope
 from routing.models import Generation, GenerationKind, RouteRecord
-from routing.services import check_event_size
+from routing.services import check_event_size, duplicate_conflict
 
 TRACE_ID = "trace"
 
@@ -177,6 +177,13 @@ def trace_offered(
         )
     if accepted is None:
         return trace(payload=payload, clock=clock, generation=generation, operator=operator, options=options)
+    try:
+        offered = parse_envelope(
+            {"specversion": "1.0", **payload}, trusted=operator and payload["source"] == MANUAL_SOURCE
+        )
+    except EnvelopeInvalid as exc:
+        raise TraceRefused(exc.field, exc.message) from exc
+    _refuse_conflict(offered, accepted)
     result = trace_event(seq=accepted, clock=clock, generation=generation, options=options)
     note = f"its source and id are accepted Event #{accepted}: this traces that Event (sent again, it would store nothing)"
     return replace(result, notes=(note, *result.notes))
@@ -325,6 +332,7 @@ def _trace(router: Router, payload: Any, *, operator: bool, reads: TraceReads | 
         snap = _hypothetical(envelope, reads.last_seq())
         accepted = reads.accepted(envelope.source, envelope.id)
         if accepted is not None:
+            _refuse_conflict(envelope, accepted)
             # Acceptance would store nothing: no route is asked (deduplication, R5).
             return _result(label, snap.scope, duplicate(snap.seq, accepted), None, event=accepted)
         settlement, evaluation = router.simulate(
@@ -334,6 +342,14 @@ def _trace(router: Router, payload: Any, *, operator: bool, reads: TraceReads | 
             accepted=False,
         )
     return _result(label, snap.scope, settlement, evaluation)
+
+
+def _refuse_conflict(envelope: Envelope, accepted: int) -> None:
+    """Refuse, as acceptance would (409), an Event that repeats accepted Event ``accepted``'s
+    (source, id) with another body: it would not be stored, so nothing routes it."""
+    conflict = duplicate_conflict(envelope, Event.objects.get(seq=accepted))
+    if conflict is not None:
+        raise TraceRefused("id", f"acceptance would refuse this Event (409): {conflict.message}")
 
 
 def _admitted(router: Router, payload: Any, *, operator: bool) -> Envelope:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from causal.models import CausalDiagnostic, Event, RouteState
+from routing.ingress import EventConflict
 from routing.models import RouteRecord
-from routing.trace import trace, trace_event
+from routing.services import event_accept
+from routing.trace import TraceRefused, trace, trace_event, trace_offered
 from tests.routing import sample_handlers
 from tests.routing.routerkit import accept, apply, router
 from worklife import services as work
@@ -309,3 +311,20 @@ def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(cl
     assert f"accepted Event #{event.seq}" in offered.notes[0]
     router(clock).route(event.seq)
     assert_agrees(offered, event)
+
+
+def test_i10_1_r5_a_repeat_with_another_body_is_refused_as_acceptance_refuses_it(clock, live):
+    """Trace said ``duplicate`` where acceptance answers 409 (the second body is not stored)."""
+    first = accept_payload(clock, {**pr(number=7), "id": "same"})
+    other = {**pr(number=8), "id": "same"}
+    with pytest.raises(EventConflict) as acceptance:
+        event_accept(payload={"specversion": "1.0", **other}, clock=clock)
+    for traced in (trace, trace_offered):
+        with pytest.raises(TraceRefused) as refused:
+            traced(payload=other, clock=clock)
+        assert refused.value.field == "id"
+        assert (
+            refused.value.message == f"acceptance would refuse this Event (409): {acceptance.value.message}"
+        )
+        assert f"(#{first.seq})" in refused.value.message
+    assert Event.objects.count() == 1
