@@ -126,6 +126,8 @@ SQLITE_PATH = VAR_DIR / "conduit.sqlite3"
 DATABASE_URL = os.environ.get("DATABASE_URL", "") or f"sqlite:///{SQLITE_PATH}"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 0))}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, with write transactions taking turns fairly (see its module).
+    DATABASES["default"]["ENGINE"] = "conduit_site.sqlite_backend"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "transaction_mode": "IMMEDIATE",

@@ -27,6 +27,8 @@ def read_snapshot(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     """A rolled-back atomic block whose reads all see one snapshot (see the module)."""
     connection = connections[using]
     outermost = not connection.in_atomic_block
+    if outermost and connection.vendor == "sqlite":
+        connection.ensure_connection()  # connecting sets the configured mode again
     mode = getattr(connection, "transaction_mode", None)
     if outermost and connection.vendor == "sqlite":
         connection.transaction_mode = "DEFERRED"

@@ -16,7 +16,10 @@ def pytest_configure(config):
     folders = [Path(settings.VAR_DIR)]
     database = settings.DATABASES["default"]
     test_name = str(database.get("TEST", {}).get("NAME") or "")
-    if database["ENGINE"] == "django.db.backends.sqlite3" and test_name not in ("", ":memory:"):
+    if database["ENGINE"] in (
+        "django.db.backends.sqlite3",
+        "conduit_site.sqlite_backend",
+    ) and test_name not in ("", ":memory:"):
         if not test_name.startswith("file:"):
             folders.append(Path(test_name).parent)
     for folder in folders:
