@@ -1,7 +1,7 @@
 """Router throughput beside a raw sqlite3 floor, in one run.
 
     python bench/route_throughput.py [--n 20000] [--batch-size 200] [--synchronous FULL]
-    python bench/route_throughput.py --postgres [--n 20000]   # 1 and 4 loops beside pgbench
+    python bench/route_throughput.py --postgres [--n 20000]   # 1, 2 and 4 loops beside pgbench
 
 Routes N accepted Events (about 60% attach to existing Work, 30% start Work, 10% unmatched
 with refusals) with the built-in declarative handler, and times a raw ``sqlite3`` script
@@ -257,11 +257,11 @@ def route_process(batch_size: int) -> None:
 
 def postgres_run(args: argparse.Namespace) -> None:
     base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
-    database = "conduit_bench"
+    database = f"conduit_bench{args.database_suffix}"
     admin = base.rsplit("/", 1)[0] + "/postgres"
     payloads = workload(args.n)
     results = {}
-    for loops in (1, 4):
+    for loops in args.loops:
         subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database}"], check=True)
         subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {database}"], check=True)
         url = base.rsplit("/", 1)[0] + f"/{database}"
@@ -305,15 +305,21 @@ def postgres_run(args: argparse.Namespace) -> None:
         print(
             f"router, {loops} loop(s): {len(payloads)} Events in {span:.1f} s routing ({wall:.1f} s wall with start-up)"
         )
-        pgbench = pgbench_tps(admin.rsplit("/", 1)[0], loops)
+        pgbench = pgbench_tps(admin.rsplit("/", 1)[0], loops, args.database_suffix)
         print(
             f"router, {loops} loop(s)      {results[loops]:,.0f} Events/s   pgbench TPC-B-like, {loops} client(s): {pgbench:,.0f} tps   ratio {results[loops] / pgbench:.2f} (target >= 0.5)"
         )
     subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database}"], check=True)
+    for loops in args.loops:
+        if loops != args.loops[0] and args.loops[0] in results:
+            print(
+                f"{loops} loops / {args.loops[0]} loop(s)   {results[loops] / results[args.loops[0]]:.2f}x"
+                + ("   (target >= 1.6)" if (args.loops[0], loops) == (1, 2) else "")
+            )
 
 
-def pgbench_tps(server: str, clients: int) -> float:
-    db = "conduit_pgbench"
+def pgbench_tps(server: str, clients: int, suffix: str = "") -> float:
+    db = f"conduit_pgbench{suffix}"
     admin = server + "/postgres"
     subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {db}"], check=True)
     subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {db}"], check=True)
@@ -348,7 +354,18 @@ def main() -> None:
         help="SQLite synchronous setting for both sides.",
     )
     parser.add_argument(
-        "--postgres", action="store_true", help="Run 1 and 4 loops on PostgreSQL beside pgbench."
+        "--postgres", action="store_true", help="Run 1, 2 and 4 loops on PostgreSQL beside pgbench."
+    )
+    parser.add_argument(
+        "--loops",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2, 4],
+        help="With --postgres: the loop counts to run, comma-separated (default 1,2,4).",
+    )
+    parser.add_argument(
+        "--database-suffix",
+        default="",
+        help="With --postgres: appended to the scratch databases' names (several benches at once).",
     )
     parser.add_argument("--_prepare", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--_route", type=int, help=argparse.SUPPRESS)
