@@ -202,7 +202,9 @@ def main() -> None:
             serve += ["--workers", str(args.workers)]
         if args.no_router:
             serve.append("--no-router")
-        server = subprocess.Popen(serve, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The server's log goes to a file: a pipe nobody reads fills up and blocks the server.
+        log = open(Path(var) / "serve.log", "wb")  # noqa: SIM115 - closed below, after the server
+        server = subprocess.Popen(serve, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_listening(port, server)
             load(port, token, clients=args.clients, seconds=1, run="warm")
@@ -212,6 +214,7 @@ def main() -> None:
             )
         finally:
             stop(server)
+            log.close()
 
     workers = f", serve --workers {args.workers}" if args.workers else ""
     workers += ", serve --no-router" if args.no_router else ""
