@@ -1,6 +1,9 @@
 """Issue 12 items 1 and 4: on SQLite, write transactions take turns on a lock file beside the
 database (``conduit_site.sqlite_backend``), so a writer that writes again and again (the route
-loop draining a backlog) no longer starves acceptances asleep in SQLite's busy handler."""
+loop draining a backlog) no longer starves acceptances asleep in SQLite's busy handler.
+
+The backend is exercised on an SQLite database of each test's own (whatever database the run
+uses), through the backend's own connections; the read snapshot, on the run's database."""
 
 from __future__ import annotations
 
@@ -8,30 +11,63 @@ import fcntl
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import connection
 from django.db.utils import OperationalError
 
-from causal.models import KV
 from conduit_site.snapshots import read_snapshot
 from conduit_site.sqlite_backend.base import DatabaseWrapper
-from tests.causal.factories import KVFactory
-
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "sqlite", reason="turns are SQLite's (PostgreSQL has row locks)"),
-]
 
 
-def lock_path() -> Path:
-    return Path(f"{connection.settings_dict['NAME']}.writers")
+@pytest.fixture
+def database(tmp_path, django_db_blocker) -> Iterator[Path]:
+    """An SQLite database of this test's own, with a table to write to (not the run's test
+    database: pytest-django's guard is lifted for it)."""
+    path = tmp_path / "turns.sqlite3"
+    with django_db_blocker.unblock():
+        first = connect(path)
+        try:
+            first.cursor().execute("CREATE TABLE t (k TEXT)")
+        finally:
+            first.close()
+        yield path
 
 
-def turn_free() -> bool:
+def connect(path: Path, *, timeout: float = 30) -> DatabaseWrapper:
+    """A connection as the project configures SQLite (``BEGIN IMMEDIATE`` writes, WAL)."""
+    return DatabaseWrapper(
+        {
+            **settings.DATABASES["default"],
+            "ENGINE": "conduit_site.sqlite_backend",
+            "NAME": str(path),
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": timeout,
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
+            "TEST": {},
+        },
+        alias=f"turns-{threading.get_ident()}",
+    )
+
+
+def begin(wrapper: DatabaseWrapper) -> None:
+    """Start a transaction as ``transaction.atomic()`` does."""
+    wrapper.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+
+
+def end(wrapper: DatabaseWrapper, *, commit: bool = True) -> None:
+    wrapper.commit() if commit else wrapper.rollback()
+    wrapper.set_autocommit(True)
+
+
+def turn_free(database: Path) -> bool:
     """Whether another open file could take the turn now (and gives it back at once)."""
-    fd = os.open(lock_path(), os.O_RDWR)
+    fd = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -41,88 +77,86 @@ def turn_free() -> bool:
     return True
 
 
-def in_thread(target) -> list:
-    """Run ``target`` on a thread of its own (its own connection); returns what it returned
-    or raised."""
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(target())
-        except Exception as exc:  # noqa: BLE001 - handed to the test to assert on
-            outcome.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    return outcome
+def rows(wrapper: DatabaseWrapper) -> list[str]:
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT k FROM t ORDER BY rowid")
+        return [row[0] for row in cursor.fetchall()]
 
 
-def write(key: str) -> None:
-    KVFactory(namespace="turns", key=key)
+def test_i12_a_write_transaction_holds_the_turn_until_it_commits_or_rolls_back(database):
+    writer = connect(database)
+    try:
+        begin(writer)
+        writer.cursor().execute("INSERT INTO t VALUES ('kept')")
+        assert not turn_free(database)
+        end(writer)
+        assert turn_free(database)
+        begin(writer)
+        writer.cursor().execute("INSERT INTO t VALUES ('rolled back')")
+        assert not turn_free(database)
+        end(writer, commit=False)
+        assert turn_free(database)
+        assert rows(writer) == ["kept"]
+    finally:
+        writer.close()
 
 
-def test_i12_a_write_transaction_holds_the_turn_until_it_commits_or_rolls_back():
-    with transaction.atomic():
-        write("a")
-        assert not turn_free()
-    assert turn_free()
-    with pytest.raises(RuntimeError), transaction.atomic():
-        write("b")
-        assert not turn_free()
-        raise RuntimeError("rolled back")
-    assert turn_free()
-    assert list(KV.objects.filter(namespace="turns").values_list("key", flat=True)) == ["a"]
+def test_i12_the_lock_file_lies_beside_the_database_readable_by_its_owner_only(database):
+    writer = connect(database)
+    try:
+        begin(writer)
+        end(writer)
+    finally:
+        writer.close()
+    assert stat.S_IMODE(Path(f"{database}.writers").stat().st_mode) == 0o600
 
 
-def test_i12_the_lock_file_lies_beside_the_database_readable_by_its_owner_only():
-    with transaction.atomic():
-        write("a")
-    assert stat.S_IMODE(lock_path().stat().st_mode) == 0o600
-
-
-def test_i12_a_writer_waits_for_its_turn_and_fails_as_sqlite_would_after_the_busy_timeout():
-    settings = {
-        **connection.settings_dict,
-        "OPTIONS": {**connection.settings_dict["OPTIONS"], "timeout": 0.3},
-    }
-    holder = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+def test_i12_a_writer_waits_for_its_turn_and_fails_as_sqlite_would_after_the_busy_timeout(database):
+    holder = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    impatient = DatabaseWrapper(settings, alias="impatient")
+    impatient = connect(database, timeout=0.3)
     try:
         with pytest.raises(OperationalError, match="database is locked"):
-            impatient.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+            begin(impatient)
         fcntl.flock(holder, fcntl.LOCK_UN)
         impatient.set_autocommit(True)
-        impatient.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
-        assert not turn_free()  # its turn, now that the holder let go
-        impatient.rollback()
-        assert turn_free()
+        begin(impatient)
+        assert not turn_free(database)  # its turn, now that the holder let go
+        end(impatient, commit=False)
+        assert turn_free(database)
     finally:
         impatient.close()
         os.close(holder)
 
 
-def test_i12_a_writer_waiting_for_its_turn_goes_once_the_holder_commits():
+def test_i12_a_writer_waiting_for_its_turn_goes_once_the_holder_commits(database):
     order: list[str] = []
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with transaction.atomic():
-            write("holder")
+        holder = connect(database)
+        try:
+            begin(holder)
+            holder.cursor().execute("INSERT INTO t VALUES ('holder')")
             holding.set()
             release.wait(10)
             order.append("holder commits")
+            end(holder)
+        finally:
+            holder.close()
 
     def wait_then_write() -> None:
         holding.wait(10)
-        with transaction.atomic():
+        writer = connect(database)
+        try:
+            begin(writer)
             order.append("writer has its turn")
-            write("writer")
+            writer.cursor().execute("INSERT INTO t VALUES ('writer')")
+            end(writer)
+        finally:
+            writer.close()
 
-    threads = [threading.Thread(target=lambda f=f: in_thread(f)) for f in (hold, wait_then_write)]
+    threads = [threading.Thread(target=hold), threading.Thread(target=wait_then_write)]
     for thread in threads:
         thread.start()
     holding.wait(10)
@@ -131,18 +165,39 @@ def test_i12_a_writer_waiting_for_its_turn_goes_once_the_holder_commits():
     for thread in threads:
         thread.join(30)
     assert order == ["released", "holder commits", "writer has its turn"]
-    assert KV.objects.filter(namespace="turns").count() == 2
-
-
-def test_i12_a_read_snapshot_takes_no_turn():
-    holder = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
+    reader = connect(database)
     try:
-
-        def read() -> int:
-            with read_snapshot():
-                return KV.objects.count()
-
-        assert in_thread(read) == [0]
+        assert rows(reader) == ["holder", "writer"]
     finally:
+        reader.close()
+
+
+def test_i12_a_deferred_transaction_takes_no_turn(database):
+    holder = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    reader = connect(database, timeout=0.3)
+    try:
+        reader.ensure_connection()
+        reader.transaction_mode = "DEFERRED"
+        begin(reader)  # would fail after 0.3 s if it waited for a turn
+        assert rows(reader) == []
+        end(reader, commit=False)
+    finally:
+        reader.close()
         os.close(holder)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_a_read_snapshot_on_a_new_connection_takes_no_write_lock():
+    """On the run's database: SQLite begins it ``DEFERRED`` (no turn, no write lock, even on a
+    connection not opened yet, whose connecting sets the configured mode again); PostgreSQL
+    runs it ``REPEATABLE READ``."""
+    connection.close()
+    with read_snapshot(), connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            assert turn_free(Path(connection.settings_dict["NAME"]))
+            cursor.execute("SELECT 1")
+        else:
+            cursor.execute("SHOW transaction_isolation")
+            assert cursor.fetchone()[0] == "repeatable read"
+    assert not connection.in_atomic_block
