@@ -123,7 +123,9 @@ def main() -> None:
     if profiler:
         if args.profile:
             print("(cProfile adds its own overhead to the figures above)")
-        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(args.profile)
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats(
+            os.environ.get("PROFILE_SORT", "cumulative")
+        ).print_stats(args.profile)
 
 
 if __name__ == "__main__":

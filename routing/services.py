@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -11,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Max, Subquery
+from django.db.models import Max
 
 from causal.clock import Clock
 from causal.models import Event
@@ -151,14 +152,8 @@ def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) 
     A retry of an Event already accepted is not refused: it is acknowledged as the
     duplicate it is, whatever the configuration says now.
     """
-    paths = {envelope.scope for envelope in envelopes}
-    # One query on the way of every acceptance: the scopes of the newest applied generation.
-    live_pk = Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").values("pk")[:1]
-    known = set(
-        Scope.objects.filter(generation_id=Subquery(live_pk), path__in=paths)
-        .order_by()
-        .values_list("path", flat=True)
-    )
+    paths = sorted({envelope.scope for envelope in envelopes})
+    known = live_scope_paths(paths)
     if all(envelope.scope in known for envelope in envelopes):
         return
     live = live_generation()
@@ -178,6 +173,35 @@ def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) 
         errors.append(EnvelopeInvalid("scope", message, index=index if batch else None))
     if errors:
         raise BatchInvalid(errors) if batch else errors[0]
+
+
+def live_scope_paths(paths: Sequence[str]) -> set[str]:
+    """Those of ``paths`` that are scopes of the live generation (the newest applied one).
+
+    One statement on the way of every acceptance, written out once: the ORM's building and
+    compiling of the same query cost several times its run on SQLite.
+    """
+    known: set[str] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(paths), 500):
+            chunk = paths[start : start + 500]
+            cursor.execute(_live_scope_paths_sql(len(chunk)), [GenerationKind.APPLIED, *chunk])
+            known.update(path for (path,) in cursor.fetchall())
+    return known
+
+
+@functools.cache
+def _live_scope_paths_sql(count: int) -> str:
+    quote = connection.ops.quote_name
+    scope, generation = Scope._meta, Generation._meta
+    return (
+        f"SELECT {quote(scope.get_field('path').column)} FROM {quote(scope.db_table)} "
+        f"WHERE {quote(scope.get_field('generation').column)} = ("
+        f"SELECT {quote(generation.pk.column)} FROM {quote(generation.db_table)} "
+        f"WHERE {quote(generation.get_field('kind').column)} = %s "
+        f"ORDER BY {quote(generation.get_field('number').column)} DESC LIMIT 1) "
+        f"AND {quote(scope.get_field('path').column)} IN ({', '.join(['%s'] * count)})"
+    )
 
 
 # --- api tokens -----------------------------------------------------------------------------
@@ -291,18 +315,43 @@ def api_token_authenticate(*, secret: str, clock: Clock) -> ApiToken | None:
     """
     if not token_well_formed(secret):
         return None
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(digest=token_digest(secret), revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
+    # Every API request runs this: two raw statements (a token, its user) cost a fifth of
+    # the ORM's compiled select_related query, with the same model instances and converters.
+    token = next(iter(ApiToken.objects.raw(_live_token_sql(), [token_digest(secret), True])), None)
     if token is None:
         return None
+    user = next(iter(get_user_model().objects.raw(_user_sql(), [token.user_id])), None)
+    if user is None:  # deleted since the read above
+        return None
+    token.user = user
     now = clock()
     if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
     return token
+
+
+@functools.cache
+def _live_token_sql() -> str:
+    """A live token by digest: not revoked, of an active user (params: digest, True)."""
+    quote = connection.ops.quote_name
+    user = get_user_model()._meta
+    token = ApiToken._meta
+    return (
+        f"SELECT t.* FROM {quote(token.db_table)} t JOIN {quote(user.db_table)} u "
+        f"ON u.{quote(user.pk.column)} = t.{quote(token.get_field('user').column)} "
+        f"WHERE t.{quote(token.get_field('digest').column)} = %s "
+        f"AND t.{quote(token.get_field('revoked_at').column)} IS NULL "
+        f"AND u.{quote(user.get_field('is_active').column)} = %s"
+    )
+
+
+@functools.cache
+def _user_sql() -> str:
+    """A user by primary key (param: the key)."""
+    quote = connection.ops.quote_name
+    user = get_user_model()._meta
+    return f"SELECT * FROM {quote(user.db_table)} WHERE {quote(user.pk.column)} = %s"
 
 
 # --- configuration --------------------------------------------------------------------------

@@ -8,14 +8,16 @@ import json
 import re
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection
 
 from causal.models import Event
 from routing.models import ApiToken
+from routing.roles import VIEW_EVENT
 from routing.services import ApiTokenInvalid, api_token_authenticate, api_token_create, api_token_revoke
 from routing.tokens import token_digest
-from tests.routing.factories import UserFactory, api_token_with_secret, live_scopes
+from tests.routing.factories import T0, UserFactory, api_token_with_secret, live_scopes
 
 EVENTS_URL = "/api/events"
 EVENT = {"specversion": "1.0", "id": "e1", "source": "tests", "type": "test.event", "scope": "acme"}
@@ -237,3 +239,58 @@ def test_api_token_admin_add_shows_the_secret_once_and_revokes(client):
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert api.get("/api/events/1", headers=headers).status_code == 401
+
+
+# --- the raw statements of the hot path (issue #12 item 1) -----------------------------------
+
+
+@pytest.mark.django_db
+def test_i12_1_permissions_read_in_one_statement_equal_djangos_model_backend():
+    """routing.auth_backend reads a user's permissions with one raw UNION statement; what it
+    answers must be what Django's own ModelBackend answers, for every kind of login."""
+    from django.contrib.auth.backends import ModelBackend as DjangoModelBackend
+    from django.contrib.auth.models import Group, Permission
+
+    from routing.auth_backend import ModelBackend
+
+    group = Group.objects.create(name="skippers")
+    group.permissions.add(*Permission.objects.filter(codename__in=["skip_event", "cancel_work"]))
+    other = Group.objects.create(name="unused")
+    other.permissions.add(*Permission.objects.filter(codename="delete_user"))
+    own_only = UserFactory(permissions=(VIEW_EVENT,))
+    group_only = UserFactory(permissions=())
+    group_only.groups.add(group)
+    both = UserFactory(permissions=(VIEW_EVENT, "routing.skip_event"))
+    both.groups.add(group)
+    nothing = UserFactory(permissions=())
+    superuser = UserFactory(permissions=(), is_superuser=True)
+    inactive = UserFactory(permissions=(VIEW_EVENT,), is_active=False)
+    inactive.groups.add(group)
+    logins = [own_only, group_only, both, nothing, superuser, inactive]
+    for login in logins:
+        ours = ModelBackend().get_all_permissions(get_user_model().objects.get(pk=login.pk))
+        djangos = DjangoModelBackend().get_all_permissions(get_user_model().objects.get(pk=login.pk))
+        assert ours == djangos, login.username
+    assert ModelBackend().get_all_permissions(get_user_model().objects.get(pk=both.pk)) == {
+        VIEW_EVENT,
+        "routing.skip_event",
+        "worklife.cancel_work",
+    }
+    assert ModelBackend().get_all_permissions(get_user_model().objects.get(pk=nothing.pk)) == set()
+
+
+@pytest.mark.django_db
+def test_i12_1_an_authenticated_token_carries_its_user_as_stored(clock):
+    """The token and its user come from raw statements: every field is converted as the ORM
+    converts it (dates, booleans, JSON scopes)."""
+    token, secret = api_token_with_secret(scopes=["accept"], last_used_at=T0)
+    found = api_token_authenticate(secret=secret, clock=clock)
+    stored = ApiToken.objects.select_related("user").get(pk=token.pk)
+    assert found is not None
+    for field in ApiToken._meta.concrete_fields:
+        if field.name != "last_used_at":
+            assert getattr(found, field.attname) == getattr(stored, field.attname), field.name
+    assert found.scopes == ["accept"] and found.created_at == T0
+    for field in get_user_model()._meta.concrete_fields:
+        assert getattr(found.user, field.attname) == getattr(stored.user, field.attname), field.name
+    assert found.user.is_active is True and found.user.date_joined == stored.user.date_joined
