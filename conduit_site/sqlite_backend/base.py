@@ -14,7 +14,13 @@ the lock free within 5 ms of its release, where the busy handler slept 100 ms: w
 turns, and a waiting acceptance gets the database within about one transaction of the holder.
 Once it has the lock file, SQLite's own lock is free or about to be (its holder has
 committed). The wait is bounded by the busy timeout, after which it fails as SQLite would
-(``database is locked``). Read transactions (``BEGIN DEFERRED``, see
+(``database is locked``).
+
+Threads of one process (the web server answers each request in a thread of its own) first
+queue on a lock of the process for the same database, which wakes the next one as soon as it
+is released, and only the thread at its head polls the lock file: requests of one server
+took turns among themselves by polling before, sleeping up to 5 ms past a free lock while
+others queued behind them. Read transactions (``BEGIN DEFERRED``, see
 :mod:`conduit_site.snapshots`) and writes outside a transaction take no turn; an in-memory
 database has no lock file and no turns.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 
 from django.db.backends.sqlite3 import base
@@ -34,6 +41,16 @@ MAX_RETRY_SECONDS = 0.005
 WRITE_MODES = ("IMMEDIATE", "EXCLUSIVE")
 
 
+# The lock of this process for each lock file: its threads queue on it before the file's.
+_PROCESS_TURNS: dict[str, threading.Lock] = {}
+_PROCESS_TURNS_GUARD = threading.Lock()
+
+
+def _process_turn(path: str) -> threading.Lock:
+    with _PROCESS_TURNS_GUARD:
+        return _PROCESS_TURNS.setdefault(path, threading.Lock())
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     """See the module: write transactions take turns on a lock file."""
 
@@ -41,6 +58,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         super().__init__(*args, **kwargs)
         self._turn_fd: int | None = None
         self._turn_held = False
+        self._process_turn: threading.Lock | None = None
 
     # -- Django's hooks ---------------------------------------------------------------
     def _start_transaction_under_autocommit(self) -> None:
@@ -88,21 +106,31 @@ class DatabaseWrapper(base.DatabaseWrapper):
             if path is None:
                 return
             self._turn_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._process_turn = _process_turn(path)
         timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
         deadline = time.monotonic() + timeout
-        delay = FIRST_RETRY_SECONDS
-        while True:
-            try:
-                fcntl.flock(self._turn_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise OperationalError("database is locked") from None
-            time.sleep(delay)
-            delay = min(delay * 2, MAX_RETRY_SECONDS)
+        assert self._process_turn is not None
+        if not self._process_turn.acquire(timeout=timeout):
+            raise OperationalError("database is locked")
+        try:
+            delay = FIRST_RETRY_SECONDS
+            while True:
+                try:
+                    fcntl.flock(self._turn_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise OperationalError("database is locked") from None
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
+        except BaseException:
+            self._process_turn.release()
+            raise
         self._turn_held = True
 
     def _give_turn(self) -> None:
         if self._turn_held and self._turn_fd is not None:
             fcntl.flock(self._turn_fd, fcntl.LOCK_UN)
+            assert self._process_turn is not None
+            self._process_turn.release()
         self._turn_held = False

@@ -172,6 +172,26 @@ def test_i9_9_static_files_are_served_with_nosniff():
     assert status == 404 and headers[b"x-content-type-options"] == b"nosniff"
 
 
+def test_i12_1_the_asgi_application_enters_the_middleware_chain_once_in_a_thread():
+    """Under daphne the whole chain and the view run synchronously in the request's thread:
+    Django's async chain hopped to a thread and back for each middleware (issue #12 item 1)."""
+    from asgiref.sync import SyncToAsync
+
+    from conduit_site.asgi import django_asgi_app
+
+    chain = django_asgi_app._middleware_chain
+    assert isinstance(chain, SyncToAsync)
+    assert not asyncio.iscoroutinefunction(chain.func)
+
+
+def test_i12_1_api_answers_served_through_asgi_are_no_store():
+    """Through the ASGI application, as daphne serves: the synchronous chain adds its headers."""
+    status, headers = asyncio.run(asgi_get("/api/events/1"))  # no token: 401 before any read
+    assert status == 401 and b"no-store" in headers[b"cache-control"]
+    status, headers = asyncio.run(asgi_get("/api/openapi.json"))
+    assert status == 200 and b"no-store" in headers[b"cache-control"]
+
+
 # --- private files -------------------------------------------------------------------------------------
 
 

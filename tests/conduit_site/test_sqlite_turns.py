@@ -172,6 +172,44 @@ def test_i12_a_writer_waiting_for_its_turn_goes_once_the_holder_commits(database
         reader.close()
 
 
+def test_i12_threads_of_one_process_queue_for_the_turn_within_the_busy_timeout(database):
+    """A thread waits on its process's lock behind another thread of the process that holds
+    the turn (not polling the file), fails after the busy timeout as SQLite would, and has
+    its turn once the holder commits."""
+    holder = connect(database)
+    outcome: list[str] = []
+
+    def write(timeout: float) -> None:
+        writer = connect(database, timeout=timeout)
+        try:
+            begin(writer)
+            writer.cursor().execute("INSERT INTO t VALUES ('writer')")
+            end(writer)
+            outcome.append("written")
+        except OperationalError as error:
+            outcome.append(str(error))
+        finally:
+            writer.close()
+
+    try:
+        begin(holder)
+        holder.cursor().execute("INSERT INTO t VALUES ('holder')")
+        impatient = threading.Thread(target=write, args=(0.3,))
+        impatient.start()
+        impatient.join(30)
+        assert outcome == ["database is locked"]
+        patient = threading.Thread(target=write, args=(30,))
+        patient.start()
+        patient.join(0.3)
+        assert patient.is_alive() and outcome == ["database is locked"]  # queued behind the holder
+        end(holder)
+        patient.join(30)
+        assert outcome == ["database is locked", "written"]
+        assert rows(holder) == ["holder", "writer"]
+    finally:
+        holder.close()
+
+
 def test_i12_a_deferred_transaction_takes_no_turn(database):
     holder = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(holder, fcntl.LOCK_EX)

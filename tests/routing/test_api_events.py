@@ -524,3 +524,34 @@ def test_i12_1_an_acceptance_runs_a_fixed_handful_of_queries(client, auth, acme)
     assert sum("auth_permission" in sql for sql in statements) == 1, statements
     assert sum(sql.startswith('INSERT INTO "causal_event"') for sql in statements) == 1, statements
     assert len(statements) == (8 if connection.vendor == "sqlite" else 11), statements
+
+
+@pytest.mark.django_db
+def test_i12_1_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acme):
+    """The acceptance INSERT is a statement written once from the model (not the ORM's save):
+    every field reads back as stored, and equals the instance acceptance returned."""
+    from routing.services import event_accept
+
+    offered = cloud_event(
+        id="every-field",
+        subject="pr/7",
+        time="2026-11-30T10:00:00Z",
+        datacontenttype="application/json",
+        data={"number": 7, "labels": ["a", "b"], "nested": {"x": None, "y": 1.5}},
+        correlation=["pr:7", "repo:acme"],
+        priority=3,
+        urgent=True,
+    )
+    accepted = event_accept(payload=offered, clock=clock, accepted_by="alice")
+    assert accepted.created
+    stored = Event.objects.get(seq=accepted.event.seq)
+    for field in Event._meta.concrete_fields:
+        assert getattr(stored, field.attname) == getattr(accepted.event, field.attname), field.name
+    assert stored.data == offered["data"] and stored.extensions == {"priority": 3, "urgent": True}
+    assert stored.correlation == ["pr:7", "repo:acme"] and stored.subject == "pr/7"
+    assert stored.time.isoformat() == "2026-11-30T10:00:00+00:00"
+    assert (stored.accepted_at, stored.accepted_by, stored.route_state) == (clock(), "alice", "unrouted")
+    assert not accepted.event._state.adding
+    assert sorted(stored.keys.values_list("key", flat=True)) == ["pr:7", "repo:acme"]
+    again = event_accept(payload=offered, clock=clock, accepted_by="alice")
+    assert (again.created, again.event.seq) == (False, stored.seq)
