@@ -8,11 +8,10 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
-
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import kv_put_in_tx
+from conduit_site.leases import lease_transaction
 from routing import live
 from routing.config import live_generation
 from routing.handler_pool import HandlerPool
@@ -183,7 +182,7 @@ class RouteLoop:
             if beat_generation == generation and not self.failures.count and now - at < self.heartbeat_every:
                 return
         self._last_beat = (now, generation) if failing is None else None
-        with transaction.atomic():
+        with lease_transaction():  # a heartbeat need not survive a power loss
             kv_put_in_tx(
                 namespace=HEARTBEATS_NAMESPACE,
                 key=self.owner,

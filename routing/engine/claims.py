@@ -12,10 +12,11 @@ import socket
 import uuid
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q
 
 from causal.models import Event, RouteState
+from conduit_site.leases import lease_transaction
 from routing.evaluate import (
     snapshots_isolated,
 )
@@ -64,7 +65,8 @@ def _process_alive(pid: str) -> bool:
 def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float) -> list[EventSnapshot]:
     """Claim the oldest unrouted Events that are not backing off or held by another loop."""
     until = now + timedelta(seconds=claim_seconds)
-    with transaction.atomic():
+    # A claim is a lease: committed without waiting for the disk (conduit_site.leases).
+    with lease_transaction():
         query = (
             Event.objects.filter(route_state=RouteState.UNROUTED)
             .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from io import StringIO
 
@@ -56,6 +57,7 @@ def test_d3_without_configuration_once_says_so():
         (["--batch-size", "0"], "--batch-size must be at least 1"),
         (["--call-timeout", "0"], "--call-timeout must be positive"),
         (["--poll-interval", "-1"], "--poll-interval cannot be negative"),
+        (["--gather", "-0.1"], "--gather cannot be negative"),
     ],
 )
 def test_d3_bad_flags_are_refused(args, message):
@@ -156,3 +158,57 @@ def test_issue12_4_a_woken_loop_beats_once_per_interval_unless_something_changes
         assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value["generation"] == "2"
     finally:
         loop.close()
+
+
+class ScriptedLoop:
+    """Stands in for RouteLoop in the schedule test: its passes' results are scripted."""
+
+    def __init__(self, results, batch_size: int = 500) -> None:
+        from types import SimpleNamespace
+
+        self.results = list(results)
+        self.options = SimpleNamespace(batch_size=batch_size)
+        self.owner = "scripted"
+
+    def step(self):
+        return self.results.pop(0)
+
+
+class RecordingStop(threading.Event):
+    """A stop event that records each wait and stops the loop once the script is spent."""
+
+    def __init__(self, loop: ScriptedLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.waits: list[float] = []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if not self.loop.results:
+            self.set()
+        return self.is_set()
+
+
+def test_issue12_1_after_a_pass_that_routed_events_the_loop_gathers_before_the_next():
+    """--gather: a pass that routed some Events (a stream) waits the gather time, so that the
+    next window holds what arrived meanwhile; a full window (a backlog) goes on at once; an
+    empty pass waits the poll interval (no listener here)."""
+    from routing.loop import StepResult
+    from routing.management.commands.route_loop import Command
+
+    loop = ScriptedLoop(
+        [
+            StepResult(settled=3, generation="1"),  # a stream: gather
+            StepResult(settled=10, generation="1"),  # a full window: at once
+            StepResult(settled=1, generation="1"),  # gather
+            StepResult(empty=True),  # nothing left: poll
+        ],
+        batch_size=10,
+    )
+    stop = RecordingStop(loop)
+    Command(stdout=StringIO())._forever(loop, stop, 0.5, None, gather=0.01)
+    assert stop.waits == [0.01, 0.01, 0.5]
+    loop = ScriptedLoop([StepResult(settled=3, generation="1"), StepResult(empty=True)], batch_size=10)
+    stop = RecordingStop(loop)
+    Command(stdout=StringIO())._forever(loop, stop, 0.5, None, gather=0.0)
+    assert stop.waits == [0.5]  # --gather 0: the next pass at once

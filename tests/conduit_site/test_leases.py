@@ -1,0 +1,77 @@
+"""Issue 12 items 1 and 4: a route loop's claims and heartbeats are leases, committed without
+waiting for the disk (``conduit_site.leases``), while every other commit stays durable."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+
+from causal.clock import system_clock
+from causal.services import kv_get, kv_put_in_tx
+from conduit_site.leases import lease_transaction
+
+
+def synchronous_level() -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA synchronous")
+            return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[cursor.fetchone()[0]]
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_a_lease_commits_without_waiting_for_the_disk_and_later_commits_are_durable_again():
+    durable = synchronous_level()
+    assert durable in {"FULL", "on"}
+    with lease_transaction():
+        inside = synchronous_level()
+        kv_put_in_tx(namespace="test", key="lease", value={"n": 1}, clock=system_clock)
+    assert inside == ("NORMAL" if connection.vendor == "sqlite" else "off")
+    assert kv_get("test", "lease").value == {"n": 1}
+    assert synchronous_level() == durable
+    with transaction.atomic():
+        assert synchronous_level() == durable
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_a_lease_that_fails_rolls_back_and_leaves_commits_durable():
+    durable = synchronous_level()
+    with pytest.raises(RuntimeError), lease_transaction():
+        kv_put_in_tx(namespace="test", key="lease", value={"n": 2}, clock=system_clock)
+        raise RuntimeError("the claim's query failed")
+    assert kv_get("test", "lease") is None
+    assert synchronous_level() == durable
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_a_lease_inside_a_transaction_is_part_of_it_and_as_durable():
+    durable = synchronous_level()
+    with transaction.atomic():
+        with lease_transaction():
+            assert synchronous_level() == durable
+            kv_put_in_tx(namespace="test", key="lease", value={"n": 3}, clock=system_clock)
+        transaction.set_rollback(True)
+    assert kv_get("test", "lease") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_a_route_loops_claim_is_a_lease():
+    from django.test.utils import CaptureQueriesContext
+
+    from routing.engine.claims import claim_window
+    from tests.causal.factories import EventFactory
+
+    event = EventFactory()
+    with CaptureQueriesContext(connection) as captured:
+        window = claim_window(owner="loop-a", now=system_clock(), limit=10, claim_seconds=30)
+    assert [e.seq for e in window] == [event.seq]
+    statements = [query["sql"] for query in captured.captured_queries]
+    lease = (
+        "PRAGMA synchronous=NORMAL" if connection.vendor == "sqlite" else "SET LOCAL synchronous_commit = off"
+    )
+    claim = next(i for i, sql in enumerate(statements) if sql.startswith('UPDATE "causal_event"'))
+    assert lease in statements[:claim], statements
+    event.refresh_from_db()
+    assert event.claimed_by == "loop-a"
+    assert synchronous_level() in {"FULL", "on"}
