@@ -163,17 +163,32 @@ def _accepted_under_sql() -> str:
     )
 
 
-def _insert(event: Event) -> None:
-    """Store the unsaved ``event`` and set its ``seq``: what ``event.save(force_insert=True)``
-    does (each field's ``pre_save`` and database preparation), through a statement written
-    once instead of built and compiled for every acceptance."""
+def _insert(events: Sequence[Event]) -> None:
+    """Store the unsaved ``events`` in order and set their ``seq``: what ``bulk_create`` does
+    (each field's ``pre_save`` and database preparation, one multi-row ``INSERT … RETURNING``
+    per chunk, the keys coming back in the order of the rows as Django's own bulk insert
+    relies on), through statements written once per chunk size instead of built and
+    compiled for every acceptance."""
     fields = _insert_fields()
-    values = [field.get_db_prep_save(field.pre_save(event, True), connection) for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(), values)
-        event.seq = cursor.fetchone()[0]
-    event._state.adding = False
-    event._state.db = connection.alias
+    per_statement = max(1, min(INSERT_CHUNK, connection.ops.bulk_batch_size(fields, events)))
+    for start in range(0, len(events), per_statement):
+        chunk = events[start : start + per_statement]
+        values = [
+            field.get_db_prep_save(field.pre_save(event, True), connection)
+            for event in chunk
+            for field in fields
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(_insert_sql(len(chunk)), values)
+            seqs = [seq for (seq,) in cursor.fetchall()]
+        for event, seq in zip(chunk, seqs, strict=True):
+            event.seq = seq
+            event._state.adding = False
+            event._state.db = connection.alias
+
+
+# Rows per INSERT statement of a batch acceptance.
+INSERT_CHUNK = 500
 
 
 @functools.cache
@@ -181,13 +196,14 @@ def _insert_fields() -> tuple[Any, ...]:
     return tuple(field for field in Event._meta.concrete_fields if not field.primary_key)
 
 
-@functools.cache
-def _insert_sql() -> str:
+@functools.lru_cache(maxsize=16)
+def _insert_sql(rows: int) -> str:
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in _insert_fields())
-    marks = ", ".join(["%s"] * len(_insert_fields()))
+    fields = _insert_fields()
+    columns = ", ".join(quote(field.column) for field in fields)
+    row = f"({', '.join(['%s'] * len(fields))})"
     return (
-        f"INSERT INTO {quote(Event._meta.db_table)} ({columns}) VALUES ({marks}) "
+        f"INSERT INTO {quote(Event._meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)} "
         f"RETURNING {quote(Event._meta.pk.column)}"
     )
 
@@ -210,11 +226,11 @@ def event_accept_in_tx(
     if connection.vendor == "sqlite":
         # BEGIN IMMEDIATE took the write lock before the read above: no concurrent acceptance
         # can insert the same (source, id) in between, so no savepoint is needed for the race.
-        _insert(event)
+        _insert([event])
         return _with_keys(event, envelope)
     try:
         with transaction.atomic():
-            _insert(event)
+            _insert([event])
     except IntegrityError:
         # A concurrent acceptance of the same (source, id) won the race.
         existing = _accepted_under(envelope.source, envelope.id)
@@ -265,11 +281,16 @@ def events_accept_in_tx(
         fresh_pairs.add(pair)
         fresh.append(event_row(envelope, parent=None, accepted_at=now, accepted_by=accepted_by))
     try:
-        with transaction.atomic():
-            created = Event.objects.bulk_create(fresh)
+        if connection.vendor == "sqlite":
+            # Under BEGIN IMMEDIATE nobody could insert the same (source, id) since the read.
+            _insert(fresh)
+        else:
+            with transaction.atomic():
+                _insert(fresh)
     except IntegrityError:
         # A concurrent acceptance of one of them won a race: take the careful path.
         return [event_accept_in_tx(envelope=e, clock=clock, accepted_by=accepted_by) for e in envelopes]
+    created = fresh
     keys = [
         EventKey(event=event, scope=event.scope, key=key)
         for event in created

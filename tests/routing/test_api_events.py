@@ -555,3 +555,30 @@ def test_i12_1_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acm
     assert sorted(stored.keys.values_list("key", flat=True)) == ["pr:7", "repo:acme"]
     again = event_accept(payload=offered, clock=clock, accepted_by="alice")
     assert (again.created, again.event.seq) == (False, stored.seq)
+
+
+@pytest.mark.django_db
+def test_i12_1_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme):
+    """A batch's multi-row INSERT: the seqs follow the batch's order, each Event reads back
+    as the instance acceptance returned, repeats come back as the Event they repeat."""
+    from routing.services import event_accept, events_accept
+
+    earlier = event_accept(payload=cloud_event(id="earlier"), clock=clock).event
+    batch = [
+        cloud_event(id=f"b{i}", subject=f"s{i}", data={"i": i}, correlation=[f"pr:{i}"], rank=i)
+        for i in range(3)
+    ]
+    batch.insert(1, cloud_event(id="earlier"))
+    batch.append(cloud_event(id="b0", subject="s0", data={"i": 0}, correlation=["pr:0"], rank=0))
+    results = events_accept(payloads=batch, clock=clock, accepted_by="alice")
+    assert [r.created for r in results] == [True, False, True, True, False]
+    made = [r.event for r in results if r.created]
+    assert [e.envelope_id for e in made] == ["b0", "b1", "b2"]
+    assert [e.seq for e in made] == sorted(e.seq for e in made) and made[0].seq > earlier.seq
+    assert results[1].event.seq == earlier.seq and results[4].event.seq == made[0].seq
+    for event in made:
+        stored = Event.objects.get(seq=event.seq)
+        for field in Event._meta.concrete_fields:
+            assert getattr(stored, field.attname) == getattr(event, field.attname), field.name
+        assert list(stored.keys.values_list("key", flat=True)) == event.correlation
+    assert Event.objects.get(envelope_id="b2").extensions == {"rank": 2}
