@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey
@@ -170,21 +170,20 @@ def _insert(events: Sequence[Event]) -> None:
     relies on), through statements written once per chunk size instead of built and
     compiled for every acceptance."""
     fields = _insert_fields()
-    per_statement = max(1, min(INSERT_CHUNK, connection.ops.bulk_batch_size(fields, events)))
+    db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: the proxy costs a lookup per use
+    per_statement = max(1, min(INSERT_CHUNK, db.ops.bulk_batch_size(fields, events)))
     for start in range(0, len(events), per_statement):
         chunk = events[start : start + per_statement]
         values = [
-            field.get_db_prep_save(field.pre_save(event, True), connection)
-            for event in chunk
-            for field in fields
+            field.get_db_prep_save(field.pre_save(event, True), db) for event in chunk for field in fields
         ]
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(_insert_sql(len(chunk)), values)
             seqs = [seq for (seq,) in cursor.fetchall()]
         for event, seq in zip(chunk, seqs, strict=True):
             event.seq = seq
             event._state.adding = False
-            event._state.db = connection.alias
+            event._state.db = db.alias
 
 
 # Rows per INSERT statement of a batch acceptance.
