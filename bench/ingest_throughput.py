@@ -7,7 +7,7 @@ Starts, on a fresh SQLite database (WAL, synchronous=FULL) in a temporary var fo
 - the floor: a minimal Django view behind daphne that stores each body with one durable
   INSERT (``bench/floor/floor_app.py``);
 - Conduit as it is served: ``manage.py serve`` (daphne, the route loop and the work loop),
-  with ``--workers N`` when given.
+  with ``--workers N`` when given, and ``DEBUG`` off as deployed (the floor's is off too).
 
 Loads each in turn with ``--clients`` concurrent clients (keep-alive connections), each
 sending one CloudEvent a request for ``--seconds``, then Conduit with batch bodies (arrays of
@@ -176,7 +176,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="Events per batch body (default 100)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="conduit-ingest-") as var:
-        env = {**os.environ, "CONDUIT_VAR_DIR": var, "DATABASE_URL": f"sqlite:///{var}/conduit.sqlite3"}
+        # DEBUG off, as deployed and as the floor runs (DEBUG records every query's SQL).
+        env = {
+            **os.environ,
+            "CONDUIT_VAR_DIR": var,
+            "DATABASE_URL": f"sqlite:///{var}/conduit.sqlite3",
+            "DEBUG": "false",
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("DJANGO_SETTINGS_MODULE", None)
         token = setup_conduit(env)
@@ -187,6 +193,7 @@ def main() -> None:
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "floor_app:application"],
             cwd=ROOT / "bench" / "floor",
             env=floor_env,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         try:

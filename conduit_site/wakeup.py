@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import itertools
 import logging
@@ -73,9 +74,14 @@ def notify_on_commit(channel: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
 def _local_folder(channel: str, using: str) -> Path:
     """The folder of ``channel``'s listener sockets for this database (one per database file,
     so two test runs or two var folders never wake each other)."""
-    name = str(connections[using].settings_dict["NAME"])
+    return _folder_for(channel, str(connections[using].settings_dict["NAME"]), str(settings.VAR_DIR))
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_for(channel: str, name: str, var_dir: str) -> Path:
+    # Every acceptance wakes: resolving the database's path each time cost more than sending.
     digest = hashlib.sha256(str(Path(name).resolve()).encode()).hexdigest()[:12]
-    return Path(settings.VAR_DIR) / "wake" / f"{channel}.{digest}"
+    return Path(var_dir) / "wake" / f"{channel}.{digest}"
 
 
 def _send_local(channel: str, using: str) -> None:
