@@ -252,14 +252,18 @@ def _with_keys(event: Event, envelope: Envelope) -> Accepted:
 
 
 def events_accept_in_tx(
-    *, envelopes: Sequence[Envelope], clock: Clock, accepted_by: str = ""
+    *, envelopes: Sequence[Envelope], clock: Clock, accepted_by: str | Sequence[str] = ""
 ) -> list[Accepted]:
     """Accept a batch of root Events in order, inside the caller's transaction, with
     set-based statements: one deduplication read, one insert of the new Events, one of
-    their keys. Same results as :func:`event_accept_in_tx` called for each, in order."""
+    their keys. Same results as :func:`event_accept_in_tx` called for each, in order.
+    ``accepted_by`` is one name for all, or one per envelope (a group commit's)."""
     assert_in_tx()
     if not envelopes:
         return []
+    by = [accepted_by] * len(envelopes) if isinstance(accepted_by, str) else list(accepted_by)
+    if len(by) != len(envelopes):
+        raise ValueError("accepted_by names one acceptor for all the envelopes or one for each")
     existing: dict[tuple[str, str], Event] = {}
     pairs = {(e.source, e.id) for e in envelopes}
     by_source: dict[str, list[str]] = {}
@@ -273,12 +277,12 @@ def events_accept_in_tx(
     now = clock()
     fresh: list[Event] = []
     fresh_pairs: set[tuple[str, str]] = set()
-    for envelope in envelopes:
+    for envelope, acceptor in zip(envelopes, by, strict=True):
         pair = (envelope.source, envelope.id)
         if pair in existing or pair in fresh_pairs:
             continue
         fresh_pairs.add(pair)
-        fresh.append(event_row(envelope, parent=None, accepted_at=now, accepted_by=accepted_by))
+        fresh.append(event_row(envelope, parent=None, accepted_at=now, accepted_by=acceptor))
     try:
         if connection.vendor == "sqlite":
             # Under BEGIN IMMEDIATE nobody could insert the same (source, id) since the read.
@@ -288,7 +292,10 @@ def events_accept_in_tx(
                 _insert(fresh)
     except IntegrityError:
         # A concurrent acceptance of one of them won a race: take the careful path.
-        return [event_accept_in_tx(envelope=e, clock=clock, accepted_by=accepted_by) for e in envelopes]
+        return [
+            event_accept_in_tx(envelope=e, clock=clock, accepted_by=acceptor)
+            for e, acceptor in zip(envelopes, by, strict=True)
+        ]
     created = fresh
     keys = [
         EventKey(event=event, scope=event.scope, key=key)
