@@ -124,7 +124,13 @@ TEMPLATES = [
 # and wait up to the busy timeout for each other.
 SQLITE_PATH = VAR_DIR / "conduit.sqlite3"
 DATABASE_URL = os.environ.get("DATABASE_URL", "") or f"sqlite:///{SQLITE_PATH}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 0))}
+# Connections are kept between requests (the web server answers from a fixed pool of threads,
+# conduit_site.asgi) and between passes of the loops: opening an SQLite connection with its
+# pragmas cost about a millisecond, as much as the acceptance it served. Checked before reuse.
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 60))}
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("CONN_HEALTH_CHECKS", True)
+# Threads of each web server process that run requests (conduit_site.asgi).
+CONDUIT_REQUEST_THREADS = env_int("CONDUIT_REQUEST_THREADS", 16)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend, with write transactions taking turns fairly (see its module).
     DATABASES["default"]["ENGINE"] = "conduit_site.sqlite_backend"

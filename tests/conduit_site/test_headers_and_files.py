@@ -172,16 +172,25 @@ def test_i9_9_static_files_are_served_with_nosniff():
     assert status == 404 and headers[b"x-content-type-options"] == b"nosniff"
 
 
-def test_i12_1_the_asgi_application_enters_the_middleware_chain_once_in_a_thread():
-    """Under daphne the whole chain and the view run synchronously in the request's thread:
-    Django's async chain hopped to a thread and back for each middleware (issue #12 item 1)."""
+def test_i12_1_the_asgi_application_runs_each_request_in_a_thread_of_a_fixed_pool():
+    """Under daphne the whole chain and the view run synchronously in one thread of a pool
+    whose threads keep their database connections: Django's async chain hopped to a thread
+    and back for each middleware, and it served each request in a new thread with a new
+    connection (issue #12 item 1)."""
+    import threading
+
     from asgiref.sync import SyncToAsync
 
     from conduit_site.asgi import django_asgi_app
 
     chain = django_asgi_app._middleware_chain
-    assert isinstance(chain, SyncToAsync)
-    assert not asyncio.iscoroutinefunction(chain.func)
+    assert isinstance(chain, SyncToAsync) and not asyncio.iscoroutinefunction(chain.func)
+    assert django_asgi_app.request_threads._max_workers == settings.CONDUIT_REQUEST_THREADS
+    for _ in range(3):
+        status, _headers = asyncio.run(asgi_get("/api/openapi.json"))
+        assert status == 200
+    served = [t.name for t in threading.enumerate() if t.name.startswith("conduit-request")]
+    assert 1 <= len(served) <= settings.CONDUIT_REQUEST_THREADS
 
 
 def test_i12_1_api_answers_served_through_asgi_are_no_store():
