@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from causal.models import Event, RouteState
+from conduit_site.queries import Listed
 from routing.evaluate import (
     snapshots_isolated,
 )
@@ -77,7 +78,7 @@ def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float)
             query = query.select_for_update(skip_locked=True, of=("self",))
         window = snapshots_isolated(query[:limit])
         if window:
-            Event.objects.filter(seq__in=[e.seq for e in window]).update(
+            Event.objects.filter(seq__in=Listed(e.seq for e in window)).update(
                 claimed_by=owner, claimed_until=until
             )
     return window
