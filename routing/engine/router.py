@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
@@ -46,6 +46,7 @@ from routing.config.effective import Configuration, EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
 from routing.decide import (
     Decision,
+    replace,
 )
 from routing.engine.claims import COMMIT_LOCK_ID, claim_window, loop_identity
 from routing.engine.failures import (
