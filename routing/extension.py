@@ -119,6 +119,15 @@ def skip(reason: str) -> RouteDecision:
 
 def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
     """A refusal reason cut to one line of at most ``limit`` bytes of UTF-8 (R28)."""
+    if (
+        type(reason) is str
+        and len(reason) * 4 <= limit  # at most 4 bytes a character
+        and reason.isprintable()  # no line break, tab or other whitespace but the space
+        and "  " not in reason
+        and not reason.startswith(" ")
+        and not reason.endswith(" ")
+    ):
+        return reason  # already one line, short enough: what the split and join would give
     line = " ".join(str(reason).split())
     encoded = line.encode("utf-8")
     if len(encoded) <= limit:

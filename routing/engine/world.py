@@ -342,7 +342,7 @@ def _pairs(pairs: Iterable[tuple[str, str]]) -> Q:
         by_scope.setdefault(scope, []).append(key)
     condition = Q(pk__in=[])
     for scope, keys in by_scope.items():
-        condition |= Q(scope=scope, key__in=sorted(keys))
+        condition |= Q(scope=scope, key__in=Listed(sorted(keys)))
     return condition
 
 
