@@ -1,13 +1,18 @@
 """Router throughput beside a raw sqlite3 floor, in one run.
 
     python bench/route_throughput.py [--n 20000] [--batch-size 200] [--synchronous FULL]
+    python bench/route_throughput.py --profile 30             # the routing phase under cProfile
     python bench/route_throughput.py --postgres [--n 20000]   # 1, 2 and 4 loops beside pgbench
 
 Routes N accepted Events (about 60% attach to existing Work, 30% start Work, 10% unmatched
 with refusals) with the built-in declarative handler, and times a raw ``sqlite3`` script
 doing the same reads, inserts and updates with one transaction per Event and the same
-journal and synchronous settings (the floor). Prints Events/s for both, their ratio, SQL
-statements per routed Event and the loop's peak memory.
+journal and synchronous settings (the per-Event floor), and again set-based: one transaction
+per batch of 500 Events, key owners read with one SELECT per batch and every write an
+``executemany`` (the set-based floor, what a router that batches its work can approach).
+Prints Events/s for each, the router's ratios to both floors, SQL statements per routed Event
+and the loop's peak memory. ``--profile N`` runs the routing phase under cProfile and prints
+its top N functions by cumulative and by own time.
 """
 
 from __future__ import annotations
@@ -110,7 +115,8 @@ def route_all(batch_size: int) -> tuple[float, int, int]:
         statements += 1
         return execute(sql, params, many, context)
 
-    loop = RouteLoop(clock=system_clock, options=RouterOptions(batch_size=batch_size))
+    # Heartbeats as ``route_loop`` (running on) writes them: one a second, not one a pass.
+    loop = RouteLoop(clock=system_clock, options=RouterOptions(batch_size=batch_size), heartbeat_every=1.0)
     started = time.perf_counter()
     with connection.execute_wrapper(count):
         while True:
@@ -195,6 +201,89 @@ def raw_floor(payloads: list[dict], path: str, synchronous: str) -> float:
     return elapsed
 
 
+SET_BATCH = 500
+
+
+def set_based_floor(payloads: list[dict], path: str, synchronous: str) -> float:
+    """The same reads, inserts and updates as :func:`raw_floor`, set-based: one transaction per
+    batch of ``SET_BATCH`` Events, one SELECT for the batch's key owners, ``executemany`` for
+    every insert and update. No ORM."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.executescript(RAW_SCHEMA)
+    db.execute("BEGIN")
+    db.executemany(
+        "INSERT INTO event (type, data, route_state) VALUES (?, ?, 'unrouted')",
+        [(p["type"], json.dumps(p["data"])) for p in payloads],
+    )
+    db.execute("COMMIT")
+    refusals = json.dumps([{"route": "deploys", "reason": "no"}, {"route": "issues", "reason": "no"}])
+    started = time.perf_counter()
+    while True:
+        rows = db.execute(
+            "SELECT seq, type, data FROM event WHERE route_state = 'unrouted' ORDER BY seq LIMIT ?",
+            (SET_BATCH,),
+        ).fetchall()
+        if not rows:
+            break
+        now = datetime.now(UTC).isoformat()
+        db.execute("BEGIN IMMEDIATE")
+        wanted: list[tuple[int, str | None]] = []
+        for seq, kind, data in rows:
+            data = json.loads(data)
+            wanted.append((seq, f"pr:{data['repo']}#{data['n']}" if kind.startswith("pr.") else None))
+        keys = sorted({key for _, key in wanted if key is not None})
+        owners: dict[str, int] = {}
+        for start in range(0, len(keys), 900):
+            chunk = keys[start : start + 900]
+            owners.update(
+                db.execute(
+                    f"SELECT key, work FROM ckey WHERE scope = 'bench' AND key IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+        # New Work: one row per key first seen in this batch, its trigger the first Event.
+        starts = {}
+        for seq, key in wanted:
+            if key is not None and key not in owners and key not in starts:
+                starts[key] = seq
+        if starts:
+            (last_work,) = db.execute("SELECT COALESCE(MAX(id), 0) FROM work").fetchone()
+            db.executemany(
+                "INSERT INTO work (scope, status, binding, trigger, created_at) VALUES ('bench', 'ready', 'agent', ?, ?)",
+                [(seq, now) for seq in starts.values()],
+            )
+            by_trigger = dict(db.execute("SELECT trigger, id FROM work WHERE id > ?", (last_work,)))
+            created = {key: by_trigger[seq] for key, seq in starts.items()}
+            db.executemany(
+                "INSERT INTO ckey (scope, key, work) VALUES ('bench', ?, ?)", list(created.items())
+            )
+            owners.update(created)
+        inputs, records = [], []
+        for seq, key in wanted:
+            if key is not None:
+                work = owners[key]
+                inputs.append((work, seq, seq))
+                policy = "start" if starts.get(key) == seq else "queue"
+                records.append((seq, work, "pull-requests", policy, "", "[]", now))
+            else:
+                records.append((seq, None, "", "unmatched", "no_match", refusals, now))
+        db.executemany("INSERT INTO input (work, event, seq, kind) VALUES (?, ?, ?, 'queue')", inputs)
+        db.executemany(
+            "INSERT INTO record (event, work, route, policy, reason, refusals, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            records,
+        )
+        db.executemany(
+            "UPDATE event SET route_state = 'routed', routed_at = ? WHERE seq = ?",
+            [(now, seq) for seq, _ in wanted],
+        )
+        db.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    db.close()
+    return elapsed
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -215,36 +304,56 @@ def sqlite_run(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, __file__, "--_prepare", str(args.n)], env=env, check=True)
         accept_s = time.perf_counter() - t0
-        routed_out = subprocess.run(
-            [sys.executable, __file__, "--_route", str(args.batch_size)],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        figures = json.loads(routed_out.strip().splitlines()[-1])
+        route_command = [sys.executable, __file__, "--_route", str(args.batch_size)]
+        if args.profile:
+            route_command += ["--profile", str(args.profile)]
+        routed = subprocess.run(route_command, env=env, check=True, capture_output=True, text=True)
+        *profile, last = routed.stdout.strip().splitlines()
+        figures = json.loads(last)
         raw_seconds = raw_floor(workload(args.n), f"{tmp}/raw.sqlite3", args.synchronous)
+        set_seconds = set_based_floor(workload(args.n), f"{tmp}/set.sqlite3", args.synchronous)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     routed, seconds = figures["routed"], figures["seconds"]
     router_rate = routed / seconds
     raw_rate = args.n / raw_seconds
+    set_rate = args.n / set_seconds
+    if profile:
+        print("\n".join(profile))
     print(f"events                 {args.n} (synchronous={args.synchronous}, batch {args.batch_size})")
     print(f"acceptance             {args.n / accept_s:,.0f} Events/s (setup process, batches of 1,000)")
     print(f"router                 {router_rate:,.0f} Events/s ({routed} routed in {seconds:.2f} s)")
     print(f"raw sqlite3 floor      {raw_rate:,.0f} Events/s ({raw_seconds:.2f} s)")
+    print(
+        f"set-based floor        {set_rate:,.0f} Events/s ({set_seconds:.2f} s, one transaction per {SET_BATCH})"
+    )
     print(f"ratio router/raw       {router_rate / raw_rate:.2f}   (target >= 0.5)")
+    print(f"ratio router/set-based {router_rate / set_rate:.2f}   (target >= 0.15)")
     print(f"SQL per routed Event   {figures['statements'] / max(routed, 1):.2f}   (target <= 7)")
     print(f"route loop peak RSS    {figures['peak_rss_mb']:,.0f} MB (its own process; target < 200 MB)")
 
 
-def route_process(batch_size: int) -> None:
-    """The routing phase in a process of its own: prints its figures as JSON."""
+def route_process(batch_size: int, profile: int = 0) -> None:
+    """The routing phase in a process of its own: prints its figures as JSON (last line),
+    after its profile when ``profile`` is the number of functions to list."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
     import django
 
     django.setup()
-    seconds, routed, statements = route_all(batch_size)
+    if profile:
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        seconds, routed, statements = profiler.runcall(route_all, batch_size)
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out).strip_dirs()
+        stats.sort_stats("cumulative").print_stats(profile)
+        stats.sort_stats("tottime").print_stats(profile)
+        print(out.getvalue())
+    else:
+        seconds, routed, statements = route_all(batch_size)
     print(
         json.dumps(
             {"seconds": seconds, "routed": routed, "statements": statements, "peak_rss_mb": peak_rss_mb()}
@@ -367,11 +476,19 @@ def main() -> None:
         default="",
         help="With --postgres: appended to the scratch databases' names (several benches at once).",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="SQLite: run the routing phase under cProfile and print its top N functions "
+        "(the Events/s figure is then the profiled one).",
+    )
     parser.add_argument("--_prepare", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--_route", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._route:
-        route_process(args._route)
+        route_process(args._route, args.profile)
         return
     if args._prepare:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")

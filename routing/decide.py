@@ -8,9 +8,11 @@ path: a trace cannot disagree with routing (R39).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,32 @@ from routing.extension import EventSnapshot
 
 if TYPE_CHECKING:
     from routing.config.effective import EffectiveScope
+
+
+_SHAPES: dict[type, tuple[Callable[[object], tuple], dict[str, int]] | None] = {}
+
+
+def replace(obj, /, **changes):
+    """``dataclasses.replace``, about twice as fast for the dataclasses routing copies per
+    Event (every field positional in ``__init__``): their values are read at once and the
+    class is called with them, the changes put in place. Any other dataclass goes to
+    ``dataclasses.replace``."""
+    cls = type(obj)
+    shape = _SHAPES.get(cls, False)
+    if shape is False:
+        fields = dataclasses.fields(cls)
+        usable = len(fields) > 1 and all(f.init and not f.kw_only for f in fields)
+        names = [f.name for f in fields]
+        shape = _SHAPES[cls] = (
+            (operator.attrgetter(*names), {name: i for i, name in enumerate(names)}) if usable else None
+        )
+    if shape is None:
+        return dataclasses.replace(obj, **changes)
+    read, index = shape
+    values = list(read(obj))
+    for name, value in changes.items():
+        values[index[name]] = value
+    return cls(*values)
 
 
 class Effect:

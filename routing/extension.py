@@ -45,8 +45,19 @@ class Unavailable(Exception):
     (``handler_failed``, retried with backoff). Subclass it for declared transient errors."""
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """A deep, read-only copy of JSON-like data: dicts become mapping proxies, lists tuples."""
+    kind = type(value)
+    # Decoded JSON first, by exact type: the abstract-class checks below cost more per value.
+    if kind is dict:
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if kind in _SCALARS:
+        return value
+    if kind is list:
+        return tuple(freeze(v) for v in value)
     if isinstance(value, Mapping):
         return MappingProxyType({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
@@ -108,6 +119,15 @@ def skip(reason: str) -> RouteDecision:
 
 def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
     """A refusal reason cut to one line of at most ``limit`` bytes of UTF-8 (R28)."""
+    if (
+        type(reason) is str
+        and len(reason) * 4 <= limit  # at most 4 bytes a character
+        and reason.isprintable()  # no line break, tab or other whitespace but the space
+        and "  " not in reason
+        and not reason.startswith(" ")
+        and not reason.endswith(" ")
+    ):
+        return reason  # already one line, short enough: what the split and join would give
     line = " ".join(str(reason).split())
     encoded = line.encode("utf-8")
     if len(encoded) <= limit:

@@ -37,6 +37,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from threading import Lock
+from types import MappingProxyType
 from typing import Any
 
 import re2
@@ -131,7 +132,8 @@ class FieldPath:
         """The value at this path, or the module's missing marker."""
         value = getattr(event, self.root)
         for part in self.parts:
-            if isinstance(value, Mapping):
+            # A snapshot's mappings are proxies: checked by exact type before the abstract class.
+            if type(value) is MappingProxyType or isinstance(value, Mapping):
                 value = value.get(part, _MISSING)
                 if value is _MISSING:
                     return _MISSING

@@ -1,6 +1,6 @@
 """Claims: which route loop evaluates which Events (several loops on PostgreSQL).
 
-A loop claims its window with a short durable lease (``claimed_by``, ``claimed_until``) taken
+A loop claims its window with a short lease (``claimed_by``, ``claimed_until``) taken
 with ``FOR UPDATE SKIP LOCKED``; route commits are serialised by a transaction-scoped advisory
 lock (:data:`COMMIT_LOCK_ID`). Correctness comes from the commit's revalidation and the
 uniqueness constraints, never from the lease alone; an expired lease is claimable again."""
@@ -17,6 +17,7 @@ from django.db.models import Q
 
 from causal.models import Event, RouteState
 from conduit_site.leases import lease_transaction
+from conduit_site.queries import Listed
 from routing.evaluate import (
     snapshots_isolated,
 )
@@ -79,7 +80,7 @@ def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float)
             query = query.select_for_update(skip_locked=True, of=("self",))
         window = snapshots_isolated(query[:limit])
         if window:
-            Event.objects.filter(seq__in=[e.seq for e in window]).update(
+            Event.objects.filter(seq__in=Listed(e.seq for e in window)).update(
                 claimed_by=owner, claimed_until=until
             )
     return window

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import F
 
 from causal.models import KV
+from conduit_site.queries import Listed
 from routing.errors import RouteError, RouteErrorCode
 
 FAILURES_NAMESPACE = "core.routing.failures"
@@ -102,7 +103,7 @@ def failures_read(seqs: Iterable[int]) -> dict[int, RouteFailure]:
     keys = sorted({str(seq) for seq in seqs})
     if not keys:
         return {}
-    rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).values_list("key", "value")
+    rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=Listed(keys)).values_list("key", "value")
     return {int(key): RouteFailure.from_entry(value) for key, value in rows if isinstance(value, dict)}
 
 
@@ -132,7 +133,7 @@ def failures_forget_in_tx(seqs: Iterable[int]) -> None:
     """Forget the failures counted on these Events (routed, or an operator reset them)."""
     keys = [str(seq) for seq in seqs]
     if keys:
-        KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=keys).delete()
+        KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=Listed(keys)).delete()
 
 
 def _stored_time(value: Any) -> datetime | None:

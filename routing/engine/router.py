@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
@@ -40,11 +40,13 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
+from conduit_site.queries import Listed
 from conduit_site.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
 from routing.decide import (
     Decision,
+    replace,
 )
 from routing.engine.claims import COMMIT_LOCK_ID, claim_window, loop_identity
 from routing.engine.failures import (
@@ -366,7 +368,7 @@ class Router:
                 if earlier.orphaned or time.monotonic() > wait_until:
                     break
                 _PAUSE.wait(0.02)
-        Event.objects.filter(seq__in=[e.seq for e in window], claimed_by=self.owner).update(
+        Event.objects.filter(seq__in=Listed(e.seq for e in window), claimed_by=self.owner).update(
             claimed_by="", claimed_until=None
         )
         return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
@@ -418,7 +420,7 @@ class Router:
                 if live is None or live.pk != self.generation.pk:
                     raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
             seqs = [e.seq for e in window]
-            states = dict(Event.objects.filter(seq__in=seqs).values_list("seq", "route_state"))
+            states = dict(Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state"))
             hypothetical = {seq for seq in seqs if seq not in states} if dry else set()
             states.update(dict.fromkeys(hypothetical, RouteState.UNROUTED))
             still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}

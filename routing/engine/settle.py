@@ -21,12 +21,12 @@ the same window see it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from causal.models import RouteState
-from routing.decide import Decision, Effect, Reason, WaitView, World, decide
+from routing.decide import Decision, Effect, Reason, WaitView, World, decide, replace
 from routing.engine.failures import RouteFailure, backoff_for, gives_up
 from routing.errors import RouteError
 from routing.evaluate import Evaluation, panic

@@ -14,6 +14,7 @@ from django.db.models import OuterRef, Q, Subquery
 
 from causal.limits import Causal, Refusal
 from causal.models import Event, EventKey, RouteState
+from conduit_site.queries import Listed
 from routing.decide import (
     AttemptView,
     SubscriptionView,
@@ -158,7 +159,7 @@ def _read_owners(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
 
 
 def _read_attempt_work(attempt_ids: set[int]) -> dict[int, int]:
-    return dict(Attempt.objects.filter(pk__in=attempt_ids).values_list("pk", "work_id"))
+    return dict(Attempt.objects.filter(pk__in=Listed(attempt_ids)).values_list("pk", "work_id"))
 
 
 def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
@@ -196,7 +197,9 @@ def outside_blockers(
     if not events:
         return {}
     window = [e.seq for e in events]
-    query = Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=max(window)).exclude(seq__in=window)
+    query = Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=max(window)).exclude(
+        seq__in=Listed(window)
+    )
     fields = ("seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until", "unrouted_reason")
     blocked: dict[tuple, int] = {}
     rows = list(query.order_by("seq").values_list(*fields)[:BLOCKER_SCAN])
@@ -210,7 +213,9 @@ def outside_blockers(
         return blocked
     seqs = [r[0] for r in rows]
     keys: dict[int, list[tuple[str, str]]] = {}
-    for seq, scope, key in EventKey.objects.filter(event_id__in=seqs).values_list("event_id", "scope", "key"):
+    for seq, scope, key in EventKey.objects.filter(event_id__in=Listed(seqs)).values_list(
+        "event_id", "scope", "key"
+    ):
         keys.setdefault(seq, []).append((scope, key))
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
     if extra_keys:
@@ -287,7 +292,7 @@ def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
     latest_input = WorkInput.objects.filter(work=OuterRef("pk")).order_by("-seq")
     latest_attempt = Attempt.objects.filter(work=OuterRef("pk")).order_by("-number")
     works = list(
-        Work.objects.filter(pk__in=ids)
+        Work.objects.filter(pk__in=Listed(ids))
         .annotate(
             queued_binding=Subquery(pending_queue.values("binding")[:1]),
             max_input_seq=Subquery(latest_input.values("seq")[:1]),
@@ -299,14 +304,14 @@ def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
     attempts = {
         pk: (AttemptView(pk, number, binding, frozenset(capabilities or ()), epoch, state), work_id)
         for pk, number, binding, capabilities, epoch, state, work_id in Attempt.objects.filter(
-            Q(pk__in=attempt_ids) | Q(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES)
+            Q(pk__in=Listed(attempt_ids)) | Q(work_id__in=Listed(ids), state__in=ACTIVE_ATTEMPT_STATES)
         ).values_list("pk", "number", "binding", "capabilities", "lease_epoch", "state", "work_id")
     }
     active = {work_id: a for a, work_id in attempts.values() if a.state in ACTIVE_ATTEMPT_STATES}
     waiting = [w["id"] for w in works if w["status"] == "waiting"]
     waits = {}
     if waiting:
-        for wait in Wait.objects.filter(work_id__in=waiting, state=WaitState.ACTIVE).order_by(
+        for wait in Wait.objects.filter(work_id__in=Listed(waiting), state=WaitState.ACTIVE).order_by(
             "created_at", "pk"
         ):
             waits.setdefault(wait.work_id, wait)
@@ -337,7 +342,7 @@ def _pairs(pairs: Iterable[tuple[str, str]]) -> Q:
         by_scope.setdefault(scope, []).append(key)
     condition = Q(pk__in=[])
     for scope, keys in by_scope.items():
-        condition |= Q(scope=scope, key__in=sorted(keys))
+        condition |= Q(scope=scope, key__in=Listed(sorted(keys)))
     return condition
 
 

@@ -12,6 +12,7 @@ from django.db.models import F
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
+from conduit_site.queries import Listed
 from routing.decide import (
     INPUT_EFFECTS,
     Decision,
@@ -232,7 +233,7 @@ class Writes:
             resolve(self.records, 1),
         )
         for state, seqs in self.settled.items():
-            Event.objects.filter(seq__in=seqs).update(
+            Event.objects.filter(seq__in=Listed(seqs)).update(
                 route_state=state,
                 routed_at=self.now,
                 unrouted_reason="",
@@ -243,9 +244,9 @@ class Writes:
             )
         if self.touched_works:
             # Never a terminal Work's row (R49), even one another process ended since it was read.
-            Work.objects.filter(pk__in=self.touched_works).exclude(status__in=TERMINAL_STATUSES).update(
-                version=F("version") + 1, updated_at=self.now
-            )
+            Work.objects.filter(pk__in=Listed(self.touched_works)).exclude(
+                status__in=TERMINAL_STATUSES
+            ).update(version=F("version") + 1, updated_at=self.now)
         # The wake bridges the settlements planned, derived through the causal limits; a
         # refused one leaves its diagnostic (R55). A limit spent meanwhile by another writer
         # raises CausalRefused: the window is settled again on fresh reads.
@@ -268,12 +269,12 @@ class Writes:
         for wait_id, (reason, seq) in self.blocked_waits.items():
             wait_block_in_tx(wait_id=wait_id, reason=reason, event_seq=seq)
         if self.released:
-            Event.objects.filter(seq__in=self.released).update(claimed_by="", claimed_until=None)
+            Event.objects.filter(seq__in=Listed(self.released)).update(claimed_by="", claimed_until=None)
         by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}
         for seq, reason in self.reasons.items():
             by_reason.setdefault(reason, []).append(seq)
         for (reason, waiting_on, retry_at), seqs in by_reason.items():
-            Event.objects.filter(seq__in=seqs).update(
+            Event.objects.filter(seq__in=Listed(seqs)).update(
                 unrouted_reason=reason[:1000],
                 waiting_on_id=waiting_on,
                 retry_at=retry_at,

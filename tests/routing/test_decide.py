@@ -301,3 +301,63 @@ def test_r30_addressed_input_for_a_waiting_work_is_context():
         world=world_with(waiting),
     )
     assert (decision.effect, decision.binding, decision.input_kind) == (Effect.QUEUE, "plain", "context")
+
+
+# --- Issue 12 item 2: the router's fast copies and refusal lines -----------------------------
+
+
+def test_i12_2_replace_copies_like_dataclasses_replace_and_leaves_the_original():
+    import dataclasses
+
+    from routing.config.effective import EffectiveRoute as Route
+    from routing.decide import Decision, replace
+
+    work = WorkView(id=7, scope=SCOPE, status="ready", binding="triage", max_input_seq=3)
+    decision = Decision(Effect.QUEUE, "why", work_id=7, binding="triage", keys=("k",))
+    for original, changes in (
+        (work, {"max_input_seq": 9, "queued_binding": "plain"}),
+        (decision, {"work_id": -1}),
+        (decision, {"reason": Reason.CONTEXT, "input_kind": "context"}),
+    ):
+        copied = replace(original, **changes)
+        assert copied == dataclasses.replace(original, **changes)
+        assert type(copied) is type(original) and copied is not original
+        assert all(getattr(copied, name) == value for name, value in changes.items())
+    assert work.max_input_seq == 3 and decision.work_id == 7
+    # A dataclass with a field __init__ does not take goes to dataclasses.replace (its
+    # __post_init__ builds that field again).
+    route = Route("s", SCOPE, "match", {}, "triage", "queue", "", True)
+    moved = replace(route, binding="plain")
+    assert moved.binding == "plain" and moved.info().binding == "plain"
+    with pytest.raises((TypeError, KeyError)):
+        replace(decision, no_such_field=1)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "type a.b does not match c.*",
+        "",
+        " lead",
+        "trail ",
+        "two  spaces",
+        "line\nbreak",
+        "tab\there",
+        "nbsp\u00a0here",
+        "é" * 125,
+        "é" * 126,
+        "x" * 500,
+        "x" * 501,
+        "😀" * 200,
+    ],
+)
+def test_i12_2_one_line_keeps_what_the_split_and_join_would_give(reason):
+    from routing.extension import REFUSAL_MAX_BYTES, one_line
+
+    line = " ".join(reason.split())
+    expected = (
+        line
+        if len(line.encode()) <= REFUSAL_MAX_BYTES
+        else line.encode()[:REFUSAL_MAX_BYTES].decode(errors="ignore")
+    )
+    assert one_line(reason) == expected

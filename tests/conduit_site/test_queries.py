@@ -1,0 +1,58 @@
+"""conduit_site.queries.Listed: an ``__in`` list passed as prepared values selects, updates
+and excludes exactly the rows the same plain list does (the router's window reads and writes
+rely on it), on whichever database the tests run."""
+
+from __future__ import annotations
+
+import pytest
+
+from causal.models import KV, Event, EventKey
+from conduit_site.queries import Listed
+from tests.causal.factories import EventFactory, KVFactory
+
+
+@pytest.mark.django_db
+def test_i12_2_listed_selects_excludes_and_updates_the_rows_a_plain_list_does():
+    events = EventFactory.create_batch(6, correlation=["k"])
+    seqs = [e.seq for e in events]
+    chosen = [seqs[4], seqs[1], seqs[1], seqs[3]]  # out of order, one twice
+
+    def rows(queryset):
+        return sorted(queryset.values_list("seq", flat=True))
+
+    assert rows(Event.objects.filter(seq__in=Listed(chosen))) == rows(Event.objects.filter(seq__in=chosen))
+    assert rows(Event.objects.filter(seq__in=Listed(chosen))) == sorted({seqs[1], seqs[3], seqs[4]})
+    assert rows(Event.objects.exclude(seq__in=Listed(chosen))) == rows(Event.objects.exclude(seq__in=chosen))
+    # A foreign key's column, as the world reads use it.
+    assert sorted(
+        EventKey.objects.filter(event_id__in=Listed(chosen)).values_list("event_id", flat=True)
+    ) == [
+        seqs[1],
+        seqs[3],
+        seqs[4],
+    ]
+    assert Event.objects.filter(seq__in=Listed(chosen)).update(claimed_by="loop") == 3
+    assert rows(Event.objects.filter(claimed_by="loop")) == sorted({seqs[1], seqs[3], seqs[4]})
+
+
+@pytest.mark.django_db
+def test_i12_2_listed_leaves_out_none_and_an_empty_list_matches_nothing():
+    events = EventFactory.create_batch(3)
+    seqs = [e.seq for e in events]
+    assert list(Event.objects.filter(seq__in=Listed([None, seqs[0]])).values_list("seq", flat=True)) == [
+        seqs[0]
+    ]
+    assert not Event.objects.filter(seq__in=Listed([])).exists()
+    assert not Event.objects.filter(seq__in=Listed([None])).exists()
+    assert Event.objects.exclude(seq__in=Listed([])).count() == 3
+    assert Event.objects.filter(seq__in=Listed([])).update(claimed_by="loop") == 0
+
+
+@pytest.mark.django_db
+def test_i12_2_listed_strings_select_the_keys_a_plain_list_does():
+    for key in ("1", "2", "10", "x'; --"):
+        KVFactory(namespace="n", key=key)
+    wanted = ["10", "x'; --", "absent"]
+    listed = sorted(KV.objects.filter(namespace="n", key__in=Listed(wanted)).values_list("key", flat=True))
+    assert listed == sorted(KV.objects.filter(namespace="n", key__in=wanted).values_list("key", flat=True))
+    assert listed == ["10", "x'; --"]
