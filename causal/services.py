@@ -152,6 +152,18 @@ def _accepted_under(source: str, envelope_id: str) -> Event | None:
     return None if row is None else Event.objects.get(seq=row[0])
 
 
+@functools.lru_cache(maxsize=16)
+def _accepted_among_sql(count: int) -> str:
+    """The seqs of the Events accepted from one source under any of ``count`` ids."""
+    quote = connection.ops.quote_name
+    meta = Event._meta
+    return (
+        f"SELECT {quote(meta.pk.column)} FROM {quote(meta.db_table)} "
+        f"WHERE {quote(meta.get_field('source').column)} = %s "
+        f"AND {quote(meta.get_field('envelope_id').column)} IN ({', '.join(['%s'] * count)})"
+    )
+
+
 @functools.cache
 def _accepted_under_sql() -> str:
     quote = connection.ops.quote_name
@@ -269,10 +281,16 @@ def events_accept_in_tx(
     by_source: dict[str, list[str]] = {}
     for source, envelope_id in pairs:
         by_source.setdefault(source, []).append(envelope_id)
-    for source, ids in by_source.items():
-        for start in range(0, len(ids), 500):
-            for event in Event.objects.filter(source=source, envelope_id__in=ids[start : start + 500]):
-                existing[(event.source, event.envelope_id)] = event
+    found: list[int] = []
+    with connection.cursor() as cursor:
+        for source, ids in by_source.items():
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                cursor.execute(_accepted_among_sql(len(chunk)), [source, *chunk])
+                found.extend(seq for (seq,) in cursor.fetchall())
+    if found:  # repeats are rare: only they are read whole
+        for event in Event.objects.filter(seq__in=found):
+            existing[(event.source, event.envelope_id)] = event
     acceptance_lock_in_tx()
     now = clock()
     fresh: list[Event] = []
