@@ -377,6 +377,33 @@ def test_issue12_1_serve_workers_share_one_port(tmp_path):
     assert server.returncode == 0, err
 
 
+def test_issue12_1_each_worker_listens_on_a_socket_of_its_own_on_one_port():
+    """``--workers N`` opens N sockets on the port (SO_REUSEPORT), so that the kernel spreads
+    connections over the processes; a port another program holds is refused clearly."""
+    import socket
+
+    from routing.management.commands.serve import listening_sockets
+
+    port = free_port()
+    listeners = listening_sockets("127.0.0.1", port, 3)
+    try:
+        assert len({listener.fileno() for listener in listeners}) == 3
+        for listener in listeners:
+            assert listener.getsockname() == ("127.0.0.1", port)
+            assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+            assert listener.get_inheritable()
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        for listener in listeners:
+            listener.close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        with pytest.raises(CommandError, match="cannot listen on"):
+            listening_sockets("127.0.0.1", busy.getsockname()[1], 2)
+
+
 def test_serve_fails_clearly_when_the_database_cannot_be_read():
     env = {**os.environ, "DATABASE_URL": "postgres://postgres@127.0.0.1:1/nowhere"}
 

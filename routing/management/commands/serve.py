@@ -88,21 +88,28 @@ def ensure_can_listen(host: str, port: int) -> None:
             ) from error
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket listening on ``host:port`` that several daphne processes accept on (the
-    kernel hands each connection to one of them)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """``count`` TCP sockets listening on ``host:port``, one for each daphne process
+    (``SO_REUSEPORT``): the kernel spreads new connections over them. On one shared socket the
+    process that happened to be waiting in ``accept`` took most keep-alive connections, and
+    the other idled while it was saturated."""
+    listeners: list[socket.socket] = []
     try:
-        listener.bind((host, port))
+        for _ in range(count):
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listeners.append(listener)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            listener.bind((host, port))
+            listener.listen(1024)
+            listener.set_inheritable(True)
     except OSError as error:
-        listener.close()
+        for listener in listeners:
+            listener.close()
         raise CommandError(
             f"--host/--port: cannot listen on {host}:{port}: {error.strerror or error}"
         ) from error
-    listener.listen(1024)
-    listener.set_inheritable(True)
-    return listener
+    return listeners
 
 
 def fd_endpoint(listener: socket.socket) -> str:
@@ -230,7 +237,7 @@ class Command(BaseCommand):
         if debug_warning:
             self.stderr.write(debug_warning)
 
-        listener = None
+        listeners: list[socket.socket] = []
         if options["workers"] == 1:
             children = [
                 Child(
@@ -239,14 +246,14 @@ class Command(BaseCommand):
                 )
             ]
         else:
-            listener = listening_socket(host, port)
+            listeners = listening_sockets(host, port, options["workers"])
             children = [
                 Child(
                     name=f"daphne-{number}",
                     argv=[sys.executable, "-m", "daphne", "-e", fd_endpoint(listener), ASGI_APPLICATION],
                     pass_fds=(listener.fileno(),),
                 )
-                for number in range(1, options["workers"] + 1)
+                for number, listener in enumerate(listeners, start=1)
             ]
         if with_router:
             children.append(
@@ -277,7 +284,7 @@ class Command(BaseCommand):
                 url=url_for(host, port), probe=(probe_host(host), port)
             )
         finally:
-            if listener is not None:
+            for listener in listeners:
                 listener.close()
         if returncode:
             raise CommandError("stopped because a child process failed (see above)", returncode=returncode)
