@@ -5,6 +5,7 @@ while the previous commit was being made, each caller keeping its own answer."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -49,6 +50,14 @@ class HoldingClock:
         return T0 + timedelta(seconds=reading)
 
 
+def wait_for_queue(count: int) -> None:
+    """Until ``count`` callers wait behind the held commit (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while len(ACCEPTANCES._waiting) < count:
+        assert time.monotonic() < deadline, f"{len(ACCEPTANCES._waiting)} of {count} callers queued"
+        time.sleep(0.01)
+
+
 def accept_in_thread(payload, clock, answers, name, accepted_by):
     def run() -> None:
         try:
@@ -82,9 +91,7 @@ def test_i12_1_callers_offering_during_a_commit_share_the_next_one_each_with_its
     threads = [
         accept_in_thread(payload, clock, answers, name, by) for name, (payload, by) in followers.items()
     ]
-    deadline = threading.Event()
-    while len(ACCEPTANCES._waiting) < len(followers) and not deadline.wait(0.01):
-        pass
+    wait_for_queue(len(followers))
     clock.release.set()
     for thread in [first, *threads]:
         thread.join(60)
@@ -119,9 +126,7 @@ def test_i12_1_when_a_group_commit_fails_every_caller_of_the_group_raises():
     threads = [
         accept_in_thread(payload, failing_clock, answers, name, "bob") for name, payload in broken.items()
     ]
-    deadline = threading.Event()
-    while len(ACCEPTANCES._waiting) < len(broken) and not deadline.wait(0.01):
-        pass
+    wait_for_queue(len(broken))
     clock.release.set()
     for thread in [first, *threads]:
         thread.join(60)
