@@ -143,8 +143,9 @@ CREATE TABLE record (id INTEGER PRIMARY KEY, event INTEGER UNIQUE, work INTEGER,
 """
 
 
-def raw_floor(payloads: list[dict], path: str, synchronous: str) -> float:
-    """The same reads, inserts and updates, one transaction per Event, no ORM."""
+def raw_database(payloads: list[dict], path: str, synchronous: str) -> tuple[sqlite3.Connection, str]:
+    """A raw sqlite3 database with the floors' schema and the workload accepted, and the
+    refusals an unmatched Event records."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous}")
@@ -155,7 +156,12 @@ def raw_floor(payloads: list[dict], path: str, synchronous: str) -> float:
         [(p["type"], json.dumps(p["data"])) for p in payloads],
     )
     db.execute("COMMIT")
-    refusals = json.dumps([{"route": "deploys", "reason": "no"}, {"route": "issues", "reason": "no"}])
+    return db, json.dumps([{"route": "deploys", "reason": "no"}, {"route": "issues", "reason": "no"}])
+
+
+def raw_floor(payloads: list[dict], path: str, synchronous: str) -> float:
+    """The same reads, inserts and updates, one transaction per Event, no ORM."""
+    db, refusals = raw_database(payloads, path, synchronous)
     started = time.perf_counter()
     while True:
         rows = db.execute(
@@ -208,17 +214,7 @@ def set_based_floor(payloads: list[dict], path: str, synchronous: str) -> float:
     """The same reads, inserts and updates as :func:`raw_floor`, set-based: one transaction per
     batch of ``SET_BATCH`` Events, one SELECT for the batch's key owners, ``executemany`` for
     every insert and update. No ORM."""
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute(f"PRAGMA synchronous={synchronous}")
-    db.executescript(RAW_SCHEMA)
-    db.execute("BEGIN")
-    db.executemany(
-        "INSERT INTO event (type, data, route_state) VALUES (?, ?, 'unrouted')",
-        [(p["type"], json.dumps(p["data"])) for p in payloads],
-    )
-    db.execute("COMMIT")
-    refusals = json.dumps([{"route": "deploys", "reason": "no"}, {"route": "issues", "reason": "no"}])
+    db, refusals = raw_database(payloads, path, synchronous)
     started = time.perf_counter()
     while True:
         rows = db.execute(

@@ -392,8 +392,8 @@ def test_issue12_1_each_worker_listens_on_a_socket_of_its_own_on_one_port():
             assert listener.getsockname() == ("127.0.0.1", port)
             assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
             assert listener.get_inheritable()
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            pass
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            assert client.getpeername() == ("127.0.0.1", port)
     finally:
         for listener in listeners:
             listener.close()
