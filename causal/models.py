@@ -41,6 +41,8 @@ class Event(models.Model):
     data = models.JSONField(null=True, blank=True)
     extensions = models.JSONField(default=dict, blank=True)
 
+    # Indexed on its own beside event_scope_seq_idx: on PostgreSQL this also makes the LIKE
+    # index that the console's scope-subtree filter (routing.selectors.starts_with) uses.
     scope = models.CharField(max_length=255, db_index=True)
     correlation = models.JSONField(default=list, blank=True)
     work_id = models.BigIntegerField(null=True, blank=True, db_index=True)
@@ -49,8 +51,8 @@ class Event(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
-    root = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="descendants"
+    root = models.ForeignKey(  # indexed by event_root_seq_idx
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="descendants", db_index=False
     )
     depth = models.PositiveIntegerField(default=0)
 
@@ -112,7 +114,8 @@ class EventKey(models.Model):
     """An explicit correlation key of an Event, indexed so that "earlier unrouted input for
     this key" is one indexed query."""
 
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="keys")
+    # Indexed by eventkey_event_key_unique.
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="keys", db_index=False)
     scope = models.CharField(max_length=255)
     key = models.CharField(max_length=512)
     # False: an explicit target from the envelope. True: a key the Event's route decided while

@@ -56,7 +56,10 @@ class Scope(models.Model):
     """A scope of one generation, named by its path (``acme/web``); its parent is the path
     without the last segment."""
 
-    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="scopes")
+    # Indexed by scope_generation_path_unique.
+    generation = models.ForeignKey(
+        Generation, on_delete=models.CASCADE, related_name="scopes", db_index=False
+    )
     path = models.CharField(max_length=255)
 
     class Meta:
@@ -78,7 +81,8 @@ class Binding(models.Model):
     """A named binding declared in a scope: an executor registration and its settings, and
     the optional controls it claims (validated against the implementation, R2)."""
 
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="bindings")
+    # Indexed by binding_scope_name_unique.
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="bindings", db_index=False)
     name = models.CharField(max_length=128)
     executor = models.CharField(max_length=128, blank=True, default="")
     settings = models.JSONField(default=dict, blank=True)
@@ -109,7 +113,8 @@ class Fallback(models.TextChoices):
 class Route(models.Model):
     """A route declared in a scope, at ``position`` in the scope's order."""
 
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="routes")
+    # Indexed by route_scope_slot_unique.
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="routes", db_index=False)
     position = models.PositiveIntegerField()
     slot = models.CharField(max_length=128)
     handler = models.CharField(max_length=128)
@@ -147,8 +152,8 @@ class RouteRecord(models.Model):
     """
 
     event = models.OneToOneField(Event, on_delete=models.PROTECT, related_name="route_record")
-    work = models.ForeignKey(
-        Work, null=True, blank=True, on_delete=models.PROTECT, related_name="route_records"
+    work = models.ForeignKey(  # indexed by routerecord_work_idx
+        Work, null=True, blank=True, on_delete=models.PROTECT, related_name="route_records", db_index=False
     )
     scope = models.CharField(max_length=255, blank=True, default="")
     route = models.CharField(max_length=128, blank=True, default="")

@@ -91,7 +91,8 @@ class CorrelationKey(models.Model):
 
     scope = models.CharField(max_length=255)
     key = models.CharField(max_length=512)
-    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="keys")
+    # Indexed by correlationkey_work_idx.
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="keys", db_index=False)
     attached_by = models.ForeignKey(Event, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     attached_at = models.DateTimeField()
 
@@ -122,7 +123,8 @@ class Attempt(models.Model):
     executor registration behind it, the generation and the capabilities. ``lease_epoch``
     fences stale holders. The attempt's id is the Execution id Events may target."""
 
-    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="attempts")
+    # Indexed by attempt_work_number_unique.
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     binding = models.CharField(max_length=128)
     executor = models.CharField(max_length=128, blank=True, default="")
@@ -197,7 +199,8 @@ class WorkInput(models.Model):
     keeps its attempt association (R46).
     """
 
-    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="inputs")
+    # Indexed by workinput_work_event_unique.
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="inputs", db_index=False)
     event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="work_inputs")
     seq = models.BigIntegerField()
     binding = models.CharField(max_length=128, blank=True, default="")
@@ -237,7 +240,8 @@ class Intent(models.Model):
     """A stable inject/interrupt intent for one attempt at one lease epoch (R32)."""
 
     work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="intents")
-    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="intents")
+    # Indexed by intent_identity_unique.
+    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="intents", db_index=False)
     lease_epoch = models.PositiveBigIntegerField()
     event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="intents")
     kind = models.CharField(max_length=16, choices=[("inject", "inject"), ("interrupt", "interrupt")])
@@ -267,7 +271,8 @@ class Wait(models.Model):
     """A parked attempt waiting for an Event matching ``match`` (type glob and keys), or
     for ``timeout_at``."""
 
-    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="waits")
+    # Indexed by wait_work_state_idx.
+    work = models.ForeignKey(Work, on_delete=models.PROTECT, related_name="waits", db_index=False)
     attempt = models.ForeignKey(
         Attempt, null=True, blank=True, on_delete=models.PROTECT, related_name="waits"
     )

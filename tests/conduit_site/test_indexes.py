@@ -1,0 +1,76 @@
+"""Issue 12 items 1 and 2: every index a write keeps up to date earns its place.
+
+An index whose columns lead another index of the same table answers no query the longer one
+cannot, yet every INSERT of an Event (acceptance) and every routed window (RouteRecord,
+WorkInput, CorrelationKey) pays for it. Partial indexes are left out (they cover fewer rows),
+and so are unique ones (they enforce something) and PostgreSQL's ``_like`` indexes (another
+operator class, for ``LIKE 'prefix%'``), with the plain index PostgreSQL makes one beside."""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+from django.db import connection
+
+APPS = ("causal", "routing", "worklife")
+# Kept on purpose: on PostgreSQL Event.scope's index comes with the ``_like`` index the
+# console's scope-subtree filter uses (routing.selectors.starts_with).
+KEPT = {("causal_event", ("scope",))}
+
+
+def _partial_index_names() -> set[str]:
+    return {
+        index.name
+        for app in APPS
+        for model in apps.get_app_config(app).get_models()
+        for index in model._meta.indexes
+        if index.condition is not None
+    }
+
+
+def redundant_indexes() -> list[str]:
+    """Each plain index whose column list is a leading part of another index on its table."""
+    partial = _partial_index_names()
+    found = []
+    with connection.cursor() as cursor:
+        for app in APPS:
+            for model in apps.get_app_config(app).get_models():
+                table = model._meta.db_table
+                constraints = connection.introspection.get_constraints(cursor, table)
+                indexes = {
+                    name: tuple(c["columns"])
+                    for name, c in constraints.items()
+                    if (c["index"] or c["unique"]) and c["columns"] and name not in partial
+                }
+                for name, columns in indexes.items():
+                    if (
+                        constraints[name]["unique"]
+                        or constraints[name]["primary_key"]
+                        or name.endswith("_like")
+                        or (table, columns) in KEPT
+                    ):
+                        continue
+                    for other, longer in indexes.items():
+                        same = longer == columns and (constraints[other]["unique"] or other < name)
+                        if (
+                            other != name
+                            and longer[: len(columns)] == columns
+                            and (len(longer) > len(columns) or same)
+                        ):
+                            found.append(f"{table}.{name} {columns} leads {other} {longer}")
+                            break
+    return found
+
+
+@pytest.mark.django_db
+def test_i12_no_index_leads_another_on_the_same_table():
+    assert redundant_indexes() == []
+
+
+@pytest.mark.django_db
+def test_i12_the_check_finds_a_redundant_index():
+    """The check itself: an index on a column another index already leads is reported."""
+    with connection.cursor() as cursor:
+        cursor.execute('CREATE INDEX "i12_redundant" ON "causal_event" ("type")')
+    # The test's transaction rolls the index back (DDL is transactional on both databases).
+    assert any(line.startswith("causal_event.i12_redundant ('type',) leads") for line in redundant_indexes())
