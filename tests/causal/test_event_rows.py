@@ -1,0 +1,94 @@
+"""Issue 12 item 1: an acceptance builds its Event from values in field order and prepares
+its columns once per batch. The row it stores must be the one the model's own constructor
+and ``bulk_create`` would store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db import transaction
+
+from causal.models import Event
+from causal.services import Envelope, event_row, events_accept_in_tx
+
+
+def _envelope(n: int, **more) -> Envelope:
+    return Envelope(
+        id=f"row-{n}",
+        source="tests/rows",
+        type="pr.opened",
+        scope="rows",
+        subject=f"subject {n}",
+        data={"n": n, "nested": {"list": [1, "two", None]}},
+        extensions={"traceparent": f"00-{n:032x}-{n:016x}-01"},
+        correlation=(f"pr:{n}", f"repo:{n % 2}"),
+        work_id=n,
+        execution_id=n + 1,
+        time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        **more,
+    )
+
+
+def test_i12_a_root_row_equals_the_keyword_constructor():
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    envelope = _envelope(1)
+    fast = event_row(envelope, parent=None, accepted_at=at, accepted_by="alice")
+    slow = Event(
+        envelope_id=envelope.id,
+        source=envelope.source,
+        type=envelope.type,
+        subject=envelope.subject,
+        time=envelope.time,
+        specversion=envelope.specversion,
+        datacontenttype=envelope.datacontenttype,
+        data=envelope.data,
+        extensions=dict(envelope.extensions),
+        scope=envelope.scope,
+        correlation=list(envelope.correlation),
+        work_id=envelope.work_id,
+        execution_id=envelope.execution_id,
+        accepted_at=at,
+        accepted_by="alice",
+    )
+    for field in Event._meta.concrete_fields:
+        assert getattr(fast, field.attname) == getattr(slow, field.attname), field.attname
+    assert fast._state.adding
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_a_batch_stores_what_bulk_create_stores():
+    """Each column of each row, read back, equals a row stored by Django's bulk_create."""
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    with transaction.atomic():
+        accepted = events_accept_in_tx(
+            envelopes=[_envelope(n) for n in range(3)], clock=lambda: at, accepted_by="alice"
+        )
+    reference = Event.objects.bulk_create(
+        [
+            Event(
+                envelope_id=f"ref-{n}",
+                source="tests/rows",
+                type="pr.opened",
+                scope="rows",
+                subject=f"subject {n}",
+                time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+                data={"n": n, "nested": {"list": [1, "two", None]}},
+                extensions={"traceparent": f"00-{n:032x}-{n:016x}-01"},
+                correlation=[f"pr:{n}", f"repo:{n % 2}"],
+                work_id=n,
+                execution_id=n + 1,
+                accepted_at=at,
+                accepted_by="alice",
+            )
+            for n in range(3)
+        ]
+    )
+    stored = {e.seq: e for e in Event.objects.filter(source="tests/rows")}
+    for result, ref in zip(accepted, reference, strict=True):
+        mine, theirs = stored[result.event.seq], stored[ref.seq]
+        for field in Event._meta.concrete_fields:
+            if field.attname in ("seq", "envelope_id"):
+                continue
+            assert getattr(mine, field.attname) == getattr(theirs, field.attname), field.attname
+        assert mine.envelope_id == result.event.envelope_id
