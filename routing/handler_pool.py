@@ -28,12 +28,28 @@ class PoolExhausted(RuntimeError):
 @dataclass(slots=True)
 class _Call:
     fn: Callable[[], Any]
-    done: threading.Event = field(default_factory=threading.Event)
     started_at: float | None = None
+    finished: bool = False
     result: Any = None
     exception: BaseException | None = None
     stack: str = ""
     abandoned: bool = False
+    timed_out: bool = False
+    elapsed: float = 0.0
+    timed_out_after: float = 0.0
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Calls one worker runs in order. A worker takes a batch from the queue, not a call: a
+    window of hundreds of quick calls costs a few hand-overs between threads instead of one
+    (and one wake-up) per call. Each call keeps its own deadline from its own start: when one
+    overruns, the pool abandons it and hands the calls after it to another worker."""
+
+    calls: list[_Call]
+    done: threading.Event = field(default_factory=threading.Event)
+    running: int = 0  # the index of the call the worker runs (or runs next)
+    cut: int | None = None  # the pool took the calls from here on back (after an abandoned one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +105,10 @@ class HandlerPool:
                     f"{self._abandoned} handler calls are abandoned (at most {self.max_abandoned})"
                 )
         calls = [_Call(fn) for fn in fns]
-        for call in calls:
-            self._queue.put(call)
-        outcomes: list[CallOutcome] = []
-        for call in calls:
-            outcomes.append(self._wait(call, timeout))
-        return outcomes
+        pending = self._enqueue(calls)
+        while pending:
+            pending = self._wait(pending.pop(0), timeout) + pending
+        return [self._outcome(call) for call in calls]
 
     def run(self, fn: Callable[[], Any], *, timeout: float) -> CallOutcome:
         return self.run_all([fn], timeout=timeout)[0]
@@ -107,28 +121,54 @@ class HandlerPool:
             self._queue.put(None)
 
     # -- internals -----------------------------------------------------------------------
-    def _wait(self, call: _Call, timeout: float) -> CallOutcome:
-        while True:
-            if call.started_at is None:
-                # Not started yet: queueing time does not count against the deadline.
-                if call.done.wait(0.005):
-                    break
-                continue
-            remaining = call.started_at + timeout - time.monotonic()
-            if remaining <= 0 or not call.done.wait(remaining):
-                if call.done.is_set():
-                    break
-                self._abandon(call)
-                return CallOutcome(timed_out=True, elapsed=time.monotonic() - call.started_at)
-            break
-        elapsed = time.monotonic() - (call.started_at or time.monotonic())
-        return CallOutcome(result=call.result, exception=call.exception, stack=call.stack, elapsed=elapsed)
+    def _enqueue(self, calls: list[_Call]) -> list[_Batch]:
+        """Queue ``calls`` as batches: enough of them for every worker to take several, so a
+        call that overruns holds back only the few calls queued behind it in its batch."""
+        size = max(1, min(BATCH_CALLS, -(-len(calls) // (self.workers * 4))))
+        batches = [_Batch(calls[start : start + size]) for start in range(0, len(calls), size)]
+        for batch in batches:
+            self._queue.put(batch)
+        return batches
 
-    def _abandon(self, call: _Call) -> None:
+    def _wait(self, batch: _Batch, timeout: float) -> list[_Batch]:
+        """Wait until ``batch`` ends, abandoning each call of it that overruns its deadline.
+        Returns the batches its calls after an abandoned one were queued again in."""
+        while not batch.done.is_set():
+            with self._lock:
+                index = batch.running
+                started = batch.calls[index].started_at if index < len(batch.calls) else None
+            if started is None:
+                # Not started yet: queueing time does not count against the deadline.
+                batch.done.wait(0.005)
+                continue
+            remaining = started + timeout - time.monotonic()
+            if remaining > 0:
+                batch.done.wait(remaining)
+                continue
+            rest = self._abandon(batch, index)
+            if rest is not None:
+                return self._enqueue(rest)
+        return []
+
+    @staticmethod
+    def _outcome(call: _Call) -> CallOutcome:
+        if call.timed_out:
+            return CallOutcome(timed_out=True, elapsed=call.timed_out_after)
+        return CallOutcome(
+            result=call.result, exception=call.exception, stack=call.stack, elapsed=call.elapsed
+        )
+
+    def _abandon(self, batch: _Batch, index: int) -> list[_Call] | None:
+        """Abandon the call at ``index`` of ``batch`` (still running past its deadline) and
+        take back the calls after it; ``None`` when it has just returned after all."""
+        call = batch.calls[index]
         with self._lock:
-            if call.done.is_set():
-                return
+            if call.finished or batch.running != index:
+                return None
             call.abandoned = True
+            call.timed_out = True
+            call.timed_out_after = time.monotonic() - (call.started_at or time.monotonic())
+            batch.cut = index + 1
             self._abandoned += 1
             self._abandoned_total += 1
             logger.warning(
@@ -136,6 +176,7 @@ class HandlerPool:
             )
         # The stuck thread no longer serves the queue: keep the pool at its size.
         self._spawn()
+        return batch.calls[index + 1 :]
 
     def _spawn(self) -> None:
         with self._lock:
@@ -145,21 +186,34 @@ class HandlerPool:
 
     def _worker(self) -> None:
         while True:
-            call = self._queue.get()
-            if call is None:
+            batch = self._queue.get()
+            if batch is None:
                 with self._lock:
                     self._live -= 1
                 return
-            call.started_at = time.monotonic()
-            try:
-                call.result = call.fn()
-            except BaseException as exc:  # noqa: BLE001 - the thread boundary: every error is reported
-                call.exception = exc
-                call.stack = "".join(traceback.format_exception(exc))
+            for index, call in enumerate(batch.calls):
+                with self._lock:
+                    if batch.cut is not None and index >= batch.cut:
+                        break  # the pool gave these calls to another worker
+                    batch.running = index
+                    call.started_at = time.monotonic()
+                try:
+                    call.result = call.fn()
+                except BaseException as exc:  # noqa: BLE001 - the thread boundary: every error is reported
+                    call.exception = exc
+                    call.stack = "".join(traceback.format_exception(exc))
+                with self._lock:
+                    call.finished = True
+                    call.elapsed = time.monotonic() - call.started_at
+                    if call.abandoned:
+                        # A replacement already serves the queue: this thread retires.
+                        self._abandoned -= 1
+                        self._live -= 1
+                        return
             with self._lock:
-                call.done.set()
-                if call.abandoned:
-                    # A replacement already serves the queue: this thread retires.
-                    self._abandoned -= 1
-                    self._live -= 1
-                    return
+                batch.running = len(batch.calls)
+            batch.done.set()
+
+
+# Calls at most in one batch (routing.handler_pool._Batch).
+BATCH_CALLS = 32
