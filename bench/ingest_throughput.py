@@ -124,6 +124,44 @@ def load(port: int, token: str, *, clients: int, seconds: float, run: str, batch
     }
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        found.extend(frontier)
+    return found
+
+
+def cpu_by_role(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the server's processes, by role: the web server,
+    the route loop, the work loop; and of this process (the clients)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    roles: dict[str, float] = {"clients": sum(os.times()[:2])}
+    for pid in _tree(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        role = "route loop" if "route_loop" in command else "work loop" if "work_loop" in command else "web"
+        roles[role] = roles.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return roles
+
+
+def cpu_per_event(before: dict[str, float], after: dict[str, float], events: float) -> str:
+    parts = [f"{role} {(after[role] - before.get(role, 0.0)) / events * 1e6:,.0f}" for role in after]
+    return "CPU per Event (µs): " + ", ".join(parts)
+
+
 def setup_conduit(env: dict[str, str]) -> str:
     """Migrate, apply the configuration, create an operator and a token; returns its secret."""
     script = (
@@ -215,10 +253,15 @@ def main() -> None:
         try:
             wait_listening(port, server)
             load(port, token, clients=args.clients, seconds=1, run="warm")
+            cpu = cpu_by_role(server.pid)
             single = load(port, token, clients=args.clients, seconds=args.seconds, run="one")
+            between = cpu_by_role(server.pid)
             batches = load(
                 port, token, clients=args.clients, seconds=args.seconds, run="batch", batch=args.batch
             )
+            # The route loop is still routing the batches: its CPU is counted once it is done.
+            time.sleep(2)
+            after = cpu_by_role(server.pid)
         finally:
             stop(server)
             log.close()
@@ -231,10 +274,12 @@ def main() -> None:
     show("floor (one INSERT behind daphne)", floor_figures)
     show("Conduit (manage.py serve)", single)
     print(f"ratio to the floor: {single['rps'] / floor_figures['rps']:.2f}")
+    print("  " + cpu_per_event(cpu, between, single["eps"] * args.seconds))
     print(
         f"batches of {args.batch}: {batches['eps']:7.0f} Events/s "
         f"({batches['rps']:.1f} requests/s, p50 {batches['p50']:.0f} ms, p99 {batches['p99']:.0f} ms)"
     )
+    print("  " + cpu_per_event(between, after, batches["eps"] * args.seconds))
 
 
 if __name__ == "__main__":

@@ -377,6 +377,48 @@ def test_issue12_1_serve_workers_share_one_port(tmp_path):
     assert server.returncode == 0, err
 
 
+@pytest.mark.parametrize(
+    ("cpus", "host", "expected"),
+    [(2, "127.0.0.1", 2), (1, "127.0.0.1", 1), (16, "0.0.0.0", 4), (None, "127.0.0.1", 1), (8, "::1", 1)],
+)
+def test_issue12_1_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cpus, host, expected):
+    from routing.management.commands import serve
+
+    monkeypatch.setattr(serve.os, "process_cpu_count", lambda: cpus)
+    assert serve.default_workers(host) == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issue12_1_serve_without_workers_starts_the_default_number(tmp_path):
+    from routing.management.commands.serve import default_workers
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--no-router", "--port", str(port)],
+        cwd=ROOT,
+        env=child_env(CONDUIT_VAR_DIR=str(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        banner = server.stdout.readline()
+        expected = default_workers("127.0.0.1")
+        assert f"web processes: {expected};" in banner
+        daphnes = subprocess.run(
+            ["pgrep", "-P", str(server.pid), "-f", "daphne"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert len(daphnes) == expected
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/openapi.json", timeout=30) as answer:
+            assert answer.status == 200
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, err
+
+
 def test_issue12_1_each_worker_listens_on_a_socket_of_its_own_on_one_port():
     """``--workers N`` opens N sockets on the port (SO_REUSEPORT), so that the kernel spreads
     connections over the processes; a port another program holds is refused clearly."""

@@ -160,6 +160,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))
 
 
+# The most web server processes serve starts without --workers.
+MAX_DEFAULT_WORKERS = 4
+
+
+def default_workers(host: str) -> int:
+    """One web server process per CPU this process may run on (at most
+    ``MAX_DEFAULT_WORKERS``): one Python process serves requests on one core at a time.
+    One on an IPv6 host, where daphne cannot adopt the sockets several processes need."""
+    if ":" in host:
+        return 1
+    return max(1, min(MAX_DEFAULT_WORKERS, os.process_cpu_count() or 1))
+
+
 class Command(BaseCommand):
     help = (
         "Serve the console (daphne, HTTP and websockets), run the router loop (manage.py "
@@ -197,9 +210,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--workers",
             type=int,
-            default=1,
-            help="Web server processes (daphne) sharing one listening socket; each runs the "
-            "console and the API, so requests are served in parallel. Default 1.",
+            default=None,
+            help="Web server processes (daphne), each on its own listening socket of the port; "
+            "each runs the console and the API, so requests are served in parallel. Default: one "
+            f"per CPU this process may use, at most {MAX_DEFAULT_WORKERS} (one on an IPv6 --host).",
         )
         parser.add_argument(
             "--stop-timeout",
@@ -217,6 +231,8 @@ class Command(BaseCommand):
             raise CommandError(f"--port: must be between 1 and 65535, got {port}")
         if options["slots"] < 1:
             raise CommandError(f"--slots: must be at least 1, got {options['slots']}")
+        if options["workers"] is None:
+            options["workers"] = default_workers(host)
         if options["workers"] < 1:
             raise CommandError(f"--workers: must be at least 1, got {options['workers']}")
         if options["workers"] > 1 and ":" in host:
@@ -390,7 +406,10 @@ class Supervisor:
         names = {child.name for child in self.children}
         router = "running" if "route_loop" in names else "off (--no-router)"
         work = "running" if "work_loop" in names else "off"
-        self.command.stdout.write(f"Conduit console: {url}  (router: {router}; work: {work}; Ctrl-C stops)")
+        web = sum(1 for name in names if name.startswith("daphne"))
+        self.command.stdout.write(
+            f"Conduit console: {url}  (web processes: {web}; router: {router}; work: {work}; Ctrl-C stops)"
+        )
         self.command.stdout.flush()
 
     def _wait_for_exit_or_stop(self) -> Child | None:
