@@ -14,6 +14,7 @@ from causal.services import kv_put_in_tx
 from conduit_site.leases import lease_transaction
 from routing import live
 from routing.config import live_generation
+from routing.config.selectors import live_generation_id
 from routing.handler_pool import HandlerPool
 from routing.router import (
     GenerationChanged,
@@ -155,6 +156,9 @@ class RouteLoop:
         live.drain(timeout=2.0)
 
     def _ensure_router(self) -> bool:
+        live_id = live_generation_id()
+        if self.router is not None and live_id is not None and self.router.generation.pk == live_id:
+            return False
         live = live_generation()
         if live is None:
             self.router = None

@@ -7,15 +7,17 @@ the entry; the router, trace, operator controls, selectors and the doctor call i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import F
 
 from causal.models import KV
-from conduit_site.queries import Listed
+from conduit_site.queries import Columns, Listed, placeholders
 from routing.errors import RouteError, RouteErrorCode
 
 FAILURES_NAMESPACE = "core.routing.failures"
@@ -103,8 +105,22 @@ def failures_read(seqs: Iterable[int]) -> dict[int, RouteFailure]:
     keys = sorted({str(seq) for seq in seqs})
     if not keys:
         return {}
-    rows = KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=Listed(keys)).values_list("key", "value")
+    sql, converters = _failures_sql(len(keys))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [FAILURES_NAMESPACE, *keys])
+        rows = Columns.rows(cursor.fetchall(), converters)
     return {int(key): RouteFailure.from_entry(value) for key, value in rows if isinstance(value, dict)}
+
+
+@functools.lru_cache(maxsize=64)
+def _failures_sql(count: int) -> tuple[str, list]:
+    """The failures of ``count`` Events, written once per count (every pass reads them twice)."""
+    cols = Columns(KV)
+    return (
+        f"SELECT {cols.select('key', 'value')} FROM {cols.table} "
+        f"WHERE {cols.name('namespace')} = %s AND {cols.name('key')} IN {placeholders(count)}",
+        cols.converters("key", "value"),
+    )
 
 
 def failures_keep_failing(min_count: int):

@@ -43,7 +43,7 @@ from causal.models import Event, RouteState
 from conduit_site.queries import Listed
 from conduit_site.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
-from routing.config.selectors import live_generation, load_configuration
+from routing.config.selectors import live_generation, live_generation_id, load_configuration
 from routing.decide import (
     Decision,
     replace,
@@ -416,8 +416,7 @@ class Router:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
             now = self.clock()
             if not dry:
-                live = live_generation()
-                if live is None or live.pk != self.generation.pk:
+                if live_generation_id() != self.generation.pk:
                     raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
             seqs = [e.seq for e in window]
             states = dict(Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state"))

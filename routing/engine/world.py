@@ -7,14 +7,16 @@ plans (:class:`BridgeVerdicts`). Each costs a fixed number of queries per window
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
 
 from causal.limits import Causal, Refusal
 from causal.models import Event, EventKey, RouteState
-from conduit_site.queries import Listed
+from conduit_site.queries import Columns, CompiledOnce, Listed, placeholders
 from routing.decide import (
     AttemptView,
     SubscriptionView,
@@ -163,25 +165,55 @@ def _read_attempt_work(attempt_ids: set[int]) -> dict[int, int]:
 
 
 def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
+    if not scopes:
+        return []
+    sql, converters = _subscriptions_sql(len(scopes))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [True, *sorted(scopes), WaitState.ACTIVE.value])
+        rows = Columns.rows(cursor.fetchall(), converters)
     return [
         SubscriptionView(
-            id=sub.pk,
-            work_id=sub.work_id,
-            work_scope=sub.work.scope,
-            wait=WaitView(
-                sub.wait.pk,
-                sub.wait.name,
-                dict(sub.wait.match or {}),
-                sub.wait.timeout_at,
-                sub.wait.blocked_reason,
-            ),
-            scope=sub.scope,
-            match=dict(sub.match or {}),
+            id=sub_id,
+            work_id=work_id,
+            work_scope=work_scope,
+            wait=WaitView(wait_id, wait_name, dict(wait_match or {}), timeout_at, blocked_reason),
+            scope=scope,
+            match=dict(match or {}),
         )
-        for sub in DependencySubscription.objects.filter(
-            active=True, scope__in=sorted(scopes), wait__state=WaitState.ACTIVE
-        ).select_related("wait", "work")
+        for (
+            sub_id,
+            work_id,
+            scope,
+            match,
+            work_scope,
+            wait_id,
+            wait_name,
+            wait_match,
+            timeout_at,
+            blocked_reason,
+        ) in rows
     ]
+
+
+@functools.lru_cache(maxsize=16)
+def _subscriptions_sql(count: int) -> tuple[str, list]:
+    """The active subscriptions on ``count`` scopes whose wait is active, with their wait and
+    their Work's scope: read on every pass, so written once per count."""
+    sub, wait, work = Columns(DependencySubscription), Columns(Wait), Columns(Work)
+    sql = (
+        f"SELECT {sub.select('pk', 'work', 'scope', 'match')}, {work.select('scope')}, "
+        f"{wait.select('pk', 'name', 'match', 'timeout_at', 'blocked_reason')} "
+        f"FROM {sub.table} INNER JOIN {wait.table} ON {wait.name('pk')} = {sub.name('wait')} "
+        f"INNER JOIN {work.table} ON {work.name('pk')} = {sub.name('work')} "
+        f"WHERE {sub.name('active')} = %s AND {sub.name('scope')} IN {placeholders(count)} "
+        f"AND {wait.name('state')} = %s"
+    )
+    converters = [
+        *sub.converters("pk", "work", "scope", "match"),
+        *work.converters("scope"),
+        *wait.converters("pk", "name", "match", "timeout_at", "blocked_reason"),
+    ]
+    return sql, converters
 
 
 def outside_blockers(
@@ -281,17 +313,13 @@ WORK_VIEW_FIELDS = (
 )
 
 
-def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
-    """What routing (and trace) reads of these Works, in a fixed number of queries."""
-    ids = sorted(set(work_ids))
-    if not ids:
-        return {}
+def _work_views_query(ids: list[int]):
     pending_queue = WorkInput.objects.filter(work=OuterRef("pk"), state="pending", kind="queue").order_by(
         "-seq"
     )
     latest_input = WorkInput.objects.filter(work=OuterRef("pk")).order_by("-seq")
     latest_attempt = Attempt.objects.filter(work=OuterRef("pk")).order_by("-number")
-    works = list(
+    return (
         Work.objects.filter(pk__in=Listed(ids))
         .annotate(
             queued_binding=Subquery(pending_queue.values("binding")[:1]),
@@ -300,12 +328,36 @@ def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
         )
         .values(*WORK_VIEW_FIELDS, "queued_binding", "max_input_seq", "latest_attempt_id")
     )
+
+
+_ATTEMPT_VIEW_FIELDS = ("pk", "number", "binding", "capabilities", "lease_epoch", "state", "work_id")
+
+# Read on every pass that touches Work: built and compiled once per shape (CompiledOnce).
+_WORK_VIEWS = CompiledOnce(_work_views_query)
+_ATTEMPTS_OF = CompiledOnce(
+    lambda attempt_ids, ids: Attempt.objects.filter(
+        Q(pk__in=Listed(attempt_ids)) | Q(work_id__in=Listed(ids), state__in=ACTIVE_ATTEMPT_STATES)
+    ).values_list(*_ATTEMPT_VIEW_FIELDS)
+)
+_ACTIVE_ATTEMPTS_OF = CompiledOnce(
+    lambda ids: Attempt.objects.filter(work_id__in=Listed(ids), state__in=ACTIVE_ATTEMPT_STATES).values_list(
+        *_ATTEMPT_VIEW_FIELDS
+    )
+)
+
+
+def read_work_views(work_ids: Iterable[int]) -> dict[int, WorkView]:
+    """What routing (and trace) reads of these Works, in a fixed number of queries."""
+    ids = sorted(set(work_ids))
+    if not ids:
+        return {}
+    works = _WORK_VIEWS.dicts(ids)
     attempt_ids = [w["latest_attempt_id"] for w in works if w["latest_attempt_id"]]
     attempts = {
         pk: (AttemptView(pk, number, binding, frozenset(capabilities or ()), epoch, state), work_id)
-        for pk, number, binding, capabilities, epoch, state, work_id in Attempt.objects.filter(
-            Q(pk__in=Listed(attempt_ids)) | Q(work_id__in=Listed(ids), state__in=ACTIVE_ATTEMPT_STATES)
-        ).values_list("pk", "number", "binding", "capabilities", "lease_epoch", "state", "work_id")
+        for pk, number, binding, capabilities, epoch, state, work_id in (
+            _ATTEMPTS_OF.rows(attempt_ids, ids) if attempt_ids else _ACTIVE_ATTEMPTS_OF.rows(ids)
+        )
     }
     active = {work_id: a for a, work_id in attempts.values() if a.state in ACTIVE_ATTEMPT_STATES}
     waiting = [w["id"] for w in works if w["status"] == "waiting"]

@@ -1,0 +1,118 @@
+"""Issue 12 items 1 and 2: hot reads written once (conduit_site.queries.CompiledOnce and
+Columns) return exactly what the ORM returns, on whichever database the tests run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from causal.models import KV
+from conduit_site.queries import CompiledOnce, Listed
+from routing.engine import failures as failures_module
+from routing.engine import world
+from routing.engine.failures import FAILURES_NAMESPACE, failures_read
+from tests.causal.factories import KVFactory
+from tests.worklife.factories import (
+    AttemptFactory,
+    DependencySubscriptionFactory,
+    WaitFactory,
+    WorkFactory,
+    WorkInputFactory,
+)
+from worklife.models import Work
+
+
+def _orm_work_views(ids):
+    return [tuple(row.values()) for row in world._work_views_query(ids)]
+
+
+@pytest.mark.django_db
+def test_i12_work_views_compiled_once_equal_the_orm_for_every_shape():
+    works = WorkFactory.create_batch(4)
+    WorkInputFactory(work=works[0])
+    WorkInputFactory(work=works[0], binding="reviewer", state="pending", kind="queue")  # the latest
+    AttemptFactory(work=works[1], state="running")
+    AttemptFactory(work=works[1], state="succeeded")
+    AttemptFactory(work=works[2], capabilities=["inject"])
+    ids = [w.pk for w in works]
+    for chosen in ([ids[0]], ids[:2], ids, [ids[3], 10**9]):
+        once = CompiledOnce(world._work_views_query)
+        assert once.rows(chosen) == _orm_work_views(chosen)
+        assert once.rows(chosen) == _orm_work_views(chosen)  # the same shape, compiled
+    views = world.read_work_views(ids)
+    assert views[works[0].pk].queued_binding == "reviewer"
+    assert views[works[1].pk].active_attempt is not None
+    assert views[works[2].pk].latest_attempt.capabilities == frozenset({"inject"})
+
+
+@pytest.mark.django_db
+def test_i12_a_shape_is_built_once_then_only_run():
+    works = WorkFactory.create_batch(3)
+    built = []
+
+    def build(ids):
+        built.append(list(ids))
+        return Work.objects.filter(pk__in=Listed(ids)).values_list("pk", "scope")
+
+    once = CompiledOnce(build)
+    for work in works:
+        assert once.rows([work.pk]) == [(work.pk, work.scope)]
+    assert len(built) == 1 and built[0][0] < 0  # the sentinel build, then statements only
+    assert sorted(once.rows([w.pk for w in works[:2]])) == sorted((w.pk, w.scope) for w in works[:2])
+    assert len(built) == 2  # a new shape
+
+
+@pytest.mark.django_db
+def test_i12_empty_lists_and_values_the_orm_rewrites_go_through_the_orm():
+    work = WorkFactory(scope="Acme")
+    built = []
+
+    def build(scopes):
+        built.append(scopes)
+        # The values are changed on the way in: their sentinels cannot be found.
+        return Work.objects.filter(scope__in=[s.title() for s in scopes]).values_list("pk", flat=False)
+
+    once = CompiledOnce(build)
+    assert once.rows(["acme"]) == [(work.pk,)]
+    assert once.rows(["acme"]) == [(work.pk,)]
+    assert built.count(["acme"]) == 2  # through the ORM both times
+    assert CompiledOnce(lambda ids: Work.objects.filter(pk__in=Listed(ids)).values_list("pk")).rows([]) == []
+
+
+@pytest.mark.django_db
+def test_i12_failures_read_written_once_equals_the_orm():
+    KVFactory(namespace=FAILURES_NAMESPACE, key="11", value={"count": 2, "code": "handler_failed"})
+    KVFactory(namespace=FAILURES_NAMESPACE, key="12", value=["not", "a", "dict"])
+    KVFactory(namespace="elsewhere", key="13", value={"count": 1})
+    read = failures_read([11, 12, 13, 14])
+    orm = dict(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", "value"))
+    assert set(read) == {11}
+    assert failures_module._failures_sql(4)[0].count("%s") == 5
+    assert orm["11"] == {"count": 2, "code": "handler_failed"}
+    assert read[11].count == 2
+
+
+@pytest.mark.django_db
+def test_i12_subscriptions_written_once_equal_the_orm():
+    at = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    wait = WaitFactory(name="deps", match={"type": "build.done"}, timeout_at=at, blocked_reason="")
+    sub = DependencySubscriptionFactory(wait=wait, scope="ci", match={"data.ok": True})
+    DependencySubscriptionFactory(scope="ci", active=False)
+    DependencySubscriptionFactory(scope="ci", wait=WaitFactory(state="woken"))
+    DependencySubscriptionFactory(scope="other")
+    (found,) = world._read_subscriptions(frozenset({"ci", "nowhere"}))
+    assert (found.id, found.work_id, found.work_scope, found.scope, found.match) == (
+        sub.pk,
+        wait.work_id,
+        wait.work.scope,
+        "ci",
+        {"data.ok": True},
+    )
+    assert (found.wait.id, found.wait.name, found.wait.match, found.wait.timeout_at) == (
+        wait.pk,
+        "deps",
+        {"type": "build.done"},
+        at,
+    )
+    assert world._read_subscriptions(frozenset()) == []
