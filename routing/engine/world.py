@@ -152,12 +152,24 @@ class SnapshotReads:
 
 
 def _read_owners(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    return {
-        (scope, key): work_id
-        for scope, key, work_id in CorrelationKey.objects.filter(_pairs(pairs)).values_list(
-            "scope", "key", "work_id"
-        )
-    }
+    by_scope: dict[str, list[str]] = {}
+    for scope, key in pairs:
+        by_scope.setdefault(scope, []).append(key)
+    lists: list[list[str]] = []
+    for scope in sorted(by_scope):
+        lists += [[scope], sorted(by_scope[scope])]
+    return {(scope, key): work_id for scope, key, work_id in _OWNERS.rows(*lists)}
+
+
+def _owners_query(*lists: list[str]):
+    """Key owners: ``lists`` alternates a one-scope list and that scope's keys."""
+    condition = Q(pk__in=[])
+    for scope, keys in zip(lists[::2], lists[1::2], strict=True):
+        condition |= Q(scope=scope[0], key__in=Listed(keys))
+    return CorrelationKey.objects.filter(condition).values_list("scope", "key", "work_id")
+
+
+_OWNERS = CompiledOnce(_owners_query)
 
 
 def _read_attempt_work(attempt_ids: set[int]) -> dict[int, int]:
@@ -229,36 +241,23 @@ def outside_blockers(
     if not events:
         return {}
     window = [e.seq for e in events]
-    query = Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=max(window)).exclude(
-        seq__in=Listed(window)
-    )
-    fields = ("seq", "scope", "work_id", "execution_id", "claimed_by", "claimed_until", "unrouted_reason")
+    query = _earlier_unrouted([max(window)], window)
     blocked: dict[tuple, int] = {}
-    rows = list(query.order_by("seq").values_list(*fields)[:BLOCKER_SCAN])
+    rows = _EARLIER_UNROUTED.rows([max(window)], window)
     if len(rows) == BLOCKER_SCAN:
         # More earlier unrouted input than one scan reads (a long backlog behind failing
         # input): of the rest, read what shares a target with the window or is undecided.
         tokens = set().union(*(event_tokens(e, evaluations.get(e.seq), world) for e in events))
         rest = query.filter(seq__gt=rows[-1][0]).filter(_sharing(tokens, honour_claims, now, owner))
-        rows.extend(rest.order_by("seq").values_list(*fields))
+        rows.extend(rest.order_by("seq").values_list(*_BLOCKER_FIELDS))
     if not rows:
         return blocked
     seqs = [r[0] for r in rows]
     keys: dict[int, list[tuple[str, str]]] = {}
-    for seq, scope, key in EventKey.objects.filter(event_id__in=Listed(seqs)).values_list(
-        "event_id", "scope", "key"
-    ):
+    for seq, scope, key in _EVENT_KEYS.rows(seqs):
         keys.setdefault(seq, []).append((scope, key))
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
-    if extra_keys:
-        owners = dict(
-            ((s, k), w)
-            for s, k, w in CorrelationKey.objects.filter(_pairs(extra_keys)).values_list(
-                "scope", "key", "work_id"
-            )
-        )
-    else:
-        owners = {}
+    owners = _read_owners(extra_keys) if extra_keys else {}
     for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
         held = bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
         if honour_claims and (held or not reason):
@@ -280,6 +279,35 @@ def outside_blockers(
                 tokens.add(("work", owner))
         block(blocked, tokens, seq)
     return blocked
+
+
+_BLOCKER_FIELDS = (
+    "seq",
+    "scope",
+    "work_id",
+    "execution_id",
+    "claimed_by",
+    "claimed_until",
+    "unrouted_reason",
+)
+
+
+def _earlier_unrouted(top: list[int], window: list[int]):
+    """Unrouted Events before ``top[0]`` outside ``window``."""
+    return Event.objects.filter(route_state=RouteState.UNROUTED, seq__lt=top[0]).exclude(
+        seq__in=Listed(window)
+    )
+
+
+# Read on every pass: built and compiled once per shape (CompiledOnce).
+_EARLIER_UNROUTED = CompiledOnce(
+    lambda top, window: (
+        _earlier_unrouted(top, window).order_by("seq").values_list(*_BLOCKER_FIELDS)[:BLOCKER_SCAN]
+    )
+)
+_EVENT_KEYS = CompiledOnce(
+    lambda seqs: EventKey.objects.filter(event_id__in=Listed(seqs)).values_list("event_id", "scope", "key")
+)
 
 
 def _sharing(tokens: set[tuple], honour_claims: bool, now: datetime, owner: str) -> Q:

@@ -116,3 +116,23 @@ def test_i12_subscriptions_written_once_equal_the_orm():
         at,
     )
     assert world._read_subscriptions(frozenset()) == []
+
+
+@pytest.mark.django_db
+def test_i12_key_owners_written_once_equal_the_orm():
+    from tests.worklife.factories import CorrelationKeyFactory
+
+    a = CorrelationKeyFactory(scope="acme", key="pr:1")
+    b = CorrelationKeyFactory(scope="acme", key="pr:2")
+    c = CorrelationKeyFactory(scope="beta", key="pr:1")
+    CorrelationKeyFactory(scope="beta", key="pr:9")
+    pairs = {("acme", "pr:1"), ("acme", "pr:2"), ("beta", "pr:1"), ("beta", "pr:3"), ("gone", "x")}
+    assert world._read_owners(pairs) == {
+        ("acme", "pr:1"): a.work_id,
+        ("acme", "pr:2"): b.work_id,
+        ("beta", "pr:1"): c.work_id,
+    }
+    assert world._read_owners({("beta", "pr:9"), ("acme", "pr:2")}) == {
+        ("beta", "pr:9"): CorrelationKeyFactory._meta.model.objects.get(key="pr:9").work_id,
+        ("acme", "pr:2"): b.work_id,
+    }
