@@ -172,7 +172,10 @@ def main() -> None:
                 from django.db import connections
 
                 connections.close_all()
-                subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database}"], check=False)
+                # WITH (FORCE): a stopped loop's session may still be closing.
+                subprocess.run(
+                    ["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=True
+                )
 
 
 if __name__ == "__main__":
