@@ -230,7 +230,9 @@ def _insert(events: Sequence[Event]) -> None:
                     values.append(getattr(event, attname))
                     continue
                 value = column.pre_save(event, True)
-                if kind is _ONCE:
+                if value is None:  # SQL NULL for every field here (JSON and times alike)
+                    values.append(None)
+                elif kind is _ONCE:
                     if id(value) not in once:
                         once[id(value)] = column.get_db_prep_save(value, db)
                     values.append(once[id(value)])
