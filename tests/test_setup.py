@@ -347,13 +347,13 @@ def test_serve_refuses_a_port_already_in_use():
             call_command("serve", "--no-router", "--port", str(port))
 
 
-@pytest.mark.django_db(transaction=True)
-def test_issue12_1_serve_workers_share_one_port(tmp_path):
-    """``serve --workers 2`` runs two daphne processes accepting on one listening socket; both
-    answer, and a stop signal stops them both cleanly."""
+def _serve_web_processes(tmp_path, *options: str, requests: int = 4) -> tuple[str, int]:
+    """Start ``serve --no-router`` with ``options``, send ``requests`` requests (each must be
+    answered), stop it with SIGTERM (it must exit cleanly); returns its banner and how many
+    daphne processes it ran."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--no-router", "--workers", "2", "--port", str(port)],
+        [sys.executable, "manage.py", "serve", "--no-router", *options, "--port", str(port)],
         cwd=ROOT,
         env=child_env(CONDUIT_VAR_DIR=str(tmp_path)),
         stdout=subprocess.PIPE,
@@ -361,12 +361,11 @@ def test_issue12_1_serve_workers_share_one_port(tmp_path):
         text=True,
     )
     try:
-        assert "Conduit console" in server.stdout.readline()
+        banner = server.stdout.readline()
         daphnes = subprocess.run(
             ["pgrep", "-P", str(server.pid), "-f", "daphne"], capture_output=True, text=True, check=False
         ).stdout.split()
-        assert len(daphnes) == 2
-        for _ in range(4):
+        for _ in range(requests):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/openapi.json", timeout=30) as answer:
                 assert answer.status == 200
         server.send_signal(signal.SIGTERM)
@@ -375,6 +374,16 @@ def test_issue12_1_serve_workers_share_one_port(tmp_path):
         if server.poll() is None:
             server.kill()
     assert server.returncode == 0, err
+    return banner, len(daphnes)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issue12_1_serve_workers_share_one_port(tmp_path):
+    """``serve --workers 2`` runs two daphne processes accepting on one port; both answer, and
+    a stop signal stops them both cleanly."""
+    banner, daphnes = _serve_web_processes(tmp_path, "--workers", "2")
+    assert "Conduit console" in banner and "web processes: 2;" in banner
+    assert daphnes == 2
 
 
 @pytest.mark.parametrize(
@@ -392,31 +401,10 @@ def test_issue12_1_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cp
 def test_issue12_1_serve_without_workers_starts_the_default_number(tmp_path):
     from routing.management.commands.serve import default_workers
 
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--no-router", "--port", str(port)],
-        cwd=ROOT,
-        env=child_env(CONDUIT_VAR_DIR=str(tmp_path)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        banner = server.stdout.readline()
-        expected = default_workers("127.0.0.1")
-        assert f"web processes: {expected};" in banner
-        daphnes = subprocess.run(
-            ["pgrep", "-P", str(server.pid), "-f", "daphne"], capture_output=True, text=True, check=False
-        ).stdout.split()
-        assert len(daphnes) == expected
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/openapi.json", timeout=30) as answer:
-            assert answer.status == 200
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-    assert server.returncode == 0, err
+    expected = default_workers("127.0.0.1")
+    banner, daphnes = _serve_web_processes(tmp_path, requests=1)
+    assert f"web processes: {expected};" in banner
+    assert daphnes == expected
 
 
 def test_issue12_1_each_worker_listens_on_a_socket_of_its_own_on_one_port():
