@@ -32,69 +32,6 @@ class Listed(Expression):
         return "(" + ", ".join(["%s"] * len(self.values)) + ")", list(self.values)
 
 
-class Columns:
-    """Columns of one model for statements written once (hot paths that run a fixed query
-    every pass, where the ORM's building and compiling of it costs several times its run):
-    ``cols.name("key")`` is the quoted ``"table"."column"``, ``cols.table`` the quoted table,
-    and :meth:`rows` converts fetched rows of ``cols.select(...)`` as the ORM would (JSON,
-    dates and times, booleans on each database), through the fields' own converters."""
-
-    def __init__(self, model: type) -> None:
-        from django.db import connection
-
-        self.model = model
-        self.meta = model._meta
-        self.quote = connection.ops.quote_name
-        self.table = self.quote(self.meta.db_table)
-
-    def name(self, field: str) -> str:
-        return f"{self.table}.{self.quote(self._field(field).column)}"
-
-    def select(self, *fields: str) -> str:
-        return ", ".join(self.name(field) for field in fields)
-
-    def _field(self, name: str):
-        return self.meta.pk if name == "pk" else self.meta.get_field(name)
-
-    def converters(self, *fields: str) -> list[list[tuple[Any, Any]]]:
-        from django.db import connection
-
-        found = []
-        for name in fields:
-            column = self._field(name).get_col(self.meta.db_table)
-            found.append(
-                [
-                    (converter, column)
-                    for converter in (
-                        *connection.ops.get_db_converters(column),
-                        *column.get_db_converters(connection),
-                    )
-                ]
-            )
-        return found
-
-    @staticmethod
-    def rows(rows: Iterable[tuple], converters: list[list[tuple[Any, Any]]]) -> list[tuple]:
-        """``rows`` with each value converted by its column's converters (see :meth:`converters`)."""
-        from django.db import connection
-
-        if not any(converters):
-            return [tuple(row) for row in rows]
-        converted = []
-        for row in rows:
-            values = list(row)
-            for index, chain in enumerate(converters):
-                for converter, column in chain:
-                    values[index] = converter(values[index], column, connection)
-            converted.append(tuple(values))
-        return converted
-
-
-def placeholders(count: int) -> str:
-    """``(%s, %s, …)`` for an ``IN`` list of ``count`` values (at least one)."""
-    return "(" + ", ".join(["%s"] * count) + ")"
-
-
 class CompiledOnce:
     """An ORM query whose SQL Django builds and compiles once per *shape* (the lengths of its
     ``Listed`` value lists), for hot paths that run the same query every pass.

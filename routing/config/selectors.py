@@ -3,14 +3,11 @@ a generation by reference."""
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import OrderedDict
 from types import MappingProxyType
 
-from django.db import connection
-
-from conduit_site.queries import Columns
+from conduit_site.queries import CompiledOnce
 from routing.config.document import ParsedBinding, ParsedRoute, ParsedScope
 from routing.config.effective import Configuration, _resolve
 from routing.config.problems import GenerationNotFound
@@ -90,21 +87,15 @@ def live_generation() -> Generation | None:
 
 
 def live_generation_id() -> int | None:
-    """The id of :func:`live_generation`: what a route loop checks on every pass, in a
-    statement written once."""
-    with connection.cursor() as cursor:
-        cursor.execute(_live_generation_id_sql(), [GenerationKind.APPLIED.value])
-        row = cursor.fetchone()
-    return None if row is None else row[0]
+    """The id of :func:`live_generation`: what a route loop checks on every pass, built and
+    compiled once."""
+    rows = _LIVE_GENERATION_ID.rows()
+    return rows[0][0] if rows else None
 
 
-@functools.cache
-def _live_generation_id_sql() -> str:
-    cols = Columns(Generation)
-    return (
-        f"SELECT {cols.name('pk')} FROM {cols.table} WHERE {cols.name('kind')} = %s "
-        f"ORDER BY {cols.name('number')} DESC LIMIT 1"
-    )
+_LIVE_GENERATION_ID = CompiledOnce(
+    lambda: Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").values_list("pk")[:1]
+)
 
 
 def find_generation(reference: str | None = None) -> Generation:

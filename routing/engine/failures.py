@@ -7,17 +7,15 @@ the entry; the router, trace, operator controls, selectors and the doctor call i
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
 from django.db.models import F
 
 from causal.models import KV
-from conduit_site.queries import Columns, Listed, placeholders
+from conduit_site.queries import CompiledOnce, Listed
 from routing.errors import RouteError, RouteErrorCode
 
 FAILURES_NAMESPACE = "core.routing.failures"
@@ -105,22 +103,16 @@ def failures_read(seqs: Iterable[int]) -> dict[int, RouteFailure]:
     keys = sorted({str(seq) for seq in seqs})
     if not keys:
         return {}
-    sql, converters = _failures_sql(len(keys))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [FAILURES_NAMESPACE, *keys])
-        rows = Columns.rows(cursor.fetchall(), converters)
+    rows = _FAILURES.rows(keys)
     return {int(key): RouteFailure.from_entry(value) for key, value in rows if isinstance(value, dict)}
 
 
-@functools.lru_cache(maxsize=64)
-def _failures_sql(count: int) -> tuple[str, list]:
-    """The failures of ``count`` Events, written once per count (every pass reads them twice)."""
-    cols = Columns(KV)
-    return (
-        f"SELECT {cols.select('key', 'value')} FROM {cols.table} "
-        f"WHERE {cols.name('namespace')} = %s AND {cols.name('key')} IN {placeholders(count)}",
-        cols.converters("key", "value"),
+# Read twice on every pass: built and compiled once per number of Events (CompiledOnce).
+_FAILURES = CompiledOnce(
+    lambda keys: KV.objects.filter(namespace=FAILURES_NAMESPACE, key__in=Listed(keys)).values_list(
+        "key", "value"
     )
+)
 
 
 def failures_keep_failing(min_count: int):

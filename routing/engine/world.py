@@ -7,16 +7,14 @@ plans (:class:`BridgeVerdicts`). Each costs a fixed number of queries per window
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
 
 from causal.limits import Causal, Refusal
 from causal.models import Event, EventKey, RouteState
-from conduit_site.queries import Columns, CompiledOnce, Listed, placeholders
+from conduit_site.queries import CompiledOnce, Listed
 from routing.decide import (
     AttemptView,
     SubscriptionView,
@@ -179,10 +177,6 @@ def _read_attempt_work(attempt_ids: set[int]) -> dict[int, int]:
 def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
     if not scopes:
         return []
-    sql, converters = _subscriptions_sql(len(scopes))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [True, *sorted(scopes), WaitState.ACTIVE.value])
-        rows = Columns.rows(cursor.fetchall(), converters)
     return [
         SubscriptionView(
             id=sub_id,
@@ -203,29 +197,28 @@ def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
             wait_match,
             timeout_at,
             blocked_reason,
-        ) in rows
+        ) in _SUBSCRIPTIONS.rows(sorted(scopes))
     ]
 
 
-@functools.lru_cache(maxsize=16)
-def _subscriptions_sql(count: int) -> tuple[str, list]:
-    """The active subscriptions on ``count`` scopes whose wait is active, with their wait and
-    their Work's scope: read on every pass, so written once per count."""
-    sub, wait, work = Columns(DependencySubscription), Columns(Wait), Columns(Work)
-    sql = (
-        f"SELECT {sub.select('pk', 'work', 'scope', 'match')}, {work.select('scope')}, "
-        f"{wait.select('pk', 'name', 'match', 'timeout_at', 'blocked_reason')} "
-        f"FROM {sub.table} INNER JOIN {wait.table} ON {wait.name('pk')} = {sub.name('wait')} "
-        f"INNER JOIN {work.table} ON {work.name('pk')} = {sub.name('work')} "
-        f"WHERE {sub.name('active')} = %s AND {sub.name('scope')} IN {placeholders(count)} "
-        f"AND {wait.name('state')} = %s"
+# The active subscriptions on some scopes whose wait is active, with their wait and their
+# Work's scope: read on every pass, built and compiled once per number of scopes.
+_SUBSCRIPTIONS = CompiledOnce(
+    lambda scopes: DependencySubscription.objects.filter(
+        active=True, scope__in=Listed(scopes), wait__state=WaitState.ACTIVE
+    ).values_list(
+        "pk",
+        "work_id",
+        "scope",
+        "match",
+        "work__scope",
+        "wait_id",
+        "wait__name",
+        "wait__match",
+        "wait__timeout_at",
+        "wait__blocked_reason",
     )
-    converters = [
-        *sub.converters("pk", "work", "scope", "match"),
-        *work.converters("scope"),
-        *wait.converters("pk", "name", "match", "timeout_at", "blocked_reason"),
-    ]
-    return sql, converters
+)
 
 
 def outside_blockers(

@@ -1,5 +1,5 @@
-"""Issue 12 items 1 and 2: hot reads written once (conduit_site.queries.CompiledOnce and
-Columns) return exactly what the ORM returns, on whichever database the tests run."""
+"""Issue 12 items 1 and 2: hot reads compiled once (conduit_site.queries.CompiledOnce) return
+exactly what the ORM returns, on whichever database the tests run."""
 
 from __future__ import annotations
 
@@ -81,20 +81,20 @@ def test_i12_empty_lists_and_values_the_orm_rewrites_go_through_the_orm():
 
 
 @pytest.mark.django_db
-def test_i12_failures_read_written_once_equals_the_orm():
+def test_i12_failures_read_compiled_once_equals_the_orm():
     KVFactory(namespace=FAILURES_NAMESPACE, key="11", value={"count": 2, "code": "handler_failed"})
     KVFactory(namespace=FAILURES_NAMESPACE, key="12", value=["not", "a", "dict"])
     KVFactory(namespace="elsewhere", key="13", value={"count": 1})
     read = failures_read([11, 12, 13, 14])
     orm = dict(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", "value"))
     assert set(read) == {11}
-    assert failures_module._failures_sql(4)[0].count("%s") == 5
+    assert any(shape for shape in failures_module._FAILURES._shapes.values())  # compiled, not the ORM
     assert orm["11"] == {"count": 2, "code": "handler_failed"}
     assert read[11].count == 2
 
 
 @pytest.mark.django_db
-def test_i12_subscriptions_written_once_equal_the_orm():
+def test_i12_subscriptions_compiled_once_equal_the_orm():
     at = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     wait = WaitFactory(name="deps", match={"type": "build.done"}, timeout_at=at, blocked_reason="")
     sub = DependencySubscriptionFactory(wait=wait, scope="ci", match={"data.ok": True})
@@ -116,10 +116,24 @@ def test_i12_subscriptions_written_once_equal_the_orm():
         at,
     )
     assert world._read_subscriptions(frozenset()) == []
+    assert any(shape for shape in world._SUBSCRIPTIONS._shapes.values())
 
 
 @pytest.mark.django_db
-def test_i12_key_owners_written_once_equal_the_orm():
+def test_i12_the_live_generation_id_compiled_once_follows_applies(clock):
+    from routing.config.selectors import live_generation, live_generation_id
+    from routing.services import config_apply
+
+    assert live_generation_id() is None
+    config_apply(document="version: 1\nscopes:\n  - path: a\n", clock=clock)
+    first = live_generation()
+    assert live_generation_id() == first.pk
+    config_apply(document="version: 1\nscopes:\n  - path: b\n", clock=clock)
+    assert live_generation_id() == live_generation().pk != first.pk
+
+
+@pytest.mark.django_db
+def test_i12_key_owners_compiled_once_equal_the_orm():
     from tests.worklife.factories import CorrelationKeyFactory
 
     a = CorrelationKeyFactory(scope="acme", key="pr:1")
