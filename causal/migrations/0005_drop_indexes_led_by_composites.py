@@ -3,6 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from conduit_site.migration_ops import drop_field_index
+
 
 class Migration(migrations.Migration):
 
@@ -11,14 +13,20 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterField(
+        drop_field_index(
+            "causal",
+            migrations.AlterField(
             model_name='event',
             name='root',
             field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='descendants', to='causal.event'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "causal",
+            migrations.AlterField(
             model_name='eventkey',
             name='event',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='keys', to='causal.event'),
+        ),
         ),
     ]

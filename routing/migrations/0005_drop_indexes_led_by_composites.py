@@ -3,6 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from conduit_site.migration_ops import drop_field_index
+
 
 class Migration(migrations.Migration):
 
@@ -12,24 +14,36 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterField(
+        drop_field_index(
+            "routing",
+            migrations.AlterField(
             model_name='binding',
             name='scope',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='bindings', to='routing.scope'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "routing",
+            migrations.AlterField(
             model_name='route',
             name='scope',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='routes', to='routing.scope'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "routing",
+            migrations.AlterField(
             model_name='routerecord',
             name='work',
             field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='route_records', to='worklife.work'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "routing",
+            migrations.AlterField(
             model_name='scope',
             name='generation',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='scopes', to='routing.generation'),
+        ),
         ),
     ]

@@ -74,3 +74,19 @@ def test_i12_the_check_finds_a_redundant_index():
         cursor.execute('CREATE INDEX "i12_redundant" ON "causal_event" ("type")')
     # The test's transaction rolls the index back (DDL is transactional on both databases).
     assert any(line.startswith("causal_event.i12_redundant ('type',) leads") for line in redundant_indexes())
+
+
+@pytest.mark.django_db
+def test_i12_every_declared_constraint_and_index_exists_in_the_database():
+    """Dropping the led indexes kept every constraint and index the models declare: on
+    PostgreSQL a conditional unique constraint is a unique partial index on the same column,
+    which Django's own AlterField(db_index=False) would have dropped too."""
+    missing = []
+    with connection.cursor() as cursor:
+        for app in APPS:
+            for model in apps.get_app_config(app).get_models():
+                found = connection.introspection.get_constraints(cursor, model._meta.db_table)
+                for declared in [*model._meta.constraints, *model._meta.indexes]:
+                    if declared.name not in found:
+                        missing.append(f"{model._meta.db_table}.{declared.name}")
+    assert missing == []

@@ -3,6 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from conduit_site.migration_ops import drop_field_index
+
 
 class Migration(migrations.Migration):
 
@@ -11,29 +13,44 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterField(
+        drop_field_index(
+            "worklife",
+            migrations.AlterField(
             model_name='attempt',
             name='work',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='attempts', to='worklife.work'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "worklife",
+            migrations.AlterField(
             model_name='correlationkey',
             name='work',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='keys', to='worklife.work'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "worklife",
+            migrations.AlterField(
             model_name='intent',
             name='attempt',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='intents', to='worklife.attempt'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "worklife",
+            migrations.AlterField(
             model_name='wait',
             name='work',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='waits', to='worklife.work'),
         ),
-        migrations.AlterField(
+        ),
+        drop_field_index(
+            "worklife",
+            migrations.AlterField(
             model_name='workinput',
             name='work',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='inputs', to='worklife.work'),
+        ),
         ),
     ]
