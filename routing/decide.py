@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from conduit_site.records import record
 from routing.errors import RouteError, RouteErrorCode
 from routing.evaluate import Evaluation
 from routing.extension import EventSnapshot
@@ -83,7 +84,7 @@ MANUAL_SOURCE = "core.manual"
 # --- the world a decision reads --------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AttemptView:
     id: int
     number: int
@@ -93,7 +94,7 @@ class AttemptView:
     state: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WaitView:
     id: int
     name: str
@@ -102,7 +103,7 @@ class WaitView:
     blocked_reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WorkView:
     """What routing reads of a Work. ``id`` is negative for Work a window creates."""
 
@@ -125,7 +126,7 @@ class WorkView:
         return self.status in ("completed", "cancelled")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SubscriptionView:
     """An active dependency subscription of a waiting Work to Events of ``scope`` (R42)."""
 
@@ -185,7 +186,7 @@ class World:
 # --- the decision ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     """What routing does with one Event."""
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+
+from conduit_site.records import record
 
 
 class RouteErrorCode(StrEnum):
@@ -20,7 +21,7 @@ class RouteErrorCode(StrEnum):
 RETRIED_CODES = frozenset({RouteErrorCode.HANDLER_FAILED, RouteErrorCode.HANDLER_TIMEOUT})
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteError:
     """A route failure on one Event: the route that failed, the code, the error text (for a
     panic, the exception and its stack), and when a retry may happen (``backoff_until``)."""

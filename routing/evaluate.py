@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError
 
+from conduit_site.records import record
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot, Invalid, RouteDecision, Unavailable, one_line
 
@@ -33,7 +33,7 @@ class Verdict:
     ERROR = "error"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteVerdict:
     """What one route said about the Event (trace shows every one, R40)."""
 
@@ -43,7 +43,7 @@ class RouteVerdict:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Evaluation:
     """The routes' answer for one Event: the first matching route and its decision, or the
     refusals, or the error that stopped evaluation."""
@@ -144,7 +144,7 @@ def snapshots(queryset) -> list[EventSnapshot]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnreadableSnapshot(EventSnapshot):
     """An Event whose stored data could not be made into a snapshot (nested deeper than the
     decoder's stack, say): it carries no data, and routing records ``error`` on it instead of

@@ -26,10 +26,12 @@ How a handler's outcome maps to route failures (R10):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
+
+from conduit_site.records import record
 
 Clock = Callable[[], datetime]
 
@@ -65,7 +67,7 @@ def freeze(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EventSnapshot:
     """A detached, read-only snapshot of an Event (R5): no model instance, no connection."""
 
@@ -84,7 +86,7 @@ class EventSnapshot:
     depth: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteInfo:
     """The effective route a handler is asked about."""
 
@@ -98,7 +100,7 @@ class RouteInfo:
     handler: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteDecision:
     """A handler's answer. ``keys`` are correlation keys the match attaches; ``work_id``
     optionally names an explicit target Work."""
@@ -135,7 +137,7 @@ def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
     return encoded[:limit].decode("utf-8", errors="ignore")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Sample:
     """A named sample Event a handler offers for traces (R45)."""
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from conduit_site.records import record
+
 logger = logging.getLogger("conduit.routing.pool")
 
 
@@ -52,7 +54,7 @@ class _Batch:
     cut: int | None = None  # the pool took the calls from here on back (after an abandoned one)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CallOutcome:
     """How one call ended: a result, an exception (with its formatted stack), or a timeout."""
 

@@ -35,13 +35,13 @@ import json
 import re
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from threading import Lock
 from types import MappingProxyType
 from typing import Any
 
 import re2
 
+from conduit_site.records import record
 from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, RouteInfo, Sample, skip
 
 FIELD_ROOTS: tuple[str, ...] = ("type", "source", "subject", "scope", "id", "data")
@@ -120,7 +120,7 @@ def _same(a: Any, b: Any) -> bool:
 # --- field paths --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FieldPath:
     """A compiled dotted path into an Event (``data.pull_request.number``)."""
 
@@ -248,7 +248,7 @@ def _pattern_problem(pattern: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KeyTemplate:
     """A compiled correlation key template: literal text and fields, in order."""
 
@@ -304,7 +304,7 @@ def parse_key_template(text: Any) -> KeyTemplate:
     return KeyTemplate(text=text, parts=tuple(parts))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CompiledMatch:
     """``match`` params compiled once: the checks in order and the key templates."""
 

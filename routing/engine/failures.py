@@ -8,7 +8,6 @@ the entry; the router, trace, operator controls, selectors and the doctor call i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +15,7 @@ from django.db.models import F
 
 from causal.models import KV
 from conduit_site.queries import CompiledOnce, Listed
+from conduit_site.records import record
 from routing.errors import RouteError, RouteErrorCode
 
 FAILURES_NAMESPACE = "core.routing.failures"
@@ -23,7 +23,7 @@ BACKOFF_START = timedelta(seconds=2)
 BACKOFF_CAP = timedelta(minutes=5)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteFailure:
     """The failures counted on one unrouted Event: the last one's code, route and error, how
     many, when the first and last were, until when the Event backs off, and in which

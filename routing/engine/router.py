@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
@@ -41,6 +40,7 @@ from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
 from conduit_site.queries import Listed
+from conduit_site.records import record
 from conduit_site.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
 from routing.config.selectors import live_generation, live_generation_id, load_configuration
@@ -85,7 +85,7 @@ logger = logging.getLogger("conduit.routing")
 _PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteOutcome:
     """What happened to one Event in a pass."""
 

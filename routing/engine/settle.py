@@ -21,11 +21,11 @@ the same window see it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from causal.models import RouteState
+from conduit_site.records import record
 from routing.decide import Decision, Effect, Reason, WaitView, World, decide, replace
 from routing.engine.failures import RouteFailure, backoff_for, gives_up
 from routing.errors import RouteError
@@ -50,7 +50,7 @@ class BridgeLimits(Protocol):
         refused counts as planned for the next verdict on the same root."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Bridge:
     """A ``core.wait.woken`` bridge an Event derives to wake ``wait`` of ``work_id`` (R41, R42),
     with the causal limits' verdict: refused, the wait is blocked with the reason instead."""
@@ -68,7 +68,7 @@ class Bridge:
         return f"causal limits refuse the wake ({self.refusal.kind}): {self.refusal.detail}"[:500]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Settlement:
     """What happens to one Event: settled (``routed``/``failed``), left unrouted with why, or
     a duplicate. The route commit writes exactly this; trace shows it."""
