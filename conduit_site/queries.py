@@ -34,7 +34,7 @@ class Listed(Expression):
 
 class CompiledOnce:
     """An ORM query whose SQL Django builds and compiles once per *shape* (the lengths of its
-    ``Listed`` value lists), for hot paths that run the same query every pass.
+    ``Listed`` value lists, padded to a few lengths), for hot paths that run the same query every pass.
 
     ``build(*lists)`` returns the queryset (a ``values()`` or ``values_list()`` one) for value
     lists it passes to :class:`Listed`. The first call of a shape builds it with sentinel
@@ -63,6 +63,9 @@ class CompiledOnce:
         lists = tuple(list(values) for values in lists)
         if not all(lists):
             return self._through_orm(lists)
+        # Each list is an IN list: repeating a value changes nothing it matches, so lists are
+        # padded to a few lengths and a window of any size finds its statement compiled.
+        lists = tuple(_padded(values) for values in lists)
         key = (connection.alias, tuple((len(v), type(v[0])) for v in lists))
         shape = self._shapes.get(key)
         if shape is None:
@@ -124,6 +127,20 @@ class CompiledOnce:
             for index, (chain, expression) in compiler.get_converters(expressions).items()
         ]
         return sql, params, slots, self._names(queryset.query), converters
+
+
+def padded_length(length: int) -> int:
+    """The length a list of ``length`` values is padded to: itself up to 8, then the next of
+    four steps per doubling (10, 12, 14, 16, 20, 24, 28, 32, …), at most a quarter more."""
+    if length <= 8:
+        return length
+    step = 1 << (length.bit_length() - 3)
+    return -(-length // step) * step
+
+
+def _padded(values: list) -> list:
+    missing = padded_length(len(values)) - len(values)
+    return values + [values[-1]] * missing if missing else values
 
 
 def _sentinel(example: Any, list_index: int, index: int) -> Any:

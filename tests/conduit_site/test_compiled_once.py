@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from causal.models import KV
-from conduit_site.queries import CompiledOnce, Listed
+from conduit_site.queries import CompiledOnce, Listed, padded_length
 from routing.engine import failures as failures_module
 from routing.engine import world
 from routing.engine.failures import FAILURES_NAMESPACE, failures_read
@@ -150,3 +150,30 @@ def test_i12_key_owners_compiled_once_equal_the_orm():
         ("beta", "pr:9"): CorrelationKeyFactory._meta.model.objects.get(key="pr:9").work_id,
         ("acme", "pr:2"): b.work_id,
     }
+
+
+def test_i12p2_lists_are_padded_to_a_few_lengths_at_most_a_quarter_longer():
+    lengths = {padded_length(n) for n in range(1, 1025)}
+    assert len(lengths) <= 40
+    for n in range(1, 5000):
+        assert n <= padded_length(n) <= max(n, -(-n * 5 // 4))
+
+
+@pytest.mark.django_db
+def test_i12p2_windows_of_many_sizes_share_few_compiled_statements_and_read_what_the_orm_reads():
+    works = WorkFactory.create_batch(40)
+    built = []
+
+    def build(ids):
+        built.append(len(ids))
+        return Work.objects.filter(pk__in=Listed(ids)).values_list("pk", "scope").order_by("pk")
+
+    once = CompiledOnce(build)
+    ids = [w.pk for w in works]
+    for size in range(1, 41):
+        chosen = ids[-size:] + [10**9]  # one id that matches nothing
+        assert once.rows(chosen) == list(
+            Work.objects.filter(pk__in=chosen).values_list("pk", "scope").order_by("pk")
+        )
+    # 40 sizes, each list padded by repeating its last value: 2 to 41 values fall on 17 lengths.
+    assert len(built) == len({padded_length(n) for n in range(2, 42)}) == 17
