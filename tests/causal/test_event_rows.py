@@ -92,3 +92,62 @@ def test_i12_a_batch_stores_what_bulk_create_stores():
                 continue
             assert getattr(mine, field.attname) == getattr(theirs, field.attname), field.attname
         assert mine.envelope_id == result.event.envelope_id
+
+
+def _keyword_row(envelope: Envelope, at: datetime) -> Event:
+    return Event(
+        envelope_id=envelope.id,
+        source=envelope.source,
+        type=envelope.type,
+        subject=envelope.subject,
+        time=envelope.time,
+        specversion=envelope.specversion,
+        datacontenttype=envelope.datacontenttype,
+        data=envelope.data,
+        extensions=dict(envelope.extensions),
+        scope=envelope.scope,
+        correlation=list(envelope.correlation),
+        work_id=envelope.work_id,
+        execution_id=envelope.execution_id,
+        accepted_at=at,
+        accepted_by="alice",
+    )
+
+
+def test_i12p1_a_root_row_holds_what_the_constructor_holds_and_nothing_else():
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    envelope = _envelope(2)
+    fast, slow = (
+        event_row(envelope, parent=None, accepted_at=at, accepted_by="alice"),
+        _keyword_row(envelope, at),
+    )
+    assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
+        k: v for k, v in vars(slow).items() if k != "_state"
+    }
+    assert (fast._state.adding, fast._state.db) == (True, None)
+    assert fast.pk is None and fast.parent is None and fast.root is None
+    # Fresh defaults per row: no two rows share a mutable default.
+    other = event_row(_envelope(3), parent=None, accepted_at=at, accepted_by="alice")
+    for column in Event._meta.concrete_fields:
+        value = getattr(fast, column.attname)
+        if isinstance(value, dict | list):
+            assert value is not getattr(other, column.attname), column.attname
+
+
+def test_i12p1_a_receiver_of_the_model_signals_gets_the_constructor_back():
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Event)
+    try:
+        made = event_row(
+            _envelope(4), parent=None, accepted_at=datetime(2026, 1, 1, tzinfo=UTC), accepted_by="a"
+        )
+    finally:
+        post_init.disconnect(receiver, sender=Event)
+    assert seen == [made]
+    assert made.envelope_id == "row-4" and made.correlation == ["pr:4", "repo:0"]
