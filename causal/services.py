@@ -249,6 +249,7 @@ def _insert(events: Sequence[Event]) -> None:
         chunk = events[start : start + per_statement]
         values: list[Any] = []
         once: dict[int, Any] = {}  # a batch's rows share one acceptance time: prepared once
+        empties: dict[tuple[str, type], Any] = {}
         for event in chunk:
             for column, attname, kind in prepared:
                 if kind is _AS_IS:
@@ -261,6 +262,13 @@ def _insert(events: Sequence[Event]) -> None:
                     if id(value) not in once:
                         once[id(value)] = column.get_db_prep_save(value, db)
                     values.append(once[id(value)])
+                elif kind is _JSON and not value and type(value) in _EMPTY_JSON:
+                    # An empty object or array (most Events' extensions and correlation):
+                    # prepared once per chunk, as every one prepares alike.
+                    key = (attname, type(value))
+                    if key not in empties:
+                        empties[key] = column.get_db_prep_save(value, db)
+                    values.append(empties[key])
                 else:
                     values.append(column.get_db_prep_save(value, db))
         with db.cursor() as cursor:
@@ -274,8 +282,10 @@ def _insert(events: Sequence[Event]) -> None:
 
 # How _insert prepares a column's value: as the attribute holds it (text and integers, whose
 # preparation only checks the type the envelope already has), once per distinct object (the
-# acceptance time), or by the field every time.
-_AS_IS, _ONCE, _FIELD = "as is", "once", "field"
+# acceptance time), by the field but once per chunk for an empty object or array (JSON), or
+# by the field every time.
+_AS_IS, _ONCE, _JSON, _FIELD = "as is", "once", "json", "field"
+_EMPTY_JSON = (dict, list)
 _PLAIN_TYPES = {
     "CharField",
     "TextField",
@@ -295,6 +305,8 @@ def _prepared_columns() -> tuple[tuple[Any, str, str], ...]:
             kind = _AS_IS
         elif column.attname == "accepted_at":
             kind = _ONCE
+        elif column.get_internal_type() == "JSONField":
+            kind = _JSON
         else:
             kind = _FIELD
         columns.append((column, column.attname, kind))

@@ -151,3 +151,32 @@ def test_i12p1_a_receiver_of_the_model_signals_gets_the_constructor_back():
         post_init.disconnect(receiver, sender=Event)
     assert seen == [made]
     assert made.envelope_id == "row-4" and made.correlation == ["pr:4", "repo:0"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12p1_empty_objects_and_arrays_are_stored_as_the_field_stores_them():
+    """Empty JSON is prepared once per chunk: each row still reads back its own value."""
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    shapes = [{}, [], None, {"a": []}, [{}]]
+    envelopes = [
+        Envelope(
+            id=f"empty-{n}",
+            source="tests/empty",
+            type="pr.opened",
+            scope="rows",
+            data=data,
+            extensions={},
+            correlation=(),
+        )
+        for n, data in enumerate(shapes)
+    ]
+    with transaction.atomic():
+        accepted = events_accept_in_tx(envelopes=envelopes, clock=lambda: at, accepted_by="alice")
+    stored = {e.seq: e for e in Event.objects.filter(source="tests/empty")}
+    assert [stored[r.event.seq].data for r in accepted] == shapes
+    assert all(stored[r.event.seq].extensions == {} for r in accepted)
+    assert all(stored[r.event.seq].correlation == [] for r in accepted)
+    # Each row its own object: changing one read-back value changes no other.
+    first, second = (stored[r.event.seq] for r in accepted[:2])
+    first.data["x"] = 1
+    assert second.data == []
