@@ -28,6 +28,7 @@ database has no lock file and no turns.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import threading
 import time
@@ -51,8 +52,28 @@ def _process_turn(path: str) -> threading.Lock:
         return _PROCESS_TURNS.setdefault(path, threading.Lock())
 
 
+class CursorWrapper(base.SQLiteCursorWrapper):
+    """Django's cursor, remembering each statement's conversion to SQLite's ``?`` style: the
+    route loop and acceptance run the same statements again and again, and Django converted
+    each one with a regular expression on every run (a window's 500-key statements too)."""
+
+    def convert_query(self, query, *, param_names=None):
+        if param_names is None:
+            return _qmark_style(query)
+        return super().convert_query(query, param_names=param_names)
+
+
+@functools.lru_cache(maxsize=512)
+def _qmark_style(query: str) -> str:
+    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
-    """See the module: write transactions take turns on a lock file."""
+    """See the module: write transactions take turns on a lock file; statements' conversions
+    are remembered (:class:`CursorWrapper`)."""
+
+    def create_cursor(self, name=None):
+        return self.connection.cursor(factory=CursorWrapper)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
