@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
-from django.db.models import Expression
+from django.db.models import DateTimeField, Expression, Model
 
 
 class Listed(Expression):
@@ -65,7 +67,7 @@ class CompiledOnce:
             return self._through_orm(lists)
         # Each list is an IN list: repeating a value changes nothing it matches, so lists are
         # padded to a few lengths and a window of any size finds its statement compiled.
-        lists = tuple(_padded(values) for values in lists)
+        lists = tuple(padded(values) for values in lists)
         key = (connection.alias, tuple((len(v), type(v[0])) for v in lists))
         shape = self._shapes.get(key)
         if shape is None:
@@ -75,7 +77,7 @@ class CompiledOnce:
         sql, params, slots, names, converters = shape
         values = list(params)
         for (start, length), given in zip(slots, lists, strict=True):
-            values[start : start + length] = given
+            values[start : start + length] = _prepared(given, connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, values)
             rows = cursor.fetchall()
@@ -116,7 +118,10 @@ class CompiledOnce:
             return False
         params = list(params)
         slots = []
-        for values in sentinels:
+        from django.db import connections
+
+        for given in sentinels:
+            values = _prepared(given, connections[queryset.db])  # as they are among the params
             starts = [i for i, p in enumerate(params) if p == values[0] and type(p) is type(values[0])]
             if len(starts) != 1 or params[starts[0] : starts[0] + len(values)] != values:
                 return False
@@ -138,13 +143,66 @@ def padded_length(length: int) -> int:
     return -(-length // step) * step
 
 
-def _padded(values: list) -> list:
+def padded(values: list) -> list:
+    """``values`` padded to :func:`padded_length` by repeating its last value (for an IN list)."""
     missing = padded_length(len(values)) - len(values)
     return values + [values[-1]] * missing if missing else values
 
 
 def _sentinel(example: Any, list_index: int, index: int) -> Any:
-    """A value of ``example``'s type that no stored id or key equals."""
+    """A value of ``example``'s type that no stored id, key or time equals."""
+    if isinstance(example, datetime):
+        return _SENTINEL_TIME + timedelta(microseconds=list_index * 1_000_000 + index)
     if isinstance(example, int):
         return -(7_700_000_000_000_000 + list_index * 1_000_000 + index)
     return f"\x00compiled-once-{list_index}-{index}"
+
+
+_SENTINEL_TIME = datetime(1901, 2, 3, 4, 5, 6, tzinfo=UTC)
+_TIME = DateTimeField()
+
+
+def _prepared(values: list, connection) -> list:
+    """Values as a lookup passes them to the database: times as the backend takes a
+    ``DateTimeField``'s (text on SQLite), anything else as it is."""
+    if values and isinstance(values[0], datetime):
+        return [_TIME.get_db_prep_value(value, connection) for value in values]
+    return values
+
+
+def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
+    """``model.objects.filter(pk__in=pks).update(**values)`` for plain values (no expressions),
+    through a statement written once per model, columns and padded number of rows (an IN
+    list repeats its last key to reach the length, as :class:`CompiledOnce` pads): the ORM
+    built and compiled the same UPDATE on every pass of the route loop. Each value is
+    prepared by its field, as ``update`` prepares it."""
+    from django.db import connection
+
+    pks = [pk for pk in pks if pk is not None]
+    if not pks:
+        return
+    names = tuple(sorted(values))
+    fields = [model._meta.get_field(name) for name in names]
+    prepared = [
+        field.get_db_prep_save(values[name], connection) for field, name in zip(fields, names, strict=True)
+    ]
+    for start in range(0, len(pks), _UPDATE_CHUNK):
+        chunk = padded(pks[start : start + _UPDATE_CHUNK])
+        with connection.cursor() as cursor:
+            cursor.execute(_update_sql(connection.alias, model, names, len(chunk)), [*prepared, *chunk])
+
+
+# Keys per UPDATE statement (a padded length): under SQLite's oldest bound-variable limit, 999,
+# with the values beside.
+_UPDATE_CHUNK = 768
+
+
+@functools.lru_cache(maxsize=256)
+def _update_sql(alias: str, model: type[Model], names: tuple[str, ...], count: int) -> str:
+    from django.db import connections
+
+    quote = connections[alias].ops.quote_name
+    meta = model._meta
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
+    keys = ", ".join(["%s"] * count)
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} IN ({keys})"

@@ -9,7 +9,7 @@ the evaluation (R6).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError
@@ -108,6 +108,11 @@ SNAPSHOT_FIELDS = (
 def snapshots(queryset) -> list[EventSnapshot]:
     """Detached snapshots of the Events a queryset selects, in its order, without building
     model instances (the router's hot path)."""
+    return snapshots_of(queryset.values_list(*SNAPSHOT_FIELDS))
+
+
+def snapshots_of(rows: Iterable[tuple]) -> list[EventSnapshot]:
+    """Detached snapshots of Event rows holding :data:`SNAPSHOT_FIELDS`, in that order."""
     from routing.extension import freeze
 
     return [
@@ -140,8 +145,30 @@ def snapshots(queryset) -> list[EventSnapshot]:
             execution_id,
             parent_id,
             depth,
-        ) in queryset.values_list(*SNAPSHOT_FIELDS)
+        ) in rows
     ]
+
+
+class SnapshotRead:
+    """:func:`snapshots_isolated` of the Events ``build(*lists)`` selects, read through a
+    statement built and compiled once per shape (:class:`conduit_site.queries.CompiledOnce`:
+    ``lists`` are its value lists) for a read made on every pass. When the rows cannot all
+    become snapshots, the query is read again as :func:`snapshots_isolated` reads it."""
+
+    def __init__(self, build: Callable[..., Any]) -> None:
+        from conduit_site.queries import CompiledOnce
+
+        self.build = build
+        self._rows = CompiledOnce(lambda *lists: build(*lists).values_list(*SNAPSHOT_FIELDS))
+
+    def snapshots(self, *lists: list) -> list[EventSnapshot]:
+        try:
+            return snapshots_of(self._rows.rows(*lists))
+        except (OperationalError, InterfaceError):
+            raise  # the database, not an Event
+        except Exception:  # noqa: BLE001 - one Event's content: found row by row below
+            logger.info("route.snapshot_read_failed", extra={"fallback": "row by row"})
+        return snapshots_isolated(self.build(*lists))
 
 
 @record

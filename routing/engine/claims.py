@@ -7,6 +7,7 @@ uniqueness constraints, never from the lease alone; an expired lease is claimabl
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import uuid
@@ -17,10 +18,8 @@ from django.db.models import Q
 
 from causal.models import Event, RouteState
 from conduit_site.leases import lease_transaction
-from conduit_site.queries import Listed
-from routing.evaluate import (
-    snapshots_isolated,
-)
+from conduit_site.queries import update_rows
+from routing.evaluate import SnapshotRead
 from routing.extension import EventSnapshot
 
 # "Rout": serialises route commits on PostgreSQL (operator controls take it too).
@@ -68,19 +67,33 @@ def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float)
     until = now + timedelta(seconds=claim_seconds)
     # A claim is a lease: committed without waiting for the disk (conduit_site.leases).
     with lease_transaction():
-        query = (
-            Event.objects.filter(route_state=RouteState.UNROUTED)
-            .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
-            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now) | Q(claimed_by=owner))
-            # Pass over Events waiting behind an earlier one that has not settled (I7).
-            .filter(Q(waiting_on__isnull=True) | ~Q(waiting_on__route_state=RouteState.UNROUTED))
-            .order_by("seq")
-        )
-        if connection.features.has_select_for_update_skip_locked:
-            query = query.select_for_update(skip_locked=True, of=("self",))
-        window = snapshots_isolated(query[:limit])
+        window = _claimable(limit).snapshots([now], [now], [owner])
         if window:
-            Event.objects.filter(seq__in=Listed(e.seq for e in window)).update(
-                claimed_by=owner, claimed_until=until
-            )
+            update_rows(Event, (e.seq for e in window), claimed_by=owner, claimed_until=until)
     return window
+
+
+def _claimable_query(
+    limit: int, retry_before: list[datetime], lapsed_before: list[datetime], owner: list[str]
+):
+    """The oldest ``limit`` unrouted Events not backing off at ``retry_before`` and not held
+    (at ``lapsed_before``) by a loop other than ``owner``: each a one-value list."""
+    query = (
+        Event.objects.filter(route_state=RouteState.UNROUTED)
+        .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=retry_before[0]))
+        .filter(
+            Q(claimed_until__isnull=True) | Q(claimed_until__lt=lapsed_before[0]) | Q(claimed_by=owner[0])
+        )
+        # Pass over Events waiting behind an earlier one that has not settled (I7).
+        .filter(Q(waiting_on__isnull=True) | ~Q(waiting_on__route_state=RouteState.UNROUTED))
+        .order_by("seq")
+    )
+    if connection.features.has_select_for_update_skip_locked:
+        query = query.select_for_update(skip_locked=True, of=("self",))
+    return query[:limit]
+
+
+@functools.cache
+def _claimable(limit: int) -> SnapshotRead:
+    """The claim's read, built and compiled once per window size (the route loop's every pass)."""
+    return SnapshotRead(functools.partial(_claimable_query, limit))

@@ -39,7 +39,7 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
-from conduit_site.queries import Listed
+from conduit_site.queries import CompiledOnce, Listed
 from conduit_site.records import record
 from conduit_site.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
@@ -419,7 +419,7 @@ class Router:
                 if live_generation_id() != self.generation.pk:
                     raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
             seqs = [e.seq for e in window]
-            states = dict(Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state"))
+            states = dict(_STATES.rows(seqs))
             hypothetical = {seq for seq in seqs if seq not in states} if dry else set()
             states.update(dict.fromkeys(hypothetical, RouteState.UNROUTED))
             still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
@@ -485,6 +485,12 @@ class Router:
     def _settled_outcome(self, event: Event) -> RouteOutcome:
         record = RouteRecord.objects.filter(event_id=event.seq).first()
         return RouteOutcome(event.seq, event.route_state, record_id=record.pk if record else None)
+
+
+# The window's route states, read in every commit: built and compiled once per shape.
+_STATES = CompiledOnce(
+    lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state")
+)
 
 
 def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:

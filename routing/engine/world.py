@@ -234,14 +234,17 @@ def outside_blockers(
     if not events:
         return {}
     window = [e.seq for e in events]
-    query = _earlier_unrouted([max(window)], window)
     blocked: dict[tuple, int] = {}
     rows = _EARLIER_UNROUTED.rows([max(window)], window)
     if len(rows) == BLOCKER_SCAN:
         # More earlier unrouted input than one scan reads (a long backlog behind failing
         # input): of the rest, read what shares a target with the window or is undecided.
         tokens = set().union(*(event_tokens(e, evaluations.get(e.seq), world) for e in events))
-        rest = query.filter(seq__gt=rows[-1][0]).filter(_sharing(tokens, honour_claims, now, owner))
+        rest = (
+            _earlier_unrouted([max(window)], window)
+            .filter(seq__gt=rows[-1][0])
+            .filter(_sharing(tokens, honour_claims, now, owner))
+        )
         rows.extend(rest.order_by("seq").values_list(*_BLOCKER_FIELDS))
     if not rows:
         return blocked

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-from django.db.models import F
+from django.db import connection, connections
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
-from conduit_site.queries import Listed
+from conduit_site.queries import padded, update_rows
 from routing.decide import (
     INPUT_EFFECTS,
     Decision,
@@ -233,7 +233,9 @@ class Writes:
             resolve(self.records, 1),
         )
         for state, seqs in self.settled.items():
-            Event.objects.filter(seq__in=Listed(seqs)).update(
+            update_rows(
+                Event,
+                seqs,
                 route_state=state,
                 routed_at=self.now,
                 unrouted_reason="",
@@ -244,9 +246,7 @@ class Writes:
             )
         if self.touched_works:
             # Never a terminal Work's row (R49), even one another process ended since it was read.
-            Work.objects.filter(pk__in=Listed(self.touched_works)).exclude(
-                status__in=TERMINAL_STATUSES
-            ).update(version=F("version") + 1, updated_at=self.now)
+            _touch_works(self.touched_works, self.now)
         # The wake bridges the settlements planned, derived through the causal limits; a
         # refused one leaves its diagnostic (R55). A limit spent meanwhile by another writer
         # raises CausalRefused: the window is settled again on fresh reads.
@@ -269,14 +269,16 @@ class Writes:
         for wait_id, (reason, seq) in self.blocked_waits.items():
             wait_block_in_tx(wait_id=wait_id, reason=reason, event_seq=seq)
         if self.released:
-            Event.objects.filter(seq__in=Listed(self.released)).update(claimed_by="", claimed_until=None)
+            update_rows(Event, self.released, claimed_by="", claimed_until=None)
         by_reason: dict[tuple[str, int | None, datetime | None], list[int]] = {}
         for seq, reason in self.reasons.items():
             by_reason.setdefault(reason, []).append(seq)
         for (reason, waiting_on, retry_at), seqs in by_reason.items():
-            Event.objects.filter(seq__in=Listed(seqs)).update(
+            update_rows(
+                Event,
+                seqs,
                 unrouted_reason=reason[:1000],
-                waiting_on_id=waiting_on,
+                waiting_on=waiting_on,
                 retry_at=retry_at,
                 claimed_by="",
                 claimed_until=None,
@@ -292,6 +294,33 @@ class Writes:
             self.touched_works | self.shown_works | set(ids.values()),
         )
         return ids
+
+
+def _touch_works(work_ids: set[int], now: datetime) -> None:
+    """``Work.objects.filter(pk__in=work_ids).exclude(status__in=TERMINAL_STATUSES)
+    .update(version=F("version") + 1, updated_at=now)``, through a statement written once per
+    padded number of Works (every routed window touches Work)."""
+    ids = padded(sorted(work_ids))
+    updated_at = Work._meta.get_field("updated_at").get_db_prep_save(now, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _touch_works_sql(connection.alias, len(ids)),
+            [updated_at, *ids, *sorted(str(status) for status in TERMINAL_STATUSES)],
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _touch_works_sql(alias: str, count: int) -> str:
+    quote = connections[alias].ops.quote_name
+    meta = Work._meta
+    version, updated_at, status = (
+        quote(meta.get_field(name).column) for name in ("version", "updated_at", "status")
+    )
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {version} = {version} + 1, {updated_at} = %s "
+        f"WHERE {quote(meta.pk.column)} IN ({', '.join(['%s'] * count)}) "
+        f"AND NOT ({status} IN ({', '.join(['%s'] * len(TERMINAL_STATUSES))}))"
+    )
 
 
 def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: bool = False) -> list[int]:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from causal.models import KV
-from conduit_site.queries import CompiledOnce, Listed, padded_length
+from conduit_site.queries import CompiledOnce, Listed, padded_length, update_rows
 from routing.engine import failures as failures_module
 from routing.engine import world
 from routing.engine.failures import FAILURES_NAMESPACE, failures_read
@@ -177,3 +177,54 @@ def test_i12p2_windows_of_many_sizes_share_few_compiled_statements_and_read_what
         )
     # 40 sizes, each list padded by repeating its last value: 2 to 41 values fall on 17 lengths.
     assert len(built) == len({padded_length(n) for n in range(2, 42)}) == 17
+
+
+@pytest.mark.django_db
+def test_i12p2_a_time_among_the_values_is_passed_as_the_backend_takes_it():
+    at = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
+    early, late = WorkFactory(), WorkFactory()
+    Work.objects.filter(pk=early.pk).update(updated_at=at)
+    Work.objects.filter(pk=late.pk).update(updated_at=datetime(2026, 3, 4, 5, 6, 8, tzinfo=UTC))
+    built = []
+
+    def build(before, ids):
+        built.append(before)
+        return Work.objects.filter(updated_at__lte=before[0], pk__in=Listed(ids)).values_list(
+            "pk", "updated_at"
+        )
+
+    once = CompiledOnce(build)
+    ids = [early.pk, late.pk]
+    assert once.rows([at], ids) == [(early.pk, at)]
+    assert sorted(once.rows([datetime(2027, 1, 1, tzinfo=UTC)], ids)) == sorted(
+        Work.objects.filter(pk__in=ids).values_list("pk", "updated_at")
+    )
+    assert once.rows([datetime(2026, 1, 1, tzinfo=UTC)], ids) == []
+    assert len(built) == 1  # compiled once, with a sentinel time; then only run
+
+
+@pytest.mark.django_db
+def test_i12p2_update_rows_writes_what_the_orms_update_writes():
+    works = WorkFactory.create_batch(12)
+    at = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
+    chosen = [w.pk for w in works[:9]]  # nine keys: padded to ten by repeating the last
+    update_rows(Work, chosen + [None], status="running", updated_at=at, last_error="a 100% error")
+    rows = dict(Work.objects.values_list("pk", "status"))
+    assert {pk for pk, status in rows.items() if status == "running"} == set(chosen)
+    for work in Work.objects.filter(pk__in=chosen):
+        assert (work.updated_at, work.last_error) == (at, "a 100% error")
+    untouched = Work.objects.get(pk=works[-1].pk)
+    assert (untouched.status, untouched.last_error) == (works[-1].status, works[-1].last_error)
+    update_rows(Work, [], status="cancelled")  # nothing to do: no statement
+    assert not Work.objects.filter(status="cancelled").exists()
+
+
+@pytest.mark.django_db
+def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
+    """SQLite's cursor remembers each statement's ``?`` form; ``%%`` stays a literal ``%``."""
+    from django.db import connection
+
+    for _ in range(3):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s || '%%', %s || '%%s'", ["a", "b"])
+            assert cursor.fetchone() == ("a%", "b%s")
