@@ -9,22 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Count, Max, QuerySet
 
-from causal.limits import (
-    BUCKETS_NAMESPACE,
-    PINS_NAMESPACE,
-    Limits,
-    Pin,
-    bucket_key,
-    minute_start,
-    pin_from_value,
-    pin_key,
-)
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event, RouteState
+
+if TYPE_CHECKING:
+    from causal.limits import Limits, Pin
 
 # --- paging ---------------------------------------------------------------------------------
 
@@ -222,6 +215,18 @@ class RootLimitsStatus:
 def root_limits_status(root_seq: int, *, now: datetime, default: Limits | None = None) -> RootLimitsStatus:
     """The limits ``root_seq``'s descendants are judged by (the pin, else ``default`` or the
     settings) and the tokens used in the UTC minute holding ``now``. One query."""
+    # Imported here, not with this module: the limits module is the derived acceptance (it
+    # imports the acceptance services), which the other reads here (events get's) never need.
+    from causal.limits import (
+        BUCKETS_NAMESPACE,
+        PINS_NAMESPACE,
+        Limits,
+        bucket_key,
+        minute_start,
+        pin_from_value,
+        pin_key,
+    )
+
     minute = minute_start(now)
     pin = bucket = None
     entries = KV.objects.filter(namespace=PINS_NAMESPACE, key=pin_key(root_seq)) | KV.objects.filter(

@@ -75,6 +75,8 @@ INSTALLED_APPS = [
     "worklife",
     "routing",
     "conduit_site.console",
+    # Last: its ready() runs after every other app's (conduit_site/apps.py).
+    "conduit_site.apps.SiteConfig",
 ]
 
 MIDDLEWARE = [

@@ -13,8 +13,7 @@ from causal.models import Event, RouteState
 from causal.services import kv_put_in_tx
 from conduit_site.leases import lease_transaction
 from routing import live
-from routing.config import live_generation
-from routing.config.selectors import live_generation_id
+from routing.config.selectors import live_generation, live_generation_id
 from routing.handler_pool import HandlerPool
 from routing.router import (
     GenerationChanged,

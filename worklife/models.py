@@ -20,6 +20,10 @@ class WorkStatus(models.TextChoices):
 TERMINAL_STATUSES = frozenset({WorkStatus.COMPLETED, WorkStatus.CANCELLED})
 
 
+# How a refused dispatch reads in Work.last_error (an attempt's failure reads "attempt N …").
+DISPATCH_REFUSED = "dispatch refused: "
+
+
 class Work(models.Model):
     """A unit of work routed Events feed. Its scope never changes.
 
@@ -184,6 +188,10 @@ class InputKind(models.TextChoices):
     INTERRUPT = "interrupt", "interrupt"
     CONTEXT = "context", "context (waiting Work)"
     HELD = "held", "held for the running attempt"
+
+
+# Pending input of these kinds makes ready Work claimable; an attempt starts with it (scheduling).
+PRESENTED_KINDS = (InputKind.QUEUE, InputKind.CONTEXT)
 
 
 class InputState(models.TextChoices):

@@ -26,6 +26,8 @@ from causal.models import Event
 from causal.services import Envelope, assert_in_tx
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
+    DISPATCH_REFUSED,
+    PRESENTED_KINDS,
     Attempt,
     AttemptState,
     DependencySubscription,
@@ -53,9 +55,6 @@ BACKOFF_CAP = 300.0
 # A refused dispatch is tried again after this many seconds (a new input or a retry sooner).
 DISPATCH_RECHECK = timedelta(seconds=30)
 QUEUE_ONLY_RECHECK = timedelta(minutes=5)
-PRESENTED_KINDS = (InputKind.QUEUE, InputKind.CONTEXT)
-# How a refused dispatch reads in Work.last_error (an attempt's failure reads "attempt N …").
-DISPATCH_REFUSED = "dispatch refused: "
 
 
 def max_attempts() -> int:

@@ -12,6 +12,8 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from causal.models import KV, Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from worklife.models import (
+    DISPATCH_REFUSED,
+    PRESENTED_KINDS,
     Attempt,
     AttemptState,
     CorrelationKey,
@@ -24,7 +26,6 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.scheduling import DISPATCH_REFUSED, PRESENTED_KINDS
 
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
 # this many; older rows are not shown (the page says so).

@@ -14,53 +14,6 @@ One idea per module: :mod:`~routing.config.reader` (YAML with places),
 :mod:`~routing.config.validate` (the document's rules, :func:`parse_document`),
 :mod:`~routing.config.document` (the parsed document), :mod:`~routing.config.effective`
 (resolution, R3), :mod:`~routing.config.selectors` (stored generations),
-:mod:`~routing.config.problems`. The names below are re-exported for existing callers.
+:mod:`~routing.config.problems`. Import from the module that holds a name: the package imports
+none of them, so a reader of stored configuration (``events get``) does not load the validator.
 """
-
-from routing.config.document import ParsedBinding, ParsedDocument, ParsedRoute, ParsedScope
-from routing.config.effective import (
-    Configuration,
-    EffectiveBinding,
-    EffectiveRoute,
-    EffectiveScope,
-    build_configuration,
-    effective_scope_as_dict,
-)
-from routing.config.problems import ConfigInvalid, ConfigProblem, GenerationNotFound
-from routing.config.reader import MAX_DOCUMENT_BYTES, MAX_NODES
-from routing.config.selectors import find_generation, live_generation, load_configuration
-from routing.config.validate import (
-    BINDING_POLICIES,
-    CONTROL_POLICIES,
-    FALLBACKS,
-    POLICIES,
-    SUPPORTED_VERSIONS,
-    parse_document,
-)
-
-__all__ = [
-    "BINDING_POLICIES",
-    "CONTROL_POLICIES",
-    "FALLBACKS",
-    "MAX_DOCUMENT_BYTES",
-    "MAX_NODES",
-    "POLICIES",
-    "SUPPORTED_VERSIONS",
-    "ConfigInvalid",
-    "ConfigProblem",
-    "Configuration",
-    "EffectiveBinding",
-    "EffectiveRoute",
-    "EffectiveScope",
-    "GenerationNotFound",
-    "ParsedBinding",
-    "ParsedDocument",
-    "ParsedRoute",
-    "ParsedScope",
-    "build_configuration",
-    "effective_scope_as_dict",
-    "find_generation",
-    "live_generation",
-    "load_configuration",
-    "parse_document",
-]

@@ -10,11 +10,6 @@ from typing import Any
 
 from routing.config.document import ParsedDocument, ParsedScope
 from routing.extension import RouteInfo, freeze
-from worklife.executors import (
-    ExecutorMissing,
-    executor_class,
-    supported_controls,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +103,10 @@ class Configuration:
 
 def _binding_state(executor: str, controls: Sequence[str]) -> tuple[frozenset[str], str]:
     """Capabilities and problem of a stored binding, against the executors registered now."""
+    # Imported when a configuration is resolved, not with this module: a reader of stored
+    # generations that resolves none (``events get``) does not load the executors.
+    from worklife.executors import ExecutorMissing, executor_class, supported_controls
+
     if not executor:
         return frozenset(), ("a queue-only binding cannot claim controls" if controls else "")
     try:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from conduit_site.queries import CompiledOnce
-from routing.config.document import ParsedBinding, ParsedRoute, ParsedScope
-from routing.config.effective import Configuration, _resolve
 from routing.config.problems import GenerationNotFound
 from routing.models import Generation, GenerationKind, Scope
+
+if TYPE_CHECKING:
+    from routing.config.effective import Configuration
 
 # A stored generation never changes (its scopes, bindings and routes are written once, with it:
 # ``routing.services``), so its effective configuration is kept per process, by its id and
@@ -47,6 +49,11 @@ def configurations_forget() -> None:
 
 
 def _read_configuration(generation: Generation) -> Configuration:
+    # Imported when a generation is resolved, not with this module: the live generation's
+    # readers (``events get``, the console's pages) do not load the resolution and its types.
+    from routing.config.document import ParsedBinding, ParsedRoute, ParsedScope
+    from routing.config.effective import Configuration, _resolve
+
     rows = Scope.objects.filter(generation=generation).prefetch_related("bindings", "routes")
     declared = [
         ParsedScope(
