@@ -331,14 +331,11 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     backend in use, each distinct object once (a window's rows share one timestamp)."""
     if not rows:
         return []
-    meta = model._meta
-    given = [meta.get_field(name) for name in fields]
-    defaults = [f for f in meta.concrete_fields if not f.primary_key and f not in given]
-    columns = given + defaults
-    default_values = [f.get_default() for f in defaults]
+    head, placeholder, defaults, json_columns, time_columns, pk_column = _insert_plan(
+        connection.alias, model, tuple(fields)
+    )
+    default_values = defaults() if callable(defaults) else defaults
     adapt_json = connection.ops.adapt_json_value
-    json_columns = [(i, c.encoder) for i, c in enumerate(columns) if c.get_internal_type() == "JSONField"]
-    time_columns = [(i, c) for i, c in enumerate(columns) if c.get_internal_type() == "DateTimeField"]
     times: dict[tuple[int, int], Any] = {}
     values = []
     for row in rows:
@@ -352,20 +349,41 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
                 times[key] = column.get_db_prep_save(full[index], connection)
             full[index] = times[key]
         values.append(full)
-    quote = connection.ops.quote_name
-    head = "INSERT INTO {} ({})".format(quote(meta.db_table), ", ".join(quote(c.column) for c in columns))
-    placeholder = "({})".format(", ".join(["%s"] * len(columns)))
     with connection.cursor() as cursor:
         if not returning:
             cursor.executemany(f"{head} VALUES {placeholder}", values)
             return []
         ids: list[int] = []
-        chunk = max(1, 900 // len(columns))  # under SQLite's bound-variable limit
+        chunk = max(1, 900 // len(placeholder.split(",")))  # under SQLite's bound-variable limit
         for start in range(0, len(values), chunk):
             part = values[start : start + chunk]
             cursor.execute(
-                f"{head} VALUES {', '.join([placeholder] * len(part))} RETURNING {quote(meta.pk.column)}",
+                f"{head} VALUES {', '.join([placeholder] * len(part))} RETURNING {pk_column}",
                 [value for row in part for value in row],
             )
             ids.extend(row[0] for row in cursor.fetchall())
         return ids
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_plan(alias: str, model: type, fields: tuple[str, ...]):
+    """What :func:`_insert` needs of a model's columns, worked out once per model and fields:
+    the statement's head and row placeholder, the values of the columns not given (their
+    constant defaults, or a function making them per call when one is made by a callable),
+    the JSON columns with their encoders, the datetime columns and the quoted primary key."""
+    meta = model._meta
+    quote = connections[alias].ops.quote_name
+    given = [meta.get_field(name) for name in fields]
+    defaults = [f for f in meta.concrete_fields if not f.primary_key and f not in given]
+    columns = given + defaults
+    if any(f.has_default() and callable(f.default) for f in defaults):
+        default_values = lambda: [f.get_default() for f in defaults]  # noqa: E731
+    else:
+        default_values = tuple(f.get_default() for f in defaults)
+    json_columns = tuple(
+        (i, c.encoder) for i, c in enumerate(columns) if c.get_internal_type() == "JSONField"
+    )
+    time_columns = tuple((i, c) for i, c in enumerate(columns) if c.get_internal_type() == "DateTimeField")
+    head = "INSERT INTO {} ({})".format(quote(meta.db_table), ", ".join(quote(c.column) for c in columns))
+    placeholder = "({})".format(", ".join(["%s"] * len(columns)))
+    return head, placeholder, default_values, json_columns, time_columns, quote(meta.pk.column)
