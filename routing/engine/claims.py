@@ -3,7 +3,15 @@
 A loop claims its window with a short lease (``claimed_by``, ``claimed_until``) taken
 with ``FOR UPDATE SKIP LOCKED``; route commits are serialised by a transaction-scoped advisory
 lock (:data:`COMMIT_LOCK_ID`). Correctness comes from the commit's revalidation and the
-uniqueness constraints, never from the lease alone; an expired lease is claimable again."""
+uniqueness constraints, never from the lease alone; an expired lease is claimable again.
+
+A window is one unbroken run: it never reaches past an Event another live loop holds or
+that no pass has decided (:func:`claim_window`). A commit routes only the Events before the
+first such Event and gives the rest back, so a window reaching past one would be mostly
+given back; and claims taken side by side (each skipping the rows the other had just locked)
+interleave Event by Event, a pattern that then renews itself every round: each loop claims
+again while the other still holds its rows, skips them and takes back its own given-back
+ones. Two loops routed one Event per pass that way, for minutes (issue 12 item 3)."""
 
 from __future__ import annotations
 
@@ -18,12 +26,15 @@ from django.db.models import Q
 
 from causal.models import Event, RouteState
 from conduit_site.leases import lease_transaction
-from conduit_site.queries import update_rows
+from conduit_site.queries import CompiledOnce, Listed, update_rows
 from routing.evaluate import SnapshotRead
 from routing.extension import EventSnapshot
 
 # "Rout": serialises route commits on PostgreSQL (operator controls take it too).
 COMMIT_LOCK_ID = 0x526F7574
+# "Clam": serialises claims on PostgreSQL, so a claim sees the claims before it and two claims
+# never scan side by side, skipping each other's rows.
+CLAIM_LOCK_ID = 0x436C616D
 
 
 def loop_identity() -> str:
@@ -62,12 +73,21 @@ def _process_alive(pid: str) -> bool:
     return True
 
 
+def held_elsewhere(claimed_by: str, claimed_until: datetime | None, *, owner: str, now: datetime) -> bool:
+    """Whether another loop than ``owner`` holds an Event now (its claim has not lapsed)."""
+    return bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
+
+
 def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float) -> list[EventSnapshot]:
-    """Claim the oldest unrouted Events that are not backing off or held by another loop."""
+    """Claim the oldest unrouted Events that are not backing off or held by another loop, up to
+    the first Event another loop holds or no pass has decided (see the module)."""
     until = now + timedelta(seconds=claim_seconds)
     # A claim is a lease: committed without waiting for the disk (conduit_site.leases).
     with lease_transaction():
-        window = _claimable(limit).snapshots([now], [now], [owner])
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK_ID])
+        window = _unbroken(_claimable(limit).snapshots([now], [now], [owner]), owner=owner, now=now)
         if window:
             update_rows(Event, (e.seq for e in window), claimed_by=owner, claimed_until=until)
     return window
@@ -97,3 +117,37 @@ def _claimable_query(
 def _claimable(limit: int) -> SnapshotRead:
     """The claim's read, built and compiled once per window size (the route loop's every pass)."""
     return SnapshotRead(functools.partial(_claimable_query, limit))
+
+
+def _unbroken(window: list[EventSnapshot], *, owner: str, now: datetime) -> list[EventSnapshot]:
+    """``window`` up to the first unrouted Event inside its span that it does not hold and that
+    another loop holds or no pass has decided: one the claim passed over (held, or locked by a
+    commit that is settling it or giving it back). Events decided for now (backing off,
+    waiting behind earlier input) do not break the run: the commit orders the window behind them
+    by their targets. The rows after the cut were locked, never claimed: they stay free."""
+    if len(window) < 2:
+        return window
+    seqs = [event.seq for event in window]
+    cut = _CUT.rows([seqs[0]], [seqs[-1]], seqs, [now], [owner])
+    if not cut:
+        return window
+    return [event for event in window if event.seq < cut[0][0]]
+
+
+def _cut_query(first: list[int], last: list[int], window: list[int], now: list[datetime], owner: list[str]):
+    """The first unrouted Event strictly between ``first`` and ``last`` outside ``window`` that
+    no pass has decided, or that a loop other than ``owner`` holds at ``now``."""
+    return (
+        Event.objects.filter(route_state=RouteState.UNROUTED, seq__gt=first[0], seq__lt=last[0])
+        .exclude(seq__in=Listed(window))
+        .filter(
+            Q(unrouted_reason="")
+            | (Q(claimed_until__gt=now[0]) & ~Q(claimed_by="") & ~Q(claimed_by=owner[0]))
+        )
+        .order_by("seq")
+        .values_list("seq")[:1]
+    )
+
+
+# Read on every claim of more than one Event: built and compiled once per shape (CompiledOnce).
+_CUT = CompiledOnce(_cut_query)

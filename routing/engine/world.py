@@ -22,6 +22,7 @@ from routing.decide import (
     WorkView,
     World,
 )
+from routing.engine.claims import held_elsewhere
 from routing.engine.settle import block, event_tokens
 from routing.evaluate import (
     Evaluation,
@@ -255,7 +256,7 @@ def outside_blockers(
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
     owners = _read_owners(extra_keys) if extra_keys else {}
     for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
-        held = bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
+        held = held_elsewhere(claimed_by, claimed_until, owner=owner, now=now)
         if honour_claims and (held or not reason):
             # An earlier Event whose targets are not known yet: another live loop holds it,
             # or no pass has decided it (its claim was released or lapsed). Its route may
@@ -270,9 +271,9 @@ def outside_blockers(
             tokens.add(("work", world.attempt_work[execution_id]))
         for pair in keys.get(seq, []):
             tokens.add(("key", *pair))
-            owner = world.owners.get(pair, owners.get(pair))
-            if owner is not None:
-                tokens.add(("work", owner))
+            key_owner = world.owners.get(pair, owners.get(pair))
+            if key_owner is not None:
+                tokens.add(("work", key_owner))
         block(blocked, tokens, seq)
     return blocked
 

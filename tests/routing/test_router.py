@@ -564,6 +564,38 @@ def test_r9_a_released_claim_is_not_overtaken_by_a_later_window(clock):
     assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, second.seq]
 
 
+def test_r9_issue12_item3_claims_that_meet_do_not_interleave_and_stall_routing(clock):
+    """Issue 12 item 3: two loops whose claims keep meeting (each claims while the other holds
+    its window, as two loops in step do) must not take alternate Events. Interleaved windows
+    route one Event per pass: each commit stops at the first Event the other loop holds and
+    gives the rest back, and the next claims, taken while the other still holds its window,
+    interleave them again. Routed in step, 40 Events take a few rounds, not 20."""
+    apply(clock, SCRIPTED_ONLY)
+    events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(40)]
+    a, b = loops(clock, "loop-a", "loop-b")
+    try:
+        windows = {a: [], b: []}
+        for limit in range(1, 21):
+            for loop in (a, b):
+                windows[loop] = loop.claim_window(limit)
+        held = {loop.owner: [e.seq for e in window] for loop, window in windows.items()}
+        routed = []
+        for _ in range(4):
+            for loop in (a, b):
+                if windows[loop]:
+                    loop._pass(windows[loop], honour_claims=True)
+                windows[loop] = loop.claim_window(20)
+            routed.append(sum(state(e) == RouteState.ROUTED for e in events))
+    finally:
+        a.close()
+        b.close()
+    assert routed[-1] == len(events), f"Events routed after each round: {routed}; first windows: {held}"
+    # Each window was one unbroken run: nothing the other loop held lay inside it.
+    for mine, other in (("loop-a", "loop-b"), ("loop-b", "loop-a")):
+        if held[mine]:
+            assert not [seq for seq in held[other] if held[mine][0] < seq < held[mine][-1]], held
+
+
 def test_r9_a_lapsed_claim_is_not_overtaken_by_a_later_window(clock):
     """Loop A stalls past its claim; loop B's later Event of the same conversation waits and B
     takes the lapsed Event first."""
