@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
+from django.db import connection, connections
 from django.db.models import DateTimeField, Expression, Model
 
 
@@ -60,8 +61,6 @@ class CompiledOnce:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def run(self, *lists: Sequence[Any]) -> tuple[list[str], list[tuple]]:
-        from django.db import connection
-
         lists = tuple(list(values) for values in lists)
         if not all(lists):
             return self._through_orm(lists)
@@ -118,8 +117,6 @@ class CompiledOnce:
             return False
         params = list(params)
         slots = []
-        from django.db import connections
-
         for given in sentinels:
             values = _prepared(given, connections[queryset.db])  # as they are among the params
             starts = [i for i, p in enumerate(params) if p == values[0] and type(p) is type(values[0])]
@@ -176,8 +173,6 @@ def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
     list repeats its last key to reach the length, as :class:`CompiledOnce` pads): the ORM
     built and compiled the same UPDATE on every pass of the route loop. Each value is
     prepared by its field, as ``update`` prepares it."""
-    from django.db import connection
-
     pks = [pk for pk in pks if pk is not None]
     if not pks:
         return
@@ -186,21 +181,19 @@ def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
     prepared = [
         field.get_db_prep_save(values[name], connection) for field, name in zip(fields, names, strict=True)
     ]
-    for start in range(0, len(pks), _UPDATE_CHUNK):
-        chunk = padded(pks[start : start + _UPDATE_CHUNK])
+    for start in range(0, len(pks), UPDATE_CHUNK):
+        chunk = padded(pks[start : start + UPDATE_CHUNK])
         with connection.cursor() as cursor:
             cursor.execute(_update_sql(connection.alias, model, names, len(chunk)), [*prepared, *chunk])
 
 
 # Keys per UPDATE statement (a padded length): under SQLite's oldest bound-variable limit, 999,
 # with the values beside.
-_UPDATE_CHUNK = 768
+UPDATE_CHUNK = 768
 
 
 @functools.lru_cache(maxsize=256)
 def _update_sql(alias: str, model: type[Model], names: tuple[str, ...], count: int) -> str:
-    from django.db import connections
-
     quote = connections[alias].ops.quote_name
     meta = model._meta
     assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)

@@ -73,6 +73,12 @@ def _process_alive(pid: str) -> bool:
     return True
 
 
+def undecided_or_held_elsewhere(*, owner: str, now: datetime) -> Q:
+    """Unrouted Events whose targets are not known yet: no pass has decided them, or a loop
+    other than ``owner`` holds them at ``now`` (:func:`held_elsewhere`, as a condition)."""
+    return Q(unrouted_reason="") | (Q(claimed_until__gt=now) & ~Q(claimed_by="") & ~Q(claimed_by=owner))
+
+
 def held_elsewhere(claimed_by: str, claimed_until: datetime | None, *, owner: str, now: datetime) -> bool:
     """Whether another loop than ``owner`` holds an Event now (its claim has not lapsed)."""
     return bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
@@ -140,10 +146,7 @@ def _cut_query(first: list[int], last: list[int], window: list[int], now: list[d
     return (
         Event.objects.filter(route_state=RouteState.UNROUTED, seq__gt=first[0], seq__lt=last[0])
         .exclude(seq__in=Listed(window))
-        .filter(
-            Q(unrouted_reason="")
-            | (Q(claimed_until__gt=now[0]) & ~Q(claimed_by="") & ~Q(claimed_by=owner[0]))
-        )
+        .filter(undecided_or_held_elsewhere(owner=owner[0], now=now[0]))
         .order_by("seq")
         .values_list("seq")[:1]
     )

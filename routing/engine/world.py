@@ -22,7 +22,7 @@ from routing.decide import (
     WorkView,
     World,
 )
-from routing.engine.claims import held_elsewhere
+from routing.engine.claims import held_elsewhere, undecided_or_held_elsewhere
 from routing.engine.settle import block, event_tokens
 from routing.evaluate import (
     Evaluation,
@@ -319,9 +319,7 @@ def _sharing(tokens: set[tuple], honour_claims: bool, now: datetime, owner: str)
         | Q(seq__in=EventKey.objects.filter(_pairs(keys)).values("event_id"))
     )
     if honour_claims:
-        sharing |= Q(unrouted_reason="") | (
-            Q(claimed_until__gt=now) & ~Q(claimed_by="") & ~Q(claimed_by=owner)
-        )
+        sharing |= undecided_or_held_elsewhere(owner=owner, now=now)
     return sharing
 
 

@@ -12,7 +12,7 @@ from django.db import connection, connections
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
-from conduit_site.queries import padded, update_rows
+from conduit_site.queries import UPDATE_CHUNK, padded, update_rows
 from routing.decide import (
     INPUT_EFFECTS,
     Decision,
@@ -299,14 +299,14 @@ class Writes:
 def _touch_works(work_ids: set[int], now: datetime) -> None:
     """``Work.objects.filter(pk__in=work_ids).exclude(status__in=TERMINAL_STATUSES)
     .update(version=F("version") + 1, updated_at=now)``, through a statement written once per
-    padded number of Works (every routed window touches Work)."""
-    ids = padded(sorted(work_ids))
+    padded number of Works, in chunks as :func:`update_rows` writes (every routed window touches Work)."""
+    ids = sorted(work_ids)
     updated_at = Work._meta.get_field("updated_at").get_db_prep_save(now, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _touch_works_sql(connection.alias, len(ids)),
-            [updated_at, *ids, *sorted(str(status) for status in TERMINAL_STATUSES)],
-        )
+    terminal = sorted(str(status) for status in TERMINAL_STATUSES)
+    for start in range(0, len(ids), UPDATE_CHUNK):
+        chunk = padded(ids[start : start + UPDATE_CHUNK])
+        with connection.cursor() as cursor:
+            cursor.execute(_touch_works_sql(connection.alias, len(chunk)), [updated_at, *chunk, *terminal])
 
 
 @functools.lru_cache(maxsize=64)
