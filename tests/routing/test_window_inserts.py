@@ -1,0 +1,123 @@
+"""The router's set-based inserts (routing.engine.writes._insert): whatever the statement's form
+(an executemany on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL with the columns
+every row shares as single values), each row is stored exactly as given, and new keys come
+back in row order (R7, issue 12 item 3)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import DataError, connection, transaction
+
+from routing.engine.writes import _insert
+from routing.models import RouteRecord
+from tests.causal.factories import EventFactory
+from tests.worklife.factories import WorkFactory
+from worklife.models import Work
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+RECORD_FIELDS = (
+    "event",
+    "work",
+    "scope",
+    "route",
+    "policy",
+    "reason",
+    "refusals",
+    "keys",
+    "attempts",
+    "decided_at",
+)
+
+
+def test_r7_issue12_window_insert_stores_shared_varying_null_and_json_values_as_given():
+    events = EventFactory.create_batch(4)
+    work = WorkFactory()
+    later = NOW + timedelta(seconds=1)
+    rows = [
+        # event, work (NULL in one row), scope (shared), route, policy, reason, refusals
+        # (JSON, shared by three rows), keys (JSON, each its own), attempts, decided_at
+        [events[0].seq, work.pk, "acme", "prs", "queue", "", [], ["pr:1"], 0, NOW],
+        [events[1].seq, None, "acme", "", "unmatched", "no route matched", [{"route": "prs"}], [], 0, NOW],
+        [events[2].seq, work.pk, "acme", "prs", "queue", "tab\there, 'quoted'", [], ["pr:1", "é"], 2, later],
+        [events[3].seq, work.pk, "acme", "prs", "queue", "", [], [{"nested": {"a": [1, None]}}], 0, NOW],
+    ]
+
+    with transaction.atomic():
+        assert _insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows]) == []
+
+    stored = {r.event_id: r for r in RouteRecord.objects.filter(event__in=events)}
+    assert len(stored) == 4
+    for row in rows:
+        record = stored[row[0]]
+        assert [
+            record.event_id,
+            record.work_id,
+            record.scope,
+            record.route,
+            record.policy,
+            record.reason,
+            record.refusals,
+            record.keys,
+            record.attempts,
+            record.decided_at,
+        ] == row
+        # The columns not given take their fields' defaults.
+        assert (record.binding, record.generation, record.disposition, record.error, record.decided_by) == (
+            "",
+            "",
+            "routed",
+            "",
+            "",
+        )
+
+
+def test_r7_issue12_window_insert_returns_new_keys_in_row_order_even_when_every_column_is_shared():
+    triggers = EventFactory.create_batch(3)
+    fields = ("scope", "status", "binding", "trigger", "created_at", "updated_at")
+    with transaction.atomic():
+        ids = _insert(
+            Work,
+            fields,
+            [["acme", "ready", "agent", event.seq, NOW, NOW] for event in triggers],
+            returning=True,
+        )
+        # Two rows alike in every column: still two rows, two keys.
+        twins = _insert(
+            Work, fields, [["acme", "ready", "agent", None, NOW, NOW] for _ in range(2)], returning=True
+        )
+
+    assert [Work.objects.get(pk=pk).trigger_id for pk in ids] == [event.seq for event in triggers]
+    assert len(set(twins)) == 2
+    assert Work.objects.filter(pk__in=twins, trigger__isnull=True, binding="agent").count() == 2
+
+
+def test_r7_issue12_window_insert_of_a_value_too_long_for_its_column():
+    """The statement casts to each column's type without its length (``varchar``, not
+    ``varchar(128)``), so the column itself still refuses a value too long on PostgreSQL;
+    SQLite stores text of any length in a varchar column, through any statement."""
+    event = EventFactory()
+    row = [event.seq, None, "acme", "r" * 129, "queue", "", [], [], 0, NOW]
+    if connection.vendor == "postgresql":
+        with pytest.raises(DataError), transaction.atomic():
+            _insert(RouteRecord, RECORD_FIELDS, [row])
+        assert not RouteRecord.objects.filter(event=event).exists()
+    else:
+        with transaction.atomic():
+            _insert(RouteRecord, RECORD_FIELDS, [row])
+        assert RouteRecord.objects.get(event=event).route == "r" * 129
+
+
+def test_r7_issue12_window_insert_of_a_json_value_every_row_shares():
+    events = EventFactory.create_batch(2)
+    refusals = [{"route": "prs", "reason": "type did not match"}]
+    rows = [[event.seq, None, "acme", "", "unmatched", "", refusals, {"k": 1}, 0, NOW] for event in events]
+    with transaction.atomic():
+        _insert(RouteRecord, RECORD_FIELDS, rows)
+    assert [(r.refusals, r.keys) for r in RouteRecord.objects.filter(event__in=events)] == [
+        (refusals, {"k": 1})
+    ] * 2
