@@ -32,7 +32,37 @@ class Listed(Expression):
     def as_sql(self, compiler, connection):
         if not self.values:
             raise EmptyResultSet
-        return "(" + ", ".join(["%s"] * len(self.values)) + ")", list(self.values)
+        return in_list_sql(connection, self.values)
+
+
+def array_type(connection, example: Any) -> str | None:
+    """PostgreSQL: the array type an IN list of values like ``example`` is passed as, one
+    parameter (``col IN (SELECT UNNEST(%s::bigint[]))``); ``None`` elsewhere, or for values
+    of another kind, which are listed one parameter each.
+
+    A list of a window's 500 keys written out was planned anew on every statement and, on a
+    table of some thousands of rows, read with a sequential scan (about 4 ms); the array is
+    read with an index probe per value (about 0.7 ms)."""
+    if connection.vendor != "postgresql":
+        return None
+    if isinstance(example, bool):
+        return None
+    if isinstance(example, int):
+        return "bigint[]"
+    if isinstance(example, str):
+        return "text[]"
+    if isinstance(example, datetime):
+        return "timestamptz[]"
+    return None
+
+
+def in_list_sql(connection, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``IN (…)``'s right side for ``values`` (not empty) and its parameters: one array on
+    PostgreSQL (:func:`array_type`), one parameter per value elsewhere."""
+    array = array_type(connection, values[0])
+    if array is not None:
+        return f"(SELECT UNNEST(%s::{array}))", [list(values)]
+    return "(" + ", ".join(["%s"] * len(values)) + ")", list(values)
 
 
 class CompiledOnce:
@@ -76,7 +106,10 @@ class CompiledOnce:
         sql, params, slots, names, converters = shape
         values = list(params)
         for (start, length), given in zip(slots, lists, strict=True):
-            values[start : start + length] = _prepared(given, connection)
+            if length is None:  # the list is one parameter, an array (PostgreSQL)
+                values[start] = _prepared(given, connection)
+            else:
+                values[start : start + length] = _prepared(given, connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, values)
             rows = cursor.fetchall()
@@ -119,6 +152,12 @@ class CompiledOnce:
         slots = []
         for given in sentinels:
             values = _prepared(given, connections[queryset.db])  # as they are among the params
+            arrays = [i for i, p in enumerate(params) if isinstance(p, list) and p == values]
+            if arrays:
+                if len(arrays) != 1:
+                    return False
+                slots.append((arrays[0], None))
+                continue
             starts = [i for i, p in enumerate(params) if p == values[0] and type(p) is type(values[0])]
             if len(starts) != 1 or params[starts[0] : starts[0] + len(values)] != values:
                 return False
@@ -183,8 +222,9 @@ def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
     ]
     for start in range(0, len(pks), UPDATE_CHUNK):
         chunk = padded(pks[start : start + UPDATE_CHUNK])
+        keys, params = in_list_sql(connection, chunk)
         with connection.cursor() as cursor:
-            cursor.execute(_update_sql(connection.alias, model, names, len(chunk)), [*prepared, *chunk])
+            cursor.execute(_update_sql(connection.alias, model, names, keys), [*prepared, *params])
 
 
 # Keys per UPDATE statement (a padded length): under SQLite's oldest bound-variable limit, 999,
@@ -193,9 +233,8 @@ UPDATE_CHUNK = 768
 
 
 @functools.lru_cache(maxsize=256)
-def _update_sql(alias: str, model: type[Model], names: tuple[str, ...], count: int) -> str:
+def _update_sql(alias: str, model: type[Model], names: tuple[str, ...], keys: str) -> str:
     quote = connections[alias].ops.quote_name
     meta = model._meta
     assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
-    keys = ", ".join(["%s"] * count)
-    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} IN ({keys})"
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} IN {keys}"

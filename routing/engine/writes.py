@@ -12,7 +12,7 @@ from django.db import connection, connections
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
-from conduit_site.queries import UPDATE_CHUNK, padded, update_rows
+from conduit_site.queries import UPDATE_CHUNK, in_list_sql, padded, update_rows
 from conduit_site.records import record
 from routing.decide import (
     INPUT_EFFECTS,
@@ -305,13 +305,13 @@ def _touch_works(work_ids: set[int], now: datetime) -> None:
     updated_at = Work._meta.get_field("updated_at").get_db_prep_save(now, connection)
     terminal = sorted(str(status) for status in TERMINAL_STATUSES)
     for start in range(0, len(ids), UPDATE_CHUNK):
-        chunk = padded(ids[start : start + UPDATE_CHUNK])
+        keys, params = in_list_sql(connection, padded(ids[start : start + UPDATE_CHUNK]))
         with connection.cursor() as cursor:
-            cursor.execute(_touch_works_sql(connection.alias, len(chunk)), [updated_at, *chunk, *terminal])
+            cursor.execute(_touch_works_sql(connection.alias, keys), [updated_at, *params, *terminal])
 
 
 @functools.lru_cache(maxsize=64)
-def _touch_works_sql(alias: str, count: int) -> str:
+def _touch_works_sql(alias: str, keys: str) -> str:
     quote = connections[alias].ops.quote_name
     meta = Work._meta
     version, updated_at, status = (
@@ -319,7 +319,7 @@ def _touch_works_sql(alias: str, count: int) -> str:
     )
     return (
         f"UPDATE {quote(meta.db_table)} SET {version} = {version} + 1, {updated_at} = %s "
-        f"WHERE {quote(meta.pk.column)} IN ({', '.join(['%s'] * count)}) "
+        f"WHERE {quote(meta.pk.column)} IN {keys} "
         f"AND NOT ({status} IN ({', '.join(['%s'] * len(TERMINAL_STATUSES))}))"
     )
 

@@ -5,9 +5,11 @@ rely on it), on whichever database the tests run."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from causal.models import KV, Event, EventKey
-from conduit_site.queries import Listed
+from conduit_site.queries import Listed, in_list_sql, update_rows
 from tests.causal.factories import EventFactory, KVFactory
 
 
@@ -56,3 +58,37 @@ def test_i12_2_listed_strings_select_the_keys_a_plain_list_does():
     listed = sorted(KV.objects.filter(namespace="n", key__in=Listed(wanted)).values_list("key", flat=True))
     assert listed == sorted(KV.objects.filter(namespace="n", key__in=wanted).values_list("key", flat=True))
     assert listed == ["10", "x'; --"]
+
+
+@pytest.mark.django_db
+def test_i12_3_in_lists_are_one_array_parameter_on_postgresql_and_a_parameter_per_value_elsewhere():
+    """A window's IN lists (Listed, update_rows) are one array on PostgreSQL, read with an index
+    probe per value and planned alike for any length; elsewhere one parameter per value. Both
+    select and update exactly the listed rows, for keys and strings."""
+    events = EventFactory.create_batch(4)
+    seqs = [e.seq for e in events]
+    for key in ("a", "b", "c"):
+        KVFactory(namespace="n", key=key)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert (
+            sorted(Event.objects.filter(seq__in=Listed(seqs[1:3])).values_list("seq", flat=True)) == seqs[1:3]
+        )
+        assert sorted(
+            KV.objects.filter(namespace="n", key__in=Listed(["c", "a"])).values_list("key", flat=True)
+        ) == [
+            "a",
+            "c",
+        ]
+        update_rows(Event, [seqs[0], seqs[2]], claimed_by="loop")
+    assert sorted(Event.objects.filter(claimed_by="loop").values_list("seq", flat=True)) == [seqs[0], seqs[2]]
+
+    arrays = [q["sql"] for q in queries.captured_queries if "UNNEST" in q["sql"]]
+    if connection.vendor == "postgresql":
+        assert len(arrays) == 3
+        assert in_list_sql(connection, [1, 2, 3]) == ("(SELECT UNNEST(%s::bigint[]))", [[1, 2, 3]])
+    else:
+        assert arrays == []
+        assert in_list_sql(connection, [1, 2, 3]) == ("(%s, %s, %s)", [1, 2, 3])
+    # Values of another kind are listed one by one on either database.
+    assert in_list_sql(connection, [True, False]) == ("(%s, %s)", [True, False])
