@@ -50,7 +50,8 @@ from worklife.scheduling import (
 class Writes:
     """The window's effects, written with set-based statements at the end of the commit.
 
-    Rows are plain tuples inserted with one ``executemany`` per table: building a model
+    Rows are plain lists inserted with one statement per table (:func:`_insert`: an
+    ``executemany`` on SQLite, ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL): building a model
     instance per row costs more than the database does on this path."""
 
     now: datetime
