@@ -34,6 +34,7 @@ it refuses an object with the same key twice (which value was meant is unknowabl
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -205,8 +206,10 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-# Strings (whose brackets do not nest) and the brackets that do, for the depth scan.
-_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[{]|[\]}]')
+# Strings (whose brackets do not nest), and what is left that is not a bracket, for the depth scan.
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*+"')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def max_json_depth() -> int:
@@ -222,19 +225,17 @@ def _too_deep(limit: int) -> EnvelopeInvalid:
 
 def check_text_depth(text: str, limit: int | None = None) -> None:
     """Refuse JSON text nested deeper than ``limit`` arrays and objects, by scanning it
-    (no parsing, no recursion): the parser never sees a document that could exhaust the stack."""
+    (no parsing, no recursion): the parser never sees a document that could exhaust the stack.
+
+    The strings are taken out, then everything that is not a bracket, and the running depth
+    of the brackets left is summed up: each step runs in C, where a scan token by token in
+    Python cost a batch of 100 Events about 16 µs an Event."""
     limit = max_json_depth() if limit is None else limit
     if text.count("[") + text.count("{") <= limit:
         return
-    depth = 0
-    for match in _STRUCTURE.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > limit:
-                raise _too_deep(limit)
-        elif token in "]}":
-            depth -= 1
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+    if max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) > limit:
+        raise _too_deep(limit)
 
 
 def check_value_depth(value: Any, limit: int | None = None, *, where: str | None = None) -> None:
@@ -347,16 +348,21 @@ def _read_lines(text: str) -> list[Document]:
     return documents
 
 
-def parse_envelope(obj: Any, *, trusted: bool = False) -> Envelope:
+def parse_envelope(obj: Any, *, trusted: bool = False, depth_checked: bool = False) -> Envelope:
     """Validate one decoded structured-mode CloudEvent and return its :class:`Envelope`.
 
     ``trusted`` is for core code only: it allows the reserved ``core`` type and source
-    families. Raises :class:`EnvelopeInvalid` naming the first field at fault.
+    families. ``depth_checked`` says ``obj`` was decoded from JSON text that
+    :func:`check_text_depth` passed (:func:`loads`, :func:`parse_json`,
+    :func:`read_documents`): a value is never nested deeper than its text, nor an element
+    deeper than its array, so its own depth is not walked again. Raises
+    :class:`EnvelopeInvalid` naming the first field at fault.
     """
     if not isinstance(obj, dict):
         raise EnvelopeInvalid(None, f"an Event must be a JSON object, not {kind_of(obj)}")
     # Only data nests; checked first, as every later check walks it.
-    check_value_depth(obj, where="data")
+    if not depth_checked:
+        check_value_depth(obj, where="data")
     # The CloudEvents JSON format: a null attribute is an absent one.
     attrs = {name: value for name, value in obj.items() if value is not None or name == "data"}
 
@@ -424,13 +430,14 @@ def parse_envelope(obj: Any, *, trusted: bool = False) -> Envelope:
     )
 
 
-def parse_envelopes(objs: list[Any], *, trusted: bool = False) -> list[Envelope]:
-    """Validate every Event of a batch; raise :class:`BatchInvalid` listing all refusals."""
+def parse_envelopes(objs: list[Any], *, trusted: bool = False, depth_checked: bool = False) -> list[Envelope]:
+    """Validate every Event of a batch; raise :class:`BatchInvalid` listing all refusals.
+    ``depth_checked`` as for :func:`parse_envelope`."""
     envelopes: list[Envelope] = []
     errors: list[EnvelopeInvalid] = []
     for index, obj in enumerate(objs):
         try:
-            envelopes.append(parse_envelope(obj, trusted=trusted))
+            envelopes.append(parse_envelope(obj, trusted=trusted, depth_checked=depth_checked))
         except EnvelopeInvalid as exc:
             errors.append(exc.at(index))
     if errors:

@@ -46,7 +46,9 @@ from routing.tokens import token_digest, token_generate, token_well_formed
 # --- acceptance -----------------------------------------------------------------------------
 
 
-def event_accept(*, payload: Any, clock: Clock, accepted_by: str = "", trusted: bool = False) -> Accepted:
+def event_accept(
+    *, payload: Any, clock: Clock, accepted_by: str = "", trusted: bool = False, depth_checked: bool = False
+) -> Accepted:
     """Validate one offered Event (a decoded structured-mode CloudEvent) and accept it.
 
     The durable commit is the acknowledgement. The same ``(source, id)`` accepted before with
@@ -55,8 +57,10 @@ def event_accept(*, payload: Any, clock: Clock, accepted_by: str = "", trusted: 
     :class:`~routing.ingress.EnvelopeInvalid` naming the field at fault (nothing stored):
     a malformed envelope, a reserved ``core`` type or source unless ``trusted``, an Event
     larger than ``CONDUIT_MAX_EVENT_BYTES``, or a scope not in the live configuration.
+    ``depth_checked``: the payload was decoded from JSON text whose depth was checked
+    (:func:`routing.ingress.parse_envelope`).
     """
-    envelope = _validated(payload, trusted=trusted)
+    envelope = _validated(payload, trusted=trusted, depth_checked=depth_checked)
     if not connection.in_atomic_block:
         return ACCEPTANCES.accept(envelope, clock=clock, accepted_by=accepted_by)
     with transaction.atomic():
@@ -170,7 +174,12 @@ ACCEPTANCES = GroupCommit()
 
 
 def events_accept(
-    *, payloads: Sequence[Any], clock: Clock, accepted_by: str = "", trusted: bool = False
+    *,
+    payloads: Sequence[Any],
+    clock: Clock,
+    accepted_by: str = "",
+    trusted: bool = False,
+    depth_checked: bool = False,
 ) -> list[Accepted]:
     """Validate every Event of a batch, then accept them all in one transaction, in order.
 
@@ -178,11 +187,11 @@ def events_accept(
     every refusal (each with its ``index``) and nothing is stored. Duplicates (of earlier
     Events or of an earlier Event in the same batch) come back with ``created=False``; one
     with another body than the Event it repeats refuses the batch with
-    :class:`~routing.ingress.BatchConflict`.
+    :class:`~routing.ingress.BatchConflict`. ``depth_checked`` as for :func:`event_accept`.
     """
     if not payloads:
         raise EnvelopeInvalid(None, "the batch is empty: it holds no Event")
-    envelopes = _validated_batch(payloads, trusted=trusted)
+    envelopes = _validated_batch(payloads, trusted=trusted, depth_checked=depth_checked)
     with transaction.atomic():
         _refuse_unknown_scopes_in_tx(envelopes, batch=True)
         results = events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=accepted_by)
@@ -219,16 +228,18 @@ def duplicate_conflict(envelope: Envelope, accepted_event: Event) -> EventConfli
     )
 
 
-def _validated(payload: Any, *, trusted: bool) -> Envelope:
-    envelope = parse_envelope(payload, trusted=trusted)
+def _validated(payload: Any, *, trusted: bool, depth_checked: bool = False) -> Envelope:
+    envelope = parse_envelope(payload, trusted=trusted, depth_checked=depth_checked)
     check_event_size(payload)
     return envelope
 
 
-def _validated_batch(payloads: Sequence[Any], *, trusted: bool) -> list[Envelope]:
+def _validated_batch(
+    payloads: Sequence[Any], *, trusted: bool, depth_checked: bool = False
+) -> list[Envelope]:
     errors: list[EnvelopeInvalid] = []
     try:
-        envelopes = parse_envelopes(list(payloads), trusted=trusted)
+        envelopes = parse_envelopes(list(payloads), trusted=trusted, depth_checked=depth_checked)
     except BatchInvalid as exc:
         errors.extend(exc.errors)
         envelopes = []

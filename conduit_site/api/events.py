@@ -23,16 +23,20 @@ from routing.trace import TraceRefused, trace
 def events_accept(request: HttpRequest) -> JsonResponse:
     """Accept one Event (a JSON object: 201 new, 200 duplicate) or a batch (a JSON array,
     all or nothing: 201 when any is new, else 200)."""
-    body = request_json(request)
+    body = request_json(request)  # its text's depth checked (routing.ingress.parse_json)
     accepted_by = request.user.get_username()
     if isinstance(body, list):
-        results = services.events_accept(payloads=body, clock=system_clock, accepted_by=accepted_by)
+        results = services.events_accept(
+            payloads=body, clock=system_clock, accepted_by=accepted_by, depth_checked=True
+        )
         created = any(result.created for result in results)
         return JsonResponse(
             {"results": [accepted_json(r.event, created=r.created) for r in results]},
             status=201 if created else 200,
         )
-    accepted = services.event_accept(payload=body, clock=system_clock, accepted_by=accepted_by)
+    accepted = services.event_accept(
+        payload=body, clock=system_clock, accepted_by=accepted_by, depth_checked=True
+    )
     response = JsonResponse(event_json(accepted.event), status=201 if accepted.created else 200)
     response["Location"] = reverse("api-event-detail", args=[accepted.event.seq])
     return response

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 import threading
 from datetime import UTC, datetime
 
@@ -14,6 +16,8 @@ from routing.ingress import (
     BatchInvalid,
     EnvelopeInvalid,
     EventTooLarge,
+    check_text_depth,
+    check_value_depth,
     parse_envelope,
     parse_json,
     read_documents,
@@ -467,6 +471,68 @@ def test_i9_1_the_depth_scan_ignores_brackets_inside_strings(settings):
     assert parse_json(text) == {"a": {"b": '[[[[{{{{"]]]'}}
     with pytest.raises(EnvelopeInvalid, match="more than 2 levels deep"):
         parse_json('{"a": {"b": ["x"]}}')
+
+
+def _nested_documents(seed: int, count: int) -> list[str]:
+    """JSON texts of mixed nesting whose strings hold brackets, quotes and backslashes."""
+    rng = random.Random(seed)
+    texts = []
+
+    def value(depth: int):
+        roll = rng.random()
+        if depth > 7 or roll < 0.3:
+            return rng.choice(["[", "}", '\\"]', "x{[", "\\", 1, None, "]]]", '"{'])
+        if roll < 0.65:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {rng.choice(["a", "[", "}{", '"']): value(depth + 1) for _ in range(rng.randint(0, 3))}
+
+    for _ in range(count):
+        texts.append(json.dumps(value(0)))
+    return texts
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5])
+def test_i12_1_the_depth_scan_agrees_with_the_depth_of_the_decoded_value(limit):
+    """The text scan refuses a document exactly when its decoded value nests deeper than the
+    limit: what lets acceptance skip walking a value decoded from a checked text."""
+    for text in _nested_documents(limit, 300):
+        try:
+            check_value_depth(json.loads(text), limit)
+            deep = False
+        except EnvelopeInvalid:
+            deep = True
+        try:
+            check_text_depth(text, limit)
+            refused = False
+        except EnvelopeInvalid:
+            refused = True
+        assert refused == deep, text
+
+
+@pytest.mark.django_db
+def test_i12_1_a_batch_decoded_from_checked_text_is_not_walked_again_and_still_refused_when_deep(settings):
+    """A batch body's text passes the depth scan once; its Events are not walked again
+    (``depth_checked``), and a batch too deep is refused before anything is decoded."""
+    live_scopes("acme")
+    settings.CONDUIT_MAX_JSON_DEPTH = 4
+    ok = [cloud_event(id="a", data={"x": {"y": 1}})]  # array, Event, data, x: four levels
+    assert (
+        len(
+            events_accept(
+                payloads=parse_json(json.dumps(ok)), clock=lambda: datetime.now(UTC), depth_checked=True
+            )
+        )
+        == 1
+    )
+    deep = [cloud_event(id="b", data={"x": {"y": [1]}})]
+    with pytest.raises(EnvelopeInvalid, match="more than 4 levels deep"):
+        parse_json(json.dumps(deep))
+    # Without the flag, a decoded value is walked: the Event object is its first level.
+    with pytest.raises(EnvelopeInvalid, match="more than 4 levels deep"):
+        events_accept(
+            payloads=[cloud_event(id="c", data={"x": {"y": [{}]}})], clock=lambda: datetime.now(UTC)
+        )
+    assert Event.objects.count() == 1
 
 
 @pytest.mark.parametrize("levels", [65, 100_000])

@@ -101,16 +101,19 @@ def accept_run(command: BaseCommand, options: dict[str, Any]) -> None:
     accepted_by = cli_actor(options["as_user"])
     documents: list[Document] | None = None
     try:
-        documents, batch = read_documents(raw)
+        documents, batch = read_documents(raw)  # each document's text depth checked
         if batch:
             results = services.events_accept(
                 payloads=[document.obj for document in documents],
                 clock=system_clock,
                 accepted_by=accepted_by,
+                depth_checked=True,
             )
         else:
             results = [
-                services.event_accept(payload=documents[0].obj, clock=system_clock, accepted_by=accepted_by)
+                services.event_accept(
+                    payload=documents[0].obj, clock=system_clock, accepted_by=accepted_by, depth_checked=True
+                )
             ]
     except EnvelopeInvalid as exc:
         if as_json:
