@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from django.db.models import signals
 from django.db.models.base import ModelState
 
@@ -251,11 +251,11 @@ def _insert(events: Sequence[Event]) -> None:
         once: dict[int, Any] = {}  # a batch's rows share one acceptance time: prepared once
         empties: dict[tuple[str, type], Any] = {}
         for event in chunk:
-            for column, attname, kind in prepared:
+            for column, attname, kind, own_pre_save in prepared:
                 if kind is _AS_IS:
                     values.append(getattr(event, attname))
                     continue
-                value = column.pre_save(event, True)
+                value = column.pre_save(event, True) if own_pre_save else getattr(event, attname)
                 if value is None:  # SQL NULL for every field here (JSON and times alike)
                     values.append(None)
                 elif kind is _ONCE:
@@ -309,8 +309,16 @@ def _prepared_columns() -> tuple[tuple[Any, str, str], ...]:
             kind = _JSON
         else:
             kind = _FIELD
-        columns.append((column, column.attname, kind))
+        columns.append((column, column.attname, kind, _own_pre_save(column)))
     return tuple(columns)
+
+
+def _own_pre_save(column: Any) -> bool:
+    """Whether a column's ``pre_save`` does more than read its attribute (a time set on
+    save, a field of another kind): only then is it called, per row and column."""
+    if isinstance(column, models.DateField) and not (column.auto_now or column.auto_now_add):
+        return type(column).pre_save not in (models.DateTimeField.pre_save, models.DateField.pre_save)
+    return type(column).pre_save is not models.Field.pre_save
 
 
 # Rows per INSERT statement of a batch acceptance.

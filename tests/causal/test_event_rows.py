@@ -164,3 +164,24 @@ def test_i12p1_empty_objects_and_arrays_are_stored_as_the_field_stores_them():
     first, second = (stored[r.event.seq] for r in accepted[:2])
     first.data["x"] = 1
     assert second.data == []
+
+
+def test_i12_1_acceptance_reads_an_attribute_where_pre_save_would_only_read_it():
+    """A batch's columns are read from the Event directly unless their field's ``pre_save``
+    does more (sets a time on save, or is a field's own): the values stored are those
+    ``pre_save`` would have given."""
+    from django.db import models
+
+    from causal.services import _own_pre_save
+
+    class Stamped(models.DateTimeField):
+        def pre_save(self, model_instance, add):
+            return datetime(2026, 1, 1, tzinfo=UTC)
+
+    assert not _own_pre_save(models.DateTimeField())
+    assert not _own_pre_save(models.JSONField())
+    assert not _own_pre_save(models.CharField())
+    assert _own_pre_save(models.DateTimeField(auto_now=True))
+    assert _own_pre_save(models.DateTimeField(auto_now_add=True))
+    assert _own_pre_save(Stamped())
+    assert not [f.name for f in Event._meta.concrete_fields if _own_pre_save(f)]
