@@ -23,6 +23,7 @@ from django.db.models.base import ModelState
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey
 from conduit_site import wakeup
+from conduit_site.queries import array_cast, shared_columns, unnest_select
 
 # Acceptance order is the commit order: on PostgreSQL a sequence value is taken before
 # commit, so two concurrent acceptances could commit out of seq order and a router could
@@ -272,7 +273,14 @@ def _insert(events: Sequence[Event]) -> None:
                 else:
                     values.append(column.get_db_prep_save(value, db))
         with db.cursor() as cursor:
-            cursor.execute(_insert_sql(len(chunk)), values)
+            if db.vendor == "postgresql" and len(chunk) > 1:
+                # One parameter a column, not one a value (conduit_site.queries.unnest_select).
+                width = len(fields)
+                columns = [values[start::width] for start in range(width)]
+                select, params = unnest_select(_casts(), columns, shared_columns(columns))
+                cursor.execute(f"{_insert_head()} {select} RETURNING {_seq_column()}", params)
+            else:
+                cursor.execute(_insert_sql(len(chunk)), values)
             seqs = [seq for (seq,) in cursor.fetchall()]
         for event, seq in zip(chunk, seqs, strict=True):
             event.seq = seq
@@ -332,14 +340,25 @@ def _insert_fields() -> tuple[Any, ...]:
 
 @functools.lru_cache(maxsize=16)
 def _insert_sql(rows: int) -> str:
+    row = f"({', '.join(['%s'] * len(_insert_fields()))})"
+    return f"{_insert_head()} VALUES {', '.join([row] * rows)} RETURNING {_seq_column()}"
+
+
+@functools.cache
+def _insert_head() -> str:
     quote = connection.ops.quote_name
-    fields = _insert_fields()
-    columns = ", ".join(quote(field.column) for field in fields)
-    row = f"({', '.join(['%s'] * len(fields))})"
-    return (
-        f"INSERT INTO {quote(Event._meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)} "
-        f"RETURNING {quote(Event._meta.pk.column)}"
-    )
+    columns = ", ".join(quote(field.column) for field in _insert_fields())
+    return f"INSERT INTO {quote(Event._meta.db_table)} ({columns})"
+
+
+@functools.cache
+def _seq_column() -> str:
+    return connection.ops.quote_name(Event._meta.pk.column)
+
+
+@functools.cache
+def _casts() -> tuple[str, ...]:
+    return tuple(array_cast(field, connection) for field in _insert_fields())
 
 
 def event_accept_in_tx(

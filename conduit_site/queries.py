@@ -206,6 +206,51 @@ def _prepared(values: list, connection) -> list:
     return values
 
 
+def array_cast(field, connection) -> str:
+    """The type a PostgreSQL statement casts ``field``'s values to: the column's type without
+    its length (``varchar``, not ``varchar(255)``), so a value too long still fails on the
+    column itself."""
+    return field.db_type(connection).split("(")[0]
+
+
+def unnest_select(
+    casts: Sequence[str], columns: Sequence[Sequence[Any]], shared: Sequence[bool]
+) -> tuple[str, list[Any]]:
+    """PostgreSQL: ``SELECT … FROM UNNEST(…)`` yielding the rows whose columns are ``columns``
+    (prepared values, one sequence per column, each cast to ``casts``), for ``INSERT INTO t
+    (…) SELECT …``, and its parameters. A column marked ``shared`` holds one value for every
+    row and is one parameter (its first value); the others are arrays, one parameter each.
+    At least one column must not be shared (UNNEST yields a row per array value).
+
+    An executemany or a multi-row ``VALUES`` costs the client a literal, and the server a
+    parse, for every value, and the client's driver splits the statement at each of its
+    thousands of placeholders; UNNEST yields the rows in order, so ``RETURNING`` gives their
+    keys in row order (as Django's own bulk_create relies on)."""
+    selected, one, arrays, unnested, names = [], [], [], [], []
+    for index, (cast, values, same) in enumerate(zip(casts, columns, shared, strict=True)):
+        if same:
+            selected.append(f"(%s)::{cast}")
+            one.append(values[0])
+        else:
+            selected.append(f"u.c{index}")
+            names.append(f"c{index}")
+            unnested.append(f"(%s)::{cast}[]")
+            arrays.append(list(values))
+    if not arrays:
+        raise ValueError("unnest_select needs at least one column that is not shared")
+    sql = f"SELECT {', '.join(selected)} FROM UNNEST({', '.join(unnested)}) AS u({', '.join(names)})"
+    return sql, [*one, *arrays]
+
+
+def shared_columns(columns: Sequence[Sequence[Any]]) -> list[bool]:
+    """Which of ``columns`` hold one value in every row (equal values), for
+    :func:`unnest_select`; the first is never marked when all would be."""
+    shared = [values.count(values[0]) == len(values) for values in columns]
+    if all(shared):
+        shared[0] = False
+    return shared
+
+
 def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
     """``model.objects.filter(pk__in=pks).update(**values)`` for plain values (no expressions),
     through a statement written once per model, columns and padded number of rows (an IN

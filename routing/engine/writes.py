@@ -12,7 +12,15 @@ from django.db import connection, connections
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
-from conduit_site.queries import UPDATE_CHUNK, in_list_sql, padded, update_rows
+from conduit_site.queries import (
+    UPDATE_CHUNK,
+    array_cast,
+    in_list_sql,
+    padded,
+    shared_columns,
+    unnest_select,
+    update_rows,
+)
 from conduit_site.records import record
 from routing.decide import (
     INPUT_EFFECTS,
@@ -372,12 +380,10 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
 
 
 def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> list[int]:
-    """PostgreSQL: ``rows`` in one statement, ``INSERT INTO t (…) SELECT u.c0, %s, … FROM
-    UNNEST(%s::type[], …) AS u(c0, …)``. A column whose value every row shares (a window's
-    time, scope, generation, state) is one parameter, prepared once; the others are arrays,
-    each value prepared by its field. An executemany or a multi-row VALUES costs the client a
-    literal and the server a parse for every value, about ten times as much per row; UNNEST
-    yields the rows in order, so RETURNING gives the keys in row order."""
+    """PostgreSQL: ``rows`` in one ``INSERT … SELECT … FROM UNNEST(…)``
+    (:func:`conduit_site.queries.unnest_select`). A column whose value every row shares (a
+    window's time, scope, generation, state) is one parameter, prepared once; the others are
+    arrays, each value prepared by its field."""
     adapt_json = connection.ops.adapt_json_value
     prepare: dict[int, Callable[[Any], Any]] = {
         index: functools.partial(_adapt_json, adapt_json, encoder) for index, encoder in plan.json_columns
@@ -385,26 +391,22 @@ def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> 
     for index, column in plan.time_columns:
         prepare[index] = functools.partial(column.get_db_prep_save, connection=connection)
     columns = list(zip(*rows, strict=True))
-    shares = [values.count(values[0]) == len(values) for values in columns]
-    if all(shares):
-        shares[0] = False  # UNNEST needs an array, and yields a row per value
-    selected, shared, arrays, unnested, names = [], [], [], [], []
-    for index, (values, one) in enumerate(zip(columns, shares, strict=True)):
-        cast, convert = plan.types[index], prepare.get(index)
-        if one:
-            selected.append(f"(%s)::{cast}")
-            shared.append(convert(values[0]) if convert is not None and values[0] is not None else values[0])
+    shared = shared_columns(columns)
+    prepared: list[Sequence[Any]] = []
+    for index, (values, same) in enumerate(zip(columns, shared, strict=True)):
+        convert = prepare.get(index)
+        if convert is None:
+            prepared.append(values)
+        elif same:
+            prepared.append([None if values[0] is None else convert(values[0])])
         else:
-            selected.append(f"u.c{index}")
-            names.append(f"c{index}")
-            unnested.append(f"(%s)::{cast}[]")
-            arrays.append([None if v is None else convert(v) for v in values] if convert else list(values))
-    sql = f"{plan.head} SELECT {', '.join(selected)} FROM UNNEST({', '.join(unnested)}) AS u({', '.join(names)})"
+            prepared.append([None if v is None else convert(v) for v in values])
+    select, params = unnest_select(plan.types, prepared, shared)
     with connection.cursor() as cursor:
         if not returning:
-            cursor.execute(sql, [*shared, *arrays])
+            cursor.execute(f"{plan.head} {select}", params)
             return []
-        cursor.execute(f"{sql} RETURNING {plan.pk_column}", [*shared, *arrays])
+        cursor.execute(f"{plan.head} {select} RETURNING {plan.pk_column}", params)
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -447,9 +449,7 @@ def _insert_plan(alias: str, model: type, fields: tuple[str, ...]) -> _InsertPla
     placeholder = "({})".format(", ".join(["%s"] * len(columns)))
     types = None
     if connections[alias].vendor == "postgresql":
-        # Without a length (varchar, not varchar(255)): a value too long still fails on the
-        # column, as it does through VALUES.
-        types = tuple(c.db_type(connections[alias]).split("(")[0] for c in columns)
+        types = tuple(array_cast(c, connections[alias]) for c in columns)
     return _InsertPlan(
         head, placeholder, default_values, json_columns, time_columns, quote(meta.pk.column), types
     )

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from causal.models import KV, Event, EventKey
-from conduit_site.queries import Listed, in_list_sql, update_rows
+from conduit_site.queries import Listed, in_list_sql, shared_columns, unnest_select, update_rows
 from tests.causal.factories import EventFactory, KVFactory
 
 
@@ -92,3 +92,16 @@ def test_i12_3_in_lists_are_one_array_parameter_on_postgresql_and_a_parameter_pe
         assert in_list_sql(connection, [1, 2, 3]) == ("(%s, %s, %s)", [1, 2, 3])
     # Values of another kind are listed one by one on either database.
     assert in_list_sql(connection, [True, False]) == ("(%s, %s)", [True, False])
+
+
+def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays():
+    columns = [[1, 2, 3], ["a", "a", "a"], [None, None, None]]
+    shared = shared_columns(columns)
+    assert shared == [False, True, True]
+    sql, params = unnest_select(["bigint", "text", "bigint"], columns, shared)
+    assert sql == "SELECT u.c0, (%s)::text, (%s)::bigint FROM UNNEST((%s)::bigint[]) AS u(c0)"
+    assert params == ["a", None, [1, 2, 3]]
+    # Rows alike in every column: the first column stays an array, one value a row.
+    assert shared_columns([[1, 1], ["a", "a"]]) == [False, True]
+    with pytest.raises(ValueError):
+        unnest_select(["bigint"], [[1]], [True])
