@@ -351,12 +351,21 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
         return _insert_columns(plan, [[*row, *default_values] for row in rows], returning=returning)
     adapt_json = connection.ops.adapt_json_value
     times: dict[tuple[int, int], Any] = {}
+    empties: dict[tuple[int, type], Any] = {}  # most records' refusals, unmatched ones' keys
     values = []
     for row in rows:
         full = [*row, *default_values]
         for index, encoder in plan.json_columns:
-            if full[index] is not None:
-                full[index] = adapt_json(full[index], encoder)
+            value = full[index]
+            if value is None:
+                continue
+            if not value and type(value) in _EMPTY_JSON:
+                key = (index, type(value))
+                if key not in empties:
+                    empties[key] = adapt_json(value, encoder)
+                full[index] = empties[key]
+            else:
+                full[index] = adapt_json(value, encoder)
         for index, column in plan.time_columns:
             key = (index, id(full[index]))
             if key not in times:
@@ -377,6 +386,10 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
             )
             ids.extend(row[0] for row in cursor.fetchall())
         return ids
+
+
+# Empty JSON containers, prepared once per statement (each prepares alike).
+_EMPTY_JSON = (list, tuple, dict)
 
 
 def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> list[int]:
