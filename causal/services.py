@@ -23,7 +23,7 @@ from django.db.models.base import ModelState
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey
 from conduit_site import wakeup
-from conduit_site.queries import array_cast, shared_columns, unnest_select
+from conduit_site.queries import JsonPreparer, array_cast, shared_columns, unnest_select
 
 # Acceptance order is the commit order: on PostgreSQL a sequence value is taken before
 # commit, so two concurrent acceptances could commit out of seq order and a router could
@@ -250,7 +250,11 @@ def _insert(events: Sequence[Event]) -> None:
         chunk = events[start : start + per_statement]
         values: list[Any] = []
         once: dict[int, Any] = {}  # a batch's rows share one acceptance time: prepared once
-        empties: dict[tuple[str, type], Any] = {}
+        jsons = {
+            attname: JsonPreparer(functools.partial(column.get_db_prep_save, connection=db))
+            for column, attname, kind, _ in prepared
+            if kind is _JSON
+        }
         for event in chunk:
             for column, attname, kind, own_pre_save in prepared:
                 if kind is _AS_IS:
@@ -263,13 +267,8 @@ def _insert(events: Sequence[Event]) -> None:
                     if id(value) not in once:
                         once[id(value)] = column.get_db_prep_save(value, db)
                     values.append(once[id(value)])
-                elif kind is _JSON and not value and type(value) in _EMPTY_JSON:
-                    # An empty object or array (most Events' extensions and correlation):
-                    # prepared once per chunk, as every one prepares alike.
-                    key = (attname, type(value))
-                    if key not in empties:
-                        empties[key] = column.get_db_prep_save(value, db)
-                    values.append(empties[key])
+                elif kind is _JSON:
+                    values.append(jsons[attname](value))
                 else:
                     values.append(column.get_db_prep_save(value, db))
         with db.cursor() as cursor:
@@ -293,7 +292,6 @@ def _insert(events: Sequence[Event]) -> None:
 # acceptance time), by the field but once per chunk for an empty object or array (JSON), or
 # by the field every time.
 _AS_IS, _ONCE, _JSON, _FIELD = "as is", "once", "json", "field"
-_EMPTY_JSON = (dict, list)
 _PLAIN_TYPES = {
     "CharField",
     "TextField",

@@ -265,9 +265,7 @@ def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
     prepared = [
         field.get_db_prep_save(values[name], connection) for field, name in zip(fields, names, strict=True)
     ]
-    for start in range(0, len(pks), UPDATE_CHUNK):
-        chunk = padded(pks[start : start + UPDATE_CHUNK])
-        keys, params = in_list_sql(connection, chunk)
+    for keys, params in in_list_chunks(connection, pks):
         with connection.cursor() as cursor:
             cursor.execute(_update_sql(connection.alias, model, names, keys), [*prepared, *params])
 
@@ -275,6 +273,37 @@ def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
 # Keys per UPDATE statement (a padded length): under SQLite's oldest bound-variable limit, 999,
 # with the values beside.
 UPDATE_CHUNK = 768
+
+
+def in_list_chunks(connection, keys: Sequence[Any]) -> Iterable[tuple[str, list[Any]]]:
+    """``keys`` (not empty) as the IN lists of UPDATE statements: chunks of at most
+    :data:`UPDATE_CHUNK`, each padded (:func:`padded`), each as :func:`in_list_sql` writes it."""
+    keys = list(keys)
+    for start in range(0, len(keys), UPDATE_CHUNK):
+        yield in_list_sql(connection, padded(keys[start : start + UPDATE_CHUNK]))
+
+
+class JsonPreparer:
+    """Prepares JSON values for the database with ``prepare(value)``, an empty object or
+    array once per instance (every one prepares alike; most Events' extensions and
+    correlation, most route records' refusals): make one per statement and column."""
+
+    __slots__ = ("_empties", "_prepare")
+
+    def __init__(self, prepare) -> None:
+        self._prepare = prepare
+        self._empties: dict[type, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if not value and type(value) in _EMPTY_JSON:
+            kind = type(value)
+            if kind not in self._empties:
+                self._empties[kind] = self._prepare(value)
+            return self._empties[kind]
+        return self._prepare(value)
+
+
+_EMPTY_JSON = (dict, list, tuple)
 
 
 @functools.lru_cache(maxsize=256)

@@ -13,10 +13,9 @@ from django.db import connection, connections
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
 from conduit_site.queries import (
-    UPDATE_CHUNK,
+    JsonPreparer,
     array_cast,
-    in_list_sql,
-    padded,
+    in_list_chunks,
     shared_columns,
     unnest_select,
     update_rows,
@@ -310,11 +309,9 @@ def _touch_works(work_ids: set[int], now: datetime) -> None:
     """``Work.objects.filter(pk__in=work_ids).exclude(status__in=TERMINAL_STATUSES)
     .update(version=F("version") + 1, updated_at=now)``, through a statement written once per
     padded number of Works, in chunks as :func:`update_rows` writes (every routed window touches Work)."""
-    ids = sorted(work_ids)
     updated_at = Work._meta.get_field("updated_at").get_db_prep_save(now, connection)
     terminal = sorted(str(status) for status in TERMINAL_STATUSES)
-    for start in range(0, len(ids), UPDATE_CHUNK):
-        keys, params = in_list_sql(connection, padded(ids[start : start + UPDATE_CHUNK]))
+    for keys, params in in_list_chunks(connection, sorted(work_ids)):
         with connection.cursor() as cursor:
             cursor.execute(_touch_works_sql(connection.alias, keys), [updated_at, *params, *terminal])
 
@@ -349,23 +346,14 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     default_values = plan.defaults() if callable(plan.defaults) else plan.defaults
     if plan.types is not None:
         return _insert_columns(plan, [[*row, *default_values] for row in rows], returning=returning)
-    adapt_json = connection.ops.adapt_json_value
+    json_columns = _json_preparers(plan)
     times: dict[tuple[int, int], Any] = {}
-    empties: dict[tuple[int, type], Any] = {}  # most records' refusals, unmatched ones' keys
     values = []
     for row in rows:
         full = [*row, *default_values]
-        for index, encoder in plan.json_columns:
-            value = full[index]
-            if value is None:
-                continue
-            if not value and type(value) in _EMPTY_JSON:
-                key = (index, type(value))
-                if key not in empties:
-                    empties[key] = adapt_json(value, encoder)
-                full[index] = empties[key]
-            else:
-                full[index] = adapt_json(value, encoder)
+        for index, prepare in json_columns:
+            if full[index] is not None:
+                full[index] = prepare(full[index])
         for index, column in plan.time_columns:
             key = (index, id(full[index]))
             if key not in times:
@@ -377,7 +365,7 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
             cursor.executemany(f"{plan.head} VALUES {plan.placeholder}", values)
             return []
         ids: list[int] = []
-        chunk = max(1, 900 // len(plan.placeholder.split(",")))  # under SQLite's bound-variable limit
+        chunk = max(1, 900 // plan.width)  # under SQLite's bound-variable limit
         for start in range(0, len(values), chunk):
             part = values[start : start + chunk]
             cursor.execute(
@@ -388,19 +376,12 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
         return ids
 
 
-# Empty JSON containers, prepared once per statement (each prepares alike).
-_EMPTY_JSON = (list, tuple, dict)
-
-
 def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> list[int]:
     """PostgreSQL: ``rows`` in one ``INSERT … SELECT … FROM UNNEST(…)``
     (:func:`conduit_site.queries.unnest_select`). A column whose value every row shares (a
     window's time, scope, generation, state) is one parameter, prepared once; the others are
     arrays, each value prepared by its field."""
-    adapt_json = connection.ops.adapt_json_value
-    prepare: dict[int, Callable[[Any], Any]] = {
-        index: functools.partial(_adapt_json, adapt_json, encoder) for index, encoder in plan.json_columns
-    }
+    prepare: dict[int, Callable[[Any], Any]] = dict(_json_preparers(plan))
     for index, column in plan.time_columns:
         prepare[index] = functools.partial(column.get_db_prep_save, connection=connection)
     columns = list(zip(*rows, strict=True))
@@ -423,14 +404,20 @@ def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> 
         return [row[0] for row in cursor.fetchall()]
 
 
-def _adapt_json(adapt: Callable[[Any, Any], Any], encoder: Any, value: Any) -> Any:
-    return adapt(value, encoder)
+def _json_preparers(plan: _InsertPlan) -> list[tuple[int, JsonPreparer]]:
+    """Each JSON column's preparer for one statement (its encoder, the backend's adapter)."""
+    adapt = connection.ops.adapt_json_value
+    return [
+        (index, JsonPreparer(functools.partial(adapt, encoder=encoder)))
+        for index, encoder in plan.json_columns
+    ]
 
 
 @record
 class _InsertPlan:
     head: str
     placeholder: str
+    width: int  # columns a row
     defaults: Any  # a tuple of constant defaults, or a function making them per call
     json_columns: tuple[tuple[int, Any], ...]
     time_columns: tuple[tuple[int, Any], ...]
@@ -464,5 +451,12 @@ def _insert_plan(alias: str, model: type, fields: tuple[str, ...]) -> _InsertPla
     if connections[alias].vendor == "postgresql":
         types = tuple(array_cast(c, connections[alias]) for c in columns)
     return _InsertPlan(
-        head, placeholder, default_values, json_columns, time_columns, quote(meta.pk.column), types
+        head,
+        placeholder,
+        len(columns),
+        default_values,
+        json_columns,
+        time_columns,
+        quote(meta.pk.column),
+        types,
     )

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from causal.models import KV, Event, EventKey
-from conduit_site.queries import Listed, in_list_sql, shared_columns, unnest_select, update_rows
+from conduit_site.queries import JsonPreparer, Listed, in_list_sql, shared_columns, unnest_select, update_rows
 from tests.causal.factories import EventFactory, KVFactory
 
 
@@ -105,3 +105,27 @@ def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays
     assert shared_columns([[1, 1], ["a", "a"]]) == [False, True]
     with pytest.raises(ValueError):
         unnest_select(["bigint"], [[1]], [True])
+
+
+def test_i12_1_json_preparer_prepares_an_empty_object_or_array_once_and_the_rest_each_time():
+    calls = []
+
+    def prepare(value):
+        calls.append(value)
+        return f"prepared {value!r}"
+
+    preparer = JsonPreparer(prepare)
+    assert [preparer(v) for v in ([], {}, [], {}, ())] == [
+        "prepared []",
+        "prepared {}",
+        "prepared []",
+        "prepared {}",
+        "prepared ()",
+    ]
+    assert [preparer(v) for v in (["k"], ["k"], 0, "")] == [
+        "prepared ['k']",
+        "prepared ['k']",
+        "prepared 0",
+        "prepared ''",
+    ]
+    assert calls == [[], {}, (), ["k"], ["k"], 0, ""]
