@@ -141,6 +141,11 @@ def test_r25_backlog_joins_in_acceptance_order(clock, live):
     work_id = record(later).work_id
     assert record(early).work_id == work_id
     assert [i[0] for i in inputs(work_id)] == [early.seq, later.seq]
+    # Settled, it waits behind no one any more; an Event that never waited is left as it was.
+    later.refresh_from_db()
+    early.refresh_from_db()
+    assert (later.route_state, later.waiting_on_id) == (RouteState.ROUTED, None)
+    assert (early.route_state, early.waiting_on_id) == (RouteState.ROUTED, None)
 
 
 def test_r25_checkpointed_input_stays_historical(clock, live):
