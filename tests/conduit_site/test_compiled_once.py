@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from causal.models import KV
+from causal.models import KV, Event
 from conduit_site.queries import CompiledOnce, Listed, padded_length, update_rows
 from routing.engine import failures as failures_module
 from routing.engine import world
 from routing.engine.failures import FAILURES_NAMESPACE, failures_read
-from tests.causal.factories import KVFactory
+from tests.causal.factories import EventFactory, KVFactory
 from tests.worklife.factories import (
     AttemptFactory,
     DependencySubscriptionFactory,
@@ -217,6 +217,21 @@ def test_i12p2_update_rows_writes_what_the_orms_update_writes():
     assert (untouched.status, untouched.last_error) == (works[-1].status, works[-1].last_error)
     update_rows(Work, [], status="cancelled")  # nothing to do: no statement
     assert not Work.objects.filter(status="cancelled").exists()
+
+
+@pytest.mark.django_db
+def test_i12p2_update_rows_where_set_updates_only_the_rows_whose_field_is_set():
+    """A settled window clears ``waiting_on`` on its waiting rows only, by a statement that does
+    not name the column for the others (SQLite checks a named foreign key on every row)."""
+    blocker = EventFactory()
+    waiting = EventFactory.create_batch(3, waiting_on=blocker)
+    free = EventFactory.create_batch(4)
+    seqs = [e.seq for e in [*waiting, *free]]
+    update_rows(Event, seqs, where_set="waiting_on", waiting_on=None, unrouted_reason="cleared")
+    rows = dict(Event.objects.filter(seq__in=seqs).values_list("seq", "unrouted_reason"))
+    assert {seq for seq, reason in rows.items() if reason == "cleared"} == {e.seq for e in waiting}
+    assert not Event.objects.filter(seq__in=seqs, waiting_on__isnull=False).exists()
+    assert Event.objects.get(seq=blocker.seq).unrouted_reason == blocker.unrouted_reason
 
 
 @pytest.mark.django_db
