@@ -45,6 +45,30 @@ def test_d3_once_runs_one_pass():
 
 
 @pytest.mark.django_db
+def test_i12_2_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monkeypatch):
+    """Issue 12 item 2: passes run with start-up's objects frozen out of collection and the
+    first generation's threshold raised; the collector is as it was once the command ends."""
+    import gc
+
+    from routing.management.loops import LOOP_GC_THRESHOLD
+
+    apply(system_clock, MATCH_ONLY)
+    events_accept(payloads=conversation_payloads(5, 2), clock=system_clock)
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    seen = []
+    step = RouteLoop.step
+
+    def observed(self):
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+        return step(self)
+
+    monkeypatch.setattr(RouteLoop, "step", observed)
+    call_command("route_loop", "--once", stdout=StringIO())
+    assert seen and seen[0][0] == max(LOOP_GC_THRESHOLD, before[0][0]) and seen[0][1] > before[1]
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+@pytest.mark.django_db
 def test_d3_without_configuration_once_says_so():
     out = StringIO()
     call_command("route_loop", "--once", stdout=out)

@@ -12,7 +12,7 @@ from django.db import close_old_connections, connection, reset_queries
 from causal.clock import system_clock
 from conduit_site.wakeup import ACCEPTED, Listener
 from routing.loop import RouteLoop
-from routing.management.loops import install_graceful_stop, restore_signals
+from routing.management.loops import collector_tuned, install_graceful_stop, restore_signals
 from routing.router import RouterOptions
 
 
@@ -89,17 +89,20 @@ class Command(BaseCommand):
         loop = RouteLoop(clock=system_clock, options=router_options, heartbeat_every=1.0 if forever else 0.0)
         previous = install_graceful_stop(stop)
         try:
-            if options["once"]:
-                self._report(loop.step())
-            elif options["drain"]:
-                self._drain(loop, stop)
-            else:
-                listener = None if options["no_wakeup"] else Listener(ACCEPTED)
-                try:
-                    self._forever(loop, stop, options["poll_interval"], listener, gather=options["gather"])
-                finally:
-                    if listener is not None:
-                        listener.close()
+            with collector_tuned():
+                if options["once"]:
+                    self._report(loop.step())
+                elif options["drain"]:
+                    self._drain(loop, stop)
+                else:
+                    listener = None if options["no_wakeup"] else Listener(ACCEPTED)
+                    try:
+                        self._forever(
+                            loop, stop, options["poll_interval"], listener, gather=options["gather"]
+                        )
+                    finally:
+                        if listener is not None:
+                            listener.close()
         finally:
             loop.close()
             restore_signals(previous)
