@@ -8,6 +8,7 @@ the evaluation (R6).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -286,18 +287,23 @@ def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str,
                     route=route.slot,
                 )
             elif decision.matched:
-                verdicts.append(
-                    RouteVerdict(route.slot, route.scope, Verdict.MATCH, one_line(decision.reason))
-                )
+                verdicts.append(_verdict(route.slot, route.scope, Verdict.MATCH, decision.reason))
                 return Evaluation(_rest(verdicts, routes, index), route=route, decision=decision)
             else:
-                verdicts.append(
-                    RouteVerdict(route.slot, route.scope, Verdict.SKIP, one_line(decision.reason))
-                )
+                verdicts.append(_verdict(route.slot, route.scope, Verdict.SKIP, decision.reason))
                 continue
         verdicts.append(RouteVerdict(route.slot, route.scope, Verdict.ERROR, one_line(error.message)))
         return Evaluation(_rest(verdicts, routes, index), route=route, error=error)
     return Evaluation(tuple(verdicts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(route: str, scope: str, verdict: str, reason: str) -> RouteVerdict:
+    """A route's verdict with its reason cut to one line: one record per distinct verdict,
+    shared (records are frozen). Most Events of a kind get the same verdicts from every route
+    (a refusal names the type, a match its glob), and building them was a fifth of asking
+    the routes."""
+    return RouteVerdict(route, scope, verdict, one_line(reason))
 
 
 def _rest(

@@ -31,6 +31,7 @@ and ``match`` has no side effects: traces call it too (R40).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 import string
@@ -180,6 +181,12 @@ def _glob_check(name: str, glob: str) -> Check:
     return check
 
 
+# Refusals are the most common answer (an Event of one kind is refused by every route for
+# another kind, with the same reason each time): one RouteDecision per reason, shared (records
+# are frozen), instead of one per Event and route.
+_refusal = functools.lru_cache(maxsize=1024)(skip)
+
+
 def _predicate_check(path: FieldPath, operator: str, operand: Any) -> Check:
     field = path.text
     get = path.get
@@ -320,12 +327,12 @@ class CompiledMatch:
         for check in self.checks:
             reason = check(event)
             if reason is not None:
-                return skip(reason)
+                return _refusal(reason)
         keys = []
         for template in self.keys:
             key, reason = template.render(event)
             if key is None:
-                return skip(reason)
+                return _refusal(reason)
             if len(key) > MAX_KEY_LENGTH:
                 raise Invalid(
                     f"key {template.text} renders to {len(key)} characters (at most {MAX_KEY_LENGTH})"

@@ -64,6 +64,46 @@ def test_r40_type_glob_skip_names_type_and_glob():
     assert decision.reason == "type github.issue does not match github.pull_request.*"
 
 
+def test_i12_2_the_same_refusal_is_one_shared_decision_and_verdict():
+    """Issue 12 item 2: refusals and verdicts are frozen records, built once per distinct
+    reason and shared; each Event still gets its own reason, and each route its own verdict."""
+    from routing.config.effective import EffectiveRoute, EffectiveScope
+    from routing.evaluate import Verdict, evaluate
+
+    params = {"type": "github.pull_request.*"}
+    first, second = (
+        decide(params, snap(type="github.issue")),
+        decide(params, snap(type="github.issue", seq=2)),
+    )
+    other = decide(params, snap(type="github.push"))
+    assert first is second and first.reason == "type github.issue does not match github.pull_request.*"
+    assert other.reason == "type github.push does not match github.pull_request.*"
+
+    def effective(slot):
+        return EffectiveRoute(
+            slot=slot,
+            scope="acme",
+            handler="match",
+            params=freeze(params),
+            binding="",
+            policy="drop",
+            fallback="",
+            start=False,
+        )
+
+    scope = EffectiveScope(path="acme", routes=(effective("a"), effective("b")), bindings={})
+    handlers = {"match": Match()}
+    one = evaluate(snap(type="github.issue"), scope, handlers).verdicts
+    two = evaluate(snap(type="github.issue", seq=2), scope, handlers).verdicts
+    assert [(v.route, v.verdict, v.reason) for v in one] == [
+        ("a", Verdict.SKIP, "type github.issue does not match github.pull_request.*"),
+        ("b", Verdict.SKIP, "type github.issue does not match github.pull_request.*"),
+    ]
+    assert all(a is b for a, b in zip(one, two, strict=True))
+    pushed = evaluate(snap(type="github.push"), scope, handlers).verdicts
+    assert [v.reason for v in pushed] == ["type github.push does not match github.pull_request.*"] * 2
+
+
 def test_r40_type_glob_matches_whole_value_case_sensitively():
     params = {"type": "github.pull_request.*"}
     assert decide(params, snap(type="github.pull_request.opened")).matched
