@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, connections
-from django.db.models import DateTimeField, Expression, Model
+from django.db.models import DateTimeField, Expression, JSONField, Model
 
 
 class Listed(Expression):
@@ -164,10 +164,29 @@ class CompiledOnce:
             slots.append((starts[0], len(values)))
         expressions = [column for column, _, _ in compiler.select[: compiler.col_count]]
         converters = [
-            (index, chain, expression)
+            (index, [_quicker(converter) for converter in chain], expression)
             for index, (chain, expression) in compiler.get_converters(expressions).items()
         ]
         return sql, params, slots, self._names(queryset.query), converters
+
+
+def _quicker(converter):
+    """``converter``, or for ``JSONField.from_db_value`` of a field without a decoder the same
+    conversion with an empty array or object made at once: most Events' correlation and
+    extensions are empty, and decoding ``[]`` cost about 2 µs on the 2-core machine, as much
+    as a small object. Each call makes a new list or dict (the caller may change it)."""
+    field = getattr(converter, "__self__", None)
+    if getattr(converter, "__func__", None) is not JSONField.from_db_value or field.decoder is not None:
+        return converter
+
+    def from_db_value(value, expression, connection):
+        if value == "[]":
+            return []
+        if value == "{}":
+            return {}
+        return converter(value, expression, connection)
+
+    return from_db_value
 
 
 def padded_length(length: int) -> int:

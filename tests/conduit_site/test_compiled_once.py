@@ -235,6 +235,27 @@ def test_i12p2_update_rows_where_set_updates_only_the_rows_whose_field_is_set():
 
 
 @pytest.mark.django_db
+def test_i12_2_json_columns_read_as_the_orm_reads_them_empty_ones_each_a_new_value():
+    """Empty arrays and objects skip the decoder (most Events' correlation and extensions); what
+    comes back is what the ORM returns, and no two rows share a list or dict."""
+    events = [
+        EventFactory(correlation=[], extensions={}, data={"n": 1}),
+        EventFactory(correlation=["pr:1"], extensions={"x": [1, {}]}, data=[]),
+        EventFactory(correlation=[], extensions={}, data={}),
+        EventFactory(correlation=[], extensions={}, data=None),
+    ]
+    seqs = [e.seq for e in events]
+    fields = ("seq", "data", "correlation", "extensions")
+    once = CompiledOnce(
+        lambda ids: Event.objects.filter(seq__in=Listed(ids)).order_by("seq").values_list(*fields)
+    )
+    rows = once.rows(seqs)
+    assert rows == list(Event.objects.filter(seq__in=seqs).order_by("seq").values_list(*fields))
+    assert rows[0][2] is not rows[2][2] and rows[0][3] is not rows[2][3]
+    assert once.rows(seqs) == rows  # the compiled statement, run again
+
+
+@pytest.mark.django_db
 def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
     """SQLite's cursor remembers each statement's ``?`` form; ``%%`` stays a literal ``%``."""
     from django.db import connection
