@@ -119,6 +119,32 @@ def test_group_membership_expires(layer, clock):
     assert run(scenario()) is None
 
 
+def test_occupied_groups_are_the_live_memberships_among_those_asked_about(layer, clock):
+    """A few groups are looked up by name; a route window's hundreds are read as every live
+    membership kept to those asked about (OCCUPIED_LOOKUP_MAX): the two answers agree."""
+    from conduit_site.layers import OCCUPIED_LOOKUP_MAX
+
+    async def scenario():
+        a, b = await layer.new_channel(), await layer.new_channel()
+        await layer.group_add("work.1", a)
+        await layer.group_add("event.5", b)
+        await layer.group_add("work.2", a)
+        await layer.group_add("event.999", b)  # live, never asked about
+        clock.now += layer.group_expiry - 10
+        await layer.group_add("work.3", b)  # joined later: still live when the others lapse
+        few = await layer.occupied_groups(["work.1", "work.3", "work.9", "console.events"])
+        many = [f"work.{n}" for n in range(OCCUPIED_LOOKUP_MAX + 5)] + ["event.5", "event.6"]
+        several = await layer.occupied_groups(many)
+        clock.now += 20  # past the first three memberships' expiry
+        lapsed = await layer.occupied_groups(many)
+        return few, several, lapsed
+
+    few, several, lapsed = run(scenario())
+    assert few == {"work.1", "work.3"}
+    assert several == {"work.1", "work.2", "work.3", "event.5"}
+    assert lapsed == {"work.3"}
+
+
 def test_groups_deliver_to_members_only(layer):
     async def scenario():
         a, b, c = [await layer.new_channel() for _ in range(3)]
