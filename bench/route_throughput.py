@@ -393,7 +393,8 @@ def postgres_run(args: argparse.Namespace) -> None:
         subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database}"], check=True)
         subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {database}"], check=True)
         url = base.rsplit("/", 1)[0] + f"/{database}"
-        env = {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "WARNING"}
+        # DEBUG off, as deployed and as the SQLite run has it (DEBUG records every statement).
+        env = {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "WARNING", "DEBUG": "false"}
         subprocess.run([sys.executable, __file__, "--_prepare", str(args.n)], env=env, check=True)
         started = time.perf_counter()
         procs = [

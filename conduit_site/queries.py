@@ -270,13 +270,12 @@ def shared_columns(columns: Sequence[Sequence[Any]]) -> list[bool]:
     return shared
 
 
-def update_rows(model: type[Model], pks: Iterable[Any], *, where_set: str = "", **values: Any) -> None:
+def update_rows(model: type[Model], pks: Iterable[Any], **values: Any) -> None:
     """``model.objects.filter(pk__in=pks).update(**values)`` for plain values (no expressions),
     through a statement written once per model, columns and padded number of rows (an IN
     list repeats its last key to reach the length, as :class:`CompiledOnce` pads): the ORM
     built and compiled the same UPDATE on every pass of the route loop. Each value is
-    prepared by its field, as ``update`` prepares it. ``where_set`` names a field: only the
-    rows where it is not NULL are updated (``filter(<where_set>__isnull=False)``)."""
+    prepared by its field, as ``update`` prepares it."""
     pks = [pk for pk in pks if pk is not None]
     if not pks:
         return
@@ -287,7 +286,7 @@ def update_rows(model: type[Model], pks: Iterable[Any], *, where_set: str = "", 
     ]
     for keys, params in in_list_chunks(connection, pks):
         with connection.cursor() as cursor:
-            cursor.execute(_update_sql(connection.alias, model, names, keys, where_set), [*prepared, *params])
+            cursor.execute(_update_sql(connection.alias, model, names, keys), [*prepared, *params])
 
 
 # Keys per UPDATE statement (a padded length): under SQLite's oldest bound-variable limit, 999,
@@ -327,13 +326,8 @@ _EMPTY_JSON = (dict, list, tuple)
 
 
 @functools.lru_cache(maxsize=256)
-def _update_sql(
-    alias: str, model: type[Model], names: tuple[str, ...], keys: str, where_set: str = ""
-) -> str:
+def _update_sql(alias: str, model: type[Model], names: tuple[str, ...], keys: str) -> str:
     quote = connections[alias].ops.quote_name
     meta = model._meta
     assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
-    sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} IN {keys}"
-    if where_set:
-        sql += f" AND {quote(meta.get_field(where_set).column)} IS NOT NULL"
-    return sql
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} IN {keys}"

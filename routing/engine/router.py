@@ -419,7 +419,8 @@ class Router:
                 if live_generation_id() != self.generation.pk:
                     raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
             seqs = [e.seq for e in window]
-            states = dict(_STATES.rows(seqs))
+            rows = _STATES.rows(seqs)
+            states = {seq: state for seq, state, _ in rows}
             hypothetical = {seq for seq in seqs if seq not in states} if dry else set()
             states.update(dict.fromkeys(hypothetical, RouteState.UNROUTED))
             still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
@@ -443,7 +444,12 @@ class Router:
                 failures=failures,
                 limits=BridgeVerdicts(self.causal, hypothetical=hypothetical),
             )
-            writer = Writes(now=now, generation=self.configuration.label, causal=self.causal)
+            writer = Writes(
+                now=now,
+                generation=self.configuration.label,
+                causal=self.causal,
+                waiting={seq for seq, _, behind in rows if behind is not None},
+            )
             outcomes: list[RouteOutcome] = []
             for event in window:
                 if event.seq not in still:
@@ -487,9 +493,10 @@ class Router:
         return RouteOutcome(event.seq, event.route_state, record_id=record.pk if record else None)
 
 
-# The window's route states, read in every commit: built and compiled once per shape.
+# The window's route states and the earlier Events they wait behind, read in every commit:
+# built and compiled once per shape.
 _STATES = CompiledOnce(
-    lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state")
+    lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state", "waiting_on")
 )
 
 

@@ -64,6 +64,8 @@ class Writes:
     now: datetime
     generation: str
     causal: Causal
+    # The window's Events that wait behind an earlier one, as the commit read them.
+    waiting: set[int] = field(default_factory=set)
     new_works: dict[int, tuple] = field(default_factory=dict)
     keys: list[list] = field(default_factory=list)
     inputs: list[list] = field(default_factory=list)
@@ -252,11 +254,12 @@ class Writes:
                 claimed_by="",
                 claimed_until=None,
             )
-            # Settled Events wait behind no one. A statement of its own, on the rows that have
-            # one: naming the column in the UPDATE above made SQLite check its foreign key on
-            # every row (about 10 µs an Event, two thirds of that UPDATE), though most settled
-            # Events never waited.
-            update_rows(Event, seqs, where_set="waiting_on", waiting_on=None)
+            # Settled Events wait behind no one: a statement of its own, for those the commit
+            # read waiting. Naming the column in the UPDATE above made SQLite check its foreign
+            # key on every row (about 10 µs an Event, two thirds of that UPDATE), though most
+            # settled Events never waited; a statement for the whole window filtered on the
+            # column cost PostgreSQL a scan of the table.
+            update_rows(Event, [seq for seq in seqs if seq in self.waiting], waiting_on=None)
         if self.touched_works:
             # Never a terminal Work's row (R49), even one another process ended since it was read.
             _touch_works(self.touched_works, self.now)

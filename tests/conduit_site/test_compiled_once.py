@@ -220,21 +220,6 @@ def test_i12p2_update_rows_writes_what_the_orms_update_writes():
 
 
 @pytest.mark.django_db
-def test_i12p2_update_rows_where_set_updates_only_the_rows_whose_field_is_set():
-    """A settled window clears ``waiting_on`` on its waiting rows only, by a statement that does
-    not name the column for the others (SQLite checks a named foreign key on every row)."""
-    blocker = EventFactory()
-    waiting = EventFactory.create_batch(3, waiting_on=blocker)
-    free = EventFactory.create_batch(4)
-    seqs = [e.seq for e in [*waiting, *free]]
-    update_rows(Event, seqs, where_set="waiting_on", waiting_on=None, unrouted_reason="cleared")
-    rows = dict(Event.objects.filter(seq__in=seqs).values_list("seq", "unrouted_reason"))
-    assert {seq for seq, reason in rows.items() if reason == "cleared"} == {e.seq for e in waiting}
-    assert not Event.objects.filter(seq__in=seqs, waiting_on__isnull=False).exists()
-    assert Event.objects.get(seq=blocker.seq).unrouted_reason == blocker.unrouted_reason
-
-
-@pytest.mark.django_db
 def test_i12_2_json_columns_read_as_the_orm_reads_them_empty_ones_each_a_new_value():
     """Empty arrays and objects skip the decoder (most Events' correlation and extensions); what
     comes back is what the ORM returns, and no two rows share a list or dict."""
