@@ -10,8 +10,9 @@ doing the same reads, inserts and updates with one transaction per Event and the
 journal and synchronous settings (the per-Event floor), and again set-based: one transaction
 per batch of 500 Events, key owners read with one SELECT per batch and every write an
 ``executemany`` (the set-based floor, what a router that batches its work can approach).
-Prints Events/s for each, the router's ratios to both floors, SQL statements per routed Event
-and the loop's peak memory. ``--profile N`` runs the routing phase under cProfile and prints
+Prints Events/s for each, the router's ratios to both floors, SQL statements per routed Event,
+the garbage collector's collections while routing (tuned as ``route_loop`` tunes it) and the
+loop's peak memory. ``--profile N`` runs the routing phase under cProfile and prints
 its top N functions by cumulative and by own time.
 """
 
