@@ -351,7 +351,7 @@ def sqlite_run(args: argparse.Namespace) -> None:
     print(f"ratio router/set-based {router_rate / set_rate:.2f}   (target >= 0.15)")
     print(f"SQL per routed Event   {figures['statements'] / max(routed, 1):.2f}   (target <= 7)")
     print(
-        f"garbage collector      {figures['gc_collections']} collections, "
+        f"garbage collector      {figures['gc_collections']} collection{'' if figures['gc_collections'] == 1 else 's'}, "
         f"{figures['gc_seconds'] * 1e6 / max(routed, 1):.1f} µs a routed Event (tuned as route_loop tunes it)"
     )
     print(f"route loop peak RSS    {figures['peak_rss_mb']:,.0f} MB (its own process; target < 200 MB)")
