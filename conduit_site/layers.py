@@ -308,7 +308,7 @@ class SQLiteChannelLayer(BaseChannelLayer):
         if len(groups) > OCCUPIED_LOOKUP_MAX:
             # A route window asks about hundreds of groups, of which the open pages are a few:
             # reading every live membership and keeping the groups asked about cost a tenth
-            # of binding them all (1.2 → 0.1 ms for 750).
+            # of binding them all (0.5 → 0.04 ms for 750).
             wanted = set(groups)
             return {
                 grp
