@@ -21,18 +21,15 @@ LOOP_GC_THRESHOLD = 20_000
 
 @contextmanager
 def collector_tuned() -> Iterator[None]:
-    """For a loop's run, once start-up is done: what start-up allocated (Django, the
-    configuration, the code) is frozen out of collection, so the collections that do run skip
-    it, and the first generation's threshold is :data:`LOOP_GC_THRESHOLD`. Both are put back
-    on exit (a command run inside a test's process leaves the collector as it was)."""
+    """For a loop's run: the first generation's threshold is :data:`LOOP_GC_THRESHOLD`, put
+    back on exit (a command run inside a test's process leaves the collector as it was).
+    Start-up's objects are already frozen out of collection (``conduit_site.apps``)."""
     previous = gc.get_threshold()
-    gc.freeze()
     gc.set_threshold(max(LOOP_GC_THRESHOLD, previous[0]), *previous[1:])
     try:
         yield
     finally:
         gc.set_threshold(*previous)
-        gc.unfreeze()
 
 
 def install_graceful_stop(stop: threading.Event) -> dict:
