@@ -92,7 +92,15 @@ def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float)
     with lease_transaction():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK_ID])
+                # No sort in this transaction: the claim reads the oldest unrouted Events from an
+                # index in acceptance order and stops at the window's size. With statistics that
+                # do not know the backlog (a table filled since it was last analyzed: after a
+                # bulk acceptance, an outage's backlog), the planner read every unrouted Event
+                # and sorted them all for each window: 16 ms against 0.5 ms for 20,000 Events.
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s), set_config('enable_sort', 'off', true)",
+                    [CLAIM_LOCK_ID],
+                )
         window = _unbroken(_claimable(limit).snapshots([now], [now], [owner]), owner=owner, now=now)
         if window:
             update_rows(Event, (e.seq for e in window), claimed_by=owner, claimed_until=until)

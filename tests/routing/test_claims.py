@@ -74,3 +74,53 @@ def _hold_the_claim_turn():
         other.close()
 
     return give_back
+
+
+@pytest.mark.django_db
+def test_r9_issue12_item3_a_claim_reads_the_backlog_in_acceptance_order_without_sorting_it(clock):
+    """A claim reads the oldest unrouted Events from an index in acceptance order and stops at
+    its window, whatever the statistics say. After a bulk acceptance of 20,000 Events into a
+    table last analyzed empty, PostgreSQL's planner read every unrouted Event and sorted them
+    all for each window (fails without the claim's ``enable_sort`` off)."""
+    from causal.clock import system_clock
+    from routing.services import events_accept
+
+    apply(clock, SCRIPTED_ONLY)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE causal_event")  # the statistics of an empty table
+    payloads = [
+        {
+            "specversion": "1.0",
+            "id": f"b{n}",
+            "source": "tests",
+            "type": "x",
+            "scope": "acme",
+            "data": {"n": n},
+        }
+        for n in range(20000)
+    ]
+    events_accept(payloads=payloads, clock=system_clock, trusted=True)
+    plans: list[str] = []
+
+    def explain(execute, sql, params, many, context):
+        if sql.lstrip().startswith("SELECT") and "LIMIT" in sql and not plans:
+            plans.append("")  # the first LIMITed read of the claim: its window
+            cursor = context["cursor"]
+            if connection.vendor == "postgresql":
+                cursor.execute("EXPLAIN " + sql, params)
+            else:
+                cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+            plans[0] = "\n".join(str(row[-1]) for row in cursor.fetchall())
+        return execute(sql, params, many, context)
+
+    loop = router(clock)
+    try:
+        with connection.execute_wrapper(explain):
+            window = loop.claim_window(100)
+    finally:
+        loop.close()
+    assert [e.seq for e in window] == sorted(e.seq for e in window) and len(window) == 100
+    assert plans and plans[0], "the claim's read was not seen"
+    # PostgreSQL names a sort "Sort"; SQLite "USE TEMP B-TREE FOR ORDER BY".
+    assert "Sort" not in plans[0] and "TEMP B-TREE" not in plans[0], plans[0]
