@@ -317,7 +317,7 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
     unowned = tuple(k for k in keys if (event.scope, k) not in world.owners)
 
     if work is None:
-        return _decide_new(event, evaluation, scope, keys, unowned)
+        return _decide_new(event, evaluation, scope, keys, unowned, world)
 
     if work.terminal:
         # Terminal records are immutable; late input is checkpointed as terminal (R43, R49).
@@ -351,7 +351,12 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
 
 
 def _decide_new(
-    event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, keys: tuple, unowned: tuple
+    event: EventSnapshot,
+    evaluation: Evaluation,
+    scope: EffectiveScope,
+    keys: tuple,
+    unowned: tuple,
+    world: World,
 ) -> Decision:
     if evaluation.error is not None:
         return _error(evaluation, keys, None)
@@ -366,9 +371,12 @@ def _decide_new(
         return _error(evaluation, keys, None, problem)
     if not route.start:
         return Decision(Effect.UNMATCHED, Reason.NO_WORK, refusals=tuple(evaluation.refusals), **base)
+    # The new Work's id is temporary (negative, one per Work the window starts) until the
+    # window's commit inserts it.
     return Decision(
         Effect.START,
         evaluation.decision.reason,
+        work_id=world.new_work_id(),
         new_work=True,
         binding=route.binding,
         input_kind="queue",

@@ -188,8 +188,6 @@ class Settler:
         if decision.also_wakes:
             decision, woken = self._subscription_wakes(event, decision)
             bridges.extend(woken)
-        if decision.new_work:
-            decision = replace(decision, work_id=world.new_work_id())
         held = ""
         work = world.works.get(decision.work_id) if decision.work_id is not None else None
         if decision.reason == Reason.CONTEXT and work is not None and work.active_wait is not None:
