@@ -100,9 +100,6 @@ class RouteLoop:
         released = release_dead_claims(clock())
         if released:
             logger.warning("route_loop.released_dead_claims", extra={"events": released})
-        # The live generation's router, built now: the first pass routes at once instead of
-        # importing the handlers and compiling the routes first (tens of milliseconds).
-        self._ensure_router()
 
     def step(self) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route

@@ -78,26 +78,6 @@ def test_r58_routing_over_persistent_and_reopened_connections(reopen):
 
 
 @pytest.mark.django_db
-def test_r58_issue12_a_route_loop_builds_the_live_router_when_it_starts():
-    """The loop builds the live generation's router (its handlers imported, its routes
-    compiled) when it starts, so its first pass routes at once: building it there cost the
-    first window tens of milliseconds, a twentieth of routing 20,000 Events."""
-    from routing.config.selectors import live_generation_id
-
-    apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(30, 5), clock=system_clock)
-    loop = RouteLoop(clock=system_clock, options=RouterOptions(batch_size=50))
-    try:
-        assert loop.router is not None and loop.router.generation.pk == live_generation_id()
-        assert set(loop.router.handlers) == {"match"}
-        result = loop.step()
-    finally:
-        loop.close()
-    assert result.settled == 30 and not result.generation_changed
-    assert Event.objects.filter(route_state=RouteState.UNROUTED).count() == 0
-
-
-@pytest.mark.django_db
 def test_router_statements_per_routed_event_are_bounded():
     apply(system_clock, MATCH_ONLY)
     events_accept(payloads=conversation_payloads(400, 120), clock=system_clock)
