@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from conduit_site.fields import CodePointCharField
+
 
 class RouteState(models.TextChoices):
     """Where an Event stands in routing. Every accepted Event ends in exactly one of the
@@ -41,17 +43,20 @@ class Event(models.Model):
     data = models.JSONField(null=True, blank=True)
     extensions = models.JSONField(default=dict, blank=True)
 
-    # Indexed on its own beside event_scope_seq_idx: on PostgreSQL this also makes the LIKE
-    # index that the console's scope-subtree filter (routing.selectors.starts_with) uses.
-    scope = models.CharField(max_length=255, db_index=True)
+    # Indexed by event_scope_seq_idx, which also serves the console's scope-subtree filter
+    # (routing.selectors.starts_with): compared by code point, on PostgreSQL too, where a
+    # b-tree of the "C" collation answers LIKE 'prefix%' without an index of its own.
+    scope = CodePointCharField(max_length=255)
     correlation = models.JSONField(default=list, blank=True)
-    work_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    # Indexed by event_work_idx, on the Events that target a Work explicitly.
+    work_id = models.BigIntegerField(null=True, blank=True)
     execution_id = models.BigIntegerField(null=True, blank=True)
 
+    # Indexed by event_parent_idx and event_root_seq_idx, on derived Events only (see Meta).
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children", db_index=False
     )
-    root = models.ForeignKey(  # indexed by event_root_seq_idx
+    root = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="descendants", db_index=False
     )
     depth = models.PositiveIntegerField(default=0)
@@ -86,7 +91,14 @@ class Event(models.Model):
             models.Index(fields=["scope", "seq"], name="event_scope_seq_idx"),
             models.Index(fields=["type", "seq"], name="event_type_seq_idx"),
             models.Index(fields=["route_state", "seq"], name="event_state_seq_idx"),
-            models.Index(fields=["root", "seq"], name="event_root_seq_idx"),
+            # The explicit target Work, a derived Event's parent and its root. Partial: most
+            # Events have none of them, and a row a partial index does not hold costs it
+            # nothing when the Event is written (accepted, then routed: on PostgreSQL routing
+            # writes a new row version, which every index holding the row gets an entry for).
+            # A lookup (``= x``, ``IN (...)``) implies IS NOT NULL: both databases use them.
+            models.Index(fields=["work_id"], name="event_work_idx", condition=Q(work_id__isnull=False)),
+            models.Index(fields=["parent"], name="event_parent_idx", condition=Q(parent__isnull=False)),
+            models.Index(fields=["root", "seq"], name="event_root_seq_idx", condition=Q(root__isnull=False)),
             # The home page's trends: Events accepted per minute, and the route latency of
             # those routed in a bucket (both columns in the index: no row is read).
             models.Index(fields=["accepted_at"], name="event_accepted_at_idx"),

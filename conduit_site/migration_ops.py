@@ -7,7 +7,8 @@ from django.db import migrations
 
 def drop_field_index(app_label: str, operation: migrations.AlterField) -> migrations.SeparateDatabaseAndState:
     """``operation`` (a field altered to ``db_index=False``) in the migration state, and in the
-    database only the plain index Django made for that field, dropped by its own name.
+    database only the plain index Django made for that field, dropped by its own name (with
+    the ``_like`` index PostgreSQL has beside it for a text field).
 
     Django's ``AlterField`` would drop every b-tree index on the column that ``Meta.indexes``
     does not name, the unique partial index of a conditional ``UniqueConstraint`` included
@@ -21,10 +22,15 @@ def drop_field_index(app_label: str, operation: migrations.AlterField) -> migrat
     def forwards(apps, schema_editor):
         _, _, name = index(apps, schema_editor)
         schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name + '_like')}")
 
     def backwards(apps, schema_editor):
         model, field, _ = index(apps, schema_editor)
         schema_editor.execute(schema_editor._create_index_sql(model, fields=[field]))
+        like = getattr(schema_editor, "_create_like_index_sql", None)
+        if like is not None and (statement := like(model, field)) is not None:
+            schema_editor.execute(statement)
 
     return migrations.SeparateDatabaseAndState(
         state_operations=[operation],

@@ -31,10 +31,12 @@ class Work(models.Model):
     snapshot its decision assumed (R7).
     """
 
-    scope = models.CharField(max_length=255, db_index=True)
+    # Indexed by work_scope_idx (no PostgreSQL LIKE index: nothing filters Work by a prefix).
+    scope = models.CharField(max_length=255)
     status = models.CharField(max_length=16, choices=WorkStatus.choices, default=WorkStatus.READY)
+    # Indexed by work_parent_idx, on children only.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children", db_index=False
     )
     predecessor = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="successor"
@@ -67,7 +69,12 @@ class Work(models.Model):
 
     class Meta:
         verbose_name_plural = "Work"
-        indexes = [models.Index(fields=["status", "id"], name="work_status_idx")]
+        indexes = [
+            models.Index(fields=["status", "id"], name="work_status_idx"),
+            models.Index(fields=["scope"], name="work_scope_idx"),
+            # Partial, as Event's parent index: most Work has no parent, and the router starts it.
+            models.Index(fields=["parent"], name="work_parent_idx", condition=Q(parent__isnull=False)),
+        ]
         # The operator controls on Work, each granted on its own (API, console; the CLI is
         # trusted host access and checks none).
         permissions = [
@@ -214,8 +221,10 @@ class WorkInput(models.Model):
     binding = models.CharField(max_length=128, blank=True, default="")
     kind = models.CharField(max_length=16, choices=InputKind.choices, default=InputKind.QUEUE)
     state = models.CharField(max_length=16, choices=InputState.choices, default=InputState.PENDING)
+    # Indexed by workinput_attempt_idx: pending input has no attempt yet, and the router writes
+    # each routed Event's input pending.
     attempt = models.ForeignKey(
-        Attempt, null=True, blank=True, on_delete=models.PROTECT, related_name="inputs"
+        Attempt, null=True, blank=True, on_delete=models.PROTECT, related_name="inputs", db_index=False
     )
     created_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
@@ -231,6 +240,9 @@ class WorkInput(models.Model):
                 fields=["work", "seq"],
                 name="workinput_pending_idx",
                 condition=Q(state="pending"),
+            ),
+            models.Index(
+                fields=["attempt"], name="workinput_attempt_idx", condition=Q(attempt__isnull=False)
             ),
         ]
 
