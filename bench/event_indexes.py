@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 500
 
@@ -52,8 +54,8 @@ UPDATES = {
 }
 
 
-def prepared(base: str, name: str, n: int) -> str:
-    server = base.rsplit("/", 1)[0]
+def prepared(server: str, name: str, n: int) -> str:
+    """A scratch database ``name`` on ``server``, migrated, with N Events accepted."""
     subprocess.run(["psql", f"{server}/postgres", "-qc", f"DROP DATABASE IF EXISTS {name}"], check=True)
     subprocess.run(["psql", f"{server}/postgres", "-qc", f"CREATE DATABASE {name}"], check=True)
     url = f"{server}/{name}"
@@ -67,8 +69,6 @@ def prepared(base: str, name: str, n: int) -> str:
 
 
 def timed(url: str, n: int, repeat: int) -> dict[str, list[float]]:
-    import psycopg
-
     found: dict[str, list[float]] = {kind: [] for kind in UPDATES}
     with psycopg.connect(url) as db:
         for _ in range(repeat):
@@ -92,10 +92,9 @@ def main() -> None:
     if args.n < WINDOW:
         parser.error(f"--n must be at least {WINDOW}")
     base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
-    import psycopg
-
-    urls = {"this revision": prepared(base, "conduit_indexes_now", args.n)}
-    urls["indexes as before"] = prepared(base, "conduit_indexes_before", args.n)
+    server = base.rsplit("/", 1)[0]
+    urls = {"this revision": prepared(server, "conduit_indexes_now", args.n)}
+    urls["indexes as before"] = prepared(server, "conduit_indexes_before", args.n)
     with psycopg.connect(urls["indexes as before"], autocommit=True) as db:
         for statement in BEFORE:
             db.execute(statement)
@@ -107,7 +106,6 @@ def main() -> None:
                 for kind, values in timed(url, args.n, max(1, args.repeat // 2)).items():
                     results[name][kind].extend(values)
     finally:
-        server = base.rsplit("/", 1)[0]
         for url in urls.values():
             subprocess.run(
                 ["psql", f"{server}/postgres", "-qc", f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]}"],

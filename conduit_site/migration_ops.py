@@ -19,17 +19,22 @@ def drop_field_index(app_label: str, operation: migrations.AlterField) -> migrat
         field = model._meta.get_field(operation.name)
         return model, field, schema_editor._create_index_name(model._meta.db_table, [field.column], suffix="")
 
+    def like_index(schema_editor, model, field):
+        """The CREATE statement of PostgreSQL's ``_like`` index for the indexed field, or None
+        (another database, or a field that is not text)."""
+        create = getattr(schema_editor, "_create_like_index_sql", None)
+        return create(model, field) if create is not None else None
+
     def forwards(apps, schema_editor):
-        _, _, name = index(apps, schema_editor)
+        model, field, name = index(apps, schema_editor)
         schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
-        if schema_editor.connection.vendor == "postgresql":
+        if like_index(schema_editor, model, field) is not None:
             schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name + '_like')}")
 
     def backwards(apps, schema_editor):
         model, field, _ = index(apps, schema_editor)
         schema_editor.execute(schema_editor._create_index_sql(model, fields=[field]))
-        like = getattr(schema_editor, "_create_like_index_sql", None)
-        if like is not None and (statement := like(model, field)) is not None:
+        if (statement := like_index(schema_editor, model, field)) is not None:
             schema_editor.execute(statement)
 
     return migrations.SeparateDatabaseAndState(

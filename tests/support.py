@@ -1,4 +1,4 @@
-"""Helpers shared by tests that start real processes on the test database."""
+"""Helpers shared by tests: real processes on the test database, query plans."""
 
 from __future__ import annotations
 
@@ -53,3 +53,11 @@ def run_manage(
         timeout=timeout,
         check=False,
     )
+
+
+def query_plan(cursor, sql: str, params) -> str:
+    """The plan the database gives ``sql`` (``EXPLAIN`` on PostgreSQL, ``EXPLAIN QUERY PLAN``
+    on SQLite), one line per step, read through ``cursor``."""
+    explain = "EXPLAIN " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
+    cursor.execute(explain + sql, params)
+    return "\n".join(str(row[-1]) for row in cursor.fetchall())

@@ -14,6 +14,7 @@ from django.db import connection
 
 from causal.models import Event
 from routing.selectors import starts_with
+from tests.support import query_plan
 from worklife.models import Work, WorkInput
 
 APPS = ("causal", "routing", "worklife")
@@ -135,8 +136,5 @@ def test_i12_lookups_use_the_indexes_that_hold_only_the_rows_they_need(what, que
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL enable_seqscan = off")  # the tables are nearly empty
-            cursor.execute("EXPLAIN " + sql, params)
-        else:
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+        plan = query_plan(cursor, sql, params)
     assert index in plan, f"{what}: {plan}"

@@ -14,6 +14,7 @@ from django.db import connection, connections
 
 from routing.engine.claims import CLAIM_LOCK_ID
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, router
+from tests.support import query_plan
 
 
 @pytest.fixture(autouse=True)
@@ -109,10 +110,7 @@ def test_r9_issue12_item3_a_claim_reads_the_backlog_in_acceptance_order_without_
             if connection.vendor == "postgresql":
                 cursor.execute("SELECT current_setting('enable_sort')")
                 seen["enable_sort"] = cursor.fetchone()[0]
-                cursor.execute("EXPLAIN " + sql, params)
-            else:
-                cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            seen["plan"] = "\n".join(str(row[-1]) for row in cursor.fetchall())
+            seen["plan"] = query_plan(cursor, sql, params)
         return execute(sql, params, many, context)
 
     loop = router(clock)
