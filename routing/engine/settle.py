@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 # operator may skip it sooner); meanwhile the loop's windows pass over it.
 CONFLICT_RECHECK = timedelta(seconds=60)
 DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
+# A marker in a blocked-targets map: the earliest earlier Event another live loop holds with its
+# targets published, whose commit may run beside this one (PostgreSQL). A wake through a
+# dependency subscription names no target of the woken Work, so it waits behind that Event:
+# an earlier Event may win the same wait (R41, R42).
+PUBLISHED = ("held by another loop, targets published",)
 
 
 class BridgeLimits(Protocol):
@@ -181,6 +186,18 @@ class Settler:
                 block(self.blocked, tokens, event.seq)
                 return counted
             decision = counted
+        concurrent = self.blocked.get(PUBLISHED)
+        if decision.also_wakes and concurrent is not None and concurrent < event.seq:
+            reason = f"waiting behind earlier input #{concurrent}"
+            block(self.blocked, tokens, event.seq)
+            return Settlement(
+                event.seq,
+                RouteState.UNROUTED,
+                reason=reason,
+                stored_reason=reason,
+                waiting_on=concurrent,
+                remember_keys=True,
+            )
         bridges: list[Bridge] = []
         if decision.effect == Effect.WAKE:
             decision, bridge = self._wake(event, decision)

@@ -537,7 +537,7 @@ def loops(clock, *owners, **options) -> list[Router]:
     """Routers that act as separate route loops (each with its own claims) over one database."""
     routers = []
     for owner in owners:
-        r = router(clock, batch_size=1, **options)
+        r = router(clock, **{"batch_size": 1, **options})
         r.owner = owner
         routers.append(r)
     return routers
@@ -853,3 +853,36 @@ def test_i9_1_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_an
     assert bad_row.unrouted_reason.startswith("routing failed unexpectedly: ")
     assert all(state(e) == RouteState.ROUTED for e in events if e is not bad)
     r.close()
+
+
+def test_r9_issue12_item3_a_window_commits_beside_an_earlier_one_that_published_its_targets(clock):
+    """Issue 12 item 3: loop A holds an earlier Event, evaluated, its targets published, not
+    committed yet. Loop B routes its later Event of another key at once (the commits may run
+    side by side), while its Event of A's key waits behind A's (I3, I4); unpublished, B's whole
+    window waits for A as before."""
+    apply(clock, SCRIPTED_ONLY)
+    first = accept(clock, "x", {"keys": ["k1"]})
+    other = accept(clock, "x", {"keys": ["k2"]})
+    same = accept(clock, "x", {"keys": ["k1"]})
+    a, b = loops(clock, "loop-a", "loop-b", batch_size=10)
+    try:
+        held = a.claim_window(1)
+        later = b.claim_window(10)
+        assert [e.seq for e in later] == [other.seq, same.seq]
+        # Not published: nothing of B's commits before A's Event (its route may take any key).
+        assert [o.reason for o in b._pass(later, honour_claims=True)] == ["retry", "retry"]
+        later = b.claim_window(10)
+        evaluations, backing_off = a._evaluate_window(held)
+        a._publish(held, evaluations, backing_off)
+        outcomes = b._pass(later, honour_claims=True)
+        assert [o.state for o in outcomes] == [RouteState.ROUTED, RouteState.UNROUTED]
+        assert outcomes[1].waiting_on == first.seq
+        assert state(first) == RouteState.UNROUTED
+        a._pass(held, honour_claims=True)
+        drain(b)
+    finally:
+        a.close()
+        b.close()
+    assert [state(e) for e in (first, other, same)] == [RouteState.ROUTED] * 3
+    assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, same.seq]
+    assert record(other).work_id != record(first).work_id
