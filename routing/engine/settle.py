@@ -134,16 +134,7 @@ class Settler:
             default=None,
         )
         if behind is not None:
-            reason = f"waiting behind earlier input #{behind}"
-            block(self.blocked, tokens, event.seq)
-            return Settlement(
-                event.seq,
-                RouteState.UNROUTED,
-                reason=reason,
-                stored_reason=reason,
-                waiting_on=behind,
-                remember_keys=True,
-            )
+            return self._waiting(event, tokens, behind)
         failure = self.failures.get(event.seq)
         if evaluation is None:
             error = failure.as_error()
@@ -188,16 +179,7 @@ class Settler:
             decision = counted
         concurrent = self.blocked.get(PUBLISHED)
         if decision.also_wakes and concurrent is not None and concurrent < event.seq:
-            reason = f"waiting behind earlier input #{concurrent}"
-            block(self.blocked, tokens, event.seq)
-            return Settlement(
-                event.seq,
-                RouteState.UNROUTED,
-                reason=reason,
-                stored_reason=reason,
-                waiting_on=concurrent,
-                remember_keys=True,
-            )
+            return self._waiting(event, tokens, concurrent)
         bridges: list[Bridge] = []
         if decision.effect == Effect.WAKE:
             decision, bridge = self._wake(event, decision)
@@ -220,6 +202,20 @@ class Settler:
             forget_failure=failure is not None,
             bridges=tuple(bridges),
             held=held,
+        )
+
+    def _waiting(self, event: EventSnapshot, tokens: set[tuple], behind: int) -> Settlement:
+        """``event`` waits behind the earlier Event ``behind``, and so does later input for its
+        targets (I4)."""
+        reason = f"waiting behind earlier input #{behind}"
+        block(self.blocked, tokens, event.seq)
+        return Settlement(
+            event.seq,
+            RouteState.UNROUTED,
+            reason=reason,
+            stored_reason=reason,
+            waiting_on=behind,
+            remember_keys=True,
         )
 
     # -- failures (R13–R18) -------------------------------------------------------------------

@@ -264,9 +264,10 @@ def outside_blockers(
         if honour_claims
         else {}
     )
-    for seq, (decided_keys, _work) in published.items():
-        scope = next(row[1] for row in rows if row[0] == seq)
-        keys.setdefault(seq, []).extend((scope, key) for key in decided_keys)
+    if published:
+        scopes = {row[0]: row[1] for row in rows}
+        for seq, (decided_keys, _work) in published.items():
+            keys.setdefault(seq, []).extend((scopes[seq], key) for key in decided_keys)
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
     owners = _read_owners(extra_keys) if extra_keys else {}
     executions = {r[3] for r in rows if r[3] is not None and r[3] not in world.attempt_work}
