@@ -1,8 +1,8 @@
 """Claims: which route loop evaluates which Events (several loops on PostgreSQL).
 
 A loop claims its window with a short lease (``claimed_by``, ``claimed_until``) taken
-with ``FOR UPDATE SKIP LOCKED``; route commits take a transaction-scoped advisory lock
-(:data:`COMMIT_LOCK_ID`) shared, operator controls alone. Correctness comes from the commit's revalidation and the
+with ``FOR UPDATE SKIP LOCKED``; route commits are serialised by a transaction-scoped advisory
+lock (:data:`COMMIT_LOCK_ID`). Correctness comes from the commit's revalidation and the
 uniqueness constraints, never from the lease alone; an expired lease is claimable again.
 
 A window is one unbroken run: it never reaches past an Event another live loop holds or
@@ -19,30 +19,22 @@ import functools
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Q
 
-from causal.clock import Clock
-from causal.models import KV, Event, RouteState
-from causal.services import kv_put_in_tx
+from causal.models import Event, RouteState
 from conduit_site.leases import lease_transaction
 from conduit_site.queries import CompiledOnce, Listed, update_rows
 from routing.evaluate import SnapshotRead
 from routing.extension import EventSnapshot
 
-# "Rout": route commits take it shared on PostgreSQL, operator controls alone.
+# "Rout": serialises route commits on PostgreSQL (operator controls take it too).
 COMMIT_LOCK_ID = 0x526F7574
 # "Clam": serialises claims on PostgreSQL, so a claim sees the claims before it and two claims
 # never scan side by side, skipping each other's rows.
 CLAIM_LOCK_ID = 0x436C616D
-
-
-# Where each route loop publishes the targets its window's routes decided (PostgreSQL): one
-# KV entry a loop, replaced at each window (:func:`publish_targets`).
-TARGETS_NAMESPACE = "core.routing.window_targets"
 
 
 def loop_identity() -> str:
@@ -92,13 +84,10 @@ def held_elsewhere(claimed_by: str, claimed_until: datetime | None, *, owner: st
     return bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
 
 
-def claim_window(
-    *, owner: str, now: datetime, limit: int, claim_seconds: float, until: datetime | None = None
-) -> list[EventSnapshot]:
+def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float) -> list[EventSnapshot]:
     """Claim the oldest unrouted Events that are not backing off or held by another loop, up to
-    the first Event another loop holds or no pass has decided (see the module). The claim
-    lasts ``claim_seconds`` from ``now``, or until ``until``."""
-    until = until or now + timedelta(seconds=claim_seconds)
+    the first Event another loop holds or no pass has decided (see the module)."""
+    until = now + timedelta(seconds=claim_seconds)
     # A claim is a lease: committed without waiting for the disk (conduit_site.leases).
     with lease_transaction():
         sorting = None
@@ -179,54 +168,3 @@ def _cut_query(first: list[int], last: list[int], window: list[int], now: list[d
 
 # Read on every claim of more than one Event: built and compiled once per shape (CompiledOnce).
 _CUT = CompiledOnce(_cut_query)
-
-
-def publish_targets(
-    *,
-    owner: str,
-    until: datetime,
-    decided: Mapping[int, tuple[Sequence[str], int | None]],
-    clock: Clock,
-) -> None:
-    """Publish, for the window ``owner`` claims until ``until``, the targets each Event's route
-    decided beyond its explicit ones (``decided``: seq -> (keys, Work id)); an Event whose
-    handlers were not asked or failed decided none. Another loop's commit then knows what these
-    Events touch before they commit and routes its own later Events that share none of them
-    (:func:`published_targets`) instead of waiting for this window. A lease: it need not survive
-    a power loss (it only matters while the claim does)."""
-    value = {
-        "until": until.timestamp(),
-        "events": {str(seq): [list(keys), work_id] for seq, (keys, work_id) in decided.items()},
-    }
-    with lease_transaction():
-        kv_put_in_tx(namespace=TARGETS_NAMESPACE, key=owner, value=value, clock=clock)
-
-
-def published_targets(
-    held: Iterable[tuple[int, str, datetime | None]],
-) -> dict[int, tuple[list[str], int | None]]:
-    """The decided targets published for Events held by other loops: ``held`` is (seq,
-    claimed_by, claimed_until) of each; an Event is known only when its holder published for
-    the very claim it holds (the same ``until``): a publication of an earlier claim, or of
-    another generation's routes, says nothing about this one."""
-    held = list(held)
-    if not held:
-        return {}
-    owners = sorted({claimed_by for _, claimed_by, _ in held})
-    publications = dict(
-        KV.objects.filter(namespace=TARGETS_NAMESPACE, key__in=owners).values_list("key", "value")
-    )
-    known: dict[int, tuple[list[str], int | None]] = {}
-    for seq, claimed_by, claimed_until in held:
-        publication = publications.get(claimed_by)
-        if publication is None or claimed_until is None or publication["until"] != claimed_until.timestamp():
-            continue
-        entry = publication["events"].get(str(seq))
-        if entry is not None:
-            known[seq] = (entry[0], entry[1])
-    return known
-
-
-def withdraw_targets(owner: str) -> None:
-    """Forget ``owner``'s published targets (a route loop that stops)."""
-    KV.objects.filter(namespace=TARGETS_NAMESPACE, key=owner).delete()

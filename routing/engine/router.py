@@ -20,27 +20,9 @@ violation (another process owns the key first) rolls the window back and the pas
 again (bounded): ownership comes from the database constraint, never from a check.
 
 Several route loops (PostgreSQL): each claims its window with ``FOR UPDATE SKIP LOCKED`` and
-a short lease, evaluates it, then publishes what each Event's route decided (keys, a Work:
-:func:`~routing.engine.claims.publish_targets`) before it commits. Commits run side by side,
-each in one REPEATABLE READ snapshot under the commit lock taken shared (operator controls take
-it alone). Why each target keeps acceptance order:
-
-- a commit routes an Event only when every earlier unrouted Event it sees shares none of its
-  targets, resolved in its snapshot (keys to their owner Work): an earlier Event held by
-  another live loop counts by its published targets, and one whose targets are not published
-  (or that no pass has decided) stops everything after it, as before;
-- whatever an earlier Event will touch is a target it published or one it had at acceptance,
-  or a Work reached through a key some commit attaches; the first Event of such a chain
-  reaches that Work through a key owned in the snapshot, so it blocks the later Event itself;
-- two commits that both write one row anyway (a Work's version, a wait, the causal limits'
-  counts) cannot both succeed: PostgreSQL refuses the later writer (40001) and a key taken
-  twice breaks its unique constraint; either retries the pass on a fresh snapshot;
-- a wake through a dependency subscription names no target of the woken Work: it waits
-  behind any earlier Event committing beside it.
-
-``bench/route_history.py`` checks the outcome run after run (nothing lost or duplicated, each
-Work's input and each key's records in acceptance order). On SQLite, ``BEGIN IMMEDIATE``
-serialises writers.
+a short lease; commits are serialised by a transaction-scoped advisory lock and a window only
+commits the Events no other live loop holds an earlier claim before, so commit order is
+acceptance order on every target. On SQLite, ``BEGIN IMMEDIATE`` serialises writers.
 """
 
 from __future__ import annotations
@@ -49,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
@@ -67,13 +48,7 @@ from routing.decide import (
     Decision,
     replace,
 )
-from routing.engine.claims import (
-    COMMIT_LOCK_ID,
-    claim_window,
-    loop_identity,
-    publish_targets,
-    withdraw_targets,
-)
+from routing.engine.claims import COMMIT_LOCK_ID, claim_window, loop_identity
 from routing.engine.failures import (
     failures_read,
 )
@@ -188,7 +163,6 @@ class Router:
         self.owner = owner or loop_identity()
         self.causal = Causal(clock)
         self.last_window: tuple[int, ...] = ()  # the Events of the latest pass (doctor names them)
-        self._claimed_until: datetime | None = None  # the latest claim's end (claim_window)
 
     # -- public API ---------------------------------------------------------------------
     def route(self, seq: int) -> RouteOutcome:
@@ -235,21 +209,13 @@ class Router:
 
     def claim_window(self, limit: int) -> list[EventSnapshot]:
         """Claim the oldest unrouted Events that are not backing off or held by another loop."""
-        now = self.clock()
-        self._claimed_until = now + timedelta(seconds=self.options.claim_seconds)
         return claim_window(
-            owner=self.owner,
-            now=now,
-            limit=limit,
-            claim_seconds=self.options.claim_seconds,
-            until=self._claimed_until,
+            owner=self.owner, now=self.clock(), limit=limit, claim_seconds=self.options.claim_seconds
         )
 
     def close(self) -> None:
         if self._own_pool:
             self.pool.close()
-        if self._claimed_until is not None and connection.vendor == "postgresql":
-            withdraw_targets(self.owner)
 
     # -- trace: the same pass, nothing written (R39) --------------------------------------------
     def simulate(
@@ -384,8 +350,6 @@ class Router:
 
     def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
         evaluations, backing_off = self._evaluate_window(window)
-        if honour_claims and connection.vendor == "postgresql":
-            self._publish(window, evaluations, backing_off)
         attempt = 0
         wait_until = time.monotonic() + self.options.claim_seconds / 2
         while attempt <= self.options.max_retries:
@@ -396,13 +360,6 @@ class Router:
                 # limits' tokens the settlement counted on: read again and retry.
                 attempt += 1
                 logger.info("route.commit_retry", extra={"attempt": attempt})
-            except OperationalError as exc:
-                if not _concurrent_update(exc):
-                    raise
-                # A commit beside this one changed a row this one read (a Work, a wait, the
-                # causal limits' counts): PostgreSQL refused to write on a stale read; retry.
-                attempt += 1
-                logger.info("route.commit_retry", extra={"attempt": attempt, "sqlstate": _sqlstate(exc)})
             except _EarlierClaimed as earlier:
                 # Earlier Events are undecided: this window commits after them (acceptance
                 # order). When another loop holds them, wait for it; the evaluations stand.
@@ -415,23 +372,6 @@ class Router:
             claimed_by="", claimed_until=None
         )
         return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
-
-    def _publish(
-        self, window: list[EventSnapshot], evaluations: Mapping[int, Evaluation], backing_off: set[int]
-    ) -> None:
-        """Tell other loops' commits what this claimed window's routes decided before it commits
-        (see the module): they route their later Events that share none of it meanwhile."""
-        if self._claimed_until is None:
-            return
-        publish_targets(
-            owner=self.owner,
-            until=self._claimed_until,
-            decided={
-                e.seq: _decided_targets(e, None if e.seq in backing_off else evaluations.get(e.seq))
-                for e in window
-            },
-            clock=self.clock,
-        )
 
     def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
         results: dict[int, Evaluation] = {}
@@ -469,19 +409,11 @@ class Router:
         settlements say, all or nothing. ``dry`` (trace) reads in a read snapshot, writes
         nothing and checks no generation; an Event of the window not accepted yet is a
         trace's hypothetical Event, and ``memo`` may remember world reads for later traces."""
-        # Beside other route loops' commits (PostgreSQL, a transaction of its own): in one
-        # snapshot of the database, under the commit lock shared (operator controls take it
-        # alone). Otherwise (a single Event's route, inside a caller's transaction) alone.
-        beside = honour_claims and not dry and not connection.in_atomic_block
         # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
         with read_snapshot() if dry else derived_atomic():
             if connection.vendor == "postgresql" and not dry:
                 with connection.cursor() as cursor:
-                    if beside:
-                        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", [COMMIT_LOCK_ID])
-                    else:
-                        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
             now = self.clock()
             if not dry:
                 if live_generation_id() != self.generation.pk:
@@ -566,28 +498,6 @@ class Router:
 _STATES = CompiledOnce(
     lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state", "waiting_on")
 )
-
-
-def _decided_targets(event: EventSnapshot, evaluation: Evaluation | None) -> tuple[list[str], int | None]:
-    """The keys (beyond its explicit ones) and the Work an Event's route decided: what it will
-    touch besides what acceptance stored (:func:`routing.engine.settle.event_tokens`)."""
-    if evaluation is None or evaluation.decision is None:
-        return [], None
-    decision = evaluation.decision
-    return [k for k in decision.keys if k not in event.correlation], decision.work_id
-
-
-# PostgreSQL's answers to a write on a stale snapshot: a serialization failure, a deadlock.
-_RETRIED_SQLSTATES = frozenset({"40001", "40P01"})
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    return getattr(exc.__cause__, "sqlstate", None)
-
-
-def _concurrent_update(exc: OperationalError) -> bool:
-    """Whether a commit failed because another transaction changed what it read (retry it)."""
-    return _sqlstate(exc) in _RETRIED_SQLSTATES
 
 
 def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:

@@ -40,11 +40,6 @@ if TYPE_CHECKING:
 # operator may skip it sooner); meanwhile the loop's windows pass over it.
 CONFLICT_RECHECK = timedelta(seconds=60)
 DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
-# A marker in a blocked-targets map: the earliest earlier Event another live loop holds with its
-# targets published, whose commit may run beside this one (PostgreSQL). A wake through a
-# dependency subscription names no target of the woken Work, so it waits behind that Event:
-# an earlier Event may win the same wait (R41, R42).
-PUBLISHED = ("held by another loop, targets published",)
 
 
 class BridgeLimits(Protocol):
@@ -134,7 +129,16 @@ class Settler:
             default=None,
         )
         if behind is not None:
-            return self._waiting(event, tokens, behind)
+            reason = f"waiting behind earlier input #{behind}"
+            block(self.blocked, tokens, event.seq)
+            return Settlement(
+                event.seq,
+                RouteState.UNROUTED,
+                reason=reason,
+                stored_reason=reason,
+                waiting_on=behind,
+                remember_keys=True,
+            )
         failure = self.failures.get(event.seq)
         if evaluation is None:
             error = failure.as_error()
@@ -177,9 +181,6 @@ class Settler:
                 block(self.blocked, tokens, event.seq)
                 return counted
             decision = counted
-        concurrent = self.blocked.get(PUBLISHED)
-        if decision.also_wakes and concurrent is not None and concurrent < event.seq:
-            return self._waiting(event, tokens, concurrent)
         bridges: list[Bridge] = []
         if decision.effect == Effect.WAKE:
             decision, bridge = self._wake(event, decision)
@@ -202,20 +203,6 @@ class Settler:
             forget_failure=failure is not None,
             bridges=tuple(bridges),
             held=held,
-        )
-
-    def _waiting(self, event: EventSnapshot, tokens: set[tuple], behind: int) -> Settlement:
-        """``event`` waits behind the earlier Event ``behind``, and so does later input for its
-        targets (I4)."""
-        reason = f"waiting behind earlier input #{behind}"
-        block(self.blocked, tokens, event.seq)
-        return Settlement(
-            event.seq,
-            RouteState.UNROUTED,
-            reason=reason,
-            stored_reason=reason,
-            waiting_on=behind,
-            remember_keys=True,
         )
 
     # -- failures (R13–R18) -------------------------------------------------------------------

@@ -22,8 +22,8 @@ from routing.decide import (
     WorkView,
     World,
 )
-from routing.engine.claims import held_elsewhere, published_targets, undecided_or_held_elsewhere
-from routing.engine.settle import PUBLISHED, block, event_tokens
+from routing.engine.claims import held_elsewhere, undecided_or_held_elsewhere
+from routing.engine.settle import block, event_tokens
 from routing.evaluate import (
     Evaluation,
 )
@@ -253,43 +253,22 @@ def outside_blockers(
     keys: dict[int, list[tuple[str, str]]] = {}
     for seq, scope, key in _EVENT_KEYS.rows(seqs):
         keys.setdefault(seq, []).append((scope, key))
-    # What the routes of Events other live loops hold decided (published before their commit):
-    # those Events block by their targets like any decided Event, not as unknowns.
-    published = (
-        published_targets(
-            (seq, claimed_by, claimed_until)
-            for seq, _scope, _work, _execution, claimed_by, claimed_until, _reason in rows
-            if held_elsewhere(claimed_by, claimed_until, owner=owner, now=now)
-        )
-        if honour_claims
-        else {}
-    )
-    if published:
-        scopes = {row[0]: row[1] for row in rows}
-        for seq, (decided_keys, _work) in published.items():
-            keys.setdefault(seq, []).extend((scopes[seq], key) for key in decided_keys)
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
     owners = _read_owners(extra_keys) if extra_keys else {}
+    # The Work an earlier Event's execution id names is a target of it too (its lane), read
+    # for the attempts the window's own Events do not name.
     executions = {r[3] for r in rows if r[3] is not None and r[3] not in world.attempt_work}
     attempt_work = {**world.attempt_work, **(_read_attempt_work(executions) if executions else {})}
     for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
         held = held_elsewhere(claimed_by, claimed_until, owner=owner, now=now)
-        decided = published.get(seq)
-        if honour_claims and (held or not reason) and decided is None:
-            # An earlier Event whose targets are not known yet: another live loop holds it and
-            # has not published what its route decided, or no pass has decided it (its claim
-            # was released or lapsed). Its route may attach any key, so nothing after it
-            # commits before it does (acceptance order).
+        if honour_claims and (held or not reason):
+            # An earlier Event whose targets are not known yet: another live loop holds it,
+            # or no pass has decided it (its claim was released or lapsed). Its route may
+            # attach any key, so nothing after it commits before it does (acceptance order).
             blocked[_FOREIGN] = min(blocked.get(_FOREIGN, seq), seq)
             if not held and _ORPHAN not in blocked:
                 blocked[_ORPHAN] = seq
         tokens: set[tuple] = set()
-        if decided is not None:
-            # Its commit may run beside this one: a wake through a dependency subscription
-            # (which no target names) waits behind it (settle.PUBLISHED).
-            blocked[PUBLISHED] = min(blocked.get(PUBLISHED, seq), seq)
-            if decided[1] is not None:
-                tokens.add(("work", decided[1]))
         if work_id is not None:
             tokens.add(("work", work_id))
         if execution_id is not None and execution_id in attempt_work:

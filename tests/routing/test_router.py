@@ -855,34 +855,26 @@ def test_i9_1_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_an
     r.close()
 
 
-def test_r9_issue12_item3_a_window_commits_beside_an_earlier_one_that_published_its_targets(clock):
-    """Issue 12 item 3: loop A holds an earlier Event, evaluated, its targets published, not
-    committed yet. Loop B routes its later Event of another key at once (the commits may run
-    side by side), while its Event of A's key waits behind A's (I3, I4); unpublished, B's whole
-    window waits for A as before."""
-    apply(clock, SCRIPTED_ONLY)
-    first = accept(clock, "x", {"keys": ["k1"]})
-    other = accept(clock, "x", {"keys": ["k2"]})
-    same = accept(clock, "x", {"keys": ["k1"]})
-    a, b = loops(clock, "loop-a", "loop-b", batch_size=10)
-    try:
-        held = a.claim_window(1)
-        later = b.claim_window(10)
-        assert [e.seq for e in later] == [other.seq, same.seq]
-        # Not published: nothing of B's commits before A's Event (its route may take any key).
-        assert [o.reason for o in b._pass(later, honour_claims=True)] == ["retry", "retry"]
-        later = b.claim_window(10)
-        evaluations, backing_off = a._evaluate_window(held)
-        a._publish(held, evaluations, backing_off)
-        outcomes = b._pass(later, honour_claims=True)
-        assert [o.state for o in outcomes] == [RouteState.ROUTED, RouteState.UNROUTED]
-        assert outcomes[1].waiting_on == first.seq
-        assert state(first) == RouteState.UNROUTED
-        a._pass(held, honour_claims=True)
-        drain(b)
-    finally:
-        a.close()
-        b.close()
-    assert [state(e) for e in (first, other, same)] == [RouteState.ROUTED] * 3
-    assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, same.seq]
-    assert record(other).work_id != record(first).work_id
+def test_r60_input_waits_behind_an_earlier_unrouted_event_addressed_to_its_attempt(clock, live):
+    """I4: an earlier unrouted Event holds the lane of the Work its execution id names, also
+    when it is outside the window (the window's own Events name no attempt)."""
+    a = pr(clock, 1)
+    b = pr(clock, 2)
+    r = router(clock)
+    drain(r)
+    attempt = work.attempt_start(
+        work_id=record(b).work_id,
+        binding="triage",
+        executor="python",
+        generation=1,
+        capabilities=["inject"],
+        clock=clock,
+    )
+    conflicting = pr(clock, 1, action="edited", work_id=record(a).work_id, execution_id=attempt.pk)
+    drain(r)
+    assert state(conflicting) == RouteState.UNROUTED
+    later = pr(clock, 2, action="edited")
+    drain(r)
+    later.refresh_from_db()
+    assert later.route_state == RouteState.UNROUTED
+    assert later.waiting_on_id == conflicting.seq
