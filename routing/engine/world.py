@@ -257,8 +257,10 @@ def outside_blockers(
     owners = _read_owners(extra_keys) if extra_keys else {}
     # The Work an earlier Event's execution id names is a target of it too (its lane), read
     # for the attempts the window's own Events do not name.
-    executions = {r[3] for r in rows if r[3] is not None and r[3] not in world.attempt_work}
-    attempt_work = {**world.attempt_work, **(_read_attempt_work(executions) if executions else {})}
+    attempt_work = world.attempt_work
+    executions = {r[3] for r in rows if r[3] is not None and r[3] not in attempt_work}
+    if executions:
+        attempt_work = {**attempt_work, **_read_attempt_work(executions)}
     for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
         held = held_elsewhere(claimed_by, claimed_until, owner=owner, now=now)
         if honour_claims and (held or not reason):

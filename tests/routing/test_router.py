@@ -859,17 +859,9 @@ def test_r60_input_waits_behind_an_earlier_unrouted_event_addressed_to_its_attem
     """I4: an earlier unrouted Event holds the lane of the Work its execution id names, also
     when it is outside the window (the window's own Events name no attempt)."""
     a = pr(clock, 1)
-    b = pr(clock, 2)
     r = router(clock)
     drain(r)
-    attempt = work.attempt_start(
-        work_id=record(b).work_id,
-        binding="triage",
-        executor="python",
-        generation=1,
-        capabilities=["inject"],
-        clock=clock,
-    )
+    _work_b, attempt = _running(clock, r, 2, capabilities=("inject",))
     conflicting = pr(clock, 1, action="edited", work_id=record(a).work_id, execution_id=attempt.pk)
     drain(r)
     assert state(conflicting) == RouteState.UNROUTED
