@@ -10,7 +10,13 @@ doing the same reads, inserts and updates with one transaction per Event and the
 journal and synchronous settings (the per-Event floor), and again set-based: one transaction
 per batch of 500 Events, key owners read with one SELECT per batch and every write an
 ``executemany`` (the set-based floor, what a router that batches its work can approach).
-Prints Events/s for each, the router's ratios to both floors, SQL statements per routed Event,
+A third figure replays the router's own statements: the routing is run a second time on a
+copy of the database with every statement, its parameters and each commit logged, and the
+log is run again with raw ``sqlite3`` on another copy as routing found it (the product's
+schema, indexes and constraints, the same transactions and settings): what routing costs the
+database with none of the router's Python, and so the share of the router's time that is
+its database work (the timed run logs nothing).
+Prints Events/s for each, the router's ratios to the floors, SQL statements per routed Event,
 the garbage collector's collections while routing (tuned as ``route_loop`` tunes it) and the
 loop's peak memory. ``--profile N`` runs the routing phase under cProfile and prints
 its top N functions by cumulative and by own time.
@@ -19,9 +25,12 @@ its top N functions by cumulative and by own time.
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import os
+import pickle
 import random
+import re
 import resource
 import shutil
 import sqlite3
@@ -100,12 +109,14 @@ def accept_all(payloads: list[dict]) -> None:
         events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
 
 
-def route_all(batch_size: int) -> dict:
+def route_all(batch_size: int, statements_log: list | None = None) -> dict:
     """Route everything; returns the seconds, Events routed, SQL statements, and the garbage
-    collector's collections and seconds while routing."""
+    collector's collections and seconds while routing. ``statements_log``, when given, gets
+    every statement the loop ran, in order, with its parameters and whether it raised, and
+    each commit and rollback (:func:`replay_floor` runs them again)."""
     import gc
 
-    from django.db import connection, reset_queries
+    from django.db import DEFAULT_DB_ALIAS, connection, connections, reset_queries
 
     from causal.clock import system_clock
     from causal.models import Event, RouteState
@@ -119,7 +130,31 @@ def route_all(batch_size: int) -> dict:
     def count(execute, sql, params, many, context):
         nonlocal statements
         statements += 1
-        return execute(sql, params, many, context)
+        if statements_log is None:
+            return execute(sql, params, many, context)
+        if many and not isinstance(params, list):
+            params = list(params)
+        entry = ["sql", sql, params, many, False]
+        statements_log.append(entry)
+        try:
+            return execute(sql, params, many, context)
+        except Exception:
+            entry[4] = True  # the replay expects it to raise too
+            raise
+
+    if statements_log is not None:
+        # Django ends a transaction through the driver's connection, not with a statement.
+        wrapper = connections[DEFAULT_DB_ALIAS]
+
+        def recorded(original, marker):
+            def ended():
+                statements_log.append([marker])
+                return original()
+
+            return ended
+
+        wrapper._commit = recorded(wrapper._commit, "commit")
+        wrapper._rollback = recorded(wrapper._rollback, "rollback")
 
     def collecting(phase, info):
         if phase == "start":
@@ -304,6 +339,73 @@ def set_based_floor(payloads: list[dict], path: str, synchronous: str) -> float:
     return elapsed
 
 
+def _adapted(entry: list) -> list:
+    """A logged statement with its parameters as the driver bound them (Django's adapters for
+    datetimes and decimals applied), so the replay binds the same values without Django."""
+    if entry[0] != "sql":
+        return entry
+    _, sql, params, many, raised = entry
+
+    def bound(values):
+        if isinstance(values, dict):
+            return {k: _bound_value(v) for k, v in values.items()}
+        return [_bound_value(v) for v in values or ()]
+
+    return ["sql", sql, [bound(row) for row in params] if many else bound(params), many, raised]
+
+
+def _bound_value(value):
+    adapt = sqlite3.adapters.get((type(value), sqlite3.PrepareProtocol))
+    if adapt is not None:
+        return adapt(value)
+    if isinstance(value, enum.Enum):  # Django's choices: bound as their value
+        value = value.value
+    if isinstance(value, str) and type(value) is not str:
+        return str.__str__(value)
+    if isinstance(value, int) and type(value) not in (int, bool):
+        return int(value)
+    return value
+
+
+def replay_floor(path: str, statements_path: str, synchronous: str) -> float:
+    """The router's own statements, run again in order with raw ``sqlite3`` on a copy of the
+    database as it was before routing (the same rows, indexes, constraints and triggers), in
+    the same transactions, with the same journal, synchronous and foreign-key settings: what
+    routing costs the database, with no Python of the router's. Statements that raised for
+    the router (a retried commit) raise here too and are passed over the same way."""
+    with open(statements_path, "rb") as source:
+        log = pickle.load(source)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.execute("PRAGMA foreign_keys=ON")
+    converted: dict[str, str] = {}
+    started = time.perf_counter()
+    for entry in log:
+        if entry[0] != "sql":
+            if db.in_transaction:
+                db.execute("COMMIT" if entry[0] == "commit" else "ROLLBACK")
+            continue
+        _, sql, params, many, raised = entry
+        query = converted.get(sql)
+        if query is None:
+            query = converted[sql] = re.sub(r"(?<!%)%s", "?", sql).replace("%%", "%")
+        try:
+            if many:
+                db.executemany(query, params)
+            else:
+                db.execute(query, params).fetchall()
+        except sqlite3.Error:
+            if not raised:
+                raise
+    elapsed = time.perf_counter() - started
+    (unrouted,) = db.execute("SELECT COUNT(*) FROM causal_event WHERE route_state = 'unrouted'").fetchone()
+    db.close()
+    if unrouted:
+        raise RuntimeError(f"the replay left {unrouted} Events unrouted: it did not do the router's work")
+    return elapsed
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -324,14 +426,32 @@ def sqlite_run(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, __file__, "--_prepare", str(args.n)], env=env, check=True)
         accept_s = time.perf_counter() - t0
+        # The database as routing finds it, twice: once routed again with its statements
+        # logged (logging them would weigh on the timed run's memory and collector), once for
+        # the replay of that log.
+        for copy_name in ("logged", "replay"):
+            with (
+                sqlite3.connect(f"{tmp}/conduit.sqlite3") as source,
+                sqlite3.connect(f"{tmp}/{copy_name}.sqlite3") as copy,
+            ):
+                source.backup(copy)
         route_command = [sys.executable, __file__, "--_route", str(args.batch_size)]
         if args.profile:
             route_command += ["--profile", str(args.profile)]
         routed = subprocess.run(route_command, env=env, check=True, capture_output=True, text=True)
         *profile, last = routed.stdout.strip().splitlines()
         figures = json.loads(last)
+        if not args.profile:
+            logged_env = {**env, "DATABASE_URL": f"sqlite:///{tmp}/logged.sqlite3"}
+            logged = [*route_command, "--_statements", f"{tmp}/statements.pickle"]
+            subprocess.run(logged, env=logged_env, check=True, capture_output=True, text=True)
         raw_seconds = raw_floor(workload(args.n), f"{tmp}/raw.sqlite3", args.synchronous)
         set_seconds = set_based_floor(workload(args.n), f"{tmp}/set.sqlite3", args.synchronous)
+        replay_seconds = (
+            None
+            if args.profile
+            else replay_floor(f"{tmp}/replay.sqlite3", f"{tmp}/statements.pickle", args.synchronous)
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     routed, seconds = figures["routed"], figures["seconds"]
@@ -347,8 +467,18 @@ def sqlite_run(args: argparse.Namespace) -> None:
     print(
         f"set-based floor        {set_rate:,.0f} Events/s ({set_seconds:.2f} s, one transaction per {SET_BATCH})"
     )
+    if replay_seconds is not None:
+        print(
+            f"router's SQL replayed  {routed / replay_seconds:,.0f} Events/s ({replay_seconds:.2f} s: its "
+            f"{figures['statements']:,} statements and commits, raw sqlite3, the same database)"
+        )
     print(f"ratio router/raw       {router_rate / raw_rate:.2f}   (target >= 0.5)")
     print(f"ratio router/set-based {router_rate / set_rate:.2f}   (target >= 0.15)")
+    if replay_seconds is not None:
+        print(
+            f"ratio router/replayed  {router_rate / (routed / replay_seconds):.2f}   "
+            "(the share of routing's time its database work takes)"
+        )
     print(f"SQL per routed Event   {figures['statements'] / max(routed, 1):.2f}   (target <= 7)")
     print(
         f"garbage collector      {figures['gc_collections']} collection{'' if figures['gc_collections'] == 1 else 's'}, "
@@ -357,14 +487,20 @@ def sqlite_run(args: argparse.Namespace) -> None:
     print(f"route loop peak RSS    {figures['peak_rss_mb']:,.0f} MB (its own process; target < 200 MB)")
 
 
-def route_process(batch_size: int, profile: int = 0) -> None:
+def route_process(batch_size: int, profile: int = 0, statements_path: str = "") -> None:
     """The routing phase in a process of its own: prints its figures as JSON (last line),
-    after its profile when ``profile`` is the number of functions to list."""
+    after its profile when ``profile`` is the number of functions to list. With
+    ``statements_path``, the statements it ran are pickled there for :func:`replay_floor`."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
     import django
 
     django.setup()
-    if profile:
+    if statements_path:
+        log: list = []
+        figures = route_all(batch_size, log)
+        with open(statements_path, "wb") as out:
+            pickle.dump([_adapted(entry) for entry in log], out, protocol=pickle.HIGHEST_PROTOCOL)
+    elif profile:
         import cProfile
         import io
         import pstats
@@ -507,9 +643,10 @@ def main() -> None:
     )
     parser.add_argument("--_prepare", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--_route", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--_statements", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._route:
-        route_process(args._route, args.profile)
+        route_process(args._route, args.profile, args._statements)
         return
     if args._prepare:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
