@@ -629,6 +629,34 @@ def test_r30_cli_create_send_rebind_and_retry(clock, live):
 
 
 @pytest.mark.django_db
+def test_w5_cli_work_list_marks_parked_and_backing_off_work_as_the_console_does(clock, live):
+    """``work list`` and ``work get`` say what holds a Work back, as the console's Work list
+    does: a parked Work looked plainly "ready" before."""
+    from datetime import timedelta
+
+    from causal.clock import system_clock
+
+    parked = parked_work(clock)
+    backing = WorkFactory(
+        scope="acme", binding="triage", failures=2, retry_at=system_clock() + timedelta(hours=1)
+    )
+    waited = WorkFactory(
+        scope="acme", binding="triage", failures=1, retry_at=system_clock() - timedelta(hours=1)
+    )
+    done = WorkFactory(scope="acme", status=WorkStatus.COMPLETED, parked_at=clock())
+    lines = {line.split("  ")[0]: line for line in work_command("list", "--scope", "acme").splitlines()}
+    assert lines[f"Work {parked.pk}"].startswith(f"Work {parked.pk}  ready (parked)  scope acme")
+    assert re.match(
+        rf"Work {backing.pk}  ready \(backing off until \S+ \(2 failures\)\)  scope acme",
+        lines[f"Work {backing.pk}"],
+    )
+    assert lines[f"Work {waited.pk}"].startswith(f"Work {waited.pk}  ready  scope acme")
+    assert lines[f"Work {done.pk}"].startswith(f"Work {done.pk}  completed  scope acme")
+    got = work_command("get", str(parked.pk)).splitlines()
+    assert got[0].startswith(f"Work {parked.pk}  ready (parked)") and "after 5 failures" in got[1]
+
+
+@pytest.mark.django_db
 def test_r48_r30_cli_refusals_exit_non_zero_name_the_problem_and_store_nothing(clock, live):
     work = WorkFactory(scope="acme", status=WorkStatus.COMPLETED)
     ready = WorkFactory(scope="acme")

@@ -210,12 +210,23 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def work_line(work: Work) -> str:
-    """A Work on one line: id, status, scope, binding, created."""
+    """A Work on one line: id, status (with "parked", or "backing off until T (N failures)", as
+    the console's Work list marks them), scope, binding, created."""
     by = f" by {work.created_by}" if work.created_by else ""
     return (
-        f"Work {work.pk}  {work.status}  scope {work.scope}  binding {work.binding or '-'}  "
-        f"created {timestamp(work.created_at)}{by}"
+        f"Work {work.pk}  {work.status}{_scheduler_mark(work)}  scope {work.scope}  "
+        f"binding {work.binding or '-'}  created {timestamp(work.created_at)}{by}"
     )
+
+
+def _scheduler_mark(work: Work) -> str:
+    """What holds a Work's next attempt back, if anything: parking or a backoff still running."""
+    if work.is_parked:
+        return " (parked)"
+    if work.retry_at and work.retry_at > system_clock() and not work.is_terminal:
+        failures = f" ({work.failures} failure{'' if work.failures == 1 else 's'})" if work.failures else ""
+        return f" (backing off until {timestamp(work.retry_at)}{failures})"
+    return ""
 
 
 # --- the controls -----------------------------------------------------------------------------
