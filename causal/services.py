@@ -23,7 +23,7 @@ from django.db.models.base import ModelState
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey
 from conduit_site import wakeup
-from conduit_site.queries import JsonPreparer, array_cast, shared_columns, unnest_select
+from conduit_site.queries import JsonPreparer, array_cast, dumps_json_text, shared_columns, unnest_select
 
 # Acceptance order is the commit order: on PostgreSQL a sequence value is taken before
 # commit, so two concurrent acceptances could commit out of seq order and a router could
@@ -251,7 +251,10 @@ def _insert(events: Sequence[Event]) -> None:
         values: list[Any] = []
         once: dict[int, Any] = {}  # a batch's rows share one acceptance time: prepared once
         jsons = {
-            attname: JsonPreparer(functools.partial(column.get_db_prep_save, connection=db))
+            attname: JsonPreparer(
+                functools.partial(column.get_db_prep_save, connection=db),
+                strings_as_text=dumps_json_text(db.alias, column.encoder),
+            )
             for column, attname, kind, _ in prepared
             if kind is _JSON
         }

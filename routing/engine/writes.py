@@ -15,6 +15,7 @@ from causal.models import Event, EventKey
 from conduit_site.queries import (
     JsonPreparer,
     array_cast,
+    dumps_json_text,
     in_list_chunks,
     shared_columns,
     unnest_select,
@@ -415,7 +416,13 @@ def _json_preparers(plan: _InsertPlan) -> list[tuple[int, JsonPreparer]]:
     """Each JSON column's preparer for one statement (its encoder, the backend's adapter)."""
     adapt = connection.ops.adapt_json_value
     return [
-        (index, JsonPreparer(functools.partial(adapt, encoder=encoder)))
+        (
+            index,
+            JsonPreparer(
+                functools.partial(adapt, encoder=encoder),
+                strings_as_text=dumps_json_text(connection.alias, encoder),
+            ),
+        )
         for index, encoder in plan.json_columns
     ]
 

@@ -9,7 +9,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from causal.models import KV, Event, EventKey
-from conduit_site.queries import JsonPreparer, Listed, in_list_sql, shared_columns, unnest_select, update_rows
+from conduit_site.queries import (
+    JsonPreparer,
+    Listed,
+    dumps_json_text,
+    in_list_sql,
+    shared_columns,
+    unnest_select,
+    update_rows,
+)
 from tests.causal.factories import EventFactory, KVFactory
 
 
@@ -105,6 +113,62 @@ def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays
     assert shared_columns([[1, 1], ["a", "a"]]) == [False, True]
     with pytest.raises(ValueError):
         unnest_select(["bigint"], [[1]], [True])
+
+
+@pytest.mark.django_db
+def test_i12_2_json_preparer_writes_lists_of_strings_as_json_dumps_does():
+    """The fast path for lists of plain strings gives ``json.dumps``'s text exactly: quotes,
+    backslashes, controls, non-ASCII and lone surrogates escaped alike; anything else (other
+    items, str subclasses) goes to ``prepare``. Only where the backend's adapter is
+    ``json.dumps`` text with no encoder is it taken."""
+    import json
+    import random
+
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    class Tagged(str):
+        pass
+
+    calls = []
+
+    def prepare(value):
+        calls.append(value)
+        return json.dumps(value)
+
+    preparer = JsonPreparer(prepare, strings_as_text=True)
+    alphabet = [
+        "a",
+        "Z",
+        "0",
+        " ",
+        '"',
+        "\\",
+        "/",
+        "\n",
+        "\t",
+        "\x00",
+        "\x1f",
+        "\x7f",
+        "é",
+        "€",
+        "😀",
+        "\ud800",
+        "\udfff",
+    ]
+    rng = random.Random(12)
+    for _ in range(500):
+        value = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
+            for _ in range(rng.randrange(1, 5))
+        ]
+        assert preparer(value) == json.dumps(value), value
+    assert calls == []
+    for other in (["a", 1], ["a", None], [Tagged("a")], [["a"]], ("a",), {"a": "b"}):
+        assert preparer(other) == json.dumps(other)
+    assert len(calls) == 6
+    assert JsonPreparer(prepare)(["k"]) == '["k"]' and len(calls) == 7  # not asked: prepare
+    assert dumps_json_text(connection.alias, DjangoJSONEncoder) is False
+    assert dumps_json_text(connection.alias, None) is (connection.vendor == "sqlite")
 
 
 def test_i12_1_json_preparer_prepares_an_empty_object_or_array_once_and_the_rest_each_time():
