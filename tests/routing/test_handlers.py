@@ -202,6 +202,45 @@ def test_r40_first_failing_condition_is_the_reason():
     assert decision.reason == "type slack.message does not match github.*"
 
 
+def test_r40_type_globs_match_as_fnmatch_does_with_or_without_the_pattern():
+    """Globs that are a prefix and a '*' or plain text are answered without their pattern:
+    every glob gives fnmatch's answer (case-sensitive, '*' crossing dots and newlines), and
+    the refusal's reason is the same."""
+    import fnmatch
+
+    globs = ["*", "deploy.*", "deploy.", "ops.heartbeat", "a*b", "ops.?", "[ab].x", "x**", "é.*"]
+    values = [
+        "",
+        "deploy",
+        "deploy.",
+        "deploy.x",
+        "xdeploy.x",
+        "deploy.x\ny",
+        "Deploy.x",
+        "ops.heartbeat",
+        "ops.heartbeats",
+        "ops.h",
+        "a.x",
+        "ab",
+        "x",
+        "xyz",
+        "é.1",
+        "\n",
+    ]
+    for glob in globs:
+        for value in values:
+            decision = decide({"type": glob}, snap(type=value))
+            assert decision.matched is fnmatch.fnmatchcase(value, glob), (glob, value)
+            if not decision.matched:
+                assert decision.reason == f"type {value or "''"} does not match {glob}"
+
+
+def test_r40_key_rendering_of_floats_and_str_values_by_exact_type():
+    params = {"type": "*", "keys": ["k:{data.f}:{data.s}:{data.i}:{data.b}"]}
+    decision = decide(params, snap(data={"f": 1.5, "s": "x", "i": -3, "b": False}))
+    assert decision.keys == ("k:1.5:x:-3:false",)
+
+
 def test_r40_long_values_are_shortened_in_reasons():
     params = {"type": "*", "where": [{"field": "data.body", "equals": "x"}]}
     reason = decide(params, snap(data={"body": "y" * 1000})).reason
