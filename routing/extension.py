@@ -53,13 +53,14 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 def freeze(value: Any) -> Any:
     """A deep, read-only copy of JSON-like data: dicts become mapping proxies, lists tuples."""
     kind = type(value)
-    # Decoded JSON first, by exact type: the abstract-class checks below cost more per value.
+    # Decoded JSON first, by exact type: the abstract-class checks below cost more per value;
+    # a scalar member is kept where it is found, without a call of its own.
     if kind is dict:
-        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+        return MappingProxyType({k: v if type(v) in _SCALARS else freeze(v) for k, v in value.items()})
     if kind in _SCALARS:
         return value
     if kind is list:
-        return tuple(freeze(v) for v in value)
+        return tuple([v if type(v) in _SCALARS else freeze(v) for v in value])
     if isinstance(value, Mapping):
         return MappingProxyType({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):

@@ -82,6 +82,23 @@ def test_r5_handlers_get_a_detached_read_only_snapshot(clock, settings):
     assert record(event).policy == "unmatched"
 
 
+def test_r5_freeze_makes_every_level_read_only_and_keeps_scalars():
+    from types import MappingProxyType
+
+    from routing.extension import freeze
+
+    data = {"a": 1, "b": [1, {"c": [True, None, 1.5]}, "s"], "d": {"e": {"f": "g"}}, "h": []}
+    frozen = freeze(data)
+    assert type(frozen) is MappingProxyType and type(frozen["d"]["e"]) is MappingProxyType
+    assert frozen["b"] == (1, MappingProxyType({"c": (True, None, 1.5)}), "s") and frozen["h"] == ()
+    assert type(frozen["b"]) is tuple and type(frozen["b"][1]["c"]) is tuple
+    assert [type(v) for v in (frozen["a"], frozen["b"][2], frozen["b"][1]["c"][0])] == [int, str, bool]
+    assert freeze([{"x": [1]}, 2]) == (MappingProxyType({"x": (1,)}), 2)
+    with pytest.raises(TypeError):
+        frozen["d"]["e"]["f"] = "changed"
+    assert data["d"]["e"]["f"] == "g"
+
+
 def test_r27_route_record_is_written_with_mark_routed(clock, live):
     event = pr(clock, 7)
     r = router(clock)
