@@ -24,13 +24,14 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from route_throughput import copy_database, sqlite_env  # this folder's bench: its processes
 
 BENCH = Path(__file__).resolve().parent / "route_throughput.py"
 
@@ -103,15 +104,7 @@ def totals(path: str) -> int:
 def counted_route(tmp: str, database: str, batch_size: int, name: str) -> tuple[dict, str]:
     """Route ``database`` under callgrind; the bench's figures and the output file."""
     out = f"{tmp}/{name}.callgrind"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "CONDUIT_VAR_DIR": f"{tmp}/{name}-var",
-        "SQLITE_SYNCHRONOUS": "FULL",
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONHASHSEED": "0",
-    }
+    env = {**sqlite_env(database, f"{tmp}/{name}-var"), "PYTHONHASHSEED": "0"}
     os.makedirs(env["CONDUIT_VAR_DIR"], exist_ok=True)
     command = [
         "valgrind",
@@ -126,12 +119,6 @@ def counted_route(tmp: str, database: str, batch_size: int, name: str) -> tuple[
     if done.returncode != 0:
         raise SystemExit(f"routing under callgrind failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1]), out
-
-
-def copy_database(source: str, target: str) -> None:
-    """A consistent copy (the WAL included), as the bench copies."""
-    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
-        src.backup(dst)
 
 
 def main() -> None:
@@ -157,23 +144,16 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="conduit-instructions-")
     try:
         prepared = f"{tmp}/prepared.sqlite3"
-        env = {
-            **os.environ,
-            "DATABASE_URL": f"sqlite:///{prepared}",
-            "CONDUIT_VAR_DIR": tmp,
-            "DEBUG": "false",
-            "LOG_LEVEL": "WARNING",
-        }
+        env = sqlite_env(prepared, tmp)
         print(f"preparing {args.n:,} accepted Events ...", flush=True)
         subprocess.run([sys.executable, str(BENCH), "--_prepare", str(args.n)], env=env, check=True)
         copy_database(prepared, f"{tmp}/route.sqlite3")
         copy_database(prepared, f"{tmp}/empty.sqlite3")
         # The baseline's database is routed first (not counted), so its counted run has nothing
         # to route: start-up, the router's build and an empty pass.
-        baseline_env = {**env, "DATABASE_URL": f"sqlite:///{tmp}/empty.sqlite3"}
         subprocess.run(
             [sys.executable, str(BENCH), "--_route", str(args.batch_size)],
-            env=baseline_env,
+            env=sqlite_env(f"{tmp}/empty.sqlite3", tmp),
             check=True,
             capture_output=True,
         )

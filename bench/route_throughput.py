@@ -410,18 +410,29 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def sqlite_env(database: str, var_dir: str, synchronous: str = "FULL") -> dict[str, str]:
+    """The environment of this bench's processes on the SQLite file ``database``."""
+    return {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "CONDUIT_VAR_DIR": var_dir,
+        "SQLITE_SYNCHRONOUS": synchronous,
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def copy_database(source: str, target: str) -> None:
+    """A consistent copy of an SQLite database, what its WAL holds included."""
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+
+
 def sqlite_run(args: argparse.Namespace) -> None:
     """Accept in one process, route in another (so its peak memory is the loop's own), then
     time the raw floor over the same workload in this one."""
     tmp = tempfile.mkdtemp(prefix="conduit-bench-")
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp}/conduit.sqlite3",
-        "CONDUIT_VAR_DIR": tmp,
-        "SQLITE_SYNCHRONOUS": args.synchronous,
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-    }
+    env = sqlite_env(f"{tmp}/conduit.sqlite3", tmp, args.synchronous)
     try:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, __file__, "--_prepare", str(args.n)], env=env, check=True)
@@ -430,11 +441,7 @@ def sqlite_run(args: argparse.Namespace) -> None:
         # logged (logging them would weigh on the timed run's memory and collector), once for
         # the replay of that log.
         for copy_name in ("logged", "replay"):
-            with (
-                sqlite3.connect(f"{tmp}/conduit.sqlite3") as source,
-                sqlite3.connect(f"{tmp}/{copy_name}.sqlite3") as copy,
-            ):
-                source.backup(copy)
+            copy_database(f"{tmp}/conduit.sqlite3", f"{tmp}/{copy_name}.sqlite3")
         route_command = [sys.executable, __file__, "--_route", str(args.batch_size)]
         if args.profile:
             route_command += ["--profile", str(args.profile)]

@@ -282,15 +282,11 @@ class KeyTemplate:
         """``(key, "")`` or ``(None, reason)`` when a field the key needs is unusable."""
         out = []
         for part in self.parts:
-            # Decoded JSON by exact type first: the abstract checks cost more per part.
-            kind = type(part)
-            if kind is str:
-                out.append(part)
-                continue
-            if kind is not FieldPath and isinstance(part, str):
+            if type(part) is not FieldPath:  # literal text
                 out.append(part)
                 continue
             value = part.get(event)
+            # Decoded JSON by exact type first: the abstract checks cost more per value.
             kind = type(value)
             if kind is str:
                 out.append(value)

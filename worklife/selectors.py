@@ -316,7 +316,7 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
     if work.status != WorkStatus.READY:
         # Running or waiting with no live attempt: the moment between two commits.
         return WhyNotRunning(NotRunning(work.status), f"{work.status}, with no live attempt")
-    failures = _failures(work.failures)
+    failures = failures_text(work.failures)
     # A failure's line names the latest attempt ("attempt 3 failed: ..."); any other line is
     # a refused dispatch.
     failed = bool(number) and work.last_error.startswith(f"attempt {number} {state}:")
@@ -378,8 +378,20 @@ def _engine_facts(work_id: int) -> dict[str, Any]:
     return row or {}
 
 
-def _failures(n: int) -> str:
+def failures_text(n: int) -> str:
+    """The count of failures in words, as the Work pages say it: "1 failure", "3 failures"."""
     return f"{n} failure{'s' if n != 1 else ''}"
+
+
+def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
+    """What holds a Work's next attempt back, from its row alone (no query): ``PARKED``, or
+    ``BACKING_OFF`` until its ``retry_at``, or ``None``; the marks the console's Work list
+    shows beside the status (:func:`work_why_not_running` says the whole why, with queries)."""
+    if work.is_parked:
+        return NotRunning.PARKED
+    if work.retry_at is not None and work.retry_at > now and not work.is_terminal:
+        return NotRunning.BACKING_OFF
+    return None
 
 
 def _when(moment: datetime | None) -> str:

@@ -31,7 +31,16 @@ from routing.serializers import attempt_json, timestamp, work_json
 from worklife import controls as work_controls
 from worklife.controls import WorkControlInvalid, WorkControlRefused, WorkControlResult
 from worklife.models import Work, WorkStatus
-from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page
+from worklife.selectors import (
+    NotRunning,
+    WorkFilter,
+    failures_text,
+    work_attempts,
+    work_get,
+    work_hold,
+    work_keys,
+    work_page,
+)
 
 MAX_LIST_LIMIT = 200
 
@@ -214,17 +223,19 @@ def work_line(work: Work) -> str:
     the console's Work list marks them), scope, binding, created."""
     by = f" by {work.created_by}" if work.created_by else ""
     return (
-        f"Work {work.pk}  {work.status}{_scheduler_mark(work)}  scope {work.scope}  "
+        f"Work {work.pk}  {work.status}{_hold_mark(work)}  scope {work.scope}  "
         f"binding {work.binding or '-'}  created {timestamp(work.created_at)}{by}"
     )
 
 
-def _scheduler_mark(work: Work) -> str:
-    """What holds a Work's next attempt back, if anything: parking or a backoff still running."""
-    if work.is_parked:
+def _hold_mark(work: Work) -> str:
+    """The mark after the status, as the console's Work list shows one: " (parked)", or
+    " (backing off until T (N failures))", or nothing."""
+    hold = work_hold(work, now=system_clock())
+    if hold is NotRunning.PARKED:
         return " (parked)"
-    if work.retry_at and work.retry_at > system_clock() and not work.is_terminal:
-        failures = f" ({work.failures} failure{'' if work.failures == 1 else 's'})" if work.failures else ""
+    if hold is NotRunning.BACKING_OFF:
+        failures = f" ({failures_text(work.failures)})" if work.failures else ""
         return f" (backing off until {timestamp(work.retry_at)}{failures})"
     return ""
 
