@@ -88,9 +88,30 @@ def test_i12_failures_read_compiled_once_equals_the_orm():
     read = failures_read([11, 12, 13, 14])
     orm = dict(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", "value"))
     assert set(read) == {11}
-    assert any(shape for shape in failures_module._FAILURES._shapes.values())  # compiled, not the ORM
+    assert any(shape for shape in failures_module._FEW_FAILURES._shapes.values())  # compiled, not the ORM
     assert orm["11"] == {"count": 2, "code": "handler_failed"}
     assert read[11].count == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "counted", [0, 1, failures_module.FEW_FAILURES, failures_module.FEW_FAILURES + 1, 150]
+)
+def test_i12_failures_read_answers_alike_with_few_and_many_failures(counted):
+    """Issue 12 item 2: while few failures are counted, all of them are read at once; past
+    :data:`FEW_FAILURES`, each Event's is looked up. Either way the answer is the failures of
+    the Events asked about, no other (fails when the read of all of them is not filtered)."""
+    for seq in range(1000, 1000 + counted):
+        KVFactory(
+            namespace=FAILURES_NAMESPACE, key=str(seq), value={"count": seq % 7 + 1, "code": "handler_failed"}
+        )
+    KVFactory(namespace="elsewhere", key="1001", value={"count": 9})
+    asked = [999, 1000, 1001, 1063, 1064, 1065, 1149, 5000]
+    read = failures_read(asked)
+    expected = {seq for seq in asked if 1000 <= seq < 1000 + counted}
+    assert set(read) == expected
+    assert all(read[seq].count == seq % 7 + 1 for seq in expected)
+    assert failures_read([]) == {}
 
 
 @pytest.mark.django_db
