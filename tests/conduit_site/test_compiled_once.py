@@ -270,3 +270,22 @@ def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
         with connection.cursor() as cursor:
             cursor.execute("SELECT %s || '%%', %s || '%%s'", ["a", "b"])
             assert cursor.fetchone() == ("a%", "b%s")
+
+
+@pytest.mark.django_db
+def test_i12_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
+    """Issue 12 item 2: for a window of consecutive seqs the commit reads the unrouted Events
+    before its first one, without the window's list; that is exactly the list read (unrouted,
+    before the window's last Event, outside the window). A window with a gap still reads with
+    its list, and finds the unrouted Event inside the gap."""
+    states = ["routed", "unrouted", "skipped", "unrouted", "failed"] * 2 + ["unrouted"] * 10
+    states += ["unrouted", "routed"] * 5
+    seqs = [EventFactory(route_state=state).seq for state in states]
+    window = seqs[10:20]
+    before = world._EARLIER_UNROUTED_BEFORE.rows([window[0]])
+    listed = world._EARLIER_UNROUTED.rows([window[-1]], window)
+    assert before == listed
+    assert [row[0] for row in before] == [seqs[i] for i in (1, 3, 6, 8)]
+    gapped = [*window[:4], *window[5:]]
+    with_gap = world._EARLIER_UNROUTED.rows([gapped[-1]], gapped)
+    assert [row[0] for row in with_gap] == [seqs[i] for i in (1, 3, 6, 8, 14)]

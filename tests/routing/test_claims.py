@@ -128,3 +128,25 @@ def test_r9_issue12_item3_a_claim_reads_the_backlog_in_acceptance_order_without_
         with connection.cursor() as cursor:  # put back for the rest of the test's transaction
             cursor.execute("SELECT current_setting('enable_sort')")
             assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.django_db
+def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(clock):
+    """Issue 12 item 2: a claimed window of consecutive seqs has no Event inside its span that
+    it lacks, so it is one unbroken run without the read that looks for one; a window with a
+    gap is still cut at the first undecided Event inside it (another loop may hold it)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from causal.models import Event
+    from routing.engine.claims import _unbroken
+    from routing.evaluate import snapshots_isolated
+
+    apply(clock, SCRIPTED_ONLY)
+    events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(6)]
+    snapshots = snapshots_isolated(Event.objects.filter(seq__in=[e.seq for e in events]).order_by("seq"))
+    with CaptureQueriesContext(connection) as queries:
+        assert _unbroken(snapshots, owner="loop-a", now=clock()) == snapshots
+    assert len(queries) == 0
+    gapped = [s for s in snapshots if s.seq != events[2].seq]
+    assert [s.seq for s in _unbroken(gapped, owner="loop-a", now=clock())] == [e.seq for e in events[:2]]
