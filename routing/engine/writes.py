@@ -354,20 +354,15 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     default_values = plan.defaults() if callable(plan.defaults) else plan.defaults
     if plan.types is not None:
         return _insert_columns(plan, [[*row, *default_values] for row in rows], returning=returning)
-    json_columns = _json_preparers(plan)
-    times: dict[tuple[int, int], Any] = {}
-    values = []
-    for row in rows:
-        full = [*row, *default_values]
-        for index, prepare in json_columns:
-            if full[index] is not None:
-                full[index] = prepare(full[index])
-        for index, column in plan.time_columns:
-            key = (index, id(full[index]))
-            if key not in times:
-                times[key] = column.get_db_prep_save(full[index], connection)
-            full[index] = times[key]
-        values.append(full)
+    # Prepared column by column (the rows taken apart and put together again by zip, in C):
+    # a window's time is one object every row shares, prepared once.
+    count = len(rows)
+    columns: list[Sequence[Any]] = [*zip(*rows, strict=True), *([value] * count for value in default_values)]
+    for index, prepare in _json_preparers(plan):
+        columns[index] = [None if value is None else prepare(value) for value in columns[index]]
+    for index, column in plan.time_columns:
+        columns[index] = _prepared_times(column, columns[index])
+    values = list(zip(*columns, strict=True))
     with connection.cursor() as cursor:
         if not returning:
             cursor.executemany(f"{plan.head} VALUES {plan.placeholder}", values)
@@ -382,6 +377,19 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
             )
             ids.extend(row[0] for row in cursor.fetchall())
         return ids
+
+
+def _prepared_times(column, values: Sequence[Any]) -> list[Any]:
+    """``values`` of a datetime column prepared by its field for the backend, each distinct
+    object once (a window's rows share its time)."""
+    first = values[0]
+    if all(value is first for value in values):
+        return [column.get_db_prep_save(first, connection)] * len(values)
+    prepared: dict[int, Any] = {}
+    for value in values:
+        if id(value) not in prepared:  # the values are alive in ``values``: ids are unique
+            prepared[id(value)] = column.get_db_prep_save(value, connection)
+    return [prepared[id(value)] for value in values]
 
 
 def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> list[int]:
