@@ -123,14 +123,19 @@ class Settler:
         """Settle ``event``; ``evaluation`` is ``None`` for an Event that backs off (its handlers
         were not asked)."""
         world = self.world
-        tokens = event_tokens(event, evaluation, world)
-        behind = min(
-            (self.blocked[t] for t in tokens if t in self.blocked and self.blocked[t] < event.seq),
-            default=None,
+        blocked = self.blocked
+        # The Event's targets matter only when something blocks one (an earlier unrouted
+        # Event) or when it blocks them itself, settling unrouted: usually neither, and then
+        # they are not worked out (event_tokens reads nothing that settling it changes first).
+        tokens = event_tokens(event, evaluation, world) if blocked else None
+        behind = (
+            min((blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None)
+            if tokens
+            else None
         )
         if behind is not None:
             reason = f"waiting behind earlier input #{behind}"
-            block(self.blocked, tokens, event.seq)
+            block(blocked, tokens, event.seq)
             return Settlement(
                 event.seq,
                 RouteState.UNROUTED,
@@ -142,7 +147,7 @@ class Settler:
         failure = self.failures.get(event.seq)
         if evaluation is None:
             error = failure.as_error()
-            block(self.blocked, tokens, event.seq)
+            self._block(event, evaluation, tokens)
             # Nothing is written: the Event keeps its reason and its retry time.
             return Settlement(
                 event.seq,
@@ -165,7 +170,7 @@ class Settler:
                 evaluation=Evaluation((), error=error),
             )
         if decision.effect == Effect.CONFLICT:
-            block(self.blocked, tokens, event.seq)
+            self._block(event, evaluation, tokens)
             return Settlement(
                 event.seq,
                 RouteState.UNROUTED,
@@ -178,7 +183,7 @@ class Settler:
         if decision.effect == Effect.ERROR:
             counted = self._count(event, decision, failure)
             if isinstance(counted, Settlement):
-                block(self.blocked, tokens, event.seq)
+                self._block(event, evaluation, tokens)
                 return counted
             decision = counted
         bridges: list[Bridge] = []
@@ -204,6 +209,13 @@ class Settler:
             bridges=tuple(bridges),
             held=held,
         )
+
+    def _block(self, event: EventSnapshot, evaluation: Evaluation | None, tokens: set[tuple] | None) -> None:
+        """Record that ``event``, settling unrouted, blocks its targets (``tokens``, when they
+        were worked out already): later input for them waits behind it (I4)."""
+        if tokens is None:
+            tokens = event_tokens(event, evaluation, self.world)
+        block(self.blocked, tokens, event.seq)
 
     # -- failures (R13–R18) -------------------------------------------------------------------
     def _count(
