@@ -116,21 +116,24 @@ def snapshots_of(rows: Iterable[tuple]) -> list[EventSnapshot]:
     """Detached snapshots of Event rows holding :data:`SNAPSHOT_FIELDS`, in that order."""
     from routing.extension import freeze
 
+    # Positional, in EventSnapshot's field order (seq, id, source, type, subject, scope, time,
+    # data, correlation, work_id, execution_id, causation_id, depth): a window builds hundreds,
+    # and matching thirteen keywords cost about 0.4 µs a snapshot.
     return [
         EventSnapshot(
-            seq=seq,
-            id=envelope_id,
-            source=source,
-            type=type_,
-            subject=subject,
-            scope=scope,
-            time=time,
-            data=freeze(data),
-            correlation=tuple(correlation or ()),
-            work_id=work_id,
-            execution_id=execution_id,
-            causation_id=parent_id,
-            depth=depth,
+            seq,
+            envelope_id,
+            source,
+            type_,
+            subject,
+            scope,
+            time,
+            freeze(data),
+            tuple(correlation or ()),
+            work_id,
+            execution_id,
+            parent_id,
+            depth,
         )
         for (
             seq,

@@ -156,9 +156,8 @@ class HandlerPool:
     def _outcome(call: _Call) -> CallOutcome:
         if call.timed_out:
             return CallOutcome(timed_out=True, elapsed=call.timed_out_after)
-        return CallOutcome(
-            result=call.result, exception=call.exception, stack=call.stack, elapsed=call.elapsed
-        )
+        # Positional (result, exception, stack, timed_out, elapsed): one a handler call.
+        return CallOutcome(call.result, call.exception, call.stack, False, call.elapsed)
 
     def _abandon(self, batch: _Batch, index: int) -> list[_Call] | None:
         """Abandon the call at ``index`` of ``batch`` (still running past its deadline) and

@@ -104,14 +104,17 @@ class RouteOutcome:
 
     @classmethod
     def of(cls, settlement: Settlement) -> RouteOutcome:
+        # Positional (seq, state, decision, error, reason, record_id, waiting_on, settlement):
+        # one an Event of every window.
         return cls(
             settlement.seq,
             settlement.state,
             settlement.decision,
-            error=settlement.error,
-            reason=settlement.reason,
-            waiting_on=settlement.waiting_on,
-            settlement=settlement,
+            settlement.error,
+            settlement.reason,
+            None,
+            settlement.waiting_on,
+            settlement,
         )
 
 
