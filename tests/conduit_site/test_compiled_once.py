@@ -44,6 +44,24 @@ def test_i12_work_views_compiled_once_equal_the_orm_for_every_shape():
     assert views[works[0].pk].queued_binding == "reviewer"
     assert views[works[1].pk].active_attempt is not None
     assert views[works[2].pk].latest_attempt.capabilities == frozenset({"inject"})
+    # Every field, as the model and its rows say (the views are built by position).
+    latest_seq = works[0].inputs.order_by("-seq").values_list("seq", flat=True).first()
+    for work in works:
+        work.refresh_from_db()
+        view = views[work.pk]
+        assert [getattr(view, name) for name in world.WORK_VIEW_FIELDS] == [
+            work.pk,
+            work.scope,
+            work.status,
+            work.version,
+            work.binding,
+            work.retry_binding,
+            work.rebind_binding,
+            work.rebind_after_attempt,
+        ]
+        assert view.max_input_seq == (latest_seq if work == works[0] else 0)
+        assert view.queued_binding == ("reviewer" if work == works[0] else "")
+        assert view.active_wait is None
 
 
 @pytest.mark.django_db
@@ -289,3 +307,21 @@ def test_i12_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
     gapped = [*window[:4], *window[5:]]
     with_gap = world._EARLIER_UNROUTED.rows([gapped[-1]], gapped)
     assert [row[0] for row in with_gap] == [seqs[i] for i in (1, 3, 6, 8, 14)]
+
+
+def test_i12_work_views_are_built_by_position_in_the_fields_order():
+    """read_work_views builds each WorkView by position: WORK_VIEW_FIELDS are its first fields
+    in its order, then its attempts, its wait and the two input annotations."""
+    import dataclasses
+
+    from routing.decide import WorkView
+
+    names = [f.name for f in dataclasses.fields(WorkView)]
+    assert names == [
+        *world.WORK_VIEW_FIELDS,
+        "active_attempt",
+        "latest_attempt",
+        "active_wait",
+        "queued_binding",
+        "max_input_seq",
+    ]
