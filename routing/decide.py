@@ -167,18 +167,34 @@ class World:
         work = self.works.get(decision.work_id)
         if work is None:  # started by this decision
             work = WorkView(id=decision.work_id, scope=event.scope, status="ready", binding=decision.binding)
-        changes: dict = {"max_input_seq": max(work.max_input_seq, event.seq)}
+        status, active_wait, queued_binding = work.status, work.active_wait, work.queued_binding
         if (
             decision.effect in (Effect.START, Effect.QUEUE)
             and decision.binding
             and decision.input_kind == "queue"
         ):
-            changes["queued_binding"] = decision.binding
+            queued_binding = decision.binding
         if decision.effect == Effect.WAKE:
-            changes.update(status="running", active_wait=None)
+            status, active_wait = "running", None
         elif decision.timed_out_wait is not None:
-            changes.update(status="ready", active_wait=None)
-        self.works[work.id] = replace(work, **changes)
+            status, active_wait = "ready", None
+        # The Work with this input: built by position, in WorkView's field order (one an
+        # Event that becomes input; a test checks the order).
+        self.works[work.id] = WorkView(
+            work.id,
+            work.scope,
+            status,
+            work.version,
+            work.binding,
+            work.retry_binding,
+            work.rebind_binding,
+            work.rebind_after_attempt,
+            work.active_attempt,
+            work.latest_attempt,
+            active_wait,
+            queued_binding,
+            max(work.max_input_seq, event.seq),
+        )
         for key in decision.attach_keys:
             self.owners[(event.scope, key)] = work.id
 

@@ -92,6 +92,31 @@ class Settlement:
     def settled(self) -> bool:
         return self.state in (RouteState.ROUTED, RouteState.FAILED, RouteState.SKIPPED)
 
+    @classmethod
+    def settled_by(
+        cls, seq: int, decision: Decision, *, forget_failure: bool, bridges: tuple[Bridge, ...], held: str
+    ) -> Settlement:
+        """The settlement of an Event ``decision`` routes (``failed`` when it carries the
+        error routing gave up with). Built by position, in the fields' order: one a settled
+        Event of every window."""
+        state = RouteState.FAILED if decision.error else RouteState.ROUTED
+        return cls(
+            seq,
+            state,
+            decision,
+            decision.error,
+            "",
+            None,
+            None,
+            None,
+            None,
+            forget_failure,
+            False,
+            bridges,
+            None,
+            held,
+        )
+
 
 def duplicate(seq: int, accepted: int) -> Settlement:
     """An Event whose ``(source, id)`` is already accepted as ``accepted``: acceptance stores
@@ -200,14 +225,8 @@ class Settler:
             if wait.blocked_reason:
                 held = f"wait {wait.name or wait.id} is blocked by the causal limits ({wait.blocked_reason})"
         world.apply(event, decision)
-        return Settlement(
-            event.seq,
-            RouteState.FAILED if decision.error else RouteState.ROUTED,
-            decision,
-            error=decision.error,
-            forget_failure=failure is not None,
-            bridges=tuple(bridges),
-            held=held,
+        return Settlement.settled_by(
+            event.seq, decision, forget_failure=failure is not None, bridges=tuple(bridges), held=held
         )
 
     def _block(self, event: EventSnapshot, evaluation: Evaluation | None, tokens: set[tuple] | None) -> None:

@@ -325,3 +325,27 @@ def test_i12_work_views_are_built_by_position_in_the_fields_order():
         "queued_binding",
         "max_input_seq",
     ]
+
+
+def test_i12_settlements_are_built_by_position_in_the_fields_order():
+    """Settlement.settled_by builds a settlement by position: its fields in this order."""
+    import dataclasses
+
+    from routing.engine.settle import Settlement
+
+    assert [f.name for f in dataclasses.fields(Settlement)] == [
+        "seq",
+        "state",
+        "decision",
+        "error",
+        "reason",
+        "stored_reason",
+        "waiting_on",
+        "retry_at",
+        "failure",
+        "forget_failure",
+        "remember_keys",
+        "bridges",
+        "duplicate_of",
+        "held",
+    ]
