@@ -349,3 +349,31 @@ def test_i12_settlements_are_built_by_position_in_the_fields_order():
         "duplicate_of",
         "held",
     ]
+
+
+def test_i12_queued_decisions_are_built_by_position_in_the_fields_order():
+    """routing.decide._queued builds a decision by position: Decision's fields in this order."""
+    import dataclasses
+
+    from routing.decide import Decision
+
+    assert [f.name for f in dataclasses.fields(Decision)] == [
+        "effect",
+        "reason",
+        "work_id",
+        "new_work",
+        "route",
+        "route_scope",
+        "binding",
+        "input_kind",
+        "attach_keys",
+        "keys",
+        "intent_kind",
+        "intent_attempt",
+        "wake_wait",
+        "timed_out_wait",
+        "error",
+        "refusals",
+        "evaluation",
+        "also_wakes",
+    ]
