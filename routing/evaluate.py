@@ -291,7 +291,7 @@ def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str,
                 )
             elif decision.matched:
                 verdicts.append(_verdict(route.slot, route.scope, Verdict.MATCH, decision.reason))
-                return Evaluation(_rest(verdicts, routes, index), route=route, decision=decision)
+                return Evaluation(_rest(verdicts, routes, index), route, decision)
             else:
                 verdicts.append(_verdict(route.slot, route.scope, Verdict.SKIP, decision.reason))
                 continue
@@ -312,7 +312,7 @@ def _verdict(route: str, scope: str, verdict: str, reason: str) -> RouteVerdict:
 def _rest(
     verdicts: list[RouteVerdict], routes: tuple[EffectiveRoute, ...], index: int
 ) -> tuple[RouteVerdict, ...]:
-    """Routes after the deciding one are not reached."""
+    """Routes after the deciding one are not reached (their verdicts shared, as refusals are)."""
     return tuple(verdicts) + tuple(
-        RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in routes[index + 1 :]
+        [_verdict(r.slot, r.scope, Verdict.NOT_REACHED, "") for r in routes[index + 1 :]]
     )

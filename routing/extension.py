@@ -112,7 +112,8 @@ class RouteDecision:
     work_id: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", tuple(self.keys))
+        if type(self.keys) is not tuple:
+            object.__setattr__(self, "keys", tuple(self.keys))
 
 
 def skip(reason: str) -> RouteDecision:

@@ -360,9 +360,8 @@ class CompiledMatch:
                     f"key {template.text} renders to {len(key)} characters (at most {MAX_KEY_LENGTH})"
                 )
             keys.append(key)
-        return RouteDecision(
-            matched=True, reason=f"type {event.type} matches {self.type_glob}", keys=tuple(keys)
-        )
+        # Positional (matched, reason, keys): one a matched Event.
+        return RouteDecision(True, f"type {event.type} matches {self.type_glob}", tuple(keys))
 
 
 def _is_list(value: Any) -> bool:
