@@ -186,34 +186,48 @@ class HandlerPool:
         thread.start()
 
     def _worker(self) -> None:
+        lock = self._lock
         while True:
             batch = self._queue.get()
             if batch is None:
-                with self._lock:
+                with lock:
                     self._live -= 1
                 return
-            for index, call in enumerate(batch.calls):
-                with self._lock:
-                    if batch.cut is not None and index >= batch.cut:
-                        break  # the pool gave these calls to another worker
-                    batch.running = index
-                    call.started_at = time.monotonic()
+            calls = batch.calls
+            with lock:
+                index = _start(batch, 0, time.monotonic())
+            while index < len(calls):
+                call = calls[index]
                 try:
                     call.result = call.fn()
                 except BaseException as exc:  # noqa: BLE001 - the thread boundary: every error is reported
                     call.exception = exc
                     call.stack = "".join(traceback.format_exception(exc))
-                with self._lock:
+                # A call's end and the start of the next are one turn of the lock.
+                with lock:
+                    now = time.monotonic()
                     call.finished = True
-                    call.elapsed = time.monotonic() - call.started_at
+                    call.elapsed = now - call.started_at
                     if call.abandoned:
                         # A replacement already serves the queue: this thread retires.
                         self._abandoned -= 1
                         self._live -= 1
                         return
-            with self._lock:
-                batch.running = len(batch.calls)
+                    index = _start(batch, index + 1, now)
             batch.done.set()
+
+
+def _start(batch: _Batch, index: int, now: float) -> int:
+    """Under the pool's lock: start the call at ``index`` of ``batch`` at ``now`` and return
+    ``index``; past its last call, or where the pool took the rest back (after an abandoned
+    one), mark the batch run and return the number of its calls."""
+    calls = batch.calls
+    if index < len(calls) and (batch.cut is None or index < batch.cut):
+        batch.running = index
+        calls[index].started_at = now
+        return index
+    batch.running = len(calls)
+    return len(calls)
 
 
 # Calls at most in one batch (routing.handler_pool._Batch).
