@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.db.models import Count, Q
@@ -54,9 +55,22 @@ def test_w1_w4_work_loop_killed_20_times_completes_every_work_exactly_once(test_
     rng = random.Random(20261130)
     kills = 0
     while kills < KILLS:
+        started = datetime.now(UTC)
         proc = start_loop()
-        # Kill at a random point: while Django starts, while claiming, while attempts run.
-        time.sleep(rng.uniform(0.3, 2.5))
+        if kills % 4 == 0:
+            # Kill at a random point of its start: while Django starts, while claiming.
+            time.sleep(rng.uniform(0.05, 0.6))
+        else:
+            # Kill while attempts run: once this loop has started one, at a random point of
+            # the next 0.6 s. Timed from the loop's own progress, not from its start, so that
+            # a machine that starts processes fast does not let the loop finish every Work
+            # before the kills are done (each life completes a few Work at most).
+            deadline = time.monotonic() + 30
+            while not Attempt.objects.filter(started_at__gt=started).exists():
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, "the work loop started no attempt within 30 s"
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.6))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         kills += 1
