@@ -60,6 +60,11 @@ def _redacted(text: str, names: frozenset[str]) -> str:
     return _ELIDED.sub("…", _TOKEN.sub(keep, text))
 
 
+def log_decided_enabled() -> bool:
+    """Whether :func:`log_decided` writes anything (asked once a window, not once an Event)."""
+    return logger.isEnabledFor(logging.INFO)
+
+
 def log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -> None:
     """One ``route.decided`` record per decision, with the fields of the route's JSON; reasons
     and errors are :func:`redacted` (the RouteRecord keeps them whole)."""

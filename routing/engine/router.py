@@ -52,7 +52,7 @@ from routing.engine.claims import COMMIT_LOCK_ID, claim_window, loop_identity
 from routing.engine.failures import (
     failures_read,
 )
-from routing.engine.logs import log_decided
+from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
 from routing.engine.settle import CONFLICT_RECHECK, Settlement, Settler
 from routing.engine.world import (
@@ -103,13 +103,18 @@ class RouteOutcome:
         return self.state != RouteState.UNROUTED
 
     @classmethod
-    def of(cls, settlement: Settlement) -> RouteOutcome:
+    def of(cls, settlement: Settlement, work_ids: Mapping[int, int] | None = None) -> RouteOutcome:
+        """The outcome of ``settlement``; its decision names the Work by the id the commit
+        gave it when it started it (``work_ids``: the real id of each temporary one)."""
+        decision = settlement.decision
+        if work_ids and decision is not None and decision.work_id in work_ids:
+            decision = replace(decision, work_id=work_ids[decision.work_id])
         # Positional (seq, state, decision, error, reason, record_id, waiting_on, settlement):
         # one an Event of every window.
         return cls(
             settlement.seq,
             settlement.state,
-            settlement.decision,
+            decision,
             settlement.error,
             settlement.reason,
             None,
@@ -453,7 +458,9 @@ class Router:
                 causal=self.causal,
                 waiting={seq for seq, _, behind in rows if behind is not None},
             )
-            outcomes: list[RouteOutcome] = []
+            # Each Event's outcome, or its settlement until the commit has given the Work it
+            # starts an id (the outcome is built once, after the writes).
+            outcomes: list[RouteOutcome | Settlement] = []
             for event in window:
                 if event.seq not in still:
                     outcomes.append(
@@ -470,12 +477,12 @@ class Router:
                 evaluation = None if event.seq in backing_off else evaluations[event.seq]
                 settlement = settler.settle(event, evaluation)
                 writer.write(event, settlement, evaluation)
-                outcomes.append(RouteOutcome.of(settlement))
+                outcomes.append(settlement)
             if dry:
-                return outcomes
+                return [RouteOutcome.of(o) if type(o) is Settlement else o for o in outcomes]
             ids = writer.flush()
-            if ids:
-                outcomes = [_with_real_work(o, ids) for o in outcomes]
+            outcomes = [RouteOutcome.of(o, ids) if type(o) is Settlement else o for o in outcomes]
+        decided = log_decided_enabled()
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:
                 if outcome.error is not None:
@@ -488,7 +495,8 @@ class Router:
                             "route": outcome.error.route,
                         },
                     )
-                log_decided(outcome, self.configuration.label, now)
+                if decided:
+                    log_decided(outcome, self.configuration.label, now)
         return outcomes
 
     def _settled_outcome(self, event: Event) -> RouteOutcome:
@@ -519,13 +527,6 @@ def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float
             )
         return Evaluation((), error=error)
     return outcome.result
-
-
-def _with_real_work(outcome: RouteOutcome, ids: Mapping[int, int]) -> RouteOutcome:
-    decision = outcome.decision
-    if decision is None or decision.work_id not in ids:
-        return outcome
-    return replace(outcome, decision=replace(decision, work_id=ids[decision.work_id]))
 
 
 def build_router(

@@ -887,3 +887,16 @@ def test_r60_input_waits_behind_an_earlier_unrouted_event_addressed_to_its_attem
     later.refresh_from_db()
     assert later.route_state == RouteState.UNROUTED
     assert later.waiting_on_id == conflicting.seq
+
+
+def test_r7_outcomes_name_the_work_a_window_starts_by_its_real_id(clock, live):
+    """A window that starts a Work and queues a later Event on it: both outcomes name the Work
+    by the id its commit gave it, not the window's temporary one; the settlement keeps the
+    decision as it was settled."""
+    opened = pr(clock, 5)
+    synced = pr(clock, 5, "synchronize")
+    outcomes = {o.seq: o for o in router(clock).route_pending()}
+    work_id = record(opened).work_id
+    assert work_id is not None and work_id > 0 and record(synced).work_id == work_id
+    assert [outcomes[e.seq].decision.work_id for e in (opened, synced)] == [work_id, work_id]
+    assert outcomes[opened.seq].decision.new_work and outcomes[opened.seq].settlement.decision.work_id < 0
