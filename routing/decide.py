@@ -303,7 +303,11 @@ def _subscription_wakes(
 
 def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, world: World) -> Decision:
     decided = evaluation.decision
-    keys = tuple(dict.fromkeys([*event.correlation, *(decided.keys if decided else ())]))
+    decided_keys = decided.keys if decided else ()
+    if not event.correlation and len(decided_keys) < 2:
+        keys = decided_keys  # the usual Event: no explicit key, its route's one (or none)
+    else:
+        keys = tuple(dict.fromkeys([*event.correlation, *decided_keys]))
 
     # Identities: every explicit and decided target must name the same Work (R26).
     targets: dict[int, str] = {}
@@ -330,7 +334,7 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
     work = world.works[next(iter(targets))] if targets else None
     if work is not None and work.scope != event.scope:
         return _conflict(evaluation, keys, f"Work {work.id} is in scope {work.scope}, not {event.scope}")
-    unowned = tuple(k for k in keys if (event.scope, k) not in world.owners)
+    unowned = tuple([k for k in keys if (event.scope, k) not in world.owners])
 
     if work is None:
         return _decide_new(event, evaluation, scope, keys, unowned, world)
