@@ -53,6 +53,10 @@ from worklife.scheduling import (
     wake_bridge_envelope,
 )
 
+# A settled Event's disposition, as its route record stores it (read once, not through the
+# enum's descriptor for every Event).
+_ROUTED, _FAILED = Disposition.ROUTED.value, Disposition.FAILED.value
+
 
 @dataclass
 class Writes:
@@ -167,7 +171,7 @@ class Writes:
         if decision.timed_out_wait is not None:
             self.timeouts.append((work_id, decision.timed_out_wait.id))
         error = decision.error
-        disposition = Disposition.FAILED if error else Disposition.ROUTED
+        disposition = _FAILED if error else _ROUTED
         self.records.append(
             [
                 seq,
@@ -178,7 +182,7 @@ class Writes:
                 self.generation,
                 "failed" if error else decision.policy,
                 decision.reason[:500],
-                disposition.value,
+                disposition,
                 list(decision.refusals),
                 list(decision.keys),
                 error.error_text if error else "",
@@ -187,7 +191,7 @@ class Writes:
                 "",
             ]
         )
-        self.settled.setdefault(disposition.value, []).append(seq)
+        self.settled.setdefault(disposition, []).append(seq)
         if forget_failure:
             self.cleared_failures.append(seq)
 
