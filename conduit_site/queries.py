@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
@@ -109,7 +110,7 @@ class CompiledOnce:
         values = list(params)
         for (start, length), given in zip(slots, lists, strict=True):
             if length is None:  # the list is one parameter, an array (PostgreSQL)
-                values[start] = _prepared(given, connection)
+                values[start] = array_text(_prepared(given, connection))
             else:
                 values[start : start + length] = _prepared(given, connection)
         with connection.cursor() as cursor:
@@ -246,21 +247,83 @@ def unnest_select(
     An executemany or a multi-row ``VALUES`` costs the client a literal, and the server a
     parse, for every value, and the client's driver splits the statement at each of its
     thousands of placeholders; UNNEST yields the rows in order, so ``RETURNING`` gives their
-    keys in row order (as Django's own bulk_create relies on)."""
+    keys in row order (as Django's own bulk_create relies on).
+
+    A ``jsonb`` column of the driver's JSON wrappers goes as one JSON document, the array of
+    its values (:func:`json_array_text`), split into the array by the server: the driver
+    writes a ``jsonb[]`` literal out value by value in Python, quoting each value's text again
+    (about 7.6 µs a value on the 2-core machine, against about 1 µs for the document)."""
     selected, one, arrays, unnested, names = [], [], [], [], []
     for index, (cast, values, same) in enumerate(zip(casts, columns, shared, strict=True)):
         if same:
             selected.append(f"(%s)::{cast}")
             one.append(values[0])
-        else:
-            selected.append(f"u.c{index}")
-            names.append(f"c{index}")
+            continue
+        selected.append(f"u.c{index}")
+        names.append(f"c{index}")
+        document = json_array_text(values) if cast == "jsonb" else None
+        if document is None:
             unnested.append(f"(%s)::{cast}[]")
-            arrays.append(list(values))
+            arrays.append(array_text(values))
+        else:
+            unnested.append(_JSON_ELEMENTS)
+            arrays.append(document)
     if not arrays:
         raise ValueError("unnest_select needs at least one column that is not shared")
     sql = f"SELECT {', '.join(selected)} FROM UNNEST({', '.join(unnested)}) AS u({', '.join(names)})"
     return sql, [*one, *arrays]
+
+
+def array_text(values: Sequence[Any]) -> Any:
+    """PostgreSQL: a list of integers or of strings (``None`` for NULL among them) as the text of
+    an array literal, for a parameter cast to an array type (``(%s)::bigint[]``): the driver
+    writes a list out value by value in Python (about 1.7 µs a value on the 2-core machine),
+    ``str`` and ``join`` in C. Values of any other kind are returned as a list, as they were."""
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        return "{" + ",".join(map(str, values)) + "}"
+    if kinds <= {int, str, type(None)} and not {int, str} <= kinds:
+        return "{" + ",".join(map(_array_element, values)) + "}"
+    return list(values)
+
+
+def _array_element(value: int | str | None) -> str:
+    """One value of an array literal: NULL, an integer, or a string quoted (``"`` and ``\\``
+    escaped by a backslash, as the array input reads them)."""
+    if value is None:
+        return "NULL"
+    if type(value) is int:
+        return str(value)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# A JSON document's array elements, in order, as a jsonb[] for UNNEST: JSON null is SQL NULL.
+_JSON_ELEMENTS = (
+    "ARRAY(SELECT NULLIF(j.e, 'null'::jsonb) FROM jsonb_array_elements((%s)::jsonb) "
+    "WITH ORDINALITY AS j(e, o) ORDER BY j.o)"
+)
+
+
+def json_array_text(values: Sequence[Any]) -> str | None:
+    """PostgreSQL: ``values`` of a ``jsonb`` column (``None`` for SQL NULL, or the driver's JSON
+    wrapper, as the field prepared it) as the text of one JSON array, each value written with
+    its wrapper's own ``dumps`` (the field's encoder); ``None`` when a value is of another kind,
+    or is JSON null (which the document could not tell from SQL NULL)."""
+    from psycopg.types.json import Jsonb  # loaded with the backend; SQLite never comes here
+
+    texts: dict[int, str] = {}  # an empty object or array is one wrapper shared by many rows
+    parts: list[str] = []
+    for value in values:
+        if value is None:
+            parts.append("null")
+            continue
+        text = texts.get(id(value))
+        if text is None:
+            if type(value) is not Jsonb or value.obj is None:
+                return None
+            text = texts[id(value)] = (value.dumps or json.dumps)(value.obj)
+        parts.append(text)
+    return "[" + ",".join(parts) + "]"
 
 
 def shared_columns(columns: Sequence[Sequence[Any]]) -> list[bool]:
@@ -301,7 +364,10 @@ def in_list_chunks(connection, keys: Sequence[Any]) -> Iterable[tuple[str, list[
     :data:`UPDATE_CHUNK`, each padded (:func:`padded`), each as :func:`in_list_sql` writes it."""
     keys = list(keys)
     for start in range(0, len(keys), UPDATE_CHUNK):
-        yield in_list_sql(connection, padded(keys[start : start + UPDATE_CHUNK]))
+        sql, params = in_list_sql(connection, padded(keys[start : start + UPDATE_CHUNK]))
+        if len(params) == 1 and type(params[0]) is list:  # one array (PostgreSQL)
+            params = [array_text(params[0])]
+        yield sql, params
 
 
 class JsonPreparer:

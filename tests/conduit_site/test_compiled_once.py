@@ -377,3 +377,16 @@ def test_i12_queued_decisions_are_built_by_position_in_the_fields_order():
         "evaluation",
         "also_wakes",
     ]
+
+
+@pytest.mark.django_db
+def test_i12_3_a_compiled_in_list_of_awkward_strings_selects_exactly_their_rows():
+    """On PostgreSQL a compiled statement's IN list is one array literal written by
+    conduit_site.queries.array_text: a value holding the literal's quote, backslash, separator,
+    braces or the word NULL matches its own row and no other."""
+    scopes = ['a"b', "back\\slash\\", "x,y", "{z}", " pad ", "NULL", "it's", '\\"', "é ✓"]
+    works = {scope: WorkFactory(scope=scope) for scope in [*scopes, "a", "b", "z", "pad", "x"]}
+    once = CompiledOnce(lambda names: Work.objects.filter(scope__in=Listed(names)).values_list("scope", "pk"))
+    assert sorted(once.rows(scopes)) == sorted((scope, works[scope].pk) for scope in scopes)
+    for scope in scopes:  # the shape of one, compiled once, run for each
+        assert once.rows([scope]) == [(scope, works[scope].pk)]

@@ -12,8 +12,10 @@ from causal.models import KV, Event, EventKey
 from conduit_site.queries import (
     JsonPreparer,
     Listed,
+    array_text,
     dumps_json_text,
     in_list_sql,
+    json_array_text,
     shared_columns,
     unnest_select,
     update_rows,
@@ -108,7 +110,8 @@ def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays
     assert shared == [False, True, True]
     sql, params = unnest_select(["bigint", "text", "bigint"], columns, shared)
     assert sql == "SELECT u.c0, (%s)::text, (%s)::bigint FROM UNNEST((%s)::bigint[]) AS u(c0)"
-    assert params == ["a", None, [1, 2, 3]]
+    # The array as the text of its literal (conduit_site.queries.array_text).
+    assert params == ["a", None, "{1,2,3}"]
     # Rows alike in every column: the first column stays an array, one value a row.
     assert shared_columns([[1, 1], ["a", "a"]]) == [False, True]
     with pytest.raises(ValueError):
@@ -193,3 +196,49 @@ def test_i12_1_json_preparer_prepares_an_empty_object_or_array_once_and_the_rest
         "prepared ''",
     ]
     assert calls == [[], {}, (), ["k"], ["k"], 0, ""]
+
+
+# Strings an array literal must quote: its own quote, backslash, separators, braces, spaces,
+# the word NULL, an empty string, quotes of SQL and JSON, text beyond ASCII.
+AWKWARD = ['a"b', "back\\slash\\", "x,y", "{z}", " pad ", "NULL", "", "it's", '\\"', "é ✓ 日本"]
+
+
+def test_i12_3_array_text_writes_integers_and_strings_as_an_array_literal():
+    assert array_text([3, 1, 2]) == "{3,1,2}"
+    assert array_text([1, None]) == "{1,NULL}"
+    assert array_text(['a"b', "c\\d", None]) == '{"a\\"b","c\\\\d",NULL}'
+    assert array_text([]) == "{}"
+    # Any other kind (booleans, mixed integers and strings, times) stays a list for the driver.
+    assert array_text([True, False]) == [True, False]
+    assert array_text([1, "a"]) == [1, "a"]
+
+
+def test_i12_3_json_array_text_writes_a_jsonb_column_as_one_document():
+    """PostgreSQL's path (conduit_site.queries.unnest_select); no database needed to check the
+    text: each value by its wrapper's own ``dumps``, SQL NULL as ``null``, a shared wrapper
+    written once."""
+    import json
+    from decimal import Decimal
+
+    from django.core.serializers.json import DjangoJSONEncoder
+    from psycopg.types.json import Jsonb
+
+    empty = Jsonb({})
+    calls = []
+
+    def dumps(value):
+        calls.append(value)
+        return json.dumps(value, cls=DjangoJSONEncoder)
+
+    values = [Jsonb({"n": Decimal("1.50")}, dumps=dumps), None, Jsonb(["é", 'a"b']), empty, empty]
+    document = json_array_text(values)
+    assert json.loads(document) == [{"n": "1.50"}, None, ["é", 'a"b'], {}, {}]
+    assert calls == [{"n": Decimal("1.50")}]
+    # JSON null cannot be told from SQL NULL in the document, and a value the driver does not
+    # wrap is not for it: such a column stays an array, as before.
+    assert json_array_text([Jsonb(None), None]) is None
+    assert json_array_text(['{"k": 1}']) is None
+    sql, params = unnest_select(["bigint", "jsonb"], [[1, 2], [Jsonb(None), None]], [False, False])
+    assert "jsonb_array_elements" not in sql and type(params[1]) is list
+    sql, params = unnest_select(["bigint", "jsonb"], [[1, 2], values[:2]], [False, False])
+    assert "jsonb_array_elements" in sql and params == ["{1,2}", '[{"n": "1.50"},null]']

@@ -121,3 +121,46 @@ def test_r7_issue12_window_insert_of_a_json_value_every_row_shares():
     assert [(r.refusals, r.keys) for r in RouteRecord.objects.filter(event__in=events)] == [
         (refusals, {"k": 1})
     ] * 2
+
+
+def test_i12_3_window_insert_stores_awkward_text_and_json_values_exactly_in_row_order():
+    """On PostgreSQL the varying text and integer columns go as array literals and each JSON
+    column as one JSON document (conduit_site.queries.array_text, json_array_text): whatever
+    a value holds (the literal's own quote and backslash, separators, braces, the word NULL,
+    quotes, text beyond ASCII), it is stored as given, NULL stays NULL, and rows keep their order."""
+    awkward = ['a"b', "back\\slash\\", "x,y", "{z}", " pad ", "NULL", "", "it's", '\\"', "é ✓ 日本"]
+    events = EventFactory.create_batch(len(awkward))
+    work = WorkFactory()
+    rows = [
+        [
+            event.seq,
+            work.pk if index % 3 else None,
+            "acme",
+            text,
+            "queue",
+            text * 2,
+            [{"reason": text, "n": [index, None, 2.5]}] if index % 2 else [],
+            [text] if index % 4 else {"nested": {text: None}},
+            index,
+            NOW,
+        ]
+        for index, (event, text) in enumerate(zip(events, awkward, strict=True))
+    ]
+    with transaction.atomic():
+        _insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows])
+    stored = RouteRecord.objects.filter(event__in=events).order_by("pk")
+    assert [
+        [
+            r.event_id,
+            r.work_id,
+            r.scope,
+            r.route,
+            r.policy,
+            r.reason,
+            r.refusals,
+            r.keys,
+            r.attempts,
+            r.decided_at,
+        ]
+        for r in stored
+    ] == rows
