@@ -234,6 +234,11 @@ def test_i12_3_json_array_text_writes_a_jsonb_column_as_one_document():
     document = json_array_text(values)
     assert json.loads(document) == [{"n": "1.50"}, None, ["é", 'a"b'], {}, {}]
     assert calls == [{"n": Decimal("1.50")}]
+    # Values all written by json.dumps itself (a field without an encoder, as Django wraps
+    # them): the same document from one call.
+    plain = [Jsonb({"a": ["é", 'a"b']}, dumps=json.dumps), None, Jsonb([], dumps=json.dumps)]
+    assert json_array_text(plain) == '[{"a": ["\\u00e9", "a\\"b"]}, null, []]'
+    assert json.loads(json_array_text([*plain, values[0]])) == [{"a": ["é", 'a"b']}, None, [], {"n": "1.50"}]
     # JSON null cannot be told from SQL NULL in the document, and a value the driver does not
     # wrap is not for it: such a column stays an array, as before.
     assert json_array_text([Jsonb(None), None]) is None
