@@ -3,6 +3,7 @@
     python bench/route_throughput.py [--n 20000] [--batch-size 200] [--synchronous FULL]
     python bench/route_throughput.py --profile 30             # the routing phase under cProfile
     python bench/route_throughput.py --postgres [--n 20000]   # 1, 2 and 4 loops beside pgbench
+    python bench/route_throughput.py --runs 3 [--postgres]    # three runs, each printed, and the medians
 
 Routes N accepted Events (about 60% attach to existing Work, 30% start Work, 10% unmatched
 with refusals) with the built-in declarative handler, and times a raw ``sqlite3`` script
@@ -34,6 +35,7 @@ import re
 import resource
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -428,9 +430,10 @@ def copy_database(source: str, target: str) -> None:
         src.backup(dst)
 
 
-def sqlite_run(args: argparse.Namespace) -> None:
+def sqlite_run(args: argparse.Namespace) -> dict[str, float]:
     """Accept in one process, route in another (so its peak memory is the loop's own), then
-    time the raw floor over the same workload in this one."""
+    time the raw floor over the same workload in this one. Returns the Events/s of the
+    router and of both floors."""
     tmp = tempfile.mkdtemp(prefix="conduit-bench-")
     env = sqlite_env(f"{tmp}/conduit.sqlite3", tmp, args.synchronous)
     try:
@@ -492,6 +495,7 @@ def sqlite_run(args: argparse.Namespace) -> None:
         f"{figures['gc_seconds'] * 1e6 / max(routed, 1):.1f} µs a routed Event (tuned as route_loop tunes it)"
     )
     print(f"route loop peak RSS    {figures['peak_rss_mb']:,.0f} MB (its own process; target < 200 MB)")
+    return {"router": router_rate, "raw floor": raw_rate, "set-based floor": set_rate}
 
 
 def route_process(batch_size: int, profile: int = 0, statements_path: str = "") -> None:
@@ -527,7 +531,9 @@ def route_process(batch_size: int, profile: int = 0, statements_path: str = "") 
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
 
-def postgres_run(args: argparse.Namespace) -> None:
+def postgres_run(args: argparse.Namespace) -> dict[int, float]:
+    """Route the workload with each number of loops in ``args.loops`` beside pgbench with as
+    many clients; returns the router's Events/s by number of loops."""
     base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
     database = f"conduit_bench{args.database_suffix}"
     admin = base.rsplit("/", 1)[0] + "/postgres"
@@ -589,6 +595,7 @@ def postgres_run(args: argparse.Namespace) -> None:
                 f"{loops} loops / {args.loops[0]} loop(s)   {results[loops] / results[args.loops[0]]:.2f}x"
                 + ("   (target >= 1.6)" if (args.loops[0], loops) == (1, 2) else "")
             )
+    return results
 
 
 def pgbench_tps(server: str, clients: int, suffix: str = "") -> float:
@@ -648,6 +655,13 @@ def main() -> None:
         help="SQLite: run the routing phase under cProfile and print its top N functions "
         "(the Events/s figure is then the profiled one).",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Run the whole bench N times, then print each run's figures and their medians (default 1).",
+    )
     parser.add_argument("--_prepare", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--_route", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--_statements", default="", help=argparse.SUPPRESS)
@@ -665,10 +679,47 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         accept_all(workload(args._prepare))
         return
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    runs = []
+    for run in range(1, args.runs + 1):
+        if args.runs > 1:
+            print(f"--- run {run} of {args.runs}", flush=True)
+        runs.append(postgres_run(args) if args.postgres else sqlite_run(args))
+    if args.runs > 1:
+        print_runs(runs, args)
+
+
+def print_runs(runs: list[dict], args: argparse.Namespace) -> None:
+    """Each run's figures on a line and the median of each (a noisy machine moves single runs
+    by a third; the ratios are taken within each run, where both sides met the same load)."""
+    print(f"--- {len(runs)} runs")
     if args.postgres:
-        postgres_run(args)
-    else:
-        sqlite_run(args)
+        first = args.loops[0]
+        for loops in args.loops:
+            rates = [run[loops] for run in runs]
+            line = f"{loops} loop(s)  " + " / ".join(f"{rate:,.0f}" for rate in rates) + " Events/s"
+            line += f"   median {statistics.median(rates):,.0f}"
+            if loops != first:
+                ratios = [run[loops] / run[first] for run in runs]
+                line += f";  / {first} loop(s) " + " / ".join(f"{r:.2f}" for r in ratios)
+                line += f"   median {statistics.median(ratios):.2f}"
+                line += "   (target >= 1.6)" if (first, loops) == (1, 2) else ""
+            print(line)
+        return
+    for name in ("router", "set-based floor", "raw floor"):
+        rates = [run[name] for run in runs]
+        print(
+            f"{name:<16} "
+            + " / ".join(f"{rate:,.0f}" for rate in rates)
+            + f" Events/s   median {statistics.median(rates):,.0f}"
+        )
+    ratios = [run["router"] / run["set-based floor"] for run in runs]
+    print(
+        "router/set-based "
+        + " / ".join(f"{ratio:.3f}" for ratio in ratios)
+        + f"   median {statistics.median(ratios):.3f}   (target >= 0.15)"
+    )
 
 
 if __name__ == "__main__":
