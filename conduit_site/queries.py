@@ -61,10 +61,11 @@ def array_type(connection, example: Any) -> str | None:
 
 def in_list_sql(connection, values: Sequence[Any]) -> tuple[str, list[Any]]:
     """``IN (…)``'s right side for ``values`` (not empty) and its parameters: one array on
-    PostgreSQL (:func:`array_type`), one parameter per value elsewhere."""
+    PostgreSQL (:func:`array_type`, passed as :func:`array_text` writes it), one parameter per
+    value elsewhere."""
     array = array_type(connection, values[0])
     if array is not None:
-        return f"(SELECT UNNEST(%s::{array}))", [list(values)]
+        return f"(SELECT UNNEST(%s::{array}))", [array_text(values)]
     return "(" + ", ".join(["%s"] * len(values)) + ")", list(values)
 
 
@@ -155,7 +156,8 @@ class CompiledOnce:
         slots = []
         for given in sentinels:
             values = _prepared(given, connections[queryset.db])  # as they are among the params
-            arrays = [i for i, p in enumerate(params) if isinstance(p, list) and p == values]
+            array = array_text(values)  # as in_list_sql passes an array
+            arrays = [i for i, p in enumerate(params) if type(p) is type(array) and p == array]
             if arrays:
                 if len(arrays) != 1:
                     return False
@@ -370,10 +372,7 @@ def in_list_chunks(connection, keys: Sequence[Any]) -> Iterable[tuple[str, list[
     :data:`UPDATE_CHUNK`, each padded (:func:`padded`), each as :func:`in_list_sql` writes it."""
     keys = list(keys)
     for start in range(0, len(keys), UPDATE_CHUNK):
-        sql, params = in_list_sql(connection, padded(keys[start : start + UPDATE_CHUNK]))
-        if len(params) == 1 and type(params[0]) is list:  # one array (PostgreSQL)
-            params = [array_text(params[0])]
-        yield sql, params
+        yield in_list_sql(connection, padded(keys[start : start + UPDATE_CHUNK]))
 
 
 class JsonPreparer:

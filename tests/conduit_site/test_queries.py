@@ -96,7 +96,7 @@ def test_i12_3_in_lists_are_one_array_parameter_on_postgresql_and_a_parameter_pe
     arrays = [q["sql"] for q in queries.captured_queries if "UNNEST" in q["sql"]]
     if connection.vendor == "postgresql":
         assert len(arrays) == 3
-        assert in_list_sql(connection, [1, 2, 3]) == ("(SELECT UNNEST(%s::bigint[]))", [[1, 2, 3]])
+        assert in_list_sql(connection, [1, 2, 3]) == ("(SELECT UNNEST(%s::bigint[]))", ["{1,2,3}"])
     else:
         assert arrays == []
         assert in_list_sql(connection, [1, 2, 3]) == ("(%s, %s, %s)", [1, 2, 3])
