@@ -14,6 +14,7 @@ from causal.services import kv_put_in_tx
 from conduit_site.leases import lease_transaction
 from routing import live
 from routing.config.selectors import live_generation, live_generation_id
+from routing.engine.claims import HEARTBEATS_NAMESPACE
 from routing.handler_pool import HandlerPool
 from routing.router import (
     GenerationChanged,
@@ -26,7 +27,7 @@ from routing.router import (
 
 logger = logging.getLogger("conduit.routing.loop")
 
-HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
+__all__ = ["HEARTBEATS_NAMESPACE", "RouteLoop", "StepResult"]
 
 
 class RepeatedFailures:
@@ -150,6 +151,9 @@ class RouteLoop:
         return Event.objects.filter(route_state=RouteState.UNROUTED).count()
 
     def close(self) -> None:
+        if self.router is not None:
+            # Its carried Events are given back and its published targets withdrawn.
+            self.router.close()
         self.pool.close()
         # Let the last windows' live updates go out before the process ends.
         live.drain(timeout=2.0)

@@ -1,8 +1,11 @@
 """Claims: which route loop evaluates which Events (several loops on PostgreSQL).
 
 A loop claims its window with a short lease (``claimed_by``, ``claimed_until``) taken
-with ``FOR UPDATE SKIP LOCKED``; route commits are serialised by a transaction-scoped advisory
-lock (:data:`COMMIT_LOCK_ID`). Correctness comes from the commit's revalidation and the
+with ``FOR UPDATE SKIP LOCKED``; route loops' commits take a transaction-scoped advisory lock
+(:data:`COMMIT_LOCK_ID`) shared and run side by side, operator controls and single Events'
+routes take it alone (``routing.engine.router`` gives the argument). Once its routes are
+asked, a loop publishes what they decided (:func:`publish_targets`), so that other loops'
+commits know what its Events will touch before they commit. Correctness comes from the commit's revalidation and the
 uniqueness constraints, never from the lease alone; an expired lease is claimable again.
 
 A window is one unbroken run: it never reaches past an Event another live loop holds or
@@ -19,22 +22,31 @@ import functools
 import os
 import socket
 import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Q
 
-from causal.models import Event, RouteState
+from causal.clock import Clock
+from causal.models import KV, Event, RouteState
+from causal.services import kv_put_in_tx
 from conduit_site.leases import lease_transaction
 from conduit_site.queries import CompiledOnce, Listed, update_rows
 from routing.evaluate import SnapshotRead
 from routing.extension import EventSnapshot
 
-# "Rout": serialises route commits on PostgreSQL (operator controls take it too).
+# "Rout": route loops' commits take it shared on PostgreSQL; operator controls and the routes
+# of single Events take it alone.
 COMMIT_LOCK_ID = 0x526F7574
 # "Clam": serialises claims on PostgreSQL, so a claim sees the claims before it and two claims
 # never scan side by side, skipping each other's rows.
 CLAIM_LOCK_ID = 0x436C616D
+# Where each route loop writes its heartbeat (routing.loop), one KV entry a loop.
+HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
+# Where each route loop publishes what its window's routes decided (PostgreSQL): one KV entry a
+# loop, replaced at each window (:func:`publish_targets`).
+TARGETS_NAMESPACE = "core.routing.window_targets"
 
 
 def loop_identity() -> str:
@@ -84,10 +96,21 @@ def held_elsewhere(claimed_by: str, claimed_until: datetime | None, *, owner: st
     return bool(claimed_by) and claimed_by != owner and claimed_until is not None and claimed_until > now
 
 
-def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float) -> list[EventSnapshot]:
+def claim_window(
+    *,
+    owner: str,
+    now: datetime,
+    limit: int,
+    claim_seconds: float,
+    until: datetime | None = None,
+    held: Collection[int] = (),
+) -> list[EventSnapshot]:
     """Claim the oldest unrouted Events that are not backing off or held by another loop, up to
-    the first Event another loop holds or no pass has decided (see the module)."""
-    until = now + timedelta(seconds=claim_seconds)
+    the first Event another loop holds or no pass has decided (see the module). The claim
+    lasts ``claim_seconds`` from ``now``, or until ``until``. ``held``: Events ``owner`` holds
+    already and routes in the same pass (the window counts them, but they are not claimed
+    again, nor returned)."""
+    until = until or now + timedelta(seconds=claim_seconds)
     # A claim is a lease: committed without waiting for the disk (conduit_site.leases).
     with lease_transaction():
         sorting = None
@@ -103,7 +126,10 @@ def claim_window(*, owner: str, now: datetime, limit: int, claim_seconds: float)
                 # bulk acceptance, an outage's backlog), the planner read every unrouted Event
                 # and sorted them all for each window: 16 ms against 0.5 ms for 20,000 Events.
                 cursor.execute("SELECT set_config('enable_sort', 'off', true)")
-        window = _unbroken(_claimable(limit).snapshots([now], [now], [owner]), owner=owner, now=now)
+        window = _claimable(limit).snapshots([now], [now], [owner])
+        if held:
+            window = [event for event in window if event.seq not in held]
+        window = _unbroken(window, owner=owner, now=now)
         if sorting is not None:
             # Put back for the rest of an enclosing transaction (a test's, a caller's).
             with connection.cursor() as cursor:
@@ -178,3 +204,68 @@ def _cut_query(first: list[int], last: list[int], window: list[int], now: list[d
 
 # Read on every claim of more than one Event: built and compiled once per shape (CompiledOnce).
 _CUT = CompiledOnce(_cut_query)
+
+
+def publish_targets(
+    *,
+    owner: str,
+    untils: Sequence[datetime],
+    decided: Mapping[int, tuple[Sequence[str], int | None]],
+    clock: Clock,
+) -> None:
+    """Publish, for the Events ``owner`` claimed until one of ``untils``, what each Event's route
+    decided beyond its explicit targets (``decided``: seq -> (keys, Work id); an Event whose
+    routes decided neither is left out). Another loop's commit then knows what these Events
+    touch before they commit, and commits its own later Events that share none of it beside
+    this window instead of after it (:func:`published_targets`). A lease: it need not survive
+    a power loss (it only matters while the claim does)."""
+    value = {
+        "untils": [until.timestamp() for until in untils],
+        "events": {str(seq): [list(keys), work_id] for seq, (keys, work_id) in decided.items()},
+    }
+    with lease_transaction():
+        kv_put_in_tx(namespace=TARGETS_NAMESPACE, key=owner, value=value, clock=clock)
+
+
+def published_targets(
+    held: Iterable[tuple[int, str, datetime | None]],
+) -> dict[int, tuple[list[str], int | None]]:
+    """What the routes of Events other loops hold decided, as published: ``held`` is (seq,
+    claimed_by, claimed_until) of each. An Event is known only when its holder published for
+    the very claim it holds (its ``claimed_until`` among the publication's): a publication of an earlier claim says
+    nothing about this one. Returns seq -> (decided keys, decided Work id), an Event whose
+    routes decided nothing beyond its explicit targets mapping to ``([], None)``."""
+    held = list(held)
+    if not held:
+        return {}
+    owners = sorted({claimed_by for _, claimed_by, _ in held})
+    publications = dict(
+        KV.objects.filter(namespace=TARGETS_NAMESPACE, key__in=owners).values_list("key", "value")
+    )
+    known: dict[int, tuple[list[str], int | None]] = {}
+    for seq, claimed_by, claimed_until in held:
+        publication = publications.get(claimed_by)
+        if (
+            publication is None
+            or claimed_until is None
+            or claimed_until.timestamp() not in publication["untils"]
+        ):
+            continue
+        keys, work_id = publication["events"].get(str(seq), ((), None))
+        known[seq] = (list(keys), work_id)
+    return known
+
+
+def withdraw_targets(owner: str) -> None:
+    """Forget ``owner``'s published targets (a route loop that stops)."""
+    KV.objects.filter(namespace=TARGETS_NAMESPACE, key=owner).delete()
+
+
+def other_loops_alive(*, owner: str, now: datetime, within: timedelta) -> bool:
+    """Whether a route loop other than ``owner`` wrote its heartbeat within ``within`` of
+    ``now``: while one does, a loop publishes what its windows' routes decide."""
+    return (
+        KV.objects.filter(namespace=HEARTBEATS_NAMESPACE, updated_at__gt=now - within)
+        .exclude(key=owner)
+        .exists()
+    )

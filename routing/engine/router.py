@@ -20,17 +20,40 @@ violation (another process owns the key first) rolls the window back and the pas
 again (bounded): ownership comes from the database constraint, never from a check.
 
 Several route loops (PostgreSQL): each claims its window with ``FOR UPDATE SKIP LOCKED`` and
-a short lease; commits are serialised by a transaction-scoped advisory lock and a window only
-commits the Events no other live loop holds an earlier claim before, so commit order is
-acceptance order on every target. On SQLite, ``BEGIN IMMEDIATE`` serialises writers.
+a short lease, asks its routes, then publishes what each Event's routes decided (keys, a Work:
+:func:`~routing.engine.claims.publish_targets`) before it commits. Commits run side by side,
+each in one REPEATABLE READ snapshot under the commit lock taken shared (operator controls and
+single Events' routes take it alone). Why each target keeps acceptance order:
+
+- a commit settles an Event only when no earlier unrouted Event it sees shares one of its
+  targets, resolved in its snapshot (keys to their owner Work). An earlier Event another live
+  loop holds counts by the targets its loop published: one sharing a target with the Event is
+  being committed beside this window, so the Event is left unwritten (``BESIDE``), with every
+  later Event of the window sharing a target with it, and settled by this loop, on the same
+  evaluation, once that commit is over. An earlier Event whose targets are not published
+  (or that no pass has decided) stops everything after it, as before;
+- whatever an earlier Event will touch is a target it published or one it had at acceptance,
+  or a Work reached through a key it will attach; that key is a target it published, and the
+  Work is reached through a key owned in the snapshot, so it is a target of the later Event too;
+- two commits that write one row anyway (a Work's version, a wait, the causal limits' counts)
+  cannot both succeed: PostgreSQL refuses the later writer (40001) and a key taken twice breaks
+  its unique constraint; either retries the pass on a fresh snapshot;
+- a wake through a dependency subscription names no target of the woken Work: it waits behind
+  any earlier Event committing beside it.
+
+``bench/route_history.py`` checks the outcome run after run (nothing lost or duplicated, each
+Work's input and each key's records in acceptance order). On SQLite, ``BEGIN IMMEDIATE``
+serialises writers.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
@@ -48,13 +71,21 @@ from routing.decide import (
     Decision,
     replace,
 )
-from routing.engine.claims import COMMIT_LOCK_ID, claim_window, loop_identity
+from routing.engine.claims import (
+    COMMIT_LOCK_ID,
+    claim_window,
+    held_elsewhere,
+    loop_identity,
+    other_loops_alive,
+    publish_targets,
+    withdraw_targets,
+)
 from routing.engine.failures import (
     failures_read,
 )
 from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
-from routing.engine.settle import CONFLICT_RECHECK, Settlement, Settler
+from routing.engine.settle import BESIDE, CONFLICT_RECHECK, Settlement, Settler
 from routing.engine.world import (
     _FOREIGN,
     _ORPHAN,
@@ -123,6 +154,19 @@ class RouteOutcome:
         )
 
 
+@record
+class _Carried:
+    """An Event a pass left for after an earlier Event's commit beside it (``behind``), with
+    its evaluation (``None``: backing off), the end of the claim it was taken with and when it
+    was first left (``time.monotonic``)."""
+
+    event: EventSnapshot
+    evaluation: Evaluation | None
+    behind: int
+    until: datetime
+    since: float
+
+
 class _EarlierClaimed(Exception):
     """Earlier Events whose targets are not known yet (another live loop holds them, or no
     pass has decided them) come before this whole window."""
@@ -171,6 +215,15 @@ class Router:
         self.owner = owner or loop_identity()
         self.causal = Causal(clock)
         self.last_window: tuple[int, ...] = ()  # the Events of the latest pass (doctor names them)
+        self._claimed_until: datetime | None = None  # the latest claim's end (claim_window)
+        # Events a pass left for after an earlier Event's commit beside it (BESIDE), settled in
+        # the next pass on the evaluations they had: seq -> what is kept of them.
+        self._carried: dict[int, _Carried] = {}
+        # Publishing what a window's routes decided costs a write a pass: done only while
+        # another route loop is about (a fresh heartbeat, or its claims met in a commit),
+        # until this time.monotonic(); heartbeats are looked at every _LOOK_FOR_LOOPS.
+        self._publish_until = 0.0
+        self._looked_for_loops = -math.inf
 
     # -- public API ---------------------------------------------------------------------
     def route(self, seq: int) -> RouteOutcome:
@@ -209,21 +262,43 @@ class Router:
     def route_pending(self, *, limit: int | None = None) -> list[RouteOutcome]:
         """One pass over the oldest routable Events (the route loop's step)."""
         self.last_window = ()
-        window = self.claim_window(limit or self.options.batch_size)
+        carried, self._carried = self._carried, {}
+        window = self.claim_window(limit or self.options.batch_size, held=carried)
+        if carried:
+            if not window:
+                # Nothing new: wait for the commits the carried Events wait for, not a pass a
+                # moment until they are over.
+                self._await_commits({c.behind for c in carried.values()}, time.monotonic() + 1.0)
+            window = sorted([*(c.event for c in carried.values()), *window], key=lambda e: e.seq)
         self.last_window = tuple(e.seq for e in window)
         if not window:
             return []
-        return self._pass_isolated(window, honour_claims=True)
+        return self._pass_isolated(window, honour_claims=True, carried=carried)
 
-    def claim_window(self, limit: int) -> list[EventSnapshot]:
-        """Claim the oldest unrouted Events that are not backing off or held by another loop."""
+    def claim_window(self, limit: int, *, held: Collection[int] = ()) -> list[EventSnapshot]:
+        """Claim the oldest unrouted Events that are not backing off or held by another loop
+        (``held``: this loop's Events that the window counts, not claimed again)."""
+        now = self.clock()
+        self._claimed_until = now + timedelta(seconds=self.options.claim_seconds)
         return claim_window(
-            owner=self.owner, now=self.clock(), limit=limit, claim_seconds=self.options.claim_seconds
+            owner=self.owner,
+            now=now,
+            limit=limit,
+            claim_seconds=self.options.claim_seconds,
+            until=self._claimed_until,
+            held=held,
         )
 
     def close(self) -> None:
         if self._own_pool:
             self.pool.close()
+        if self._carried:
+            Event.objects.filter(seq__in=Listed(self._carried), claimed_by=self.owner).update(
+                claimed_by="", claimed_until=None
+            )
+            self._carried = {}
+        if self._claimed_until is not None and connection.vendor == "postgresql":
+            withdraw_targets(self.owner)
 
     # -- trace: the same pass, nothing written (R39) --------------------------------------------
     def simulate(
@@ -293,14 +368,20 @@ class Router:
         return [*earlier, event]
 
     # -- a pass ---------------------------------------------------------------------------
-    def _pass_isolated(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
+    def _pass_isolated(
+        self,
+        window: list[EventSnapshot],
+        *,
+        honour_claims: bool,
+        carried: Mapping[int, _Carried] | None = None,
+    ) -> list[RouteOutcome]:
         """A pass that no single Event's content can fail: when the window's pass raises
         something unexpected, its Events are routed one by one, in acceptance order, and an
         Event whose own pass still raises is given up on with a ``handler_panic`` carrying
         the exception and its stack (dead-lettered, R16). The database being unavailable and
         a new generation are not an Event's doing: they still end the pass."""
         try:
-            return self._pass(window, honour_claims=honour_claims)
+            return self._pass(window, honour_claims=honour_claims, carried=carried)
         except (GenerationChanged, OperationalError, InterfaceError):
             raise
         except Exception as exc:  # noqa: BLE001 - isolated below, one Event at a time
@@ -308,7 +389,7 @@ class Router:
                 return [self._give_up_unexpected(window[0], exc, honour_claims=honour_claims)]
         outcomes: list[RouteOutcome] = []
         for event in window:
-            outcomes.extend(self._pass_isolated([event], honour_claims=honour_claims))
+            outcomes.extend(self._pass_isolated([event], honour_claims=honour_claims, carried=carried))
         return outcomes
 
     def _give_up_unexpected(
@@ -356,18 +437,45 @@ class Router:
         evaluations.update(self._evaluate(to_evaluate))
         return evaluations, backing_off
 
-    def _pass(self, window: list[EventSnapshot], *, honour_claims: bool) -> list[RouteOutcome]:
-        evaluations, backing_off = self._evaluate_window(window)
+    def _pass(
+        self,
+        window: list[EventSnapshot],
+        *,
+        honour_claims: bool,
+        carried: Mapping[int, _Carried] | None = None,
+    ) -> list[RouteOutcome]:
+        seqs = {e.seq for e in window}
+        carried = {seq: c for seq, c in (carried or {}).items() if seq in seqs}
+        evaluations, backing_off = self._evaluate_window([e for e in window if e.seq not in carried])
+        for seq, kept in carried.items():
+            if kept.evaluation is None:
+                backing_off.add(seq)
+            else:
+                evaluations[seq] = kept.evaluation
+        beside_others = self._beside(honour_claims)
+        if beside_others and self._other_loops():
+            self._publish(window, evaluations, backing_off, carried)
+        done: dict[int, RouteOutcome] = {}
+        pending = window
         attempt = 0
         wait_until = time.monotonic() + self.options.claim_seconds / 2
         while attempt <= self.options.max_retries:
             try:
-                return self._commit(window, evaluations, backing_off, honour_claims=honour_claims)
+                outcomes = self._commit(pending, evaluations, backing_off, honour_claims=honour_claims)
             except (IntegrityError, CausalRefused):
                 # Another process took a key or decided an Event first, or spent the causal
                 # limits' tokens the settlement counted on: read again and retry.
                 attempt += 1
                 logger.info("route.commit_retry", extra={"attempt": attempt})
+                continue
+            except OperationalError as exc:
+                if not _concurrent_update(exc):
+                    raise
+                # A commit beside this one changed a row this one read (a Work, a wait, the
+                # causal limits' counts): PostgreSQL refused to write on a stale read; retry.
+                attempt += 1
+                logger.info("route.commit_retry", extra={"attempt": attempt, "sqlstate": _sqlstate(exc)})
+                continue
             except _EarlierClaimed as earlier:
                 # Earlier Events are undecided: this window commits after them (acceptance
                 # order). When another loop holds them, wait for it; the evaluations stand.
@@ -376,10 +484,98 @@ class Router:
                 if earlier.orphaned or time.monotonic() > wait_until:
                     break
                 _PAUSE.wait(0.02)
-        Event.objects.filter(seq__in=Listed(e.seq for e in window), claimed_by=self.owner).update(
+                continue
+            beside = {o.seq: o for o in outcomes if o.reason == BESIDE}
+            done.update((o.seq, o) for o in outcomes if o.seq not in beside)
+            if not beside:
+                return [done[e.seq] for e in window]
+            # Events sharing a target with an earlier Event another loop is committing beside
+            # this window: settled once that commit is over, on the same evaluations; in the
+            # loop's next pass, with its next window (nothing waits meanwhile), while their
+            # claim is young.
+            pending = [e for e in pending if e.seq in beside]
+            if beside_others:
+                now = time.monotonic()
+                for event in pending:
+                    kept = carried.get(event.seq)
+                    since = kept.since if kept is not None else now
+                    if now - since < self.options.claim_seconds / 4:
+                        self._carried[event.seq] = _Carried(
+                            event,
+                            None if event.seq in backing_off else evaluations[event.seq],
+                            beside[event.seq].waiting_on,
+                            kept.until if kept is not None else self._claimed_until,
+                            since,
+                        )
+                if all(e.seq in self._carried for e in pending):
+                    done.update(beside)
+                    return [done[e.seq] for e in window]
+                for seq in beside:
+                    self._carried.pop(seq, None)
+            if not self._await_commits({o.waiting_on for o in beside.values()}, wait_until):
+                break
+        rest = [e.seq for e in window if e.seq not in done]
+        Event.objects.filter(seq__in=Listed(rest), claimed_by=self.owner).update(
             claimed_by="", claimed_until=None
         )
-        return [RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
+        return [done.get(e.seq) or RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
+
+    def _beside(self, honour_claims: bool) -> bool:
+        """Whether this pass commits beside other route loops' commits (see the module): a
+        claimed window on PostgreSQL, in a transaction of its own."""
+        return honour_claims and connection.vendor == "postgresql" and not connection.in_atomic_block
+
+    def _other_loops(self) -> bool:
+        """Whether another route loop is about: one wrote its heartbeat lately, or a commit of
+        this loop met its claims (:meth:`_met_other_loop`)."""
+        now = time.monotonic()
+        if now - self._looked_for_loops >= _LOOK_FOR_LOOPS:
+            self._looked_for_loops = now
+            if other_loops_alive(owner=self.owner, now=self.clock(), within=_OTHER_LOOP_FRESH):
+                self._publish_until = now + _OTHER_LOOP_FRESH.total_seconds()
+        return now < self._publish_until
+
+    def _met_other_loop(self) -> None:
+        self._publish_until = time.monotonic() + _OTHER_LOOP_FRESH.total_seconds()
+
+    def _publish(
+        self,
+        window: list[EventSnapshot],
+        evaluations: Mapping[int, Evaluation],
+        backing_off: set[int],
+        carried: Mapping[int, _Carried],
+    ) -> None:
+        """Tell other loops' commits what this claimed window's routes decided before it
+        commits (see the module): they commit their later Events that share none of it beside
+        this window meanwhile. Carried Events keep the claim they were taken with."""
+        if self._claimed_until is None:
+            return
+        untils = sorted({self._claimed_until, *(c.until for c in carried.values())})
+        decided = {}
+        for event in window:
+            evaluation = None if event.seq in backing_off else evaluations.get(event.seq)
+            if evaluation is None or evaluation.decision is None:
+                continue
+            decision = evaluation.decision
+            keys = [k for k in decision.keys if k not in event.correlation]
+            if keys or decision.work_id is not None:
+                decided[event.seq] = (keys, decision.work_id)
+        publish_targets(owner=self.owner, untils=untils, decided=decided, clock=self.clock)
+
+    def _await_commits(self, seqs: Iterable[int], wait_until: float) -> bool:
+        """Wait until none of ``seqs`` is an unrouted Event another live loop holds (its
+        commit beside this window is over); ``False`` when ``wait_until`` passes first."""
+        seqs = Listed(seqs)
+        while True:
+            now = self.clock()
+            rows = Event.objects.filter(seq__in=seqs, route_state=RouteState.UNROUTED).values_list(
+                "claimed_by", "claimed_until"
+            )
+            if not any(held_elsewhere(by, until, owner=self.owner, now=now) for by, until in rows):
+                return True
+            if time.monotonic() > wait_until:
+                return False
+            _PAUSE.wait(0.005)
 
     def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
         results: dict[int, Evaluation] = {}
@@ -417,11 +613,20 @@ class Router:
         settlements say, all or nothing. ``dry`` (trace) reads in a read snapshot, writes
         nothing and checks no generation; an Event of the window not accepted yet is a
         trace's hypothetical Event, and ``memo`` may remember world reads for later traces."""
+        # Beside other route loops' commits (PostgreSQL, a transaction of its own): in one
+        # snapshot of the database, under the commit lock shared (operator controls take it
+        # alone). Otherwise (a single Event's route, inside a caller's transaction) alone.
+        beside = not dry and self._beside(honour_claims)
+        in_flight: dict[tuple, int] | None = {} if beside else None
         # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
         with read_snapshot() if dry else derived_atomic():
             if connection.vendor == "postgresql" and not dry:
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+                    if beside:
+                        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", [COMMIT_LOCK_ID])
+                    else:
+                        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
             now = self.clock()
             if not dry:
                 if live_generation_id() != self.generation.pk:
@@ -438,10 +643,18 @@ class Router:
             failures = failures_read(still - hypothetical)
             world = read_world(events, evaluations, now, memo if dry else None)
             blocked = outside_blockers(
-                events, world, honour_claims=honour_claims, now=now, evaluations=evaluations, owner=self.owner
+                events,
+                world,
+                honour_claims=honour_claims,
+                now=now,
+                evaluations=evaluations,
+                owner=self.owner,
+                in_flight=in_flight,
             )
             foreign = blocked.pop(_FOREIGN, None)
             orphan = blocked.pop(_ORPHAN, None)
+            if beside and (in_flight or (foreign is not None and foreign != orphan)):
+                self._met_other_loop()
             if foreign is not None and not any(e.seq < foreign for e in events):
                 raise _EarlierClaimed(foreign, orphaned=foreign == orphan)
             settler = Settler(
@@ -451,6 +664,7 @@ class Router:
                 options=self.options,
                 failures=failures,
                 limits=BridgeVerdicts(self.causal, hypothetical=hypothetical),
+                in_flight=in_flight,
             )
             writer = Writes(
                 now=now,
@@ -509,6 +723,24 @@ class Router:
 _STATES = CompiledOnce(
     lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state", "waiting_on")
 )
+
+
+# How often a route loop looks for other loops' heartbeats, and how long one counts as about.
+_LOOK_FOR_LOOPS = 0.25
+_OTHER_LOOP_FRESH = timedelta(seconds=10)
+
+
+# PostgreSQL's answers to a write on a stale snapshot: a serialization failure, a deadlock.
+_RETRIED_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(exc.__cause__, "sqlstate", None)
+
+
+def _concurrent_update(exc: OperationalError) -> bool:
+    """Whether a commit failed because another transaction changed what it read (retry it)."""
+    return _sqlstate(exc) in _RETRIED_SQLSTATES
 
 
 def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 # operator may skip it sooner); meanwhile the loop's windows pass over it.
 CONFLICT_RECHECK = timedelta(seconds=60)
 DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
+# An outcome's reason, nothing stored: the Event shares a target with an earlier Event another
+# route loop is committing beside this window (PostgreSQL), so it is settled after that commit,
+# by the same loop, on the same evaluation.
+BESIDE = "behind an earlier Event committing beside this window"
 
 
 class BridgeLimits(Protocol):
@@ -136,9 +140,13 @@ class Settler:
         options,
         failures: Mapping[int, RouteFailure],
         limits: BridgeLimits,
+        in_flight: dict[tuple, int] | None = None,
     ) -> None:
         self.world = world
         self.blocked = blocked
+        # Targets of earlier Events other loops are committing beside this window, and of the
+        # window's Events left for after those commits (BESIDE): target -> earliest seq.
+        self.in_flight = in_flight if in_flight is not None else {}
         self.configuration = configuration
         self.options = options
         self.failures = failures
@@ -149,10 +157,12 @@ class Settler:
         were not asked)."""
         world = self.world
         blocked = self.blocked
+        in_flight = self.in_flight
         # The Event's targets matter only when something blocks one (an earlier unrouted
-        # Event) or when it blocks them itself, settling unrouted: usually neither, and then
-        # they are not worked out (event_tokens reads nothing that settling it changes first).
-        tokens = event_tokens(event, evaluation, world) if blocked else None
+        # Event, one committing beside) or when it blocks them itself, settling unrouted:
+        # usually neither, and then they are not worked out (event_tokens reads nothing that
+        # settling it changes first).
+        tokens = event_tokens(event, evaluation, world) if blocked or in_flight else None
         behind = (
             min((blocked[t] for t in tokens if t in blocked and blocked[t] < event.seq), default=None)
             if tokens
@@ -169,6 +179,12 @@ class Settler:
                 waiting_on=behind,
                 remember_keys=True,
             )
+        if in_flight:
+            beside = min(
+                (in_flight[t] for t in tokens if t in in_flight and in_flight[t] < event.seq), default=None
+            )
+            if beside is not None:
+                return self._beside(event, tokens, beside)
         failure = self.failures.get(event.seq)
         if evaluation is None:
             error = failure.as_error()
@@ -211,6 +227,12 @@ class Settler:
                 self._block(event, evaluation, tokens)
                 return counted
             decision = counted
+        if decision.also_wakes and in_flight:
+            # A wake through a dependency subscription names no target of the woken Work: an
+            # earlier Event committing beside this window may win the same wait (R41, R42).
+            earliest = min(in_flight.values())
+            if earliest < event.seq:
+                return self._beside(event, tokens, earliest)
         bridges: list[Bridge] = []
         if decision.effect == Effect.WAKE:
             decision, bridge = self._wake(event, decision)
@@ -228,6 +250,13 @@ class Settler:
         return Settlement.settled_by(
             event.seq, decision, forget_failure=failure is not None, bridges=tuple(bridges), held=held
         )
+
+    def _beside(self, event: EventSnapshot, tokens: set[tuple], behind: int) -> Settlement:
+        """``event`` waits for the commit of ``behind``, an earlier Event committing beside
+        this window: nothing is written, and the window's later Events sharing a target with
+        it wait too (acceptance order on every target)."""
+        block(self.in_flight, tokens, event.seq)
+        return Settlement(event.seq, RouteState.UNROUTED, reason=BESIDE, waiting_on=behind)
 
     def _block(self, event: EventSnapshot, evaluation: Evaluation | None, tokens: set[tuple] | None) -> None:
         """Record that ``event``, settling unrouted, blocks its targets (``tokens``, when they

@@ -23,7 +23,7 @@ from routing.decide import (
     WorkView,
     World,
 )
-from routing.engine.claims import consecutive, held_elsewhere, undecided_or_held_elsewhere
+from routing.engine.claims import consecutive, held_elsewhere, published_targets, undecided_or_held_elsewhere
 from routing.engine.settle import block, event_tokens
 from routing.evaluate import (
     Evaluation,
@@ -231,8 +231,14 @@ def outside_blockers(
     now: datetime,
     evaluations: Mapping[int, Evaluation],
     owner: str,
+    in_flight: dict[tuple, int] | None = None,
 ) -> dict[tuple, int]:
-    """Earlier unrouted Events outside the window, by the targets they block (I4)."""
+    """Earlier unrouted Events outside the window, by the targets they block (I4).
+
+    With ``in_flight`` (a commit beside other loops' commits, PostgreSQL), an earlier Event
+    another live loop holds whose routes' decisions that loop published is not an unknown:
+    its targets go into ``in_flight`` instead (it is being committed beside this window, so
+    the window's Events sharing one wait for that commit, unwritten)."""
     if not events:
         return {}
     window = [e.seq for e in events]
@@ -262,6 +268,14 @@ def outside_blockers(
     keys: dict[int, list[tuple[str, str]]] = {}
     for seq, scope, key in _EVENT_KEYS.rows(seqs):
         keys.setdefault(seq, []).append((scope, key))
+    published: dict[int, tuple[list[str], int | None]] = {}
+    if honour_claims and in_flight is not None:
+        published = published_targets(
+            (row[0], row[4], row[5]) for row in rows if held_elsewhere(row[4], row[5], owner=owner, now=now)
+        )
+        for seq, _scope, *_rest in rows:
+            if seq in published:
+                keys.setdefault(seq, []).extend((_scope, key) for key in published[seq][0])
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
     owners = _read_owners(extra_keys) if extra_keys else {}
     # The Work an earlier Event's execution id names is a target of it too (its lane), read
@@ -272,7 +286,8 @@ def outside_blockers(
         attempt_work = {**attempt_work, **_read_attempt_work(executions)}
     for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
         held = held_elsewhere(claimed_by, claimed_until, owner=owner, now=now)
-        if honour_claims and (held or not reason):
+        decided = published.get(seq) if held else None
+        if honour_claims and (held or not reason) and decided is None:
             # An earlier Event whose targets are not known yet: another live loop holds it,
             # or no pass has decided it (its claim was released or lapsed). Its route may
             # attach any key, so nothing after it commits before it does (acceptance order).
@@ -289,6 +304,11 @@ def outside_blockers(
             key_owner = world.owners.get(pair, owners.get(pair))
             if key_owner is not None:
                 tokens.add(("work", key_owner))
+        if decided is not None:
+            if decided[1] is not None:
+                tokens.add(("work", decided[1]))
+            block(in_flight, tokens, seq)
+            continue
         block(blocked, tokens, seq)
     return blocked
 

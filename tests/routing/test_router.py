@@ -7,10 +7,12 @@ import subprocess
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from causal.models import RouteState
 from routing.engine.options import RouterOptions
 from routing.engine.router import GenerationChanged, Router, build_router
+from routing.engine.settle import BESIDE
 from routing.loop import RouteLoop
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
@@ -900,3 +902,46 @@ def test_r7_outcomes_name_the_work_a_window_starts_by_its_real_id(clock, live):
     assert work_id is not None and work_id > 0 and record(synced).work_id == work_id
     assert [outcomes[e.seq].decision.work_id for e in (opened, synced)] == [work_id, work_id]
     assert outcomes[opened.seq].decision.new_work and outcomes[opened.seq].settlement.decision.work_id < 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r9_issue12_item3_a_window_commits_beside_an_earlier_one_that_published_its_targets(clock):
+    """Issue 12 item 3: loop A holds an earlier Event, its routes asked and what they decided
+    published, not committed yet. On PostgreSQL loop B commits its later Event of another key
+    at once (the commits may run side by side) and leaves its Event of A's key unwritten, for
+    its next pass, after A's commit (I3, I4); unpublished, B's whole window waits for A, as it
+    always does on SQLite (one writer at a time)."""
+    apply(clock, SCRIPTED_ONLY)
+    first = accept(clock, "x", {"keys": ["k1"]})
+    other = accept(clock, "x", {"keys": ["k2"]})
+    same = accept(clock, "x", {"keys": ["k1"]})
+    a, b = loops(clock, "loop-a", "loop-b", batch_size=10, claim_seconds=0.2)
+    try:
+        held = a.claim_window(1)
+        later = b.claim_window(10)
+        assert [e.seq for e in later] == [other.seq, same.seq]
+        # Not published: nothing of B's commits before A's Event (its route may take any key).
+        assert [o.reason for o in b._pass(later, honour_claims=True)] == ["retry", "retry"]
+        evaluations, backing_off = a._evaluate_window(held)
+        a._publish(held, evaluations, backing_off, {})
+        outcomes = b.route_pending()
+        if connection.vendor == "postgresql":
+            assert [(o.seq, o.state) for o in outcomes] == [
+                (other.seq, RouteState.ROUTED),
+                (same.seq, RouteState.UNROUTED),
+            ]
+            assert (outcomes[1].reason, outcomes[1].waiting_on) == (BESIDE, first.seq)
+            # Nothing written for it: B still holds it, waiting on nothing in the database.
+            same.refresh_from_db()
+            assert (same.unrouted_reason, same.waiting_on_id, same.claimed_by) == ("", None, "loop-b")
+        else:
+            assert [o.reason for o in outcomes] == ["retry", "retry"]
+        assert state(first) == RouteState.UNROUTED
+        a._pass(held, honour_claims=True)
+        drain(b)
+    finally:
+        a.close()
+        b.close()
+    assert [state(e) for e in (first, other, same)] == [RouteState.ROUTED] * 3
+    assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, same.seq]
+    assert record(other).work_id != record(first).work_id

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -148,19 +150,7 @@ def test_r9_four_route_loop_processes_share_one_database(batch_size, claim_secon
     for start in range(0, n, 1000):
         events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
     started = time.monotonic()
-    procs = [
-        subprocess.Popen(
-            manage_command("route_loop", "--drain", "--batch-size", str(batch_size)),
-            env=child_env(CONDUIT_ROUTE_CLAIM_SECONDS=claim_seconds),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=900)
-        assert proc.returncode == 0, err[-2000:]
+    run_route_loops(4, batch_size, child_env(CONDUIT_ROUTE_CLAIM_SECONDS=claim_seconds))
     # A loop may stop while another still holds claims: finish what is left in this process.
     drain_loop()
     elapsed = time.monotonic() - started
@@ -179,6 +169,32 @@ def test_r9_four_route_loop_processes_share_one_database(batch_size, claim_secon
     )
 
 
+def run_route_loops(count: int, batch_size: int, env: dict[str, str]) -> None:
+    """Run ``count`` ``route_loop --drain`` processes side by side until all have ended. Their
+    output goes to files, not pipes: a loop blocked writing to a full pipe that nobody reads yet
+    would hold its claims and stall the others."""
+    with contextlib.ExitStack() as stack:
+        procs = []
+        for _ in range(count):
+            out = stack.enter_context(tempfile.TemporaryFile("w+"))
+            procs.append(
+                (
+                    subprocess.Popen(
+                        manage_command("route_loop", "--drain", "--batch-size", str(batch_size)),
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    ),
+                    out,
+                )
+            )
+        for proc, out in procs:
+            proc.wait(timeout=900)
+            out.seek(0)
+            assert proc.returncode == 0, out.read()[-2000:]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 @pytest.mark.parametrize(("seed", "batch_size"), [(1, 100), (2, 25)], ids=["windows-of-100", "windows-of-25"])
@@ -192,19 +208,7 @@ def test_r9_issue12_item3_four_loops_history_nothing_lost_or_duplicated_each_wor
     payloads = history_payloads(n, seed=seed)
     for start in range(0, n, 1000):
         events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
-    procs = [
-        subprocess.Popen(
-            manage_command("route_loop", "--drain", "--batch-size", str(batch_size)),
-            env=child_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=900)
-        assert proc.returncode == 0, err[-2000:]
+    run_route_loops(4, batch_size, child_env())
     # A loop may stop while another still holds claims: finish what is left in this process.
     drain_loop()
     assert history_violations(payloads) == []
