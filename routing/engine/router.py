@@ -52,7 +52,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -562,16 +562,20 @@ class Router:
                 decided[event.seq] = (keys, decision.work_id)
         publish_targets(owner=self.owner, untils=untils, decided=decided, clock=self.clock)
 
-    def _await_commits(self, seqs: Iterable[int], wait_until: float) -> bool:
-        """Wait until none of ``seqs`` is an unrouted Event another live loop holds (its
-        commit beside this window is over); ``False`` when ``wait_until`` passes first."""
+    def _await_commits(self, seqs: Collection[int], wait_until: float) -> bool:
+        """Wait until one of ``seqs`` is no longer an unrouted Event another live loop holds
+        (its commit beside this loop's is over): the Events waiting behind it may settle now.
+        Not until all of them are: a loop holding one of them may be waiting, in turn, for an
+        Event this loop carries. ``False`` when ``wait_until`` passes first."""
+        count = len(seqs)
         seqs = Listed(seqs)
         while True:
             now = self.clock()
             rows = Event.objects.filter(seq__in=seqs, route_state=RouteState.UNROUTED).values_list(
                 "claimed_by", "claimed_until"
             )
-            if not any(held_elsewhere(by, until, owner=self.owner, now=now) for by, until in rows):
+            held = sum(held_elsewhere(by, until, owner=self.owner, now=now) for by, until in rows)
+            if held < count:
                 return True
             if time.monotonic() > wait_until:
                 return False
