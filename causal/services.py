@@ -495,6 +495,33 @@ def kv_put_in_tx(*, namespace: str, key: str, value: Any, clock: Clock) -> KV:
     return entry
 
 
+def kv_replace(*, namespace: str, key: str, value: Any, clock: Clock) -> None:
+    """Create or replace a KV value, bumping its version, in one statement (no read first):
+    for values written often and read by others only (heartbeats, a route loop's published
+    targets). Concurrent writers of one key each win in turn."""
+    table = connection.ops.quote_name(KV._meta.db_table)
+    columns = {
+        f: connection.ops.quote_name(KV._meta.get_field(f).column)
+        for f in ("namespace", "key", "value", "version", "updated_at")
+    }
+    params = [
+        namespace,
+        key,
+        KV._meta.get_field("value").get_db_prep_save(value, connection),
+        KV._meta.get_field("updated_at").get_db_prep_save(clock(), connection),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns['namespace']}, {columns['key']}, {columns['value']}, "
+            f"{columns['version']}, {columns['updated_at']}) VALUES (%s, %s, %s, 1, %s) "
+            f"ON CONFLICT ({columns['namespace']}, {columns['key']}) DO UPDATE SET "
+            f"{columns['value']} = excluded.{columns['value']}, "
+            f"{columns['version']} = {table}.{columns['version']} + 1, "
+            f"{columns['updated_at']} = excluded.{columns['updated_at']}",
+            params,
+        )
+
+
 def kv_delete_in_tx(*, namespace: str, key: str) -> int:
     assert_in_tx()
     deleted, _ = KV.objects.filter(namespace=namespace, key=key).delete()

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from causal.clock import Clock
 from causal.models import Event, RouteState
-from causal.services import kv_put_in_tx
+from causal.services import kv_replace
 from conduit_site.leases import lease_transaction
 from routing import live
 from routing.config.selectors import live_generation, live_generation_id
@@ -190,7 +190,7 @@ class RouteLoop:
                 return
         self._last_beat = (now, generation) if failing is None else None
         with lease_transaction():  # a heartbeat need not survive a power loss
-            kv_put_in_tx(
+            kv_replace(
                 namespace=HEARTBEATS_NAMESPACE,
                 key=self.owner,
                 value={

@@ -30,7 +30,7 @@ from django.db.models import Q
 
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
-from causal.services import kv_put_in_tx
+from causal.services import kv_replace
 from conduit_site.leases import lease_transaction
 from conduit_site.queries import CompiledOnce, Listed, update_rows
 from routing.evaluate import SnapshotRead
@@ -224,7 +224,7 @@ def publish_targets(
         "events": {str(seq): [list(keys), work_id] for seq, (keys, work_id) in decided.items()},
     }
     with lease_transaction():
-        kv_put_in_tx(namespace=TARGETS_NAMESPACE, key=owner, value=value, clock=clock)
+        kv_replace(namespace=TARGETS_NAMESPACE, key=owner, value=value, clock=clock)
 
 
 def published_targets(

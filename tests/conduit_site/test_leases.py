@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from causal.clock import system_clock
-from causal.services import kv_get, kv_put_in_tx
+from causal.services import kv_get, kv_put_in_tx, kv_replace
 from conduit_site.leases import lease_transaction
 
 
@@ -75,3 +76,26 @@ def test_i12_a_route_loops_claim_is_a_lease():
     event.refresh_from_db()
     assert event.claimed_by == "loop-a"
     assert synchronous_level() in {"FULL", "on"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_kv_replace_creates_then_replaces_a_value_in_one_statement(clock):
+    """A heartbeat's or a published window's KV entry is written by one upsert: created at
+    version 1, then replaced with its version bumped and its time moved; other keys untouched."""
+    with transaction.atomic():
+        kv_put_in_tx(namespace="test", key="other", value={"n": 0}, clock=clock)
+    with CaptureQueriesContext(connection) as first:
+        kv_replace(namespace="test", key="beat", value={"n": 1, "text": 'it\'s "quoted"'}, clock=clock)
+    created = kv_get("test", "beat")
+    assert (created.value, created.version, created.updated_at) == (
+        {"n": 1, "text": 'it\'s "quoted"'},
+        1,
+        clock(),
+    )
+    clock.advance(5)
+    with CaptureQueriesContext(connection) as second:
+        kv_replace(namespace="test", key="beat", value=[1, None, "x"], clock=clock)
+    replaced = kv_get("test", "beat")
+    assert (replaced.value, replaced.version, replaced.updated_at) == ([1, None, "x"], 2, clock())
+    assert len(first.captured_queries) == len(second.captured_queries) == 1
+    assert (kv_get("test", "other").value, kv_get("test", "other").version) == ({"n": 0}, 1)
