@@ -14,7 +14,7 @@ from causal.services import kv_replace
 from conduit_site.leases import lease_transaction
 from routing import live
 from routing.config.selectors import live_generation, live_generation_id
-from routing.engine.claims import HEARTBEATS_NAMESPACE
+from routing.engine.claims import HEARTBEATS_NAMESPACE, forget_stale_targets
 from routing.handler_pool import HandlerPool
 from routing.router import (
     GenerationChanged,
@@ -101,6 +101,7 @@ class RouteLoop:
         released = release_dead_claims(clock())
         if released:
             logger.warning("route_loop.released_dead_claims", extra={"events": released})
+        forget_stale_targets(clock())
 
     def step(self) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route

@@ -256,6 +256,14 @@ def published_targets(
     return known
 
 
+def forget_stale_targets(now: datetime, *, older_than: timedelta = timedelta(hours=1)) -> int:
+    """Forget the published targets not replaced for ``older_than``: those of loops that ended
+    without withdrawing them (killed, crashed). A publication only matters while the claim it
+    describes lasts; a live loop publishes again at its next pass. Returns how many went."""
+    deleted, _ = KV.objects.filter(namespace=TARGETS_NAMESPACE, updated_at__lt=now - older_than).delete()
+    return deleted
+
+
 def withdraw_targets(owner: str) -> None:
     """Forget ``owner``'s published targets (a route loop that stops)."""
     KV.objects.filter(namespace=TARGETS_NAMESPACE, key=owner).delete()

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from datetime import timedelta
 
 import psycopg
 import pytest
 from django.db import connection, connections
 
-from routing.engine.claims import CLAIM_LOCK_ID
+from causal.models import KV
+from routing.engine.claims import CLAIM_LOCK_ID, TARGETS_NAMESPACE, publish_targets, published_targets
+from routing.loop import RouteLoop
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, router
 from tests.support import query_plan
 
@@ -150,3 +153,25 @@ def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(cloc
     assert len(queries) == 0
     gapped = [s for s in snapshots if s.seq != events[2].seq]
     assert [s.seq for s in _unbroken(gapped, owner="loop-a", now=clock())] == [e.seq for e in events[:2]]
+
+
+@pytest.mark.django_db
+def test_r9_issue12_item3_published_targets_are_known_for_their_claim_only_and_stale_ones_go(clock):
+    """What a loop publishes is read for the Events it holds under the claims it names (not
+    for a later claim of the same loop), and a publication not replaced for an hour (a loop
+    that ended without withdrawing it) is forgotten when a route loop starts."""
+    now = clock()
+    until = now + timedelta(seconds=60)
+    publish_targets(owner="loop-a", untils=[until], decided={7: (["k1"], None), 8: ([], 42)}, clock=clock)
+    held = [
+        (7, "loop-a", until),
+        (8, "loop-a", until),
+        (9, "loop-a", until),
+        (10, "loop-a", until + timedelta(1)),
+    ]
+    assert published_targets(held) == {7: (["k1"], None), 8: ([], 42), 9: ([], None)}
+    assert published_targets([(7, "loop-b", until)]) == {}
+    clock.advance(3601)
+    publish_targets(owner="loop-b", untils=[until], decided={}, clock=clock)
+    RouteLoop(clock=clock).close()
+    assert set(KV.objects.filter(namespace=TARGETS_NAMESPACE).values_list("key", flat=True)) == {"loop-b"}
