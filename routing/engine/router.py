@@ -444,14 +444,13 @@ class Router:
         honour_claims: bool,
         carried: Mapping[int, _Carried] | None = None,
     ) -> list[RouteOutcome]:
+        # Carried Events keep their evaluations; one that was backing off is looked at again
+        # (an operator may have forgotten its failures meanwhile, R22).
         seqs = {e.seq for e in window}
         carried = {seq: c for seq, c in (carried or {}).items() if seq in seqs}
-        evaluations, backing_off = self._evaluate_window([e for e in window if e.seq not in carried])
-        for seq, kept in carried.items():
-            if kept.evaluation is None:
-                backing_off.add(seq)
-            else:
-                evaluations[seq] = kept.evaluation
+        kept_evaluations = {seq: c.evaluation for seq, c in carried.items() if c.evaluation is not None}
+        evaluations, backing_off = self._evaluate_window([e for e in window if e.seq not in kept_evaluations])
+        evaluations.update(kept_evaluations)
         beside_others = self._beside(honour_claims)
         if beside_others and self._other_loops():
             self._publish(window, evaluations, backing_off, carried)

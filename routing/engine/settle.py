@@ -186,6 +186,11 @@ class Settler:
             if beside is not None:
                 return self._beside(event, tokens, beside)
         failure = self.failures.get(event.seq)
+        if evaluation is None and failure is None:
+            # Backing off when the pass began, its failures forgotten since (an operator's
+            # reroute, R22): nothing is written, and its routes are asked in the next pass.
+            self._block(event, evaluation, tokens)
+            return Settlement(event.seq, RouteState.UNROUTED, reason="retry")
         if evaluation is None:
             error = failure.as_error()
             self._block(event, evaluation, tokens)

@@ -15,10 +15,12 @@ import pytest
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
+from routing.controls import event_reroute
 from routing.engine.failures import FAILURES_NAMESPACE, backoff_for, gives_up
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.errors import RouteError, RouteErrorCode
+from routing.evaluate import snapshots_isolated
 from routing.handler_pool import HandlerPool, PoolExhausted
 from routing.loop import RouteLoop
 from routing.models import RouteRecord
@@ -585,3 +587,31 @@ def test_i11_3_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined
     rec = record(event)
     assert (rec.disposition, rec.reason) == ("failed", "handler_panic")
     assert [r["route"] for r in rec.refusals] == ["pulls", "chats"]
+
+
+@pytest.mark.django_db
+def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_for_the_next_pass(clock):
+    """R22, R14: an Event backing off when a pass began, whose failures an operator forgot
+    before the pass commits, is left unrouted for the next pass (its routes asked then), not
+    given up on as a routing panic; a later Event of its Work still waits behind it (I4)."""
+    apply(clock, SCRIPTED_ONLY)
+    sample_handlers.BROKEN.add("flaky")
+    flaky = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"], id="flaky")
+    r = router(clock, batch_size=10)
+    drain(r)
+    assert state(flaky) == RouteState.UNROUTED
+    later = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"], id="later")
+    window = snapshots_isolated(Event.objects.filter(seq__in=[flaky.seq, later.seq]).order_by("seq"))
+    evaluations, backing_off = r._evaluate_window(window)
+    assert backing_off == {flaky.seq}
+    event_reroute(seq=flaky.seq, user="ops", clock=clock)
+    outcomes = r._commit(window, evaluations, backing_off, honour_claims=False)
+    assert [(o.seq, o.state, o.reason) for o in outcomes] == [
+        (flaky.seq, RouteState.UNROUTED, "retry"),
+        (later.seq, RouteState.UNROUTED, f"waiting behind earlier input #{flaky.seq}"),
+    ]
+    assert not RouteRecord.objects.filter(event_id=flaky.seq).exists()
+    sample_handlers.BROKEN.clear()
+    drain(r)
+    r.close()
+    assert [state(flaky), state(later)] == [RouteState.ROUTED, RouteState.ROUTED]
