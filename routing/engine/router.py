@@ -451,8 +451,7 @@ class Router:
         kept_evaluations = {seq: c.evaluation for seq, c in carried.items() if c.evaluation is not None}
         evaluations, backing_off = self._evaluate_window([e for e in window if e.seq not in kept_evaluations])
         evaluations.update(kept_evaluations)
-        beside_others = self._beside(honour_claims)
-        if beside_others and self._other_loops():
+        if self._beside(honour_claims) and self._other_loops():
             self._publish(window, evaluations, backing_off, carried)
         done: dict[int, RouteOutcome] = {}
         pending = window
@@ -461,17 +460,13 @@ class Router:
         while attempt <= self.options.max_retries:
             try:
                 outcomes = self._commit(pending, evaluations, backing_off, honour_claims=honour_claims)
-            except (IntegrityError, CausalRefused):
-                # Another process took a key or decided an Event first, or spent the causal
-                # limits' tokens the settlement counted on: read again and retry.
-                attempt += 1
-                logger.info("route.commit_retry", extra={"attempt": attempt})
-                continue
-            except OperationalError as exc:
-                if not _concurrent_update(exc):
+            except (IntegrityError, CausalRefused, OperationalError) as exc:
+                if isinstance(exc, OperationalError) and not _concurrent_update(exc):
                     raise
-                # A commit beside this one changed a row this one read (a Work, a wait, the
-                # causal limits' counts): PostgreSQL refused to write on a stale read; retry.
+                # Another process took a key or decided an Event first, spent the causal
+                # limits' tokens the settlement counted on, or (a commit beside this one)
+                # changed a row this one read, which PostgreSQL refuses to write on a stale
+                # read: read again and retry.
                 attempt += 1
                 logger.info("route.commit_retry", extra={"attempt": attempt, "sqlstate": _sqlstate(exc)})
                 continue
@@ -489,28 +484,13 @@ class Router:
             if not beside:
                 return [done[e.seq] for e in window]
             # Events sharing a target with an earlier Event another loop is committing beside
-            # this window: settled once that commit is over, on the same evaluations; in the
-            # loop's next pass, with its next window (nothing waits meanwhile), while their
-            # claim is young.
+            # this window (only a commit beside others leaves any): settled once that commit
+            # is over, on the same evaluations. In the loop's next pass, with its next window,
+            # while their claim is young; else here, after waiting.
             pending = [e for e in pending if e.seq in beside]
-            if beside_others:
-                now = time.monotonic()
-                for event in pending:
-                    kept = carried.get(event.seq)
-                    since = kept.since if kept is not None else now
-                    if now - since < self.options.claim_seconds / 4:
-                        self._carried[event.seq] = _Carried(
-                            event,
-                            None if event.seq in backing_off else evaluations[event.seq],
-                            beside[event.seq].waiting_on,
-                            kept.until if kept is not None else self._claimed_until,
-                            since,
-                        )
-                if all(e.seq in self._carried for e in pending):
-                    done.update(beside)
-                    return [done[e.seq] for e in window]
-                for seq in beside:
-                    self._carried.pop(seq, None)
+            if self._carry(pending, beside, carried, evaluations, backing_off):
+                done.update(beside)
+                return [done[e.seq] for e in window]
             if not self._await_commits({o.waiting_on for o in beside.values()}, wait_until):
                 break
         rest = [e.seq for e in window if e.seq not in done]
@@ -518,6 +498,34 @@ class Router:
             claimed_by="", claimed_until=None
         )
         return [done.get(e.seq) or RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
+
+    def _carry(
+        self,
+        pending: list[EventSnapshot],
+        beside: Mapping[int, RouteOutcome],
+        carried: Mapping[int, _Carried],
+        evaluations: Mapping[int, Evaluation],
+        backing_off: set[int],
+    ) -> bool:
+        """Carry ``pending`` (each left ``beside`` an earlier commit) into the next pass, with
+        their evaluations; ``False``, carrying none, when one was first left too long ago
+        (its claim may lapse before the next pass ends)."""
+        now = time.monotonic()
+        kept = {}
+        for event in pending:
+            before = carried.get(event.seq)
+            since = before.since if before is not None else now
+            if now - since >= self.options.claim_seconds / 4:
+                return False
+            kept[event.seq] = _Carried(
+                event,
+                None if event.seq in backing_off else evaluations[event.seq],
+                beside[event.seq].waiting_on,
+                before.until if before is not None else self._claimed_until,
+                since,
+            )
+        self._carried.update(kept)
+        return True
 
     def _beside(self, honour_claims: bool) -> bool:
         """Whether this pass commits beside other route loops' commits (see the module): a

@@ -273,9 +273,9 @@ def outside_blockers(
         published = published_targets(
             (row[0], row[4], row[5]) for row in rows if held_elsewhere(row[4], row[5], owner=owner, now=now)
         )
-        for seq, _scope, *_rest in rows:
+        for seq, scope, *_ in rows:
             if seq in published:
-                keys.setdefault(seq, []).extend((_scope, key) for key in published[seq][0])
+                keys.setdefault(seq, []).extend((scope, key) for key in published[seq][0])
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
     owners = _read_owners(extra_keys) if extra_keys else {}
     # The Work an earlier Event's execution id names is a target of it too (its lane), read
