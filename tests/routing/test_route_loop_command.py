@@ -35,6 +35,30 @@ def test_d3_drain_routes_everything_and_reports_plain_lines_off_a_terminal():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(("every", "counts", "lines"), [(0.0, 8, 6), (1e9, 3, 1)])
+def test_i12_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(monkeypatch, every, counts, lines):
+    """Issue 12: counting the backlog reads every unrouted Event, so --drain counts it after its
+    first pass and then at most once every PROGRESS_EVERY seconds, not after every pass (a
+    drain's time would grow with the square of its backlog, and each of several loops counts)."""
+    from routing.management.commands import route_loop
+
+    apply(system_clock, MATCH_ONLY)
+    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
+    monkeypatch.setattr(route_loop, "PROGRESS_EVERY", every)
+    counted = []
+    backlog = RouteLoop.backlog
+    monkeypatch.setattr(RouteLoop, "backlog", lambda self: counted.append(1) or backlog(self))
+    out = StringIO()
+    call_command("route_loop", "--drain", "--batch-size", "5", stdout=out)
+    # Start, progress lines (six passes of five Events), end.
+    assert len(counted) == counts
+    printed = out.getvalue().splitlines()
+    assert len(printed) == lines + 1
+    assert printed[0] == "routed 5, backlog 25"
+    assert printed[-1] == "drained: 30 Events routed, 0 unrouted left"
+
+
+@pytest.mark.django_db
 def test_d3_once_runs_one_pass():
     apply(system_clock, MATCH_ONLY)
     events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
