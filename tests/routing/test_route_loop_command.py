@@ -36,7 +36,9 @@ def test_d3_drain_routes_everything_and_reports_plain_lines_off_a_terminal():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("every", "counts", "lines"), [(0.0, 8, 6), (1e9, 3, 1)])
-def test_i12_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(monkeypatch, every, counts, lines):
+def test_i12_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(
+    monkeypatch, every, counts, lines
+):
     """Issue 12: counting the backlog reads every unrouted Event, so --drain counts it after its
     first pass and then at most once every PROGRESS_EVERY seconds, not after every pass (a
     drain's time would grow with the square of its backlog, and each of several loops counts)."""
