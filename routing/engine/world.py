@@ -268,11 +268,11 @@ def outside_blockers(
     keys: dict[int, list[tuple[str, str]]] = {}
     for seq, scope, key in _EVENT_KEYS.rows(seqs):
         keys.setdefault(seq, []).append((scope, key))
+    # Earlier Events another live loop holds now, looked at once for every use below.
+    held_seqs = {row[0] for row in rows if held_elsewhere(row[4], row[5], owner=owner, now=now)}
     published: dict[int, tuple[list[str], int | None]] = {}
     if honour_claims and in_flight is not None:
-        published = published_targets(
-            (row[0], row[4], row[5]) for row in rows if held_elsewhere(row[4], row[5], owner=owner, now=now)
-        )
+        published = published_targets((row[0], row[4], row[5]) for row in rows if row[0] in held_seqs)
         for seq, scope, *_ in rows:
             if seq in published:
                 keys.setdefault(seq, []).extend((scope, key) for key in published[seq][0])
@@ -284,8 +284,8 @@ def outside_blockers(
     executions = {r[3] for r in rows if r[3] is not None and r[3] not in attempt_work}
     if executions:
         attempt_work = {**attempt_work, **_read_attempt_work(executions)}
-    for seq, _scope, work_id, execution_id, claimed_by, claimed_until, reason in rows:
-        held = held_elsewhere(claimed_by, claimed_until, owner=owner, now=now)
+    for seq, _scope, work_id, execution_id, _claimed_by, _claimed_until, reason in rows:
+        held = seq in held_seqs
         decided = published.get(seq) if held else None
         if honour_claims and (held or not reason) and decided is None:
             # An earlier Event whose targets are not known yet: another live loop holds it,
