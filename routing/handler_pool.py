@@ -99,6 +99,13 @@ class HandlerPool:
     def run_all(self, fns: Sequence[Callable[[], Any]], *, timeout: float) -> list[CallOutcome]:
         """Run each function on a worker; each gets ``timeout`` seconds from the moment it
         starts. Returns one outcome per function, in order."""
+        return self.start_all(fns, timeout=timeout).outcomes()
+
+    def start_all(self, fns: Sequence[Callable[[], Any]], *, timeout: float) -> Started:
+        """:meth:`run_all` without waiting: the calls are queued, and :meth:`Started.outcomes`
+        waits for them (abandoning those that overrun) and returns their outcomes. The caller
+        goes on meanwhile (the route loop writes one window while its workers ask the routes
+        about the next). Raises :class:`PoolExhausted` at once, starting nothing."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the handler pool is closed")
@@ -107,10 +114,7 @@ class HandlerPool:
                     f"{self._abandoned} handler calls are abandoned (at most {self.max_abandoned})"
                 )
         calls = [_Call(fn) for fn in fns]
-        pending = self._enqueue(calls)
-        while pending:
-            pending = self._wait(pending.pop(0), timeout) + pending
-        return [self._outcome(call) for call in calls]
+        return Started(self, calls, self._enqueue(calls), timeout)
 
     def run(self, fn: Callable[[], Any], *, timeout: float) -> CallOutcome:
         return self.run_all([fn], timeout=timeout)[0]
@@ -215,6 +219,27 @@ class HandlerPool:
                         return
                     index = _start(batch, index + 1, now)
             batch.done.set()
+
+
+class Started:
+    """Calls :meth:`HandlerPool.start_all` queued: :meth:`outcomes` waits for them."""
+
+    def __init__(self, pool: HandlerPool, calls: list[_Call], batches: list[_Batch], timeout: float) -> None:
+        self._pool = pool
+        self._calls = calls
+        self._pending = batches
+        self._timeout = timeout
+        self._outcomes: list[CallOutcome] | None = None
+
+    def outcomes(self) -> list[CallOutcome]:
+        """One outcome per call, in order, once every call returned or was abandoned at its
+        deadline (each deadline counts from the call's own start)."""
+        if self._outcomes is None:
+            pool, pending = self._pool, self._pending
+            while pending:
+                pending = pool._wait(pending.pop(0), self._timeout) + pending
+            self._outcomes = [pool._outcome(call) for call in self._calls]
+        return self._outcomes
 
 
 def _start(batch: _Batch, index: int, now: float) -> int:

@@ -167,6 +167,43 @@ class _Carried:
     since: float
 
 
+class _Asking:
+    """A window's routes being asked (:meth:`Router._ask`): the Events backing off, the
+    evaluations known without asking, and the handler pool's answers, waited for by
+    :meth:`result`."""
+
+    def __init__(
+        self,
+        evaluations: dict[int, Evaluation],
+        backing_off: set[int],
+        answers: Callable[[], dict[int, Evaluation]],
+    ) -> None:
+        self._evaluations = evaluations
+        self._backing_off = backing_off
+        self._answers: Callable[[], dict[int, Evaluation]] | None = answers
+
+    def result(self) -> tuple[dict[int, Evaluation], set[int]]:
+        if self._answers is not None:
+            self._evaluations.update(self._answers())
+            self._answers = None
+        return self._evaluations, self._backing_off
+
+
+class _Ahead:
+    """The next window, claimed before a pass's commit (:meth:`Router.route_pending`), and
+    its routes' answers once asked."""
+
+    def __init__(self, window: list[EventSnapshot], ask: Callable[[list[EventSnapshot]], _Asking]) -> None:
+        self.window = window
+        self.asked: _Asking | None = None
+        self._ask = ask
+
+    def ask(self) -> None:
+        """Ask the window's routes (once: a retried commit calls this again)."""
+        if self.asked is None:
+            self.asked = self._ask(self.window)
+
+
 class _EarlierClaimed(Exception):
     """Earlier Events whose targets are not known yet (another live loop holds them, or no
     pass has decided them) come before this whole window."""
@@ -219,6 +256,9 @@ class Router:
         # Events a pass left for after an earlier Event's commit beside it (BESIDE), settled in
         # the next pass on the evaluations they had: seq -> what is kept of them.
         self._carried: dict[int, _Carried] = {}
+        # The next window, claimed before this pass's commit, its routes asked while the
+        # commit's own transaction ends (a commit alone, with a backlog: see route_pending).
+        self._ahead: _Ahead | None = None
         # Publishing what a window's routes decided costs a write a pass: done only while
         # another route loop is about (a fresh heartbeat, or its claims met in a commit),
         # until this time.monotonic(); heartbeats are looked at every _LOOK_FOR_LOOPS.
@@ -260,10 +300,24 @@ class Router:
         return mine or RouteOutcome(seq, RouteState.UNROUTED, reason="retry")
 
     def route_pending(self, *, limit: int | None = None) -> list[RouteOutcome]:
-        """One pass over the oldest routable Events (the route loop's step)."""
+        """One pass over the oldest routable Events (the route loop's step).
+
+        A commit alone (SQLite, where ``BEGIN IMMEDIATE`` serialises writers) with a full
+        window, a backlog, is pipelined: the pass claims the next window before its commit and
+        the handler pool asks that window's routes while the commit's transaction ends (the
+        database makes the commit durable without holding the interpreter, so the two run at
+        once). The next pass commits that window on those evaluations. Evaluation depends only
+        on the Event and the generation, never on what a commit wrote (see the module), and the
+        next window's commit reads its world and orders its Events behind any earlier unrouted
+        input as every commit does."""
         self.last_window = ()
+        size = limit or self.options.batch_size
         carried, self._carried = self._carried, {}
-        window = self.claim_window(limit or self.options.batch_size, held=carried)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            window = ahead.window
+        else:
+            window = self.claim_window(size, held=carried)
         if carried:
             if not window:
                 # Nothing new: wait for the commits the carried Events wait for, not a pass a
@@ -273,11 +327,47 @@ class Router:
         self.last_window = tuple(e.seq for e in window)
         if not window:
             return []
-        return self._pass_isolated(window, honour_claims=True, carried=carried)
+        following: _Ahead | None = None
+        if len(window) >= size and not carried and not self._beside(True):
+            following = _Ahead(self.claim_window(size, after=window[-1].seq), self._ask)
+            if not following.window:
+                following = None
+        outcomes: list[RouteOutcome] | None = None
+        try:
+            outcomes = self._pass_isolated(
+                window,
+                honour_claims=True,
+                carried=carried,
+                asked=ahead.asked if ahead is not None else None,
+                then=following.ask if following is not None else None,
+            )
+        finally:
+            if following is not None:
+                if outcomes is None or any(o.reason == "retry" for o in outcomes):
+                    # The pass failed, or gave Events back undecided: the next claim starts
+                    # at the oldest unrouted Event.
+                    self._give_back(following)
+                else:
+                    if following.asked is not None:
+                        # Wait for the workers now: each of the loop's next statements would
+                        # wait for the interpreter while they run.
+                        following.asked.result()
+                    self._ahead = following
+        return outcomes
 
-    def claim_window(self, limit: int, *, held: Collection[int] = ()) -> list[EventSnapshot]:
+    def _give_back(self, ahead: _Ahead) -> None:
+        """Give back a window claimed ahead (its routes' answers, if asked, are dropped)."""
+        if ahead.asked is not None:
+            ahead.asked.result()
+        if ahead.window:
+            Event.objects.filter(seq__in=Listed([e.seq for e in ahead.window]), claimed_by=self.owner).update(
+                claimed_by="", claimed_until=None
+            )
+
+    def claim_window(self, limit: int, *, held: Collection[int] = (), after: int = 0) -> list[EventSnapshot]:
         """Claim the oldest unrouted Events that are not backing off or held by another loop
-        (``held``: this loop's Events that the window counts, not claimed again)."""
+        (``held``: this loop's Events that the window counts, not claimed again; ``after``:
+        only Events after this seq)."""
         now = self.clock()
         self._claimed_until = now + timedelta(seconds=self.options.claim_seconds)
         return claim_window(
@@ -287,9 +377,13 @@ class Router:
             claim_seconds=self.options.claim_seconds,
             until=self._claimed_until,
             held=held,
+            after=after,
         )
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._give_back(self._ahead)
+            self._ahead = None
         if self._own_pool:
             self.pool.close()
         if self._carried:
@@ -374,6 +468,8 @@ class Router:
         *,
         honour_claims: bool,
         carried: Mapping[int, _Carried] | None = None,
+        asked: _Asking | None = None,
+        then: Callable[[], None] | None = None,
     ) -> list[RouteOutcome]:
         """A pass that no single Event's content can fail: when the window's pass raises
         something unexpected, its Events are routed one by one, in acceptance order, and an
@@ -381,7 +477,7 @@ class Router:
         the exception and its stack (dead-lettered, R16). The database being unavailable and
         a new generation are not an Event's doing: they still end the pass."""
         try:
-            return self._pass(window, honour_claims=honour_claims, carried=carried)
+            return self._pass(window, honour_claims=honour_claims, carried=carried, asked=asked, then=then)
         except (GenerationChanged, OperationalError, InterfaceError):
             raise
         except Exception as exc:  # noqa: BLE001 - isolated below, one Event at a time
@@ -420,6 +516,10 @@ class Router:
         """Ask the routes about the window's Events, except those backing off (R14): their
         handlers are not called before the backoff ends. Returns the evaluations and the seqs
         backing off. Events in ``absent`` (a trace's hypothetical Event) have no failures."""
+        return self._ask(window, absent=absent).result()
+
+    def _ask(self, window: list[EventSnapshot], *, absent: frozenset[int] = frozenset()) -> _Asking:
+        """:meth:`_evaluate_window` started on the handler pool: ``result()`` waits for it."""
         now = self.clock()
         failures = failures_read(e.seq for e in window if e.seq not in absent)
         evaluations: dict[int, Evaluation] = {}
@@ -434,8 +534,7 @@ class Router:
                 backing_off.add(event.seq)
             else:
                 to_evaluate.append(event)
-        evaluations.update(self._evaluate(to_evaluate))
-        return evaluations, backing_off
+        return _Asking(evaluations, backing_off, self._start_evaluate(to_evaluate))
 
     def _pass(
         self,
@@ -443,14 +542,20 @@ class Router:
         *,
         honour_claims: bool,
         carried: Mapping[int, _Carried] | None = None,
+        asked: _Asking | None = None,
+        then: Callable[[], None] | None = None,
     ) -> list[RouteOutcome]:
+        """``asked``: the window's routes, asked already (a window claimed ahead). ``then``:
+        called once the window's writes are made, before its transaction ends."""
         # Carried Events keep their evaluations; one that was backing off is looked at again
         # (an operator may have forgotten its failures meanwhile, R22).
         seqs = {e.seq for e in window}
         carried = {seq: c for seq, c in (carried or {}).items() if seq in seqs}
         kept_evaluations = {seq: c.evaluation for seq, c in carried.items() if c.evaluation is not None}
-        evaluations, backing_off = self._evaluate_window([e for e in window if e.seq not in kept_evaluations])
-        evaluations.update(kept_evaluations)
+        if asked is None:
+            asked = self._ask([e for e in window if e.seq not in kept_evaluations])
+        evaluations, backing_off = asked.result()
+        evaluations = {**evaluations, **kept_evaluations}
         if self._beside(honour_claims) and self._other_loops():
             self._publish(window, evaluations, backing_off, carried)
         done: dict[int, RouteOutcome] = {}
@@ -459,7 +564,9 @@ class Router:
         wait_until = time.monotonic() + self.options.claim_seconds / 2
         while attempt <= self.options.max_retries:
             try:
-                outcomes = self._commit(pending, evaluations, backing_off, honour_claims=honour_claims)
+                outcomes = self._commit(
+                    pending, evaluations, backing_off, honour_claims=honour_claims, then=then
+                )
             except (IntegrityError, CausalRefused, OperationalError) as exc:
                 if isinstance(exc, OperationalError) and not _concurrent_update(exc):
                     raise
@@ -589,6 +696,11 @@ class Router:
             _PAUSE.wait(0.005)
 
     def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
+        return self._start_evaluate(events)()
+
+    def _start_evaluate(self, events: Sequence[EventSnapshot]) -> Callable[[], dict[int, Evaluation]]:
+        """Ask the routes about ``events`` on the handler pool; the function returned waits
+        for the answers and returns each Event's evaluation."""
         results: dict[int, Evaluation] = {}
         calls: list[Callable[[], Evaluation]] = []
         scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
@@ -601,14 +713,21 @@ class Router:
             calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
             scoped.append((event, scope))
         if not calls:
-            return results
+            return lambda: results
+        timeout = self.options.route_timeout
         try:
-            outcomes = self.pool.run_all(calls, timeout=self.options.route_timeout)
+            started = self.pool.start_all(calls, timeout=timeout)
         except PoolExhausted as exc:
-            outcomes = [CallOutcome(exception=exc) for _ in calls]
-        for (event, scope), outcome in zip(scoped, outcomes, strict=True):
-            results[event.seq] = _evaluation_from(outcome, scope, self.options.route_timeout)
-        return results
+            exhausted = [CallOutcome(exception=exc) for _ in calls]
+            started = None
+
+        def answers() -> dict[int, Evaluation]:
+            outcomes = exhausted if started is None else started.outcomes()
+            for (event, scope), outcome in zip(scoped, outcomes, strict=True):
+                results[event.seq] = _evaluation_from(outcome, scope, timeout)
+            return results
+
+        return answers
 
     def _commit(
         self,
@@ -619,11 +738,13 @@ class Router:
         honour_claims: bool,
         dry: bool = False,
         memo: SnapshotReads | None = None,
+        then: Callable[[], None] | None = None,
     ) -> list[RouteOutcome]:
         """Settle the window in acceptance order on the world read now and write what the
         settlements say, all or nothing. ``dry`` (trace) reads in a read snapshot, writes
         nothing and checks no generation; an Event of the window not accepted yet is a
-        trace's hypothetical Event, and ``memo`` may remember world reads for later traces."""
+        trace's hypothetical Event, and ``memo`` may remember world reads for later traces.
+        ``then`` is called after the writes, before the transaction ends (not when dry)."""
         # Beside other route loops' commits (PostgreSQL, a transaction of its own): in one
         # snapshot of the database, under the commit lock shared (operator controls take it
         # alone). Otherwise (a single Event's route, inside a caller's transaction) alone.
@@ -707,6 +828,8 @@ class Router:
                 return [RouteOutcome.of(o) if type(o) is Settlement else o for o in outcomes]
             ids = writer.flush()
             outcomes = [RouteOutcome.of(o, ids) if type(o) is Settlement else o for o in outcomes]
+            if then is not None:
+                then()
         decided = log_decided_enabled()
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:

@@ -209,3 +209,16 @@ def test_r9_issue12_item3_published_targets_are_known_for_their_claim_only_and_s
     publish_targets(owner="loop-b", untils=[until], decided={}, clock=clock)
     RouteLoop(clock=clock).close()
     assert set(KV.objects.filter(namespace=TARGETS_NAMESPACE).values_list("key", flat=True)) == {"loop-b"}
+
+
+@pytest.mark.django_db
+def test_i12_item2_a_claim_after_a_seq_takes_only_later_events(clock):
+    """The window a pass claims ahead of its commit starts after the window it commits."""
+    apply(clock, SCRIPTED_ONLY)
+    events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(5)]
+    loop = router(clock)
+    try:
+        window = loop.claim_window(2, after=events[1].seq)
+    finally:
+        loop.close()
+    assert [e.seq for e in window] == [e.seq for e in events[2:4]]

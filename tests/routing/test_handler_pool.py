@@ -80,3 +80,48 @@ def test_r12_each_call_of_a_batch_has_its_own_deadline_from_its_start():
         pool.close()
     assert [o.result for o in outcomes] == ["ok"] * 8
     assert all(0.04 <= o.elapsed < 0.2 for o in outcomes)
+
+
+def test_r12_issue12_item2_start_all_returns_at_once_and_outcomes_waits_under_each_deadline():
+    """The route loop asks the next window's routes while its commit ends: ``start_all``
+    queues the calls and returns while they run; ``outcomes`` waits for them, abandoning a
+    call that overruns its own deadline, and answers the same again when asked twice."""
+    release = threading.Event()
+    running = threading.Event()
+
+    def fn(n: int):
+        if n == 0:
+            running.set()
+            release.wait(5)
+        return n
+
+    pool = HandlerPool(workers=2, max_abandoned=2)
+    try:
+        started = pool.start_all([lambda n=n: fn(n) for n in range(4)], timeout=0.3)
+        # start_all has returned while its first call runs, waiting for the caller.
+        assert running.wait(5)
+        release.set()
+        outcomes = started.outcomes()
+        again = started.outcomes()
+    finally:
+        release.set()
+        pool.close()
+    assert [o.result for o in outcomes] == [0, 1, 2, 3]
+    assert again is outcomes
+    assert not any(o.timed_out for o in outcomes)
+
+
+def test_r12_issue12_item2_a_call_started_ahead_still_times_out_at_its_deadline():
+    release = threading.Event()
+    pool = HandlerPool(workers=1, max_abandoned=2)
+    try:
+        started = pool.start_all([lambda: release.wait(30) and "late", lambda: "next"], timeout=0.3)
+        began = time.monotonic()
+        outcomes = started.outcomes()
+        waited = time.monotonic() - began
+    finally:
+        release.set()
+        pool.close()
+    assert outcomes[0].timed_out and 0.3 <= outcomes[0].elapsed < 1.0
+    assert outcomes[1].result == "next"
+    assert waited < 1.5
