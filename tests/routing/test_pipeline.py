@@ -35,6 +35,9 @@ def handlers(test_handlers):
 
 
 def pipelined() -> bool:
+    """Whether a loop's pass claims ahead here: SQLite. (Inside a transaction around the pass,
+    a test's, PostgreSQL's commits run alone too: the tests that tell the two apart run
+    outside one.)"""
     return connection.vendor == "sqlite"
 
 
@@ -42,6 +45,7 @@ def claimed_by(owner: str) -> list[int]:
     return sorted(Event.objects.filter(claimed_by=owner).values_list("seq", flat=True))
 
 
+@pytest.mark.django_db(transaction=True)
 def test_i12_item2_a_full_window_claims_the_next_and_asks_its_routes_while_it_commits(clock):
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n % 2}"]}) for n in range(7)]
@@ -101,6 +105,7 @@ def test_i12_item2_i3_a_backlog_routed_window_after_window_keeps_acceptance_orde
     assert_routing_invariants()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_i12_item2_a_window_claimed_ahead_is_given_back_when_the_router_closes(clock):
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(6)]
