@@ -172,3 +172,25 @@ def test_i12_item2_r4_a_running_loop_routes_the_rest_of_a_backlog_on_a_new_gener
     assert [generations[e.seq] for e in events] == ["1"] * 3 + ["2"] * 4
     assert not Event.objects.exclude(claimed_by="").exists()
     assert_routing_invariants()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i12_item2_i4_a_pass_that_gives_its_window_back_gives_the_next_one_back_too(clock):
+    """An earlier Event another loop holds undecided stops the window (acceptance order): the
+    pass gives its Events back, and the window it claimed ahead with them, so the next claim
+    starts at the oldest unrouted Event again."""
+    apply(clock, SCRIPTED_ONLY)
+    events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(7)]
+    other = router(clock)
+    other.owner = "elsewhere:1:a"
+    assert [e.seq for e in other.claim_window(1)] == [events[0].seq]
+    r = router(clock, batch_size=3, claim_seconds=0.2)
+    try:
+        outcomes = r.route_pending()
+        assert [o.seq for o in outcomes] == [e.seq for e in events[1:4]]
+        assert {o.reason for o in outcomes} == {"retry"}
+        assert claimed_by(r.owner) == []
+        assert not Event.objects.exclude(route_state=RouteState.UNROUTED).exists()
+    finally:
+        r.close()
+    other.close()
