@@ -103,15 +103,16 @@ class RouteLoop:
             logger.warning("route_loop.released_dead_claims", extra={"events": released})
         forget_stale_targets(clock())
 
-    def step(self) -> StepResult:
+    def step(self, *, claim_ahead: bool = True) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route
-        one window, record the heartbeat."""
+        one window, record the heartbeat. ``claim_ahead=False``: a last pass, which claims no window
+        ahead of its commit (:meth:`routing.engine.router.Router.route_pending`)."""
         changed = self._ensure_router()
         if self.router is None:
             self._heartbeat("")
             return StepResult(empty=True)
         try:
-            outcomes = self.router.route_pending()
+            outcomes = self.router.route_pending(claim_ahead=claim_ahead)
         except GenerationChanged:
             self.router = None
             return StepResult(generation_changed=True)

@@ -299,7 +299,7 @@ class Router:
             break
         return mine or RouteOutcome(seq, RouteState.UNROUTED, reason="retry")
 
-    def route_pending(self, *, limit: int | None = None) -> list[RouteOutcome]:
+    def route_pending(self, *, limit: int | None = None, claim_ahead: bool = True) -> list[RouteOutcome]:
         """One pass over the oldest routable Events (the route loop's step).
 
         A commit alone (SQLite, where ``BEGIN IMMEDIATE`` serialises writers) with a full
@@ -309,7 +309,7 @@ class Router:
         once). The next pass commits that window on those evaluations. Evaluation depends only
         on the Event and the generation, never on what a commit wrote (see the module), and the
         next window's commit reads its world and orders its Events behind any earlier unrouted
-        input as every commit does."""
+        input as every commit does. ``claim_ahead=False``: no window is claimed ahead (a last pass)."""
         self.last_window = ()
         size = limit or self.options.batch_size
         carried, self._carried = self._carried, {}
@@ -328,7 +328,7 @@ class Router:
         if not window:
             return []
         following: _Ahead | None = None
-        if len(window) >= size and not carried and not self._beside(True):
+        if claim_ahead and len(window) >= size and not carried and not self._beside(True):
             following = _Ahead(self.claim_window(size, after=window[-1].seq), self._ask)
             if not following.window:
                 following = None

@@ -71,6 +71,27 @@ def test_d3_once_runs_one_pass():
 
 
 @pytest.mark.django_db
+def test_i12_item2_once_asks_the_routes_of_its_own_window_only(test_handlers):
+    """A full window, but one pass: no next window is claimed and asked only to be given back
+    (a pass of the running loop would, on SQLite)."""
+    from tests.routing import sample_handlers
+    from tests.routing.routerkit import SCRIPTED_ONLY
+
+    apply(system_clock, SCRIPTED_ONLY)
+    events_accept(
+        payloads=[
+            {"specversion": "1.0", "id": f"o{n}", "source": "tests", "type": "x", "scope": "acme", "data": {}}
+            for n in range(8)
+        ],
+        clock=system_clock,
+    )
+    call_command("route_loop", "--once", "--batch-size", "4", stdout=StringIO())
+    assert sorted(sample_handlers.CALLS) == [f"o{n}" for n in range(4)]
+    assert Event.objects.filter(route_state=RouteState.UNROUTED).count() == 4
+    assert not Event.objects.exclude(claimed_by="").exists()
+
+
+@pytest.mark.django_db
 def test_i12_2_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monkeypatch):
     """Issue 12 item 2: passes run with the first generation's threshold raised, start-up's
     objects still frozen (conduit_site.apps); the collector is as it was once the command ends."""
@@ -84,9 +105,9 @@ def test_i12_2_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monke
     seen = []
     step = RouteLoop.step
 
-    def observed(self):
+    def observed(self, **options):
         seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
-        return step(self)
+        return step(self, **options)
 
     monkeypatch.setattr(RouteLoop, "step", observed)
     call_command("route_loop", "--once", stdout=StringIO())

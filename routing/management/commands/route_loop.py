@@ -96,7 +96,8 @@ class Command(BaseCommand):
         try:
             with collector_tuned():
                 if options["once"]:
-                    self._report(loop.step())
+                    # One pass: no next window is claimed and asked, only to be given back.
+                    self._report(loop.step(claim_ahead=False))
                 elif options["drain"]:
                     self._drain(loop, stop)
                 else:
