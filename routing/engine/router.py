@@ -359,10 +359,13 @@ class Router:
         """Give back a window claimed ahead (its routes' answers, if asked, are dropped)."""
         if ahead.asked is not None:
             ahead.asked.result()
-        if ahead.window:
-            Event.objects.filter(seq__in=Listed([e.seq for e in ahead.window]), claimed_by=self.owner).update(
-                claimed_by="", claimed_until=None
-            )
+        self._release([e.seq for e in ahead.window])
+
+    def _release(self, seqs: Collection[int]) -> None:
+        """Give back this loop's claims on ``seqs``: the next claim may take them."""
+        Event.objects.filter(seq__in=Listed(seqs), claimed_by=self.owner).update(
+            claimed_by="", claimed_until=None
+        )
 
     def claim_window(self, limit: int, *, held: Collection[int] = (), after: int = 0) -> list[EventSnapshot]:
         """Claim the oldest unrouted Events that are not backing off or held by another loop
@@ -387,9 +390,7 @@ class Router:
         if self._own_pool:
             self.pool.close()
         if self._carried:
-            Event.objects.filter(seq__in=Listed(self._carried), claimed_by=self.owner).update(
-                claimed_by="", claimed_until=None
-            )
+            self._release(self._carried)
             self._carried = {}
         if self._claimed_until is not None and connection.vendor == "postgresql":
             withdraw_targets(self.owner)
@@ -600,10 +601,7 @@ class Router:
                 return [done[e.seq] for e in window]
             if not self._await_commits({o.waiting_on for o in beside.values()}, wait_until):
                 break
-        rest = [e.seq for e in window if e.seq not in done]
-        Event.objects.filter(seq__in=Listed(rest), claimed_by=self.owner).update(
-            claimed_by="", claimed_until=None
-        )
+        self._release([e.seq for e in window if e.seq not in done])
         return [done.get(e.seq) or RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
 
     def _carry(

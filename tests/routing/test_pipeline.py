@@ -164,8 +164,10 @@ def test_i12_item2_r4_a_running_loop_routes_the_rest_of_a_backlog_on_a_new_gener
     try:
         assert loop.step().settled == 3
         apply(clock, SCRIPTED_ONLY.replace("policy: queue", "policy: queue\n        start: true"))
-        while not loop.step().empty:
-            pass
+        # The rest of the backlog on the new generation: a full window, the last Event, then
+        # nothing left.
+        steps = [loop.step() for _ in range(3)]
+        assert [s.settled for s in steps] == [3, 1, 0] and steps[-1].empty
     finally:
         loop.close()
     generations = dict(RouteRecord.objects.values_list("event_id", "generation"))
