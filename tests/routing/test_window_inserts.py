@@ -1,14 +1,19 @@
 """The router's set-based inserts (routing.engine.writes._insert): whatever the statement's form
-(an executemany on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL with the columns
-every row shares as single values), each row is stored exactly as given, and new keys come
-back in row order (R7, issue 12 item 3)."""
+(multi-row ``INSERT … VALUES`` on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL
+with the columns every row shares as single values), each row is stored exactly as given, and
+new keys come back in row order (R7, issue 12 items 2 and 3)."""
 
 from __future__ import annotations
 
+import math
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import DataError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from routing.engine.writes import _insert
 from routing.models import RouteRecord
@@ -164,3 +169,55 @@ def test_i12_3_window_insert_stores_awkward_text_and_json_values_exactly_in_row_
         ]
         for r in stored
     ] == rows
+
+
+@contextmanager
+def bound_variables_at_most(limit: int) -> Iterator[None]:
+    """SQLite: the connection binds at most ``limit`` values a statement meanwhile."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    connection.ensure_connection()
+    before = connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+    try:
+        yield
+    finally:
+        connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
+
+
+def width(model) -> int:
+    """The columns an inserted row binds: every column but the generated key."""
+    return sum(1 for field in model._meta.concrete_fields if not field.primary_key)
+
+
+def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limit_allows():
+    """SQLite: a window's rows go in multi-row statements, as many rows each as the
+    connection's bound-variable limit allows (one statement for a window under the usual
+    limit), and the keys come back in row order across statements. PostgreSQL: one statement
+    whatever the number of rows."""
+    records = EventFactory.create_batch(5)
+    triggers = EventFactory.create_batch(5)
+    rows = [
+        [event.seq, None, "acme", f"r{n}", "queue", "", [], [f"k{n}"], n, NOW]
+        for n, event in enumerate(records)
+    ]
+    work_fields = ("scope", "status", "binding", "trigger", "created_at", "updated_at")
+    limit = 40
+    with bound_variables_at_most(limit), CaptureQueriesContext(connection) as captured, transaction.atomic():
+        _insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows])
+        ids = _insert(
+            Work, work_fields, [["acme", "ready", "agent", e.seq, NOW, NOW] for e in triggers], returning=True
+        )
+
+    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT")]
+    if connection.vendor == "sqlite":
+        per_record, per_work = limit // width(RouteRecord), limit // width(Work)
+        assert per_record >= 1 and per_work >= 1
+        assert len(inserts) == math.ceil(5 / per_record) + math.ceil(5 / per_work)
+    else:
+        assert len(inserts) == 2
+    stored = RouteRecord.objects.filter(event__in=records).order_by("pk")
+    assert [[r.event_id, r.route, r.keys, r.attempts] for r in stored] == [
+        [row[0], row[3], row[7], row[8]] for row in rows
+    ]
+    assert [Work.objects.get(pk=pk).trigger_id for pk in ids] == [event.seq for event in triggers]
