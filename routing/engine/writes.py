@@ -18,6 +18,7 @@ from conduit_site.queries import (
     array_cast,
     dumps_json_text,
     in_list_chunks,
+    padded_length,
     shared_columns,
     unnest_select,
     update_rows,
@@ -63,8 +64,8 @@ _ROUTED, _FAILED = Disposition.ROUTED.value, Disposition.FAILED.value
 class Writes:
     """The window's effects, written with set-based statements at the end of the commit.
 
-    Rows are plain lists inserted with one statement per table (:func:`_insert`: an
-    ``executemany`` on SQLite, ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL): building a model
+    Rows are plain lists inserted with one statement per table (:func:`_insert`: ``INSERT …
+    SELECT … FROM (VALUES …)`` on SQLite, ``… FROM UNNEST`` on PostgreSQL): building a model
     instance per row costs more than the database does on this path."""
 
     now: datetime
@@ -349,10 +350,14 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     ``returning`` (as Django's own ``bulk_create`` relies on). JSON and datetime values are
     prepared by their fields for the backend in use.
 
-    SQLite: multi-row ``INSERT … VALUES`` statements (``RETURNING`` the keys when asked), as
-    many rows each as the connection's bound-variable limit allows: a window's rows in one
-    statement. An ``executemany`` bound, ran and reset its statement row by row, and cost
-    SQLite about a fifth more instructions (``bench/route_instructions.py``). PostgreSQL: one
+    SQLite: ``INSERT … SELECT … FROM (VALUES …)`` statements (``RETURNING`` the keys when
+    asked), as many rows each as the connection's bound-variable limit allows: a window's
+    rows in one statement. Its ``VALUES`` list is padded to a few lengths
+    (:func:`conduit_site.queries.padded_length`) with rows that the ``SELECT`` leaves out, so
+    a window of any size finds its statement prepared, and the statements kept (SQLite's
+    prepared statements, their conversions to its placeholders) stay few. An
+    ``executemany`` bound, ran and reset its statement row by row, and cost SQLite about a
+    fifth more instructions (``bench/route_instructions.py``). PostgreSQL: one
     ``INSERT … SELECT … FROM UNNEST(…)`` whose parameters are the varying columns as arrays
     and the columns every row shares as single values (:func:`_insert_columns`)."""
     if not rows:
@@ -369,21 +374,32 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
         columns[index] = [None if value is None else prepare(value) for value in columns[index]]
     for index, column in plan.time_columns:
         columns[index] = _prepared_times(column, columns[index])
-    values = list(zip(*columns, strict=True))
+    # Each row leads with its position; the statement's padding rows have none (NULL).
+    values = list(zip(range(count), *columns, strict=True))
+    bound = plan.width + 1
+    chunk = max(1, (connection.features.max_query_params or SQLITE_MIN_VARIABLES) // bound)
     ids: list[int] = []
-    # As many rows a statement as the connection's bound-variable limit allows.
-    chunk = max(1, (connection.features.max_query_params or SQLITE_MIN_VARIABLES) // plan.width)
     with connection.cursor() as cursor:
         for start in range(0, count, chunk):
             part = values[start : start + chunk]
-            rows_sql = ", ".join([plan.placeholder] * len(part))
+            rows = min(padded_length(len(part)), chunk)
             params = list(itertools.chain.from_iterable(part))
-            if not returning:
-                cursor.execute(f"{plan.head} VALUES {rows_sql}", params)
-                continue
-            cursor.execute(f"{plan.head} VALUES {rows_sql} RETURNING {plan.pk_column}", params)
-            ids.extend(row[0] for row in cursor.fetchall())
+            params.extend(itertools.repeat(None, (rows - len(part)) * bound))
+            cursor.execute(_padded_insert_sql(plan.head, plan.width, rows, plan.pk_column, returning), params)
+            if returning:
+                ids.extend(row[0] for row in cursor.fetchall())
     return ids
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_insert_sql(head: str, width: int, rows: int, pk_column: str, returning: bool) -> str:
+    """SQLite: ``head`` inserting the rows of a ``VALUES`` list of ``rows`` rows, each its
+    position then ``width`` values, but those without a position (the padding). The keys
+    come back in the rows' order when ``returning``."""
+    row = "({})".format(", ".join(["%s"] * (width + 1)))
+    columns = ", ".join(f"column{index}" for index in range(2, width + 2))
+    sql = f"{head} SELECT {columns} FROM (VALUES {', '.join([row] * rows)}) WHERE column1 IS NOT NULL"
+    return f"{sql} ORDER BY column1 RETURNING {pk_column}" if returning else sql
 
 
 # SQLite's bound-variable limit before 3.32 (the connection's own limit when Django knows it).

@@ -1,5 +1,5 @@
 """The router's set-based inserts (routing.engine.writes._insert): whatever the statement's form
-(multi-row ``INSERT … VALUES`` on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL
+(``INSERT … SELECT … FROM (VALUES …)`` on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL
 with the columns every row shares as single values), each row is stored exactly as given, and
 new keys come back in row order (R7, issue 12 items 2 and 3)."""
 
@@ -185,9 +185,10 @@ def bound_variables_at_most(limit: int) -> Iterator[None]:
         connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
 
 
-def width(model) -> int:
-    """The columns an inserted row binds: every column but the generated key."""
-    return sum(1 for field in model._meta.concrete_fields if not field.primary_key)
+def bound(model) -> int:
+    """The values an inserted row binds on SQLite: its position, then every column but the
+    generated key."""
+    return 1 + sum(1 for field in model._meta.concrete_fields if not field.primary_key)
 
 
 def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limit_allows():
@@ -211,7 +212,7 @@ def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limi
 
     inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT")]
     if connection.vendor == "sqlite":
-        per_record, per_work = limit // width(RouteRecord), limit // width(Work)
+        per_record, per_work = limit // bound(RouteRecord), limit // bound(Work)
         assert per_record >= 1 and per_work >= 1
         assert len(inserts) == math.ceil(5 / per_record) + math.ceil(5 / per_work)
     else:
@@ -221,3 +222,31 @@ def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limi
         [row[0], row[3], row[7], row[8]] for row in rows
     ]
     assert [Work.objects.get(pk=pk).trigger_id for pk in ids] == [event.seq for event in triggers]
+
+
+def test_i12_2_window_inserts_of_nearby_row_counts_run_one_statement():
+    """SQLite pads a statement's rows to a few lengths (conduit_site.queries.padded_length)
+    with rows it leaves out: windows of 9 and 10 rows run the same statement (prepared once,
+    and few kept), and store exactly their own rows. PostgreSQL's statement has one shape."""
+    events = EventFactory.create_batch(19)
+    nine, ten = events[:9], events[9:]
+
+    def rows(batch):
+        return [[e.seq, None, "acme", "", "unmatched", "", [], [], 0, NOW] for e in batch]
+
+    statements: list[str] = []
+
+    def noted(execute, sql, params, many, context):
+        statements.append(sql)  # as the cursor is given it, before its values are bound
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(noted), transaction.atomic():
+        _insert(RouteRecord, RECORD_FIELDS, rows(nine))
+        _insert(RouteRecord, RECORD_FIELDS, rows(ten))
+
+    first, second = [sql for sql in statements if sql.startswith("INSERT")]
+    assert first == second
+    assert sorted(RouteRecord.objects.filter(event__in=events).values_list("event_id", flat=True)) == [
+        e.seq for e in events
+    ]
+    assert RouteRecord.objects.count() == 19
