@@ -177,9 +177,13 @@ class CompiledOnce:
 
 def _quicker(converter):
     """``converter``, or for ``JSONField.from_db_value`` of a field without a decoder the same
-    conversion with an empty array or object made at once: most Events' correlation and
+    conversion with an empty array or object made at once, and other text decoded by the
+    decoder ``json.loads`` itself uses, called directly: most Events' correlation and
     extensions are empty, and decoding ``[]`` cost about 2 µs on the 2-core machine, as much
-    as a small object. Each call makes a new list or dict (the caller may change it)."""
+    as a small object; an Event's data took 3.2 µs through ``from_db_value`` and
+    ``json.loads``, 1.4 µs by the decoder. Each call makes a new list or dict (the caller may
+    change it). Text ``json.loads`` refuses (a byte-order mark first, invalid JSON) comes back
+    as it is, as ``from_db_value`` returns it."""
     field = getattr(converter, "__self__", None)
     if getattr(converter, "__func__", None) is not JSONField.from_db_value or field.decoder is not None:
         return converter
@@ -189,9 +193,18 @@ def _quicker(converter):
             return []
         if value == "{}":
             return {}
+        if type(value) is str and not value.startswith("\ufeff"):
+            try:
+                return _JSON_DECODE(value)
+            except json.JSONDecodeError:
+                return value
         return converter(value, expression, connection)
 
     return from_db_value
+
+
+# What ``json.loads(text)`` calls for text, with no options (json's own default decoder).
+_JSON_DECODE = json.JSONDecoder().decode
 
 
 def padded_length(length: int) -> int:

@@ -279,6 +279,39 @@ def test_i12_2_json_columns_read_as_the_orm_reads_them_empty_ones_each_a_new_val
     assert once.rows(seqs) == rows  # the compiled statement, run again
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "[]",
+        "{}",
+        '{"repo": "acme/api", "n": 1, "draft": false}',
+        '[1, 2.5, null, "\u00e9", {"k": [true]}]',
+        '"text"',
+        "1",
+        "null",
+        ' {"padded": 1} ',
+        "123456789012345678901234567890",
+        '\ufeff{"a": 1}',
+        "not json",
+        '{"a": 1} trailing',
+        "",
+    ],
+)
+def test_i12_2_json_text_decodes_as_djangos_json_field_decodes_it(text):
+    """The quicker conversion (the decoder called directly) returns what ``JSONField.from_db_value``
+    returns for any text: values, ``null``, and text ``json.loads`` refuses (returned as it is)."""
+    from django.db import connection
+    from django.db.models import F
+
+    from conduit_site.queries import _quicker
+
+    field = Event._meta.get_field("data")
+    quick = _quicker(field.from_db_value)
+    assert quick is not field.from_db_value
+    assert quick(text, F("data"), connection) == field.from_db_value(text, F("data"), connection)
+
+
 @pytest.mark.django_db
 def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
     """SQLite's cursor remembers each statement's ``?`` form; ``%%`` stays a literal ``%``."""
