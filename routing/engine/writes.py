@@ -377,7 +377,7 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     # Each row leads with its position; the statement's padding rows have none (NULL).
     values = list(zip(range(count), *columns, strict=True))
     bound = plan.width + 1
-    chunk = max(1, (connection.features.max_query_params or SQLITE_MIN_VARIABLES) // bound)
+    chunk = max(1, connection.features.max_query_params // bound)
     ids: list[int] = []
     with connection.cursor() as cursor:
         for start in range(0, count, chunk):
@@ -400,10 +400,6 @@ def _padded_insert_sql(head: str, width: int, rows: int, pk_column: str, returni
     columns = ", ".join(f"column{index}" for index in range(2, width + 2))
     sql = f"{head} SELECT {columns} FROM (VALUES {', '.join([row] * rows)}) WHERE column1 IS NOT NULL"
     return f"{sql} ORDER BY column1 RETURNING {pk_column}" if returning else sql
-
-
-# SQLite's bound-variable limit before 3.32 (the connection's own limit when Django knows it).
-SQLITE_MIN_VARIABLES = 999
 
 
 def _prepared_times(column, values: Sequence[Any]) -> list[Any]:
@@ -465,7 +461,6 @@ def _json_preparers(plan: _InsertPlan) -> list[tuple[int, JsonPreparer]]:
 @record
 class _InsertPlan:
     head: str
-    placeholder: str
     width: int  # columns a row
     defaults: Any  # a tuple of constant defaults, or a function making them per call
     json_columns: tuple[tuple[int, Any], ...]
@@ -477,7 +472,7 @@ class _InsertPlan:
 @functools.lru_cache(maxsize=64)
 def _insert_plan(alias: str, model: type, fields: tuple[str, ...]) -> _InsertPlan:
     """What :func:`_insert` needs of a model's columns, worked out once per model and fields:
-    the statement's head and row placeholder, the values of the columns not given (their
+    the statement's head, the values of the columns not given (their
     constant defaults, or a function making them per call when one is made by a callable),
     the JSON columns with their encoders, the datetime columns, the quoted primary key and,
     on PostgreSQL, each column's type."""
@@ -495,13 +490,11 @@ def _insert_plan(alias: str, model: type, fields: tuple[str, ...]) -> _InsertPla
     )
     time_columns = tuple((i, c) for i, c in enumerate(columns) if c.get_internal_type() == "DateTimeField")
     head = "INSERT INTO {} ({})".format(quote(meta.db_table), ", ".join(quote(c.column) for c in columns))
-    placeholder = "({})".format(", ".join(["%s"] * len(columns)))
     types = None
     if connections[alias].vendor == "postgresql":
         types = tuple(array_cast(c, connections[alias]) for c in columns)
     return _InsertPlan(
         head,
-        placeholder,
         len(columns),
         default_values,
         json_columns,
