@@ -7,7 +7,7 @@ class CausalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from conduit_site.private_files import tighten_sqlite_files
+        from infra.private_files import tighten_sqlite_files
 
         # The ledger's SQLite file holds every Event: readable by its owner only.
         connection_created.connect(tighten_sqlite_files, dispatch_uid="conduit.private_sqlite_files")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from conduit_site.fields import CodePointCharField
+from infra.fields import CodePointCharField
 
 
 class RouteState(models.TextChoices):

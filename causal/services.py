@@ -22,8 +22,8 @@ from django.db.models.base import ModelState
 
 from causal.clock import Clock
 from causal.models import KV, Event, EventKey
-from conduit_site import wakeup
-from conduit_site.queries import JsonPreparer, array_cast, dumps_json_text, shared_columns, unnest_select
+from infra import wakeup
+from infra.queries import JsonPreparer, array_cast, dumps_json_text, shared_columns, unnest_select
 
 # Acceptance order is the commit order: on PostgreSQL a sequence value is taken before
 # commit, so two concurrent acceptances could commit out of seq order and a router could
@@ -106,7 +106,7 @@ def assert_in_tx() -> None:
 
 def acceptance_lock_in_tx() -> None:
     """Serialise acceptance so that seq order is commit order (SQLite's writers are serial
-    already), and wake the route loops when the transaction commits (``conduit_site.wakeup``:
+    already), and wake the route loops when the transaction commits (``infra.wakeup``:
     on PostgreSQL a notification in the same statement, so acceptance pays no extra round trip)."""
     assert_in_tx()
     if connection.vendor == "postgresql":
@@ -276,7 +276,7 @@ def _insert(events: Sequence[Event]) -> None:
                     values.append(column.get_db_prep_save(value, db))
         with db.cursor() as cursor:
             if db.vendor == "postgresql" and len(chunk) > 1:
-                # One parameter a column, not one a value (conduit_site.queries.unnest_select).
+                # One parameter a column, not one a value (infra.queries.unnest_select).
                 width = len(fields)
                 columns = [values[start::width] for start in range(width)]
                 select, params = unnest_select(_casts(), columns, shared_columns(columns))

@@ -15,12 +15,12 @@ from pathlib import Path
 import dj_database_url
 from django.utils.csp import CSP
 
-from conduit_site.private_files import private_directory
+from infra.private_files import private_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONDUIT_VAR_DIR", BASE_DIR / "var"))
 # It holds the SQLite database, the channel-layer file and the operator's password: mode 0700
-# (conduit_site/private_files.py). A read-only checkout on PostgreSQL and Redis needs none.
+# (infra/private_files.py). A read-only checkout on PostgreSQL and Redis needs none.
 with contextlib.suppress(OSError):
     private_directory(VAR_DIR)
 
@@ -135,7 +135,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("CONN_HEALTH_CHECKS", True
 CONDUIT_REQUEST_THREADS = env_int("CONDUIT_REQUEST_THREADS", 16)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend, with write transactions taking turns fairly (see its module).
-    DATABASES["default"]["ENGINE"] = "conduit_site.sqlite_backend"
+    DATABASES["default"]["ENGINE"] = "infra.sqlite_backend"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "transaction_mode": "IMMEDIATE",
@@ -169,7 +169,7 @@ else:
     # small SQLite file beside the database (the in-memory layer is per process).
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": str(VAR_DIR / "channels.sqlite3")},
         }
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from conduit_site.records import record
+from infra.frozen import frozen
 from routing.errors import RouteError, RouteErrorCode
 from routing.evaluate import Evaluation
 from routing.extension import EventSnapshot
@@ -84,7 +84,7 @@ MANUAL_SOURCE = "core.manual"
 # --- the world a decision reads --------------------------------------------------------------
 
 
-@record
+@frozen
 class AttemptView:
     id: int
     number: int
@@ -94,7 +94,7 @@ class AttemptView:
     state: str
 
 
-@record
+@frozen
 class WaitView:
     id: int
     name: str
@@ -103,7 +103,7 @@ class WaitView:
     blocked_reason: str = ""
 
 
-@record
+@frozen
 class WorkView:
     """What routing reads of a Work. ``id`` is negative for Work a window creates."""
 
@@ -126,7 +126,7 @@ class WorkView:
         return self.status in ("completed", "cancelled")
 
 
-@record
+@frozen
 class SubscriptionView:
     """An active dependency subscription of a waiting Work to Events of ``scope`` (R42)."""
 
@@ -202,7 +202,7 @@ class World:
 # --- the decision ----------------------------------------------------------------------------
 
 
-@record
+@frozen
 class Decision:
     """What routing does with one Event."""
 

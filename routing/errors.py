@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from conduit_site.records import record
+from infra.frozen import frozen
 
 
 class RouteErrorCode(StrEnum):
@@ -21,7 +21,7 @@ class RouteErrorCode(StrEnum):
 RETRIED_CODES = frozenset({RouteErrorCode.HANDLER_FAILED, RouteErrorCode.HANDLER_TIMEOUT})
 
 
-@record
+@frozen
 class RouteError:
     """A route failure on one Event: the route that failed, the code, the error text (for a
     panic, the exception and its stack), and when a retry may happen (``backoff_until``)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError
 
-from conduit_site.records import record
+from infra.frozen import frozen
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot, Invalid, RouteDecision, Unavailable, one_line
 
@@ -34,7 +34,7 @@ class Verdict:
     ERROR = "error"
 
 
-@record
+@frozen
 class RouteVerdict:
     """What one route said about the Event (trace shows every one, R40)."""
 
@@ -44,7 +44,7 @@ class RouteVerdict:
     reason: str = ""
 
 
-@record
+@frozen
 class Evaluation:
     """The routes' answer for one Event: the first matching route and its decision, or the
     refusals, or the error that stopped evaluation."""
@@ -155,12 +155,12 @@ def snapshots_of(rows: Iterable[tuple]) -> list[EventSnapshot]:
 
 class SnapshotRead:
     """:func:`snapshots_isolated` of the Events ``build(*lists)`` selects, read through a
-    statement built and compiled once per shape (:class:`conduit_site.queries.CompiledOnce`:
+    statement built and compiled once per shape (:class:`infra.queries.CompiledOnce`:
     ``lists`` are its value lists) for a read made on every pass. When the rows cannot all
     become snapshots, the query is read again as :func:`snapshots_isolated` reads it."""
 
     def __init__(self, build: Callable[..., Any]) -> None:
-        from conduit_site.queries import CompiledOnce
+        from infra.queries import CompiledOnce
 
         self.build = build
         self._rows = CompiledOnce(lambda *lists: build(*lists).values_list(*SNAPSHOT_FIELDS))
@@ -175,7 +175,7 @@ class SnapshotRead:
         return snapshots_isolated(self.build(*lists))
 
 
-@record
+@frozen
 class UnreadableSnapshot(EventSnapshot):
     """An Event whose stored data could not be made into a snapshot (nested deeper than the
     decoder's stack, say): it carries no data, and routing records ``error`` on it instead of

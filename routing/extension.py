@@ -31,7 +31,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from conduit_site.records import record
+from infra.frozen import frozen
 
 Clock = Callable[[], datetime]
 
@@ -68,7 +68,7 @@ def freeze(value: Any) -> Any:
     return value
 
 
-@record
+@frozen
 class EventSnapshot:
     """A detached, read-only snapshot of an Event (R5): no model instance, no connection."""
 
@@ -87,7 +87,7 @@ class EventSnapshot:
     depth: int
 
 
-@record
+@frozen
 class RouteInfo:
     """The effective route a handler is asked about."""
 
@@ -101,7 +101,7 @@ class RouteInfo:
     handler: str = ""
 
 
-@record
+@frozen
 class RouteDecision:
     """A handler's answer. ``keys`` are correlation keys the match attaches; ``work_id``
     optionally names an explicit target Work."""
@@ -139,7 +139,7 @@ def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
     return encoded[:limit].decode("utf-8", errors="ignore")
 
 
-@record
+@frozen
 class Sample:
     """A named sample Event a handler offers for traces (R45)."""
 

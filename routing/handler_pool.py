@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conduit_site.records import record
+from infra.frozen import frozen
 
 logger = logging.getLogger("conduit.routing.pool")
 
@@ -54,7 +54,7 @@ class _Batch:
     cut: int | None = None  # the pool took the calls from here on back (after an abandoned one)
 
 
-@record
+@frozen
 class CallOutcome:
     """How one call ended: a result, an exception (with its formatted stack), or a timeout."""
 

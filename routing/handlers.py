@@ -42,7 +42,7 @@ from typing import Any
 
 import re2
 
-from conduit_site.records import record
+from infra.frozen import frozen
 from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, RouteInfo, Sample, skip
 
 FIELD_ROOTS: tuple[str, ...] = ("type", "source", "subject", "scope", "id", "data")
@@ -121,7 +121,7 @@ def _same(a: Any, b: Any) -> bool:
 # --- field paths --------------------------------------------------------------------------
 
 
-@record
+@frozen
 class FieldPath:
     """A compiled dotted path into an Event (``data.pull_request.number``)."""
 
@@ -271,7 +271,7 @@ def _pattern_problem(pattern: str) -> str | None:
     return None
 
 
-@record
+@frozen
 class KeyTemplate:
     """A compiled correlation key template: literal text and fields, in order."""
 
@@ -333,7 +333,7 @@ def parse_key_template(text: Any) -> KeyTemplate:
     return KeyTemplate(text=text, parts=tuple(parts))
 
 
-@record
+@frozen
 class CompiledMatch:
     """``match`` params compiled once: the checks in order and the key templates."""
 

@@ -24,7 +24,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from conduit_site.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_event, group_name_for_work
+from infra.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_event, group_name_for_work
 
 logger = logging.getLogger("conduit.routing.live")
 

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import kv_replace
-from conduit_site.leases import lease_transaction
+from infra.leases import lease_transaction
 from routing import live
 from routing.config.selectors import live_generation, live_generation_id
 from routing.engine.claims import HEARTBEATS_NAMESPACE, forget_stale_targets

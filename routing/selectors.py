@@ -26,7 +26,7 @@ from causal.selectors import (
     keyset_page,
     unrouted_event_count,
 )
-from conduit_site.converters import MAX_ID
+from infra.converters import MAX_ID
 from routing.config.selectors import live_generation
 
 # Light: the failures module, not the router (reading routes loads neither it nor the decision).

@@ -20,7 +20,7 @@ from typing import Any
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope
-from conduit_site.snapshots import read_snapshot
+from infra.snapshots import read_snapshot
 from routing.config.selectors import find_generation, live_generation
 from routing.decide import MANUAL_SOURCE, Effect, Reason
 from routing.engine.options import RouterOptions

@@ -18,7 +18,7 @@ def pytest_configure(config):
     test_name = str(database.get("TEST", {}).get("NAME") or "")
     if database["ENGINE"] in (
         "django.db.backends.sqlite3",
-        "conduit_site.sqlite_backend",
+        "infra.sqlite_backend",
     ) and test_name not in ("", ":memory:"):
         if not test_name.startswith("file:"):
             folders.append(Path(test_name).parent)

@@ -3,8 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-import conduit_site.fields
-from conduit_site.migration_ops import drop_field_index
+import infra.fields
+from infra.migration_ops import drop_field_index
 
 
 def scope_by_code_point(apps, schema_editor):
@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
                 migrations.AlterField(
                     model_name='event',
                     name='scope',
-                    field=conduit_site.fields.CodePointCharField(max_length=255),
+                    field=infra.fields.CodePointCharField(max_length=255),
                 ),
             ],
             database_operations=[migrations.RunPython(scope_by_code_point, scope_by_default_collation)],

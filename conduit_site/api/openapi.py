@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from conduit_site.converters import MAX_ID
+from infra.converters import MAX_ID
 
 API_VERSION = "1.0.0"
 

@@ -7,7 +7,7 @@ Every route here is an :func:`conduit_site.api.auth.api_view` and is described i
 from django.urls import path
 
 from conduit_site.api import controls, events, setup, work
-from conduit_site.converters import register_id_converter
+from infra.converters import register_id_converter
 
 register_id_converter()
 

@@ -20,7 +20,7 @@ from django.urls import reverse
 from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
 from conduit_site.api.auth import ApiError, api_view, request_json
-from conduit_site.converters import MAX_ID
+from infra.converters import MAX_ID
 from routing.roles import VIEW_EVENT
 from routing.serializers import attempt_json, work_json
 from worklife import controls

@@ -1,7 +1,7 @@
 """Websocket consumers: live updates of the console's Work page, Event page and Events list.
 
 A consumer accepts only a signed-in user with ``routing.view_event`` (the permission of the
-pages it updates), joins the page's group (``conduit_site.live``) and,
+pages it updates), joins the page's group (``infra.live``) and,
 on each update, re-renders the same partials the page's HTTP view renders and sends them as
 htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment. Updates that
 arrive in a burst are coalesced into one render.
@@ -34,8 +34,8 @@ from conduit_site.console.views.events import (
 )
 from conduit_site.console.views.forms import EventFilterForm, WorkDetailForm
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_CONTROLS, LIVE_PARTIALS, work_detail_context
-from conduit_site.converters import MAX_ID
-from conduit_site.live import EVENTS_GROUP, group_name_for_event, group_name_for_work
+from infra.converters import MAX_ID
+from infra.live import EVENTS_GROUP, group_name_for_event, group_name_for_work
 from routing.roles import VIEW_EVENT
 from worklife.models import Work
 from worklife.selectors import work_get

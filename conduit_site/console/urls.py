@@ -16,7 +16,7 @@ from conduit_site.console.views import (
     work,
     work_controls,
 )
-from conduit_site.converters import register_id_converter
+from infra.converters import register_id_converter
 
 register_id_converter()
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from conduit_site.queries import CompiledOnce
+from infra.queries import CompiledOnce
 from routing.config.problems import GenerationNotFound
 from routing.models import Generation, GenerationKind, Scope
 

@@ -31,8 +31,8 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.services import kv_replace
-from conduit_site.leases import lease_transaction
-from conduit_site.queries import CompiledOnce, Listed, update_rows
+from infra.leases import lease_transaction
+from infra.queries import CompiledOnce, Listed, update_rows
 from routing.evaluate import SnapshotRead
 from routing.extension import EventSnapshot
 
@@ -113,7 +113,7 @@ def claim_window(
     again, nor returned). ``after``: only Events accepted after this seq (a window claimed
     ahead of the one being committed, :meth:`routing.engine.router.Router.route_pending`)."""
     until = until or now + timedelta(seconds=claim_seconds)
-    # A claim is a lease: committed without waiting for the disk (conduit_site.leases).
+    # A claim is a lease: committed without waiting for the disk (infra.leases).
     with lease_transaction():
         sorting = None
         if connection.vendor == "postgresql":

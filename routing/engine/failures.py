@@ -14,8 +14,8 @@ from typing import Any
 from django.db.models import F
 
 from causal.models import KV
-from conduit_site.queries import CompiledOnce, Listed
-from conduit_site.records import record
+from infra.frozen import frozen
+from infra.queries import CompiledOnce, Listed
 from routing.errors import RouteError, RouteErrorCode
 
 FAILURES_NAMESPACE = "core.routing.failures"
@@ -23,7 +23,7 @@ BACKOFF_START = timedelta(seconds=2)
 BACKOFF_CAP = timedelta(minutes=5)
 
 
-@record
+@frozen
 class RouteFailure:
     """The failures counted on one unrouted Event: the last one's code, route and error, how
     many, when the first and last were, until when the Event backs off, and in which

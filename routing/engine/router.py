@@ -62,9 +62,9 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
-from conduit_site.queries import CompiledOnce, Listed
-from conduit_site.records import record
-from conduit_site.snapshots import read_snapshot
+from infra.frozen import frozen
+from infra.queries import CompiledOnce, Listed
+from infra.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
 from routing.config.selectors import live_generation, live_generation_id, load_configuration
 from routing.decide import (
@@ -116,7 +116,7 @@ logger = logging.getLogger("conduit.routing")
 _PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
 
 
-@record
+@frozen
 class RouteOutcome:
     """What happened to one Event in a pass."""
 
@@ -154,7 +154,7 @@ class RouteOutcome:
         )
 
 
-@record
+@frozen
 class _Carried:
     """An Event a pass left for after an earlier Event's commit beside it (``behind``), with
     its evaluation (``None``: backing off), the end of the claim it was taken with and when it

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from causal.models import RouteState
-from conduit_site.records import record
+from infra.frozen import frozen
 from routing.decide import Decision, Effect, Reason, WaitView, World, decide, replace
 from routing.engine.failures import RouteFailure, backoff_for, gives_up
 from routing.errors import RouteError
@@ -54,7 +54,7 @@ class BridgeLimits(Protocol):
         refused counts as planned for the next verdict on the same root."""
 
 
-@record
+@frozen
 class Bridge:
     """A ``core.wait.woken`` bridge an Event derives to wake ``wait`` of ``work_id`` (R41, R42),
     with the causal limits' verdict: refused, the wait is blocked with the reason instead."""
@@ -72,7 +72,7 @@ class Bridge:
         return f"causal limits refuse the wake ({self.refusal.kind}): {self.refusal.detail}"[:500]
 
 
-@record
+@frozen
 class Settlement:
     """What happens to one Event: settled (``routed``/``failed``), left unrouted with why, or
     a duplicate. The route commit writes exactly this; trace shows it."""

@@ -15,7 +15,7 @@ from django.db.models import OuterRef, Q, Subquery
 
 from causal.limits import Causal, Refusal
 from causal.models import Event, EventKey, RouteState
-from conduit_site.queries import CompiledOnce, Listed
+from infra.queries import CompiledOnce, Listed
 from routing.decide import (
     AttemptView,
     SubscriptionView,
@@ -106,7 +106,7 @@ def read_world(
 
 class SnapshotReads:
     """The world reads of :func:`read_world`, remembered (``remember=True``) for later windows
-    read in the same read snapshot (:func:`conduit_site.snapshots.read_snapshot`): an impact
+    read in the same read snapshot (:func:`infra.snapshots.read_snapshot`): an impact
     preview traces thousands of Events, most of them about the same Works and keys, and
     nothing changes between its traces. Absent rows are remembered too. A route commit reads
     afresh (``remember=False``): the world changes between its windows."""

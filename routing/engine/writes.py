@@ -13,7 +13,8 @@ from django.db import connection, connections
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
-from conduit_site.queries import (
+from infra.frozen import frozen
+from infra.queries import (
     JsonPreparer,
     array_cast,
     dumps_json_text,
@@ -23,7 +24,6 @@ from conduit_site.queries import (
     unnest_select,
     update_rows,
 )
-from conduit_site.records import record
 from routing.decide import (
     INPUT_EFFECTS,
     Decision,
@@ -353,7 +353,7 @@ def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: 
     SQLite: ``INSERT … SELECT … FROM (VALUES …)`` statements (``RETURNING`` the keys when
     asked), as many rows each as the connection's bound-variable limit allows: a window's
     rows in one statement. Its ``VALUES`` list is padded to a few lengths
-    (:func:`conduit_site.queries.padded_length`) with rows that the ``SELECT`` leaves out, so
+    (:func:`infra.queries.padded_length`) with rows that the ``SELECT`` leaves out, so
     a window of any size finds its statement prepared, and the statements kept (SQLite's
     prepared statements, their conversions to its placeholders) stay few. An
     ``executemany`` bound, ran and reset its statement row by row, and cost SQLite about a
@@ -417,7 +417,7 @@ def _prepared_times(column, values: Sequence[Any]) -> list[Any]:
 
 def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> list[int]:
     """PostgreSQL: ``rows`` in one ``INSERT … SELECT … FROM UNNEST(…)``
-    (:func:`conduit_site.queries.unnest_select`). A column whose value every row shares (a
+    (:func:`infra.queries.unnest_select`). A column whose value every row shares (a
     window's time, scope, generation, state) is one parameter, prepared once; the others are
     arrays, each value prepared by its field."""
     prepare: dict[int, Callable[[Any], Any]] = dict(_json_preparers(plan))
@@ -458,7 +458,7 @@ def _json_preparers(plan: _InsertPlan) -> list[tuple[int, JsonPreparer]]:
     ]
 
 
-@record
+@frozen
 class _InsertPlan:
     head: str
     width: int  # columns a row

@@ -48,7 +48,7 @@ def asgi_server(tmp_path, settings):
     channel layer file with this process (whose router publishes to it)."""
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
         }
     }

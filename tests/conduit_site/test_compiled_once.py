@@ -1,4 +1,4 @@
-"""Issue 12 items 1 and 2: hot reads compiled once (conduit_site.queries.CompiledOnce) return
+"""Issue 12 items 1 and 2: hot reads compiled once (infra.queries.CompiledOnce) return
 exactly what the ORM returns, on whichever database the tests run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from causal.models import KV, Event
-from conduit_site.queries import CompiledOnce, Listed, padded_length, update_rows
+from infra.queries import CompiledOnce, Listed, padded_length, update_rows
 from routing.engine import failures as failures_module
 from routing.engine import world
 from routing.engine.failures import FAILURES_NAMESPACE, failures_read
@@ -304,7 +304,7 @@ def test_i12_2_json_text_decodes_as_djangos_json_field_decodes_it(text):
     from django.db import connection
     from django.db.models import F
 
-    from conduit_site.queries import _quicker
+    from infra.queries import _quicker
 
     field = Event._meta.get_field("data")
     quick = _quicker(field.from_db_value)
@@ -415,7 +415,7 @@ def test_i12_queued_decisions_are_built_by_position_in_the_fields_order():
 @pytest.mark.django_db
 def test_i12_3_a_compiled_in_list_of_awkward_strings_selects_exactly_their_rows():
     """On PostgreSQL a compiled statement's IN list is one array literal written by
-    conduit_site.queries.array_text: a value holding the literal's quote, backslash, separator,
+    infra.queries.array_text: a value holding the literal's quote, backslash, separator,
     braces or the word NULL matches its own row and no other."""
     scopes = ['a"b', "back\\slash\\", "x,y", "{z}", " pad ", "NULL", "it's", '\\"', "é ✓"]
     works = {scope: WorkFactory(scope=scope) for scope in [*scopes, "a", "b", "z", "pad", "x"]}

@@ -21,8 +21,8 @@ from django.core.management.base import BaseCommand
 from django.test import Client
 from django.urls import reverse
 
-from conduit_site.layers import SQLiteChannelLayer
-from conduit_site.private_files import private_directory, private_file
+from infra.layers import SQLiteChannelLayer
+from infra.private_files import private_directory, private_file
 from routing.management.commands.serve import Child, Supervisor, debug_for_host, is_loopback
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret

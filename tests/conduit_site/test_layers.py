@@ -15,7 +15,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.exceptions import ChannelFull
 
-from conduit_site.layers import SQLiteChannelLayer
+from infra.layers import SQLiteChannelLayer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,7 +122,7 @@ def test_group_membership_expires(layer, clock):
 def test_occupied_groups_are_the_live_memberships_among_those_asked_about(layer, clock):
     """A few groups are looked up by name; a route window's hundreds are read as every live
     membership kept to those asked about (OCCUPIED_LOOKUP_MAX): the two answers agree."""
-    from conduit_site.layers import OCCUPIED_LOOKUP_MAX
+    from infra.layers import OCCUPIED_LOOKUP_MAX
 
     async def scenario():
         a, b = await layer.new_channel(), await layer.new_channel()
@@ -234,7 +234,7 @@ def test_a_cancelled_receive_puts_its_message_back(tmp_path, clock):
 
 RECEIVER = """
 import asyncio, json, sys
-from conduit_site.layers import SQLiteChannelLayer
+from infra.layers import SQLiteChannelLayer
 
 async def main():
     layer = SQLiteChannelLayer(path=sys.argv[1], poll_interval=0.02)

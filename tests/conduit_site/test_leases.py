@@ -1,5 +1,5 @@
 """Issue 12 items 1 and 4: a route loop's claims and heartbeats are leases, committed without
-waiting for the disk (``conduit_site.leases``), while every other commit stays durable."""
+waiting for the disk (``infra.leases``), while every other commit stays durable."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from causal.clock import system_clock
 from causal.services import kv_get, kv_put_in_tx, kv_replace
-from conduit_site.leases import lease_transaction
+from infra.leases import lease_transaction
 
 
 def synchronous_level() -> str:

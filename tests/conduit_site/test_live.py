@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
-from conduit_site.live import (
+from infra.live import (
     EVENTS_GROUP,
     UPDATE_TYPE,
     events_ws_path,
@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def layer(settings, tmp_path):
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
         }
     }
@@ -97,7 +97,7 @@ def test_d4_a_bad_group_is_refused_at_once_and_a_failed_send_never_breaks_the_co
     # A channel layer that cannot be reached: the commit stands, the failure is logged.
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": "/proc/no-such-dir/channels.sqlite3"},
         }
     }
@@ -118,7 +118,7 @@ def test_d4_settings_choose_redis_with_a_socket_timeout_past_its_blocking_pop(tm
             [sys.executable, "-c", code], env=env, capture_output=True, check=True, text=True
         ).stdout
     )
-    assert embedded["BACKEND"] == "conduit_site.layers.SQLiteChannelLayer"
+    assert embedded["BACKEND"] == "infra.layers.SQLiteChannelLayer"
     assert embedded["CONFIG"]["path"] == str(tmp_path / "channels.sqlite3")
 
     env["REDIS_URL"] = "redis://127.0.0.1:6379/0"

@@ -1,4 +1,4 @@
-"""conduit_site.queries.Listed: an ``__in`` list passed as prepared values selects, updates
+"""infra.queries.Listed: an ``__in`` list passed as prepared values selects, updates
 and excludes exactly the rows the same plain list does (the router's window reads and writes
 rely on it), on whichever database the tests run."""
 
@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from causal.models import KV, Event, EventKey
-from conduit_site.queries import (
+from infra.queries import (
     JsonPreparer,
     Listed,
     array_text,
@@ -110,7 +110,7 @@ def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays
     assert shared == [False, True, True]
     sql, params = unnest_select(["bigint", "text", "bigint"], columns, shared)
     assert sql == "SELECT u.c0, (%s)::text, (%s)::bigint FROM UNNEST((%s)::bigint[]) AS u(c0)"
-    # The array as the text of its literal (conduit_site.queries.array_text).
+    # The array as the text of its literal (infra.queries.array_text).
     assert params == ["a", None, "{1,2,3}"]
     # Rows alike in every column: the first column stays an array, one value a row.
     assert shared_columns([[1, 1], ["a", "a"]]) == [False, True]
@@ -214,7 +214,7 @@ def test_i12_3_array_text_writes_integers_and_strings_as_an_array_literal():
 
 
 def test_i12_3_json_array_text_writes_a_jsonb_column_as_one_document():
-    """PostgreSQL's path (conduit_site.queries.unnest_select); no database needed to check the
+    """PostgreSQL's path (infra.queries.unnest_select); no database needed to check the
     text: each value by its wrapper's own ``dumps``, SQL NULL as ``null``, a shared wrapper
     written once."""
     import json

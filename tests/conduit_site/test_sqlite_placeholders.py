@@ -1,5 +1,5 @@
 """Issue 12 item 2: the SQLite backend turns Django's ``%s`` placeholders into SQLite's ``?``
-as Django's own backend does (``conduit_site.sqlite_backend``), remembering each statement's
+as Django's own backend does (``infra.sqlite_backend``), remembering each statement's
 conversion, and without a regular expression when the statement holds no escaped ``%``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 
-from conduit_site.sqlite_backend.base import _qmark_style
+from infra.sqlite_backend.base import _qmark_style
 
 STATEMENTS = [
     "SELECT 1",

@@ -1,5 +1,5 @@
 """Issue 12 items 1 and 4: on SQLite, write transactions take turns on a lock file beside the
-database (``conduit_site.sqlite_backend``), so a writer that writes again and again (the route
+database (``infra.sqlite_backend``), so a writer that writes again and again (the route
 loop draining a backlog) no longer starves acceptances asleep in SQLite's busy handler.
 
 The backend is exercised on an SQLite database of each test's own (whatever database the run
@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.utils import OperationalError
 
-from conduit_site.snapshots import read_snapshot
-from conduit_site.sqlite_backend.base import DatabaseWrapper
+from infra.snapshots import read_snapshot
+from infra.sqlite_backend.base import DatabaseWrapper
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def connect(path: Path, *, timeout: float = 30) -> DatabaseWrapper:
     return DatabaseWrapper(
         {
             **settings.DATABASES["default"],
-            "ENGINE": "conduit_site.sqlite_backend",
+            "ENGINE": "infra.sqlite_backend",
             "NAME": str(path),
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",

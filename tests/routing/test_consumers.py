@@ -13,7 +13,7 @@ from django.urls import reverse
 from conduit_site.asgi import application
 from conduit_site.console.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from conduit_site.console.views import work as work_views
-from conduit_site.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
+from infra.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
 from routing.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
@@ -29,7 +29,7 @@ def channel_layer(settings, tmp_path):
     """A private SQLite channel layer file for each test."""
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
         }
     }

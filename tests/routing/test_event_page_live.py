@@ -13,7 +13,7 @@ from django.db import transaction
 
 from conduit_site.asgi import application
 from conduit_site.console.consumers import CLOSE_NOT_FOUND
-from conduit_site.live import group_name_for_event, group_name_for_work, publish_on_commit
+from infra.live import group_name_for_event, group_name_for_work, publish_on_commit
 from routing import controls
 from routing.live import send_routed
 from tests.routing.factories import UserFactory

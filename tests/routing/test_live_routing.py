@@ -15,7 +15,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
 from conduit_site.asgi import application
-from conduit_site.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_work
+from infra.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_work
 from routing.live import MAX_WORK_MESSAGES, publish_routed, send_routed
 from routing.live import drain as live_drain
 from routing.models import RouteRecord
@@ -36,7 +36,7 @@ def layer_path(settings, tmp_path):
     path = tmp_path / "channels.sqlite3"
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": str(path), "poll_interval": 0.01},
         }
     }
@@ -154,7 +154,7 @@ def test_d4_a_router_pass_publishes_once_per_window_for_its_events_and_works(clo
 def test_d4_a_failing_channel_layer_logs_a_warning_and_routing_goes_on(clock, settings, tmp_path, caplog):
     # A directory is no SQLite file: every send fails.
     settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "conduit_site.layers.SQLiteChannelLayer", "CONFIG": {"path": str(tmp_path)}}
+        "default": {"BACKEND": "infra.layers.SQLiteChannelLayer", "CONFIG": {"path": str(tmp_path)}}
     }
     apply(clock)
     event = pr(clock, 1)

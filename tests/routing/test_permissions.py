@@ -265,7 +265,7 @@ def test_i9p3_console_matrix(world, name, method, who):
 def test_i9p3_websocket_matrix(settings, tmp_path, name, who):
     settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
             "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
         }
     }

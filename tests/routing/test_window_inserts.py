@@ -130,7 +130,7 @@ def test_r7_issue12_window_insert_of_a_json_value_every_row_shares():
 
 def test_i12_3_window_insert_stores_awkward_text_and_json_values_exactly_in_row_order():
     """On PostgreSQL the varying text and integer columns go as array literals and each JSON
-    column as one JSON document (conduit_site.queries.array_text, json_array_text): whatever
+    column as one JSON document (infra.queries.array_text, json_array_text): whatever
     a value holds (the literal's own quote and backslash, separators, braces, the word NULL,
     quotes, text beyond ASCII), it is stored as given, NULL stays NULL, and rows keep their order."""
     awkward = ['a"b', "back\\slash\\", "x,y", "{z}", " pad ", "NULL", "", "it's", '\\"', "é ✓ 日本"]
@@ -225,7 +225,7 @@ def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limi
 
 
 def test_i12_2_window_inserts_of_nearby_row_counts_run_one_statement():
-    """SQLite pads a statement's rows to a few lengths (conduit_site.queries.padded_length)
+    """SQLite pads a statement's rows to a few lengths (infra.queries.padded_length)
     with rows it leaves out: windows of 9 and 10 rows run the same statement (prepared once,
     and few kept), and store exactly their own rows. PostgreSQL's statement has one shape."""
     events = EventFactory.create_batch(19)

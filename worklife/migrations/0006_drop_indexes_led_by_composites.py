@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from conduit_site.migration_ops import drop_field_index
+from infra.migration_ops import drop_field_index
 
 
 class Migration(migrations.Migration):

@@ -23,7 +23,7 @@ from causal.selectors import (
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, query_string, render_console
 from conduit_site.console.views.forms import KeysetOrderForm
-from conduit_site.converters import MAX_ID
+from infra.converters import MAX_ID
 from routing.roles import VIEW_EVENT
 
 ROOT_TEMPLATE = "causal/root.html"

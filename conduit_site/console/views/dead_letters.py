@@ -22,8 +22,8 @@ from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, render_console
 from conduit_site.console.views.controls import require_control_permission
 from conduit_site.console.views.forms import KeysetOrderForm, form_errors_text
-from conduit_site.converters import MAX_ID
 from conduit_site.doctor import first_line
+from infra.converters import MAX_ID
 from routing import controls
 from routing.errors import RouteErrorCode
 from routing.roles import VIEW_EVENT

@@ -13,7 +13,7 @@ from causal.models import Event, RouteState
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, render_console
 from conduit_site.console.views.forms import EventFilterForm
-from conduit_site.live import event_ws_path, events_ws_path
+from infra.live import event_ws_path, events_ws_path
 from routing.controls import reroute_copies
 from routing.engine.failures import failures_read
 from routing.envelopes import raw_envelope

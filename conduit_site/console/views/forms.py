@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from causal.models import RouteState
-from conduit_site.converters import MAX_ID
+from infra.converters import MAX_ID
 from routing.selectors import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid, parse_time
 from worklife.models import WorkStatus
 from worklife.selectors import PARKED, WorkFilter

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, reset_queries
 
 from causal.clock import system_clock
-from conduit_site.wakeup import ACCEPTED, Listener
+from infra.wakeup import ACCEPTED, Listener
 from routing.loop import RouteLoop
 from routing.management.loops import collector_tuned, install_graceful_stop, restore_signals
 from routing.router import RouterOptions

@@ -1,4 +1,4 @@
-"""``conduit_site.records.record``: a frozen slots dataclass whose ``__init__`` sets its slots
+"""``infra.frozen.frozen``: a frozen slots dataclass whose ``__init__`` sets its slots
 directly, with the dataclass's own behaviour (issue 12 item 2)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from dataclasses import InitVar, dataclass, field
 
 import pytest
 
-from conduit_site.records import fast_init, record
+from infra.frozen import fast_init, frozen
 
 
 def _pair(body: dict, annotations: dict):
-    """The same class twice: as ``@dataclass(frozen=True, slots=True)`` and as ``@record``."""
+    """The same class twice: as ``@dataclass(frozen=True, slots=True)`` and as ``@frozen``."""
     stock = dataclass(frozen=True, slots=True)(type("Stock", (), {"__annotations__": annotations, **body}))
-    fast = record(type("Fast", (), {"__annotations__": annotations, **body}))
+    fast = frozen(type("Fast", (), {"__annotations__": annotations, **body}))
     return stock, fast
 
 
@@ -70,7 +70,7 @@ def test_i12p2_a_record_refuses_what_its_dataclass_refuses():
             cls(1, seq=1)  # given twice
 
 
-@record
+@frozen
 class Point:
     x: int
     y: int = 0
@@ -92,7 +92,7 @@ def test_i12p2_a_record_stays_frozen_equal_hashable_and_picklable():
 
 
 def test_i12p2_each_record_gets_its_own_default_from_a_factory():
-    fast = record(
+    fast = frozen(
         type("Bag", (), {"__annotations__": {"items": "list"}, "items": field(default_factory=list)})
     )
     one, two = fast(), fast()
@@ -109,7 +109,7 @@ def test_i12p2_post_init_runs_after_the_fields_are_set():
         if self.a < 0:
             raise ValueError("negative")
 
-    fast = record(
+    fast = frozen(
         type(
             "Checked",
             (),
@@ -123,8 +123,8 @@ def test_i12p2_post_init_runs_after_the_fields_are_set():
 
 
 def test_i12p2_a_subclass_record_sets_its_parents_slots_too():
-    base = record(type("Base", (), {"__annotations__": {"a": "int"}}))
-    child = record(type("Child", (base,), {"__annotations__": {"b": "int"}, "b": 0}))
+    base = frozen(type("Base", (), {"__annotations__": {"a": "int"}}))
+    child = frozen(type("Child", (base,), {"__annotations__": {"b": "int"}, "b": 0}))
     made = child(1, 2)
     assert (made.a, made.b) == (1, 2)
     assert isinstance(made, base)
@@ -133,7 +133,7 @@ def test_i12p2_a_subclass_record_sets_its_parents_slots_too():
 def test_i12p2_field_names_do_not_clash_with_the_generated_code():
     # Names the generated function might use for itself.
     annotations = {"self": "int", "cls": "int", "_MISSING": "int", "object": "int"}
-    fast = record(type("Odd", (), {"__annotations__": annotations}))
+    fast = frozen(type("Odd", (), {"__annotations__": annotations}))
     made = fast(1, 2, 3, 4)
     assert (made.self, made.cls, made._MISSING, made.object) == (1, 2, 3, 4)
     assert fast(self=1, cls=2, _MISSING=3, object=4) == made

@@ -21,7 +21,7 @@ queue on a lock of the process for the same database, which wakes the next one a
 is released, and only the thread at its head polls the lock file: requests of one server
 took turns among themselves by polling before, sleeping up to 5 ms past a free lock while
 others queued behind them. Read transactions (``BEGIN DEFERRED``, see
-:mod:`conduit_site.snapshots`) and writes outside a transaction take no turn; an in-memory
+:mod:`infra.snapshots`) and writes outside a transaction take no turn; an in-memory
 database has no lock file and no turns.
 """
 

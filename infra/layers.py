@@ -38,7 +38,7 @@ from typing import Any
 from channels.exceptions import ChannelFull
 from channels.layers import BaseChannelLayer
 
-from conduit_site.private_files import private_file
+from infra.private_files import private_file
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class _Row:
 class SQLiteChannelLayer(BaseChannelLayer):
     """A channels layer in a SQLite file shared by the processes of one installation.
 
-    ``CHANNEL_LAYERS = {"default": {"BACKEND": "conduit_site.layers.SQLiteChannelLayer",
+    ``CHANNEL_LAYERS = {"default": {"BACKEND": "infra.layers.SQLiteChannelLayer",
     "CONFIG": {"path": ".../channels.sqlite3"}}}``. Options: ``expiry`` (seconds a message
     waits, 60), ``group_expiry`` (seconds a membership lasts, 86400), ``capacity`` (messages a
     channel holds, 100), ``channel_capacity`` (glob or regex → capacity), ``poll_interval``

@@ -1,4 +1,4 @@
-"""Frozen records for hot paths: ``@record`` is ``@dataclass(frozen=True, slots=True)`` with a
+"""Frozen records for hot paths: ``@frozen`` is ``@dataclass(frozen=True, slots=True)`` with a
 faster ``__init__``.
 
 A frozen dataclass's generated ``__init__`` sets each field with
@@ -8,7 +8,7 @@ with this ``__init__`` and 0.7 µs unfrozen. The router builds about ten such re
 (the snapshot, the verdicts, the decisions, the settlement, the outcome), about 120 fields:
 its CPU per Event fell by about 7% with this.
 
-``record`` keeps everything the dataclass is (fields, defaults, ``repr``, equality, hashing,
+``frozen`` keeps everything the dataclass is (fields, defaults, ``repr``, equality, hashing,
 ``FrozenInstanceError`` on assignment, ``dataclasses.replace``, pickling) and only replaces
 ``__init__`` with one that stores each field through its slot's descriptor directly, with the
 same signature: positional and keyword parameters in field order, the same defaults,
@@ -28,7 +28,7 @@ _FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", _MISSING)
 
 
 @dataclass_transform(frozen_default=True)
-def record(cls: type | None = None, /, **options: Any):
+def frozen(cls: type | None = None, /, **options: Any):
     """``@dataclass(frozen=True, slots=True, **options)`` with a faster ``__init__``."""
 
     def wrap(cls: type) -> type:

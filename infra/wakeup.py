@@ -33,7 +33,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from conduit_site.private_files import private_directory
+from infra.private_files import private_directory
 
 logger = logging.getLogger("conduit.wakeup")
 

@@ -1,0 +1,4 @@
+"""Database and process helpers every app uses: query building, frozen records, lease
+transactions, read snapshots, model fields, wake-ups between processes, private files,
+migration operations, URL converters, the SQLite backend, the SQLite channel layer and the
+publishing of live updates. No app logic: nothing here imports an app."""
