@@ -69,7 +69,7 @@ test: $(STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLit
 test-postgres: $(STAMP) | $(VAR) ## Run the tests on PostgreSQL (DATABASE_URL, default the local server).
 	DATABASE_URL=$${DATABASE_URL:-$(LOCAL_POSTGRES)} $(PY) -m pytest $(PYTEST_ARGS)
 
-mutate: $(STAMP) ## Mutation testing (mutmut) of routing/decide.py, routing/evaluate.py, worklife/lifecycle.py.
+mutate: $(STAMP) ## Mutation testing (mutmut) of routing/engine/decide.py, routing/engine/evaluate.py, worklife/lifecycle.py.
 	rm -rf mutants
 	DATABASE_URL= TEST_DATABASE_NAME=:memory: $(VENV)/bin/mutmut run --max-children $(MUTATE_JOBS)
 	$(VENV)/bin/mutmut results

@@ -11,7 +11,7 @@ GET through the middleware: session, heartbeat banner, doctor, counts, the trend
 eight SVG charts) and, as the floor measured in the same run, the Event list page; first with
 1% of the Events, then with all of them. With the cache emptied (a restart), the home page is
 first fetched until the day's route latencies are all ranked (each GET ranks at most
-``routing.trends.RANK_BUDGET`` Events): how many GETs and the slowest are printed; then the
+``conduit_site.console.trends.RANK_BUDGET`` Events): how many GETs and the slowest are printed; then the
 median of ``--runs`` GETs. Prints server times, query counts and ratios. Target: the home
 page at 100,000 Events within 300 ms.
 """

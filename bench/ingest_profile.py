@@ -47,7 +47,7 @@ def setup(var: str) -> str:
     from django.db import transaction
 
     from causal.clock import system_clock
-    from routing.roles import Role, role_assign_in_tx
+    from routing.access.roles import Role, role_assign_in_tx
     from routing.services import api_token_create, config_apply
 
     call_command("migrate", verbosity=0)

@@ -169,7 +169,7 @@ def setup_conduit(env: dict[str, str]) -> str:
         "from django.contrib.auth import get_user_model\n"
         "from django.db import transaction\n"
         "from causal.clock import system_clock\n"
-        "from routing.roles import Role, role_assign_in_tx\n"
+        "from routing.access.roles import Role, role_assign_in_tx\n"
         "from routing.services import api_token_create, config_apply\n"
         "config_apply(document=sys.stdin.read(), clock=system_clock)\n"
         "with transaction.atomic():\n"

@@ -122,9 +122,9 @@ def route_all(batch_size: int, statements_log: list | None = None) -> dict:
 
     from causal.clock import system_clock
     from causal.models import Event, RouteState
+    from conduit_site.management.loops import collector_tuned
+    from routing.engine.loop import RouteLoop
     from routing.engine.options import RouterOptions
-    from routing.loop import RouteLoop
-    from routing.management.loops import collector_tuned
 
     statements = 0
     collector = {"collections": 0, "seconds": 0.0, "started": 0.0}

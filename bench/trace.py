@@ -91,13 +91,13 @@ def payloads(events: int, routes: int) -> list[dict]:
 def run(args: argparse.Namespace) -> None:
     from causal.clock import system_clock
     from routing.config.selectors import load_configuration
+    from routing.engine.loop import RouteLoop
     from routing.engine.options import RouterOptions
     from routing.extension import freeze
-    from routing.impact import impact_preview
-    from routing.loop import RouteLoop
-    from routing.registry import handler_class
+    from routing.handlers.registry import handler_class
     from routing.services import config_apply, config_candidate, events_accept
-    from routing.trace import trace
+    from routing.setup.impact import impact_preview
+    from routing.setup.trace import trace
 
     # One trace on a configuration of one 50-route scope: an Event only the last route
     # matches, so every route is asked.

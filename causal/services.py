@@ -2,7 +2,7 @@
 
 ``event_accept_in_tx`` is the trusted acceptance primitive: it stores an Event (or returns
 the one already accepted under the same ``(source, id)``) and its explicit key index. It does
-not decide who may accept what: ingress validation (``routing.ingress``) and the causal
+not decide who may accept what: ingress validation (``routing.acceptance.envelopes``) and the causal
 limits (``causal.limits``) call it after their own checks.
 """
 

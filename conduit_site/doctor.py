@@ -31,7 +31,7 @@ from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
 from routing.engine.failures import failures_keep_failing, failures_read
-from routing.loop import HEARTBEATS_NAMESPACE
+from routing.engine.loop import HEARTBEATS_NAMESPACE
 from routing.serializers import timestamp
 from worklife.selectors import WorkLoopHeartbeat, work_loop_heartbeats, work_parked, work_runnable
 

@@ -185,7 +185,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # password), and every failure is logged as ``auth.login_failed`` (never with the password).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "routing.auth_backend.ModelBackend",
+    "routing.access.backend.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("CONDUIT_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONDUIT_LOGIN_COOLOFF_MINUTES", 15))

@@ -2,7 +2,7 @@
 
 A generation (with its scopes, bindings and routes) is a stored document that routing and
 RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
-read-only. API tokens have their own admin (``routing.admin_tokens``): added with the
+read-only. API tokens have their own admin (``routing.access.admin``): added with the
 secret shown once, revoked by an action.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from causal.admin import HistoryAdmin, HistoryInline
-from routing.admin_tokens import ApiTokenAdmin
+from routing.access.admin import ApiTokenAdmin
 from routing.models import ApiToken, Binding, Generation, Route, RouteRecord, Scope
 
 

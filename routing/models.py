@@ -38,7 +38,7 @@ class Generation(models.Model):
                 name="generation_number_iff_applied",
             ),
         ]
-        # The admin role's (routing.roles); the CLI is trusted host access and checks none.
+        # The admin role's (routing.access.roles); the CLI is trusted host access and checks none.
         permissions = [("apply_configuration", "Can apply a configuration")]
 
     def __str__(self) -> str:
@@ -173,7 +173,7 @@ class RouteRecord(models.Model):
         ordering = ["-event"]
         # Reading and accepting Events, and the operator controls (R20), each granted on its
         # own (console, API, websocket; the CLI is trusted host access and checks none). Roles
-        # and token scopes group them: routing.roles.
+        # and token scopes group them: routing.access.roles.
         permissions = [
             ("skip_event", "Can skip an unrouted Event"),
             ("reroute_event", "Can reroute an Event"),
@@ -202,7 +202,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    # The scopes (routing.roles.TOKEN_SCOPES) the token is narrowed to; null: all of its user's
+    # The scopes (routing.access.roles.TOKEN_SCOPES) the token is narrowed to; null: all of its user's
     # permissions.
     scopes = models.JSONField(null=True, blank=True, default=None)
 

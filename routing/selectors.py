@@ -186,8 +186,8 @@ QUERY_MAX_LENGTH = 512
 def known_policies() -> tuple[str, ...]:
     """The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list."""
     # The controls (and the router they import) only for the pages that offer the list.
-    from routing.controls import CONTROL_POLICY
-    from routing.decide import Effect
+    from routing.controls.events import CONTROL_POLICY
+    from routing.engine.decide import Effect
 
     return (
         Effect.START,

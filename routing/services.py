@@ -26,10 +26,7 @@ from causal.services import (
     event_envelope,
     events_accept_in_tx,
 )
-from routing.config.document import ParsedDocument
-from routing.config.selectors import live_generation
-from routing.config.validate import parse_document
-from routing.ingress import (
+from routing.acceptance.envelopes import (
     BatchConflict,
     BatchInvalid,
     EnvelopeInvalid,
@@ -39,9 +36,12 @@ from routing.ingress import (
     parse_envelope,
     parse_envelopes,
 )
+from routing.access.roles import TOKEN_SCOPES
+from routing.access.tokens import token_digest, token_generate, token_well_formed
+from routing.config.document import ParsedDocument
+from routing.config.selectors import live_generation
+from routing.config.validate import parse_document
 from routing.models import ApiToken, Binding, Generation, GenerationKind, Route, Scope
-from routing.roles import TOKEN_SCOPES
-from routing.tokens import token_digest, token_generate, token_well_formed
 
 # --- acceptance -----------------------------------------------------------------------------
 
@@ -53,12 +53,12 @@ def event_accept(
 
     The durable commit is the acknowledgement. The same ``(source, id)`` accepted before with
     the same body returns that Event with ``created=False`` and stores nothing; with another
-    body it raises :class:`~routing.ingress.EventConflict` (both digests). Raises
-    :class:`~routing.ingress.EnvelopeInvalid` naming the field at fault (nothing stored):
+    body it raises :class:`~routing.acceptance.envelopes.EventConflict` (both digests). Raises
+    :class:`~routing.acceptance.envelopes.EnvelopeInvalid` naming the field at fault (nothing stored):
     a malformed envelope, a reserved ``core`` type or source unless ``trusted``, an Event
     larger than ``CONDUIT_MAX_EVENT_BYTES``, or a scope not in the live configuration.
     ``depth_checked``: the payload was decoded from JSON text whose depth was checked
-    (:func:`routing.ingress.parse_envelope`).
+    (:func:`routing.acceptance.envelopes.parse_envelope`).
     """
     envelope = _validated(payload, trusted=trusted, depth_checked=depth_checked)
     if not connection.in_atomic_block:
@@ -183,11 +183,11 @@ def events_accept(
 ) -> list[Accepted]:
     """Validate every Event of a batch, then accept them all in one transaction, in order.
 
-    All or nothing: when any Event is refused, :class:`~routing.ingress.BatchInvalid` lists
+    All or nothing: when any Event is refused, :class:`~routing.acceptance.envelopes.BatchInvalid` lists
     every refusal (each with its ``index``) and nothing is stored. Duplicates (of earlier
     Events or of an earlier Event in the same batch) come back with ``created=False``; one
     with another body than the Event it repeats refuses the batch with
-    :class:`~routing.ingress.BatchConflict`. ``depth_checked`` as for :func:`event_accept`.
+    :class:`~routing.acceptance.envelopes.BatchConflict`. ``depth_checked`` as for :func:`event_accept`.
     """
     if not payloads:
         raise EnvelopeInvalid(None, "the batch is empty: it holds no Event")
@@ -350,7 +350,7 @@ def api_token_create(
 ) -> IssuedToken:
     """Create an API token for ``user``; the returned secret is shown once and never stored.
 
-    ``scopes`` (names of ``routing.roles.TOKEN_SCOPES``) narrows the token to those actions;
+    ``scopes`` (names of ``routing.access.roles.TOKEN_SCOPES``) narrows the token to those actions;
     ``None`` lets it act with all of its user's permissions. Raises :class:`ApiTokenInvalid`
     for an inactive user, a bad name or an unknown scope (nothing stored).
     """

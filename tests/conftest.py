@@ -73,7 +73,7 @@ def live_updates_sent():
     """Each test's live updates go out before the next test starts (the router publishes them
     from a thread of its own after commit)."""
     yield
-    from routing.live import drain
+    from routing.engine.live import drain
 
     drain(timeout=10)
 

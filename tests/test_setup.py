@@ -26,8 +26,8 @@ from django.contrib.auth.hashers import identify_hasher
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 
-from routing.management.commands import serve as serve_module
-from routing.management.commands.serve import Child, Supervisor, clean_stop, url_for
+from conduit_site.management.commands import serve as serve_module
+from conduit_site.management.commands.serve import Child, Supervisor, clean_stop, url_for
 from routing.models import RouteRecord
 from routing.services import event_accept
 from tests.routing.factories import UserFactory, apply_config
@@ -391,7 +391,7 @@ def test_issue12_1_serve_workers_share_one_port(tmp_path):
     [(2, "127.0.0.1", 2), (1, "127.0.0.1", 1), (16, "0.0.0.0", 4), (None, "127.0.0.1", 1), (8, "::1", 1)],
 )
 def test_issue12_1_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cpus, host, expected):
-    from routing.management.commands import serve
+    from conduit_site.management.commands import serve
 
     monkeypatch.setattr(serve.os, "process_cpu_count", lambda: cpus)
     assert serve.default_workers(host) == expected
@@ -399,7 +399,7 @@ def test_issue12_1_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cp
 
 @pytest.mark.django_db(transaction=True)
 def test_issue12_1_serve_without_workers_starts_the_default_number(tmp_path):
-    from routing.management.commands.serve import default_workers
+    from conduit_site.management.commands.serve import default_workers
 
     expected = default_workers("127.0.0.1")
     banner, daphnes = _serve_web_processes(tmp_path, requests=1)
@@ -412,7 +412,7 @@ def test_issue12_1_each_worker_listens_on_a_socket_of_its_own_on_one_port():
     connections over the processes; a port another program holds is refused clearly."""
     import socket
 
-    from routing.management.commands.serve import listening_sockets
+    from conduit_site.management.commands.serve import listening_sockets
 
     port = free_port()
     listeners = listening_sockets("127.0.0.1", port, 3)

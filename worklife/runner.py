@@ -83,7 +83,7 @@ DUE_CHECK_SECONDS = 0.2
 
 
 class Dispatcher(Protocol):
-    """What the runner needs from the configuration (``routing.dispatch.RoutingDispatcher``)."""
+    """What the runner needs from the configuration (``routing.engine.dispatch.RoutingDispatcher``)."""
 
     def dispatch_in_tx(
         self, *, work_id: int, clock: Clock, lease_until: datetime, lease_owner: str

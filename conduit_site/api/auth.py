@@ -20,12 +20,12 @@ What the decorator does, in order:
 2. refuses a method not in ``methods`` with ``405`` and an ``Allow`` header;
 3. refuses (``403``) a token without the ``permission`` of the method (one for all methods, or
    one per method): the token's user must have it and a narrowed token's scopes must allow it
-   (``routing.roles``). Every endpoint but a public one names its permissions;
+   (``routing.access.roles``). Every endpoint but a public one names its permissions;
 4. calls the view and maps the domain errors it raises to JSON ``4xx`` responses: an
    :class:`ApiError` as it says; exceptions listed in ``errors=`` or registered with
    :func:`register_api_error`, most specific class first; ``ObjectDoesNotExist``/``Http404`` →
    404; ``PermissionDenied`` → 403. An exception with a ``details()`` method (like
-   :class:`~routing.ingress.EnvelopeInvalid`) supplies the JSON body itself (``error``,
+   :class:`~routing.acceptance.envelopes.EnvelopeInvalid`) supplies the JSON body itself (``error``,
    ``field``, ``message``…); others give ``{"error": code, "message": str(exc)}``.
    Anything else is a bug and propagates (500).
 
@@ -45,8 +45,14 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from causal.clock import system_clock
-from routing.ingress import BatchConflict, EnvelopeInvalid, EventConflict, EventTooLarge, parse_json
-from routing.roles import token_allows
+from routing.acceptance.envelopes import (
+    BatchConflict,
+    EnvelopeInvalid,
+    EventConflict,
+    EventTooLarge,
+    parse_json,
+)
+from routing.access.roles import token_allows
 from routing.services import ApiTokenInvalid, api_token_authenticate
 
 ErrorMapping = Mapping[type[BaseException], tuple[int, str]]
@@ -220,7 +226,7 @@ def request_json(request: HttpRequest, *, max_bytes: int | None = None, allow_em
     The size (``max_bytes``, by default ``CONDUIT_MAX_EVENT_BYTES``) is checked on the raw body
     before parsing: 413. A media type other than JSON (``application/json``,
     ``application/cloudevents+json``, ``application/cloudevents-batch+json`` or any
-    ``+json`` type): 415. Invalid JSON: 400 (:class:`~routing.ingress.EnvelopeInvalid`). An
+    ``+json`` type): 415. Invalid JSON: 400 (:class:`~routing.acceptance.envelopes.EnvelopeInvalid`). An
     empty body is ``None`` when ``allow_empty``, else 400.
     """
     limit = settings.CONDUIT_MAX_EVENT_BYTES if max_bytes is None else max_bytes

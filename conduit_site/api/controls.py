@@ -17,8 +17,8 @@ from django.http import HttpRequest, JsonResponse
 from causal.clock import Clock, system_clock
 from conduit_site.api.auth import api_view
 from conduit_site.doctor import doctor
-from routing import controls
-from routing.roles import VIEW_EVENT
+from routing.access.roles import VIEW_EVENT
+from routing.controls import events as controls
 
 # The trusted clock the endpoints use (tests inject a fake one).
 clock: Clock = system_clock

@@ -12,18 +12,18 @@ from causal.selectors import event_get
 from conduit_site.api.auth import ApiError, api_view, request_json
 from conduit_site.api.openapi import openapi_schema
 from routing import services
+from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.config.problems import GenerationNotFound
-from routing.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.selectors import event_route as event_route_get
 from routing.serializers import accepted_json, event_json, event_route_json
-from routing.trace import TraceRefused, trace
+from routing.setup.trace import TraceRefused, trace
 
 
 @api_view(["POST"], permission=ACCEPT_EVENT)
 def events_accept(request: HttpRequest) -> JsonResponse:
     """Accept one Event (a JSON object: 201 new, 200 duplicate) or a batch (a JSON array,
     all or nothing: 201 when any is new, else 200)."""
-    body = request_json(request)  # its text's depth checked (routing.ingress.parse_json)
+    body = request_json(request)  # its text's depth checked (routing.acceptance.envelopes.parse_json)
     accepted_by = request.user.get_username()
     if isinstance(body, list):
         results = services.events_accept(

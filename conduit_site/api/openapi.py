@@ -1249,7 +1249,7 @@ PATHS: dict[str, Any] = {
 }
 
 
-# Every operation that needs a token needs a permission too (routing.roles): each can answer 403.
+# Every operation that needs a token needs a permission too (routing.access.roles): each can answer 403.
 for _operations in PATHS.values():
     for _operation in _operations.values():
         if "401" in _operation["responses"]:

@@ -10,7 +10,14 @@ from django.http import HttpRequest, JsonResponse
 
 from causal.clock import system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
-from routing.candidates import (
+from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
+from routing.config.problems import ConfigInvalid
+from routing.config.reader import MAX_DOCUMENT_BYTES
+from routing.config.selectors import load_configuration
+from routing.models import Generation
+from routing.serializers import timestamp
+from routing.services import config_candidate
+from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,
     candidate_apply,
@@ -19,14 +26,7 @@ from routing.candidates import (
     candidate_get,
     effective_tree,
 )
-from routing.config.problems import ConfigInvalid
-from routing.config.reader import MAX_DOCUMENT_BYTES
-from routing.config.selectors import load_configuration
-from routing.impact import ImpactInvalid, impact_preview
-from routing.models import Generation
-from routing.roles import APPLY_CONFIGURATION, VIEW_EVENT
-from routing.serializers import timestamp
-from routing.services import config_candidate
+from routing.setup.impact import ImpactInvalid, impact_preview
 
 # A document of MAX_DOCUMENT_BYTES may double in size as a JSON string (escaped quotes,
 # backslashes, newlines).

@@ -21,10 +21,10 @@ from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
 from conduit_site.api.auth import ApiError, api_view, request_json
 from infra.converters import MAX_ID
-from routing.roles import VIEW_EVENT
+from routing.access.roles import VIEW_EVENT
+from routing.controls import work as controls
+from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from routing.serializers import attempt_json, work_json
-from worklife import controls
-from worklife.controls import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
 from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page
 

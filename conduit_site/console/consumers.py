@@ -36,7 +36,7 @@ from conduit_site.console.views.forms import EventFilterForm, WorkDetailForm
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_CONTROLS, LIVE_PARTIALS, work_detail_context
 from infra.converters import MAX_ID
 from infra.live import EVENTS_GROUP, group_name_for_event, group_name_for_work
-from routing.roles import VIEW_EVENT
+from routing.access.roles import VIEW_EVENT
 from worklife.models import Work
 from worklife.selectors import work_get
 

@@ -8,15 +8,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from routing.acceptance.envelopes import kind_of
 from routing.config.document import ParsedBinding, ParsedDocument, ParsedRoute, ParsedScope
 from routing.config.effective import (
     _resolve,
 )
 from routing.config.problems import ConfigInvalid, ConfigProblem
 from routing.config.reader import MAX_DOCUMENT_BYTES, _Reader
-from routing.ingress import kind_of
+from routing.handlers.registry import HandlerMissing, handler_class, registered_handlers
 from routing.models import Route, Scope
-from routing.registry import HandlerMissing, handler_class, registered_handlers
 from worklife.executors import (
     CONTROLS,
     BindingInvalid,

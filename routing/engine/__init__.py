@@ -14,6 +14,10 @@ One idea per module:
 - :mod:`~routing.engine.options` — how a router runs;
 - :mod:`~routing.engine.logs` — the ``route.decided`` log line, redacted.
 
-The policy decision itself is :mod:`routing.decide`; asking the handlers is
-:mod:`routing.evaluate` on :mod:`routing.handler_pool`; the loop is :mod:`routing.loop`.
+- :mod:`~routing.engine.decide` — the policy decision, a pure function;
+- :mod:`~routing.engine.evaluate` — asking a scope's routes, on
+  :mod:`~routing.engine.handler_pool` (handler calls under deadlines);
+- :mod:`~routing.engine.loop` — the route loop's host (a router per generation, heartbeats);
+- :mod:`~routing.engine.dispatch` — what the Work engine asks before it runs an attempt;
+- :mod:`~routing.engine.live` — live updates of open pages after a window commits.
 """

@@ -33,7 +33,7 @@ from causal.models import KV, Event, RouteState
 from causal.services import kv_replace
 from infra.leases import lease_transaction
 from infra.queries import CompiledOnce, Listed, update_rows
-from routing.evaluate import SnapshotRead
+from routing.engine.evaluate import SnapshotRead
 from routing.extension import EventSnapshot
 
 # "Rout": route loops' commits take it shared on PostgreSQL; operator controls and the routes
@@ -42,7 +42,7 @@ COMMIT_LOCK_ID = 0x526F7574
 # "Clam": serialises claims on PostgreSQL, so a claim sees the claims before it and two claims
 # never scan side by side, skipping each other's rows.
 CLAIM_LOCK_ID = 0x436C616D
-# Where each route loop writes its heartbeat (routing.loop), one KV entry a loop.
+# Where each route loop writes its heartbeat (routing.engine.loop), one KV entry a loop.
 HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
 # Where each route loop publishes what its window's routes decided (PostgreSQL): one KV entry a
 # loop, replaced at each window (:func:`publish_targets`).

@@ -8,7 +8,7 @@ input it must wait behind), then:
    Event and the configuration generation, never on Work state.
 2. **Commit** in one transaction: check the generation is still live, read the world the
    decisions need (key owners, Work, attempts, waits, earlier unrouted input), decide each
-   Event in acceptance order with :func:`routing.decide.decide` (the same code trace calls),
+   Event in acceptance order with :func:`routing.engine.decide.decide` (the same code trace calls),
    mirror each decision into the in-memory world so later Events of the window see it, and
    write every effect with set-based statements. Because the decision is computed from state
    read inside the commit, the snapshot it assumes is the one committed (R7); a changed
@@ -67,10 +67,6 @@ from infra.queries import CompiledOnce, Listed
 from infra.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
 from routing.config.selectors import live_generation, live_generation_id, load_configuration
-from routing.decide import (
-    Decision,
-    replace,
-)
 from routing.engine.claims import (
     COMMIT_LOCK_ID,
     claim_window,
@@ -80,9 +76,23 @@ from routing.engine.claims import (
     publish_targets,
     withdraw_targets,
 )
+from routing.engine.decide import (
+    Decision,
+    replace,
+)
+from routing.engine.evaluate import (
+    Evaluation,
+    RouteVerdict,
+    UnreadableSnapshot,
+    Verdict,
+    evaluate,
+    panic,
+    snapshots_isolated,
+)
 from routing.engine.failures import (
     failures_read,
 )
+from routing.engine.handler_pool import CallOutcome, HandlerPool, PoolExhausted
 from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
 from routing.engine.settle import BESIDE, CONFLICT_RECHECK, Settlement, Settler
@@ -97,17 +107,7 @@ from routing.engine.world import (
 )
 from routing.engine.writes import Writes
 from routing.errors import RouteError, RouteErrorCode
-from routing.evaluate import (
-    Evaluation,
-    RouteVerdict,
-    UnreadableSnapshot,
-    Verdict,
-    evaluate,
-    panic,
-    snapshots_isolated,
-)
 from routing.extension import EventSnapshot
-from routing.handler_pool import CallOutcome, HandlerPool, PoolExhausted
 from routing.models import Generation, RouteRecord
 
 logger = logging.getLogger("conduit.routing")
@@ -902,7 +902,7 @@ def build_router(
 ) -> Router | None:
     """A router for the live generation (or ``generation``) with the registered handlers and
     executors; ``None`` when no configuration was ever applied."""
-    from routing.registry import find_handler_class
+    from routing.handlers.registry import find_handler_class
     from worklife.executors import find_executor_class, registered_executors
 
     generation = generation or live_generation()

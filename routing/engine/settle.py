@@ -7,7 +7,7 @@ so a trace cannot disagree with routing (R39):
 - deduplication: an Event whose ``(source, id)`` is already accepted is stored as nothing;
 - ordering: an Event that shares a target with earlier unrouted input waits behind it (I4);
 - backoff: within a retryable failure's backoff the handlers are not asked (R14);
-- the decision itself (:func:`routing.decide.decide`), a decision that raises being a panic;
+- the decision itself (:func:`routing.engine.decide.decide`), a decision that raises being a panic;
 - failure counting and the give-up prediction (R13–R16);
 - the wake bridge of a won wait (R41) and of dependency subscriptions (R42), each judged by the
   causal limits first: a refused wake blocks the wait, holds the Work and keeps the Event as
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from causal.models import RouteState
 from infra.frozen import frozen
-from routing.decide import Decision, Effect, Reason, WaitView, World, decide, replace
+from routing.engine.decide import Decision, Effect, Reason, WaitView, World, decide, replace
+from routing.engine.evaluate import Evaluation, panic
 from routing.engine.failures import RouteFailure, backoff_for, gives_up
 from routing.errors import RouteError
-from routing.evaluate import Evaluation, panic
 from routing.extension import EventSnapshot
 
 if TYPE_CHECKING:

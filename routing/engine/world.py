@@ -16,18 +16,18 @@ from django.db.models import OuterRef, Q, Subquery
 from causal.limits import Causal, Refusal
 from causal.models import Event, EventKey, RouteState
 from infra.queries import CompiledOnce, Listed
-from routing.decide import (
+from routing.engine.claims import consecutive, held_elsewhere, published_targets, undecided_or_held_elsewhere
+from routing.engine.decide import (
     AttemptView,
     SubscriptionView,
     WaitView,
     WorkView,
     World,
 )
-from routing.engine.claims import consecutive, held_elsewhere, published_targets, undecided_or_held_elsewhere
-from routing.engine.settle import block, event_tokens
-from routing.evaluate import (
+from routing.engine.evaluate import (
     Evaluation,
 )
+from routing.engine.settle import block, event_tokens
 from routing.extension import EventSnapshot
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,

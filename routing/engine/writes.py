@@ -24,22 +24,22 @@ from infra.queries import (
     unnest_select,
     update_rows,
 )
-from routing.decide import (
+from routing.engine.decide import (
     INPUT_EFFECTS,
     Decision,
     Reason,
+)
+from routing.engine.evaluate import (
+    Evaluation,
 )
 from routing.engine.failures import (
     RouteFailure,
     failure_put_in_tx,
     failures_forget_in_tx,
 )
+from routing.engine.live import publish_routed
 from routing.engine.settle import Bridge, Settlement
-from routing.evaluate import (
-    Evaluation,
-)
 from routing.extension import EventSnapshot
-from routing.live import publish_routed
 from routing.models import Disposition, RouteRecord
 from worklife.models import (
     TERMINAL_STATUSES,

@@ -20,7 +20,7 @@ from causal.clock import system_clock
 from causal.models import Event
 
 if TYPE_CHECKING:
-    from routing import controls
+    from routing.controls import events as controls
 
 CLI_ACTOR = "cli"
 
@@ -67,7 +67,7 @@ def reroute_arguments(parser: CommandParser) -> None:
 def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Skip an unrouted Event: route it as skipped without asking its routes."""
     # The controls import the router: only the subcommands that use them pay for it.
-    from routing import controls
+    from routing.controls import events as controls
 
     _run(command, options, controls.event_skip)
 
@@ -75,7 +75,7 @@ def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
 def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Reroute an Event: forget an unrouted one's failures, or accept a copy of a failed or
     skipped one."""
-    from routing import controls
+    from routing.controls import events as controls
 
     _run(command, options, controls.event_reroute)
 
@@ -97,7 +97,7 @@ def cli_actor(username: str | None) -> str:
 def _run(
     command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
 ) -> None:
-    from routing import controls
+    from routing.controls import events as controls
 
     as_json = options["json"]
     seq = options["seq"]

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from routing import controls
+from routing.controls import events as controls
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply, router
 from tests.routing.test_controls import holding_work

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection, transaction
 from django.urls import reverse
 
-from routing.live import publish_routed
+from routing.engine.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory

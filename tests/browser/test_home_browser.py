@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from causal.clock import system_clock
-from routing.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
+from routing.engine.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import EventFactory, KVFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS

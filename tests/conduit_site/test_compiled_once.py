@@ -347,7 +347,7 @@ def test_i12_work_views_are_built_by_position_in_the_fields_order():
     in its order, then its attempts, its wait and the two input annotations."""
     import dataclasses
 
-    from routing.decide import WorkView
+    from routing.engine.decide import WorkView
 
     names = [f.name for f in dataclasses.fields(WorkView)]
     assert names == [
@@ -385,10 +385,10 @@ def test_i12_settlements_are_built_by_position_in_the_fields_order():
 
 
 def test_i12_queued_decisions_are_built_by_position_in_the_fields_order():
-    """routing.decide._queued builds a decision by position: Decision's fields in this order."""
+    """routing.engine.decide._queued builds a decision by position: Decision's fields in this order."""
     import dataclasses
 
-    from routing.decide import Decision
+    from routing.engine.decide import Decision
 
     assert [f.name for f in dataclasses.fields(Decision)] == [
         "effect",

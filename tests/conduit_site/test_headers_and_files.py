@@ -21,9 +21,9 @@ from django.core.management.base import BaseCommand
 from django.test import Client
 from django.urls import reverse
 
+from conduit_site.management.commands.serve import Child, Supervisor, debug_for_host, is_loopback
 from infra.layers import SQLiteChannelLayer
 from infra.private_files import private_directory, private_file
-from routing.management.commands.serve import Child, Supervisor, debug_for_host, is_loopback
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.worklife.factories import WorkFactory

@@ -11,10 +11,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Permission
 from django.db import transaction
 
+from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT, Role, role_assign_in_tx
+from routing.access.tokens import token_digest, token_generate
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
-from routing.roles import ACCEPT_EVENT, VIEW_EVENT, Role, role_assign_in_tx
 from routing.services import config_apply, config_candidate
-from routing.tokens import token_digest, token_generate
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -180,7 +180,7 @@ def user_with_role(role: str, **kwargs) -> AbstractBaseUser:
 
 
 class ApiTokenFactory(factory.django.DjangoModelFactory):
-    """An API token; pass ``secret=`` (from :func:`routing.tokens.token_generate`) to know it."""
+    """An API token; pass ``secret=`` (from :func:`routing.access.tokens.token_generate`) to know it."""
 
     class Meta:
         model = ApiToken

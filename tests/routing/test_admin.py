@@ -8,7 +8,7 @@ from django.apps import apps
 from django.contrib import admin
 from django.urls import get_resolver, reverse
 
-from routing.admin_tokens import ApiTokenAdmin
+from routing.access.admin import ApiTokenAdmin
 from routing.models import ApiToken
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, apply_config

@@ -491,7 +491,7 @@ def test_i9_4_an_api_token_cannot_forge_an_identity_the_system_writes(client, au
 
 @pytest.mark.django_db
 def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme, clock):
-    from routing import controls
+    from routing.controls import events as controls
     from routing.services import event_accept
 
     original = event_accept(payload=cloud_event(id="bad"), clock=clock).event

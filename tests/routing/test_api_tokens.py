@@ -13,10 +13,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from causal.models import Event
+from routing.access.roles import VIEW_EVENT
+from routing.access.tokens import token_digest
 from routing.models import ApiToken
-from routing.roles import VIEW_EVENT
 from routing.services import ApiTokenInvalid, api_token_authenticate, api_token_create, api_token_revoke
-from routing.tokens import token_digest
 from tests.routing.factories import T0, UserFactory, api_token_with_secret, live_scopes
 
 EVENTS_URL = "/api/events"
@@ -246,12 +246,12 @@ def test_api_token_admin_add_shows_the_secret_once_and_revokes(client):
 
 @pytest.mark.django_db
 def test_i12_1_permissions_read_in_one_statement_equal_djangos_model_backend():
-    """routing.auth_backend reads a user's permissions with one raw UNION statement; what it
+    """routing.access.backend reads a user's permissions with one raw UNION statement; what it
     answers must be what Django's own ModelBackend answers, for every kind of login."""
     from django.contrib.auth.backends import ModelBackend as DjangoModelBackend
     from django.contrib.auth.models import Group, Permission
 
-    from routing.auth_backend import ModelBackend
+    from routing.access.backend import ModelBackend
 
     group = Group.objects.create(name="skippers")
     group.permissions.add(*Permission.objects.filter(codename__in=["skip_event", "cancel_work"]))

@@ -9,7 +9,10 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from routing.candidates import (
+from routing.config.problems import ConfigInvalid
+from routing.config.selectors import live_generation, load_configuration
+from routing.models import Generation, GenerationKind, Route, Scope
+from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,
     Change,
@@ -18,9 +21,6 @@ from routing.candidates import (
     candidate_discard,
     effective_tree,
 )
-from routing.config.problems import ConfigInvalid
-from routing.config.selectors import live_generation, load_configuration
-from routing.models import Generation, GenerationKind, Route, Scope
 from tests.routing.factories import DEFAULT_TEST_CONFIG, T0, apply_config
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.db import connection, connections
 
 from causal.models import KV
 from routing.engine.claims import CLAIM_LOCK_ID, TARGETS_NAMESPACE, publish_targets, published_targets
-from routing.loop import RouteLoop
+from routing.engine.loop import RouteLoop
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, router
 from tests.support import query_plan
 
@@ -177,7 +177,7 @@ def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(cloc
 
     from causal.models import Event
     from routing.engine.claims import _unbroken
-    from routing.evaluate import snapshots_isolated
+    from routing.engine.evaluate import snapshots_isolated
 
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(6)]

@@ -16,7 +16,7 @@ from routing.config.problems import ConfigInvalid, GenerationNotFound
 from routing.config.selectors import find_generation, live_generation, load_configuration
 from routing.config.validate import parse_document
 from routing.extension import EventSnapshot, RouteInfo, freeze
-from routing.handlers import Match
+from routing.handlers.match import Match
 from routing.models import Binding, Generation, GenerationKind, Route, Scope
 from routing.services import config_apply, config_candidate
 

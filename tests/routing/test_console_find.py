@@ -18,8 +18,8 @@ from django.urls import reverse
 from causal.models import RouteState
 from causal.selectors import DiagnosticFilter, ListTotal, count_capped, diagnostics_total
 from conduit_site.console.views import controls as control_views
-from routing import controls
-from routing.decide import Effect
+from routing.controls import events as controls
+from routing.engine.decide import Effect
 from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing import sample_handlers

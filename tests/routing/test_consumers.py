@@ -14,7 +14,7 @@ from conduit_site.asgi import application
 from conduit_site.console.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from conduit_site.console.views import work as work_views
 from infra.live import EVENTS_GROUP, group_name_for_work, publish_on_commit
-from routing.live import publish_routed
+from routing.engine.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory

@@ -1,7 +1,7 @@
 """The policy decision as the pure function it is (R10, R30): no database, no handlers.
 
 Each test builds the effective scope, the routes' evaluation and the world by hand, so a change
-to one rule of ``routing/decide.py`` fails here (``make mutate`` runs these first).
+to one rule of ``routing/engine/decide.py`` fails here (``make mutate`` runs these first).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import pytest
 
 from routing.config.effective import EffectiveBinding, EffectiveRoute, EffectiveScope
-from routing.decide import AttemptView, Effect, Reason, WorkView, World, addressed_binding, decide
+from routing.engine.decide import AttemptView, Effect, Reason, WorkView, World, addressed_binding, decide
+from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict
 from routing.errors import RouteErrorCode
-from routing.evaluate import Evaluation, RouteVerdict, Verdict
 from routing.extension import EventSnapshot, RouteDecision
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -310,7 +310,7 @@ def test_i12_2_replace_copies_like_dataclasses_replace_and_leaves_the_original()
     import dataclasses
 
     from routing.config.effective import EffectiveRoute as Route
-    from routing.decide import Decision, replace
+    from routing.engine.decide import Decision, replace
 
     work = WorkView(id=7, scope=SCOPE, status="ready", binding="triage", max_input_seq=3)
     decision = Decision(Effect.QUEUE, "why", work_id=7, binding="triage", keys=("k",))

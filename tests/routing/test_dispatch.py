@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.dispatch import DispatchRefused, attempt_dispatch, dispatch_check
+from routing.engine.dispatch import DispatchRefused, attempt_dispatch, dispatch_check
 from routing.models import RouteRecord
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
 

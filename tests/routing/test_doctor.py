@@ -18,10 +18,10 @@ from causal.models import KV
 from conduit_site import doctor
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import doctor as doctor_views
-from routing import controls
-from routing.dispatch import RoutingDispatcher
+from routing.controls import events as controls
+from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.loop import HEARTBEATS_NAMESPACE, RouteLoop
 from routing.engine.options import RouterOptions
-from routing.loop import HEARTBEATS_NAMESPACE, RouteLoop
 from tests.causal.factories import CausalDiagnosticFactory, KVFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
@@ -280,7 +280,7 @@ def test_w5_parked_work_is_listed_by_doctor(clock, settings):
 
 
 def test_r23_cli_doctor_exits_non_zero_when_a_check_warns(clock, live, monkeypatch):
-    from routing.management.commands import doctor as doctor_command
+    from conduit_site.management.commands import doctor as doctor_command
 
     monkeypatch.setattr(doctor_command, "system_clock", clock)
     drain(router(clock))
@@ -350,7 +350,7 @@ def test_r23_doctor_page_shows_the_checks(client, clock, live):
 
 
 def test_i8p9_doctor_cli_api_and_page_show_work_loops_and_parked_work(client, clock, live, monkeypatch):
-    from routing.management.commands import doctor as doctor_command
+    from conduit_site.management.commands import doctor as doctor_command
 
     monkeypatch.setattr(doctor_command, "system_clock", clock)
     runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=3, lease_seconds=30)

@@ -14,8 +14,8 @@ from django.db import transaction
 from conduit_site.asgi import application
 from conduit_site.console.consumers import CLOSE_NOT_FOUND
 from infra.live import group_name_for_event, group_name_for_work, publish_on_commit
-from routing import controls
-from routing.live import send_routed
+from routing.controls import events as controls
+from routing.engine.live import send_routed
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import accept, apply
 from tests.routing.test_live_routing import headers, join, layer_path, route_pass, waiting

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from causal.models import Event
-from routing.ingress import EnvelopeInvalid, EventConflict
+from routing.acceptance.envelopes import EnvelopeInvalid, EventConflict
 from routing.services import ACCEPTANCES, event_accept
 from tests.routing.factories import T0, apply_config
 

@@ -15,7 +15,7 @@ from routing.engine.failures import FAILURES_NAMESPACE, backoff_for
 from routing.errors import RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
-from routing.trace import trace
+from routing.setup.trace import trace
 from tests.routing.routerkit import accept, apply, router, state
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from routing.handler_pool import BATCH_CALLS, HandlerPool
+from routing.engine.handler_pool import BATCH_CALLS, HandlerPool
 
 
 def test_r12_every_call_answers_in_order_from_batches():

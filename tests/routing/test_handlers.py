@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from routing.extension import EventSnapshot, Invalid, RouteInfo, freeze
-from routing.handlers import Match, MatchParamsError, compile_params, compiled, glob_example
-from routing.registry import HandlerMissing, find_handler_class, handler_class, new_handler
+from routing.handlers.match import Match, MatchParamsError, compile_params, compiled, glob_example
+from routing.handlers.registry import HandlerMissing, find_handler_class, handler_class, new_handler
 
 from .ext_handlers import Always
 
@@ -68,7 +68,7 @@ def test_i12_2_the_same_refusal_is_one_shared_decision_and_verdict():
     """Issue 12 item 2: refusals and verdicts are frozen records, built once per distinct
     reason and shared; each Event still gets its own reason, and each route its own verdict."""
     from routing.config.effective import EffectiveRoute, EffectiveScope
-    from routing.evaluate import Verdict, evaluate
+    from routing.engine.evaluate import Verdict, evaluate
 
     params = {"type": "github.pull_request.*"}
     first, second = (

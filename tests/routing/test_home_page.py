@@ -12,7 +12,7 @@ from django.urls import reverse
 from conduit_site.console.templatetags import console_health
 from conduit_site.console.views import doctor as doctor_views
 from conduit_site.console.views import home as home_views
-from routing.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
+from routing.engine.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import EventFactory, KVFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import WorkFactory
@@ -168,7 +168,7 @@ def test_i11_6_home_counts_dead_letters_parked_work_and_doctor_warnings(console)
 
 
 def test_i11_6_dead_letters_count_is_capped(console, monkeypatch):
-    from routing import trends
+    from conduit_site.console import trends
 
     both_loops_alive()
     for _ in range(3):
@@ -254,7 +254,7 @@ def test_i11_6_doctor_checks_poll_themselves(console):
 
 
 def test_i11_6_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypatch):
-    from routing import trends
+    from conduit_site.console import trends
 
     both_loops_alive()
     for minute in (10, 11):

@@ -12,7 +12,9 @@ from django.core.management import CommandError, call_command
 
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
-from routing.impact import (
+from routing.models import RouteRecord
+from routing.services import event_accept
+from routing.setup.impact import (
     DEFAULT_EVENTS,
     MAX_EVENTS,
     ImpactInvalid,
@@ -22,9 +24,7 @@ from routing.impact import (
     impact_preview,
     recent_events,
 )
-from routing.models import RouteRecord
-from routing.services import event_accept
-from routing.trace import TraceRefused, trace, trace_candidate
+from routing.setup.trace import TraceRefused, trace, trace_candidate
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
 from tests.routing.test_candidates import CHANGED
 

@@ -1,4 +1,4 @@
-"""Envelope parsing and validation (routing.ingress) and the acceptance service
+"""Envelope parsing and validation (routing.acceptance.envelopes) and the acceptance service
 (routing.services.event_accept / events_accept)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from django.db import connections
 
 from causal.models import Event, EventKey
-from routing.ingress import (
+from routing.acceptance.envelopes import (
     BatchInvalid,
     EnvelopeInvalid,
     EventTooLarge,
@@ -292,7 +292,7 @@ def test_event_accept_same_source_and_id_returns_the_first_event(clock):
 
 @pytest.mark.django_db
 def test_i9_5_event_accept_same_source_and_id_with_another_body_is_a_conflict(clock):
-    from routing.ingress import EventConflict
+    from routing.acceptance.envelopes import EventConflict
 
     live_scopes("acme")
     first = event_accept(payload=cloud_event(time="2026-01-05T13:00:00+01:00"), clock=clock)

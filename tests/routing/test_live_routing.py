@@ -16,8 +16,8 @@ from django.db import transaction
 
 from conduit_site.asgi import application
 from infra.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_work
-from routing.live import MAX_WORK_MESSAGES, publish_routed, send_routed
-from routing.live import drain as live_drain
+from routing.engine.live import MAX_WORK_MESSAGES, publish_routed, send_routed
+from routing.engine.live import drain as live_drain
 from routing.models import RouteRecord
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import accept, apply, drain, router

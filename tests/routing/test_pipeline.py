@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 
 from causal.models import Event, RouteState
+from routing.engine.loop import RouteLoop
 from routing.engine.router import GenerationChanged
-from routing.loop import RouteLoop
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
 from tests.routing.routerkit import (

@@ -15,14 +15,14 @@ import pytest
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
-from routing.controls import event_reroute
+from routing.controls.events import event_reroute
+from routing.engine.evaluate import snapshots_isolated
 from routing.engine.failures import FAILURES_NAMESPACE, backoff_for, gives_up
+from routing.engine.handler_pool import HandlerPool, PoolExhausted
+from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.errors import RouteError, RouteErrorCode
-from routing.evaluate import snapshots_isolated
-from routing.handler_pool import HandlerPool, PoolExhausted
-from routing.loop import RouteLoop
 from routing.models import RouteRecord
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 
 from causal.clock import system_clock
 from causal.models import KV, Event, RouteState
-from routing.loop import HEARTBEATS_NAMESPACE, RouteLoop
+from routing.engine.loop import HEARTBEATS_NAMESPACE, RouteLoop
 from routing.services import events_accept
 from tests.routing.routerkit import MATCH_ONLY, apply, conversation_payloads
 from tests.support import child_env, manage_command
@@ -42,7 +42,7 @@ def test_i12_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(
     """Issue 12: counting the backlog reads every unrouted Event, so --drain counts it after its
     first pass and then at most once every PROGRESS_EVERY seconds, not after every pass (a
     drain's time would grow with the square of its backlog, and each of several loops counts)."""
-    from routing.management.commands import route_loop
+    from conduit_site.management.commands import route_loop
 
     apply(system_clock, MATCH_ONLY)
     events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
@@ -97,7 +97,7 @@ def test_i12_2_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monke
     objects still frozen (conduit_site.apps); the collector is as it was once the command ends."""
     import gc
 
-    from routing.management.loops import LOOP_GC_THRESHOLD
+    from conduit_site.management.loops import LOOP_GC_THRESHOLD
 
     apply(system_clock, MATCH_ONLY)
     events_accept(payloads=conversation_payloads(5, 2), clock=system_clock)
@@ -264,8 +264,8 @@ def test_issue12_1_after_a_pass_that_routed_events_the_loop_gathers_before_the_n
     """--gather: a pass that routed some Events (a stream) waits the gather time, so that the
     next window holds what arrived meanwhile; a full window (a backlog) goes on at once; an
     empty pass waits the poll interval (no listener here)."""
-    from routing.loop import StepResult
-    from routing.management.commands.route_loop import Command
+    from conduit_site.management.commands.route_loop import Command
+    from routing.engine.loop import StepResult
 
     loop = ScriptedLoop(
         [

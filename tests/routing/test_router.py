@@ -10,10 +10,10 @@ import pytest
 from django.db import connection
 
 from causal.models import RouteState
+from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.engine.router import GenerationChanged, Router, build_router
 from routing.engine.settle import BESIDE
-from routing.loop import RouteLoop
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
 from tests.routing.routerkit import DOCUMENT, SCRIPTED_ONLY, accept, apply, drain, router, state
@@ -465,7 +465,7 @@ def test_r46_consumption_keeps_the_attempt_and_replay_cannot_enqueue_again(clock
 
 
 def test_r4_a_running_loop_takes_a_new_generation_without_restart(clock, live):
-    from routing.loop import RouteLoop
+    from routing.engine.loop import RouteLoop
 
     loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
     try:

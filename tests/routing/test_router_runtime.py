@@ -18,8 +18,8 @@ from hypothesis.extra.django import TestCase as HypothesisTestCase
 
 from causal.clock import system_clock
 from causal.models import Event, RouteState
+from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
-from routing.loop import RouteLoop
 from routing.models import RouteRecord
 from routing.services import events_accept
 from tests.routing.history import history_payloads, history_violations

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from causal.models import CausalDiagnostic, Event, RouteState
-from routing.ingress import EventConflict
+from routing.acceptance.envelopes import EventConflict
 from routing.models import RouteRecord
 from routing.services import event_accept
-from routing.trace import TraceRefused, trace, trace_event, trace_offered
+from routing.setup.trace import TraceRefused, trace, trace_event, trace_offered
 from tests.routing import sample_handlers
 from tests.routing.routerkit import accept, apply, router
 from worklife import services as work
@@ -301,7 +301,7 @@ def test_i10_1_trace_event_of_a_settled_event_is_its_record(clock, live):
 def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(clock, live):
     """The console's "Trace this Event" offers the Event's own envelope: it is traced as that
     accepted Event (what routing will do with it), while a plain trace says a duplicate."""
-    from routing.trace import trace_offered
+    from routing.setup.trace import trace_offered
 
     payload = pr(4, id="own-1")
     event = accept_payload(clock, payload)

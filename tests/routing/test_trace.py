@@ -9,7 +9,7 @@ from django.apps import apps
 
 from routing.models import RouteRecord
 from routing.services import config_candidate
-from routing.trace import TraceRefused, samples, trace, trace_candidate
+from routing.setup.trace import TraceRefused, samples, trace, trace_candidate
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
 from worklife import services as work
 from worklife.models import Work

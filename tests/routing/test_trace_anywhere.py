@@ -13,8 +13,8 @@ from django.conf import settings as django_settings
 from django.urls import reverse
 
 from causal.services import event_envelope
-from routing.envelopes import raw_envelope
-from routing.ingress import parse_envelope
+from routing.acceptance.envelopes import parse_envelope
+from routing.acceptance.raw import raw_envelope
 from routing.models import Disposition
 from routing.services import event_accept
 from tests.routing.factories import RouteRecordFactory, apply_config, user_with_role

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase as HypothesisTestCase
 
 from causal.models import Event, RouteState
+from routing.acceptance.envelopes import EnvelopeInvalid
 from routing.config.problems import ConfigInvalid
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
-from routing.ingress import EnvelopeInvalid
 from routing.models import RouteRecord
 from routing.services import config_apply, event_accept
-from routing.trace import TraceRefused, trace
+from routing.setup.trace import TraceRefused, trace
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.routerkit import HANDLERS

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from routing.trends import trends
+from conduit_site.console.trends import trends
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory
 from tests.worklife.factories import AttemptFactory
@@ -150,7 +150,7 @@ def test_i11_6_settled_buckets_keep_their_figures_and_recent_ones_are_counted_ag
 
 
 def test_i11_6_latency_ranking_is_bounded_newest_first_and_completes_over_pages(monkeypatch):
-    from routing import trends as trends_module
+    from conduit_site.console import trends as trends_module
 
     # Three settled minutes with 3, 2 and 2 routed Events, newest last.
     for minute, latencies in ((10, (1, 2, 3)), (11, (4, 5)), (12, (6, 7))):

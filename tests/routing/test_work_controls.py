@@ -18,7 +18,9 @@ from django.urls import reverse
 from causal.models import Event, RouteState
 from conduit_site.api import work as api_work
 from conduit_site.console.views import work_controls as control_views
-from routing.decide import addressed_binding
+from routing.controls import work as controls
+from routing.controls.work import WorkControlInvalid, WorkControlRefused
+from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import RouteRecord
 from tests.routing.factories import UserFactory, api_token_with_secret
@@ -31,8 +33,6 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
-from worklife import controls
-from worklife.controls import WorkControlInvalid, WorkControlRefused
 from worklife.models import (
     AttemptState,
     InputState,

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from routing.dispatch import RoutingDispatcher
+from routing.engine.dispatch import RoutingDispatcher
 from tests.routing.routerkit import accept, apply, router
 from worklife.models import Work
 from worklife.runner import WorkRunner

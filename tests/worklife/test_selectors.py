@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from routing.dispatch import RoutingDispatcher
+from routing.engine.dispatch import RoutingDispatcher
 from tests.causal.factories import EventFactory, KVFactory
 from tests.routing.routerkit import apply
 from tests.worklife.factories import (

@@ -1,7 +1,7 @@
 """Who may open a console page: a signed-in user with the page's permission.
 
 Anonymous users are sent to the login page (Django's ``login_required``); a signed-in user
-without the permission gets 403. Roles group the permissions (``routing.roles``).
+without the permission gets 403. Roles group the permissions (``routing.access.roles``).
 """
 
 from __future__ import annotations

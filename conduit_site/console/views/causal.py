@@ -24,7 +24,7 @@ from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, query_string, render_console
 from conduit_site.console.views.forms import KeysetOrderForm
 from infra.converters import MAX_ID
-from routing.roles import VIEW_EVENT
+from routing.access.roles import VIEW_EVENT
 
 ROOT_TEMPLATE = "causal/root.html"
 ROOT_PARTIALS = ("causal-limits",)

@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from conduit_site.console.templatetags.console_time import timetag
-from routing.trends import Trend
+from conduit_site.console.trends import Trend
 
 # The SVG's coordinate system (viewBox) and the plot area inside it.
 WIDTH = 640

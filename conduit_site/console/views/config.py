@@ -8,9 +8,9 @@ from django.views.decorators.http import require_GET
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, render_console
 from conduit_site.console.views.forms import ConfigListForm
+from routing.access.roles import VIEW_EVENT
 from routing.config.selectors import live_generation
 from routing.models import Generation
-from routing.roles import VIEW_EVENT
 from routing.selectors import generation_get, generations_page, generations_total
 
 TEMPLATE = "routing/config_list.html"

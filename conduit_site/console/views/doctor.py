@@ -9,7 +9,7 @@ from causal.clock import Clock, system_clock
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import render_console
 from conduit_site.doctor import doctor
-from routing.roles import VIEW_EVENT
+from routing.access.roles import VIEW_EVENT
 
 TEMPLATE = "routing/doctor.html"
 PARTIALS = ("doctor-checks",)

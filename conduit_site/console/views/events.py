@@ -14,10 +14,10 @@ from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, render_console
 from conduit_site.console.views.forms import EventFilterForm
 from infra.live import event_ws_path, events_ws_path
-from routing.controls import reroute_copies
+from routing.acceptance.raw import raw_envelope
+from routing.access.roles import VIEW_EVENT
+from routing.controls.events import reroute_copies
 from routing.engine.failures import failures_read
-from routing.envelopes import raw_envelope
-from routing.roles import VIEW_EVENT
 from routing.selectors import (
     EventListFilter,
     event_chain_routes,

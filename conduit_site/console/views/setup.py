@@ -3,8 +3,8 @@ trace Events against it, preview its impact, then apply or discard it.
 
 Reading (the editor, a candidate's diff and tree, traces, the impact preview) needs
 ``routing.view_event``; storing, applying and discarding a candidate need
-``routing.apply_configuration``. The domain logic is in ``routing.candidates`` and
-``routing.impact``; these views parse, call and render.
+``routing.apply_configuration``. The domain logic is in ``routing.setup.candidates`` and
+``routing.setup.impact``; these views parse, call and render.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from causal.models import Event
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import render_console
 from conduit_site.console.views.trace import TraceForm
-from routing.candidates import (
+from routing.acceptance.raw import raw_envelope
+from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
+from routing.config.problems import ConfigInvalid, ConfigProblem, GenerationNotFound
+from routing.config.selectors import live_generation, load_configuration
+from routing.models import Generation
+from routing.services import config_candidate
+from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,
     candidate_apply,
@@ -35,14 +41,8 @@ from routing.candidates import (
     configuration_diff,
     effective_tree,
 )
-from routing.config.problems import ConfigInvalid, ConfigProblem, GenerationNotFound
-from routing.config.selectors import live_generation, load_configuration
-from routing.envelopes import raw_envelope
-from routing.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, impact_preview
-from routing.models import Generation
-from routing.roles import APPLY_CONFIGURATION, VIEW_EVENT
-from routing.services import config_candidate
-from routing.trace import TraceRefused, samples, trace
+from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, impact_preview
+from routing.setup.trace import TraceRefused, samples, trace
 
 SETUP_TEMPLATE = "routing/setup.html"
 SETUP_PARTIALS = ("setup-editor",)

@@ -12,14 +12,14 @@ from causal.clock import system_clock
 from causal.models import Event
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import render_console
+from routing.acceptance.envelopes import EnvelopeInvalid, loads
+from routing.acceptance.raw import raw_envelope
+from routing.access.roles import VIEW_EVENT
 from routing.config.problems import GenerationNotFound
 from routing.config.selectors import live_generation
-from routing.decide import MANUAL_SOURCE
-from routing.envelopes import raw_envelope
-from routing.ingress import EnvelopeInvalid, loads
+from routing.engine.decide import MANUAL_SOURCE
 from routing.models import Generation, GenerationKind, Scope
-from routing.roles import VIEW_EVENT
-from routing.trace import TraceRefused, samples, trace_offered
+from routing.setup.trace import TraceRefused, samples, trace_offered
 
 TEMPLATE = "routing/trace.html"
 PARTIALS = ("trace-result",)

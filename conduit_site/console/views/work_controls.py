@@ -40,9 +40,9 @@ from causal.clock import Clock, system_clock
 from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.forms import form_errors_text
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
-from routing.ingress import loads
-from worklife import controls
-from worklife.controls import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
+from routing.acceptance.envelopes import loads
+from routing.controls import work as controls
+from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
 from worklife.models import Work, WorkStatus
 from worklife.selectors import work_get
 

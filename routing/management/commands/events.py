@@ -52,7 +52,7 @@ from routing.serializers import (
 
 if TYPE_CHECKING:
     from causal.services import Accepted
-    from routing.ingress import Document, EnvelopeInvalid
+    from routing.acceptance.envelopes import Document, EnvelopeInvalid
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def accept_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Accept the Events of FILE: validate them all, then accept them all in one transaction."""
     # Imported here: the configuration parser behind the services is not needed to read Events.
     from routing import services
-    from routing.ingress import EnvelopeInvalid, read_documents
+    from routing.acceptance.envelopes import EnvelopeInvalid, read_documents
 
     as_json = options["json"]
     raw = _read_input(options["file"], options.get("stdin"))

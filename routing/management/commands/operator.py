@@ -1,5 +1,5 @@
 """``manage.py operator create USERNAME --role viewer|operator|admin``: a login for the console
-(and, for admins, the admin site) with the permissions of one role (``routing.roles``)."""
+(and, for admins, the admin site) with the permissions of one role (``routing.access.roles``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError, transaction
 
-from routing.roles import Role, RoleError, role_assign_in_tx, role_parse, user_role
+from routing.access.roles import Role, RoleError, role_assign_in_tx, role_parse, user_role
 
 GENERATED_PASSWORD_BYTES = 24
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
+from routing.acceptance.envelopes import EnvelopeInvalid, loads
 from routing.config.problems import GenerationNotFound
-from routing.ingress import EnvelopeInvalid, loads
-from routing.trace import TraceRefused, TraceResult, samples, trace
+from routing.setup.trace import TraceRefused, TraceResult, samples, trace
 
 
 class Command(BaseCommand):

@@ -15,12 +15,12 @@ from typing import Any
 
 from causal.clock import Clock
 from causal.models import Event
-from routing.candidates import configuration_diff
+from routing.acceptance.raw import raw_envelope
 from routing.config.selectors import live_generation, load_configuration
-from routing.decide import MANUAL_SOURCE
-from routing.envelopes import raw_envelope
+from routing.engine.decide import MANUAL_SOURCE
 from routing.models import Generation, GenerationKind
-from routing.trace import Tracer, TraceRefused, TraceResult, tracers
+from routing.setup.candidates import configuration_diff
+from routing.setup.trace import Tracer, TraceRefused, TraceResult, tracers
 
 DEFAULT_EVENTS = 1_000
 MAX_EVENTS = 10_000
@@ -169,7 +169,7 @@ def impact_preview(
     A trace depends on the configuration only through the Event's own scope: the first route
     that matches it (with its decision) and the scope's bindings; the world it reads is the
     same for both. So an Event of a scope both configurations resolve alike is not looked at,
-    and one whose routes answer alike in both (:meth:`~routing.trace.Tracer.inputs`) is not
+    and one whose routes answer alike in both (:meth:`~routing.setup.trace.Tracer.inputs`) is not
     traced: neither can change. ``exhaustive=True`` traces every Event against both (a test
     holds the reports equal)."""
     limit = check_limit(events)

@@ -7,10 +7,10 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
-from routing.dispatch import RoutingDispatcher
-from routing.live import drain as drain_live
-from routing.live import publish_routed
-from routing.management.loops import install_graceful_stop, restore_signals
+from conduit_site.management.loops import install_graceful_stop, restore_signals
+from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.live import drain as drain_live
+from routing.engine.live import publish_routed
 from worklife.runner import WorkRunner
 
 

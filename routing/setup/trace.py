@@ -21,15 +21,15 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope
 from infra.snapshots import read_snapshot
+from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
 from routing.config.selectors import find_generation, live_generation
-from routing.decide import MANUAL_SOURCE, Effect, Reason
+from routing.engine.decide import MANUAL_SOURCE, Effect, Reason
+from routing.engine.evaluate import Evaluation, RouteVerdict, snapshots_isolated
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
 from routing.engine.settle import DUPLICATE, Settlement, duplicate
 from routing.engine.world import SnapshotReads
-from routing.evaluate import Evaluation, RouteVerdict, snapshots_isolated
 from routing.extension import EventSnapshot, Sample, freeze
-from routing.ingress import EnvelopeInvalid, parse_envelope
 from routing.models import Generation, GenerationKind, RouteRecord
 from routing.services import check_event_size, duplicate_conflict
 
@@ -49,7 +49,7 @@ class TraceRefused(ValueError):
 
 
 class TraceEffect:
-    """What a trace says happens, beside the decision effects (:class:`routing.decide.Effect`)
+    """What a trace says happens, beside the decision effects (:class:`routing.engine.decide.Effect`)
     a settled Event records as its ``policy``: the Event stays unrouted, or is not stored."""
 
     FAILED = "failed"  # routing gives up: the record's policy is ``failed`` (dead letter)

@@ -11,10 +11,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection, reset_queries
 
 from causal.clock import system_clock
+from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
 from infra.wakeup import ACCEPTED, Listener
-from routing.loop import RouteLoop
-from routing.management.loops import collector_tuned, install_graceful_stop, restore_signals
-from routing.router import RouterOptions
+from routing.engine.loop import RouteLoop
+from routing.engine.options import RouterOptions
 
 # --drain shows its progress (the backlog counted again) after its first pass, then at most
 # once in this many seconds.

@@ -51,7 +51,7 @@ from causal.services import Envelope, event_accept_in_tx
 from routing.config.selectors import live_generation
 from routing.engine.claims import COMMIT_LOCK_ID
 from routing.engine.failures import RouteFailure, failures_forget_in_tx, failures_read
-from routing.live import publish_routed
+from routing.engine.live import publish_routed
 from routing.models import Disposition, RouteRecord
 from worklife.models import Attempt, CorrelationKey, Work
 

@@ -305,7 +305,7 @@ def _verdict(route: str, scope: str, verdict: str, reason: str) -> RouteVerdict:
     """A route's verdict with its reason cut to one line: one record per distinct verdict,
     shared (records are frozen). Most Events of a kind get the same verdicts from every route
     (a refusal names the type, a match its glob): building them, with the refusals
-    themselves (``routing.handlers``), was about a third of asking the routes."""
+    themselves (``routing.handlers.match``), was about a third of asking the routes."""
     return RouteVerdict(route, scope, verdict, one_line(reason))
 
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from infra.frozen import frozen
+from routing.engine.evaluate import Evaluation
 from routing.errors import RouteError, RouteErrorCode
-from routing.evaluate import Evaluation
 from routing.extension import EventSnapshot
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from django.db.models import Count, F, FloatField, Func, IntegerField, Q, Window
 from django.db.models.functions import RowNumber
 
 from causal.models import Event, RouteState
-from routing.controls import DEAD_DISPOSITIONS
+from routing.controls.events import DEAD_DISPOSITIONS
 from routing.models import Disposition, RouteRecord
 from worklife.models import Attempt, AttemptState
 

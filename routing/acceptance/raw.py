@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from causal.models import Event
-from routing.ingress import DEFAULT_DATACONTENTTYPE
+from routing.acceptance.envelopes import DEFAULT_DATACONTENTTYPE
 from routing.serializers import timestamp
 
 

@@ -255,5 +255,5 @@ def _start(batch: _Batch, index: int, now: float) -> int:
     return len(calls)
 
 
-# Calls at most in one batch (routing.handler_pool._Batch).
+# Calls at most in one batch (routing.engine.handler_pool._Batch).
 BATCH_CALLS = 32

@@ -46,13 +46,13 @@ from django.db import transaction
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope, event_accept_in_tx
+from routing.acceptance.envelopes import EnvelopeInvalid, is_reserved, parse_envelope
 from routing.config.effective import EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
-from routing.controls import CONTROL_POLICY, CONTROL_SOURCE, actor_name
-from routing.decide import addressed_binding
+from routing.controls.events import CONTROL_POLICY, CONTROL_SOURCE, actor_name
+from routing.engine.decide import addressed_binding
+from routing.engine.live import publish_routed
 from routing.engine.world import read_work_views
-from routing.ingress import EnvelopeInvalid, is_reserved, parse_envelope
-from routing.live import publish_routed
 from routing.models import Disposition, Generation, RouteRecord
 from routing.services import check_event_size
 from worklife import lifecycle

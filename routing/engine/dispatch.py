@@ -17,7 +17,7 @@ from typing import Any
 from causal.clock import Clock
 from routing.config.effective import Configuration
 from routing.config.selectors import find_generation, live_generation, load_configuration
-from routing.decide import addressed_binding
+from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import Generation
 from worklife.executors import find_executor_class, registered_executors, supported_controls

@@ -12,18 +12,17 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import kv_replace
 from infra.leases import lease_transaction
-from routing import live
 from routing.config.selectors import live_generation, live_generation_id
-from routing.engine.claims import HEARTBEATS_NAMESPACE, forget_stale_targets
-from routing.handler_pool import HandlerPool
-from routing.router import (
-    GenerationChanged,
-    Router,
-    RouterOptions,
-    build_router,
+from routing.engine import live
+from routing.engine.claims import (
+    HEARTBEATS_NAMESPACE,
+    forget_stale_targets,
     loop_identity,
     release_dead_claims,
 )
+from routing.engine.handler_pool import HandlerPool
+from routing.engine.options import RouterOptions
+from routing.engine.router import GenerationChanged, Router, build_router
 
 logger = logging.getLogger("conduit.routing.loop")
 
