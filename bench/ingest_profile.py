@@ -48,7 +48,8 @@ def setup(var: str) -> str:
 
     from causal.clock import system_clock
     from routing.access.roles import Role, role_assign_in_tx
-    from routing.services import api_token_create, config_apply
+    from routing.access.services import api_token_create
+    from routing.config.services import config_apply
 
     call_command("migrate", verbosity=0)
     config_apply(document=DOCUMENT, clock=system_clock)

@@ -6,7 +6,7 @@
 Starts ``manage.py route_loop`` (a separate process, as ``serve`` runs it) twice on a fresh
 database: first with ``--no-wakeup`` (polling only: the floor this work replaces), then as it
 runs by default (acceptance wakes it). Each time this process accepts Events at a steady
-``--rate`` through ``routing.services.event_accept`` (the API's service) while an observer
+``--rate`` through ``routing.acceptance.services.event_accept`` (the API's service) while an observer
 thread reads which of them are routed every 5 ms. A latency is from the moment acceptance
 returned (committed) to the moment the observer first saw the Event routed (committed), so
 it is an upper bound by the observer's period. Prints p50, p99 and max for both.
@@ -55,7 +55,7 @@ def one_run(
 
     from causal.clock import system_clock
     from causal.models import Event, RouteState
-    from routing.services import event_accept
+    from routing.acceptance.services import event_accept
 
     argv = [sys.executable, "manage.py", "route_loop", "--poll-interval", str(args.poll_interval)]
     if not wakeup:
@@ -156,7 +156,7 @@ def main() -> None:
         from django.core.management import call_command
 
         from causal.clock import system_clock
-        from routing.services import config_apply
+        from routing.config.services import config_apply
 
         try:
             call_command("migrate", verbosity=0)

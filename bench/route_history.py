@@ -31,7 +31,8 @@ def psql(url: str, sql: str) -> None:
 def prepare(n: int, seed: int) -> None:
     """In a child process on the run's database: configuration and the accepted stream."""
     from causal.clock import system_clock
-    from routing.services import config_apply, events_accept
+    from routing.acceptance.services import events_accept
+    from routing.config.services import config_apply
     from tests.routing.history import history_payloads
     from tests.routing.routerkit import MATCH_ONLY
 

@@ -104,7 +104,8 @@ def workload(n: int, seed: int = 7) -> list[dict]:
 
 def accept_all(payloads: list[dict]) -> None:
     from causal.clock import system_clock
-    from routing.services import config_apply, events_accept
+    from routing.acceptance.services import events_accept
+    from routing.config.services import config_apply
 
     config_apply(document=DOCUMENT, clock=system_clock)
     for start in range(0, len(payloads), 1000):

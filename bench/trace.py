@@ -90,12 +90,13 @@ def payloads(events: int, routes: int) -> list[dict]:
 
 def run(args: argparse.Namespace) -> None:
     from causal.clock import system_clock
+    from routing.acceptance.services import events_accept
     from routing.config.selectors import load_configuration
+    from routing.config.services import config_apply, config_candidate
     from routing.engine.loop import RouteLoop
     from routing.engine.options import RouterOptions
     from routing.extension import freeze
     from routing.handlers.registry import handler_class
-    from routing.services import config_apply, config_candidate, events_accept
     from routing.setup.impact import impact_preview
     from routing.setup.trace import trace
 

@@ -153,7 +153,8 @@ def main() -> None:
 
     from causal.clock import system_clock
     from causal.models import Event
-    from routing.services import config_apply, events_accept
+    from routing.acceptance.services import events_accept
+    from routing.config.services import config_apply
     from worklife.models import Attempt, Work
 
     config_apply(document=DOCUMENT, clock=system_clock)

@@ -28,8 +28,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from conduit_site.management.commands import serve as serve_module
 from conduit_site.management.commands.serve import Child, Supervisor, clean_stop, url_for
+from routing.acceptance.services import event_accept
 from routing.models import RouteRecord
-from routing.services import event_accept
 from tests.routing.factories import UserFactory, apply_config
 from tests.support import child_env
 

@@ -26,7 +26,6 @@ import os
 import signal
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +38,7 @@ from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from causal.services import kv_put_in_tx
+from infra.identity import loop_identity
 from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
 from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
 from worklife.models import (
@@ -96,11 +96,6 @@ class Dispatcher(Protocol):
 
     def settings(self, attempt: Attempt) -> dict[str, Any]:
         """The executor settings of the attempt's binding in its pinned generation."""
-
-
-def loop_identity() -> str:
-    """A name for this loop's leases: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass

@@ -53,7 +53,7 @@ from routing.acceptance.envelopes import (
     parse_json,
 )
 from routing.access.roles import token_allows
-from routing.services import ApiTokenInvalid, api_token_authenticate
+from routing.access.services import ApiTokenInvalid, api_token_authenticate
 
 ErrorMapping = Mapping[type[BaseException], tuple[int, str]]
 View = Callable[..., HttpResponse]

@@ -11,7 +11,7 @@ from causal.models import Event
 from causal.selectors import event_get
 from conduit_site.api.auth import ApiError, api_view, request_json
 from conduit_site.api.openapi import openapi_schema
-from routing import services
+from routing.acceptance import services
 from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.config.problems import GenerationNotFound
 from routing.selectors import event_route as event_route_get

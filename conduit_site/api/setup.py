@@ -14,9 +14,9 @@ from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
 from routing.config.problems import ConfigInvalid
 from routing.config.reader import MAX_DOCUMENT_BYTES
 from routing.config.selectors import load_configuration
+from routing.config.services import config_candidate
 from routing.models import Generation
 from routing.serializers import timestamp
-from routing.services import config_candidate
 from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,

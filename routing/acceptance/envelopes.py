@@ -3,7 +3,7 @@
 Pure functions: no HTTP, no database. They turn decoded JSON into a validated
 :class:`causal.services.Envelope` or raise :class:`EnvelopeInvalid` naming the field.
 Checks that need the database (the scope must be in the live configuration) and the
-acceptance itself live in ``routing.services`` (``event_accept``).
+acceptance itself live in ``routing.acceptance.services`` (``event_accept``).
 
 The envelope is a structured-mode CloudEvent 1.0 (``specversion``, ``id``, ``source``,
 ``type``, ``subject``, ``time``, ``datacontenttype``, ``dataschema``, ``data``) with the
@@ -45,6 +45,7 @@ from typing import Any
 
 from django.conf import settings
 
+from causal.limits import is_reserved
 from causal.services import Envelope
 
 SPECVERSION = "1.0"
@@ -71,7 +72,6 @@ EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
 # RFC 3339 date-time (section 5.6): a full date, "T" (or a space, section 5.6's note), a full
 # time with optional fraction, and a mandatory offset.
 RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-RESERVED_FAMILY = "core"
 # Ids and sources the system writes for itself (reroute copies: routing.controls.events; timers:
 # worklife.timers; wait bridges and emits: worklife.scheduling; successors:
 # worklife.lifecycle). Untrusted callers may not use them.
@@ -167,11 +167,6 @@ class Document:
 
     obj: Any
     label: str
-
-
-def is_reserved(name: str) -> bool:
-    """Whether a type or source belongs to the reserved ``core`` family."""
-    return name == RESERVED_FAMILY or name.startswith(RESERVED_FAMILY + ".")
 
 
 def encoded_size(obj: Any) -> int:

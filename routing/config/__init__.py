@@ -3,7 +3,7 @@
 A document (YAML, see the configuration format design page) declares scopes with named
 bindings and ordered routes. :func:`parse_document` validates all of it and raises
 :class:`ConfigInvalid` listing every problem with its place in the document
-(``scopes[1].routes[0].binding: unknown binding 'triag'``); ``routing.services`` stores a
+(``scopes[1].routes[0].binding: unknown binding 'triag'``); ``routing.config.services`` stores a
 valid document as a Generation.
 
 :func:`load_configuration` reads a stored Generation into an immutable :class:`Configuration`:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from routing.config.effective import Configuration
 
 # A stored generation never changes (its scopes, bindings and routes are written once, with it:
-# ``routing.services``), so its effective configuration is kept per process, by its id and
+# ``routing.config.services``), so its effective configuration is kept per process, by its id and
 # digest, for the generations read last: a trace or an impact preview then does not read and
 # resolve the same routes again (issue 10's trace timings). Configurations are immutable.
 _LOADED: OrderedDict[tuple[int, str, str], Configuration] = OrderedDict()

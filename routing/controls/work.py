@@ -44,9 +44,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from causal.clock import Clock
+from causal.limits import is_reserved
 from causal.models import Event, RouteState
 from causal.services import Envelope, event_accept_in_tx
-from routing.acceptance.envelopes import EnvelopeInvalid, is_reserved, parse_envelope
+from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
+from routing.acceptance.services import check_event_size
 from routing.config.effective import EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
 from routing.controls.events import CONTROL_POLICY, CONTROL_SOURCE, actor_name
@@ -54,7 +56,6 @@ from routing.engine.decide import addressed_binding
 from routing.engine.live import publish_routed
 from routing.engine.world import read_work_views
 from routing.models import Disposition, Generation, RouteRecord
-from routing.services import check_event_size
 from worklife import lifecycle
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, Work
 from worklife.scheduling import work_retry_in_tx

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -47,11 +46,6 @@ HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
 # Where each route loop publishes what its window's routes decided (PostgreSQL): one KV entry a
 # loop, replaced at each window (:func:`publish_targets`).
 TARGETS_NAMESPACE = "core.routing.window_targets"
-
-
-def loop_identity() -> str:
-    """A name for this process's claims: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def release_dead_claims(now: datetime) -> int:

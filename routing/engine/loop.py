@@ -11,13 +11,13 @@ from datetime import datetime, timedelta
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import kv_replace
+from infra.identity import loop_identity
 from infra.leases import lease_transaction
 from routing.config.selectors import live_generation, live_generation_id
 from routing.engine import live
 from routing.engine.claims import (
     HEARTBEATS_NAMESPACE,
     forget_stale_targets,
-    loop_identity,
     release_dead_claims,
 )
 from routing.engine.handler_pool import HandlerPool

@@ -63,6 +63,7 @@ from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
 from infra.frozen import frozen
+from infra.identity import loop_identity
 from infra.queries import CompiledOnce, Listed
 from infra.snapshots import read_snapshot
 from routing.config.effective import Configuration, EffectiveScope
@@ -71,7 +72,6 @@ from routing.engine.claims import (
     COMMIT_LOCK_ID,
     claim_window,
     held_elsewhere,
-    loop_identity,
     other_loops_alive,
     publish_targets,
     withdraw_targets,

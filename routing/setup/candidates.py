@@ -19,8 +19,8 @@ from django.db import transaction
 from causal.clock import Clock
 from routing.config.effective import Configuration, EffectiveScope, effective_scope_as_dict
 from routing.config.selectors import live_generation, load_configuration
+from routing.config.services import config_apply
 from routing.models import Generation, GenerationKind
-from routing.services import config_apply
 
 NOTE_MAX = Generation._meta.get_field("note").max_length
 

@@ -18,10 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from causal.clock import Clock
+from causal.limits import is_reserved
 from causal.models import Event, RouteState
 from causal.services import Envelope
 from infra.snapshots import read_snapshot
 from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
+from routing.acceptance.services import check_event_size, duplicate_conflict
 from routing.config.selectors import find_generation, live_generation
 from routing.engine.decide import MANUAL_SOURCE, Effect, Reason
 from routing.engine.evaluate import Evaluation, RouteVerdict, snapshots_isolated
@@ -31,7 +33,6 @@ from routing.engine.settle import DUPLICATE, Settlement, duplicate
 from routing.engine.world import SnapshotReads
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.models import Generation, GenerationKind, RouteRecord
-from routing.services import check_event_size, duplicate_conflict
 
 TRACE_ID = "trace"
 
@@ -362,7 +363,7 @@ def _admitted(router: Router, payload: Any, *, operator: bool) -> Envelope:
     try:
         envelope = parse_envelope(offered, trusted=manual)
         check_event_size(offered)
-        if manual and envelope.type.startswith("core."):
+        if manual and is_reserved(envelope.type):
             raise EnvelopeInvalid("type", f"type {envelope.type!r} is reserved for core Events (core.*)")
     except EnvelopeInvalid as exc:
         raise TraceRefused(exc.field, exc.message) from exc

@@ -8,11 +8,11 @@ import pytest
 from django.urls import reverse
 
 from causal.models import Event
+from routing.acceptance.services import event_accept
 from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from routing.services import event_accept
 from tests.routing.factories import apply_config, user_with_role
 from tests.routing.test_candidates import CHANGED
 

@@ -161,7 +161,7 @@ def test_i12_subscriptions_compiled_once_equal_the_orm():
 @pytest.mark.django_db
 def test_i12_the_live_generation_id_compiled_once_follows_applies(clock):
     from routing.config.selectors import live_generation, live_generation_id
-    from routing.services import config_apply
+    from routing.config.services import config_apply
 
     assert live_generation_id() is None
     config_apply(document="version: 1\nscopes:\n  - path: a\n", clock=clock)

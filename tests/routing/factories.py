@@ -13,8 +13,8 @@ from django.db import transaction
 
 from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT, Role, role_assign_in_tx
 from routing.access.tokens import token_digest, token_generate
+from routing.config.services import config_apply, config_candidate
 from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
-from routing.services import config_apply, config_candidate
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from causal.models import Event
+from routing.acceptance.services import event_accept
+from routing.config.services import config_apply
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
-from routing.services import config_apply, event_accept
 
 HANDLERS = {
     "match": "routing.handlers.Match",

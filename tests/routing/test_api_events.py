@@ -491,8 +491,8 @@ def test_i9_4_an_api_token_cannot_forge_an_identity_the_system_writes(client, au
 
 @pytest.mark.django_db
 def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme, clock):
+    from routing.acceptance.services import event_accept
     from routing.controls import events as controls
-    from routing.services import event_accept
 
     original = event_accept(payload=cloud_event(id="bad"), clock=clock).event
     Event.objects.filter(pk=original.pk).update(route_state="failed")
@@ -530,7 +530,7 @@ def test_i12_1_an_acceptance_runs_a_fixed_handful_of_queries(client, auth, acme)
 def test_i12_1_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acme):
     """The acceptance INSERT is a statement written once from the model (not the ORM's save):
     every field reads back as stored, and equals the instance acceptance returned."""
-    from routing.services import event_accept
+    from routing.acceptance.services import event_accept
 
     offered = cloud_event(
         id="every-field",
@@ -561,7 +561,7 @@ def test_i12_1_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acm
 def test_i12_1_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme):
     """A batch's multi-row INSERT: the seqs follow the batch's order, each Event reads back
     as the instance acceptance returned, repeats come back as the Event they repeat."""
-    from routing.services import event_accept, events_accept
+    from routing.acceptance.services import event_accept, events_accept
 
     earlier = event_accept(payload=cloud_event(id="earlier"), clock=clock).event
     batch = [

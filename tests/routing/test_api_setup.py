@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 
 from conduit_site.api.openapi import openapi_schema
+from routing.acceptance.services import event_accept
+from routing.access.services import api_token_create
 from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from routing.services import api_token_create, event_accept
 from tests.routing.factories import DEFAULT_TEST_CONFIG, T0, apply_config, user_with_role
 from tests.routing.test_candidates import CHANGED
 

@@ -14,9 +14,14 @@ from django.db import connection
 
 from causal.models import Event
 from routing.access.roles import VIEW_EVENT
+from routing.access.services import (
+    ApiTokenInvalid,
+    api_token_authenticate,
+    api_token_create,
+    api_token_revoke,
+)
 from routing.access.tokens import token_digest
 from routing.models import ApiToken
-from routing.services import ApiTokenInvalid, api_token_authenticate, api_token_create, api_token_revoke
 from tests.routing.factories import T0, UserFactory, api_token_with_secret, live_scopes
 
 EVENTS_URL = "/api/events"

@@ -89,7 +89,7 @@ def test_r9_issue12_item3_a_claim_reads_the_backlog_in_acceptance_order_without_
     test does not analyze the table itself: statistics written by ``ANALYZE`` outlive the test's
     transaction and would shape the plans of every later test."""
     from causal.clock import system_clock
-    from routing.services import events_accept
+    from routing.acceptance.services import events_accept
 
     apply(clock, SCRIPTED_ONLY)
     payloads = [

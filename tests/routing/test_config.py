@@ -14,11 +14,11 @@ from django.db import connection
 from routing.config.effective import build_configuration
 from routing.config.problems import ConfigInvalid, GenerationNotFound
 from routing.config.selectors import find_generation, live_generation, load_configuration
+from routing.config.services import config_apply, config_candidate
 from routing.config.validate import parse_document
 from routing.extension import EventSnapshot, RouteInfo, freeze
 from routing.handlers.match import Match
 from routing.models import Binding, Generation, GenerationKind, Route, Scope
-from routing.services import config_apply, config_candidate
 
 from .factories import DEFAULT_TEST_CONFIG, apply_config
 

@@ -1,5 +1,5 @@
 """Issue 12 item 1: concurrent acceptances of one process share a commit
-(``routing.services.GroupCommit``): one transaction and one flush for every Event offered
+(``routing.acceptance.services.GroupCommit``): one transaction and one flush for every Event offered
 while the previous commit was being made, each caller keeping its own answer."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db import connection
 
 from causal.models import Event
 from routing.acceptance.envelopes import EnvelopeInvalid, EventConflict
-from routing.services import ACCEPTANCES, event_accept
+from routing.acceptance.services import ACCEPTANCES, event_accept
 from tests.routing.factories import T0, apply_config
 
 

@@ -367,10 +367,11 @@ def test_i9_6_a_catastrophic_pattern_is_decided_within_the_route_deadline_and_no
     the all-'a' one matched) before the route deadline, so no handler call is abandoned: no thread is left burning a
     core on a pattern. On a backtracking engine this Event was a handler_timeout and the
     abandoned thread ran for ever."""
+    from routing.acceptance.services import event_accept
+    from routing.config.services import config_apply
     from routing.engine.options import RouterOptions
     from routing.engine.router import build_router
     from routing.models import RouteRecord
-    from routing.services import config_apply, event_accept
 
     config_apply(
         clock=clock,

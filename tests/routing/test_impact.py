@@ -10,10 +10,10 @@ import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
 
+from routing.acceptance.services import event_accept
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from routing.services import event_accept
 from routing.setup.impact import (
     DEFAULT_EVENTS,
     MAX_EVENTS,
@@ -250,7 +250,7 @@ def test_i10p5_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, r
 def test_i10p5_shared_reads_hold_with_backlog_failures_and_undecided_input(clock, test_handlers):
     """The same with earlier input in the windows: a backing-off Event that later input of its
     key waits behind, undecided input that routes first, and Works several Events share."""
-    from routing.services import config_candidate
+    from routing.config.services import config_candidate
     from tests.routing import sample_handlers
     from tests.routing.routerkit import DOCUMENT, accept, apply, router
 

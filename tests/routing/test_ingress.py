@@ -1,5 +1,5 @@
 """Envelope parsing and validation (routing.acceptance.envelopes) and the acceptance service
-(routing.services.event_accept / events_accept)."""
+(routing.acceptance.services.event_accept / events_accept)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from routing.acceptance.envelopes import (
     parse_json,
     read_documents,
 )
-from routing.services import event_accept, events_accept
+from routing.acceptance.services import event_accept, events_accept
 from tests.routing.factories import apply_config, live_scopes
 
 

@@ -27,8 +27,8 @@ from django.urls import URLPattern, get_resolver, reverse
 from conduit_site.api.auth import api_view
 from conduit_site.asgi import application
 from conduit_site.console.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from routing.access.services import api_token_create
 from routing.models import ApiToken
-from routing.services import api_token_create
 from tests.causal.factories import EventFactory
 from tests.routing.factories import T0, UserFactory, apply_config, user_with_role
 from tests.worklife.factories import WorkFactory

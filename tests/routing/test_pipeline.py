@@ -91,7 +91,7 @@ def test_i12_item2_i3_a_backlog_routed_window_after_window_keeps_acceptance_orde
     some by explicit keys): every Event settles once, every key has one owner and every
     Work takes its input in acceptance order."""
     from causal.clock import system_clock
-    from routing.services import events_accept
+    from routing.acceptance.services import events_accept
 
     apply(clock, MATCH_ONLY)
     events_accept(payloads=conversation_payloads(60, 5), clock=system_clock)

@@ -14,8 +14,8 @@ from django.core.management.base import CommandError
 
 from causal.clock import system_clock
 from causal.models import KV, Event, RouteState
+from routing.acceptance.services import events_accept
 from routing.engine.loop import HEARTBEATS_NAMESPACE, RouteLoop
-from routing.services import events_accept
 from tests.routing.routerkit import MATCH_ONLY, apply, conversation_payloads
 from tests.support import child_env, manage_command
 

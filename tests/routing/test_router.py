@@ -669,7 +669,7 @@ def test_r25_a_long_backlog_past_one_scan_still_holds_later_input(clock, monkeyp
 def test_r17_thousands_of_failing_keys_do_not_stop_the_next_window(clock):
     """1,200 failing Events, each on its own key, back off; a commit after them reads all their
     keys (on SQLite a condition per key would exceed the expression depth) and routes on."""
-    from routing.services import events_accept
+    from routing.acceptance.services import events_accept
 
     apply(clock, SCRIPTED_ONLY)
     payloads = [

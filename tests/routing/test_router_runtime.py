@@ -18,10 +18,10 @@ from hypothesis.extra.django import TestCase as HypothesisTestCase
 
 from causal.clock import system_clock
 from causal.models import Event, RouteState
+from routing.acceptance.services import events_accept
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.models import RouteRecord
-from routing.services import events_accept
 from tests.routing.history import history_payloads, history_violations
 from tests.routing.routerkit import MATCH_ONLY, apply, assert_routing_invariants, conversation_payloads
 from tests.support import child_env, manage_command, run_manage

@@ -10,8 +10,8 @@ import pytest
 
 from causal.models import CausalDiagnostic, Event, RouteState
 from routing.acceptance.envelopes import EventConflict
+from routing.acceptance.services import event_accept
 from routing.models import RouteRecord
-from routing.services import event_accept
 from routing.setup.trace import TraceRefused, trace, trace_event, trace_offered
 from tests.routing import sample_handlers
 from tests.routing.routerkit import accept, apply, router

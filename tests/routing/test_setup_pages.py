@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from routing.acceptance.services import event_accept
 from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from routing.services import event_accept
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
 from tests.routing.test_candidates import CHANGED
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.apps import apps
 
+from routing.config.services import config_candidate
 from routing.models import RouteRecord
-from routing.services import config_candidate
 from routing.setup.trace import TraceRefused, samples, trace, trace_candidate
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
 from worklife import services as work

@@ -15,8 +15,8 @@ from django.urls import reverse
 from causal.services import event_envelope
 from routing.acceptance.envelopes import parse_envelope
 from routing.acceptance.raw import raw_envelope
+from routing.acceptance.services import event_accept
 from routing.models import Disposition
-from routing.services import event_accept
 from tests.routing.factories import RouteRecordFactory, apply_config, user_with_role
 from tests.routing.test_candidates import CHANGED
 

@@ -20,11 +20,12 @@ from hypothesis.extra.django import TestCase as HypothesisTestCase
 
 from causal.models import Event, RouteState
 from routing.acceptance.envelopes import EnvelopeInvalid
+from routing.acceptance.services import event_accept
 from routing.config.problems import ConfigInvalid
+from routing.config.services import config_apply
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from routing.services import config_apply, event_accept
 from routing.setup.trace import TraceRefused, trace
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers

@@ -446,7 +446,7 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
     import subprocess
 
     from causal.clock import system_clock
-    from routing.services import events_accept
+    from routing.acceptance.services import events_accept
     from tests.support import child_env, manage_command
 
     setup(system_clock)

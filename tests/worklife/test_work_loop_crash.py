@@ -14,7 +14,7 @@ import pytest
 from django.db.models import Count, Q
 
 from causal.clock import system_clock
-from routing.services import events_accept
+from routing.acceptance.services import events_accept
 from tests.support import child_env, manage_command
 from tests.worklife.enginekit import route_all, setup
 from worklife.models import Attempt, Work, WorkInput

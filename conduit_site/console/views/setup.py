@@ -28,8 +28,8 @@ from routing.acceptance.raw import raw_envelope
 from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
 from routing.config.problems import ConfigInvalid, ConfigProblem, GenerationNotFound
 from routing.config.selectors import live_generation, load_configuration
+from routing.config.services import config_candidate
 from routing.models import Generation
-from routing.services import config_candidate
 from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,

@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
-from routing import services
+from routing.access import services
 from routing.access.roles import TOKEN_SCOPES, RoleError, token_scopes_parse
 from routing.selectors import api_tokens_list
 from routing.serializers import timestamp

@@ -13,8 +13,8 @@ from causal.clock import system_clock
 from routing.config.effective import EffectiveScope, effective_scope_as_dict
 from routing.config.problems import ConfigInvalid, GenerationNotFound
 from routing.config.selectors import find_generation, load_configuration
+from routing.config.services import config_apply, config_candidate
 from routing.config.validate import CONTROL_POLICIES, parse_document
-from routing.services import config_apply, config_candidate
 from routing.setup.candidates import CandidateNotFound, ConfigDiff, candidate_diff, candidate_get
 from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, ImpactReport, impact_preview
 

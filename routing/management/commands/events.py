@@ -93,7 +93,7 @@ def accept_arguments(parser: CommandParser) -> None:
 def accept_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Accept the Events of FILE: validate them all, then accept them all in one transaction."""
     # Imported here: the configuration parser behind the services is not needed to read Events.
-    from routing import services
+    from routing.acceptance import services
     from routing.acceptance.envelopes import EnvelopeInvalid, read_documents
 
     as_json = options["json"]

@@ -1,4 +1,6 @@
-"""Writes of the routing app: each a function with keyword-only arguments and one transaction."""
+"""Acceptance: an offered Event (or a batch) validated, its scope checked against the live
+configuration and committed, one transaction each (concurrent offers of one process share a
+commit: :class:`GroupCommit`)."""
 
 from __future__ import annotations
 
@@ -6,15 +8,10 @@ import copy
 import functools
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Max
 
 from causal.clock import Clock
 from causal.models import Event
@@ -36,12 +33,8 @@ from routing.acceptance.envelopes import (
     parse_envelope,
     parse_envelopes,
 )
-from routing.access.roles import TOKEN_SCOPES
-from routing.access.tokens import token_digest, token_generate, token_well_formed
-from routing.config.document import ParsedDocument
 from routing.config.selectors import live_generation
-from routing.config.validate import parse_document
-from routing.models import ApiToken, Binding, Generation, GenerationKind, Route, Scope
+from routing.models import Generation, GenerationKind, Scope
 
 # --- acceptance -----------------------------------------------------------------------------
 
@@ -145,7 +138,7 @@ def _copied(exc: BaseException) -> BaseException:
 def _commit_group(group: list[_Offer], *, clock: Clock) -> None:
     """Accept the group's Events in one transaction, each with its own answer."""
     with transaction.atomic():
-        known = live_scope_paths(sorted({offer.envelope.scope for offer in group}))
+        known = live_scopes_among(sorted({offer.envelope.scope for offer in group}))
         admitted: list[_Offer] = []
         for offer in group:
             if offer.envelope.scope not in known:
@@ -169,7 +162,7 @@ def _commit_group(group: list[_Offer], *, clock: Clock) -> None:
                 offer.accepted = result
 
 
-# The group commit of this process's acceptances (routing.services.event_accept).
+# The group commit of this process's acceptances (event_accept).
 ACCEPTANCES = GroupCommit()
 
 
@@ -269,7 +262,7 @@ def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) 
     duplicate it is, whatever the configuration says now.
     """
     paths = sorted({envelope.scope for envelope in envelopes})
-    known = live_scope_paths(paths)
+    known = live_scopes_among(paths)
     if all(envelope.scope in known for envelope in envelopes):
         return
     live = live_generation()
@@ -291,7 +284,7 @@ def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) 
         raise BatchInvalid(errors) if batch else errors[0]
 
 
-def live_scope_paths(paths: Sequence[str]) -> set[str]:
+def live_scopes_among(paths: Sequence[str]) -> set[str]:
     """Those of ``paths`` that are scopes of the live generation (the newest applied one).
 
     One statement on the way of every acceptance, written out once: the ORM's building and
@@ -324,236 +317,3 @@ def _live_scope_paths_sql(count: int) -> str:
 
 # last_used_at is a hint for operators, not an audit log: write it at most once a minute per
 # token so that a busy client does not turn every API call into a write.
-TOKEN_USE_RESOLUTION = timedelta(minutes=1)
-TOKEN_NAME_MAX = 100
-
-
-class ApiTokenInvalid(ValueError):
-    """A token operation is refused; ``field`` names the argument at fault."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class IssuedToken:
-    """A token just created, with its secret: the only time the secret exists in clear."""
-
-    token: ApiToken
-    secret: str
-
-
-def api_token_create(
-    *, user: AbstractBaseUser, name: str, clock: Clock, scopes: list[str] | None = None
-) -> IssuedToken:
-    """Create an API token for ``user``; the returned secret is shown once and never stored.
-
-    ``scopes`` (names of ``routing.access.roles.TOKEN_SCOPES``) narrows the token to those actions;
-    ``None`` lets it act with all of its user's permissions. Raises :class:`ApiTokenInvalid`
-    for an inactive user, a bad name or an unknown scope (nothing stored).
-    """
-    if scopes is not None:
-        unknown = sorted(set(scopes) - set(TOKEN_SCOPES))
-        if unknown or not scopes:
-            named = f"unknown scope {unknown[0]!r}" if unknown else "no scope"
-            raise ApiTokenInvalid("scopes", f"{named}: choose from {', '.join(TOKEN_SCOPES)}")
-        scopes = sorted(set(scopes))
-    name = name.strip()
-    if not name:
-        raise ApiTokenInvalid("name", "a token needs a non-empty name")
-    if len(name) > TOKEN_NAME_MAX:
-        raise ApiTokenInvalid(
-            "name", f"the name is {len(name)} characters long; the limit is {TOKEN_NAME_MAX}"
-        )
-    if not user.is_active:
-        raise ApiTokenInvalid("user", f"user {user.get_username()!r} is inactive")
-    with transaction.atomic():
-        # Prefixes only name tokens for operators (the digest is the unique credential), so a
-        # rare collision is simply avoided by drawing again.
-        for _ in range(5):
-            prefix, secret = token_generate()
-            if not ApiToken.objects.filter(prefix=prefix).exists():
-                break
-        token = ApiToken.objects.create(
-            user=user,
-            name=name,
-            prefix=prefix,
-            digest=token_digest(secret),
-            created_at=clock(),
-            scopes=scopes,
-        )
-    return IssuedToken(token=token, secret=secret)
-
-
-def api_token_create_for_username(
-    *, username: str, name: str, clock: Clock, scopes: list[str] | None = None
-) -> IssuedToken:
-    """Create an API token for the user named ``username`` (see :func:`api_token_create`)."""
-    user_model = get_user_model()
-    try:
-        user = user_model._default_manager.get_by_natural_key(username)
-    except user_model.DoesNotExist:
-        raise ApiTokenInvalid("USERNAME", f"no user named {username!r}") from None
-    return api_token_create(user=user, name=name, clock=clock, scopes=scopes)
-
-
-def api_token_revoke(*, prefix: str, clock: Clock) -> ApiToken:
-    """Revoke the live token whose prefix is ``prefix``: it authenticates nothing from now on.
-
-    Raises :class:`ApiTokenInvalid` when no token, or more than one, has that prefix, or when
-    it was already revoked.
-    """
-    with transaction.atomic():
-        tokens = list(ApiToken.objects.select_for_update().select_related("user").filter(prefix=prefix)[:2])
-        if not tokens:
-            raise ApiTokenInvalid("PREFIX", f"no API token has the prefix {prefix!r}")
-        if len(tokens) > 1:
-            raise ApiTokenInvalid(
-                "PREFIX", f"several API tokens have the prefix {prefix!r}; revoke them in the admin"
-            )
-        token = tokens[0]
-        if token.revoked_at is not None:
-            raise ApiTokenInvalid(
-                "PREFIX", f"API token {prefix} was already revoked at {token.revoked_at:%Y-%m-%d %H:%M:%S}Z"
-            )
-        token.revoked_at = clock()
-        token.save(update_fields=["revoked_at"])
-    return token
-
-
-def api_token_authenticate(*, secret: str, clock: Clock) -> ApiToken | None:
-    """The live token whose secret is ``secret`` (with its user), or ``None``.
-
-    A revoked token, a token of an inactive user and a malformed secret authenticate
-    nothing. Records when the token was last used (at most once a minute).
-    """
-    if not token_well_formed(secret):
-        return None
-    # Every API request runs this: two raw statements (a token, its user) cost a fifth of
-    # the ORM's compiled select_related query, with the same model instances and converters.
-    token = next(iter(ApiToken.objects.raw(_live_token_sql(), [token_digest(secret), True])), None)
-    if token is None:
-        return None
-    user = next(iter(get_user_model().objects.raw(_user_sql(), [token.user_id])), None)
-    if user is None:  # deleted since the read above
-        return None
-    token.user = user
-    now = clock()
-    if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        token.last_used_at = now
-    return token
-
-
-@functools.cache
-def _live_token_sql() -> str:
-    """A live token by digest: not revoked, of an active user (params: digest, True)."""
-    quote = connection.ops.quote_name
-    user = get_user_model()._meta
-    token = ApiToken._meta
-    return (
-        f"SELECT t.* FROM {quote(token.db_table)} t JOIN {quote(user.db_table)} u "
-        f"ON u.{quote(user.pk.column)} = t.{quote(token.get_field('user').column)} "
-        f"WHERE t.{quote(token.get_field('digest').column)} = %s "
-        f"AND t.{quote(token.get_field('revoked_at').column)} IS NULL "
-        f"AND u.{quote(user.get_field('is_active').column)} = %s"
-    )
-
-
-@functools.cache
-def _user_sql() -> str:
-    """A user by primary key (param: the key)."""
-    quote = connection.ops.quote_name
-    user = get_user_model()._meta
-    return f"SELECT * FROM {quote(user.db_table)} WHERE {quote(user.pk.column)} = %s"
-
-
-# --- configuration --------------------------------------------------------------------------
-
-# Applied generations are numbered max + 1 inside the transaction; on PostgreSQL one
-# transaction-scoped advisory lock serialises numbering (the unique number is the backstop).
-# SQLite serialises writers with BEGIN IMMEDIATE.
-CONFIG_LOCK_ID = 0x436F6E66  # "Conf"
-_CREATED_BY_MAX = Generation._meta.get_field("created_by").max_length
-
-
-def config_apply(*, document: str, clock: Clock, created_by: str = "") -> Generation:
-    """Validate a YAML configuration document and apply it as the next generation.
-
-    The new applied generation (numbered one past the newest) is live for routing once this
-    returns. Raises :class:`~routing.config.ConfigInvalid` listing every problem with its
-    place; nothing is stored then.
-    """
-    parsed = parse_document(document)
-    _check_created_by(created_by)
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CONFIG_LOCK_ID])
-        newest = Generation.objects.filter(kind=GenerationKind.APPLIED).aggregate(n=Max("number"))["n"]
-        return _config_store_in_tx(
-            parsed, kind=GenerationKind.APPLIED, number=(newest or 0) + 1, clock=clock, created_by=created_by
-        )
-
-
-def config_candidate(*, document: str, clock: Clock, created_by: str = "") -> Generation:
-    """Validate a YAML configuration document and store it as a candidate: never live, for
-    trace previews (R37). Raises :class:`~routing.config.ConfigInvalid`; nothing is stored
-    then."""
-    parsed = parse_document(document)
-    _check_created_by(created_by)
-    with transaction.atomic():
-        return _config_store_in_tx(
-            parsed, kind=GenerationKind.CANDIDATE, number=None, clock=clock, created_by=created_by
-        )
-
-
-def _check_created_by(created_by: str) -> None:
-    if len(created_by) > _CREATED_BY_MAX:
-        raise ValueError(f"created_by is longer than {_CREATED_BY_MAX} characters")
-
-
-def _config_store_in_tx(
-    parsed: ParsedDocument, *, kind: str, number: int | None, clock: Clock, created_by: str
-) -> Generation:
-    generation = Generation.objects.create(
-        kind=kind,
-        number=number,
-        document=parsed.text,
-        digest=parsed.digest,
-        created_at=clock(),
-        created_by=created_by,
-    )
-    bindings: list[Binding] = []
-    routes: list[Route] = []
-    for declared in parsed.scopes:
-        scope = Scope.objects.create(generation=generation, path=declared.path)
-        bindings.extend(
-            Binding(
-                scope=scope,
-                name=b.name,
-                executor=b.executor,
-                settings=b.settings,
-                controls=list(b.controls),
-            )
-            for b in declared.bindings
-        )
-        routes.extend(
-            Route(
-                scope=scope,
-                position=position,
-                slot=r.slot,
-                handler=r.handler,
-                params=r.params,
-                binding=r.binding,
-                policy=r.policy,
-                fallback=r.fallback,
-                start=r.start,
-            )
-            for position, r in enumerate(declared.routes)
-        )
-    Binding.objects.bulk_create(bindings)
-    Route.objects.bulk_create(routes)
-    return generation
