@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from routing.engine.router import RouteOutcome
+    from routing.engine.settle import RouteOutcome
 
 logger = logging.getLogger("conduit.routing")
 

@@ -76,10 +76,6 @@ from routing.engine.claims import (
     publish_targets,
     withdraw_targets,
 )
-from routing.engine.decide import (
-    Decision,
-    replace,
-)
 from routing.engine.evaluate import (
     Evaluation,
     RouteVerdict,
@@ -95,7 +91,7 @@ from routing.engine.failures import (
 from routing.engine.handler_pool import CallOutcome, HandlerPool, PoolExhausted
 from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
-from routing.engine.settle import BESIDE, CONFLICT_RECHECK, Settlement, Settler
+from routing.engine.settle import BESIDE, CONFLICT_RECHECK, RouteOutcome, Settlement, Settler
 from routing.engine.world import (
     _FOREIGN,
     _ORPHAN,
@@ -114,44 +110,6 @@ logger = logging.getLogger("conduit.routing")
 
 
 _PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
-
-
-@frozen
-class RouteOutcome:
-    """What happened to one Event in a pass."""
-
-    seq: int
-    state: str  # an Event route_state: unrouted, routed, skipped, failed
-    decision: Decision | None = None
-    error: RouteError | None = None
-    reason: str = ""  # why it is still unrouted
-    record_id: int | None = None
-    waiting_on: int | None = None
-    settlement: Settlement | None = None
-
-    @property
-    def settled(self) -> bool:
-        return self.state != RouteState.UNROUTED
-
-    @classmethod
-    def of(cls, settlement: Settlement, work_ids: Mapping[int, int] | None = None) -> RouteOutcome:
-        """The outcome of ``settlement``; its decision names the Work by the id the commit
-        gave it when it started it (``work_ids``: the real id of each temporary one)."""
-        decision = settlement.decision
-        if work_ids and decision is not None and decision.work_id in work_ids:
-            decision = replace(decision, work_id=work_ids[decision.work_id])
-        # Positional (seq, state, decision, error, reason, record_id, waiting_on, settlement):
-        # one an Event of every window.
-        return cls(
-            settlement.seq,
-            settlement.state,
-            decision,
-            settlement.error,
-            settlement.reason,
-            None,
-            settlement.waiting_on,
-            settlement,
-        )
 
 
 @frozen

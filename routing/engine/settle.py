@@ -368,3 +368,41 @@ def block(blocked: dict[tuple, int], tokens: Iterable[tuple], seq: int) -> None:
     for token in tokens:
         if token not in blocked or blocked[token] > seq:
             blocked[token] = seq
+
+
+@frozen
+class RouteOutcome:
+    """What happened to one Event in a pass."""
+
+    seq: int
+    state: str  # an Event route_state: unrouted, routed, skipped, failed
+    decision: Decision | None = None
+    error: RouteError | None = None
+    reason: str = ""  # why it is still unrouted
+    record_id: int | None = None
+    waiting_on: int | None = None
+    settlement: Settlement | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.state != RouteState.UNROUTED
+
+    @classmethod
+    def of(cls, settlement: Settlement, work_ids: Mapping[int, int] | None = None) -> RouteOutcome:
+        """The outcome of ``settlement``; its decision names the Work by the id the commit
+        gave it when it started it (``work_ids``: the real id of each temporary one)."""
+        decision = settlement.decision
+        if work_ids and decision is not None and decision.work_id in work_ids:
+            decision = replace(decision, work_id=work_ids[decision.work_id])
+        # Positional (seq, state, decision, error, reason, record_id, waiting_on, settlement):
+        # one an Event of every window.
+        return cls(
+            settlement.seq,
+            settlement.state,
+            decision,
+            settlement.error,
+            settlement.reason,
+            None,
+            settlement.waiting_on,
+            settlement,
+        )

@@ -171,8 +171,7 @@ def test_i12p2_the_routers_per_event_records_use_it():
     from routing.engine.decide import Decision, WorkView
     from routing.engine.evaluate import Evaluation, RouteVerdict
     from routing.engine.handler_pool import CallOutcome
-    from routing.engine.router import RouteOutcome
-    from routing.engine.settle import Settlement
+    from routing.engine.settle import RouteOutcome, Settlement
     from routing.extension import EventSnapshot, RouteDecision
 
     for cls in (
