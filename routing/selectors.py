@@ -186,7 +186,7 @@ QUERY_MAX_LENGTH = 512
 def known_policies() -> tuple[str, ...]:
     """The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list."""
     # The controls (and the router they import) only for the pages that offer the list.
-    from routing.controls.events import CONTROL_POLICY
+    from routing.controls.common import CONTROL_POLICY
     from routing.engine.decide import Effect
 
     return (

@@ -35,7 +35,6 @@ host and records ``--as USER`` (or ``cli``) as the actor without checking one.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -48,7 +47,11 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from causal.services import Envelope, event_accept_in_tx
-from routing.config.selectors import live_generation
+from routing.controls.common import (
+    actor_name,
+    control_event_in_tx,
+    live_label,
+)
 from routing.engine.claims import COMMIT_LOCK_ID
 from routing.engine.failures import RouteFailure, failures_forget_in_tx, failures_read
 from routing.engine.live import publish_routed
@@ -57,11 +60,8 @@ from worklife.models import Attempt, CorrelationKey, Work
 
 logger = logging.getLogger("conduit.routing")
 
-CONTROL_SOURCE = "core.manual"
 SKIP_EVENT = "skip_event"
 REROUTE_EVENT = "reroute_event"
-CONTROL_TYPES = {SKIP_EVENT: "core.manual.skip_event", REROUTE_EVENT: "core.manual.reroute_event"}
-CONTROL_POLICY = "control"
 COPY_PREFIX = "reroute/"
 PERMISSIONS = {SKIP_EVENT: "routing.skip_event", REROUTE_EVENT: "routing.reroute_event"}
 # What a control did (ControlResult.outcome).
@@ -72,7 +72,6 @@ COPIED = "copied"
 MAX_BATCH = 100
 
 _ENVELOPE_ID_MAX = Event._meta.get_field("envelope_id").max_length
-_DECIDED_BY_MAX = RouteRecord._meta.get_field("decided_by").max_length
 
 
 class ControlRefused(Exception):
@@ -179,7 +178,7 @@ def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Contr
         now = clock()
         failure = failures_read([seq]).get(seq)
         work_id = _explicit_work_in_tx(event)
-        generation = _live_label()
+        generation = live_label()
         RouteRecord.objects.create(
             event=event,
             work_id=work_id,
@@ -265,7 +264,7 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
                 "failed or skipped Event can be rerouted",
             )
         control = _control_event_in_tx(
-            REROUTE_EVENT, event, by=by, clock=clock, work_id=work_id, generation=_live_label()
+            REROUTE_EVENT, event, by=by, clock=clock, work_id=work_id, generation=live_label()
         )
         publish_routed([seq, control.seq, *([copy.seq] if copy is not None else [])], [work_id])
     result = ControlResult(
@@ -305,17 +304,6 @@ def events_reroute(*, seqs: Iterable[int], user: AbstractBaseUser | str, clock: 
         else:
             outcomes.append(BatchOutcome(seq, result=result, copy_seq=result.copy_seq))
     return outcomes
-
-
-def actor_name(user: AbstractBaseUser | str) -> str:
-    """The name a control records for ``user`` (a user, or a name such as ``cli``)."""
-    name = user if isinstance(user, str) else user.get_username()
-    name = name.strip()
-    if not name:
-        raise ValueError("user: a control needs the name of the acting user")
-    if len(name) > _DECIDED_BY_MAX:
-        raise ValueError(f"user: the name is longer than {_DECIDED_BY_MAX} characters")
-    return name
 
 
 def copy_envelope_id(envelope_id: str) -> str:
@@ -413,34 +401,17 @@ def _accept_copy_in_tx(event: Event, *, by: str, clock: Clock) -> Event:
 def _control_event_in_tx(
     action: str, target: Event, *, by: str, clock: Clock, work_id: int | None, generation: str
 ) -> Event:
-    """Accept the control Event naming ``target`` and settle it at once (policy ``control``)."""
-    envelope = Envelope(
-        id=f"{action}/{target.seq}/{uuid.uuid4().hex}",
-        source=CONTROL_SOURCE,
-        type=CONTROL_TYPES[action],
+    """The control Event naming the Event ``target``, settled at once."""
+    return control_event_in_tx(
+        action,
+        target=str(target.seq),
         scope=target.scope,
         data={"event": target.seq, "envelope_id": target.envelope_id, "source": target.source, "by": by},
-    )
-    control = event_accept_in_tx(envelope=envelope, clock=clock, accepted_by=by).event
-    now = clock()
-    RouteRecord.objects.create(
-        event=control,
+        by=by,
+        clock=clock,
         work_id=work_id,
-        scope=target.scope,
         generation=generation,
-        policy=CONTROL_POLICY,
-        reason=action,
-        disposition=Disposition.ROUTED,
-        decided_at=now,
-        decided_by=by,
     )
-    Event.objects.filter(seq=control.seq).update(route_state=RouteState.ROUTED, routed_at=now)
-    return control
-
-
-def _live_label() -> str:
-    live = live_generation()
-    return live.label if live is not None else ""
 
 
 def _log(result: ControlResult) -> None:

@@ -45,17 +45,21 @@ from django.db import transaction
 
 from causal.clock import Clock
 from causal.limits import is_reserved
-from causal.models import Event, RouteState
+from causal.models import Event
 from causal.services import Envelope, event_accept_in_tx
 from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
 from routing.acceptance.services import check_event_size
 from routing.config.effective import EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
-from routing.controls.events import CONTROL_POLICY, CONTROL_SOURCE, actor_name
+from routing.controls.common import (
+    CONTROL_SOURCE,
+    actor_name,
+    control_event_in_tx,
+    live_label,
+)
 from routing.engine.decide import addressed_binding
 from routing.engine.live import publish_routed
 from routing.engine.world import read_work_views
-from routing.models import Disposition, Generation, RouteRecord
 from worklife import lifecycle
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, Work
 from worklife.scheduling import work_retry_in_tx
@@ -82,7 +86,6 @@ class RefusalCode(StrEnum):
 
 # The permission each control needs through the API and the console.
 PERMISSIONS = {control: f"worklife.{control.value}" for control in WorkControl}
-CONTROL_TYPES = {control: f"{CONTROL_SOURCE}.{control.value}" for control in WorkControl}
 # The envelope id prefix of the operator input a control accepts (unique with a random suffix).
 INPUT_ID_PREFIX = {WorkControl.SEND: "send", WorkControl.CREATE: "create"}
 
@@ -507,34 +510,17 @@ def _visible(scope: EffectiveScope) -> str:
 def _control_event_in_tx(
     action: WorkControl, *, work: Work, by: str, clock: Clock, details: dict[str, Any] | None = None
 ) -> Event:
-    """Accept the control Event naming the Work and settle it at once on it (policy ``control``)."""
-    envelope = Envelope(
-        id=f"{action.value}/{work.pk}/{uuid.uuid4().hex}",
-        source=CONTROL_SOURCE,
-        type=CONTROL_TYPES[action],
+    """The control Event naming the Work, settled at once on it."""
+    return control_event_in_tx(
+        action.value,
+        target=str(work.pk),
         scope=work.scope,
         data={"work": work.pk, "by": by, **(details or {})},
-    )
-    control = event_accept_in_tx(envelope=envelope, clock=clock, accepted_by=by).event
-    now = clock()
-    RouteRecord.objects.create(
-        event=control,
+        by=by,
+        clock=clock,
         work_id=work.pk,
-        scope=work.scope,
-        generation=_live_label(),
-        policy=CONTROL_POLICY,
-        reason=action.value,
-        disposition=Disposition.ROUTED,
-        decided_at=now,
-        decided_by=by,
+        generation=live_label(),
     )
-    Event.objects.filter(seq=control.seq).update(route_state=RouteState.ROUTED, routed_at=now)
-    return control
-
-
-def _live_label() -> str:
-    live: Generation | None = live_generation()
-    return live.label if live is not None else ""
 
 
 def _wrong_state(action: WorkControl, work_id: int, message: str, *, status: str = "") -> WorkControlRefused:
