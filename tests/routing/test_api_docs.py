@@ -9,6 +9,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.urls import reverse
 
+from conduit_site.api.openapi import openapi_schema
 from tests.routing.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -45,3 +46,29 @@ def test_i11_8_the_console_navigation_links_to_the_api_docs(client):
     assert f'<a href="{reverse("api-docs")}">API</a>' in page
     docs = client.get(reverse("api-docs")).content.decode()
     assert f'<a href="{reverse("api-docs")}" aria-current="page">API</a>' in docs
+
+
+# --- issue 35 item 6: every operation tagged -------------------------------------------------------
+
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def operations(document):
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method in HTTP_METHODS:
+                yield f"{method.upper()} {path}", operation
+
+
+def test_i35_6_every_operation_has_a_tag_the_document_declares():
+    document = openapi_schema()
+    declared = [tag["name"] for tag in document.get("tags", [])]
+    assert declared, "the document declares no tags"
+    assert len(declared) == len(set(declared)), declared
+    assert all(tag.get("description") for tag in document["tags"]), document["tags"]
+    used = set()
+    for name, operation in operations(document):
+        assert operation.get("tags"), f"{name} has no tag"
+        assert set(operation["tags"]) <= set(declared), f"{name}: {operation['tags']} are not declared"
+        used.update(operation["tags"])
+    assert used == set(declared), "a declared tag no operation has"

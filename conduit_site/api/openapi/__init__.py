@@ -4,8 +4,9 @@ Every route of ``conduit_site.api.urls`` must be described here with each of its
 test walks the URLconf and fails otherwise. To add an endpoint, add its path item to the
 ``PATHS`` of its resource's module (``events``, ``controls``, ``work``, ``setup``), reusing the
 component schemas and responses of that module and of ``common`` and ``auth``. A new resource
-is a new module with the same names (``SCHEMAS``, ``RESPONSES``, ``PATHS``) listed in
-``RESOURCES``.
+is a new module with the same names (``TAG``, ``SCHEMAS``, ``RESPONSES``, ``PATHS``) listed in
+``RESOURCES``. Each operation is tagged with its module's ``TAG`` here: one tag per resource, the
+document's ``tags`` list declares them.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from django.conf import settings
 from conduit_site.api.openapi import auth, common, controls, events, setup, work
 from conduit_site.api.openapi.common import API_VERSION, json_content, response_ref
 
-__all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "openapi_schema"]
+__all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "TAGS", "openapi_schema"]
 
 RESOURCES = (events, controls, setup, work)
 """The resources' modules, in the order the document lists their paths."""
+
+DOCUMENT_TAG: dict[str, str] = {"name": "openapi", "description": "This OpenAPI document (no token needed)."}
 
 DOCUMENT_PATHS: dict[str, Any] = {
     "/api/openapi.json": {
@@ -39,6 +42,14 @@ DOCUMENT_PATHS: dict[str, Any] = {
         }
     },
 }
+
+
+def _tagged(paths: dict[str, Any], tag: dict[str, str]) -> dict[str, Any]:
+    """``paths`` with ``tag`` first in each of their operations."""
+    return {
+        path: {method: {"tags": [tag["name"]], **operation} for method, operation in item.items()}
+        for path, item in paths.items()
+    }
 
 
 def _merged(kind: str, *parts: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +70,12 @@ RESPONSES: dict[str, Any] = _merged(
     auth.RESPONSES,
     *(resource.RESPONSES for resource in RESOURCES),
 )
-PATHS: dict[str, Any] = _merged("path", *(resource.PATHS for resource in RESOURCES), DOCUMENT_PATHS)
+TAGS: list[dict[str, str]] = [*(resource.TAG for resource in RESOURCES), DOCUMENT_TAG]
+PATHS: dict[str, Any] = _merged(
+    "path",
+    *(_tagged(resource.PATHS, resource.TAG) for resource in RESOURCES),
+    _tagged(DOCUMENT_PATHS, DOCUMENT_TAG),
+)
 auth.answer_forbidden(PATHS)
 
 
@@ -70,6 +86,7 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
         "info": common.info(max_event_bytes=settings.CONDUIT_MAX_EVENT_BYTES),
         "servers": [{"url": server_url.rstrip("/") or "/"}],
         "security": copy.deepcopy(auth.SECURITY),
+        "tags": copy.deepcopy(TAGS),
         "paths": copy.deepcopy(PATHS),
         "components": {
             "securitySchemes": copy.deepcopy(auth.SECURITY_SCHEMES),

@@ -7,6 +7,15 @@ from typing import Any
 
 from conduit_site.api.openapi.common import SEQ_PARAMETER, TIMESTAMP, json_content, ref, response_ref
 
+TAG: dict[str, str] = {
+    "name": "controls",
+    "description": (
+        "Operator controls on one Event (skip, reroute), each recorded as a control Event, and "
+        "doctor's health checks."
+    ),
+}
+"""Every operation of ``PATHS`` has this tag."""
+
 SCHEMAS: dict[str, Any] = {
     "ControlResult": {
         "type": "object",

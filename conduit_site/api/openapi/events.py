@@ -15,6 +15,15 @@ from conduit_site.api.openapi.common import (
     response_ref,
 )
 
+TAG: dict[str, str] = {
+    "name": "events",
+    "description": (
+        "Accept Events, one or a batch (the durable commit is the acknowledgement), read one by its "
+        "seq, and see how it was routed or why it is not yet."
+    ),
+}
+"""Every operation of ``PATHS`` has this tag."""
+
 SCHEMAS: dict[str, Any] = {
     "CloudEventInput": {
         "type": "object",

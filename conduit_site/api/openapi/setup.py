@@ -13,6 +13,15 @@ from conduit_site.api.openapi.common import (
     response_ref,
 )
 
+TAG: dict[str, str] = {
+    "name": "setup",
+    "description": (
+        "Configuration: trace an Event against the live generation or a candidate, and store, "
+        "inspect, preview, apply or discard candidate configurations."
+    ),
+}
+"""Every operation of ``PATHS`` has this tag."""
+
 SCHEMAS: dict[str, Any] = {
     "Trace": {
         "type": "object",

@@ -15,6 +15,15 @@ from conduit_site.api.openapi.common import (
     response_ref,
 )
 
+TAG: dict[str, str] = {
+    "name": "work",
+    "description": (
+        "Work: list and read it, and the operator controls on one Work (create, cancel, retry, send "
+        "input, rebind), each recorded as a control Event."
+    ),
+}
+"""Every operation of ``PATHS`` has this tag."""
+
 SCHEMAS: dict[str, Any] = {
     "Work": {
         "type": "object",
