@@ -90,6 +90,7 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
         "paths": copy.deepcopy(PATHS),
         "components": {
             "securitySchemes": copy.deepcopy(auth.SECURITY_SCHEMES),
+            "parameters": copy.deepcopy(common.PARAMETERS),
             "schemas": copy.deepcopy(SCHEMAS),
             "responses": copy.deepcopy(RESPONSES),
         },

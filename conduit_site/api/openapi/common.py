@@ -24,6 +24,11 @@ def response_ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/responses/{name}"}
 
 
+def parameter_ref(name: str) -> dict[str, str]:
+    """A reference to the component parameter ``name``."""
+    return {"$ref": f"#/components/parameters/{name}"}
+
+
 def json_content(schema: dict[str, Any]) -> dict[str, Any]:
     """A ``content`` map: ``schema`` as JSON."""
     return {"application/json": {"schema": schema}}
@@ -32,30 +37,35 @@ def json_content(schema: dict[str, Any]) -> dict[str, Any]:
 ID: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
 """A record id, as the URLconf's ``id`` converter accepts it."""
 
-SEQ_PARAMETER = {
-    "name": "seq",
-    "in": "path",
-    "required": True,
-    "description": "The Event's place in the acceptance order (Events are named by seq: envelope ids "
-    "are unique only per source).",
-    "schema": ID,
+PARAMETERS: dict[str, Any] = {
+    "seq": {
+        "name": "seq",
+        "in": "path",
+        "required": True,
+        "description": "The Event's place in the acceptance order (Events are named by seq: envelope ids "
+        "are unique only per source).",
+        "schema": ID,
+    },
+    "work_id": {
+        "name": "work_id",
+        "in": "path",
+        "required": True,
+        "description": "The Work's id.",
+        "schema": ID,
+    },
+    "candidate_id": {
+        "name": "candidate_id",
+        "in": "path",
+        "required": True,
+        "description": "The candidate's id (``manage.py config candidate`` prints it).",
+        "schema": ID,
+    },
 }
+"""The path parameters naming records, each declared once under ``components/parameters``."""
 
-WORK_ID_PARAMETER = {
-    "name": "work_id",
-    "in": "path",
-    "required": True,
-    "description": "The Work's id.",
-    "schema": ID,
-}
-
-CANDIDATE_ID_PARAMETER = {
-    "name": "candidate_id",
-    "in": "path",
-    "required": True,
-    "description": "The candidate's id (``manage.py config candidate`` prints it).",
-    "schema": ID,
-}
+SEQ_PARAMETER = parameter_ref("seq")
+WORK_ID_PARAMETER = parameter_ref("work_id")
+CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
 
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
 NULLABLE_TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}
