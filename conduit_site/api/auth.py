@@ -8,8 +8,9 @@ Write every endpoint of ``/api`` with :func:`api_view`::
         result = services.event_skip(seq=seq, by=request.user.get_username(), clock=system_clock)
         return JsonResponse(skip_json(result))
 
-then add the route to ``conduit_site/api/urls.py`` and describe it in ``conduit_site/api/openapi.py`` (a
-test walks the URLconf and fails for any route or method the schema lacks).
+then add the route to ``conduit_site/api/urls.py`` and describe it in its resource's module of
+``conduit_site/api/openapi/`` (a test walks the URLconf and fails for any route or method the
+schema lacks).
 
 What the decorator does, in order:
 

@@ -1,7 +1,8 @@
 """The JSON API (token-authenticated), mounted under ``/api/``.
 
-Every route here is an :func:`conduit_site.api.auth.api_view` and is described in
-``conduit_site/api/openapi.py`` (a test walks these patterns and fails for any missing route or method).
+Every route here is an :func:`conduit_site.api.auth.api_view` and is described in the OpenAPI
+document, ``conduit_site/api/openapi/`` (a test walks these patterns and fails for any missing
+route or method).
 """
 
 from django.urls import path

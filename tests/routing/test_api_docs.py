@@ -3,12 +3,14 @@ files over the OpenAPI document, linked from the console's navigation."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from django.contrib.staticfiles import finders
 from django.urls import reverse
 
+from conduit_site.api.openapi import openapi_schema
 from tests.routing.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -45,3 +47,99 @@ def test_i11_8_the_console_navigation_links_to_the_api_docs(client):
     assert f'<a href="{reverse("api-docs")}">API</a>' in page
     docs = client.get(reverse("api-docs")).content.decode()
     assert f'<a href="{reverse("api-docs")}" aria-current="page">API</a>' in docs
+
+
+# --- issue 35 item 6: tags, and each schema and parameter written once --------------------------
+
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def operations(document):
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method in HTTP_METHODS:
+                yield f"{method.upper()} {path}", operation
+
+
+def resolved(document, node):
+    """``node`` with every ``$ref`` replaced by what it names, recursively (the document has no
+    reference cycles)."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            section, name = node["$ref"].removeprefix("#/components/").split("/")
+            return resolved(document, document["components"][section][name])
+        return {key: resolved(document, value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [resolved(document, value) for value in node]
+    return node
+
+
+def inline_schemas(node):
+    """Every schema written out in ``node`` that has a structure of its own (properties or
+    subschemas to choose from or combine), as JSON text; a bare ``$ref`` is not one."""
+    if isinstance(node, dict):
+        if {"properties", "oneOf", "anyOf", "allOf"} & set(node):
+            yield json.dumps(node, sort_keys=True)
+        for value in node.values():
+            yield from inline_schemas(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from inline_schemas(value)
+
+
+def test_i35_6_every_operation_has_a_tag_the_document_declares():
+    document = openapi_schema()
+    declared = [tag["name"] for tag in document.get("tags", [])]
+    assert declared, "the document declares no tags"
+    assert len(declared) == len(set(declared)), declared
+    assert all(tag.get("description") for tag in document["tags"]), document["tags"]
+    used = set()
+    for name, operation in operations(document):
+        assert operation.get("tags"), f"{name} has no tag"
+        assert set(operation["tags"]) <= set(declared), f"{name}: {operation['tags']} are not declared"
+        used.update(operation["tags"])
+    assert used == set(declared), "a declared tag no operation has"
+
+
+def test_i35_6_accepting_events_names_the_envelope_schema_by_reference():
+    document = openapi_schema()
+    operation = document["paths"]["/api/events"]["post"]
+    envelope = document["components"]["schemas"]["CloudEventInput"]
+    media_types = operation["requestBody"]["content"]
+    assert set(media_types) == {
+        "application/cloudevents+json",
+        "application/json",
+        "application/cloudevents-batch+json",
+    }
+    for media_type, body in media_types.items():
+        assert set(body["schema"]) == {"$ref"}, media_type
+        # One Event or a batch of them, the same envelope either way.
+        assert resolved(document, body["schema"]) == {
+            "oneOf": [envelope, {"type": "array", "items": envelope}]
+        }, media_type
+    for status in ("200", "201"):
+        schema = operation["responses"][status]["content"]["application/json"]["schema"]
+        assert set(schema) == {"$ref"}, status
+
+
+def test_i35_6_no_structured_schema_is_written_out_twice():
+    document = openapi_schema()
+    schemas = list(inline_schemas(document))
+    repeated = sorted({schema for schema in schemas if schemas.count(schema) > 1})
+    assert not repeated, "written out more than once; name it under components/schemas:\n" + "\n".join(
+        repeated
+    )
+    envelope = set(document["components"]["schemas"]["CloudEventInput"]["properties"])
+    assert sum(envelope <= set(json.loads(schema).get("properties", {})) for schema in schemas) == 1
+
+
+def test_i35_6_no_parameter_is_written_out_twice():
+    document = openapi_schema()
+    parameters = [
+        json.dumps(parameter, sort_keys=True)
+        for _, operation in operations(document)
+        for parameter in operation.get("parameters", [])
+        if "$ref" not in parameter
+    ]
+    repeated = sorted({parameter for parameter in parameters if parameters.count(parameter) > 1})
+    assert not repeated, "name it under components/parameters:\n" + "\n".join(repeated)

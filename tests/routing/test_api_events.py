@@ -363,7 +363,7 @@ def test_api_every_route_and_method_is_in_the_openapi_schema():
     routes = list(api_routes())
     assert routes, "conduit_site.api.urls has no routes"
     for template, view in routes:
-        assert template in schema["paths"], f"{template} is missing from conduit_site/api/openapi.py"
+        assert template in schema["paths"], f"{template} is missing from conduit_site/api/openapi/"
         methods = getattr(view, "api_methods", None)
         assert methods, f"{template}: the view is not an api_view"
         for method in methods:

@@ -1,0 +1,177 @@
+"""Operator controls in the OpenAPI document: skipping and rerouting one Event, and doctor's
+health checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conduit_site.api.openapi.common import SEQ_PARAMETER, TIMESTAMP, json_content, ref, response_ref
+
+TAG: dict[str, str] = {
+    "name": "controls",
+    "description": (
+        "Operator controls on one Event (skip, reroute), each recorded as a control Event, and "
+        "doctor's health checks."
+    ),
+}
+"""Every operation of ``PATHS`` has this tag."""
+
+SCHEMAS: dict[str, Any] = {
+    "ControlResult": {
+        "type": "object",
+        "description": "What an operator control did to one Event (R20-R22). Each control commits a "
+        "`core.manual.skip_event` / `core.manual.reroute_event` control Event naming the Event and the "
+        "acting user, in the same transaction as its effect.",
+        "required": ["action", "seq", "route_state", "outcome", "control_seq", "by", "message"],
+        "properties": {
+            "action": {"type": "string", "enum": ["skip_event", "reroute_event"]},
+            "seq": {"type": "integer", "description": "The Event acted on."},
+            "route_state": {
+                "type": "string",
+                "enum": ["unrouted", "skipped", "failed"],
+                "description": "The Event's route state after the control.",
+            },
+            "outcome": {
+                "type": "string",
+                "enum": ["skipped", "failures_forgotten", "copied"],
+                "description": "skipped: routed as skipped; failures_forgotten: an unrouted Event's failures "
+                "were forgotten, the next pass tries it at once; copied: a copy of a failed or skipped Event "
+                "was accepted (id `reroute/<original id>`, same source) and routes like new input.",
+            },
+            "control_seq": {"type": "integer", "description": "The control Event."},
+            "copy_seq": {"type": ["integer", "null"], "description": "The copy a reroute accepted."},
+            "work_id": {"type": ["integer", "null"], "description": "The Work the control was recorded on."},
+            "by": {"type": "string", "description": "The acting user."},
+            "failures": {"type": "integer", "description": "Route failures counted before the control."},
+            "last_error": {"type": "string", "description": "The last route failure's error, if any."},
+            "message": {"type": "string", "description": "The result in one sentence."},
+        },
+    },
+    "ControlRefusal": {
+        "type": "object",
+        "description": "A control on an Event in the wrong state; nothing was changed.",
+        "required": ["error", "message", "seq", "route_state"],
+        "properties": {
+            "error": {"type": "string", "const": "wrong_state"},
+            "message": {"type": "string"},
+            "seq": {"type": "integer"},
+            "route_state": {"type": "string", "enum": ["unrouted", "routed", "skipped", "failed"]},
+            "copy_seq": {
+                "type": ["integer", "null"],
+                "description": "The copy of an Event already rerouted (a second reroute is refused).",
+            },
+        },
+    },
+    "DoctorCheck": {
+        "type": "object",
+        "required": ["name", "ok", "status", "summary", "total", "items"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "enum": [
+                    "routing",
+                    "route_loop",
+                    "handler_calls",
+                    "causal",
+                    "work_loop",
+                    "parked_work",
+                ],
+            },
+            "ok": {"type": "boolean"},
+            "status": {"type": "string", "enum": ["ok", "warn"]},
+            "summary": {"type": "string", "description": "The verdict in one line."},
+            "total": {"type": "integer", "description": "Findings in all (items lists at most 50)."},
+            "items": {
+                "type": "array",
+                "description": "routing: Events unrouted ten minutes after acceptance, or whose route "
+                "keeps failing (seq, type, scope, accepted_at, age_seconds, failures, last_code, last_error, "
+                "retry_at, waiting_on, reason); route_loop and handler_calls: route loops' last heartbeats "
+                "(loop, at, age_seconds, generation, passes, routed, abandoned_calls, abandoned_total, "
+                "failing: null, or the error, count, since and events of passes failing in a row); causal: "
+                "roots refused in "
+                "the last hour (root_seq, refusals, kinds, last_at); work_loop: work loops' last "
+                "heartbeats (loop, at, age_seconds, slots, running, started, completed, failed, refused, "
+                "lost, stopped); parked_work: parked Work (work_id, scope, failures, last_error, "
+                "parked_at).",
+                "items": {"type": "object"},
+            },
+        },
+    },
+    "DoctorReport": {
+        "type": "object",
+        "required": ["ok", "at", "checks"],
+        "properties": {
+            "ok": {"type": "boolean", "description": "False when any check warns."},
+            "at": TIMESTAMP,
+            "checks": {"type": "array", "items": ref("DoctorCheck")},
+        },
+    },
+}
+
+RESPONSES: dict[str, Any] = {
+    "ControlRefused": {
+        "description": "The Event is in the wrong state for this control; nothing was changed.",
+        "content": json_content(ref("ControlRefusal")),
+    },
+}
+
+PATHS: dict[str, Any] = {
+    "/api/events/{seq}/skip": {
+        "post": {
+            "operationId": "event_skip",
+            "summary": "Skip an unrouted Event",
+            "description": "Routes the unrouted Event as skipped without asking its routes (RouteRecord "
+            "disposition and policy `skipped`, reason `skipped by <user>`, on the Work its explicit targets "
+            "name when exactly one; its route failures are forgotten, their count and last error kept in "
+            "the record). Commits a `core.manual.skip_event` control Event in the same transaction. Needs "
+            "the permission `routing.skip_event`. No request body.",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "Skipped.", "content": json_content(ref("ControlResult"))},
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("ControlRefused"),
+            },
+        }
+    },
+    "/api/events/{seq}/reroute": {
+        "post": {
+            "operationId": "event_reroute",
+            "summary": "Reroute an Event",
+            "description": "An unrouted Event: its route failures are forgotten (backoff and wait cleared), so "
+            "the next pass tries it at once. A failed or skipped Event: a copy is accepted, the same "
+            "envelope under the id `reroute/<original id>` and the same source, and routes like new input; "
+            "a second reroute is refused naming the copy. Commits a `core.manual.reroute_event` control "
+            "Event in the same transaction. Needs the permission `routing.reroute_event`. No request body.",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "Rerouted.", "content": json_content(ref("ControlResult"))},
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("ControlRefused"),
+            },
+        }
+    },
+    "/api/doctor": {
+        "get": {
+            "operationId": "doctor",
+            "summary": "Doctor's health checks",
+            "description": "routing: Events still unrouted ten minutes after acceptance, with their failure "
+            "counts, last error code, next retry and the Event they wait behind; route_loop: no route loop "
+            "heartbeat newer than 60 s while Events are unrouted; handler_calls: handler calls a live route "
+            "loop abandoned at their deadline; causal: roots whose derived Events were refused in the last "
+            "hour; work_loop: no work loop heartbeat newer than 60 s while Work is ready to run (pending "
+            "input or a due retry); parked_work: Work parked after too many failures in a row. Always "
+            "200: `ok` says whether any check warns.",
+            "responses": {
+                "200": {"description": "The checks.", "content": json_content(ref("DoctorReport"))},
+                "401": response_ref("Unauthorized"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        }
+    },
+}

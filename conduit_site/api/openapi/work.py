@@ -1,0 +1,388 @@
+"""Work in the OpenAPI document: listing and reading Work, and the operator controls on one Work
+(create, cancel, retry, send input, rebind)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conduit_site.api.openapi.common import (
+    ID,
+    NULLABLE_TIMESTAMP,
+    TIMESTAMP,
+    WORK_ID_PARAMETER,
+    json_content,
+    ref,
+    response_ref,
+)
+
+TAG: dict[str, str] = {
+    "name": "work",
+    "description": (
+        "Work: list and read it, and the operator controls on one Work (create, cancel, retry, send "
+        "input, rebind), each recorded as a control Event."
+    ),
+}
+"""Every operation of ``PATHS`` has this tag."""
+
+SCHEMAS: dict[str, Any] = {
+    "Work": {
+        "type": "object",
+        "description": "A unit of work routed Events feed. Its scope never changes.",
+        "required": ["id", "scope", "status", "binding", "version", "created_at", "updated_at"],
+        "properties": {
+            "id": {"type": "integer"},
+            "scope": {"type": "string"},
+            "status": {"type": "string", "enum": ["ready", "running", "waiting", "completed", "cancelled"]},
+            "binding": {"type": "string", "description": "The binding the Work was started on."},
+            "retry_binding": {"type": "string", "description": "The binding a retry runs on (a rebind)."},
+            "rebind_binding": {"type": "string", "description": "The binding of the last rebind."},
+            "rebind_after_attempt": {
+                "type": ["integer", "null"],
+                "description": "The attempt number the last rebind followed (0: before any).",
+            },
+            "parent_id": {"type": ["integer", "null"]},
+            "predecessor_id": {"type": ["integer", "null"]},
+            "trigger_seq": {"type": ["integer", "null"], "description": "The Event that brought it about."},
+            "version": {"type": "integer", "description": "Increases on every change."},
+            "created_at": TIMESTAMP,
+            "created_by": {"type": "string", "description": "The operator who created it, if one did."},
+            "updated_at": TIMESTAMP,
+            "ended_at": NULLABLE_TIMESTAMP,
+            "failures": {"type": "integer", "description": "Attempts that failed in a row."},
+            "pending_run": {"type": "boolean", "description": "Runs even without pending input."},
+            "retry_at": {**NULLABLE_TIMESTAMP, "description": "Backing off: no attempt before this time."},
+            "parked_at": {
+                **NULLABLE_TIMESTAMP,
+                "description": "Parked after too many failures: an operator retries or cancels it.",
+            },
+            "last_error": {"type": "string", "description": "The last failure or refused dispatch."},
+        },
+    },
+    "Attempt": {
+        "type": "object",
+        "description": "One execution of a Work, its configuration pinned at start (R36).",
+        "properties": {
+            "id": {"type": "integer", "description": "The Execution id Events may target."},
+            "number": {"type": "integer"},
+            "state": {
+                "type": "string",
+                "enum": ["running", "waiting", "succeeded", "failed", "cancelled", "lost"],
+            },
+            "binding": {"type": "string"},
+            "executor": {"type": "string"},
+            "generation": {"type": "integer"},
+            "capabilities": {"type": "array", "items": {"type": "string"}},
+            "lease_epoch": {"type": "integer"},
+            "lease_until": NULLABLE_TIMESTAMP,
+            "trigger_seq": {"type": ["integer", "null"]},
+            "started_at": TIMESTAMP,
+            "ended_at": NULLABLE_TIMESTAMP,
+            "exit_status": {"type": ["integer", "null"]},
+            "error": {"type": "string"},
+        },
+    },
+    "WorkDetail": {
+        "allOf": [
+            ref("Work"),
+            {
+                "type": "object",
+                "properties": {
+                    "attempts": {
+                        "type": "array",
+                        "items": ref("Attempt"),
+                        "description": "Newest first, at most 50.",
+                    },
+                    "more_attempts": {"type": "boolean"},
+                    "keys": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "The correlation keys it owns, at most 100.",
+                    },
+                    "more_keys": {"type": "boolean"},
+                },
+            },
+        ]
+    },
+    "WorkPage": {
+        "type": "object",
+        "required": ["work", "next_before"],
+        "properties": {
+            "work": {"type": "array", "items": ref("Work"), "description": "Newest (highest id) first."},
+            "next_before": {
+                "type": ["integer", "null"],
+                "description": "Pass as `before` for the next page; null on the last page.",
+            },
+        },
+    },
+    "OperatorInput": {
+        "type": "object",
+        "description": "Operator input, accepted as an addressed operator Event (source `core.manual`, "
+        "`work_id` the Work, R30): the router queues it on the binding the Work runs on next, reason "
+        "`addressed`, unless a route selects it.",
+        "required": ["type"],
+        "properties": {
+            "type": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 255,
+                "description": "The operator's own type; `core` and `core.*` are reserved.",
+            },
+            "data": {"description": "Any JSON value."},
+            "subject": {"type": "string", "maxLength": 512},
+        },
+        "additionalProperties": False,
+    },
+    "WorkControlResult": {
+        "type": "object",
+        "description": "What an operator control did to one Work. Each control commits a "
+        "`core.manual.<action>` control Event naming the Work and the acting user, in the same "
+        "transaction as its effect; it is recorded in the Work's route history (policy `control`).",
+        "required": ["action", "work_id", "status", "control_seq", "by", "scope", "message"],
+        "properties": {
+            "action": {
+                "type": "string",
+                "enum": ["cancel_work", "retry_work", "send_input", "create_work", "rebind_work"],
+            },
+            "work_id": {"type": "integer"},
+            "status": {"type": "string", "description": "The Work's status after the control."},
+            "control_seq": {"type": "integer", "description": "The control Event."},
+            "by": {"type": "string", "description": "The acting user."},
+            "scope": {"type": "string"},
+            "binding": {"type": "string", "description": "create: the Work's binding; rebind: the new one."},
+            "previous_binding": {
+                "type": "string",
+                "description": "rebind: the binding the Work would have run on next.",
+            },
+            "input_seq": {
+                "type": ["integer", "null"],
+                "description": "send, create: the addressed operator Event accepted.",
+            },
+            "attempts_cancelled": {
+                "type": "integer",
+                "description": "cancel: active attempts cancelled (their work loops stop the processes).",
+            },
+            "message": {"type": "string", "description": "The result in one sentence."},
+        },
+    },
+    "WorkControlRefusal": {
+        "type": "object",
+        "description": "A control the Work's state or the live configuration refuses; nothing was stored.",
+        "required": ["error", "message", "action"],
+        "properties": {
+            "error": {
+                "type": "string",
+                "enum": [
+                    "wrong_state",
+                    "no_configuration",
+                    "unknown_scope",
+                    "unknown_binding",
+                    "binding_invalid",
+                ],
+            },
+            "message": {"type": "string"},
+            "action": {"type": "string"},
+            "work_id": {"type": ["integer", "null"]},
+            "status": {"type": "string", "description": "The Work's status when refused."},
+        },
+    },
+}
+
+RESPONSES: dict[str, Any] = {
+    "WorkControlRefused": {
+        "description": "The Work's state or the live configuration refuses the control; nothing was stored.",
+        "content": json_content(ref("WorkControlRefusal")),
+    },
+}
+
+PATHS: dict[str, Any] = {
+    "/api/work": {
+        "get": {
+            "operationId": "work_list",
+            "summary": "Work, newest first",
+            "parameters": [
+                {"name": "scope", "in": "query", "schema": {"type": "string"}, "description": "Exact scope."},
+                {
+                    "name": "status",
+                    "in": "query",
+                    "schema": {
+                        "type": "string",
+                        "enum": ["ready", "running", "waiting", "completed", "cancelled", "parked"],
+                    },
+                    "description": "The Work's status; `parked`: ready Work parked after too many failures.",
+                },
+                {
+                    "name": "binding",
+                    "in": "query",
+                    "schema": {"type": "string", "maxLength": 128},
+                    "description": "The binding the Work runs on (exact).",
+                },
+                {
+                    "name": "key",
+                    "in": "query",
+                    "schema": {"type": "string", "maxLength": 512},
+                    "description": "A correlation key the Work owns (exact; with `scope`, that scope's key).",
+                },
+                {
+                    "name": "before",
+                    "in": "query",
+                    "schema": ID,
+                    "description": "Only Work with a lower id (the previous page's `next_before`).",
+                },
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+            ],
+            "responses": {
+                "200": {"description": "One page of Work.", "content": json_content(ref("WorkPage"))},
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        },
+        "post": {
+            "operationId": "work_create",
+            "summary": "Create a Work with its first input",
+            "description": "Opens a Work in `scope` (a scope of the live configuration) on `binding` (a "
+            "binding visible there that can run) and accepts `input` as its first input, an addressed "
+            "operator Event naming it (R30), which is also its trigger. The Work runs once the router "
+            "queues that input. Commits a `core.manual.create_work` control Event in the same transaction. "
+            "Needs the permission `worklife.create_work`.",
+            "requestBody": {
+                "required": True,
+                "content": json_content(
+                    {
+                        "type": "object",
+                        "required": ["scope", "binding", "input"],
+                        "properties": {
+                            "scope": {"type": "string"},
+                            "binding": {"type": "string"},
+                            "input": ref("OperatorInput"),
+                        },
+                        "additionalProperties": False,
+                    }
+                ),
+            },
+            "responses": {
+                "201": {
+                    "description": "Created.",
+                    "headers": {"Location": {"schema": {"type": "string"}, "description": "The new Work."}},
+                    "content": json_content(ref("WorkControlResult")),
+                },
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("WorkControlRefused"),
+                "413": response_ref("TooLarge"),
+                "415": response_ref("UnsupportedMediaType"),
+            },
+        },
+    },
+    "/api/work/{work_id}": {
+        "get": {
+            "operationId": "work_detail",
+            "summary": "A Work with its attempts and keys",
+            "parameters": [WORK_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "The Work.", "content": json_content(ref("WorkDetail"))},
+                "401": response_ref("Unauthorized"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/work/{work_id}/cancel": {
+        "post": {
+            "operationId": "work_cancel",
+            "summary": "Cancel a Work",
+            "description": "Cancels the Work's active attempts and waits, removes its timers and its queue "
+            "eligibility and makes it terminal, atomically (R48); the work loop holding a cancelled attempt "
+            "stops its process after the commit. Terminal Work is refused (409). Commits a "
+            "`core.manual.cancel_work` control Event in the same transaction. Needs the permission "
+            "`worklife.cancel_work`. No request body.",
+            "parameters": [WORK_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "Cancelled.", "content": json_content(ref("WorkControlResult"))},
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("WorkControlRefused"),
+            },
+        }
+    },
+    "/api/work/{work_id}/retry": {
+        "post": {
+            "operationId": "work_retry",
+            "summary": "Retry a parked or backing-off Work",
+            "description": "The Work runs again at once, with the input its failed attempts took and a fresh "
+            "attempt budget. Work that is neither parked nor backing off is refused (409). Commits a "
+            "`core.manual.retry_work` control Event in the same transaction. Needs the permission "
+            "`worklife.retry_work`. No request body.",
+            "parameters": [WORK_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "Retried.", "content": json_content(ref("WorkControlResult"))},
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("WorkControlRefused"),
+            },
+        }
+    },
+    "/api/work/{work_id}/send": {
+        "post": {
+            "operationId": "work_send",
+            "summary": "Send operator input to a Work",
+            "description": "Accepts the input as an addressed operator Event (source `core.manual`, `work_id` "
+            "the Work, R30): the router queues it on the binding the Work runs on next, reason `addressed`, "
+            "unless a route selects it. Terminal Work is refused (409). Commits a `core.manual.send_input` "
+            "control Event naming the input in the same transaction. Needs the permission "
+            "`worklife.send_input`.",
+            "parameters": [WORK_ID_PARAMETER],
+            "requestBody": {"required": True, "content": json_content(ref("OperatorInput"))},
+            "responses": {
+                "200": {"description": "Sent.", "content": json_content(ref("WorkControlResult"))},
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("WorkControlRefused"),
+                "413": response_ref("TooLarge"),
+                "415": response_ref("UnsupportedMediaType"),
+            },
+        }
+    },
+    "/api/work/{work_id}/rebind": {
+        "post": {
+            "operationId": "work_rebind",
+            "summary": "Rebind a Work",
+            "description": "Makes `binding` the one the Work's next attempt runs on: recorded after its latest "
+            "attempt, taken by a parked or backing-off Work's retry and by its pending queued input. The "
+            "binding must be visible in the Work's scope in the live configuration and able to run (409 "
+            "otherwise, as for terminal Work). Commits a `core.manual.rebind_work` control Event in the "
+            "same transaction. Needs the permission `worklife.rebind_work`.",
+            "parameters": [WORK_ID_PARAMETER],
+            "requestBody": {
+                "required": True,
+                "content": json_content(
+                    {
+                        "type": "object",
+                        "required": ["binding"],
+                        "properties": {"binding": {"type": "string", "minLength": 1, "maxLength": 128}},
+                        "additionalProperties": False,
+                    }
+                ),
+            },
+            "responses": {
+                "200": {"description": "Rebound.", "content": json_content(ref("WorkControlResult"))},
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("WorkControlRefused"),
+                "415": response_ref("UnsupportedMediaType"),
+            },
+        }
+    },
+}
