@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import itertools
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-from django.db import connection, connections
 
 from causal.limits import Causal, refuse
 from causal.models import Event, EventKey
-from infra.frozen import frozen
+from infra.bulk import bulk_insert
 from infra.queries import (
-    JsonPreparer,
-    array_cast,
-    dumps_json_text,
-    in_list_chunks,
-    padded_length,
-    shared_columns,
-    unnest_select,
     update_rows,
 )
 from routing.engine.decide import (
@@ -41,12 +28,12 @@ from routing.engine.live import publish_routed
 from routing.engine.settle import Bridge, Settlement
 from routing.extension import EventSnapshot
 from routing.models import Disposition, RouteRecord
-from worklife.models import (
-    TERMINAL_STATUSES,
-    CorrelationKey,
-    Intent,
-    Work,
-    WorkInput,
+from worklife.intake import (
+    inputs_add_in_tx,
+    intents_record_in_tx,
+    keys_attach_in_tx,
+    works_start_in_tx,
+    works_touch_in_tx,
 )
 from worklife.scheduling import (
     wait_block_in_tx,
@@ -64,7 +51,7 @@ _ROUTED, _FAILED = Disposition.ROUTED.value, Disposition.FAILED.value
 class Writes:
     """The window's effects, written with set-based statements at the end of the commit.
 
-    Rows are plain lists inserted with one statement per table (:func:`_insert`: ``INSERT …
+    Rows are plain lists inserted with one statement per table (:func:`infra.bulk.bulk_insert`: ``INSERT …
     SELECT … FROM (VALUES …)`` on SQLite, ``… FROM UNNEST`` on PostgreSQL): building a model
     instance per row costs more than the database does on this path."""
 
@@ -146,25 +133,14 @@ class Writes:
         elif work_id is not None:
             self.touched_works.add(work_id)
         for key in decision.attach_keys:
-            self.keys.append([event.scope, key, work_id, seq, self.now])
+            self.keys.append([event.scope, key, work_id, seq])
         if decision.effect in INPUT_EFFECTS and work_id is not None and not decision.error:
             attempt = decision.intent_attempt
             self.inputs.append(
-                [
-                    work_id,
-                    seq,
-                    seq,
-                    decision.binding,
-                    decision.input_kind or "queue",
-                    "pending",
-                    attempt.id if attempt else None,
-                    self.now,
-                ]
+                [work_id, seq, decision.binding, decision.input_kind, attempt.id if attempt else None]
             )
             if attempt is not None:
-                self.intents.append(
-                    [work_id, attempt.id, attempt.lease_epoch, seq, decision.intent_kind, "pending", self.now]
-                )
+                self.intents.append([work_id, attempt.id, attempt.lease_epoch, seq, decision.intent_kind])
         if decision.wake_wait is not None:
             self.wakes.append((work_id, decision.wake_wait.id, seq))
         for sub in decision.also_wakes:
@@ -202,15 +178,7 @@ class Writes:
         ids: dict[int, int] = {}
         if self.new_works:
             temp = list(self.new_works)
-            created = _insert(
-                Work,
-                ("scope", "status", "binding", "trigger", "created_at", "updated_at"),
-                [
-                    [scope, "ready", binding, seq, self.now, self.now]
-                    for scope, binding, seq in (self.new_works[t] for t in temp)
-                ],
-                returning=True,
-            )
+            created = works_start_in_tx([self.new_works[t] for t in temp], now=self.now)
             ids = dict(zip(temp, created, strict=True))
 
         def resolve(rows: list[list], column: int) -> list[list]:
@@ -218,18 +186,10 @@ class Writes:
                 row[column] = ids.get(row[column], row[column])
             return rows
 
-        _insert(CorrelationKey, ("scope", "key", "work", "attached_by", "attached_at"), resolve(self.keys, 2))
-        _insert(
-            WorkInput,
-            ("work", "event", "seq", "binding", "kind", "state", "attempt", "created_at"),
-            resolve(self.inputs, 0),
-        )
-        _insert(
-            Intent,
-            ("work", "attempt", "lease_epoch", "event", "kind", "state", "created_at"),
-            resolve(self.intents, 0),
-        )
-        _insert(
+        keys_attach_in_tx(resolve(self.keys, 2), now=self.now)
+        inputs_add_in_tx(resolve(self.inputs, 0), now=self.now)
+        intents_record_in_tx(resolve(self.intents, 0), now=self.now)
+        bulk_insert(
             RouteRecord,
             (
                 "event",
@@ -269,7 +229,7 @@ class Writes:
             update_rows(Event, [seq for seq in seqs if seq in self.waiting], waiting_on=None)
         if self.touched_works:
             # Never a terminal Work's row (R49), even one another process ended since it was read.
-            _touch_works(self.touched_works, self.now)
+            works_touch_in_tx(self.touched_works, self.now)
         # The wake bridges the settlements planned, derived through the causal limits; a
         # refused one leaves its diagnostic (R55). A limit spent meanwhile by another writer
         # raises CausalRefused: the window is settled again on fresh reads.
@@ -317,188 +277,3 @@ class Writes:
             self.touched_works | self.shown_works | set(ids.values()),
         )
         return ids
-
-
-def _touch_works(work_ids: set[int], now: datetime) -> None:
-    """``Work.objects.filter(pk__in=work_ids).exclude(status__in=TERMINAL_STATUSES)
-    .update(version=F("version") + 1, updated_at=now)``, through a statement written once per
-    padded number of Works, in chunks as :func:`update_rows` writes (every routed window touches Work)."""
-    updated_at = Work._meta.get_field("updated_at").get_db_prep_save(now, connection)
-    terminal = sorted(str(status) for status in TERMINAL_STATUSES)
-    for keys, params in in_list_chunks(connection, sorted(work_ids)):
-        with connection.cursor() as cursor:
-            cursor.execute(_touch_works_sql(connection.alias, keys), [updated_at, *params, *terminal])
-
-
-@functools.lru_cache(maxsize=64)
-def _touch_works_sql(alias: str, keys: str) -> str:
-    quote = connections[alias].ops.quote_name
-    meta = Work._meta
-    version, updated_at, status = (
-        quote(meta.get_field(name).column) for name in ("version", "updated_at", "status")
-    )
-    return (
-        f"UPDATE {quote(meta.db_table)} SET {version} = {version} + 1, {updated_at} = %s "
-        f"WHERE {quote(meta.pk.column)} IN {keys} "
-        f"AND NOT ({status} IN ({', '.join(['%s'] * len(TERMINAL_STATUSES))}))"
-    )
-
-
-def _insert(model: type, fields: Sequence[str], rows: list[list], *, returning: bool = False) -> list[int]:
-    """Insert rows (values in ``fields`` order; every other column takes its field's
-    default) with set-based statements; returns the new primary keys, in row order, when
-    ``returning`` (as Django's own ``bulk_create`` relies on). JSON and datetime values are
-    prepared by their fields for the backend in use.
-
-    SQLite: ``INSERT … SELECT … FROM (VALUES …)`` statements (``RETURNING`` the keys when
-    asked), as many rows each as the connection's bound-variable limit allows: a window's
-    rows in one statement. Its ``VALUES`` list is padded to a few lengths
-    (:func:`infra.queries.padded_length`) with rows that the ``SELECT`` leaves out, so
-    a window of any size finds its statement prepared, and the statements kept (SQLite's
-    prepared statements, their conversions to its placeholders) stay few. An
-    ``executemany`` bound, ran and reset its statement row by row, and cost SQLite about a
-    fifth more instructions (``bench/route_instructions.py``). PostgreSQL: one
-    ``INSERT … SELECT … FROM UNNEST(…)`` whose parameters are the varying columns as arrays
-    and the columns every row shares as single values (:func:`_insert_columns`)."""
-    if not rows:
-        return []
-    plan = _insert_plan(connection.alias, model, tuple(fields))
-    default_values = plan.defaults() if callable(plan.defaults) else plan.defaults
-    if plan.types is not None:
-        return _insert_columns(plan, [[*row, *default_values] for row in rows], returning=returning)
-    # Prepared column by column (the rows taken apart and put together again by zip, in C):
-    # a window's time is one object every row shares, prepared once.
-    count = len(rows)
-    columns: list[Sequence[Any]] = [*zip(*rows, strict=True), *([value] * count for value in default_values)]
-    for index, prepare in _json_preparers(plan):
-        columns[index] = [None if value is None else prepare(value) for value in columns[index]]
-    for index, column in plan.time_columns:
-        columns[index] = _prepared_times(column, columns[index])
-    # Each row leads with its position; the statement's padding rows have none (NULL).
-    values = list(zip(range(count), *columns, strict=True))
-    bound = plan.width + 1
-    chunk = max(1, connection.features.max_query_params // bound)
-    ids: list[int] = []
-    with connection.cursor() as cursor:
-        for start in range(0, count, chunk):
-            part = values[start : start + chunk]
-            rows = min(padded_length(len(part)), chunk)
-            params = list(itertools.chain.from_iterable(part))
-            params.extend(itertools.repeat(None, (rows - len(part)) * bound))
-            cursor.execute(_padded_insert_sql(plan.head, plan.width, rows, plan.pk_column, returning), params)
-            if returning:
-                ids.extend(row[0] for row in cursor.fetchall())
-    return ids
-
-
-@functools.lru_cache(maxsize=256)
-def _padded_insert_sql(head: str, width: int, rows: int, pk_column: str, returning: bool) -> str:
-    """SQLite: ``head`` inserting the rows of a ``VALUES`` list of ``rows`` rows, each its
-    position then ``width`` values, but those without a position (the padding). The keys
-    come back in the rows' order when ``returning``."""
-    row = "({})".format(", ".join(["%s"] * (width + 1)))
-    columns = ", ".join(f"column{index}" for index in range(2, width + 2))
-    sql = f"{head} SELECT {columns} FROM (VALUES {', '.join([row] * rows)}) WHERE column1 IS NOT NULL"
-    return f"{sql} ORDER BY column1 RETURNING {pk_column}" if returning else sql
-
-
-def _prepared_times(column, values: Sequence[Any]) -> list[Any]:
-    """``values`` of a datetime column prepared by its field for the backend, each distinct
-    object once (a window's rows share its time)."""
-    first = values[0]
-    if all(value is first for value in values):
-        return [column.get_db_prep_save(first, connection)] * len(values)
-    prepared: dict[int, Any] = {}
-    for value in values:
-        if id(value) not in prepared:  # the values are alive in ``values``: ids are unique
-            prepared[id(value)] = column.get_db_prep_save(value, connection)
-    return [prepared[id(value)] for value in values]
-
-
-def _insert_columns(plan: _InsertPlan, rows: list[list], *, returning: bool) -> list[int]:
-    """PostgreSQL: ``rows`` in one ``INSERT … SELECT … FROM UNNEST(…)``
-    (:func:`infra.queries.unnest_select`). A column whose value every row shares (a
-    window's time, scope, generation, state) is one parameter, prepared once; the others are
-    arrays, each value prepared by its field."""
-    prepare: dict[int, Callable[[Any], Any]] = dict(_json_preparers(plan))
-    for index, column in plan.time_columns:
-        prepare[index] = functools.partial(column.get_db_prep_save, connection=connection)
-    columns = list(zip(*rows, strict=True))
-    shared = shared_columns(columns)
-    prepared: list[Sequence[Any]] = []
-    for index, (values, same) in enumerate(zip(columns, shared, strict=True)):
-        convert = prepare.get(index)
-        if convert is None:
-            prepared.append(values)
-        elif same:
-            prepared.append([None if values[0] is None else convert(values[0])])
-        else:
-            prepared.append([None if v is None else convert(v) for v in values])
-    select, params = unnest_select(plan.types, prepared, shared)
-    with connection.cursor() as cursor:
-        if not returning:
-            cursor.execute(f"{plan.head} {select}", params)
-            return []
-        cursor.execute(f"{plan.head} {select} RETURNING {plan.pk_column}", params)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def _json_preparers(plan: _InsertPlan) -> list[tuple[int, JsonPreparer]]:
-    """Each JSON column's preparer for one statement (its encoder, the backend's adapter)."""
-    adapt = connection.ops.adapt_json_value
-    return [
-        (
-            index,
-            JsonPreparer(
-                functools.partial(adapt, encoder=encoder),
-                strings_as_text=dumps_json_text(connection.alias, encoder),
-            ),
-        )
-        for index, encoder in plan.json_columns
-    ]
-
-
-@frozen
-class _InsertPlan:
-    head: str
-    width: int  # columns a row
-    defaults: Any  # a tuple of constant defaults, or a function making them per call
-    json_columns: tuple[tuple[int, Any], ...]
-    time_columns: tuple[tuple[int, Any], ...]
-    pk_column: str
-    types: tuple[str, ...] | None  # PostgreSQL: each column's type for its cast
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_plan(alias: str, model: type, fields: tuple[str, ...]) -> _InsertPlan:
-    """What :func:`_insert` needs of a model's columns, worked out once per model and fields:
-    the statement's head, the values of the columns not given (their
-    constant defaults, or a function making them per call when one is made by a callable),
-    the JSON columns with their encoders, the datetime columns, the quoted primary key and,
-    on PostgreSQL, each column's type."""
-    meta = model._meta
-    quote = connections[alias].ops.quote_name
-    given = [meta.get_field(name) for name in fields]
-    defaults = [f for f in meta.concrete_fields if not f.primary_key and f not in given]
-    columns = given + defaults
-    if any(f.has_default() and callable(f.default) for f in defaults):
-        default_values = lambda: [f.get_default() for f in defaults]  # noqa: E731
-    else:
-        default_values = tuple(f.get_default() for f in defaults)
-    json_columns = tuple(
-        (i, c.encoder) for i, c in enumerate(columns) if c.get_internal_type() == "JSONField"
-    )
-    time_columns = tuple((i, c) for i, c in enumerate(columns) if c.get_internal_type() == "DateTimeField")
-    head = "INSERT INTO {} ({})".format(quote(meta.db_table), ", ".join(quote(c.column) for c in columns))
-    types = None
-    if connections[alias].vendor == "postgresql":
-        types = tuple(array_cast(c, connections[alias]) for c in columns)
-    return _InsertPlan(
-        head,
-        len(columns),
-        default_values,
-        json_columns,
-        time_columns,
-        quote(meta.pk.column),
-        types,
-    )

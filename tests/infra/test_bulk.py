@@ -1,4 +1,4 @@
-"""The router's set-based inserts (routing.engine.writes._insert): whatever the statement's form
+"""The router's set-based inserts (infra.bulk.bulk_insert): whatever the statement's form
 (``INSERT … SELECT … FROM (VALUES …)`` on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL
 with the columns every row shares as single values), each row is stored exactly as given, and
 new keys come back in row order (R7, issue 12 items 2 and 3)."""
@@ -15,7 +15,7 @@ import pytest
 from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from routing.engine.writes import _insert
+from infra.bulk import bulk_insert
 from routing.models import RouteRecord
 from tests.causal.factories import EventFactory
 from tests.worklife.factories import WorkFactory
@@ -53,7 +53,7 @@ def test_r7_issue12_window_insert_stores_shared_varying_null_and_json_values_as_
     ]
 
     with transaction.atomic():
-        assert _insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows]) == []
+        assert bulk_insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows]) == []
 
     stored = {r.event_id: r for r in RouteRecord.objects.filter(event__in=events)}
     assert len(stored) == 4
@@ -85,14 +85,14 @@ def test_r7_issue12_window_insert_returns_new_keys_in_row_order_even_when_every_
     triggers = EventFactory.create_batch(3)
     fields = ("scope", "status", "binding", "trigger", "created_at", "updated_at")
     with transaction.atomic():
-        ids = _insert(
+        ids = bulk_insert(
             Work,
             fields,
             [["acme", "ready", "agent", event.seq, NOW, NOW] for event in triggers],
             returning=True,
         )
         # Two rows alike in every column: still two rows, two keys.
-        twins = _insert(
+        twins = bulk_insert(
             Work, fields, [["acme", "ready", "agent", None, NOW, NOW] for _ in range(2)], returning=True
         )
 
@@ -109,11 +109,11 @@ def test_r7_issue12_window_insert_of_a_value_too_long_for_its_column():
     row = [event.seq, None, "acme", "r" * 129, "queue", "", [], [], 0, NOW]
     if connection.vendor == "postgresql":
         with pytest.raises(DataError), transaction.atomic():
-            _insert(RouteRecord, RECORD_FIELDS, [row])
+            bulk_insert(RouteRecord, RECORD_FIELDS, [row])
         assert not RouteRecord.objects.filter(event=event).exists()
     else:
         with transaction.atomic():
-            _insert(RouteRecord, RECORD_FIELDS, [row])
+            bulk_insert(RouteRecord, RECORD_FIELDS, [row])
         assert RouteRecord.objects.get(event=event).route == "r" * 129
 
 
@@ -122,7 +122,7 @@ def test_r7_issue12_window_insert_of_a_json_value_every_row_shares():
     refusals = [{"route": "prs", "reason": "type did not match"}]
     rows = [[event.seq, None, "acme", "", "unmatched", "", refusals, {"k": 1}, 0, NOW] for event in events]
     with transaction.atomic():
-        _insert(RouteRecord, RECORD_FIELDS, rows)
+        bulk_insert(RouteRecord, RECORD_FIELDS, rows)
     assert [(r.refusals, r.keys) for r in RouteRecord.objects.filter(event__in=events)] == [
         (refusals, {"k": 1})
     ] * 2
@@ -152,7 +152,7 @@ def test_i12_3_window_insert_stores_awkward_text_and_json_values_exactly_in_row_
         for index, (event, text) in enumerate(zip(events, awkward, strict=True))
     ]
     with transaction.atomic():
-        _insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows])
+        bulk_insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows])
     stored = RouteRecord.objects.filter(event__in=events).order_by("pk")
     assert [
         [
@@ -205,8 +205,8 @@ def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limi
     work_fields = ("scope", "status", "binding", "trigger", "created_at", "updated_at")
     limit = 40
     with bound_variables_at_most(limit), CaptureQueriesContext(connection) as captured, transaction.atomic():
-        _insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows])
-        ids = _insert(
+        bulk_insert(RouteRecord, RECORD_FIELDS, [list(row) for row in rows])
+        ids = bulk_insert(
             Work, work_fields, [["acme", "ready", "agent", e.seq, NOW, NOW] for e in triggers], returning=True
         )
 
@@ -241,8 +241,8 @@ def test_i12_2_window_inserts_of_nearby_row_counts_run_one_statement():
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(noted), transaction.atomic():
-        _insert(RouteRecord, RECORD_FIELDS, rows(nine))
-        _insert(RouteRecord, RECORD_FIELDS, rows(ten))
+        bulk_insert(RouteRecord, RECORD_FIELDS, rows(nine))
+        bulk_insert(RouteRecord, RECORD_FIELDS, rows(ten))
 
     first, second = [sql for sql in statements if sql.startswith("INSERT")]
     assert first == second
