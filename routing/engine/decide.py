@@ -20,9 +20,21 @@ from infra.frozen import frozen
 from routing.engine.evaluate import Evaluation
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot
+from routing.models import Fallback, Policy
+from worklife.models import TERMINAL_STATUSES, InputKind, WorkStatus
 
 if TYPE_CHECKING:
     from routing.config.effective import EffectiveScope
+
+# The states and kinds decisions compare and write, read once from their models' enums (a
+# decision runs for every Event; a plain string compares without the enum's lookup).
+_READY, _RUNNING, _WAITING = WorkStatus.READY.value, WorkStatus.RUNNING.value, WorkStatus.WAITING.value
+_TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
+_QUEUE, _CONTEXT, _HELD = InputKind.QUEUE.value, InputKind.CONTEXT.value, InputKind.HELD.value
+_POLICY_QUEUE, _INJECT, _DROP = Policy.QUEUE.value, Policy.INJECT.value, Policy.DROP.value
+_POLICIES = frozenset(policy.value for policy in Policy)
+_INTENT_POLICIES = frozenset({Policy.INJECT.value, Policy.INTERRUPT.value})
+_FALLBACK_QUEUE, _FALLBACK_DROP = Fallback.QUEUE.value, Fallback.DROP.value
 
 
 _SHAPES: dict[type, tuple[Callable[[object], tuple], dict[str, int]] | None] = {}
@@ -123,7 +135,7 @@ class WorkView:
 
     @property
     def terminal(self) -> bool:
-        return self.status in ("completed", "cancelled")
+        return self.status in _TERMINAL
 
 
 @frozen
@@ -161,23 +173,23 @@ class World:
         for sub in decision.also_wakes:
             woken = self.works.get(sub.work_id)
             if woken is not None:
-                self.works[sub.work_id] = replace(woken, status="running", active_wait=None)
+                self.works[sub.work_id] = replace(woken, status=_RUNNING, active_wait=None)
         if decision.work_id is None or decision.effect not in INPUT_EFFECTS:
             return
         work = self.works.get(decision.work_id)
         if work is None:  # started by this decision
-            work = WorkView(id=decision.work_id, scope=event.scope, status="ready", binding=decision.binding)
+            work = WorkView(id=decision.work_id, scope=event.scope, status=_READY, binding=decision.binding)
         status, active_wait, queued_binding = work.status, work.active_wait, work.queued_binding
         if (
             decision.effect in (Effect.START, Effect.QUEUE)
             and decision.binding
-            and decision.input_kind == "queue"
+            and decision.input_kind == _QUEUE
         ):
             queued_binding = decision.binding
         if decision.effect == Effect.WAKE:
-            status, active_wait = "running", None
+            status, active_wait = _RUNNING, None
         elif decision.timed_out_wait is not None:
-            status, active_wait = "ready", None
+            status, active_wait = _READY, None
         # The Work with this input: built by position, in WorkView's field order (one an
         # Event that becomes input; a test checks the order).
         self.works[work.id] = WorkView(
@@ -291,7 +303,7 @@ def _subscription_wakes(
     work = world.works.get(sub.work_id)
     if (
         work is None
-        or work.status != "waiting"
+        or work.status != _WAITING
         or work.active_wait is None
         or work.active_wait.id != sub.wait.id
     ):
@@ -349,18 +361,18 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
 
     timed_out = None
     wait = work.active_wait
-    if wait is not None and work.status == "waiting":
+    if wait is not None and work.status == _WAITING:
         if wait.timeout_at is not None and wait.timeout_at <= world.now:
             # The due timeout wins first: the Work is ready again and the Event routes to it.
             timed_out, wait = wait, None
-            work = replace(work, status="ready", active_wait=None)
+            work = replace(work, status=_READY, active_wait=None)
         elif wait_matches(wait, event, keys) and not wait.blocked_reason:
             # A wait the causal limits block cannot be woken: the Event is kept as context.
             return Decision(
                 Effect.WAKE,
                 f"wins wait {wait.name or wait.id}",
                 work_id=work.id,
-                input_kind="queue",
+                input_kind=_QUEUE,
                 attach_keys=unowned,
                 keys=keys,
                 wake_wait=wait,
@@ -383,7 +395,7 @@ def _decide_new(
     route = evaluation.route
     if route is None:
         return _unmatched(evaluation, keys)
-    if route.policy == "drop":
+    if route.policy == _DROP:
         return Decision(Effect.DROP, evaluation.decision.reason, **_through(None, route, keys, evaluation))
     problem = _binding_problem(route, scope)
     if problem is not None:
@@ -410,7 +422,7 @@ def _decide_existing(
     keys: tuple,
     unowned: tuple,
 ) -> Decision:
-    waiting = work.status == "waiting"
+    waiting = work.status == _WAITING
     if evaluation.error is not None:
         return _error(evaluation, keys, work.id)
     route = evaluation.route
@@ -423,7 +435,7 @@ def _decide_existing(
                     Reason.ADDRESSED,
                     work_id=work.id,
                     binding=binding,
-                    input_kind="context" if waiting else "queue",
+                    input_kind=_CONTEXT if waiting else _QUEUE,
                     attach_keys=unowned,
                     keys=keys,
                     evaluation=evaluation,
@@ -431,7 +443,7 @@ def _decide_existing(
         return replace(_unmatched(evaluation, keys), work_id=work.id)
 
     reason = evaluation.decision.reason
-    if route.policy == "drop":
+    if route.policy == _DROP:
         return Decision(Effect.DROP, reason, **_through(work.id, route, keys, evaluation))
     problem = _binding_problem(route, scope)
     if problem is not None:
@@ -439,9 +451,9 @@ def _decide_existing(
     queue = _queued(Effect.QUEUE, reason, work.id, False, route, keys, unowned, evaluation)
     if waiting:
         # Kept as context: the wait still decides (R41).
-        return replace(queue, reason=Reason.CONTEXT, input_kind="context")
+        return replace(queue, reason=Reason.CONTEXT, input_kind=_CONTEXT)
     attempt = work.active_attempt
-    if route.policy == "queue" or attempt is None or work.status != "running":
+    if route.policy == _POLICY_QUEUE or attempt is None or work.status != _RUNNING:
         return queue  # ready or waiting Work queues ordinary input (R35)
     # inject / interrupt for a running attempt (R32, R34, R11)
     if attempt.binding != route.binding:
@@ -450,7 +462,7 @@ def _decide_existing(
         why = f"attempt's pinned capabilities lack {route.policy}"
     else:
         return Decision(
-            Effect.INJECT if route.policy == "inject" else Effect.INTERRUPT,
+            Effect.INJECT if route.policy == _INJECT else Effect.INTERRUPT,
             reason,
             binding=route.binding,
             input_kind=route.policy,
@@ -459,15 +471,15 @@ def _decide_existing(
             intent_attempt=attempt,
             **_through(work.id, route, keys, evaluation),
         )
-    if route.fallback == "queue":
+    if route.fallback == _FALLBACK_QUEUE:
         return replace(queue, reason=f"fallback queue: {why}")
-    if route.fallback == "drop":
+    if route.fallback == _FALLBACK_DROP:
         return Decision(Effect.DROP, f"fallback drop: {why}", **_through(work.id, route, keys, evaluation))
     return Decision(
         Effect.HELD,
         f"held until the attempt ends: {why}",
         binding=route.binding,
-        input_kind="held",
+        input_kind=_HELD,
         attach_keys=unowned,
         **_through(work.id, route, keys, evaluation),
     )
@@ -505,7 +517,7 @@ def _queued(
         route.slot,
         route.scope,
         route.binding,
-        "queue",
+        _QUEUE,
         attach_keys,
         keys,
         "",
@@ -522,7 +534,7 @@ def _queued(
 def _binding_problem(route, scope: EffectiveScope) -> RouteError | None:
     """A route whose binding is gone or cannot take its policy (R10: binding_invalid,
     policy_invalid)."""
-    if route.policy not in ("queue", "inject", "interrupt", "drop"):
+    if route.policy not in _POLICIES:
         return RouteError(
             RouteErrorCode.POLICY_INVALID,
             f"route {route.slot}: unknown policy {route.policy!r}",
@@ -541,11 +553,7 @@ def _binding_problem(route, scope: EffectiveScope) -> RouteError | None:
             f"route {route.slot}: binding {route.binding}: {binding.problem}",
             route=route.slot,
         )
-    if (
-        route.policy in ("inject", "interrupt")
-        and route.policy not in binding.capabilities
-        and not route.fallback
-    ):
+    if route.policy in _INTENT_POLICIES and route.policy not in binding.capabilities and not route.fallback:
         return RouteError(
             RouteErrorCode.POLICY_INVALID,
             f"route {route.slot}: binding {route.binding} cannot {route.policy} and the route has no fallback",
