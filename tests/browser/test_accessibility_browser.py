@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing.factories import ApiTokenFactory, RouteRecordFactory, UserFactory, apply_config
-from tests.routing.test_candidates import CHANGED
+from tests.routing.setup.test_candidates import CHANGED
 from tests.worklife.factories import (
     AttemptFactory,
     CorrelationKeyFactory,

@@ -10,9 +10,9 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from routing.controls import events as controls
+from tests.routing.controls.test_events import holding_work
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply, router
-from tests.routing.test_controls import holding_work
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

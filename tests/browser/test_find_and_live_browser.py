@@ -20,9 +20,9 @@ from django.urls import reverse
 from routing.engine.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
+from tests.routing.engine.test_live import route_pass
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.routing.routerkit import accept, apply
-from tests.routing.test_live_routing import route_pass
 from tests.test_setup import free_port
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
 from worklife.scheduling import attempt_fail

@@ -56,10 +56,10 @@ def test_r36_a_changed_executor_behind_the_same_binding_name_is_refused(clock, w
     attempt = attempt_dispatch(work_id=work_id, clock=clock)
     settings.CONDUIT_EXECUTORS = {
         **settings.CONDUIT_EXECUTORS,
-        "python": "tests.routing.test_dispatch.OtherPython",
+        "python": "tests.routing.engine.test_dispatch.OtherPython",
     }
     check = dispatch_check(attempt)
-    assert not check.ok and "tests.routing.test_dispatch.OtherPython" in check.reason
+    assert not check.ok and "tests.routing.engine.test_dispatch.OtherPython" in check.reason
 
 
 def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):

@@ -26,7 +26,7 @@ from routing.setup.impact import (
 )
 from routing.setup.trace import TraceRefused, trace, trace_candidate
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
-from tests.routing.test_candidates import CHANGED
+from tests.routing.setup.test_candidates import CHANGED
 
 pytestmark = pytest.mark.django_db
 

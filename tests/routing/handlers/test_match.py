@@ -10,8 +10,7 @@ import pytest
 from routing.extension import EventSnapshot, Invalid, RouteInfo, freeze
 from routing.handlers.match import Match, MatchParamsError, compile_params, compiled, glob_example
 from routing.handlers.registry import HandlerMissing, find_handler_class, handler_class, new_handler
-
-from .ext_handlers import Always
+from tests.routing.ext_handlers import Always
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

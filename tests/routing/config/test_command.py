@@ -14,10 +14,9 @@ from django.core.management import CommandError, call_command
 
 from routing.management.commands.config import Command
 from routing.models import Generation, GenerationKind
+from tests.routing.factories import DEFAULT_TEST_CONFIG
 
-from .factories import DEFAULT_TEST_CONFIG
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "demo" / "conduit.yaml"
 
 pytestmark = pytest.mark.django_db

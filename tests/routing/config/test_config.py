@@ -19,10 +19,9 @@ from routing.config.validate import parse_document
 from routing.extension import EventSnapshot, RouteInfo, freeze
 from routing.handlers.match import Match
 from routing.models import Binding, Generation, GenerationKind, Route, Scope
+from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
 
-from .factories import DEFAULT_TEST_CONFIG, apply_config
-
-DEMO = Path(__file__).resolve().parents[2] / "demo" / "conduit.yaml"
+DEMO = Path(__file__).resolve().parents[3] / "demo" / "conduit.yaml"
 
 BASE = """\
 version: 1

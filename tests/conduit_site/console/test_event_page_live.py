@@ -16,9 +16,9 @@ from conduit_site.console.consumers import CLOSE_NOT_FOUND
 from infra.live import group_name_for_event, group_name_for_work, publish_on_commit
 from routing.controls import events as controls
 from routing.engine.live import send_routed
+from tests.routing.engine.test_live import headers, join, layer_path, route_pass, waiting
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import accept, apply
-from tests.routing.test_live_routing import headers, join, layer_path, route_pass, waiting
 from tests.worklife.factories import WorkFactory, WorkInputFactory
 
 # A private channel layer file for each test (test_live_routing's fixture).
