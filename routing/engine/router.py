@@ -28,7 +28,7 @@ single Events' routes take it alone). Why each target keeps acceptance order:
 - a commit settles an Event only when no earlier unrouted Event it sees shares one of its
   targets, resolved in its snapshot (keys to their owner Work). An earlier Event another live
   loop holds counts by the targets its loop published: one sharing a target with the Event is
-  being committed beside this window, so the Event is left unwritten (``BESIDE``), with every
+  being committed beside this window, so the Event is left unwritten (``BEHIND_COMMIT_BESIDE``), with every
   later Event of the window sharing a target with it, and settled by this loop, on the same
   evaluation, once that commit is over. An earlier Event whose targets are not published
   (or that no pass has decided) stops everything after it, as before;
@@ -49,10 +49,8 @@ serialises writers.
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,114 +60,27 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event, RouteState
-from infra.frozen import frozen
 from infra.identity import loop_identity
-from infra.queries import CompiledOnce, Listed
+from infra.queries import Listed
 from infra.snapshots import read_snapshot
-from routing.config.effective import Configuration, EffectiveScope
+from routing.config.effective import Configuration
 from routing.config.selectors import live_generation, live_generation_id, load_configuration
-from routing.engine.claims import (
-    COMMIT_LOCK_ID,
-    claim_window,
-    held_elsewhere,
-    other_loops_alive,
-    publish_targets,
-    withdraw_targets,
-)
-from routing.engine.evaluate import (
-    Evaluation,
-    RouteVerdict,
-    UnreadableSnapshot,
-    Verdict,
-    evaluate,
-    panic,
-    snapshots_isolated,
-)
-from routing.engine.failures import (
-    failures_read,
-)
-from routing.engine.handler_pool import CallOutcome, HandlerPool, PoolExhausted
+from routing.engine.asking import Asking, RouteAsker
+from routing.engine.claims import COMMIT_LOCK_ID, claim_window, withdraw_targets
+from routing.engine.coordination import INTERRUPTIBLE_SLEEP, Carried, Coordination, EarlierClaimed
+from routing.engine.evaluate import Evaluation, panic, snapshots_isolated
+from routing.engine.handler_pool import HandlerPool
 from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
-from routing.engine.settle import BESIDE, CONFLICT_RECHECK, RouteOutcome, Settlement, Settler
-from routing.engine.world import (
-    _FOREIGN,
-    _ORPHAN,
-    BridgeVerdicts,
-    SnapshotReads,
-    explicit_tokens,
-    outside_blockers,
-    read_world,
-)
+from routing.engine.pipeline import Ahead
+from routing.engine.settle import BEHIND_COMMIT_BESIDE, CONFLICT_RECHECK, RouteOutcome, Settlement
+from routing.engine.window import settle_window
+from routing.engine.world import SnapshotReads, explicit_tokens
 from routing.engine.writes import Writes
-from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot
 from routing.models import Generation, RouteRecord
 
 logger = logging.getLogger("conduit.routing")
-
-
-_PAUSE = threading.Event()  # never set: a wait that a signal handler's exit can interrupt
-
-
-@frozen
-class _Carried:
-    """An Event a pass left for after an earlier Event's commit beside it (``behind``), with
-    its evaluation (``None``: backing off), the end of the claim it was taken with and when it
-    was first left (``time.monotonic``)."""
-
-    event: EventSnapshot
-    evaluation: Evaluation | None
-    behind: int
-    until: datetime
-    since: float
-
-
-class _Asking:
-    """A window's routes being asked (:meth:`Router._ask`): the Events backing off, the
-    evaluations known without asking, and the handler pool's answers, waited for by
-    :meth:`result`."""
-
-    def __init__(
-        self,
-        evaluations: dict[int, Evaluation],
-        backing_off: set[int],
-        answers: Callable[[], dict[int, Evaluation]],
-    ) -> None:
-        self._evaluations = evaluations
-        self._backing_off = backing_off
-        self._answers: Callable[[], dict[int, Evaluation]] | None = answers
-
-    def result(self) -> tuple[dict[int, Evaluation], set[int]]:
-        if self._answers is not None:
-            self._evaluations.update(self._answers())
-            self._answers = None
-        return self._evaluations, self._backing_off
-
-
-class _Ahead:
-    """The next window, claimed before a pass's commit (:meth:`Router.route_pending`), and
-    its routes' answers once asked."""
-
-    def __init__(self, window: list[EventSnapshot], ask: Callable[[list[EventSnapshot]], _Asking]) -> None:
-        self.window = window
-        self.asked: _Asking | None = None
-        self._ask = ask
-
-    def ask(self) -> None:
-        """Ask the window's routes (once: a retried commit calls this again)."""
-        if self.asked is None:
-            self.asked = self._ask(self.window)
-
-
-class _EarlierClaimed(Exception):
-    """Earlier Events whose targets are not known yet (another live loop holds them, or no
-    pass has decided them) come before this whole window."""
-
-    def __init__(self, seq: int, *, orphaned: bool) -> None:
-        super().__init__(seq)
-        self.seq = seq
-        self.orphaned = orphaned
 
 
 class GenerationChanged(RuntimeError):
@@ -180,9 +91,13 @@ class Router:
     """Routes Events with one configuration generation (R1, R4).
 
     ``handlers`` maps handler names to classes (or factories); each is instantiated once for
-    this generation. ``executors`` maps executor registrations to implementation classes; it
-    is only read (the router makes no execution or control calls, R33). Maps are copied here:
-    a caller mutating its dict afterwards changes nothing.
+    this generation. The map is copied here: a caller mutating its dict afterwards changes
+    nothing. The router makes no execution or control calls (R33).
+
+    Its ideas live beside it: asking the routes (:mod:`~routing.engine.asking`), the
+    claim-ahead pipeline (:mod:`~routing.engine.pipeline`), coordination with other route
+    loops (:mod:`~routing.engine.coordination`) and the window's settlement, which the commit
+    writes and trace only shows (:func:`~routing.engine.window.settle_window`).
     """
 
     def __init__(
@@ -191,7 +106,6 @@ class Router:
         clock: Clock,
         generation: Generation,
         handlers: Mapping[str, Callable[[], Any]],
-        executors: Mapping[str, type] | None = None,
         options: RouterOptions | None = None,
         pool: HandlerPool | None = None,
         owner: str | None = None,
@@ -200,28 +114,35 @@ class Router:
         self.generation = generation
         self.options = options or RouterOptions()
         self.handler_classes = dict(handlers)
-        self.executors = dict(executors or {})
         self.handlers: dict[str, Any] = {name: factory() for name, factory in self.handler_classes.items()}
         self.configuration: Configuration = load_configuration(generation)
         self._own_pool = pool is None
         self.pool = pool or HandlerPool(
             workers=self.options.workers, max_abandoned=self.options.max_abandoned
         )
-        self.owner = owner or loop_identity()
+        self.coordination = Coordination(owner=owner or loop_identity(), clock=clock, options=self.options)
         self.causal = Causal(clock)
+        self.asker = RouteAsker(
+            configuration=self.configuration,
+            handlers=self.handlers,
+            pool=self.pool,
+            timeout=self.options.route_timeout,
+            clock=clock,
+        )
         self.last_window: tuple[int, ...] = ()  # the Events of the latest pass (doctor names them)
         self._claimed_until: datetime | None = None  # the latest claim's end (claim_window)
-        # Events a pass left for after an earlier Event's commit beside it (BESIDE), settled in
-        # the next pass on the evaluations they had: seq -> what is kept of them.
-        self._carried: dict[int, _Carried] = {}
         # The next window, claimed before this pass's commit, its routes asked while the
         # commit's own transaction ends (a commit alone, with a backlog: see route_pending).
-        self._ahead: _Ahead | None = None
-        # Publishing what a window's routes decided costs a write a pass: done only while
-        # another route loop is about (a fresh heartbeat, or its claims met in a commit),
-        # until this time.monotonic(); heartbeats are looked at every _LOOK_FOR_LOOPS.
-        self._publish_until = 0.0
-        self._looked_for_loops = -math.inf
+        self._ahead: Ahead | None = None
+
+    @property
+    def owner(self) -> str:
+        """The name this router's claims, published targets and heartbeats carry."""
+        return self.coordination.owner
+
+    @owner.setter
+    def owner(self, owner: str) -> None:
+        self.coordination.owner = owner
 
     # -- public API ---------------------------------------------------------------------
     def route(self, seq: int) -> RouteOutcome:
@@ -235,42 +156,23 @@ class Router:
         if event.is_settled:
             return self._settled_outcome(event)
         window = self.window_for(snapshots_isolated(Event.objects.filter(seq=seq))[0])
-        mine = None
-        retries = 0
-        while True:
-            outcomes = self._pass_isolated(window, honour_claims=False)
-            mine = next((o for o in outcomes if o.seq == seq), None)
-            if mine is None or mine.settled:
-                break
-            present = {e.seq for e in window}
-            behind = mine.waiting_on
-            if behind is not None and behind not in present and len(window) < self.options.batch_size:
-                # Earlier input the Event waits behind (known only once its route decided its
-                # keys) joins the call, in acceptance order (R17, R25).
-                window = sorted(
-                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
-                )
-                continue
-            if mine.reason == "retry" and retries < self.options.max_retries:
-                retries += 1
-                continue
-            break
+        mine = self._until_decided(
+            window,
+            seq,
+            lambda window: self._pass_isolated(window, honour_claims=False),
+            retries=self.options.max_retries,
+        )
         return mine or RouteOutcome(seq, RouteState.UNROUTED, reason="retry")
 
     def route_pending(self, *, limit: int | None = None, claim_ahead: bool = True) -> list[RouteOutcome]:
         """One pass over the oldest routable Events (the route loop's step).
 
-        A commit alone (SQLite, where ``BEGIN IMMEDIATE`` serialises writers) with a full
-        window, a backlog, is pipelined: the pass claims the next window before its commit and
-        the handler pool asks that window's routes while the commit's transaction ends (the
-        database makes the commit durable without holding the interpreter, so the two run at
-        once). The next pass commits that window on those evaluations. Evaluation depends only
-        on the Event and the generation, never on what a commit wrote (see the module), and the
-        next window's commit reads its world and orders its Events behind any earlier unrouted
-        input as every commit does. ``claim_ahead=False``: no window is claimed ahead (a last pass)."""
+        With a full window on a commit alone, the next window is claimed and asked while this
+        one's commit ends (:mod:`~routing.engine.pipeline`). ``claim_ahead=False``: no window
+        is claimed ahead (a last pass)."""
         self.last_window = ()
         size = limit or self.options.batch_size
-        carried, self._carried = self._carried, {}
+        carried = self.coordination.take_carried()
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             window = ahead.window
@@ -280,14 +182,14 @@ class Router:
             if not window:
                 # Nothing new: wait for the commits the carried Events wait for, not a pass a
                 # moment until they are over.
-                self._await_commits({c.behind for c in carried.values()}, time.monotonic() + 1.0)
+                self.coordination.await_commits({c.behind for c in carried.values()}, time.monotonic() + 1.0)
             window = sorted([*(c.event for c in carried.values()), *window], key=lambda e: e.seq)
         self.last_window = tuple(e.seq for e in window)
         if not window:
             return []
-        following: _Ahead | None = None
-        if claim_ahead and len(window) >= size and not carried and not self._beside(True):
-            following = _Ahead(self.claim_window(size, after=window[-1].seq), self._ask)
+        following: Ahead | None = None
+        if claim_ahead and len(window) >= size and not carried and not self.coordination.beside(True):
+            following = Ahead(self.claim_window(size, after=window[-1].seq), self.asker.ask)
             if not following.window:
                 following = None
         outcomes: list[RouteOutcome] | None = None
@@ -306,24 +208,11 @@ class Router:
                     # at the oldest unrouted Event.
                     self._give_back(following)
                 else:
-                    if following.asked is not None:
-                        # Wait for the workers now: each of the loop's next statements would
-                        # wait for the interpreter while they run.
-                        following.asked.result()
+                    # Wait for the workers now: each of the loop's next statements would wait
+                    # for the interpreter while they run.
+                    following.settle_answers()
                     self._ahead = following
         return outcomes
-
-    def _give_back(self, ahead: _Ahead) -> None:
-        """Give back a window claimed ahead (its routes' answers, if asked, are dropped)."""
-        if ahead.asked is not None:
-            ahead.asked.result()
-        self._release([e.seq for e in ahead.window])
-
-    def _release(self, seqs: Collection[int]) -> None:
-        """Give back this loop's claims on ``seqs``: the next claim may take them."""
-        Event.objects.filter(seq__in=Listed(seqs), claimed_by=self.owner).update(
-            claimed_by="", claimed_until=None
-        )
 
     def claim_window(self, limit: int, *, held: Collection[int] = (), after: int = 0) -> list[EventSnapshot]:
         """Claim the oldest unrouted Events that are not backing off or held by another loop
@@ -342,18 +231,19 @@ class Router:
         )
 
     def close(self) -> None:
+        """Give back every claim this router holds and stop its pool (if its own)."""
         if self._ahead is not None:
             self._give_back(self._ahead)
             self._ahead = None
         if self._own_pool:
             self.pool.close()
-        if self._carried:
-            self._release(self._carried)
-            self._carried = {}
+        carried = self.coordination.take_carried()
+        if carried:
+            self._release(carried)
         if self._claimed_until is not None and connection.vendor == "postgresql":
             withdraw_targets(self.owner)
 
-    # -- trace: the same pass, nothing written (R39) --------------------------------------------
+    # -- trace: the same window, settled in a read snapshot, nothing written (R39) -------------
     def simulate(
         self,
         event: EventSnapshot,
@@ -373,33 +263,36 @@ class Router:
         trace, and ``accepted=False`` says the Event is hypothetical (it has no failures to
         read)."""
         window = list(window) if window is not None else self.window_for(event)
-        while True:
-            outcomes, evaluations = self._pass_dry(
-                window, memo=memo, absent=frozenset() if accepted else frozenset({event.seq})
-            )
-            mine = next(o for o in outcomes if o.seq == event.seq)
-            present = {e.seq for e in window}
-            behind = mine.waiting_on
-            if behind is not None and behind not in present and len(window) < self.options.batch_size:
-                window = sorted(
-                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
+        absent = frozenset() if accepted else frozenset({event.seq})
+        asked: dict[int, Evaluation] = {}
+
+        def simulated(window: list[EventSnapshot]) -> list[RouteOutcome]:
+            evaluations, backing_off = self.asker.ask(window, absent=absent).result()
+            asked.clear()
+            asked.update(evaluations)
+            with read_snapshot():
+                settled = settle_window(
+                    window,
+                    evaluations,
+                    backing_off,
+                    now=self.clock(),
+                    configuration=self.configuration,
+                    options=self.options,
+                    causal=self.causal,
+                    owner=self.owner,
+                    honour_claims=False,
+                    hypothetical=True,
+                    memo=memo,
                 )
-                continue
-            return mine.settlement or Settlement(event.seq, mine.state, reason=mine.reason), evaluations.get(
-                event.seq
-            )
+            return [RouteOutcome.of(o) if type(o) is Settlement else o for o in settled.outcomes]
+
+        mine = self._until_decided(window, event.seq, simulated, retries=0)
+        return mine.settlement or Settlement(event.seq, mine.state, reason=mine.reason), asked.get(event.seq)
 
     def evaluate_one(self, event: EventSnapshot) -> Evaluation:
         """Ask the routes about one Event on the handler pool, under the deadline (the impact
         preview compares what configurations answer before tracing)."""
-        return self._evaluate([event])[event.seq]
-
-    def _pass_dry(
-        self, window: list[EventSnapshot], *, memo: SnapshotReads | None, absent: frozenset[int]
-    ) -> tuple[list[RouteOutcome], dict[int, Evaluation]]:
-        evaluations, backing_off = self._evaluate_window(window, absent=absent)
-        outcomes = self._commit(window, evaluations, backing_off, honour_claims=False, dry=True, memo=memo)
-        return outcomes, evaluations
+        return self.asker.evaluate([event])[event.seq]
 
     # -- windows --------------------------------------------------------------------------
     def window_for(self, event: EventSnapshot) -> list[EventSnapshot]:
@@ -420,14 +313,47 @@ class Router:
         )
         return [*earlier, event]
 
+    def _until_decided(
+        self,
+        window: list[EventSnapshot],
+        seq: int,
+        run: Callable[[list[EventSnapshot]], list[RouteOutcome]],
+        *,
+        retries: int,
+    ) -> RouteOutcome | None:
+        """Run ``run`` on the window until the Event ``seq`` is decided: the one window loop
+        of :meth:`route` (``run`` commits) and :meth:`simulate` (``run`` writes nothing).
+        Earlier input the Event waits behind (known only once its route decided its keys)
+        joins the window, in acceptance order (R17, R25); a pass that gave it back undecided
+        ("retry") runs again up to ``retries`` times."""
+        attempts = 0
+        while True:
+            mine = next((o for o in run(window) if o.seq == seq), None)
+            if mine is None or mine.settled:
+                return mine
+            behind = mine.waiting_on
+            if (
+                behind is not None
+                and behind not in {e.seq for e in window}
+                and len(window) < self.options.batch_size
+            ):
+                window = sorted(
+                    [*window, *snapshots_isolated(Event.objects.filter(seq=behind))], key=lambda e: e.seq
+                )
+                continue
+            if mine.reason == "retry" and attempts < retries:
+                attempts += 1
+                continue
+            return mine
+
     # -- a pass ---------------------------------------------------------------------------
     def _pass_isolated(
         self,
         window: list[EventSnapshot],
         *,
         honour_claims: bool,
-        carried: Mapping[int, _Carried] | None = None,
-        asked: _Asking | None = None,
+        carried: Mapping[int, Carried] | None = None,
+        asked: Asking | None = None,
         then: Callable[[], None] | None = None,
     ) -> list[RouteOutcome]:
         """A pass that no single Event's content can fail: when the window's pass raises
@@ -469,39 +395,13 @@ class Router:
             )
             return RouteOutcome(event.seq, RouteState.UNROUTED, error=error, reason=reason)
 
-    def _evaluate_window(
-        self, window: list[EventSnapshot], *, absent: frozenset[int] = frozenset()
-    ) -> tuple[dict[int, Evaluation], set[int]]:
-        """Ask the routes about the window's Events, except those backing off (R14): their
-        handlers are not called before the backoff ends. Returns the evaluations and the seqs
-        backing off. Events in ``absent`` (a trace's hypothetical Event) have no failures."""
-        return self._ask(window, absent=absent).result()
-
-    def _ask(self, window: list[EventSnapshot], *, absent: frozenset[int] = frozenset()) -> _Asking:
-        """:meth:`_evaluate_window` started on the handler pool: ``result()`` waits for it."""
-        now = self.clock()
-        failures = failures_read(e.seq for e in window if e.seq not in absent)
-        evaluations: dict[int, Evaluation] = {}
-        backing_off: set[int] = set()
-        to_evaluate: list[EventSnapshot] = []
-        for event in window:
-            failure = failures.get(event.seq)
-            if isinstance(event, UnreadableSnapshot):
-                # Its routes cannot be asked about data that cannot be read: the error is its.
-                evaluations[event.seq] = Evaluation((), error=event.error)
-            elif failure is not None and failure.backing_off(now, self.configuration.label):
-                backing_off.add(event.seq)
-            else:
-                to_evaluate.append(event)
-        return _Asking(evaluations, backing_off, self._start_evaluate(to_evaluate))
-
     def _pass(
         self,
         window: list[EventSnapshot],
         *,
         honour_claims: bool,
-        carried: Mapping[int, _Carried] | None = None,
-        asked: _Asking | None = None,
+        carried: Mapping[int, Carried] | None = None,
+        asked: Asking | None = None,
         then: Callable[[], None] | None = None,
     ) -> list[RouteOutcome]:
         """``asked``: the window's routes, asked already (a window claimed ahead). ``then``:
@@ -512,11 +412,12 @@ class Router:
         carried = {seq: c for seq, c in (carried or {}).items() if seq in seqs}
         kept_evaluations = {seq: c.evaluation for seq, c in carried.items() if c.evaluation is not None}
         if asked is None:
-            asked = self._ask([e for e in window if e.seq not in kept_evaluations])
+            asked = self.asker.ask([e for e in window if e.seq not in kept_evaluations])
         evaluations, backing_off = asked.result()
         evaluations = {**evaluations, **kept_evaluations}
-        if self._beside(honour_claims) and self._other_loops():
-            self._publish(window, evaluations, backing_off, carried)
+        coordination = self.coordination
+        if coordination.beside(honour_claims) and coordination.other_loops():
+            coordination.publish(window, evaluations, backing_off, carried, self._claimed_until)
         done: dict[int, RouteOutcome] = {}
         pending = window
         attempt = 0
@@ -536,16 +437,16 @@ class Router:
                 attempt += 1
                 logger.info("route.commit_retry", extra={"attempt": attempt, "sqlstate": _sqlstate(exc)})
                 continue
-            except _EarlierClaimed as earlier:
+            except EarlierClaimed as earlier:
                 # Earlier Events are undecided: this window commits after them (acceptance
                 # order). When another loop holds them, wait for it; the evaluations stand.
                 # When nobody does (a released or lapsed claim), give the window back at once:
                 # the next claim starts at the oldest unrouted Event, so it routes first.
                 if earlier.orphaned or time.monotonic() > wait_until:
                     break
-                _PAUSE.wait(0.02)
+                INTERRUPTIBLE_SLEEP.wait(0.02)
                 continue
-            beside = {o.seq: o for o in outcomes if o.reason == BESIDE}
+            beside = {o.seq: o for o in outcomes if o.reason == BEHIND_COMMIT_BESIDE}
             done.update((o.seq, o) for o in outcomes if o.seq not in beside)
             if not beside:
                 return [done[e.seq] for e in window]
@@ -554,136 +455,13 @@ class Router:
             # is over, on the same evaluations. In the loop's next pass, with its next window,
             # while their claim is young; else here, after waiting.
             pending = [e for e in pending if e.seq in beside]
-            if self._carry(pending, beside, carried, evaluations, backing_off):
+            if coordination.carry(pending, beside, carried, evaluations, backing_off, self._claimed_until):
                 done.update(beside)
                 return [done[e.seq] for e in window]
-            if not self._await_commits({o.waiting_on for o in beside.values()}, wait_until):
+            if not coordination.await_commits({o.waiting_on for o in beside.values()}, wait_until):
                 break
         self._release([e.seq for e in window if e.seq not in done])
         return [done.get(e.seq) or RouteOutcome(e.seq, RouteState.UNROUTED, reason="retry") for e in window]
-
-    def _carry(
-        self,
-        pending: list[EventSnapshot],
-        beside: Mapping[int, RouteOutcome],
-        carried: Mapping[int, _Carried],
-        evaluations: Mapping[int, Evaluation],
-        backing_off: set[int],
-    ) -> bool:
-        """Carry ``pending`` (each left ``beside`` an earlier commit) into the next pass, with
-        their evaluations; ``False``, carrying none, when one was first left too long ago
-        (its claim may lapse before the next pass ends)."""
-        now = time.monotonic()
-        kept = {}
-        for event in pending:
-            before = carried.get(event.seq)
-            since = before.since if before is not None else now
-            if now - since >= self.options.claim_seconds / 4:
-                return False
-            kept[event.seq] = _Carried(
-                event,
-                None if event.seq in backing_off else evaluations[event.seq],
-                beside[event.seq].waiting_on,
-                before.until if before is not None else self._claimed_until,
-                since,
-            )
-        self._carried.update(kept)
-        return True
-
-    def _beside(self, honour_claims: bool) -> bool:
-        """Whether this pass commits beside other route loops' commits (see the module): a
-        claimed window on PostgreSQL, in a transaction of its own."""
-        return honour_claims and connection.vendor == "postgresql" and not connection.in_atomic_block
-
-    def _other_loops(self) -> bool:
-        """Whether another route loop is about: one wrote its heartbeat lately, or a commit of
-        this loop met its claims (:meth:`_met_other_loop`)."""
-        now = time.monotonic()
-        if now - self._looked_for_loops >= _LOOK_FOR_LOOPS:
-            self._looked_for_loops = now
-            if other_loops_alive(owner=self.owner, now=self.clock(), within=_OTHER_LOOP_FRESH):
-                self._publish_until = now + _OTHER_LOOP_FRESH.total_seconds()
-        return now < self._publish_until
-
-    def _met_other_loop(self) -> None:
-        self._publish_until = time.monotonic() + _OTHER_LOOP_FRESH.total_seconds()
-
-    def _publish(
-        self,
-        window: list[EventSnapshot],
-        evaluations: Mapping[int, Evaluation],
-        backing_off: set[int],
-        carried: Mapping[int, _Carried],
-    ) -> None:
-        """Tell other loops' commits what this claimed window's routes decided before it
-        commits (see the module): they commit their later Events that share none of it beside
-        this window meanwhile. Carried Events keep the claim they were taken with."""
-        if self._claimed_until is None:
-            return
-        untils = sorted({self._claimed_until, *(c.until for c in carried.values())})
-        decided = {}
-        for event in window:
-            evaluation = None if event.seq in backing_off else evaluations.get(event.seq)
-            if evaluation is None or evaluation.decision is None:
-                continue
-            decision = evaluation.decision
-            keys = [k for k in decision.keys if k not in event.correlation]
-            if keys or decision.work_id is not None:
-                decided[event.seq] = (keys, decision.work_id)
-        publish_targets(owner=self.owner, untils=untils, decided=decided, clock=self.clock)
-
-    def _await_commits(self, seqs: Collection[int], wait_until: float) -> bool:
-        """Wait until one of ``seqs`` is no longer an unrouted Event another live loop holds
-        (its commit beside this loop's is over): the Events waiting behind it may settle now.
-        Not until all of them are: a loop holding one of them may be waiting, in turn, for an
-        Event this loop carries. ``False`` when ``wait_until`` passes first."""
-        count = len(seqs)
-        seqs = Listed(seqs)
-        while True:
-            now = self.clock()
-            rows = Event.objects.filter(seq__in=seqs, route_state=RouteState.UNROUTED).values_list(
-                "claimed_by", "claimed_until"
-            )
-            held = sum(held_elsewhere(by, until, owner=self.owner, now=now) for by, until in rows)
-            if held < count:
-                return True
-            if time.monotonic() > wait_until:
-                return False
-            _PAUSE.wait(0.005)
-
-    def _evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
-        return self._start_evaluate(events)()
-
-    def _start_evaluate(self, events: Sequence[EventSnapshot]) -> Callable[[], dict[int, Evaluation]]:
-        """Ask the routes about ``events`` on the handler pool; the function returned waits
-        for the answers and returns each Event's evaluation."""
-        results: dict[int, Evaluation] = {}
-        calls: list[Callable[[], Evaluation]] = []
-        scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
-        for event in events:
-            scope = self.configuration.scope(event.scope)
-            if scope is None:
-                # The scope left the configuration: no route can select the Event.
-                results[event.seq] = Evaluation(())
-                continue
-            calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
-            scoped.append((event, scope))
-        if not calls:
-            return lambda: results
-        timeout = self.options.route_timeout
-        try:
-            started = self.pool.start_all(calls, timeout=timeout)
-        except PoolExhausted as exc:
-            exhausted = [CallOutcome(exception=exc) for _ in calls]
-            started = None
-
-        def answers() -> dict[int, Evaluation]:
-            outcomes = exhausted if started is None else started.outcomes()
-            for (event, scope), outcome in zip(scoped, outcomes, strict=True):
-                results[event.seq] = _evaluation_from(outcome, scope, timeout)
-            return results
-
-        return answers
 
     def _commit(
         self,
@@ -692,23 +470,19 @@ class Router:
         backing_off: set[int],
         *,
         honour_claims: bool,
-        dry: bool = False,
-        memo: SnapshotReads | None = None,
         then: Callable[[], None] | None = None,
     ) -> list[RouteOutcome]:
         """Settle the window in acceptance order on the world read now and write what the
-        settlements say, all or nothing. ``dry`` (trace) reads in a read snapshot, writes
-        nothing and checks no generation; an Event of the window not accepted yet is a
-        trace's hypothetical Event, and ``memo`` may remember world reads for later traces.
-        ``then`` is called after the writes, before the transaction ends (not when dry)."""
+        settlements say, all or nothing. ``then`` is called after the writes, before the
+        transaction ends."""
         # Beside other route loops' commits (PostgreSQL, a transaction of its own): in one
         # snapshot of the database, under the commit lock shared (operator controls take it
         # alone). Otherwise (a single Event's route, inside a caller's transaction) alone.
-        beside = not dry and self._beside(honour_claims)
+        beside = self.coordination.beside(honour_claims)
         in_flight: dict[tuple, int] | None = {} if beside else None
         # derived_atomic: a refused wake bridge's diagnostic survives whatever happens next.
-        with read_snapshot() if dry else derived_atomic():
-            if connection.vendor == "postgresql" and not dry:
+        with derived_atomic():
+            if connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     if beside:
                         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -716,74 +490,32 @@ class Router:
                     else:
                         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
             now = self.clock()
-            if not dry:
-                if live_generation_id() != self.generation.pk:
-                    raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
-            seqs = [e.seq for e in window]
-            rows = _STATES.rows(seqs)
-            states = {seq: state for seq, state, _ in rows}
-            hypothetical = {seq for seq in seqs if seq not in states} if dry else set()
-            states.update(dict.fromkeys(hypothetical, RouteState.UNROUTED))
-            still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
-            events = [e for e in window if e.seq in still]
-            # The failures as they are now: an operator's reroute may have forgotten an Event's
-            # failures while its handlers ran, and counting on the stale read undoes it.
-            failures = failures_read(still - hypothetical)
-            world = read_world(events, evaluations, now, memo if dry else None)
-            blocked = outside_blockers(
-                events,
-                world,
-                honour_claims=honour_claims,
+            if live_generation_id() != self.generation.pk:
+                raise GenerationChanged(f"generation {self.configuration.label} is no longer live")
+            settled = settle_window(
+                window,
+                evaluations,
+                backing_off,
                 now=now,
-                evaluations=evaluations,
-                owner=self.owner,
-                in_flight=in_flight,
-            )
-            foreign = blocked.pop(_FOREIGN, None)
-            orphan = blocked.pop(_ORPHAN, None)
-            if beside and (in_flight or (foreign is not None and foreign != orphan)):
-                self._met_other_loop()
-            if foreign is not None and not any(e.seq < foreign for e in events):
-                raise _EarlierClaimed(foreign, orphaned=foreign == orphan)
-            settler = Settler(
-                world=world,
-                blocked=blocked,
                 configuration=self.configuration,
                 options=self.options,
-                failures=failures,
-                limits=BridgeVerdicts(self.causal, hypothetical=hypothetical),
+                causal=self.causal,
+                owner=self.owner,
+                honour_claims=honour_claims,
                 in_flight=in_flight,
             )
+            if beside and settled.met_other_loop:
+                self.coordination.met_other_loop()
             writer = Writes(
-                now=now,
-                generation=self.configuration.label,
-                causal=self.causal,
-                waiting={seq for seq, _, behind in rows if behind is not None},
+                now=now, generation=self.configuration.label, causal=self.causal, waiting=settled.waiting
             )
-            # Each Event's outcome, or its settlement until the commit has given the Work it
-            # starts an id (the outcome is built once, after the writes).
-            outcomes: list[RouteOutcome | Settlement] = []
-            for event in window:
-                if event.seq not in still:
-                    outcomes.append(
-                        RouteOutcome(
-                            event.seq, states.get(event.seq, RouteState.ROUTED), reason="decided elsewhere"
-                        )
-                    )
-                    continue
-                if foreign is not None and event.seq > foreign:
-                    # After another loop's uncommitted claim: not this pass (acceptance order).
-                    writer.release(event.seq)
-                    outcomes.append(RouteOutcome(event.seq, RouteState.UNROUTED, reason="retry"))
-                    continue
-                evaluation = None if event.seq in backing_off else evaluations[event.seq]
-                settlement = settler.settle(event, evaluation)
+            for seq in settled.released:
+                writer.release(seq)
+            for event, settlement, evaluation in settled.settled:
                 writer.write(event, settlement, evaluation)
-                outcomes.append(settlement)
-            if dry:
-                return [RouteOutcome.of(o) if type(o) is Settlement else o for o in outcomes]
             ids = writer.flush()
-            outcomes = [RouteOutcome.of(o, ids) if type(o) is Settlement else o for o in outcomes]
+            # Each outcome is built once, after the writes, naming the Work it started by its id.
+            outcomes = [RouteOutcome.of(o, ids) if type(o) is Settlement else o for o in settled.outcomes]
             if then is not None:
                 then()
         decided = log_decided_enabled()
@@ -803,21 +535,20 @@ class Router:
                     log_decided(outcome, self.configuration.label, now)
         return outcomes
 
+    def _give_back(self, ahead: Ahead) -> None:
+        """Give back a window claimed ahead (its routes' answers, if asked, are dropped)."""
+        ahead.settle_answers()
+        self._release([e.seq for e in ahead.window])
+
+    def _release(self, seqs: Collection[int]) -> None:
+        """Give back this loop's claims on ``seqs``: the next claim may take them."""
+        Event.objects.filter(seq__in=Listed(seqs), claimed_by=self.owner).update(
+            claimed_by="", claimed_until=None
+        )
+
     def _settled_outcome(self, event: Event) -> RouteOutcome:
         record = RouteRecord.objects.filter(event_id=event.seq).first()
         return RouteOutcome(event.seq, event.route_state, record_id=record.pk if record else None)
-
-
-# The window's route states and the earlier Events they wait behind, read in every commit:
-# built and compiled once per shape.
-_STATES = CompiledOnce(
-    lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state", "waiting_on")
-)
-
-
-# How often a route loop looks for other loops' heartbeats, and how long one counts as about.
-_LOOK_FOR_LOOPS = 0.25
-_OTHER_LOOP_FRESH = timedelta(seconds=10)
 
 
 # PostgreSQL's answers to a write on a stale snapshot: a serialization failure, a deadlock.
@@ -833,24 +564,6 @@ def _concurrent_update(exc: OperationalError) -> bool:
     return _sqlstate(exc) in _RETRIED_SQLSTATES
 
 
-def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:
-    if outcome.timed_out:
-        error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
-        verdicts = tuple(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in scope.routes)
-        return Evaluation(verdicts, error=error)
-    if outcome.exception is not None:
-        if isinstance(outcome.exception, PoolExhausted):
-            error = RouteError(RouteErrorCode.HANDLER_FAILED, str(outcome.exception))
-        else:  # evaluate() recovers handler exceptions itself; this is a bug in routing code
-            error = RouteError(
-                RouteErrorCode.HANDLER_PANIC,
-                f"{type(outcome.exception).__name__}: {outcome.exception}",
-                stack=outcome.stack,
-            )
-        return Evaluation((), error=error)
-    return outcome.result
-
-
 def build_router(
     *,
     clock: Clock,
@@ -858,10 +571,9 @@ def build_router(
     options: RouterOptions | None = None,
     pool: HandlerPool | None = None,
 ) -> Router | None:
-    """A router for the live generation (or ``generation``) with the registered handlers and
-    executors; ``None`` when no configuration was ever applied."""
+    """A router for the live generation (or ``generation``) with the registered handlers;
+    ``None`` when no configuration was ever applied."""
     from routing.handlers.registry import find_handler_class
-    from worklife.executors import find_executor_class, registered_executors
 
     generation = generation or live_generation()
     if generation is None:
@@ -875,7 +587,6 @@ def build_router(
         clock=clock,
         generation=generation,
         handlers=configuration_handlers,
-        executors={name: cls for name in registered_executors() if (cls := find_executor_class(name))},
         options=options,
         pool=pool,
     )

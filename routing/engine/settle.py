@@ -13,9 +13,11 @@ so a trace cannot disagree with routing (R39):
   causal limits first: a refused wake blocks the wait, holds the Work and keeps the Event as
   context.
 
-It reads nothing itself: the world, the failures counted so far and the causal limits' verdict
-come in; the :class:`Settler` mirrors each outcome into the in-memory world so later Events of
-the same window see it.
+It reads no Work, key or Event itself: the world and the failures counted so far come in, read
+by the caller (:func:`routing.engine.window.settle_window`); the causal limits' verdict on a
+wake bridge comes in as an object that reads the causal counts when asked
+(:class:`~routing.engine.world.BridgeVerdicts`). The :class:`Settler` mirrors each outcome into
+the in-memory world so later Events of the same window see it.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
 # An outcome's reason, nothing stored: the Event shares a target with an earlier Event another
 # route loop is committing beside this window (PostgreSQL), so it is settled after that commit,
 # by the same loop, on the same evaluation.
-BESIDE = "behind an earlier Event committing beside this window"
+BEHIND_COMMIT_BESIDE = "behind an earlier Event committing beside this window"
 
 
 class BridgeLimits(Protocol):
@@ -145,7 +147,7 @@ class Settler:
         self.world = world
         self.blocked = blocked
         # Targets of earlier Events other loops are committing beside this window, and of the
-        # window's Events left for after those commits (BESIDE): target -> earliest seq.
+        # window's Events left for after those commits (BEHIND_COMMIT_BESIDE): target -> earliest seq.
         self.in_flight = in_flight if in_flight is not None else {}
         self.configuration = configuration
         self.options = options
@@ -261,7 +263,7 @@ class Settler:
         this window: nothing is written, and the window's later Events sharing a target with
         it wait too (acceptance order on every target)."""
         block(self.in_flight, tokens, event.seq)
-        return Settlement(event.seq, RouteState.UNROUTED, reason=BESIDE, waiting_on=behind)
+        return Settlement(event.seq, RouteState.UNROUTED, reason=BEHIND_COMMIT_BESIDE, waiting_on=behind)
 
     def _block(self, event: EventSnapshot, evaluation: Evaluation | None, tokens: set[tuple] | None) -> None:
         """Record that ``event``, settling unrouted, blocks its targets (``tokens``, when they

@@ -40,11 +40,11 @@ from worklife.models import (
     WorkInput,
 )
 
-# Markers in a blocked-targets map: an earlier Event whose targets are not known yet.
-_FOREIGN = ("claimed by another loop",)
-
-
-_ORPHAN = ("undecided and unclaimed",)
+# Keys of a blocked-targets map that are no target: the earliest earlier Event whose targets
+# are not known yet (another live loop holds it without having published them, or no pass has
+# decided it), and the earliest of those that no live loop holds (its claim released or lapsed).
+UNKNOWN_TARGETS = ("targets not known yet",)
+UNKNOWN_AND_UNHELD = ("targets not known yet, held by no live loop",)
 
 
 # How many earlier unrouted Events a commit reads in full; past it, only those that share a
@@ -291,9 +291,9 @@ def outside_blockers(
             # An earlier Event whose targets are not known yet: another live loop holds it,
             # or no pass has decided it (its claim was released or lapsed). Its route may
             # attach any key, so nothing after it commits before it does (acceptance order).
-            blocked[_FOREIGN] = min(blocked.get(_FOREIGN, seq), seq)
-            if not held and _ORPHAN not in blocked:
-                blocked[_ORPHAN] = seq
+            blocked[UNKNOWN_TARGETS] = min(blocked.get(UNKNOWN_TARGETS, seq), seq)
+            if not held and UNKNOWN_AND_UNHELD not in blocked:
+                blocked[UNKNOWN_AND_UNHELD] = seq
         tokens: set[tuple] = set()
         if work_id is not None:
             tokens.add(("work", work_id))

@@ -602,7 +602,7 @@ def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_fo
     assert state(flaky) == RouteState.UNROUTED
     later = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"], id="later")
     window = snapshots_isolated(Event.objects.filter(seq__in=[flaky.seq, later.seq]).order_by("seq"))
-    evaluations, backing_off = r._evaluate_window(window)
+    evaluations, backing_off = r.asker.ask(window).result()
     assert backing_off == {flaky.seq}
     event_reroute(seq=flaky.seq, user="ops", clock=clock)
     outcomes = r._commit(window, evaluations, backing_off, honour_claims=False)

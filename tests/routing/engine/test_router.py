@@ -13,7 +13,7 @@ from causal.models import RouteState
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.engine.router import GenerationChanged, Router, build_router
-from routing.engine.settle import BESIDE
+from routing.engine.settle import BEHIND_COMMIT_BESIDE
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
 from tests.routing.routerkit import DOCUMENT, SCRIPTED_ONLY, accept, apply, drain, router, state
@@ -50,12 +50,9 @@ def inputs(work_id):
 
 def test_r1_option_maps_are_copied_at_construction(clock, live):
     handlers = {"match": sample_handlers.Scripted}
-    executors = {"python": object}
-    r = Router(clock=clock, generation=live, handlers=handlers, executors=executors, options=RouterOptions())
+    r = Router(clock=clock, generation=live, handlers=handlers, options=RouterOptions())
     handlers["match"] = sample_handlers.Mutating
-    executors.clear()
     assert r.handler_classes["match"] is sample_handlers.Scripted
-    assert "python" in r.executors
     r.close()
 
 
@@ -922,15 +919,15 @@ def test_r9_issue12_item3_a_window_commits_beside_an_earlier_one_that_published_
         assert [e.seq for e in later] == [other.seq, same.seq]
         # Not published: nothing of B's commits before A's Event (its route may take any key).
         assert [o.reason for o in b._pass(later, honour_claims=True)] == ["retry", "retry"]
-        evaluations, backing_off = a._evaluate_window(held)
-        a._publish(held, evaluations, backing_off, {})
+        evaluations, backing_off = a.asker.ask(held).result()
+        a.coordination.publish(held, evaluations, backing_off, {}, a._claimed_until)
         outcomes = b.route_pending()
         if connection.vendor == "postgresql":
             assert [(o.seq, o.state) for o in outcomes] == [
                 (other.seq, RouteState.ROUTED),
                 (same.seq, RouteState.UNROUTED),
             ]
-            assert (outcomes[1].reason, outcomes[1].waiting_on) == (BESIDE, first.seq)
+            assert (outcomes[1].reason, outcomes[1].waiting_on) == (BEHIND_COMMIT_BESIDE, first.seq)
             # Nothing written for it: B still holds it, waiting on nothing in the database.
             same.refresh_from_db()
             assert (same.unrouted_reason, same.waiting_on_id, same.claimed_by) == ("", None, "loop-b")

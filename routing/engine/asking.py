@@ -1,0 +1,131 @@
+"""Asking a window's routes on the handler pool, outside any transaction, each Event's
+evaluation under the route deadline (R5, R12); Events backing off are not asked (R14)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from causal.clock import Clock
+from routing.config.effective import Configuration, EffectiveScope
+from routing.engine.evaluate import Evaluation, RouteVerdict, UnreadableSnapshot, Verdict, evaluate
+from routing.engine.failures import failures_read
+from routing.engine.handler_pool import CallOutcome, HandlerPool, PoolExhausted
+from routing.errors import RouteError, RouteErrorCode
+from routing.extension import EventSnapshot
+
+
+class Asking:
+    """A window's routes being asked (:meth:`RouteAsker.ask`): the Events backing off, the
+    evaluations known without asking, and the handler pool's answers, waited for by
+    :meth:`result`."""
+
+    def __init__(
+        self,
+        evaluations: dict[int, Evaluation],
+        backing_off: set[int],
+        answers: Callable[[], dict[int, Evaluation]],
+    ) -> None:
+        self._evaluations = evaluations
+        self._backing_off = backing_off
+        self._answers: Callable[[], dict[int, Evaluation]] | None = answers
+
+    def result(self) -> tuple[dict[int, Evaluation], set[int]]:
+        """Each asked Event's evaluation, and the seqs backing off (waits for the pool)."""
+        if self._answers is not None:
+            self._evaluations.update(self._answers())
+            self._answers = None
+        return self._evaluations, self._backing_off
+
+
+class RouteAsker:
+    """Asks one configuration generation's routes (its handlers, instantiated once) on a
+    handler pool."""
+
+    def __init__(
+        self,
+        *,
+        configuration: Configuration,
+        handlers: Mapping[str, Any],
+        pool: HandlerPool,
+        timeout: float,
+        clock: Clock,
+    ) -> None:
+        self.configuration = configuration
+        self.handlers = handlers
+        self.pool = pool
+        self.timeout = timeout
+        self.clock = clock
+
+    def ask(self, window: Sequence[EventSnapshot], *, absent: frozenset[int] = frozenset()) -> Asking:
+        """Start asking the routes about the window's Events, except those backing off (R14):
+        their handlers are not called before the backoff ends. Events in ``absent`` (a
+        trace's hypothetical Event) have no failures to read."""
+        now = self.clock()
+        failures = failures_read(e.seq for e in window if e.seq not in absent)
+        evaluations: dict[int, Evaluation] = {}
+        backing_off: set[int] = set()
+        to_evaluate: list[EventSnapshot] = []
+        for event in window:
+            failure = failures.get(event.seq)
+            if isinstance(event, UnreadableSnapshot):
+                # Its routes cannot be asked about data that cannot be read: the error is its.
+                evaluations[event.seq] = Evaluation((), error=event.error)
+            elif failure is not None and failure.backing_off(now, self.configuration.label):
+                backing_off.add(event.seq)
+            else:
+                to_evaluate.append(event)
+        return Asking(evaluations, backing_off, self.start(to_evaluate))
+
+    def evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
+        """Each Event's evaluation, asked now whatever its failures."""
+        return self.start(events)()
+
+    def start(self, events: Sequence[EventSnapshot]) -> Callable[[], dict[int, Evaluation]]:
+        """Ask the routes about ``events`` on the handler pool; the function returned waits
+        for the answers and returns each Event's evaluation."""
+        results: dict[int, Evaluation] = {}
+        calls: list[Callable[[], Evaluation]] = []
+        scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
+        for event in events:
+            scope = self.configuration.scope(event.scope)
+            if scope is None:
+                # The scope left the configuration: no route can select the Event.
+                results[event.seq] = Evaluation(())
+                continue
+            calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
+            scoped.append((event, scope))
+        if not calls:
+            return lambda: results
+        timeout = self.timeout
+        try:
+            started = self.pool.start_all(calls, timeout=timeout)
+        except PoolExhausted as exc:
+            exhausted = [CallOutcome(exception=exc) for _ in calls]
+            started = None
+
+        def answers() -> dict[int, Evaluation]:
+            outcomes = exhausted if started is None else started.outcomes()
+            for (event, scope), outcome in zip(scoped, outcomes, strict=True):
+                results[event.seq] = _evaluation_from(outcome, scope, timeout)
+            return results
+
+        return answers
+
+
+def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:
+    if outcome.timed_out:
+        error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
+        verdicts = tuple(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in scope.routes)
+        return Evaluation(verdicts, error=error)
+    if outcome.exception is not None:
+        if isinstance(outcome.exception, PoolExhausted):
+            error = RouteError(RouteErrorCode.HANDLER_FAILED, str(outcome.exception))
+        else:  # evaluate() recovers handler exceptions itself; this is a bug in routing code
+            error = RouteError(
+                RouteErrorCode.HANDLER_PANIC,
+                f"{type(outcome.exception).__name__}: {outcome.exception}",
+                stack=outcome.stack,
+            )
+        return Evaluation((), error=error)
+    return outcome.result
