@@ -45,7 +45,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from worklife.child import CALL_FD_ENV, CALL_PREFIX, Run
+from worklife.child import ATTEMPT_ID_ENV, CALL_FD_ENV, CALL_PREFIX, WORK_ID_ENV, Run
 
 PythonRun = Run  # the name targets of the first version import
 
@@ -205,6 +205,49 @@ def _settings_keys(settings: Mapping[str, Any], allowed: Iterable[str]) -> Itera
 # Settings every process executor takes: the run-time bound and the interrupt's grace.
 COMMON_SETTINGS = ("timeout", "interrupt_grace")
 OUTPUT_TAIL = 64 * 1024
+
+
+# --- the child's environment --------------------------------------------------------------
+
+ENV_ALLOWED = frozenset({"PATH", "HOME", "LANG", "TZ", "TMPDIR"})
+"""Variables of the loop's own environment a child inherits (with every ``LC_*``): nothing
+else of the server's environment reaches a child (``SECRET_KEY``, ``DATABASE_URL``, the
+server's ``CONDUIT_*`` settings...)."""
+ENV_ALLOWED_PREFIXES = ("LC_",)
+ATTEMPT_ENV = frozenset({WORK_ID_ENV, ATTEMPT_ID_ENV, CALL_FD_ENV})
+"""The variables the attempt protocol sets in a child; a binding's ``env`` may not set them."""
+
+
+def inherited_environment() -> dict[str, str]:
+    """The part of the loop's environment every child gets: the allow-list, nothing more."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES)
+    }
+
+
+def _env_setting(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``env``: a mapping of variable names to strings, set in the child's environment."""
+    env = settings.get("env")
+    if env is None:
+        return
+    if not isinstance(env, Mapping):
+        yield "env", "expected a mapping of names to strings"
+        return
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            yield f"env.{name}", "not a variable name"
+        elif name in ATTEMPT_ENV:
+            yield f"env.{name}", "set by the attempt protocol (a binding cannot set it)"
+        elif not isinstance(value, str):
+            yield f"env.{name}", "expected a string (quote numbers)"
+        elif "\0" in value:
+            yield f"env.{name}", "a NUL character cannot be in the environment"
+
+
+def _binding_env(settings: Mapping[str, Any]) -> dict[str, str]:
+    return {str(name): str(value) for name, value in (settings.get("env") or {}).items()}
 
 
 def _common_settings(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -380,10 +423,14 @@ _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 class _Worker:
     """A ``python -m worklife.child`` process that runs Python targets one attempt at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, binding_env: Mapping[str, str] | None = None) -> None:
         self.current: PythonExecution | None = None
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.binding_env = dict(binding_env or {})
+        env = {**inherited_environment(), **self.binding_env}
+        # The worker imports ``worklife.child`` and the targets from where this loop imports
+        # them (the project, its virtualenv): the loop's own import path, after the binding's.
+        paths = [self.binding_env.get("PYTHONPATH", ""), *sys.path]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env["PYTHONUNBUFFERED"] = "1"
         self.process = _Process(
             [sys.executable, "-m", "worklife.child"],
@@ -476,8 +523,14 @@ class PythonExecution(ProcessExecution):
 
 class PythonExecutor(Executor):
     """Runs a Python function in a worker process: settings ``{"target": "module:function"}``
-    (plus ``params``, a mapping the function reads as ``run.params``, ``timeout`` and
-    ``interrupt_grace``).
+    (plus ``params``, a mapping the function reads as ``run.params``, ``env``, variables added
+    to the worker's environment, ``timeout`` and ``interrupt_grace``).
+
+    The worker's environment is built, never inherited: the allow-list of the loop's own
+    (:data:`ENV_ALLOWED`), the binding's ``env``, ``PYTHONPATH`` (the binding's, then the
+    loop's import path, so the worker imports what the loop imports) and, while an attempt
+    runs, ``CONDUIT_WORK_ID`` and ``CONDUIT_ATTEMPT_ID``. A worker is reused only for a
+    binding with the same ``env``.
 
     The function is called with a :class:`worklife.child.Run`. A worker whose attempt ended
     normally runs the next attempt (no start-up cost); one that was interrupted, timed out,
@@ -494,8 +547,10 @@ class PythonExecutor(Executor):
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
-        """``target`` is required and must look like ``"package.module:function"``."""
-        problems = list(_settings_keys(settings, ("target", "params", *COMMON_SETTINGS)))
+        """``target`` is required and must look like ``"package.module:function"``; ``env``
+        maps names to strings."""
+        problems = list(_settings_keys(settings, ("target", "params", "env", *COMMON_SETTINGS)))
+        problems.extend(_env_setting(settings))
         params = settings.get("params")
         if params is not None and not isinstance(params, Mapping):
             problems.append(("params", "expected a mapping (the target reads it as run.params)"))
@@ -524,8 +579,9 @@ class PythonExecutor(Executor):
             "settings": dict(binding_settings),
             "inputs": list(inputs),
         }
+        binding_env = _binding_env(binding_settings)
         for _ in range(3):
-            worker = self._take()
+            worker = self._take(binding_env)
             execution = PythonExecution(attempt_id, worker, self)
             if worker.run(execution, message):
                 with self._lock:
@@ -551,13 +607,18 @@ class PythonExecutor(Executor):
             worker.process.close_stdin()
             worker.process.signal(signal.SIGTERM)
 
-    def _take(self) -> _Worker:
+    def _take(self, binding_env: Mapping[str, str]) -> _Worker:
+        """An idle worker started with the same binding ``env`` (its environment is the
+        attempt's), or a new one."""
         with self._lock:
-            while self._idle:
-                worker = self._idle.pop()
-                if worker.alive:
+            for index in range(len(self._idle) - 1, -1, -1):
+                worker = self._idle[index]
+                if not worker.alive:
+                    del self._idle[index]
+                elif worker.binding_env == binding_env:
+                    del self._idle[index]
                     return worker
-        return _Worker()
+        return _Worker(binding_env)
 
     def _give_back(self, worker: _Worker, *, reusable: bool) -> None:
         if reusable and worker.alive and worker.current is None:
@@ -645,8 +706,10 @@ class CommandExecutor(Executor):
     """Runs a command: settings ``{"argv": [...], "cwd": "...", "env": {...}}`` (``cwd``,
     ``env``, ``timeout`` and ``interrupt_grace`` optional).
 
-    The process runs in its own process group with ``CONDUIT_WORK_ID`` and
-    ``CONDUIT_ATTEMPT_ID`` in its environment. Its inputs arrive on standard input as JSON
+    The process runs in its own process group. Its environment is built, never inherited:
+    the allow-list of the loop's own (:data:`ENV_ALLOWED`), the binding's ``env``,
+    ``PYTHONPATH`` (the project's directory, unless ``env`` sets it), ``CONDUIT_WORK_ID``,
+    ``CONDUIT_ATTEMPT_ID`` and ``CONDUIT_CALL_FD``. Its inputs arrive on standard input as JSON
     lines (``{"kind": "input", "event": …}``, then ``{"kind": "started", …}``); injected input
     arrives as more such lines and is confirmed once written; an interrupt is a
     ``{"kind": "interrupt"}`` line and SIGINT, then SIGTERM and SIGKILL after the grace. Exit
@@ -673,14 +736,7 @@ class CommandExecutor(Executor):
         cwd = settings.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             problems.append(("cwd", "expected a string"))
-        env = settings.get("env")
-        if env is not None:
-            if not isinstance(env, Mapping):
-                problems.append(("env", "expected a mapping of names to strings"))
-            else:
-                for name, value in env.items():
-                    if not isinstance(value, str):
-                        problems.append((f"env.{name}", "expected a string (quote numbers)"))
+        problems.extend(_env_setting(settings))
         problems.extend(_common_settings(settings))
         return problems
 
@@ -693,12 +749,12 @@ class CommandExecutor(Executor):
         inputs: Sequence[Any],
     ) -> CommandExecution:
         """Start the command and write its first inputs as JSON lines on standard input."""
-        env = dict(os.environ)
-        env.update(binding_settings.get("env") or {})
-        env["CONDUIT_WORK_ID"] = str(work_id)
-        env["CONDUIT_ATTEMPT_ID"] = str(attempt_id)
+        binding_env = _binding_env(binding_settings)
+        env = {**inherited_environment(), **binding_env}
+        env[WORK_ID_ENV] = str(work_id)
+        env[ATTEMPT_ID_ENV] = str(attempt_id)
         base = str(getattr(django_settings, "BASE_DIR", "") or "")
-        if base and "PYTHONPATH" not in (binding_settings.get("env") or {}):
+        if base and "PYTHONPATH" not in binding_env:
             # The project's packages (``python3 -m demo.agents``) import from any Python.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (base, os.environ.get("PYTHONPATH", "")) if p)
         cwd = binding_settings.get("cwd") or base or None
