@@ -37,6 +37,8 @@ from typing import Any
 
 CALL_PREFIX = "@conduit "
 CALL_FD_ENV = "CONDUIT_CALL_FD"
+OUTPUT_PIECE = 8192
+"""Characters of output a line to the loop carries (escaped, well under its line limit)."""
 WORK_ID_ENV = "CONDUIT_WORK_ID"
 ATTEMPT_ID_ENV = "CONDUIT_ATTEMPT_ID"
 
@@ -196,8 +198,11 @@ class _Output(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        if text:
-            self._channel.send({"op": "output", "stream": self._stream, "text": text})
+        # In pieces: each is a line the loop reads whole, however much one write holds.
+        for start in range(0, len(text), OUTPUT_PIECE):
+            self._channel.send(
+                {"op": "output", "stream": self._stream, "text": text[start : start + OUTPUT_PIECE]}
+            )
         return len(text)
 
 

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -205,6 +205,16 @@ def _settings_keys(settings: Mapping[str, Any], allowed: Iterable[str]) -> Itera
 # Settings every process executor takes: the run-time bound and the interrupt's grace.
 COMMON_SETTINGS = ("timeout", "interrupt_grace")
 OUTPUT_TAIL = 64 * 1024
+"""Bytes of standard output and of standard error kept per attempt (the last ones)."""
+OUTPUT_LINE_LIMIT = OUTPUT_TAIL
+"""The longest line of output read whole; a longer one keeps its first bytes and a mark."""
+CALL_LINE_LIMIT = 4 * 1024 * 1024
+"""The longest call line read (at least eight times ``CONDUIT_MAX_EVENT_BYTES``: an emitted
+Event's data, escaped); a longer call is refused and fails the attempt."""
+PENDING_CALLS = 1000
+"""Calls read and not yet taken by the loop; past this the reader waits (the child's writes
+block) until the loop takes them."""
+_DISCARD = 64 * 1024
 
 
 # --- the child's environment --------------------------------------------------------------
@@ -269,6 +279,9 @@ class _Tail:
 
     def add(self, chunk: bytes) -> None:
         with self._lock:
+            if len(chunk) >= self._limit:
+                self._data = bytearray(chunk[len(chunk) - self._limit :])
+                return
             self._data += chunk
             if len(self._data) > self._limit:
                 del self._data[: len(self._data) - self._limit]
@@ -278,11 +291,68 @@ class _Tail:
             return self._data.decode("utf-8", errors="replace")
 
 
-def _lines(stream: Any, sink: Any) -> None:
-    """Feed each line of ``stream`` to ``sink`` until EOF (a reader thread's body)."""
+def call_line_limit() -> int:
+    """:data:`CALL_LINE_LIMIT`, or more when ``CONDUIT_MAX_EVENT_BYTES`` is set higher."""
+    event_bytes = getattr(django_settings, "CONDUIT_MAX_EVENT_BYTES", 0) or 0
+    return max(CALL_LINE_LIMIT, 8 * int(event_bytes))
+
+
+def cut_mark(count: int) -> bytes:
+    """What replaces the bytes cut from a line over its limit."""
+    return f" … [cut {count} bytes]".encode()
+
+
+def _lines(
+    stream: Any,
+    sink: Callable[[bytes], None],
+    *,
+    limit: int = OUTPUT_LINE_LIMIT,
+    calls: Callable[[bytes], bool] | None = None,
+    call_limit: int = 0,
+    overlong: Callable[[int], None] | None = None,
+) -> None:
+    """Feed each line of ``stream`` to ``sink`` until EOF (a reader thread's body), holding
+    no more than a line's limit at a time, however the child writes.
+
+    A line is read whole up to ``limit`` bytes, or ``call_limit`` when ``calls(line)`` says
+    it is a call. Output over the limit goes to ``sink`` as its first ``limit`` bytes, then,
+    once the line ends, the mark ``… [cut N bytes]`` (and the newline); the bytes between are
+    read and dropped. A call over its limit cannot be answered: ``overlong(bytes so far)`` is
+    told at once and nothing of it reaches ``sink``."""
     try:
-        for line in iter(stream.readline, b""):
-            sink(line)
+        while True:
+            line = stream.readline(limit + 1)
+            if not line:
+                break
+            if len(line) <= limit or line.endswith(b"\n"):
+                sink(line)
+                continue
+            is_call = calls is not None and calls(line)
+            if is_call and call_limit > limit:
+                line += stream.readline(call_limit - limit)
+                if len(line) <= call_limit or line.endswith(b"\n"):
+                    sink(line)
+                    continue
+            kept = min(len(line), max(limit, call_limit) if is_call else limit)
+            cut = len(line) - kept
+            if is_call:
+                if overlong is not None:
+                    overlong(kept)
+            else:
+                sink(line[:kept])
+            del line
+            end = b""
+            while True:
+                chunk = stream.readline(_DISCARD)
+                if not chunk:
+                    break
+                if chunk.endswith(b"\n"):
+                    cut += len(chunk) - 1
+                    end = b"\n"
+                    break
+                cut += len(chunk)
+            if not is_call:
+                sink(cut_mark(cut) + end)
     except (OSError, ValueError):
         pass  # the pipe closed under us: the process is gone
     finally:
@@ -290,10 +360,18 @@ def _lines(stream: Any, sink: Any) -> None:
             stream.close()
 
 
-def _reader(name: str, stream: Any, sink: Any) -> threading.Thread:
-    thread = threading.Thread(target=_lines, args=(stream, sink), name=name, daemon=True)
+def _reader(name: str, stream: Any, sink: Callable[[bytes], None], **limits: Any) -> threading.Thread:
+    thread = threading.Thread(target=_lines, args=(stream, sink), kwargs=limits, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def _is_call_line(line: bytes) -> bool:
+    return line.startswith(CALL_PREFIX.encode())
+
+
+def _always(line: bytes) -> bool:
+    return True
 
 
 class _Process:
@@ -302,7 +380,15 @@ class _Process:
     calls), and the call pipe named by ``CONDUIT_CALL_FD``."""
 
     def __init__(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, on_call, on_stdout
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | None,
+        on_call: Callable[[bytes], None],
+        on_stdout: Callable[[bytes], None],
+        on_overlong: Callable[[int], None],
+        calls_on_stdout: bool = False,
     ) -> None:
         read_fd, write_fd = os.pipe()
         os.set_inheritable(write_fd, True)
@@ -324,9 +410,24 @@ class _Process:
         self._stdin_lock = threading.Lock()
         self.stderr = _Tail()
         call_stream = os.fdopen(read_fd, "rb")
+        call_limit = call_line_limit()
         self._threads = [
-            _reader(f"conduit-calls-{self.pid}", call_stream, on_call),
-            _reader(f"conduit-stdout-{self.pid}", self.popen.stdout, on_stdout),
+            _reader(
+                f"conduit-calls-{self.pid}",
+                call_stream,
+                on_call,
+                calls=_always,
+                call_limit=call_limit,
+                overlong=on_overlong,
+            ),
+            _reader(
+                f"conduit-stdout-{self.pid}",
+                self.popen.stdout,
+                on_stdout,
+                calls=_is_call_line if calls_on_stdout else None,
+                call_limit=call_limit,
+                overlong=on_overlong,
+            ),
             _reader(f"conduit-stderr-{self.pid}", self.popen.stderr, self.stderr.add),
         ]
 
@@ -357,6 +458,10 @@ class _Process:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _overlong_error(limit: int) -> str:
+    return f"a call line longer than {limit} bytes (the limit) was refused"
+
+
 def _parse_call(line: bytes) -> dict | None:
     """A call line as a dict, or ``None`` for anything else (never raises: a reader thread
     must outlive a hostile line, such as JSON nested past the interpreter's recursion limit)."""
@@ -374,6 +479,7 @@ class ProcessExecution(Execution):
         self.attempt_id = attempt_id
         self._calls: list[dict] = []
         self._lock = threading.Lock()
+        self._taken = threading.Condition(self._lock)
         self._done = threading.Event()
         self._outcome: Outcome | None = None
         self.stdout = _Tail()
@@ -390,6 +496,9 @@ class ProcessExecution(Execution):
         if op == "complete":
             self.result = message.get("result")
         with self._lock:
+            # A child that calls faster than the loop answers waits (its writes block).
+            while len(self._calls) >= PENDING_CALLS and not self._done.is_set():
+                self._taken.wait(0.1)
             self._calls.append(message)
 
     def _finish(self, outcome: Outcome) -> None:
@@ -409,6 +518,7 @@ class ProcessExecution(Execution):
     def take_calls(self) -> list[dict]:
         with self._lock:
             calls, self._calls = self._calls, []
+            self._taken.notify_all()
         return calls
 
     def output(self) -> tuple[str, str]:
@@ -438,6 +548,7 @@ class _Worker:
             cwd=str(getattr(django_settings, "BASE_DIR", "") or "") or None,
             on_call=self._on_call,
             on_stdout=self._on_stdout,
+            on_overlong=self._on_overlong,
         )
         self.pid = self.process.pid
         self._watcher = threading.Thread(target=self._watch, name=f"conduit-worker-{self.pid}", daemon=True)
@@ -461,6 +572,15 @@ class _Worker:
         execution = self.current
         if execution is not None:
             execution.stdout.add(line)
+
+    def _on_overlong(self, limit: int) -> None:
+        """A call (a result) over the line limit: the attempt fails and the worker ends (its
+        target may be waiting for an answer that cannot come)."""
+        execution, self.current = self.current, None
+        if execution is not None:
+            execution._tainted = True
+            execution._finish(Outcome(ok=False, error=_overlong_error(limit)))
+        self.process.signal(signal.SIGKILL)
 
     def _watch(self) -> None:
         code = self.process.popen.wait()
@@ -651,7 +771,16 @@ class CommandExecution(ProcessExecution):
         self, attempt_id: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None
     ) -> None:
         super().__init__(attempt_id)
-        self.process = _Process(argv, env=env, cwd=cwd, on_call=self._on_call_line, on_stdout=self._on_stdout)
+        self._refused = ""
+        self.process = _Process(
+            argv,
+            env=env,
+            cwd=cwd,
+            on_call=self._on_call_line,
+            on_stdout=self._on_stdout,
+            on_overlong=self._on_overlong,
+            calls_on_stdout=True,
+        )
         self.pid = self.process.pid
         self._waiter = threading.Thread(target=self._watch, name=f"conduit-command-{self.pid}", daemon=True)
         self._waiter.start()
@@ -669,12 +798,19 @@ class CommandExecution(ProcessExecution):
                 return
         self.stdout.add(line)
 
+    def _on_overlong(self, limit: int) -> None:
+        """A call over the line limit cannot be answered: the attempt fails, its process ends."""
+        self._refused = _overlong_error(limit)
+        self.kill()
+
     def _watch(self) -> None:
         code = self.process.popen.wait()
         self.process.join_readers()
         self.process.close_stdin()
         self.stderr.add(self.process.stderr.text().encode("utf-8", errors="replace"))
-        if code == 0:
+        if self._refused:
+            outcome = Outcome(ok=False, result=self.result, error=self._refused, exit_status=code)
+        elif code == 0:
             outcome = Outcome(ok=True, result=self.result, exit_status=0)
         else:
             tail = self.process.stderr.text().strip()[-500:]

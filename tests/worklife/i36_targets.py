@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 
@@ -14,15 +13,14 @@ def environment(run):
 
 
 def floods_stdout(run):
-    """Write ``run.params["bytes"]`` bytes without a newline, through ``sys.stdout`` (in
-    pieces of a MiB) and straight to file descriptor 1."""
+    """Write ``run.params["bytes"]`` bytes and a newline straight to file descriptor 1 (past
+    ``sys.stdout``), then give the loop a moment to read them before the result."""
     size = int(run.params["bytes"])
-    piece = "x" * (1024 * 1024)
-    for _ in range(size // len(piece) // 2):
-        sys.stdout.write(piece)
     block = b"y" * (1024 * 1024)
-    for _ in range(size // len(block) // 2):
+    for _ in range(size // len(block)):
         os.write(1, block)
+    os.write(1, b"y" * (size % len(block)) + b"\n")
+    time.sleep(1.0)
     return "flooded"
 
 
