@@ -37,6 +37,10 @@ from typing import Any
 
 CALL_PREFIX = "@conduit "
 CALL_FD_ENV = "CONDUIT_CALL_FD"
+OUTPUT_PIECE = 8192
+"""Characters of output a line to the loop carries (escaped, well under its line limit)."""
+WORK_ID_ENV = "CONDUIT_WORK_ID"
+ATTEMPT_ID_ENV = "CONDUIT_ATTEMPT_ID"
 
 
 class CallRefused(Exception):
@@ -194,8 +198,11 @@ class _Output(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        if text:
-            self._channel.send({"op": "output", "stream": self._stream, "text": text})
+        # In pieces: each is a line the loop reads whole, however much one write holds.
+        for start in range(0, len(text), OUTPUT_PIECE):
+            self._channel.send(
+                {"op": "output", "stream": self._stream, "text": text[start : start + OUTPUT_PIECE]}
+            )
         return len(text)
 
 
@@ -208,6 +215,9 @@ def _worker() -> int:
     sys.stderr = _Output(channel, "stderr")
     starts: queue.SimpleQueue = queue.SimpleQueue()
     current: list[Run | None] = [None]
+    # The worker's environment as the loop built it (the allow-list and the binding's env):
+    # each attempt starts from it, with its own Work and attempt ids.
+    environment = dict(os.environ)
 
     def read() -> None:
         for raw in stdin:
@@ -247,6 +257,10 @@ def _worker() -> int:
         if start is None:
             return 0
         reference, run = start
+        os.environ.clear()
+        os.environ.update(environment)
+        os.environ[WORK_ID_ENV] = str(run.work_id)
+        os.environ[ATTEMPT_ID_ENV] = str(run.attempt_id)
         try:
             target = _import(reference)
             result = target(run)

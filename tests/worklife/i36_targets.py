@@ -1,0 +1,47 @@
+"""Python targets of the containment tests (issue 36), run in worker processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+
+def environment(run):
+    """The worker's environment, as the target sees it."""
+    return dict(os.environ)
+
+
+def floods_stdout(run):
+    """Write ``run.params["bytes"]`` bytes and a newline straight to file descriptor 1 (past
+    ``sys.stdout``), then give the loop a moment to read them before the result."""
+    size = int(run.params["bytes"])
+    block = b"y" * (1024 * 1024)
+    for _ in range(size // len(block)):
+        os.write(1, block)
+    os.write(1, b"y" * (size % len(block)) + b"\n")
+    time.sleep(1.0)
+    return "flooded"
+
+
+def prints_once(run):
+    """One ``print`` of ``run.params["bytes"]`` characters, then a short last line."""
+    print("z" * int(run.params["bytes"]))
+    print("the end")
+    return "printed"
+
+
+def huge_result(run):
+    return "r" * int(run.params["bytes"])
+
+
+def leaves_a_daemon(run):
+    """Start ``sleep`` in a session of its own (``setsid``), write its pid, then return at
+    once or run until ended."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(run.params["pidfile"], "w") as handle:
+        handle.write(str(child.pid))
+    if run.params.get("returns"):
+        return child.pid
+    while True:
+        time.sleep(0.05)
