@@ -14,8 +14,7 @@ import time
 import pytest
 from django.conf import settings
 
-from worklife import executors
-from worklife.executors import CommandExecutor, PythonExecutor
+from worklife.executors import CommandExecutor, PythonExecutor, containment, output
 
 SERVER_SECRETS = {
     "SECRET_KEY": "django-secret-key-do-not-leak",
@@ -166,8 +165,8 @@ def test_i36_4_a_flood_of_output_keeps_the_loops_memory_flat_and_its_tail_bounde
     refused = f"a call line longer than {CALL_LIMIT} bytes (the limit) was refused"
     for name in ("command_call_fd", "command_call_on_stdout", "python_result"):
         assert not reports[name]["ok"] and reports[name]["error"] == refused, reports[name]
-    assert (executors.OUTPUT_TAIL, executors.OUTPUT_LINE_LIMIT) == (OUTPUT_TAIL, LINE_LIMIT)
-    assert executors.call_line_limit() == CALL_LIMIT
+    assert (output.OUTPUT_TAIL, output.OUTPUT_LINE_LIMIT) == (OUTPUT_TAIL, LINE_LIMIT)
+    assert output.call_line_limit() == CALL_LIMIT
 
 
 def test_a_call_line_under_its_limit_is_read_whole():
@@ -181,7 +180,7 @@ def test_a_call_line_under_its_limit_is_read_whole():
 
 
 def test_calls_past_the_pending_bound_wait_until_the_loop_takes_them():
-    count = executors.PENDING_CALLS * 3
+    count = output.PENDING_CALLS * 3
     script = (
         "import json, os\n"
         "out = os.fdopen(int(os.environ['CONDUIT_CALL_FD']), 'w')\n"
@@ -197,7 +196,7 @@ def test_calls_past_the_pending_bound_wait_until_the_loop_takes_them():
     deadline = time.monotonic() + 30
     while execution.poll() is None and time.monotonic() < deadline:
         calls = execution.take_calls()
-        assert len(calls) <= executors.PENDING_CALLS
+        assert len(calls) <= output.PENDING_CALLS
         taken += calls
         time.sleep(0.05)
     taken += execution.take_calls()
@@ -214,9 +213,9 @@ def mechanism(request, settings):
     fallback that works anywhere (the environment marker and the process tree)."""
     if request.param == "marker":
         settings.CONDUIT_ATTEMPT_CGROUPS = False
-    elif executors.containment_mechanism() != "cgroup":
+    elif containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
-    assert executors.containment_mechanism() == request.param
+    assert containment.containment_mechanism() == request.param
     return request.param
 
 
@@ -339,7 +338,7 @@ def test_i36_6_a_python_attempt_that_returns_leaves_nothing_running_and_its_work
 
 
 def test_i36_6_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(tmp_path):
-    if executors.containment_mechanism() != "cgroup":
+    if containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
     pidfile = tmp_path / "daemon.pid"
     execution = CommandExecutor().start(
@@ -414,7 +413,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_i36_6_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monkeypatch, tmp_path):
-    if executors.containment_mechanism() != "cgroup":
+    if containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
     pidfile = tmp_path / "daemon.pid"
     dying = subprocess.run(
@@ -429,7 +428,7 @@ def test_i36_6_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one
     leader, cgroup = dying.stdout.split()
     daemon = pid_in(pidfile)
     assert alive(int(leader)) and alive(daemon) and os.path.isdir(cgroup)
-    monkeypatch.setitem(executors._cgroup_state, "swept", None)  # as in a loop just started
+    monkeypatch.setitem(containment._cgroup_state, "swept", None)  # as in a loop just started
     execution = CommandExecutor().start(
         work_id=2, attempt_id=609, binding_settings={"argv": ["true"]}, inputs=[]
     )

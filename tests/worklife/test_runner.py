@@ -504,7 +504,7 @@ def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock
 
 
 def test_i9_1_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
-    from worklife.executors import _parse_call
+    from worklife.executors.process import parse_call
 
-    assert _parse_call(b"[" * 100_000 + b"]" * 100_000) is None
-    assert _parse_call(b'{"op": "complete"}') == {"op": "complete"}
+    assert parse_call(b"[" * 100_000 + b"]" * 100_000) is None
+    assert parse_call(b'{"op": "complete"}') == {"op": "complete"}
