@@ -567,11 +567,6 @@ class Causal:
             refusal = _rate_refusal(parent=parent, root_seq=root, limits=limits, minute=minute, count=count)
         return refusal
 
-    def limits_for(self, root_seq: int) -> Limits:
-        """The limits a descendant of ``root_seq`` is judged by: pinned, else this object's."""
-        entry = KV.objects.filter(namespace=PINS_NAMESPACE, key=pin_key(root_seq)).first()
-        return pin_from_value(root_seq, entry.value).limits if entry is not None else self.limits
-
     # -- internals --
 
     def _derive_in_tx(

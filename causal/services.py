@@ -478,10 +478,6 @@ def events_accept_in_tx(
     return results
 
 
-def kv_get(namespace: str, key: str) -> KV | None:
-    return KV.objects.filter(namespace=namespace, key=key).first()
-
-
 def kv_put_in_tx(*, namespace: str, key: str, value: Any, clock: Clock) -> KV:
     """Create or replace a KV value, bumping its version."""
     assert_in_tx()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from routing.config.document import ParsedDocument, ParsedScope
+from routing.config.document import ParsedScope
 from routing.extension import RouteInfo, freeze
 
 
@@ -172,13 +172,12 @@ def _resolve(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
 
 
 def build_configuration(
-    document: ParsedDocument, *, generation_id: int = 0, label: str = "candidate"
+    scopes: Iterable[ParsedScope], *, generation_id: int = 0, label: str = "candidate"
 ) -> Configuration:
-    """The effective configuration of a parsed document, without storing it. Everything is
-    copied and frozen: changing the document's dicts afterwards changes nothing (R1)."""
-    return Configuration(
-        generation_id=generation_id, label=label, scopes=MappingProxyType(_resolve(document.scopes))
-    )
+    """The effective configuration of declared scopes (a parsed document's, or a stored
+    generation's). Everything is copied and frozen: changing the declarations' dicts afterwards
+    changes nothing (R1)."""
+    return Configuration(generation_id=generation_id, label=label, scopes=MappingProxyType(_resolve(scopes)))
 
 
 def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from infra.queries import CompiledOnce
@@ -52,7 +51,7 @@ def _read_configuration(generation: Generation) -> Configuration:
     # Imported when a generation is resolved, not with this module: the live generation's
     # readers (``events get``, the console's pages) do not load the resolution and its types.
     from routing.config.document import ParsedBinding, ParsedRoute, ParsedScope
-    from routing.config.effective import Configuration, _resolve
+    from routing.config.effective import build_configuration
 
     rows = Scope.objects.filter(generation=generation).prefetch_related("bindings", "routes")
     declared = [
@@ -83,9 +82,7 @@ def _read_configuration(generation: Generation) -> Configuration:
         )
         for row in rows
     ]
-    return Configuration(
-        generation_id=generation.pk, label=generation.label, scopes=MappingProxyType(_resolve(declared))
-    )
+    return build_configuration(declared, generation_id=generation.pk, label=generation.label)
 
 
 def live_generation() -> Generation | None:

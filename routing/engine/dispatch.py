@@ -1,7 +1,7 @@
 """What a scheduler asks before it runs an attempt (R36).
 
-``attempt_dispatch`` pins an attempt's configuration: the live generation, the binding the
-Work runs on next, the executor registration behind that binding and the implementation it
+:class:`RoutingDispatcher` pins each attempt's configuration: the live generation, the binding
+the Work runs on next, the executor registration behind that binding and the implementation it
 names now, and the capabilities that implementation really supports. ``dispatch_check``
 validates a dispatch against the attempt's *pinned* generation — not the live one — and
 refuses it when the executor behind the same binding name changed since.
@@ -22,7 +22,7 @@ from routing.engine.world import read_work_views
 from routing.models import Generation
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.models import Attempt
-from worklife.services import AttemptSpec, WorkError, attempt_start, attempts_start_in_tx
+from worklife.services import AttemptSpec, WorkError, attempts_start_in_tx
 
 
 class DispatchRefused(WorkError):
@@ -47,52 +47,6 @@ class QueueOnly(DispatchRefused):
     """The Work's binding has no executor: its input waits in the queue, nothing runs."""
 
     queue_only = True
-
-
-def attempt_dispatch(
-    *,
-    work_id: int,
-    clock: Clock,
-    binding: str | None = None,
-    lease_until: datetime | None = None,
-    lease_owner: str = "",
-    configurations: ConfigurationCache | None = None,
-    runnable: bool = False,
-) -> Attempt:
-    """Start the Work's next attempt with its configuration pinned to the live generation.
-
-    With ``runnable``, a queue-only binding is refused (:class:`QueueOnly`): a scheduler has
-    nothing to run it with."""
-    generation = live_generation()
-    if generation is None:
-        raise DispatchRefused("no configuration has been applied")
-    views = read_work_views([work_id])
-    if work_id not in views:
-        raise DispatchRefused(f"Work {work_id} does not exist")
-    work = views[work_id]
-    name = binding or addressed_binding(work)
-    configuration = (configurations or ConfigurationCache()).get(generation)
-    scope = configuration.scope(work.scope)
-    effective = scope.bindings.get(name) if scope is not None else None
-    if effective is None:
-        raise DispatchRefused(
-            f"binding {name!r} is not in scope {work.scope} (generation {generation.number})"
-        )
-    if effective.problem:
-        raise DispatchRefused(f"binding {name!r}: {effective.problem}")
-    if runnable and not effective.executor:
-        raise QueueOnly(f"binding {name!r} is queue-only: its input waits in the queue")
-    return attempt_start(
-        work_id=work_id,
-        binding=name,
-        executor=effective.executor,
-        executor_path=registered_executors().get(effective.executor, "") if effective.executor else "",
-        generation=generation.number,
-        capabilities=effective.capabilities,
-        clock=clock,
-        lease_until=lease_until,
-        lease_owner=lease_owner,
-    )
 
 
 class ConfigurationCache:

@@ -20,7 +20,6 @@ its extension was removed) finds nothing: :func:`find_handler_class` returns ``N
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 from django.conf import settings
 
@@ -64,8 +63,3 @@ def find_handler_class(name: str) -> type | None:
         return handler_class(name)
     except HandlerMissing:
         return None
-
-
-def new_handler(name: str) -> Any:
-    """A new instance of the handler registered as ``name`` (raises :class:`HandlerMissing`)."""
-    return handler_class(name)()

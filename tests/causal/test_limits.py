@@ -17,6 +17,8 @@ from causal.limits import (
     bucket_key,
     derived_atomic,
     minute_start,
+    pin_from_value,
+    pin_key,
 )
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event
 from tests.causal.factories import EventFactory
@@ -228,7 +230,8 @@ def test_r53_descendants_keep_pinned_limits_across_a_settings_change(settings, c
     assert restarted.limits == Limits(max_depth=1, rate_per_minute=1)
     child = restarted.derive(parent=root, envelope=envelope("child")).event
     assert restarted.derive(parent=child, envelope=envelope("grandchild")).event.depth == 2
-    assert restarted.limits_for(root.seq) == Limits(max_depth=32, rate_per_minute=128)
+    pin = KV.objects.get(namespace=PINS_NAMESPACE, key=pin_key(root.seq))
+    assert pin_from_value(root.seq, pin.value).limits == Limits(max_depth=32, rate_per_minute=128)
 
 
 @pytest.mark.django_db

@@ -8,7 +8,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from causal.clock import system_clock
-from causal.services import kv_get, kv_put_in_tx, kv_replace
+from causal.models import KV
+from causal.services import kv_put_in_tx, kv_replace
 from infra.leases import lease_transaction
 
 
@@ -29,7 +30,7 @@ def test_i12_a_lease_commits_without_waiting_for_the_disk_and_later_commits_are_
         inside = synchronous_level()
         kv_put_in_tx(namespace="test", key="lease", value={"n": 1}, clock=system_clock)
     assert inside == ("NORMAL" if connection.vendor == "sqlite" else "off")
-    assert kv_get("test", "lease").value == {"n": 1}
+    assert KV.objects.filter(namespace="test", key="lease").first().value == {"n": 1}
     assert synchronous_level() == durable
     with transaction.atomic():
         assert synchronous_level() == durable
@@ -41,7 +42,7 @@ def test_i12_a_lease_that_fails_rolls_back_and_leaves_commits_durable():
     with pytest.raises(RuntimeError), lease_transaction():
         kv_put_in_tx(namespace="test", key="lease", value={"n": 2}, clock=system_clock)
         raise RuntimeError("the claim's query failed")
-    assert kv_get("test", "lease") is None
+    assert KV.objects.filter(namespace="test", key="lease").first() is None
     assert synchronous_level() == durable
 
 
@@ -53,7 +54,7 @@ def test_i12_a_lease_inside_a_transaction_is_part_of_it_and_as_durable():
             assert synchronous_level() == durable
             kv_put_in_tx(namespace="test", key="lease", value={"n": 3}, clock=system_clock)
         transaction.set_rollback(True)
-    assert kv_get("test", "lease") is None
+    assert KV.objects.filter(namespace="test", key="lease").first() is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -86,7 +87,7 @@ def test_i12_kv_replace_creates_then_replaces_a_value_in_one_statement(clock):
         kv_put_in_tx(namespace="test", key="other", value={"n": 0}, clock=clock)
     with CaptureQueriesContext(connection) as first:
         kv_replace(namespace="test", key="beat", value={"n": 1, "text": 'it\'s "quoted"'}, clock=clock)
-    created = kv_get("test", "beat")
+    created = KV.objects.filter(namespace="test", key="beat").first()
     assert (created.value, created.version, created.updated_at) == (
         {"n": 1, "text": 'it\'s "quoted"'},
         1,
@@ -95,7 +96,10 @@ def test_i12_kv_replace_creates_then_replaces_a_value_in_one_statement(clock):
     clock.advance(5)
     with CaptureQueriesContext(connection) as second:
         kv_replace(namespace="test", key="beat", value=[1, None, "x"], clock=clock)
-    replaced = kv_get("test", "beat")
+    replaced = KV.objects.filter(namespace="test", key="beat").first()
     assert (replaced.value, replaced.version, replaced.updated_at) == ([1, None, "x"], 2, clock())
     assert len(first.captured_queries) == len(second.captured_queries) == 1
-    assert (kv_get("test", "other").value, kv_get("test", "other").version) == ({"n": 0}, 1)
+    assert (
+        KV.objects.filter(namespace="test", key="other").first().value,
+        KV.objects.filter(namespace="test", key="other").first().version,
+    ) == ({"n": 0}, 1)

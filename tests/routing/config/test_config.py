@@ -774,7 +774,7 @@ def test_r36_binding_whose_executor_was_unregistered_reports_a_problem(clock, se
 
 def test_r1_mutating_the_source_after_parse_changes_nothing():
     parsed = parse_document(BASE)
-    configuration = build_configuration(parsed)
+    configuration = build_configuration(parsed.scopes)
     parsed.scopes[0].bindings[0].settings["target"] = "evil:thing"
     parsed.scopes[0].routes[0].params["type"] = "*"
     parsed.scopes[0].routes[0].params["keys"].append("extra")
@@ -785,7 +785,7 @@ def test_r1_mutating_the_source_after_parse_changes_nothing():
 
 
 def test_r1_configuration_cannot_be_mutated():
-    configuration = build_configuration(parse_document(BASE))
+    configuration = build_configuration(parse_document(BASE).scopes)
     acme = configuration.scope("acme")
     with pytest.raises(TypeError):
         acme.bindings["triage"].settings["target"] = "x"
@@ -869,7 +869,7 @@ DEMO_EVENTS = {
 @pytest.mark.parametrize(("name", "expected"), sorted(DEMO_EVENTS.items()))
 def test_r6_demo_events_select_the_documented_route(name, expected):
     payload = json.loads((DEMO.parent / "events" / name).read_text(encoding="utf-8"))
-    configuration = build_configuration(parse_document(DEMO.read_text(encoding="utf-8")))
+    configuration = build_configuration(parse_document(DEMO.read_text(encoding="utf-8")).scopes)
     scope = configuration.scope(payload["scope"])
     event = EventSnapshot(
         seq=1,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
 
-from routing.engine.dispatch import DispatchRefused, attempt_dispatch, dispatch_check
+import pytest
+from django.db import transaction
+
+from routing.engine.dispatch import DispatchRefused, RoutingDispatcher, dispatch_check
 from routing.models import RouteRecord
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
+from worklife.services import WorkError
 
 pytestmark = pytest.mark.django_db
 
@@ -16,6 +20,17 @@ class OtherPython:
 
     def start(self, **kwargs):
         return None
+
+
+def attempt_dispatch(*, work_id, clock):
+    """The Work's next attempt, started as the work loop starts it (RoutingDispatcher)."""
+    with transaction.atomic():
+        result = RoutingDispatcher().dispatch_many_in_tx(
+            work_ids=[work_id], clock=clock, lease_until=clock() + timedelta(seconds=30), lease_owner="test"
+        )[work_id]
+    if isinstance(result, WorkError):
+        raise result
+    return result.attempt
 
 
 @pytest.fixture(autouse=True)
@@ -63,5 +78,6 @@ def test_r36_a_changed_executor_behind_the_same_binding_name_is_refused(clock, w
 
 
 def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
-    with pytest.raises(DispatchRefused, match="binding 'gone' is not in scope acme"):
-        attempt_dispatch(work_id=work_id, clock=clock, binding="gone")
+    apply(clock, DOCUMENT.replace("triage", "triaged"))  # the Work's binding left the scope
+    with pytest.raises(DispatchRefused, match="binding 'triage' is not in scope acme"):
+        attempt_dispatch(work_id=work_id, clock=clock)

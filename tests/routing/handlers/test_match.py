@@ -9,7 +9,7 @@ import pytest
 
 from routing.extension import EventSnapshot, Invalid, RouteInfo, freeze
 from routing.handlers.match import Match, MatchParamsError, compile_params, compiled, glob_example
-from routing.handlers.registry import HandlerMissing, find_handler_class, handler_class, new_handler
+from routing.handlers.registry import HandlerMissing, find_handler_class, handler_class
 from tests.routing.ext_handlers import Always
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -549,7 +549,7 @@ def test_r10_registry_loads_handlers_from_settings(settings):
     assert handler_class("match") is Match
     assert handler_class("always") is Always
     assert handler_class("dotted") is Always
-    assert isinstance(new_handler("always"), Always)
+    assert isinstance(handler_class("always")(), Always)
 
 
 def test_r10_unregistered_handler_is_missing(settings):
