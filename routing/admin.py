@@ -3,15 +3,18 @@
 A generation (with its scopes, bindings and routes) is a stored document that routing and
 RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
 read-only. API tokens have their own admin (``routing.access.admin``): added with the
-secret shown once, revoked by an action.
+secret shown once, revoked by an action; so do logins (a role, never superuser) and groups
+(the roles, read-only), replacing Django's own.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 
 from causal.admin import HistoryAdmin, HistoryInline
-from routing.access.admin import ApiTokenAdmin
+from routing.access.admin import ApiTokenAdmin, RoleGroupAdmin, UserRoleAdmin
 from routing.models import ApiToken, Binding, Generation, Route, RouteRecord, Scope
 
 
@@ -74,3 +77,9 @@ class RouteRecordAdmin(HistoryAdmin):
 
 
 admin.site.register(ApiToken, ApiTokenAdmin)
+# Django's own user and group admins (registered by django.contrib.auth, loaded first) let a
+# login with the admin role set superuser, staff, groups and permissions: replaced.
+for model, model_admin in ((get_user_model(), UserRoleAdmin), (Group, RoleGroupAdmin)):
+    if admin.site.is_registered(model):
+        admin.site.unregister(model)
+    admin.site.register(model, model_admin)

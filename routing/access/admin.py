@@ -1,6 +1,8 @@
-"""The admin for API tokens. ``routing/admin.py`` registers it::
+"""The admin of access: API tokens, and logins with their role. ``routing/admin.py``
+registers them::
 
     admin.site.register(ApiToken, ApiTokenAdmin)
+    admin.site.unregister(User); admin.site.register(User, UserRoleAdmin)   # and Group
 
 Adding a token asks for its user, its name and, to narrow it, the scopes it is limited to
 (``routing.access.roles.TOKEN_SCOPES``; none chosen: all of its user's permissions); the secret is
@@ -15,13 +17,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from causal.clock import system_clock
 from routing.access import services
-from routing.access.roles import TOKEN_SCOPES
+from routing.access.roles import TOKEN_SCOPES, Role, role_assign_in_tx, user_role
 from routing.models import ApiToken
 
 
@@ -119,3 +124,96 @@ class ApiTokenAdmin(admin.ModelAdmin):
             else:
                 revoked += 1
         self.message_user(request, f"Revoked {revoked} API token(s).", messages.SUCCESS)
+
+
+# --- logins and groups: a role, never superuser or staff beyond it -----------------------------
+
+
+class RoleField(forms.ChoiceField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            choices=[("", "no role (cannot sign in to the console)")]
+            + [(role.value, role.value) for role in Role],
+            required=False,
+            help_text="What this login may do: viewer reads, operator also accepts Events and uses the "
+            "controls, admin also applies configurations and manages logins (the admin site). "
+            "No login is a superuser; staff follows the admin role.",
+            **kwargs,
+        )
+
+
+class UserRoleChangeForm(UserChangeForm):
+    """A login's details and its role; superuser, staff, groups and permissions are not fields:
+    the role decides them (:func:`~routing.access.roles.role_assign_in_tx`)."""
+
+    role = RoleField()
+
+    class Meta(UserChangeForm.Meta):
+        fields = ("username", "password", "first_name", "last_name", "email", "is_active")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            role = user_role(self.instance)
+            self.initial["role"] = role.value if role is not None else ""
+
+
+class UserRoleCreationForm(AdminUserCreationForm):
+    role = RoleField()
+
+
+class UserRoleAdmin(UserAdmin):
+    """The admin of logins: a role instead of groups, permissions, staff and superuser flags,
+    so an admin cannot make a login (its own included) more than an admin."""
+
+    form = UserRoleChangeForm
+    add_form = UserRoleCreationForm
+    fieldsets = (
+        (None, {"fields": ("username", "password")}),
+        ("Person", {"fields": ("first_name", "last_name", "email")}),
+        ("Access", {"fields": ("role", "is_active")}),
+        ("History", {"fields": ("last_login", "date_joined")}),
+    )
+    add_fieldsets = (
+        (
+            None,
+            {
+                "classes": ("wide",),
+                "fields": ("username", "usable_password", "password1", "password2", "role"),
+            },
+        ),
+    )
+    readonly_fields = ("last_login", "date_joined")
+    list_display = ("username", "email", "is_active", "is_staff", "last_login")
+    list_filter = ("is_active", "is_staff", "groups")
+    filter_horizontal = ()
+
+    def save_model(self, request: HttpRequest, obj: Any, form: forms.Form, change: bool) -> None:
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            role = form.cleaned_data.get("role")
+            if role:
+                role_assign_in_tx(user=obj, role=Role(role))
+            else:
+                obj.groups.clear()
+                obj.is_staff = obj.is_superuser = False
+                obj.save(update_fields=["is_staff", "is_superuser"])
+
+    def save_related(self, request: HttpRequest, form: forms.Form, formsets: Any, change: bool) -> None:
+        # The form has no groups or permissions field: nothing of the role is undone here.
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
+
+
+class RoleGroupAdmin(GroupAdmin):
+    """Groups are the roles (:func:`~routing.access.roles.role_groups_ensure` keeps their
+    permissions): shown, never edited, so no permission is granted beyond a role."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return ("name", "permissions")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -120,3 +120,106 @@ def test_d6_lists_search_ids_and_keys_without_counting_everything(staff):
     assert event in list(by_seq.context["cl"].result_list)
     by_envelope = staff.get(admin_url(event, "changelist"), {"q": event.envelope_id})
     assert list(by_envelope.context["cl"].result_list) == [event]
+
+
+# --- Issue 36 item 9: the admin role cannot make a superuser -------------------------------
+
+
+@pytest.fixture
+def admin_role(client):
+    """A login with the admin role (staff, not superuser), signed in."""
+    from django.db import transaction
+
+    from routing.access.roles import Role, role_assign_in_tx
+
+    user = UserFactory(username="boss", permissions=())
+    with transaction.atomic():
+        role_assign_in_tx(user=user, role=Role.ADMIN)
+    client.force_login(user)
+    return user
+
+
+def change_user(client, user, **fields):
+    from django.contrib.auth.models import Group, Permission
+
+    data = {
+        "username": user.username,
+        "first_name": "",
+        "last_name": "",
+        "email": "",
+        "is_active": "on",
+        "date_joined_0": "2026-01-01",
+        "date_joined_1": "00:00:00",
+        # What Django's own form would take: each must change nothing.
+        "is_superuser": "on",
+        "is_staff": "on",
+        "groups": [g.pk for g in Group.objects.all()],
+        "user_permissions": list(Permission.objects.values_list("pk", flat=True)[:50]),
+        **fields,
+    }
+    return client.post(admin_url(user, "change", user.pk), data)
+
+
+def test_i36_9_the_admin_role_cannot_make_a_login_superuser_or_staff_beyond_its_role(client, admin_role):
+    from routing.access.roles import Role, user_role
+
+    other = UserFactory(username="someone", permissions=())
+    response = change_user(client, other, role="viewer")
+    assert response.status_code == 302, response.content.decode()[:2000]
+    other.refresh_from_db()
+    assert (other.is_superuser, other.is_staff, user_role(other)) == (False, False, Role.VIEWER)
+    assert not other.user_permissions.exists()
+    # Its own login neither.
+    assert change_user(client, admin_role, role="admin").status_code == 302
+    admin_role.refresh_from_db()
+    assert (admin_role.is_superuser, admin_role.is_staff, user_role(admin_role)) == (False, True, Role.ADMIN)
+    assert not admin_role.user_permissions.exists()
+
+
+def test_i36_9_no_role_takes_every_group_and_staff_away(client, admin_role):
+    from django.db import transaction
+
+    from routing.access.roles import Role, role_assign_in_tx
+
+    other = UserFactory(username="leaving", permissions=())
+    with transaction.atomic():
+        role_assign_in_tx(user=other, role=Role.ADMIN)
+    assert change_user(client, other, role="").status_code == 302
+    other.refresh_from_db()
+    assert (other.is_staff, other.is_superuser, other.groups.count()) == (False, False, 0)
+
+
+def test_i36_9_role_groups_are_read_only_in_the_admin(client, admin_role):
+    from django.contrib.auth.models import Group, Permission
+
+    group = Group.objects.get(name="viewer")
+    before = set(group.permissions.values_list("pk", flat=True))
+    page = client.get(admin_url(group, "change", group.pk))
+    assert page.status_code == 200
+    client.post(
+        admin_url(group, "change", group.pk),
+        {"name": "viewer", "permissions": list(Permission.objects.values_list("pk", flat=True))},
+    )
+    assert set(group.permissions.values_list("pk", flat=True)) == before
+    assert client.get(admin_url(Group, "add")).status_code == 403
+
+
+def test_i36_9_adding_a_login_gives_it_the_chosen_role(client, admin_role):
+    from django.contrib.auth import get_user_model
+
+    from routing.access.roles import Role, user_role
+
+    response = client.post(
+        admin_url(get_user_model(), "add"),
+        {
+            "username": "newcomer",
+            "usable_password": "true",
+            "password1": "a-long-pass-phrase-42",
+            "password2": "a-long-pass-phrase-42",
+            "role": "operator",
+            "is_superuser": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    user = get_user_model().objects.get(username="newcomer")
+    assert (user.is_superuser, user.is_staff, user_role(user)) == (False, False, Role.OPERATOR)
