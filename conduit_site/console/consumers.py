@@ -61,19 +61,26 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._refuse(CLOSE_UNAUTHENTICATED)
             return
         if not await database_sync_to_async(user.has_perm)(VIEW_EVENT):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self._refuse(CLOSE_FORBIDDEN)
             return
         group, close_code = await self.prepare()
         if group is None:
-            await self.close(code=close_code)
+            await self._refuse(close_code)
             return
         self.group = group
         self.user = user
         await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+
+    async def _refuse(self, code: int) -> None:
+        """Accept, then close with ``code``: a close before the accept reaches the browser as an
+        HTTP 403 with no code at all (the handshake refused), so the page could not tell a
+        signed-out operator from a missing Work."""
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if self._flusher is not None:

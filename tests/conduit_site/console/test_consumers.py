@@ -57,6 +57,12 @@ def connect_and_collect(path: str, client, publish=None, *, expect_message: bool
         connected, code = await communicator.connect(timeout=5)
         if not connected:
             return False, code, None
+        # A refusal is an accepted socket closed at once with its code (the browser sees the code).
+        if not await communicator.receive_nothing(timeout=0.1):
+            first = await communicator.receive_output(timeout=1)
+            if first["type"] == "websocket.close":
+                return False, first.get("code"), None
+            raise AssertionError(f"unexpected first frame {first!r}")
         text = None
         if publish is not None:
             await sync_to_async(publish)()
@@ -197,3 +203,58 @@ def test_issue11_work_socket_sends_the_control_buttons_so_retry_shows_when_the_w
     live = html[html.index('<span class="controls" id="work-control-buttons" hx-swap-oob="true">') :]
     live = live[: live.index("</span>")]
     assert "Retry" not in live and "Cancel Work" not in live  # ended: no control applies
+
+
+def origin_accepted(origin: bytes, host: bytes = b"testserver", scheme: str = "ws", **extra) -> bool:
+    """Whether a signed-out socket from ``origin`` gets past the origin check (it is then closed
+    4401 by the consumer; a refused origin never reaches it: the handshake is denied)."""
+    from channels.testing import WebsocketCommunicator as Communicator
+
+    async def scenario():
+        communicator = Communicator(
+            application, "/ws/events/", headers=[(b"origin", origin), (b"host", host)]
+        )
+        communicator.scope["scheme"] = scheme
+        communicator.scope.update(extra)
+        connected, _ = await communicator.connect(timeout=5)
+        await communicator.disconnect()
+        return connected
+
+    return async_to_sync(scenario)()
+
+
+def test_i36_10_the_websocket_origin_must_match_scheme_host_and_port(settings):
+    assert origin_accepted(b"http://127.0.0.1:8000", host=b"127.0.0.1:8000")
+    # Another service on the same host (another port), or another scheme: refused.
+    assert not origin_accepted(b"http://127.0.0.1:9999", host=b"127.0.0.1:8000")
+    assert not origin_accepted(b"https://127.0.0.1:8000", host=b"127.0.0.1:8000")
+    assert not origin_accepted(b"http://127.0.0.1", host=b"127.0.0.1:8000")
+    assert origin_accepted(b"http://testserver:80", host=b"testserver")
+    # A TLS connection's pages are https; a trusted origin may be named.
+    assert origin_accepted(b"https://testserver", scheme="wss")
+    assert not origin_accepted(b"https://other.example", scheme="wss")
+    # (ALLOWED_HOSTS is read when the application is built: testserver is among them.)
+    assert not origin_accepted(b"https://testserver:8443")
+    settings.CSRF_TRUSTED_ORIGINS = ["https://testserver:8443"]
+    assert origin_accepted(b"https://testserver:8443")
+    assert not origin_accepted(b"https://testserver:8444")
+
+
+def test_i36_10_behind_a_tls_proxy_the_forwarded_scheme_counts_when_trusted(settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    forwarded = [
+        (b"origin", b"https://testserver"),
+        (b"host", b"testserver"),
+        (b"x-forwarded-proto", b"https"),
+    ]
+    from channels.testing import WebsocketCommunicator as Communicator
+
+    async def scenario(headers):
+        communicator = Communicator(application, "/ws/events/", headers=headers)
+        connected, _ = await communicator.connect(timeout=5)
+        await communicator.disconnect()
+        return connected
+
+    assert async_to_sync(scenario)(forwarded)
+    settings.SECURE_PROXY_SSL_HEADER = None
+    assert not async_to_sync(scenario)(forwarded)
