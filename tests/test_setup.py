@@ -702,3 +702,14 @@ def test_readme_opens_with_the_two_commands():
         assert re.search(rf"^{target}:", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE), (
             target
         )
+
+
+def test_i35_9_the_readme_is_for_users_short_and_its_links_resolve():
+    """At most 450 lines, no benchmark diary (figures live in docs/performance.md), and every
+    relative link it makes names a file of the repository."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 450
+    assert not re.search(r"\bissue #?\d+", readme, re.IGNORECASE)
+    assert (ROOT / "docs" / "performance.md").is_file()
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme):
+        assert (ROOT / target).exists(), target
