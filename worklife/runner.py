@@ -39,7 +39,18 @@ from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from causal.services import kv_put_in_tx
 from infra.identity import loop_identity
+from worklife.attempts import (
+    Rescued,
+    attempt_fail,
+    attempt_output_in_tx,
+    attempts_pid,
+    attempts_renew,
+    attempts_rescue,
+)
+from worklife.emit import emit_envelope
+from worklife.errors import WorkError
 from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
+from worklife.inputs import consume_inputs_in_tx
 from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
@@ -52,25 +63,13 @@ from worklife.models import (
     WorkInput,
 )
 from worklife.scheduling import (
-    Rescued,
-    attempt_fail,
-    attempt_output_in_tx,
-    attempt_wait_for,
-    attempts_pid,
-    attempts_renew,
-    attempts_rescue,
     claimable_work_in_tx,
-    emit_envelope,
     event_as_input,
     presented_events_many_in_tx,
-    timer_schedule,
-    timers_due,
-    waits_expire,
-    waits_retry_blocked,
     work_hold_in_tx,
 )
-from worklife.services import WorkError, consume_inputs_in_tx
-from worklife.timers import TimerError, timer_fire
+from worklife.timers import TimerError, timer_fire, timer_schedule, timers_due
+from worklife.waits import attempt_wait_for, waits_expire, waits_retry_blocked
 
 logger = logging.getLogger("conduit.worklife.runner")
 

@@ -27,11 +27,11 @@ from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.attempts import attempt_fail
 from worklife.lifecycle import work_cancel
 from worklife.models import Work
 from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
 from worklife.runner import WorkRunner
-from worklife.scheduling import attempt_fail
 
 pytestmark = pytest.mark.django_db
 

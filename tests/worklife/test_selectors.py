@@ -21,9 +21,10 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
+from worklife.attempts import attempt_fail
 from worklife.models import Work
 from worklife.runner import HEARTBEATS_NAMESPACE, WorkRunner
-from worklife.scheduling import attempt_fail, work_hold_in_tx
+from worklife.scheduling import work_hold_in_tx
 from worklife.selectors import (
     NotRunning,
     WorkFilter,

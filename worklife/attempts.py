@@ -1,9 +1,11 @@
-"""Writes on Work: attempts (the public storage operations a scheduler uses), waits, and the
-scheduler-facing input APIs (R46).
+"""Attempts and their leases: start an attempt with its configuration pinned, renew, end,
+fail and rescue it, and keep how it ended.
 
-The router never calls these for execution: it only writes route effects (R33). A scheduler
-(or a test standing in for one) starts attempts, parks them on waits, consumes their input
-and ends them here.
+Authority is the pair (attempt id, lease epoch): every write an attempt asks for is refused
+once it is stale (W2), by :func:`current_attempt_in_tx` and :func:`check_authority`. A failed
+attempt gives its Work back after a backoff, or parks it after ``CONDUIT_MAX_ATTEMPTS``
+failures in a row (W5; the rule is :mod:`worklife.scheduling`'s). Each function is one short
+transaction, or says ``_in_tx`` and runs in its caller's.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Min, Q
 
 from causal.clock import Clock
 from causal.services import assert_in_tx
+from worklife.errors import StaleLease, WorkError, WorkTerminal
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
@@ -31,21 +35,9 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
+from worklife.scheduling import backoff_for, max_attempts
 
-
-class WorkError(Exception):
-    """A Work operation was refused; the message says why."""
-
-
-class StaleLease(WorkError):
-    """The attempt is not the Work's current one, or its lease epoch moved on."""
-
-
-class WorkTerminal(WorkError):
-    """The Work is completed or cancelled: its records are immutable (R49)."""
-
-
-# --- attempts ------------------------------------------------------------------------------------
+# --- starting ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,44 +155,87 @@ def attempts_start_in_tx(
     return results
 
 
+# --- leases ------------------------------------------------------------------------------------
+
+
 def attempt_renew_lease(
     *, attempt_id: int, lease_epoch: int, clock: Clock, lease_until: datetime | None = None
 ) -> Attempt:
     """Fence the attempt with a new lease epoch (a new holder takes it over)."""
     with transaction.atomic():
-        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
+        attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         attempt.lease_epoch += 1
         attempt.lease_until = lease_until
         attempt.save(update_fields=["lease_epoch", "lease_until"])
         return attempt
 
 
-def attempt_wait(
-    *,
-    attempt_id: int,
-    lease_epoch: int,
-    match: dict,
-    clock: Clock,
-    name: str = "",
-    timeout_at: datetime | None = None,
-) -> Wait:
-    """Park the attempt on a wait: the Work waits for an Event matching ``match`` (type and
-    source globs, and optionally ``keys``) or for ``timeout_at``."""
+def attempts_renew(*, owner: str, held: dict[int, int], until: datetime) -> None:
+    """Extend the leases of the attempts ``owner`` holds (id -> epoch), fenced by epoch."""
+    if not held:
+        return
+    fence = Q()
+    for attempt_id, epoch in held.items():
+        fence |= Q(pk=attempt_id, lease_epoch=epoch)
     with transaction.atomic():
-        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
-        now = clock()
-        wait = Wait.objects.create(
-            work_id=attempt.work_id,
-            attempt=attempt,
-            name=name,
-            match=dict(match),
-            timeout_at=timeout_at,
-            created_at=now,
+        Attempt.objects.filter(fence, state__in=ACTIVE_ATTEMPT_STATES, lease_owner=owner).update(
+            lease_until=until
         )
-        attempt.state = AttemptState.WAITING
-        attempt.save(update_fields=["state"])
-        _work_touch(attempt.work, status=WorkStatus.WAITING, now=now)
-        return wait
+
+
+def attempts_pid(pids: dict[int, int | None]) -> None:
+    """Record the process each attempt runs in (one statement), so that a loop of the same
+    host can end it when the attempt is lost."""
+    rows = [(pid, attempt_id) for attempt_id, pid in pids.items() if pid is not None]
+    if rows:
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {quote(Attempt._meta.db_table)} SET {quote('pid')} = %s WHERE {quote('id')} = %s",
+                rows,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    """An attempt whose lease lapsed, marked lost: its process may still run somewhere."""
+
+    attempt_id: int
+    work_id: int
+    owner: str
+    pid: int | None
+
+
+def attempts_rescue(
+    *, now: datetime, owners_gone: Iterable[str] = (), limit: int = 100, clock: Clock
+) -> list[Rescued]:
+    """Mark lost the active attempts whose lease lapsed (or whose owner is known gone): each
+    counts as a failure and its Work is ready again (backing off), so the old process, if it
+    still runs, can no longer change anything (W2, W3)."""
+    gone = list(owners_gone)
+    lapsed = Q(lease_until__lt=now) | (Q(lease_owner__in=gone) if gone else Q(pk__in=[]))
+    candidates = list(
+        Attempt.objects.filter(lapsed, state__in=ACTIVE_ATTEMPT_STATES).values_list(
+            "pk", "lease_epoch", "lease_owner", "pid", "work_id"
+        )[:limit]
+    )
+    rescued = []
+    for attempt_id, epoch, owner, pid, work_id in candidates:
+        try:
+            attempt_fail(
+                attempt_id=attempt_id,
+                lease_epoch=epoch,
+                error=f"lost: the lease of {owner or 'its work loop'} lapsed",
+                state=AttemptState.LOST,
+                clock=clock,
+            )
+        except WorkError:
+            continue  # it moved on meanwhile (completed, renewed, cancelled)
+        rescued.append(Rescued(attempt_id, work_id, owner, pid))
+    return rescued
+
+
+# --- ending ------------------------------------------------------------------------------------
 
 
 def attempt_end(*, attempt_id: int, lease_epoch: int, state: str, clock: Clock) -> Attempt:
@@ -211,10 +246,10 @@ def attempt_end(*, attempt_id: int, lease_epoch: int, state: str, clock: Clock) 
     if state not in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED):
         raise WorkError(f"an attempt cannot end as {state!r}")
     with transaction.atomic():
-        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
+        attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         now = clock()
         attempt_end_in_tx(attempt=attempt, state=state, now=now)
-        _work_touch(attempt.work, status=WorkStatus.READY, now=now)
+        work_status_set(attempt.work, status=WorkStatus.READY, now=now)
         return attempt
 
 
@@ -251,99 +286,48 @@ def attempts_end_in_tx(*, attempts: Sequence[Attempt], state: str, now: datetime
     )
 
 
-# --- scheduler-facing input APIs (R46) -------------------------------------------------------------
+def attempt_fail(
+    *,
+    attempt_id: int,
+    lease_epoch: int,
+    error: str,
+    clock: Clock,
+    state: str = AttemptState.FAILED,
+    output: dict | None = None,
+    count: bool = True,
+) -> Work:
+    """Fail the attempt (an exception, a non-zero exit, a timeout, a lost lease): the Work is
+    ready again after a backoff, or parked after ``CONDUIT_MAX_ATTEMPTS`` failures in a row
+    (W5). Fenced by the attempt's authority. ``count=False`` (its loop stopped) gives the
+    Work back at once without counting a failure."""
+    with transaction.atomic():
+        attempt = current_attempt_in_tx(attempt_id, lease_epoch)
+        now = clock()
+        attempt_end_in_tx(attempt=attempt, state=state, now=now)
+        if output is not None:
+            attempt_output_in_tx(attempt_id=attempt_id, **output)
+        else:
+            Attempt.objects.filter(pk=attempt_id).update(error=error[:20000])
+        work = Work.objects.select_for_update().get(pk=attempt.work_id)
+        failures = work.failures + (1 if count else 0)
+        parked = count and failures >= max_attempts()
+        line = f"attempt {attempt.number} {state}: {error}".replace("\n", " ")[:1000]
+        Work.objects.filter(pk=work.pk).update(
+            status=WorkStatus.READY,
+            failures=failures,
+            pending_run=True,
+            retry_at=None if parked or not count else now + backoff_for(failures),
+            parked_at=now if parked else None,
+            last_error=line,
+            version=F("version") + 1,
+            updated_at=now,
+        )
+        work.refresh_from_db()
+        return work
 
 
-def pending_inputs(*, work_id: int) -> list[WorkInput]:
-    """A Work's pending input (queued, injected, held, context) in acceptance order."""
-    return list(
-        WorkInput.objects.filter(work_id=work_id, state=InputState.PENDING)
-        .select_related("event")
-        .order_by("seq")
-    )
+# --- how an attempt ended, kept on its row ------------------------------------------------------
 
-
-def pending_inputs_in_tx(
-    *, work_id: int, kinds: Sequence[str] | None = None, limit: int | None = None
-) -> list[WorkInput]:
-    """Select and lock a Work's pending input in acceptance order, inside the caller's
-    transaction, so selection and claim happen in one guarded transaction (R46)."""
-    assert_in_tx()
-    query = WorkInput.objects.select_for_update().filter(work_id=work_id, state=InputState.PENDING)
-    if kinds is not None:
-        query = query.filter(kind__in=list(kinds))
-    query = query.order_by("seq")
-    return list(query[:limit] if limit else query)
-
-
-def consume_inputs_in_tx(
-    *, attempt_id: int, lease_epoch: int, input_ids: Sequence[int], clock: Clock
-) -> list[WorkInput]:
-    """Mark pending input consumed by the current attempt (R46).
-
-    Consumption removes the entries from pending but keeps their attempt association, and
-    confirms the intents behind them; the (Work, Event) uniqueness means replaying a route
-    can never enqueue them again."""
-    assert_in_tx()
-    attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
-    rows = list(
-        WorkInput.objects.select_for_update()
-        .filter(pk__in=list(input_ids), work_id=attempt.work_id)
-        .order_by("seq")
-    )
-    if len(rows) != len(set(input_ids)):
-        raise WorkError("some input does not belong to this attempt's Work")
-    not_pending = [r.pk for r in rows if r.state != InputState.PENDING]
-    if not_pending:
-        raise WorkError(f"input {not_pending} is not pending")
-    now = clock()
-    WorkInput.objects.filter(pk__in=[r.pk for r in rows]).update(
-        state=InputState.CONSUMED, attempt=attempt, consumed_at=now
-    )
-    Intent.objects.filter(
-        attempt=attempt,
-        lease_epoch=lease_epoch,
-        event_id__in=[r.event_id for r in rows],
-        state=IntentState.PENDING,
-    ).update(state=IntentState.CONFIRMED, confirmed_at=now)
-    for row in rows:
-        row.state, row.attempt_id, row.consumed_at = InputState.CONSUMED, attempt.pk, now
-    return rows
-
-
-def intents(*, work_id: int | None = None, attempt_id: int | None = None) -> list[Intent]:
-    """Inspect durable inject/interrupt intents."""
-    query = Intent.objects.all()
-    if work_id is not None:
-        query = query.filter(work_id=work_id)
-    if attempt_id is not None:
-        query = query.filter(attempt_id=attempt_id)
-    return list(query.order_by("event_id"))
-
-
-# --- helpers ---------------------------------------------------------------------------------------
-
-
-def _current_attempt_in_tx(attempt_id: int, lease_epoch: int) -> Attempt:
-    attempt = Attempt.objects.select_for_update().select_related("work").filter(pk=attempt_id).first()
-    return check_authority(attempt, attempt_id=attempt_id, lease_epoch=lease_epoch)
-
-
-def check_authority(attempt: Attempt | None, *, attempt_id: int, lease_epoch: int) -> Attempt:
-    """``attempt`` if it is the current attempt at ``lease_epoch`` of a nonterminal Work (W2);
-    else raise :class:`StaleLease` or :class:`WorkTerminal` saying why."""
-    if attempt is None:
-        raise StaleLease(f"no attempt {attempt_id}")
-    if attempt.state not in ACTIVE_ATTEMPT_STATES:
-        raise StaleLease(f"attempt {attempt_id} is {attempt.state}")
-    if attempt.lease_epoch != lease_epoch:
-        raise StaleLease(f"attempt {attempt_id} is at lease epoch {attempt.lease_epoch}, not {lease_epoch}")
-    if attempt.work.is_terminal:
-        raise WorkTerminal(f"Work {attempt.work_id} is {attempt.work.status}")
-    return attempt
-
-
-# How an attempt ended, as kept on its row.
 OUTPUT_FIELDS = ("result", "exit_status", "error", "stdout_tail", "stderr_tail")
 
 
@@ -372,6 +356,24 @@ def attempts_output_in_tx(outputs: dict[int, dict]) -> None:
         cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote('id')} = %s", rows)
 
 
+def attempt_output_in_tx(
+    *,
+    attempt_id: int,
+    result: Any = None,
+    exit_status: int | None = None,
+    error: str = "",
+    stdout: str = "",
+    stderr: str = "",
+) -> None:
+    """Keep how an attempt ended on its row: result, exit status, error and output tails."""
+    assert_in_tx()
+    Attempt.objects.filter(pk=attempt_id).update(
+        **output_fields(
+            {"result": result, "exit_status": exit_status, "error": error, "stdout": stdout, "stderr": stderr}
+        )
+    )
+
+
 def output_fields(output: dict) -> dict:
     """An outcome (``result``, ``exit_status``, ``error``, ``stdout``, ``stderr``) as Attempt fields."""
     return {
@@ -383,6 +385,32 @@ def output_fields(output: dict) -> dict:
     }
 
 
-def _work_touch(work: Work, *, status: str, now: datetime) -> None:
+# --- authority ---------------------------------------------------------------------------------
+
+
+def current_attempt_in_tx(attempt_id: int, lease_epoch: int) -> Attempt:
+    """Lock and return the attempt, with its Work, if it holds the authority ``lease_epoch``
+    (:func:`check_authority`), in the caller's transaction."""
+    attempt = Attempt.objects.select_for_update().select_related("work").filter(pk=attempt_id).first()
+    return check_authority(attempt, attempt_id=attempt_id, lease_epoch=lease_epoch)
+
+
+def check_authority(attempt: Attempt | None, *, attempt_id: int, lease_epoch: int) -> Attempt:
+    """``attempt`` if it is the current attempt at ``lease_epoch`` of a nonterminal Work (W2);
+    else raise :class:`StaleLease` or :class:`WorkTerminal` saying why."""
+    if attempt is None:
+        raise StaleLease(f"no attempt {attempt_id}")
+    if attempt.state not in ACTIVE_ATTEMPT_STATES:
+        raise StaleLease(f"attempt {attempt_id} is {attempt.state}")
+    if attempt.lease_epoch != lease_epoch:
+        raise StaleLease(f"attempt {attempt_id} is at lease epoch {attempt.lease_epoch}, not {lease_epoch}")
+    if attempt.work.is_terminal:
+        raise WorkTerminal(f"Work {attempt.work_id} is {attempt.work.status}")
+    return attempt
+
+
+def work_status_set(work: Work, *, status: str, now: datetime) -> None:
+    """Set the status of the Work an attempt moved (and bump its version), in the caller's
+    transaction."""
     Work.objects.filter(pk=work.pk).update(status=status, version=F("version") + 1, updated_at=now)
     work.status = status
