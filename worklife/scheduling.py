@@ -170,12 +170,13 @@ def event_as_input(event: Event) -> dict[str, Any]:
 
 def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:
     """Unpark a Work, or end its backoff: it runs again at once with the input its failed
-    attempts took and a fresh attempt budget."""
+    attempts took and a fresh attempt budget. Refused unless the Work is retryable
+    (:attr:`worklife.models.Work.is_retryable`, the rule the console's Retry button shows)."""
     assert_in_tx()
     work = Work.objects.select_for_update().get(pk=work_id)
     if work.is_terminal:
         raise WorkTerminal(f"Work {work_id} is {work.status}")
-    if work.status != WorkStatus.READY or (work.parked_at is None and work.retry_at is None):
+    if not work.is_retryable:
         raise WorkError(f"Work {work_id} is {work.status} and neither parked nor backing off")
     Work.objects.filter(pk=work_id).update(
         parked_at=None,
