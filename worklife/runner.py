@@ -37,7 +37,6 @@ from django.db import DatabaseError, transaction
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
 from causal.models import Event
-from causal.services import kv_put_in_tx
 from infra.identity import loop_identity
 from worklife.attempts import (
     Rescued,
@@ -50,6 +49,7 @@ from worklife.attempts import (
 from worklife.emit import emit_envelope
 from worklife.errors import WorkError
 from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
+from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.inputs import consume_inputs_in_tx
 from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
 from worklife.models import (
@@ -73,7 +73,6 @@ from worklife.waits import attempt_wait_for, waits_expire, waits_retry_blocked
 
 logger = logging.getLogger("conduit.worklife.runner")
 
-HEARTBEATS_NAMESPACE = "core.worklife.heartbeats"
 DEFAULT_INTERRUPT_GRACE = 10.0
 COMPLETE_RETRY_SECONDS = 1.0
 BLOCKED_RETRY_SECONDS = 5.0
@@ -701,23 +700,21 @@ class WorkRunner:
 
     def _heartbeat(self, *, stopped: bool = False) -> None:
         self._next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
-        with transaction.atomic():
-            kv_put_in_tx(
-                namespace=HEARTBEATS_NAMESPACE,
-                key=self.owner,
-                value={
-                    "at": self.clock().isoformat(),
-                    "slots": self.slots,
-                    "running": len(self.running),
-                    "started": self.counters.started,
-                    "completed": self.counters.completed,
-                    "failed": self.counters.failed,
-                    "refused": self.counters.refused,
-                    "lost": self.counters.lost,
-                    "stopped": stopped,
-                },
-                clock=self.clock,
-            )
+        heartbeat_write(
+            WorkLoopHeartbeat(
+                loop=self.owner,
+                at=self.clock(),
+                slots=self.slots,
+                running=len(self.running),
+                started=self.counters.started,
+                completed=self.counters.completed,
+                failed=self.counters.failed,
+                refused=self.counters.refused,
+                lost=self.counters.lost,
+                stopped=stopped,
+            ),
+            clock=self.clock,
+        )
 
 
 _DEFERRED = object()

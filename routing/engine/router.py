@@ -72,7 +72,6 @@ from routing.engine.claims import (
     COMMIT_LOCK_ID,
     claim_window,
     held_elsewhere,
-    other_loops_alive,
     publish_targets,
     withdraw_targets,
 )
@@ -89,6 +88,7 @@ from routing.engine.failures import (
     failures_read,
 )
 from routing.engine.handler_pool import CallOutcome, HandlerPool, PoolExhausted
+from routing.engine.heartbeat import other_loops_alive
 from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
 from routing.engine.settle import BESIDE, CONFLICT_RECHECK, RouteOutcome, Settlement, Settler
