@@ -32,11 +32,12 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, reset_queries, transaction
 
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
 from causal.models import Event
+from infra.connections import connections_refresh
 from infra.identity import loop_identity
 from worklife.attempts import (
     Rescued,
@@ -173,7 +174,15 @@ class WorkRunner:
 
     # -- the pass -------------------------------------------------------------------------
     def step(self) -> StepResult:
-        """One pass (see the module docstring)."""
+        """One pass (see the module docstring), between the hygiene every loop's pass has: stale
+        connections dropped before it, the query log emptied after it (``DEBUG`` keeps one)."""
+        connections_refresh()
+        try:
+            return self._pass()
+        finally:
+            reset_queries()
+
+    def _pass(self) -> StepResult:
         mono = time.monotonic()
         before = len(self.running)
         self._answer_calls()

@@ -484,6 +484,34 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
     }
 
 
+# --- each pass's hygiene, as the route loop's (issue 35 item 4) -------------------------------------
+
+
+def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):
+    """With ``DEBUG`` on, Django logs every query a connection runs; a work loop that runs for
+    days would keep them all. Each pass empties the log after it, as the route loop does."""
+    from django.db import connection
+
+    settings.DEBUG = True
+    send(clock, "archive", "log")  # Work each pass looks at: claimed, refused, looked at again
+    for _ in range(5):
+        loop.step()
+        assert len(connection.queries_log) == 0
+
+
+def test_i35_each_pass_drops_a_connection_past_its_age_first(clock, loop):
+    """A connection past ``CONN_MAX_AGE`` (or broken) is dropped before a pass, as the route
+    loop drops it: a work loop does not hold one connection for its whole life."""
+    from django.db import connection
+
+    loop.step()
+    held = connection.connection
+    assert held is not None
+    connection.close_at = time.monotonic() - 1  # its CONN_MAX_AGE has passed
+    loop.step()
+    assert connection.connection is not None and connection.connection is not held
+
+
 def test_i9_1_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
     from worklife.executors import _parse_call
 
