@@ -26,7 +26,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -81,20 +81,26 @@ HEARTBEAT_SECONDS = 2.0
 DUE_CHECK_SECONDS = 0.2
 
 
+class Dispatched(Protocol):
+    """An attempt a dispatcher started, with the executor settings of its binding."""
+
+    @property
+    def attempt(self) -> Attempt: ...
+
+    @property
+    def settings(self) -> dict[str, Any]: ...
+
+
 class Dispatcher(Protocol):
     """What the runner needs from the configuration (``routing.engine.dispatch.RoutingDispatcher``)."""
 
-    def dispatch_in_tx(
-        self, *, work_id: int, clock: Clock, lease_until: datetime, lease_owner: str
-    ) -> Attempt:
-        """Start the Work's next attempt, pinned (R36); raise ``WorkError`` when refused
-        (``queue_only = True`` on the error for a binding with no executor)."""
-
-    def check(self, attempt: Attempt) -> tuple[bool, str]:
-        """Whether the pinned attempt may run now, and why not."""
-
-    def settings(self, attempt: Attempt) -> dict[str, Any]:
-        """The executor settings of the attempt's binding in its pinned generation."""
+    def dispatch_many_in_tx(
+        self, *, work_ids: Sequence[int], clock: Clock, lease_until: datetime, lease_owner: str
+    ) -> Mapping[int, Dispatched | WorkError]:
+        """Start the next attempt of each Work in the caller's transaction, pinned and checked
+        (R36): by Work id, the attempt with its executor settings, or the ``WorkError`` saying
+        why it was refused (``queue_only = True`` on the error for a binding with no executor)."""
+        ...
 
 
 @dataclass
