@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 Clock = Callable[[], datetime]
 
@@ -11,3 +12,15 @@ Clock = Callable[[], datetime]
 def system_clock() -> datetime:
     """Now, as an aware UTC datetime."""
     return datetime.now(UTC)
+
+
+def aware_time(value: Any) -> datetime | None:
+    """``value`` as an aware datetime when it is an ISO 8601 time with an offset (as a clock's
+    ``isoformat()`` writes it into JSON); ``None`` for anything else."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None

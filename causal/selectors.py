@@ -339,3 +339,19 @@ def diagnostics_page(
 def diagnostics_total(filters: DiagnosticFilter, *, cap: int = COUNT_CAP) -> ListTotal:
     """How many causal diagnostics match ``filters``, counted up to ``cap`` (one query)."""
     return count_capped(diagnostics_filtered(filters), cap=cap)
+
+
+# --- KV namespaces ----------------------------------------------------------------------------
+
+
+def kv_newest(
+    namespace: str, *, since: datetime | None = None, limit: int
+) -> list[tuple[str, dict, datetime]]:
+    """The entries of ``namespace``, the most recently written first (only those written at
+    ``since`` or later when given), as (key, value, written at); a value that is not a mapping
+    reads as ``{}``. One query."""
+    entries = KV.objects.filter(namespace=namespace)
+    if since is not None:
+        entries = entries.filter(updated_at__gte=since)
+    rows = entries.order_by("-updated_at", "key").values_list("key", "value", "updated_at")[:limit]
+    return [(key, value if isinstance(value, dict) else {}, updated_at) for key, value, updated_at in rows]

@@ -21,7 +21,7 @@ Each check is a plain function of the database and ``now`` returning a :class:`C
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,10 +30,13 @@ from django.db.models import Count, Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
+from routing.engine import heartbeat as route_heartbeat
 from routing.engine.failures import failures_keep_failing, failures_read
-from routing.engine.loop import HEARTBEATS_NAMESPACE
+from routing.engine.heartbeat import RouteLoopHeartbeat, route_loop_heartbeats
 from routing.serializers import timestamp
-from worklife.selectors import WorkLoopHeartbeat, work_loop_heartbeats, work_parked, work_runnable
+from worklife import heartbeat as work_heartbeat
+from worklife.heartbeat import WorkLoopHeartbeat, work_loop_heartbeats
+from worklife.selectors import work_parked, work_runnable
 
 UNROUTED_AFTER = timedelta(minutes=10)
 # An Event whose route failed this many times in a row is named at once, however young.
@@ -103,18 +106,14 @@ class StuckEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class LoopBeat:
-    """A route loop's last heartbeat."""
+class LoopBeat(RouteLoopHeartbeat):
+    """A route loop's last heartbeat, with its age."""
 
-    loop: str
-    at: datetime | None
-    age_seconds: float | None
-    generation: str
-    passes: int
-    routed: int
-    abandoned_calls: int
-    abandoned_total: int
-    failing: dict[str, Any] | None = None  # passes failing in a row: error, count, since, events
+    age_seconds: float | None = None
+
+    @classmethod
+    def of(cls, beat: RouteLoopHeartbeat, *, now: datetime) -> LoopBeat:
+        return cls(**_fields_of(beat), age_seconds=(now - beat.at).total_seconds())
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -189,36 +188,15 @@ class RefusedRoot:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkLoopBeat:
-    """A work_loop's last heartbeat: its slots, the attempts it runs and its counters."""
+class WorkLoopBeat(WorkLoopHeartbeat):
+    """A work_loop's last heartbeat, with its age: its slots, the attempts it runs and its
+    counters."""
 
-    loop: str
-    at: datetime
-    age_seconds: float
-    slots: int
-    running: int
-    started: int
-    completed: int
-    failed: int
-    refused: int
-    lost: int
-    stopped: bool
+    age_seconds: float = 0.0
 
     @classmethod
     def of(cls, beat: WorkLoopHeartbeat, *, now: datetime) -> WorkLoopBeat:
-        return cls(
-            loop=beat.loop,
-            at=beat.at,
-            age_seconds=(now - beat.at).total_seconds(),
-            slots=beat.slots,
-            running=beat.running,
-            started=beat.started,
-            completed=beat.completed,
-            failed=beat.failed,
-            refused=beat.refused,
-            lost=beat.lost,
-            stopped=beat.stopped,
-        )
+        return cls(**_fields_of(beat), age_seconds=(now - beat.at).total_seconds())
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -389,29 +367,8 @@ def check_unrouted(*, now: datetime, limit: int = MAX_LISTED) -> Check:
 def loop_beats(*, now: datetime, limit: int = STALE_LOOPS_LISTED, fresh_only: bool = False) -> list[LoopBeat]:
     """The route loops' last heartbeats, newest first (only those newer than
     :data:`HEARTBEAT_STALE` with ``fresh_only``). One query."""
-    entries = KV.objects.filter(namespace=HEARTBEATS_NAMESPACE)
-    if fresh_only:
-        entries = entries.filter(updated_at__gte=now - HEARTBEAT_STALE)
-    beats = []
-    for key, value, updated_at in entries.order_by("-updated_at", "key").values_list(
-        "key", "value", "updated_at"
-    )[:limit]:
-        value = value if isinstance(value, dict) else {}
-        at = _parse_time(value.get("at")) or updated_at
-        beats.append(
-            LoopBeat(
-                loop=key,
-                at=at,
-                age_seconds=(now - at).total_seconds(),
-                generation=str(value.get("generation", "")),
-                passes=int(value.get("passes", 0)),
-                routed=int(value.get("routed", 0)),
-                abandoned_calls=int(value.get("abandoned_calls", 0)),
-                abandoned_total=int(value.get("abandoned_total", 0)),
-                failing=value.get("failing") if isinstance(value.get("failing"), dict) else None,
-            )
-        )
-    return beats
+    since = now - HEARTBEAT_STALE if fresh_only else None
+    return [LoopBeat.of(beat, now=now) for beat in route_loop_heartbeats(since=since, limit=limit)]
 
 
 def check_route_loop(*, now: datetime) -> Check:
@@ -590,6 +547,10 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def _fields_of(beat: RouteLoopHeartbeat | WorkLoopHeartbeat) -> dict[str, Any]:
+    return {f.name: getattr(beat, f.name) for f in fields(beat)}
+
+
 def first_line(text: str, limit: int = 300) -> str:
     """The first non-empty line of ``text``, cut to ``limit`` characters."""
     for line in text.splitlines():
@@ -597,16 +558,6 @@ def first_line(text: str, limit: int = 300) -> str:
             line = line.strip()
             return line if len(line) <= limit else line[: limit - 1] + "…"
     return ""
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 # --- the console's banner ------------------------------------------------------------------------
@@ -637,13 +588,9 @@ class LoopsAlive:
 def loops_alive(*, now: datetime) -> LoopsAlive:
     """Whether the route and work loops have fresh heartbeats: one aggregate query on the
     heartbeat rows newer than :data:`HEARTBEAT_STALE` (cheap enough for every console page)."""
-    # The runner (and the lifecycle it imports) only where heartbeats are read.
-    from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
-
-    counts = KV.objects.filter(
-        namespace__in=(HEARTBEATS_NAMESPACE, WORK_HEARTBEATS_NAMESPACE), updated_at__gte=now - HEARTBEAT_STALE
-    ).aggregate(
-        route=Count("pk", filter=Q(namespace=HEARTBEATS_NAMESPACE)),
-        work=Count("pk", filter=Q(namespace=WORK_HEARTBEATS_NAMESPACE, value__stopped=False)),
+    since = now - HEARTBEAT_STALE
+    route, work = route_heartbeat.beating_since(since), work_heartbeat.beating_since(since)
+    counts = KV.objects.filter(route | work).aggregate(
+        route=Count("pk", filter=route), work=Count("pk", filter=work)
     )
     return LoopsAlive(route_loop=counts["route"] > 0, work_loop=counts["work"] > 0)

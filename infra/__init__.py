@@ -1,4 +1,5 @@
 """Database and process helpers every app uses: query building, frozen records, lease
-transactions, read snapshots, model fields, wake-ups between processes, private files,
-migration operations, URL converters, the SQLite backend, the SQLite channel layer and the
-publishing of live updates. No app logic: nothing here imports an app."""
+transactions, read snapshots, model fields, wake-ups between processes, connection hygiene
+between a loop's passes, private files, migration operations, URL converters, the SQLite
+backend, the SQLite channel layer and the publishing of live updates. No app logic: nothing
+here imports an app."""

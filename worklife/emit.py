@@ -1,23 +1,31 @@
-"""Emit: derived acceptance for code running inside an attempt (R51).
+"""Emit: derived acceptance for code running inside an attempt (R51), and the envelope an
+attempt's ``emit`` call becomes.
 
 Code running in an attempt never chooses its parent. The parent is the fenced attempt's
 immutable trigger; a supplied ``parent_seq`` may only repeat it. An attempt cannot emit
 reserved ``core.*`` types or sources, nor an Event whose explicit identity (``work_id``,
 ``execution_id``) names another Work or attempt. Then the causal limits decide
 (``causal.limits.Causal.derive_in_tx``). Every refusal raises
-:class:`~causal.limits.CausalRefused` and leaves a redacted diagnostic.
+:class:`~causal.limits.CausalRefused` and leaves a redacted diagnostic. A call's message that
+cannot become an envelope (no type, data nested too deep) is refused before that, with a
+:class:`~worklife.errors.WorkError` (:func:`emit_envelope`).
 
 This lives in ``worklife`` because it reads attempts; ``causal`` knows nothing of Work.
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
+from typing import Any
+
+from django.conf import settings
 
 from causal.limits import Causal, Refusal, derived_atomic, is_reserved, refuse
 from causal.models import DiagnosticKind, Event
 from causal.services import Accepted, Envelope, acceptance_lock_in_tx, assert_in_tx
-from worklife.models import Attempt
+from worklife.errors import WorkError
+from worklife.models import Attempt, Work
 
 # What an emitted Event records as its acceptor when the caller names none.
 EMIT_ACCEPTED_BY = "core.emit"
@@ -94,6 +102,43 @@ def emit_in_tx(
     return causal.derive_in_tx(
         parent=attempt.trigger, envelope=envelope, accepted_by=accepted_by or EMIT_ACCEPTED_BY
     )
+
+
+def emit_envelope(*, work: Work, attempt_id: int, message: dict) -> Envelope:
+    """The envelope of an Event an attempt emits: its Work's scope, a source naming the Work
+    unless the call names one, a fresh id unless it names one."""
+    event_id = message.get("event_id") or f"emit/{attempt_id}/{uuid.uuid4().hex}"
+    event_type = message.get("type")
+    if not isinstance(event_type, str) or not event_type:
+        raise WorkError("emit needs a type")
+    limit = int(getattr(settings, "CONDUIT_MAX_JSON_DEPTH", 64))
+    if json_depth(message.get("data")) > limit:
+        raise WorkError(f"data nests deeper than {limit} levels (CONDUIT_MAX_JSON_DEPTH)")
+    return Envelope(
+        id=str(event_id)[:255],
+        source=str(message.get("source") or f"conduit.work/{work.pk}")[:255],
+        type=event_type[:255],
+        scope=work.scope,
+        subject=str(message.get("subject") or "")[:255],
+        data=message.get("data"),
+    )
+
+
+def json_depth(value: Any) -> int:
+    """How deep JSON-like data nests (a scalar is 0), counted without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _root_of(attempt: Attempt | None) -> int | None:

@@ -20,6 +20,14 @@ from causal.clock import Clock
 from causal.limits import Causal, derived_atomic
 from causal.models import Event, EventKey, RouteState
 from causal.services import Envelope, assert_in_tx
+from worklife.attempts import (
+    attempt_end_in_tx,
+    attempts_end_in_tx,
+    attempts_output_in_tx,
+    check_authority,
+    current_attempt_in_tx,
+)
+from worklife.errors import WorkError, WorkTerminal
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
@@ -35,15 +43,6 @@ from worklife.models import (
     Work,
     WorkInput,
     WorkStatus,
-)
-from worklife.services import (
-    WorkError,
-    WorkTerminal,
-    _current_attempt_in_tx,
-    attempt_end_in_tx,
-    attempts_end_in_tx,
-    attempts_output_in_tx,
-    check_authority,
 )
 
 WORK_CREATED = "core.work.created"
@@ -103,23 +102,6 @@ def unrouted_inputs_for(work_ids: Sequence[int]) -> dict[int, list[int]]:
     return {work_id: sorted(seqs) for work_id, seqs in found.items()}
 
 
-def work_complete(*, attempt_id: int, lease_epoch: int, clock: Clock, output: dict | None = None) -> Work:
-    """Complete the attempt's Work (R47).
-
-    Requires the current attempt and lease epoch; refuses to overtake accepted, unrouted
-    input of the Work. Remaining queued or unconfirmed injected input leaves it ready;
-    otherwise it becomes completed. ``output`` (result, exit status, output tails) is kept
-    on the attempt in the same transaction."""
-    result = works_complete(
-        authorities=[(attempt_id, lease_epoch)],
-        clock=clock,
-        outputs={attempt_id: output} if output is not None else None,
-    )[attempt_id]
-    if isinstance(result, WorkError):
-        raise result
-    return result
-
-
 def works_complete(
     *,
     authorities: Sequence[tuple[int, int]],
@@ -128,7 +110,7 @@ def works_complete(
 ) -> dict[int, Work | WorkError]:
     """Complete the Work of several attempts (of distinct Work) in one transaction and a fixed
     number of statements (R47); returns, by attempt id, the Work or why it was refused
-    (:class:`~worklife.services.StaleLease`, :class:`UnroutedInput`, …)."""
+    (:class:`~worklife.errors.StaleLease`, :class:`UnroutedInput`, …)."""
     outputs = outputs or {}
     epochs = dict(authorities)
     results: dict[int, Work | WorkError] = {}
@@ -230,7 +212,7 @@ def work_create_child(
     come from the attempt, never from the caller."""
     causal = causal or Causal(clock)
     with derived_atomic():
-        attempt = _current_attempt_in_tx(attempt_id, lease_epoch)
+        attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         parent = attempt.work
         trigger = attempt.trigger or parent.trigger
         work = _work_new_in_tx(

@@ -96,6 +96,12 @@ class Work(models.Model):
     def is_parked(self) -> bool:
         return self.parked_at is not None and not self.is_terminal
 
+    @property
+    def is_retryable(self) -> bool:
+        """Whether Retry applies: ready Work that is parked or backing off (the one rule the
+        retry write, ``worklife.scheduling.work_retry_in_tx``, and the console share)."""
+        return self.status == WorkStatus.READY and (self.parked_at is not None or self.retry_at is not None)
+
 
 class CorrelationKey(models.Model):
     """A correlation key owned by exactly one Work, for ever (a uniqueness constraint)."""

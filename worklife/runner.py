@@ -26,20 +26,32 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, reset_queries, transaction
 
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
 from causal.models import Event
-from causal.services import kv_put_in_tx
+from infra.connections import connections_refresh
 from infra.identity import loop_identity
+from worklife.attempts import (
+    Rescued,
+    attempt_fail,
+    attempt_output_in_tx,
+    attempts_pid,
+    attempts_renew,
+    attempts_rescue,
+)
+from worklife.emit import emit_envelope
+from worklife.errors import WorkError
 from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
+from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
+from worklife.inputs import consume_inputs_in_tx
 from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
@@ -52,29 +64,16 @@ from worklife.models import (
     WorkInput,
 )
 from worklife.scheduling import (
-    Rescued,
-    attempt_fail,
-    attempt_output_in_tx,
-    attempt_wait_for,
-    attempts_pid,
-    attempts_renew,
-    attempts_rescue,
     claimable_work_in_tx,
-    emit_envelope,
     event_as_input,
     presented_events_many_in_tx,
-    timer_schedule,
-    timers_due,
-    waits_expire,
-    waits_retry_blocked,
     work_hold_in_tx,
 )
-from worklife.services import WorkError, consume_inputs_in_tx
-from worklife.timers import TimerError, timer_fire
+from worklife.timers import TimerError, timer_fire, timer_schedule, timers_due
+from worklife.waits import attempt_wait_for, waits_expire, waits_retry_blocked
 
 logger = logging.getLogger("conduit.worklife.runner")
 
-HEARTBEATS_NAMESPACE = "core.worklife.heartbeats"
 DEFAULT_INTERRUPT_GRACE = 10.0
 COMPLETE_RETRY_SECONDS = 1.0
 BLOCKED_RETRY_SECONDS = 5.0
@@ -82,20 +81,26 @@ HEARTBEAT_SECONDS = 2.0
 DUE_CHECK_SECONDS = 0.2
 
 
+class Dispatched(Protocol):
+    """An attempt a dispatcher started, with the executor settings of its binding."""
+
+    @property
+    def attempt(self) -> Attempt: ...
+
+    @property
+    def settings(self) -> dict[str, Any]: ...
+
+
 class Dispatcher(Protocol):
     """What the runner needs from the configuration (``routing.engine.dispatch.RoutingDispatcher``)."""
 
-    def dispatch_in_tx(
-        self, *, work_id: int, clock: Clock, lease_until: datetime, lease_owner: str
-    ) -> Attempt:
-        """Start the Work's next attempt, pinned (R36); raise ``WorkError`` when refused
-        (``queue_only = True`` on the error for a binding with no executor)."""
-
-    def check(self, attempt: Attempt) -> tuple[bool, str]:
-        """Whether the pinned attempt may run now, and why not."""
-
-    def settings(self, attempt: Attempt) -> dict[str, Any]:
-        """The executor settings of the attempt's binding in its pinned generation."""
+    def dispatch_many_in_tx(
+        self, *, work_ids: Sequence[int], clock: Clock, lease_until: datetime, lease_owner: str
+    ) -> Mapping[int, Dispatched | WorkError]:
+        """Start the next attempt of each Work in the caller's transaction, pinned and checked
+        (R36): by Work id, the attempt with its executor settings, or the ``WorkError`` saying
+        why it was refused (``queue_only = True`` on the error for a binding with no executor)."""
+        ...
 
 
 @dataclass
@@ -175,7 +180,15 @@ class WorkRunner:
 
     # -- the pass -------------------------------------------------------------------------
     def step(self) -> StepResult:
-        """One pass (see the module docstring)."""
+        """One pass (see the module docstring), between the hygiene every loop's pass has: stale
+        connections dropped before it, the query log emptied after it (``DEBUG`` keeps one)."""
+        connections_refresh()
+        try:
+            return self._pass()
+        finally:
+            reset_queries()
+
+    def _pass(self) -> StepResult:
         mono = time.monotonic()
         before = len(self.running)
         self._answer_calls()
@@ -702,23 +715,21 @@ class WorkRunner:
 
     def _heartbeat(self, *, stopped: bool = False) -> None:
         self._next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
-        with transaction.atomic():
-            kv_put_in_tx(
-                namespace=HEARTBEATS_NAMESPACE,
-                key=self.owner,
-                value={
-                    "at": self.clock().isoformat(),
-                    "slots": self.slots,
-                    "running": len(self.running),
-                    "started": self.counters.started,
-                    "completed": self.counters.completed,
-                    "failed": self.counters.failed,
-                    "refused": self.counters.refused,
-                    "lost": self.counters.lost,
-                    "stopped": stopped,
-                },
-                clock=self.clock,
-            )
+        heartbeat_write(
+            WorkLoopHeartbeat(
+                loop=self.owner,
+                at=self.clock(),
+                slots=self.slots,
+                running=len(self.running),
+                started=self.counters.started,
+                completed=self.counters.completed,
+                failed=self.counters.failed,
+                refused=self.counters.refused,
+                lost=self.counters.lost,
+                stopped=stopped,
+            ),
+            clock=self.clock,
+        )
 
 
 _DEFERRED = object()

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 
-from causal.models import KV, Event, RouteState
+from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from worklife.models import (
     DISPATCH_REFUSED,
@@ -215,53 +215,6 @@ def work_parked() -> QuerySet[Work]:
     return Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=False).order_by("parked_at", "id")
 
 
-@dataclass(frozen=True, slots=True)
-class WorkLoopHeartbeat:
-    """A work_loop's last heartbeat (KV ``core.worklife.heartbeats``, written by
-    ``worklife.runner``): its slots, what it runs now and its counters since it started."""
-
-    loop: str
-    at: datetime
-    slots: int
-    running: int
-    started: int
-    completed: int
-    failed: int
-    refused: int
-    lost: int
-    stopped: bool
-
-
-def work_loop_heartbeats(*, since: datetime | None = None, limit: int = 10) -> list[WorkLoopHeartbeat]:
-    """The work_loops' last heartbeats, newest first (only those written at ``since`` or
-    later when given). One query."""
-    # The runner (and the lifecycle it imports) only for the pages that show its heartbeats.
-    from worklife.runner import HEARTBEATS_NAMESPACE
-
-    entries = KV.objects.filter(namespace=HEARTBEATS_NAMESPACE)
-    if since is not None:
-        entries = entries.filter(updated_at__gte=since)
-    rows = entries.order_by("-updated_at", "key").values_list("key", "value", "updated_at")[:limit]
-    beats = []
-    for key, value, updated_at in rows:
-        value = value if isinstance(value, dict) else {}
-        beats.append(
-            WorkLoopHeartbeat(
-                loop=key,
-                at=_aware_time(value.get("at")) or updated_at,
-                slots=_count(value, "slots"),
-                running=_count(value, "running"),
-                started=_count(value, "started"),
-                completed=_count(value, "completed"),
-                failed=_count(value, "failed"),
-                refused=_count(value, "refused"),
-                lost=_count(value, "lost"),
-                stopped=bool(value.get("stopped", False)),
-            )
-        )
-    return beats
-
-
 class NotRunning(StrEnum):
     """Why a Work runs no attempt now (or that it runs one): the Work page's one line."""
 
@@ -396,20 +349,3 @@ def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
 
 def _when(moment: datetime | None) -> str:
     return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if moment is not None else "-"
-
-
-def _count(value: dict, name: str) -> int:
-    try:
-        return int(value.get(name, 0))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _aware_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None

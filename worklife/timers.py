@@ -1,4 +1,5 @@
-"""Firing timers (R56).
+"""Timers (R56): an attempt schedules one for its Work, the work loop finds the due ones and
+fires them.
 
 A timer with a causation parent fires through the same derived boundary as any derived
 Event (``causal.limits.Causal.derive_in_tx``): the causal limits may refuse it, and then
@@ -10,11 +11,17 @@ together: a timer is fired (``fired_event`` set) or refused, never half of it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
 
 from causal.clock import Clock
-from causal.limits import Causal, CausalRefused, derived_atomic, refusal_record_in_tx
+from causal.limits import Causal, CausalRefused, derived_atomic, is_reserved, refusal_record_in_tx
 from causal.models import CausalDiagnostic, Event
 from causal.services import Envelope, acceptance_lock_in_tx, event_accept_in_tx
+from worklife.attempts import current_attempt_in_tx
+from worklife.errors import WorkError
 from worklife.models import Timer, TimerState
 
 TIMER_SOURCE = "core.timer"
@@ -37,6 +44,36 @@ class TimerOutcome:
     event: Event | None = None
     created: bool = False
     diagnostic: CausalDiagnostic | None = None
+
+
+def timer_schedule(
+    *, attempt_id: int, lease_epoch: int, after: float, type: str, data: Any, clock: Clock
+) -> Timer:
+    """A timer owned by the attempt's Work, derived from the attempt's trigger (R56)."""
+    if isinstance(after, bool) or not isinstance(after, int | float) or after < 0:
+        raise WorkError(f"after must be a non-negative number of seconds, got {after!r}")
+    if not isinstance(type, str) or not type or is_reserved(type):
+        raise WorkError(f"type {type!r} is empty or reserved for core code")
+    with transaction.atomic():
+        attempt = current_attempt_in_tx(attempt_id, lease_epoch)
+        now = clock()
+        return Timer.objects.create(
+            work_id=attempt.work_id,
+            due_at=now + timedelta(seconds=after),
+            type=type[:255],
+            data=data,
+            parent_id=attempt.trigger_id,
+            created_at=now,
+        )
+
+
+def timers_due(*, now: datetime, limit: int = 100) -> list[int]:
+    """Pending timers due now, oldest first."""
+    return list(
+        Timer.objects.filter(state=TimerState.PENDING, due_at__lte=now)
+        .order_by("due_at")
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def timer_envelope(timer: Timer) -> Envelope:

@@ -73,7 +73,7 @@ EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
 # time with optional fraction, and a mandatory offset.
 RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 # Ids and sources the system writes for itself (reroute copies: routing.controls.events; timers:
-# worklife.timers; wait bridges and emits: worklife.scheduling; successors:
+# worklife.timers; wait bridges: worklife.waits; emits: worklife.emit; successors:
 # worklife.lifecycle). Untrusted callers may not use them.
 RESERVED_ID_PREFIXES = ("reroute/", "timer/", "wait-woken/", "work-created/", "emit/")
 RESERVED_SOURCE_PREFIXES = ("conduit.work/",)

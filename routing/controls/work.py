@@ -61,9 +61,9 @@ from routing.engine.decide import addressed_binding
 from routing.engine.live import publish_routed
 from routing.engine.world import read_work_views
 from worklife import lifecycle
+from worklife.errors import WorkError
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, Work
 from worklife.scheduling import work_retry_in_tx
-from worklife.services import WorkError
 
 logger = logging.getLogger("conduit.routing")
 

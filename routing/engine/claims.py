@@ -41,8 +41,6 @@ COMMIT_LOCK_ID = 0x526F7574
 # "Clam": serialises claims on PostgreSQL, so a claim sees the claims before it and two claims
 # never scan side by side, skipping each other's rows.
 CLAIM_LOCK_ID = 0x436C616D
-# Where each route loop writes its heartbeat (routing.engine.loop), one KV entry a loop.
-HEARTBEATS_NAMESPACE = "core.routing.heartbeats"
 # Where each route loop publishes what its window's routes decided (PostgreSQL): one KV entry a
 # loop, replaced at each window (:func:`publish_targets`).
 TARGETS_NAMESPACE = "core.routing.window_targets"
@@ -268,13 +266,3 @@ def forget_stale_targets(now: datetime, *, older_than: timedelta = timedelta(hou
 def withdraw_targets(owner: str) -> None:
     """Forget ``owner``'s published targets (a route loop that stops)."""
     KV.objects.filter(namespace=TARGETS_NAMESPACE, key=owner).delete()
-
-
-def other_loops_alive(*, owner: str, now: datetime, within: timedelta) -> bool:
-    """Whether a route loop other than ``owner`` wrote its heartbeat within ``within`` of
-    ``now``: while one does, a loop publishes what its windows' routes decide."""
-    return (
-        KV.objects.filter(namespace=HEARTBEATS_NAMESPACE, updated_at__gt=now - within)
-        .exclude(key=owner)
-        .exists()
-    )

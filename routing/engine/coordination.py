@@ -16,8 +16,9 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from infra.frozen import frozen
 from infra.queries import Listed
-from routing.engine.claims import held_elsewhere, other_loops_alive, publish_targets
+from routing.engine.claims import held_elsewhere, publish_targets
 from routing.engine.evaluate import Evaluation
+from routing.engine.heartbeat import other_loops_alive
 from routing.engine.options import RouterOptions
 from routing.engine.settle import RouteOutcome
 from routing.extension import EventSnapshot

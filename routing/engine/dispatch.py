@@ -20,9 +20,10 @@ from routing.config.selectors import find_generation, live_generation, load_conf
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import Generation
+from worklife.attempts import AttemptSpec, attempts_start_in_tx
+from worklife.errors import WorkError
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.models import Attempt
-from worklife.services import AttemptSpec, WorkError, attempts_start_in_tx
 
 
 class DispatchRefused(WorkError):

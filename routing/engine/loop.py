@@ -10,23 +10,19 @@ from datetime import datetime, timedelta
 
 from causal.clock import Clock
 from causal.models import Event, RouteState
-from causal.services import kv_replace
 from infra.identity import loop_identity
-from infra.leases import lease_transaction
 from routing.config.selectors import live_generation, live_generation_id
 from routing.engine import live
 from routing.engine.claims import (
-    HEARTBEATS_NAMESPACE,
     forget_stale_targets,
     release_dead_claims,
 )
 from routing.engine.handler_pool import HandlerPool
+from routing.engine.heartbeat import RouteLoopHeartbeat, heartbeat_write
 from routing.engine.options import RouterOptions
 from routing.engine.router import GenerationChanged, Router, build_router
 
 logger = logging.getLogger("conduit.routing.loop")
-
-__all__ = ["HEARTBEATS_NAMESPACE", "RouteLoop", "StepResult"]
 
 
 class RepeatedFailures:
@@ -190,18 +186,16 @@ class RouteLoop:
             if beat_generation == generation and not self.failures.count and now - at < self.heartbeat_every:
                 return
         self._last_beat = (now, generation) if failing is None else None
-        with lease_transaction():  # a heartbeat need not survive a power loss
-            kv_replace(
-                namespace=HEARTBEATS_NAMESPACE,
-                key=self.owner,
-                value={
-                    "at": now.isoformat(),
-                    "generation": generation,
-                    "passes": self.passes,
-                    "routed": self.routed_total,
-                    "abandoned_calls": self.pool.abandoned,
-                    "abandoned_total": self.pool.abandoned_total,
-                    "failing": failing,
-                },
-                clock=self.clock,
-            )
+        heartbeat_write(
+            RouteLoopHeartbeat(
+                loop=self.owner,
+                at=now,
+                generation=generation,
+                passes=self.passes,
+                routed=self.routed_total,
+                abandoned_calls=self.pool.abandoned,
+                abandoned_total=self.pool.abandoned_total,
+                failing=failing,
+            ),
+            clock=self.clock,
+        )

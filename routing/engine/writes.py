@@ -35,7 +35,7 @@ from worklife.intake import (
     works_start_in_tx,
     works_touch_in_tx,
 )
-from worklife.scheduling import (
+from worklife.waits import (
     wait_block_in_tx,
     wait_time_out_in_tx,
     wait_wake_in_tx,

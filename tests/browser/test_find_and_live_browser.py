@@ -25,7 +25,7 @@ from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.routing.routerkit import accept, apply
 from tests.test_setup import free_port
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
-from worklife.scheduling import attempt_fail
+from worklife.attempts import attempt_fail
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

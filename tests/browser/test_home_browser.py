@@ -13,10 +13,10 @@ import pytest
 from django.urls import reverse
 
 from causal.clock import system_clock
-from routing.engine.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
+from routing.engine.heartbeat import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import EventFactory, KVFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
-from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
+from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

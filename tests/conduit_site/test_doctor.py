@@ -20,18 +20,19 @@ from conduit_site.api import controls as api_controls
 from conduit_site.console.views import doctor as doctor_views
 from routing.controls import events as controls
 from routing.engine.dispatch import RoutingDispatcher
-from routing.engine.loop import HEARTBEATS_NAMESPACE, RouteLoop
+from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
+from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from tests.causal.factories import CausalDiagnosticFactory, KVFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.attempts import attempt_fail
+from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
 from worklife.lifecycle import work_cancel
 from worklife.models import Work
-from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
 from worklife.runner import WorkRunner
-from worklife.scheduling import attempt_fail
 
 pytestmark = pytest.mark.django_db
 

@@ -283,6 +283,11 @@ def test_i9p3_websocket_matrix(settings, tmp_path, name, who):
         communicator = WebsocketCommunicator(application, path, headers=headers)
         connected, code = await communicator.connect(timeout=5)
         if connected:
+            # A refusal is an accepted socket closed at once with its code.
+            if not await communicator.receive_nothing(timeout=0.1):
+                closed = await communicator.receive_output(timeout=1)
+                if closed["type"] == "websocket.close":
+                    return False, closed.get("code")
             await communicator.disconnect()
         return connected, code
 

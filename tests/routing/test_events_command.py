@@ -327,8 +327,11 @@ EVENTS_GET_LEAVES_OUT = (
     "routing.acceptance.services",
     "routing.config.services",
     "worklife.executors",
+    "worklife.attempts",
     "worklife.scheduling",
-    "worklife.services",
+    "worklife.waits",
+    "worklife.timers",
+    "worklife.inputs",
 )
 
 # Runs the command as manage.py does, then reports every module the process holds (sys.modules

@@ -1,5 +1,6 @@
 """Emit from inside an attempt (R51, R61): the fenced attempt's trigger is the parent; forged
-ancestry, stale leases, reserved families and cross-Work identity are refused with diagnostics."""
+ancestry, stale leases, reserved families and cross-Work identity are refused with diagnostics;
+an emit call's message becomes an envelope only within the acceptance limits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from causal.models import CausalDiagnostic, DiagnosticKind, Event
 from tests.causal.factories import EventFactory
 from tests.causal.support import SECRET, assert_redacted, bucket_count, envelope
 from tests.worklife.factories import AttemptFactory, WorkFactory
-from worklife.emit import emit, emit_in_tx
+from worklife.emit import emit, emit_envelope, emit_in_tx, json_depth
+from worklife.errors import WorkError
 from worklife.models import AttemptState
 
 MINUTE = "2026-01-05T12:00"
@@ -205,3 +207,13 @@ def test_r51_emit_checks_its_arguments(causal, attempt):
     with pytest.raises(TypeError, match="envelope"):
         emit(attempt_id=attempt.pk, lease_epoch=3, envelope={"id": "x"}, causal=causal)
     assert not CausalDiagnostic.objects.exists()
+
+
+@pytest.mark.django_db
+def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock, settings):
+    settings.CONDUIT_MAX_JSON_DEPTH = 3
+    work = WorkFactory(scope="t")
+    assert json_depth({"a": [{"b": 1}]}) == 3 and json_depth(7) == 0
+    assert emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": 1}]}}).data
+    with pytest.raises(WorkError, match="deeper than 3 levels"):
+        emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": [1]}]}})

@@ -8,13 +8,16 @@ from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
 from routing.models import RouteRecord
 from tests.routing.routerkit import accept, apply, router
+from tests.worklife.attemptkit import attempt_renew_lease, attempt_start, pending_inputs_in_tx, work_complete
 from tests.worklife.factories import (
     AttemptFactory,
     DependencySubscriptionFactory,
     IntentFactory,
     TimerFactory,
 )
-from worklife import lifecycle, services
+from worklife import lifecycle
+from worklife.errors import StaleLease, WorkError, WorkTerminal
+from worklife.inputs import consume_inputs_in_tx
 from worklife.models import (
     CorrelationKey,
     DependencySubscription,
@@ -25,6 +28,7 @@ from worklife.models import (
     Work,
     WorkInput,
 )
+from worklife.waits import attempt_wait
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +46,7 @@ def running(clock):
     r = router(clock)
     r.route(start.seq)
     work_id = RouteRecord.objects.get(event=start).work_id
-    attempt = services.attempt_start(
+    attempt = attempt_start(
         work_id=work_id,
         binding="triage",
         executor="python",
@@ -58,8 +62,8 @@ def consume_all(clock, work, attempt):
     from django.db import transaction
 
     with transaction.atomic():
-        pending = services.pending_inputs_in_tx(work_id=work.pk)
-        services.consume_inputs_in_tx(
+        pending = pending_inputs_in_tx(work_id=work.pk)
+        consume_inputs_in_tx(
             attempt_id=attempt.pk,
             lease_epoch=attempt.lease_epoch,
             input_ids=[p.pk for p in pending],
@@ -69,9 +73,9 @@ def consume_all(clock, work, attempt):
 
 def test_r47_complete_requires_current_attempt_authority(clock, running):
     work, attempt = running
-    services.attempt_renew_lease(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
-    with pytest.raises(services.StaleLease):
-        lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    attempt_renew_lease(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    with pytest.raises(StaleLease):
+        work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
     assert Work.objects.get(pk=work.pk).status == "running"
 
 
@@ -80,16 +84,16 @@ def test_r47_complete_refuses_to_overtake_unrouted_input(clock, running):
     consume_all(clock, work, attempt)
     unrouted = accept(clock, "x.later", {"keys": []}, correlation=["pr:acme/api#1"])
     with pytest.raises(lifecycle.UnroutedInput, match=f"#{unrouted.seq}"):
-        lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+        work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
     router(clock).route(unrouted.seq)
-    done = lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    done = work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
     assert done.status == "ready", "the routed input is still queued"
 
 
 def test_r47_complete_with_nothing_left_completes(clock, running):
     work, attempt = running
     consume_all(clock, work, attempt)
-    done = lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    done = work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
     assert done.status == "completed" and done.ended_at == clock()
 
 
@@ -99,7 +103,7 @@ def test_r47_unconfirmed_injected_input_leaves_the_work_ready(clock, running):
     edited = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
     router(clock).route(edited.seq)
     assert Intent.objects.filter(event=edited, state="pending").exists()
-    done = lifecycle.work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    done = work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
     assert done.status == "ready"
     assert WorkInput.objects.get(event=edited).kind == "queue", (
         "the injected input is kept for the next attempt"
@@ -108,7 +112,7 @@ def test_r47_unconfirmed_injected_input_leaves_the_work_ready(clock, running):
 
 def test_r48_cancel_is_atomic_and_terminal(clock, running):
     work, attempt = running
-    wait = services.attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
+    wait = attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
     timer = TimerFactory(work=work)
     cancelled = lifecycle.work_cancel(work_id=work.pk, clock=clock)
     assert cancelled.status == "cancelled"
@@ -117,7 +121,7 @@ def test_r48_cancel_is_atomic_and_terminal(clock, running):
     assert Wait.objects.get(pk=wait.pk).state == "cancelled"
     assert Timer.objects.get(pk=timer.pk).state == "cancelled"
     assert not WorkInput.objects.filter(work=work, state=InputState.PENDING).exists()
-    with pytest.raises(services.WorkTerminal):
+    with pytest.raises(WorkTerminal):
         lifecycle.work_cancel(work_id=work.pk, clock=clock)
 
 
@@ -130,7 +134,7 @@ def test_r48_cancel_supersedes_pending_intents_and_ends_dependency_subscriptions
     # pins cancel's own promise that no intent of a cancelled Work stays pending.
     earlier = AttemptFactory(work=work, number=0, state="failed", ended_at=clock())
     left_over = IntentFactory(attempt=earlier)
-    wait = services.attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
+    wait = attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
     subscription = DependencySubscriptionFactory(wait=wait, work=work, scope="acme/web")
     other = DependencySubscriptionFactory(scope="acme/web")  # another Work's stays active
 
@@ -169,7 +173,7 @@ def test_r50_child_takes_parent_scope_and_trigger_from_the_attempt(clock, runnin
 
 def test_r50_child_with_a_stale_lease_is_refused(clock, running):
     work, attempt = running
-    with pytest.raises(services.StaleLease):
+    with pytest.raises(StaleLease):
         lifecycle.work_create_child(attempt_id=attempt.pk, lease_epoch=7, binding="plain", clock=clock)
     assert not Work.objects.filter(parent=work).exists()
 
@@ -194,12 +198,12 @@ def test_r61_child_publication_is_atomic_with_its_event(clock, running):
 
 def test_r50_successor_requires_a_terminal_predecessor_and_distinct_keys(clock, running):
     work, attempt = running
-    with pytest.raises(services.WorkError, match="only terminal Work"):
+    with pytest.raises(WorkError, match="only terminal Work"):
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["next"], clock=clock
         )
     lifecycle.work_cancel(work_id=work.pk, clock=clock)
-    with pytest.raises(services.WorkError, match="owned by Work"):
+    with pytest.raises(WorkError, match="owned by Work"):
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["pr:acme/api#1"], clock=clock
         )
@@ -209,7 +213,7 @@ def test_r50_successor_requires_a_terminal_predecessor_and_distinct_keys(clock, 
     assert created.work.parent_id is None and created.work.predecessor_id == work.pk
     assert created.event.data == {"work": created.work.pk, "predecessor": work.pk}
     assert CorrelationKey.objects.get(key="pr:acme/api#1").work_id == work.pk, "old keys stay"
-    with pytest.raises(services.WorkError, match="already has a successor"):
+    with pytest.raises(WorkError, match="already has a successor"):
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["x"], clock=clock
         )
@@ -248,7 +252,7 @@ def test_r61_successor_whose_keys_are_taken_publishes_neither_work_nor_event(clo
     work, attempt = running
     lifecycle.work_cancel(work_id=work.pk, clock=clock)
     count, events = Work.objects.count(), Event.objects.count()
-    with pytest.raises(services.WorkError, match="owned by Work"):
+    with pytest.raises(WorkError, match="owned by Work"):
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["new", "pr:acme/api#1"], clock=clock
         )

@@ -10,14 +10,13 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from causal.models import Event
+from tests.worklife.attemptkit import attempt_renew_lease
 from tests.worklife.enginekit import route_all, runner, send, setup, status, step_until, work_of
-from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.lifecycle import work_cancel
 from worklife.models import Attempt, Intent, Timer, Wait, Work, WorkInput
-from worklife.services import attempt_renew_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -169,7 +168,7 @@ def test_w5_a_failing_attempt_backs_off_doubling_then_parks(clock, loop, setting
 def test_w5_a_retry_presents_the_failed_attempts_input_again(clock, loop, settings):
     """The retry of a failed attempt gets the input the failed attempt took (W4: consumed
     once, by the failed attempt, and presented again)."""
-    from worklife.scheduling import attempt_fail
+    from worklife.attempts import attempt_fail
 
     seq = send(clock, "listen", "r")
     work = work_of(seq)
@@ -249,14 +248,6 @@ def test_w2_a_takeover_fences_the_old_holder_which_ends_its_process(clock, loop)
     attempt_renew_lease(attempt_id=attempt.pk, lease_epoch=attempt.lease_epoch, clock=clock)
     step_until(loop, lambda: not loop.running)
     assert gone(attempt.pid)
-
-
-def test_w1_the_database_forbids_two_live_attempts_of_one_work():
-    work = WorkFactory()
-    AttemptFactory(work=work, number=1, state="running")
-    with pytest.raises(IntegrityError), transaction.atomic():
-        AttemptFactory(work=work, number=2, state="waiting")
-    AttemptFactory(work=work, number=3, state="failed")  # ended attempts are history
 
 
 # --- complete refused while input is unrouted (R47, R19) -----------------------------------------
@@ -408,10 +399,13 @@ def test_w2_every_call_of_a_stale_attempt_is_refused_by_its_epoch(clock):
     moved on (a takeover, a rescue), each is refused and changes nothing."""
     from causal.limits import CausalRefused
     from causal.services import Envelope
+    from tests.worklife.attemptkit import work_complete
     from worklife.emit import emit
-    from worklife.lifecycle import work_complete, work_create_child
-    from worklife.scheduling import attempt_wait_for, timer_schedule
-    from worklife.services import StaleLease, consume_inputs_in_tx
+    from worklife.errors import StaleLease
+    from worklife.inputs import consume_inputs_in_tx
+    from worklife.lifecycle import work_create_child
+    from worklife.timers import timer_schedule
+    from worklife.waits import attempt_wait_for
 
     seq = send(clock, "py", "stale")
     work = work_of(seq)
@@ -491,16 +485,32 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
     }
 
 
-def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock, settings):
-    from worklife.scheduling import emit_envelope, json_depth
-    from worklife.services import WorkError
+# --- each pass's hygiene, as the route loop's (issue 35 item 4) -------------------------------------
 
-    settings.CONDUIT_MAX_JSON_DEPTH = 3
-    work = WorkFactory(scope="t")
-    assert json_depth({"a": [{"b": 1}]}) == 3 and json_depth(7) == 0
-    assert emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": 1}]}}).data
-    with pytest.raises(WorkError, match="deeper than 3 levels"):
-        emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": [1]}]}})
+
+def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):
+    """With ``DEBUG`` on, Django logs every query a connection runs; a work loop that runs for
+    days would keep them all. Each pass empties the log after it, as the route loop does."""
+    from django.db import connection
+
+    settings.DEBUG = True
+    send(clock, "archive", "log")  # Work each pass looks at: claimed, refused, looked at again
+    for _ in range(5):
+        loop.step()
+        assert len(connection.queries_log) == 0
+
+
+def test_i35_each_pass_drops_a_connection_past_its_age_first(clock, loop):
+    """A connection past ``CONN_MAX_AGE`` (or broken) is dropped before a pass, as the route
+    loop drops it: a work loop does not hold one connection for its whole life."""
+    from django.db import connection
+
+    loop.step()
+    held = connection.connection
+    assert held is not None
+    connection.close_at = time.monotonic() - 1  # its CONN_MAX_AGE has passed
+    loop.step()
+    assert connection.connection is not None and connection.connection is not held
 
 
 def test_i9_1_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():

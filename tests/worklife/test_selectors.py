@@ -1,7 +1,7 @@
 """Reads of the Work engine's state (issue #8 point 9): the one line saying why a Work is not
-running, the Work a work_loop may claim, parked Work, the counts of the home page and the
-work_loops' heartbeats. The states are written by the engine's own services (attempt_fail,
-a refused dispatch through the real runner), so the line follows what they write."""
+running, the Work a work_loop may claim, parked Work and the counts of the home page. The
+states are written by the engine's own services (attempt_fail, a refused dispatch through the
+real runner), so the line follows what they write."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from django.db import transaction
 
 from routing.engine.dispatch import RoutingDispatcher
-from tests.causal.factories import EventFactory, KVFactory
+from tests.causal.factories import EventFactory
 from tests.routing.routerkit import apply
 from tests.worklife.factories import (
     T0,
@@ -21,15 +21,15 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
+from worklife.attempts import attempt_fail
 from worklife.models import Work
-from worklife.runner import HEARTBEATS_NAMESPACE, WorkRunner
-from worklife.scheduling import attempt_fail, work_hold_in_tx
+from worklife.runner import WorkRunner
+from worklife.scheduling import work_hold_in_tx
 from worklife.selectors import (
     NotRunning,
     WorkFilter,
     work_counts,
     work_filtered,
-    work_loop_heartbeats,
     work_parked,
     work_runnable,
     work_why_not_running,
@@ -198,22 +198,3 @@ def test_i8p9_work_counts_by_status_and_parked_in_one_query(django_assert_num_qu
         counts = work_counts()
     assert (counts.running, counts.parked) == (2, 1)
     assert counts.by_status == {"ready": 2, "running": 2, "waiting": 0, "completed": 1, "cancelled": 0}
-
-
-def test_i8p9_work_loop_heartbeats_read_what_the_runner_writes(clock):
-    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=3, lease_seconds=30)
-    runner.step()
-    KVFactory(
-        namespace=HEARTBEATS_NAMESPACE, key="older", value="not a mapping", updated_at=T0 - timedelta(1)
-    )
-    (beat, older) = work_loop_heartbeats()
-    assert (beat.loop, beat.at, beat.slots, beat.running, beat.stopped) == (
-        runner.owner,
-        clock(),
-        3,
-        0,
-        False,
-    )
-    assert (older.loop, older.at, older.slots) == ("older", T0 - timedelta(1), 0)
-    runner.shutdown(grace=0)
-    assert work_loop_heartbeats(limit=1)[0].stopped is True

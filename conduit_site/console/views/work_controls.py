@@ -43,7 +43,7 @@ from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work
 from routing.acceptance.envelopes import loads
 from routing.controls import work as controls
 from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
-from worklife.models import Work, WorkStatus
+from worklife.models import Work
 from worklife.selectors import work_get
 
 CONTROLS_TEMPLATE = "worklife/work_controls.html"
@@ -239,16 +239,11 @@ def wrong_state(work: Work, action: WorkControl) -> str:
         if action == WorkControl.CANCEL:
             return f"Work {work.pk} is already {work.status}: only live Work can be cancelled."
         return f"Work {work.pk} is {work.status}: terminal Work takes no more controls."
-    if action == WorkControl.RETRY and not is_retryable(work):
+    if action == WorkControl.RETRY and not work.is_retryable:
         return (
             f"Work {work.pk} is {work.status} and neither parked nor backing off: there is nothing to retry."
         )
     return ""
-
-
-def is_retryable(work: Work) -> bool:
-    """Whether Retry applies: ready Work that is parked or backing off."""
-    return work.status == WorkStatus.READY and (work.parked_at is not None or work.retry_at is not None)
 
 
 def _initial(work: Work, action: WorkControl) -> dict[str, Any]:

@@ -8,10 +8,11 @@ import threading
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections, connection, reset_queries
+from django.db import reset_queries
 
 from causal.clock import system_clock
 from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
+from infra.connections import connections_refresh
 from infra.wakeup import ACCEPTED, Listener
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
@@ -122,7 +123,7 @@ class Command(BaseCommand):
         shown = -math.inf  # when the backlog was last counted and shown
         while not stop.is_set():
             result = loop.step()
-            _refresh_connections()
+            connections_refresh()
             reset_queries()
             done += result.settled
             if result.empty:
@@ -163,7 +164,7 @@ class Command(BaseCommand):
         # leaves its wake-up pending, and the next wait returns at once.
         self.stdout.write(f"route_loop {loop.owner} started")
         while not stop.is_set():
-            _refresh_connections()
+            connections_refresh()
             try:
                 result = loop.step()
             except Exception as exc:  # noqa: BLE001 - the loop boundary: log (once per run) and go on
@@ -188,10 +189,3 @@ class Command(BaseCommand):
             f"pass: {result.settled} routed, {result.unrouted} left unrouted"
             + (f", generation {result.generation}" if result.generation else ", no configuration applied")
         )
-
-
-def _refresh_connections() -> None:
-    """Drop connections past their age or broken, between passes (never inside a transaction
-    the caller holds, as when a test or a wrapper runs the command)."""
-    if not connection.in_atomic_block:
-        close_old_connections()

@@ -15,7 +15,8 @@ from django.core.management.base import CommandError
 from causal.clock import system_clock
 from causal.models import KV, Event, RouteState
 from routing.acceptance.services import events_accept
-from routing.engine.loop import HEARTBEATS_NAMESPACE, RouteLoop
+from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
+from routing.engine.loop import RouteLoop
 from tests.routing.routerkit import MATCH_ONLY, apply, conversation_payloads
 from tests.support import child_env, manage_command
 

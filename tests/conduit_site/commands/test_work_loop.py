@@ -15,8 +15,8 @@ from causal.clock import system_clock
 from causal.models import KV
 from tests.support import child_env, manage_command
 from tests.worklife.enginekit import send, setup, work_of
+from worklife.heartbeat import HEARTBEATS_NAMESPACE
 from worklife.models import Attempt, Work
-from worklife.runner import HEARTBEATS_NAMESPACE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

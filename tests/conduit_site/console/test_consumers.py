@@ -18,8 +18,8 @@ from routing.engine.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
+from worklife.attempts import attempt_fail
 from worklife.models import Work, WorkStatus
-from worklife.scheduling import attempt_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,11 +12,11 @@ from django.urls import reverse
 from conduit_site.console.templatetags import console_health
 from conduit_site.console.views import doctor as doctor_views
 from conduit_site.console.views import home as home_views
-from routing.engine.loop import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
+from routing.engine.heartbeat import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import EventFactory, KVFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import WorkFactory
-from worklife.runner import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
+from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
 
 pytestmark = pytest.mark.django_db
 

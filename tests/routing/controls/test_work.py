@@ -33,6 +33,7 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
+from tests.worklife.test_scheduling import RETRY_CASES
 from worklife.models import (
     AttemptState,
     InputState,
@@ -788,6 +789,26 @@ def test_d4_w5_console_retry_with_and_without_javascript(console, clock, live):
     plain = console.post(reverse("work-retry", args=[work.pk]))
     assert plain.status_code == 409 and "neither parked nor backing off" in plain.content.decode()
     assert len(control_events("retry_work")) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("case", "fields", "retryable"), RETRY_CASES, ids=[c[0] for c in RETRY_CASES])
+def test_i35_the_console_offers_retry_exactly_where_the_retry_control_takes_it(
+    console, clock, live, case, fields, retryable
+):
+    """One retry rule: the Work page's Retry button, the console's confirmation page and the
+    retry control agree on every Work (``Work.is_retryable``)."""
+    work = WorkFactory(scope="acme", **fields)
+    url = reverse("work-retry", args=[work.pk])
+    offered = f'href="{url}"' in console.get(reverse("work-detail", args=[work.pk])).content.decode()
+    confirmable = console.get(url).status_code == 200
+    try:
+        controls.work_retry(work_id=work.pk, user="alice", clock=clock)
+    except WorkControlRefused:
+        taken = False
+    else:
+        taken = True
+    assert offered is confirmable is taken is retryable
 
 
 @pytest.mark.django_db

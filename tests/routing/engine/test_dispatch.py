@@ -10,7 +10,7 @@ from django.db import transaction
 from routing.engine.dispatch import DispatchRefused, RoutingDispatcher, dispatch_check
 from routing.models import RouteRecord
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
-from worklife.services import WorkError
+from worklife.errors import WorkError
 
 pytestmark = pytest.mark.django_db
 
@@ -81,3 +81,47 @@ def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
     apply(clock, DOCUMENT.replace("triage", "triaged"))  # the Work's binding left the scope
     with pytest.raises(DispatchRefused, match="binding 'triage' is not in scope acme"):
         attempt_dispatch(work_id=work_id, clock=clock)
+
+
+def test_i35_the_runners_dispatcher_declares_what_it_calls_and_routing_implements(clock, work_id):
+    """``worklife.runner.Dispatcher`` is true: it declares the dispatcher methods the runner
+    calls and no other, ``RoutingDispatcher`` implements each with the same parameters, and
+    what it returns has what the runner reads (``Dispatched``: the attempt and its settings)."""
+    import ast
+    import dataclasses
+    import inspect
+    from datetime import timedelta
+
+    from django.db import transaction
+
+    from routing.engine import dispatch
+    from worklife import runner
+
+    declared = {
+        name
+        for name, value in vars(runner.Dispatcher).items()
+        if callable(value) and not name.startswith("_")
+    }
+    called = {
+        node.attr
+        for node in ast.walk(ast.parse(inspect.getsource(runner)))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "dispatcher"
+    }
+    assert declared == called == {"dispatch_many_in_tx"}
+    for name in declared:
+        protocol = inspect.signature(getattr(runner.Dispatcher, name)).parameters
+        implemented = inspect.signature(getattr(dispatch.RoutingDispatcher, name)).parameters
+        assert [(p.name, p.kind) for p in protocol.values()] == [
+            (p.name, p.kind) for p in implemented.values()
+        ]
+    read = {name for name, value in vars(runner.Dispatched).items() if isinstance(value, property)}
+    assert (
+        read == {field.name for field in dataclasses.fields(dispatch.Dispatched)} == {"attempt", "settings"}
+    )
+    with transaction.atomic():
+        started = dispatch.RoutingDispatcher().dispatch_many_in_tx(
+            work_ids=[work_id], clock=clock, lease_until=clock() + timedelta(seconds=30), lease_owner="loop"
+        )
+    assert started[work_id].attempt.work_id == work_id and isinstance(started[work_id].settings, dict)

@@ -29,8 +29,8 @@ from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router, state
 from tests.support import run_manage
-from worklife import services as work_services
-from worklife.lifecycle import UnroutedInput, work_complete
+from tests.worklife.attemptkit import attempt_start, work_complete
+from worklife.lifecycle import UnroutedInput
 from worklife.models import Work, WorkInput
 
 DEFAULTS = RouterOptions()
@@ -134,7 +134,7 @@ def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
     opened = pr(clock, 1)
     r.route(opened.seq)
     work_id = record(opened).work_id
-    attempt = work_services.attempt_start(
+    attempt = attempt_start(
         work_id=work_id, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
     )
     sample_handlers.BROKEN.add("flaky")
@@ -172,7 +172,7 @@ def test_r59_always_failing_route_is_given_up_after_its_limit_holding_its_work_u
     opened = pr(clock, 1)
     r.route(opened.seq)
     work_id = record(opened).work_id
-    attempt = work_services.attempt_start(
+    attempt = attempt_start(
         work_id=work_id, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
     )
     sample_handlers.BROKEN.add("always")

@@ -17,7 +17,9 @@ from routing.engine.settle import BEHIND_COMMIT_BESIDE
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
 from tests.routing.routerkit import DOCUMENT, SCRIPTED_ONLY, accept, apply, drain, router, state
-from worklife import services as work
+from tests.worklife.attemptkit import attempt_end, attempt_start, pending_inputs, pending_inputs_in_tx
+from worklife.errors import StaleLease
+from worklife.inputs import consume_inputs_in_tx
 from worklife.models import CorrelationKey, InputKind, Intent, Work, WorkInput
 
 pytestmark = pytest.mark.django_db
@@ -200,7 +202,7 @@ def test_r26_explicit_work_execution_and_keys_must_agree(clock, live):
     b = pr(clock, 2)
     r = router(clock)
     drain(r)
-    attempt = work.attempt_start(
+    attempt = attempt_start(
         work_id=record(b).work_id,
         binding="triage",
         executor="python",
@@ -238,7 +240,7 @@ def test_r60_execution_only_target(clock, live):
     r = router(clock)
     drain(r)
     work_id = record(start).work_id
-    attempt = work.attempt_start(
+    attempt = attempt_start(
         work_id=work_id,
         binding="triage",
         executor="python",
@@ -282,7 +284,7 @@ def _running(clock, r, number=1, capabilities=("inject", "interrupt"), binding="
     start = pr(clock, number)
     r.route(start.seq)
     work_id = record(start).work_id
-    attempt = work.attempt_start(
+    attempt = attempt_start(
         work_id=work_id,
         binding=binding,
         executor="python",
@@ -297,8 +299,8 @@ def _consume_all(clock, work_id, attempt):
     from django.db import transaction
 
     with transaction.atomic():
-        pending = work.pending_inputs_in_tx(work_id=work_id)
-        work.consume_inputs_in_tx(
+        pending = pending_inputs_in_tx(work_id=work_id)
+        consume_inputs_in_tx(
             attempt_id=attempt.pk, lease_epoch=1, input_ids=[p.pk for p in pending], clock=clock
         )
 
@@ -347,7 +349,7 @@ def test_r11_input_the_attempt_cannot_take_is_held_then_queues(clock, live):
     first = accept(clock, "chat.message", {"thread": "t9"})
     r.route(first.seq)
     work_id = record(first).work_id
-    attempt = work.attempt_start(
+    attempt = attempt_start(
         work_id=work_id,
         binding="triage",
         executor="python",
@@ -360,7 +362,7 @@ def test_r11_input_the_attempt_cannot_take_is_held_then_queues(clock, live):
     assert outcome.settled and outcome.error is None
     assert record(event).policy == "held"
     assert (event.seq, InputKind.HELD, "pending") in inputs(work_id)
-    work.attempt_end(attempt_id=attempt.pk, lease_epoch=1, state="succeeded", clock=clock)
+    attempt_end(attempt_id=attempt.pk, lease_epoch=1, state="succeeded", clock=clock)
     assert (event.seq, InputKind.QUEUE, "pending") in inputs(work_id)
 
 
@@ -378,7 +380,7 @@ def test_r30_addressed_operator_event_queues_on_the_next_binding(clock, live):
     r = router(clock)
     work_id, attempt = _running(clock, r, binding="plain")
     _consume_all(clock, work_id, attempt)
-    work.attempt_end(attempt_id=attempt.pk, lease_epoch=1, state="failed", clock=clock)
+    attempt_end(attempt_id=attempt.pk, lease_epoch=1, state="failed", clock=clock)
     note = accept(clock, "operator.note", {"text": "retry please"}, source="core.manual", work_id=work_id)
     r.route(note.seq)
     rec = record(note)
@@ -445,17 +447,17 @@ def test_r46_consumption_keeps_the_attempt_and_replay_cannot_enqueue_again(clock
     r = router(clock)
     work_id, attempt = _running(clock, r)
     with transaction.atomic():
-        pending = work.pending_inputs_in_tx(work_id=work_id)
-        consumed = work.consume_inputs_in_tx(
+        pending = pending_inputs_in_tx(work_id=work_id)
+        consumed = consume_inputs_in_tx(
             attempt_id=attempt.pk, lease_epoch=1, input_ids=[p.pk for p in pending], clock=clock
         )
     assert [c.attempt_id for c in consumed] == [attempt.pk]
-    assert work.pending_inputs(work_id=work_id) == []
+    assert pending_inputs(work_id=work_id) == []
     seq = consumed[0].event_id
     r.route(seq)  # replay: the Event is settled, nothing is enqueued
     assert WorkInput.objects.filter(event_id=seq).count() == 1
-    with transaction.atomic(), pytest.raises(work.StaleLease):
-        work.consume_inputs_in_tx(attempt_id=attempt.pk, lease_epoch=2, input_ids=[], clock=clock)
+    with transaction.atomic(), pytest.raises(StaleLease):
+        consume_inputs_in_tx(attempt_id=attempt.pk, lease_epoch=2, input_ids=[], clock=clock)
 
 
 # --- R4, R7, R9 ---------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from routing.models import RouteRecord
 from routing.setup.trace import TraceRefused, trace, trace_event, trace_offered
 from tests.routing import sample_handlers
 from tests.routing.routerkit import accept, apply, router
-from worklife import services as work
+from tests.worklife.attemptkit import attempt_start
 from worklife.models import Wait, Work
+from worklife.waits import attempt_wait
 
 pytestmark = pytest.mark.django_db
 
@@ -80,7 +81,7 @@ def _waiting(clock, match, number=1):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": number})
     router(clock).route(first.seq)
     work_id = RouteRecord.objects.get(event=first).work_id
-    attempt = work.attempt_start(
+    attempt = attempt_start(
         work_id=work_id,
         binding="triage",
         executor="python",
@@ -88,7 +89,7 @@ def _waiting(clock, match, number=1):
         capabilities=["inject"],
         clock=clock,
     )
-    work.attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match=match, clock=clock, name="review")
+    attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match=match, clock=clock, name="review")
     return work_id
 
 

@@ -11,8 +11,9 @@ from routing.config.services import config_candidate
 from routing.models import RouteRecord
 from routing.setup.trace import TraceRefused, samples, trace, trace_candidate
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
-from worklife import services as work
+from tests.worklife.attemptkit import attempt_start
 from worklife.models import Work
+from worklife.waits import attempt_wait
 
 pytestmark = pytest.mark.django_db
 
@@ -138,7 +139,7 @@ def _waiting(clock, match, timeout_at=None):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
     router(clock).route(first.seq)
     work_id = RouteRecord.objects.get(event=first).work_id
-    attempt = work.attempt_start(
+    attempt = attempt_start(
         work_id=work_id,
         binding="triage",
         executor="python",
@@ -146,7 +147,7 @@ def _waiting(clock, match, timeout_at=None):
         capabilities=["inject"],
         clock=clock,
     )
-    work.attempt_wait(
+    attempt_wait(
         attempt_id=attempt.pk, lease_epoch=1, match=match, clock=clock, name="review", timeout_at=timeout_at
     )
     return work_id
@@ -190,7 +191,7 @@ def test_r44_policy_with_fallbacks_for_existing_work(clock, live):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
     router(clock).route(first.seq)
     work_id = RouteRecord.objects.get(event=first).work_id
-    work.attempt_start(
+    attempt_start(
         work_id=work_id, binding="plain", executor="command", generation=1, capabilities=[], clock=clock
     )
     result = trace(payload=pr(1, "edited"), clock=clock)

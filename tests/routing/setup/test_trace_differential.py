@@ -30,10 +30,11 @@ from routing.setup.trace import TraceRefused, trace
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.routerkit import HANDLERS
-from worklife import services as work
-from worklife.lifecycle import work_cancel, work_complete
+from tests.worklife.attemptkit import attempt_start, work_complete
+from worklife.errors import WorkError
+from worklife.lifecycle import work_cancel
 from worklife.models import Attempt, Work
-from worklife.services import WorkError
+from worklife.waits import attempt_wait
 
 # At least 300 examples per CI run (issue 10); CONDUIT_DIFFERENTIAL_EXAMPLES raises it locally.
 EXAMPLES = int(os.environ.get("CONDUIT_DIFFERENTIAL_EXAMPLES", "300"))
@@ -282,7 +283,7 @@ class TraceEqualsRouting(HypothesisTestCase):
                     work_complete(attempt_id=live.pk, lease_epoch=live.lease_epoch, clock=clock)
             else:
                 if live is None and status == "ready":
-                    live = work.attempt_start(
+                    live = attempt_start(
                         work_id=work_id,
                         binding=binding or "inbox",
                         executor="python",
@@ -292,7 +293,7 @@ class TraceEqualsRouting(HypothesisTestCase):
                     )
                 if kind in ("wait", "wait-timeout") and live is not None and live.state == "running":
                     timeout = clock() + timedelta(seconds=10) if kind == "wait-timeout" else None
-                    work.attempt_wait(
+                    attempt_wait(
                         attempt_id=live.pk,
                         lease_epoch=live.lease_epoch,
                         match={"type": match},

@@ -1,0 +1,361 @@
+"""Attempts and their leases: start an attempt with its configuration pinned, renew, end,
+fail and rescue it, and keep how it ended.
+
+Authority is the pair (attempt id, lease epoch): every write an attempt asks for is refused
+once it is stale (W2), by :func:`current_attempt_in_tx` and :func:`check_authority`. A failed
+attempt gives its Work back after a backoff, or parks it after ``CONDUIT_MAX_ATTEMPTS``
+failures in a row (W5; the rule is :mod:`worklife.scheduling`'s). Each function is one short
+transaction, or says ``_in_tx`` and runs in its caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Max, Min, Q
+
+from causal.clock import Clock
+from causal.services import assert_in_tx
+from worklife.errors import StaleLease, WorkError, WorkTerminal
+from worklife.models import (
+    ACTIVE_ATTEMPT_STATES,
+    Attempt,
+    AttemptState,
+    InputKind,
+    InputState,
+    Intent,
+    IntentState,
+    Wait,
+    WaitState,
+    Work,
+    WorkInput,
+    WorkStatus,
+)
+from worklife.scheduling import backoff_for, max_attempts
+
+# --- starting ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    """What an attempt pins when it starts (R36)."""
+
+    work_id: int
+    binding: str
+    executor: str
+    generation: int
+    capabilities: Iterable[str] = ()
+    executor_path: str = ""
+
+
+def attempts_start_in_tx(
+    *,
+    specs: Sequence[AttemptSpec],
+    now: datetime,
+    lease_until: datetime | None = None,
+    lease_owner: str = "",
+) -> dict[int, Attempt | WorkError]:
+    """Start one attempt for each spec's Work in the caller's transaction, in a fixed number
+    of statements; returns, by Work id, the attempt or why it was refused (a terminal Work,
+    a live attempt already)."""
+    assert_in_tx()
+    ids = [spec.work_id for spec in specs]
+    works = {w.pk: w for w in Work.objects.select_for_update().filter(pk__in=ids)}
+    live = set(
+        Attempt.objects.filter(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES).values_list(
+            "work_id", flat=True
+        )
+    )
+    last = {
+        row["work_id"]: (row["number"] or 0, row["epoch"] or 0)
+        for row in Attempt.objects.filter(work_id__in=ids)
+        .values("work_id")
+        .annotate(number=Max("number"), epoch=Max("lease_epoch"))
+        .order_by()
+    }
+    first_input = dict(
+        WorkInput.objects.filter(work_id__in=ids, state=InputState.PENDING)
+        .values("work_id")
+        .annotate(first=Min("seq"))
+        .order_by()
+        .values_list("work_id", "first")
+    )
+    results: dict[int, Attempt | WorkError] = {}
+    new: list[Attempt] = []
+    for spec in specs:
+        work = works.get(spec.work_id)
+        if work is None:
+            results[spec.work_id] = WorkError(f"Work {spec.work_id} does not exist")
+        elif work.is_terminal:
+            results[spec.work_id] = WorkTerminal(f"Work {spec.work_id} is {work.status}")
+        elif spec.work_id in live:
+            results[spec.work_id] = WorkError(f"Work {spec.work_id} already has an active attempt")
+        else:
+            number, epoch = last.get(spec.work_id, (0, 0))
+            attempt = Attempt(
+                work=work,
+                number=number + 1,
+                binding=spec.binding,
+                executor=spec.executor,
+                executor_path=spec.executor_path,
+                generation=spec.generation,
+                capabilities=sorted(set(spec.capabilities)),
+                lease_epoch=epoch + 1,
+                lease_until=lease_until,
+                lease_owner=lease_owner,
+                trigger_id=first_input.get(spec.work_id) or work.trigger_id,
+                state=AttemptState.RUNNING,
+                started_at=now,
+            )
+            new.append(attempt)
+            results[spec.work_id] = attempt
+    if new:
+        try:
+            with transaction.atomic():
+                Attempt.objects.bulk_create(new)
+        except IntegrityError as exc:
+            raise WorkError(f"a Work already has a live attempt ({exc})") from exc
+        Work.objects.filter(pk__in=[a.work_id for a in new]).update(
+            status=WorkStatus.RUNNING, version=F("version") + 1, updated_at=now
+        )
+        for attempt in new:
+            attempt.work.status = WorkStatus.RUNNING
+    return results
+
+
+# --- leases ------------------------------------------------------------------------------------
+
+
+def attempts_renew(*, owner: str, held: dict[int, int], until: datetime) -> None:
+    """Extend the leases of the attempts ``owner`` holds (id -> epoch), fenced by epoch."""
+    if not held:
+        return
+    fence = Q()
+    for attempt_id, epoch in held.items():
+        fence |= Q(pk=attempt_id, lease_epoch=epoch)
+    with transaction.atomic():
+        Attempt.objects.filter(fence, state__in=ACTIVE_ATTEMPT_STATES, lease_owner=owner).update(
+            lease_until=until
+        )
+
+
+def attempts_pid(pids: dict[int, int | None]) -> None:
+    """Record the process each attempt runs in (one statement), so that a loop of the same
+    host can end it when the attempt is lost."""
+    rows = [(pid, attempt_id) for attempt_id, pid in pids.items() if pid is not None]
+    if rows:
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {quote(Attempt._meta.db_table)} SET {quote('pid')} = %s WHERE {quote('id')} = %s",
+                rows,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    """An attempt whose lease lapsed, marked lost: its process may still run somewhere."""
+
+    attempt_id: int
+    work_id: int
+    owner: str
+    pid: int | None
+
+
+def attempts_rescue(
+    *, now: datetime, owners_gone: Iterable[str] = (), limit: int = 100, clock: Clock
+) -> list[Rescued]:
+    """Mark lost the active attempts whose lease lapsed (or whose owner is known gone): each
+    counts as a failure and its Work is ready again (backing off), so the old process, if it
+    still runs, can no longer change anything (W2, W3)."""
+    gone = list(owners_gone)
+    lapsed = Q(lease_until__lt=now) | (Q(lease_owner__in=gone) if gone else Q(pk__in=[]))
+    candidates = list(
+        Attempt.objects.filter(lapsed, state__in=ACTIVE_ATTEMPT_STATES).values_list(
+            "pk", "lease_epoch", "lease_owner", "pid", "work_id"
+        )[:limit]
+    )
+    rescued = []
+    for attempt_id, epoch, owner, pid, work_id in candidates:
+        try:
+            attempt_fail(
+                attempt_id=attempt_id,
+                lease_epoch=epoch,
+                error=f"lost: the lease of {owner or 'its work loop'} lapsed",
+                state=AttemptState.LOST,
+                clock=clock,
+            )
+        except WorkError:
+            continue  # it moved on meanwhile (completed, renewed, cancelled)
+        rescued.append(Rescued(attempt_id, work_id, owner, pid))
+    return rescued
+
+
+# --- ending ------------------------------------------------------------------------------------
+
+
+def attempt_end_in_tx(*, attempt: Attempt, state: str, now: datetime) -> None:
+    """End ``attempt`` inside the caller's transaction, releasing its held and injected input."""
+    attempts_end_in_tx(attempts=[attempt], state=state, now=now)
+
+
+def attempts_end_in_tx(*, attempts: Sequence[Attempt], state: str, now: datetime) -> None:
+    """End ``attempts`` (of distinct Work) inside the caller's transaction, in a fixed number
+    of statements: input held for them (R11) and input behind their unconfirmed intents
+    queue for the next attempt, the intents are superseded, their active waits cancelled."""
+    assert_in_tx()
+    if not attempts:
+        return
+    ids = [a.pk for a in attempts]
+    work_ids = [a.work_id for a in attempts]
+    Attempt.objects.filter(pk__in=ids).update(state=state, ended_at=now)
+    for attempt in attempts:
+        attempt.state, attempt.ended_at = state, now
+    pending = Intent.objects.filter(attempt_id__in=ids, state=IntentState.PENDING)
+    superseded = list(pending.values_list("work_id", "event_id"))
+    if superseded:
+        pending.update(state=IntentState.SUPERSEDED)
+        requeue = Q()
+        for work_id, event_id in superseded:
+            requeue |= Q(work_id=work_id, event_id=event_id)
+        WorkInput.objects.filter(requeue, state=InputState.PENDING).update(kind=InputKind.QUEUE, attempt=None)
+    WorkInput.objects.filter(work_id__in=work_ids, state=InputState.PENDING, kind=InputKind.HELD).update(
+        kind=InputKind.QUEUE, attempt=None
+    )
+    Wait.objects.filter(attempt_id__in=ids, state=WaitState.ACTIVE).update(
+        state=WaitState.CANCELLED, ended_at=now
+    )
+
+
+def attempt_fail(
+    *,
+    attempt_id: int,
+    lease_epoch: int,
+    error: str,
+    clock: Clock,
+    state: str = AttemptState.FAILED,
+    output: dict | None = None,
+    count: bool = True,
+) -> Work:
+    """Fail the attempt (an exception, a non-zero exit, a timeout, a lost lease): the Work is
+    ready again after a backoff, or parked after ``CONDUIT_MAX_ATTEMPTS`` failures in a row
+    (W5). Fenced by the attempt's authority. ``count=False`` (its loop stopped) gives the
+    Work back at once without counting a failure."""
+    with transaction.atomic():
+        attempt = current_attempt_in_tx(attempt_id, lease_epoch)
+        now = clock()
+        attempt_end_in_tx(attempt=attempt, state=state, now=now)
+        if output is not None:
+            attempt_output_in_tx(attempt_id=attempt_id, **output)
+        else:
+            Attempt.objects.filter(pk=attempt_id).update(error=error[:20000])
+        work = Work.objects.select_for_update().get(pk=attempt.work_id)
+        failures = work.failures + (1 if count else 0)
+        parked = count and failures >= max_attempts()
+        line = f"attempt {attempt.number} {state}: {error}".replace("\n", " ")[:1000]
+        Work.objects.filter(pk=work.pk).update(
+            status=WorkStatus.READY,
+            failures=failures,
+            pending_run=True,
+            retry_at=None if parked or not count else now + backoff_for(failures),
+            parked_at=now if parked else None,
+            last_error=line,
+            version=F("version") + 1,
+            updated_at=now,
+        )
+        work.refresh_from_db()
+        return work
+
+
+# --- how an attempt ended, kept on its row ------------------------------------------------------
+
+OUTPUT_FIELDS = ("result", "exit_status", "error", "stdout_tail", "stderr_tail")
+
+
+def attempts_output_in_tx(outputs: dict[int, dict]) -> None:
+    """Keep how attempts ended (``output_fields`` of each) on their rows: one statement."""
+    assert_in_tx()
+    if not outputs:
+        return
+    meta = Attempt._meta
+    columns = [meta.get_field(name) for name in OUTPUT_FIELDS]
+    rows = []
+    for attempt_id, output in outputs.items():
+        values = output_fields(output)
+        rows.append(
+            [
+                column.get_db_prep_save(values[column.name], connection)
+                if column.name != "result"
+                else connection.ops.adapt_json_value(values["result"], column.encoder)
+                for column in columns
+            ]
+            + [attempt_id]
+        )
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(column.column)} = %s" for column in columns)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote('id')} = %s", rows)
+
+
+def attempt_output_in_tx(
+    *,
+    attempt_id: int,
+    result: Any = None,
+    exit_status: int | None = None,
+    error: str = "",
+    stdout: str = "",
+    stderr: str = "",
+) -> None:
+    """Keep how an attempt ended on its row: result, exit status, error and output tails."""
+    assert_in_tx()
+    Attempt.objects.filter(pk=attempt_id).update(
+        **output_fields(
+            {"result": result, "exit_status": exit_status, "error": error, "stdout": stdout, "stderr": stderr}
+        )
+    )
+
+
+def output_fields(output: dict) -> dict:
+    """An outcome (``result``, ``exit_status``, ``error``, ``stdout``, ``stderr``) as Attempt fields."""
+    return {
+        "result": output.get("result"),
+        "exit_status": output.get("exit_status"),
+        "error": str(output.get("error") or "")[:20000],
+        "stdout_tail": output.get("stdout") or "",
+        "stderr_tail": output.get("stderr") or "",
+    }
+
+
+# --- authority ---------------------------------------------------------------------------------
+
+
+def current_attempt_in_tx(attempt_id: int, lease_epoch: int) -> Attempt:
+    """Lock and return the attempt, with its Work, if it holds the authority ``lease_epoch``
+    (:func:`check_authority`), in the caller's transaction."""
+    attempt = Attempt.objects.select_for_update().select_related("work").filter(pk=attempt_id).first()
+    return check_authority(attempt, attempt_id=attempt_id, lease_epoch=lease_epoch)
+
+
+def check_authority(attempt: Attempt | None, *, attempt_id: int, lease_epoch: int) -> Attempt:
+    """``attempt`` if it is the current attempt at ``lease_epoch`` of a nonterminal Work (W2);
+    else raise :class:`StaleLease` or :class:`WorkTerminal` saying why."""
+    if attempt is None:
+        raise StaleLease(f"no attempt {attempt_id}")
+    if attempt.state not in ACTIVE_ATTEMPT_STATES:
+        raise StaleLease(f"attempt {attempt_id} is {attempt.state}")
+    if attempt.lease_epoch != lease_epoch:
+        raise StaleLease(f"attempt {attempt_id} is at lease epoch {attempt.lease_epoch}, not {lease_epoch}")
+    if attempt.work.is_terminal:
+        raise WorkTerminal(f"Work {attempt.work_id} is {attempt.work.status}")
+    return attempt
+
+
+def work_status_set(work: Work, *, status: str, now: datetime) -> None:
+    """Set the status of the Work an attempt moved (and bump its version), in the caller's
+    transaction."""
+    Work.objects.filter(pk=work.pk).update(status=status, version=F("version") + 1, updated_at=now)
+    work.status = status
