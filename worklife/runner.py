@@ -3,7 +3,7 @@
 Each :meth:`WorkRunner.step` is one pass, on one thread, in short transactions (never one
 held while an attempt runs):
 
-1. answer the calls the running attempts made (emit, wait, child, successor, schedule,
+1. answer the calls the running attempts made (:mod:`worklife.calls`: emit, wait, child, successor, schedule,
    complete, received), each fenced by the attempt's (id, lease epoch) (W2);
 2. read what changed for them: a cancel or a lost lease ends the process (W3); a woken or
    timed-out wait answers the attempt's ``wait``; pending inject and interrupt intents are
@@ -27,12 +27,12 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import DatabaseError, reset_queries, transaction
+from django.db import reset_queries, transaction
 
 from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
@@ -47,12 +47,11 @@ from worklife.attempts import (
     attempts_renew,
     attempts_rescue,
 )
-from worklife.emit import emit_envelope
+from worklife.calls import AttemptCalls, Running, authority
 from worklife.errors import WorkError
-from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
+from worklife.executors import Execution, Executor, RegistrationError, executor_class
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
-from worklife.inputs import consume_inputs_in_tx
-from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
+from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
@@ -61,7 +60,6 @@ from worklife.models import (
     IntentState,
     Wait,
     WaitState,
-    WorkInput,
 )
 from worklife.scheduling import (
     claimable_work_in_tx,
@@ -69,8 +67,8 @@ from worklife.scheduling import (
     presented_events_many_in_tx,
     work_hold_in_tx,
 )
-from worklife.timers import TimerError, timer_fire, timer_schedule, timers_due
-from worklife.waits import attempt_wait_for, waits_expire, waits_retry_blocked
+from worklife.timers import TimerError, timer_fire, timers_due
+from worklife.waits import waits_expire, waits_retry_blocked
 
 logger = logging.getLogger("conduit.worklife.runner")
 
@@ -101,29 +99,6 @@ class Dispatcher(Protocol):
         (R36): by Work id, the attempt with its executor settings, or the ``WorkError`` saying
         why it was refused (``queue_only = True`` on the error for a binding with no executor)."""
         ...
-
-
-@dataclass
-class Running:
-    """An attempt this loop runs."""
-
-    attempt_id: int
-    work_id: int
-    epoch: int
-    number: int
-    execution: Execution
-    started: float
-    timeout: float | None
-    grace: float
-    wait_call: Any = None
-    wait_id: int | None = None
-    delivered: set[int] = field(default_factory=set)
-    interrupted_at: float | None = None
-    escalation: int = 0
-    ended_by: str = ""  # "cancelled", "lost", "timeout", "stopped": why this loop ended it
-    outcome: Outcome | None = None
-    next_complete: float = 0.0
-    successor: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +146,7 @@ class WorkRunner:
         self.stopping = False
         self._executors: dict[str, Executor] = {}
         self._touched: set[int] = set()
+        self.calls = AttemptCalls(clock=clock, causal=self.causal, touched=self._touched)
         self._next_renew = 0.0
         self._next_rescue = 0.0
         self._next_blocked = 0.0
@@ -191,7 +167,7 @@ class WorkRunner:
     def _pass(self) -> StepResult:
         mono = time.monotonic()
         before = len(self.running)
-        self._answer_calls()
+        self.calls.answer_all(self.running.values())
         self._sync(mono)
         finished = self._finish(mono)
         self._enforce(mono)
@@ -272,100 +248,6 @@ class WorkRunner:
             executor.close()
         self._heartbeat(stopped=True)
 
-    # -- 1. calls ---------------------------------------------------------------------------
-    def _answer_calls(self) -> None:
-        for running in list(self.running.values()):
-            for call in running.execution.take_calls():
-                self._answer(running, call)
-
-    def _answer(self, running: Running, call: dict) -> None:
-        op = call.get("op")
-        call_id = call.get("id")
-        try:
-            value = self._perform(running, op, call)
-        except (WorkError, CausalRefused, TimerError, ValueError, TypeError, DatabaseError) as exc:
-            # The attempt learns its call was refused (it must never wait for an answer).
-            logger.info(
-                "attempt.call_refused", extra={"attempt": running.attempt_id, "op": op, "error": str(exc)}
-            )
-            if call_id is not None:
-                running.execution.reply(call_id, ok=False, error=f"{op} refused: {exc}")
-            return
-        if value is _DEFERRED:
-            running.wait_call = call_id
-            return
-        if call_id is not None:
-            running.execution.reply(call_id, ok=True, value=value)
-
-    def _perform(self, running: Running, op: Any, call: dict) -> Any:
-        authority = {"attempt_id": running.attempt_id, "lease_epoch": running.epoch}
-        if op == "emit":
-            from worklife.emit import emit
-
-            work = Attempt.objects.select_related("work").get(pk=running.attempt_id).work
-            envelope = emit_envelope(work=work, attempt_id=running.attempt_id, message=call)
-            accepted = emit(envelope=envelope, causal=self.causal, **authority)
-            return accepted.event.seq
-        if op == "wait":
-            wait = attempt_wait_for(
-                match=call.get("match") or {},
-                timeout=call.get("timeout"),
-                name=call.get("name") or "",
-                clock=self.clock,
-                **authority,
-            )
-            running.wait_id = wait.pk
-            self._touched.add(running.work_id)
-            return _DEFERRED
-        if op == "child":
-            created = work_create_child(
-                binding=str(call.get("binding") or ""),
-                keys=[str(k) for k in call.get("keys") or ()],
-                data=call.get("data"),
-                clock=self.clock,
-                causal=self.causal,
-                **authority,
-            )
-            self._touched.update((running.work_id, created.work.pk))
-            return created.work.pk
-        if op == "successor":
-            keys = call.get("keys") or []
-            if not keys or not all(isinstance(k, str) for k in keys):
-                raise WorkError("a successor needs its own external keys (a list of strings)")
-            running.successor = {
-                "binding": str(call.get("binding") or ""),
-                "keys": keys,
-                "data": call.get("data"),
-                "scope": str(call.get("scope") or ""),
-            }
-            return "created when this Work completes"
-        if op == "schedule":
-            timer = timer_schedule(
-                after=call.get("after"),
-                type=call.get("type"),
-                data=call.get("data"),
-                clock=self.clock,
-                **authority,
-            )
-            return timer.pk
-        if op == "received":
-            self._consume(running, [call.get("seq")])
-            return None
-        if op == "complete":
-            return None  # the result is kept by the execution; the exit completes the Work
-        raise WorkError(f"unknown call {op!r}")
-
-    def _consume(self, running: Running, seqs: list[Any]) -> None:
-        with transaction.atomic():
-            ids = list(
-                WorkInput.objects.filter(
-                    work_id=running.work_id, event_id__in=seqs, state="pending"
-                ).values_list("pk", flat=True)
-            )
-            if ids:
-                consume_inputs_in_tx(input_ids=ids, clock=self.clock, **_authority(running))
-        self._touched.add(running.work_id)
-
     # -- 2. what changed for the running attempts ----------------------------------------------
     def _sync(self, mono: float) -> None:
         if not self.running:
@@ -395,7 +277,7 @@ class WorkRunner:
                 if state == WaitState.ACTIVE:
                     continue
                 running = waiting[wait_id]
-                self._answer_wait(running, state, woken_by)
+                self.calls.answer_wait(running, state, woken_by)
         active = [r.attempt_id for r in self.running.values() if not r.ended_by and r.outcome is None]
         if active:
             intents = (
@@ -409,22 +291,6 @@ class WorkRunner:
                     continue
                 self._deliver(running, intent, mono)
 
-    def _answer_wait(self, running: Running, state: str, woken_by: int | None) -> None:
-        call_id, running.wait_call, running.wait_id = running.wait_call, None, None
-        value = None
-        if state == WaitState.WOKEN and woken_by is not None:
-            event = Event.objects.filter(seq=woken_by).first()
-            value = event_as_input(event) if event is not None else None
-            try:
-                self._consume(running, [woken_by])
-            except WorkError:
-                logger.info(
-                    "attempt.wake_input_taken", extra={"attempt": running.attempt_id, "event": woken_by}
-                )
-        if call_id is not None:
-            running.execution.reply(call_id, ok=True, value=value)
-        self._touched.add(running.work_id)
-
     def _deliver(self, running: Running, intent: Intent, mono: float) -> None:
         running.delivered.add(intent.event_id)
         event = event_as_input(intent.event)
@@ -432,12 +298,12 @@ class WorkRunner:
             if not running.execution.send_inputs([event]):
                 return
             if not _confirms_on_receipt(running.execution):
-                self._consume(running, [intent.event_id])
+                self.calls.consume(running, [intent.event_id])
         else:
             data = intent.event.data if isinstance(intent.event.data, dict) else {}
             reason = str(data.get("reason") or f"{intent.event.type} (#{intent.event_id})")
             running.execution.send_interrupt(reason)
-            self._consume(running, [intent.event_id])
+            self.calls.consume(running, [intent.event_id])
             if running.interrupted_at is None:
                 running.interrupted_at = mono
 
@@ -504,7 +370,7 @@ class WorkRunner:
                 error=error,
                 clock=self.clock,
                 output=self._output(running, error=error),
-                **_authority(running),
+                **authority(running),
             )
         except WorkError as exc:
             logger.info("attempt.fail_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
@@ -730,13 +596,6 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
-
-
-_DEFERRED = object()
-
-
-def _authority(running: Running) -> dict[str, int]:
-    return {"attempt_id": running.attempt_id, "lease_epoch": running.epoch}
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:
