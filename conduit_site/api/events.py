@@ -51,7 +51,6 @@ ALLOWED_METHODS = "GET, POST, OPTIONS"
     ["GET", "POST", "OPTIONS"],
     permission={"GET": VIEW_EVENT, "POST": ACCEPT_EVENT},
     public_methods=["OPTIONS"],
-    errors={EventListInvalid: (400, "invalid_filter")},
 )
 def events_collection(request: HttpRequest) -> HttpResponse:
     """``POST``: accept Events (:func:`events_accept`); ``GET``: list them
@@ -163,7 +162,10 @@ def events_list(request: HttpRequest) -> HttpResponse:
     ``events list --json`` prints them. ``format=cloudevent``: the page's bare CloudEvents, a
     batch, the next page's ``after`` in the ``Conduit-Next-After`` header."""
     output = _format(request)
-    filters = _list_filters(request)
+    try:
+        filters = _list_filters(request)
+    except EventListInvalid as exc:
+        raise ApiError(400, "invalid_filter", exc.message, field=exc.field) from None
     page = events_route_page(filters)
     if output == "cloudevent":
         response = HttpResponse(

@@ -23,6 +23,7 @@ from django.template.response import TemplateResponse
 from causal.clock import system_clock
 from routing.access import services
 from routing.access.roles import TOKEN_SCOPES
+from routing.config.validate import is_scope_path
 from routing.models import ApiToken
 
 
@@ -46,6 +47,14 @@ class ApiTokenAddForm(forms.ModelForm):
             "default_scope": "The scope path (e.g. acme/web) an Event this token sends without a scope "
             "takes. Empty: the configuration's default_scope, if it has one.",
         }
+
+    def clean_default_scope(self) -> str:
+        path = (self.cleaned_data.get("default_scope") or "").strip()
+        if path and not is_scope_path(path):
+            raise forms.ValidationError(
+                "Not a scope path: segments of letters, digits, '.', '_' or '-' joined by '/'."
+            )
+        return path
 
 
 class ApiTokenAdmin(admin.ModelAdmin):
