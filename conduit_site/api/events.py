@@ -71,13 +71,17 @@ def events_accept(request: HttpRequest) -> JsonResponse:
     default_scope = getattr(request.api_token, "default_scope", "") or None
     mode = content_mode(request.content_type or "", request.headers.keys())
     if mode is Mode.BINARY:
-        # Its JSON data is depth-checked as text, then walked as the Event's data (one level deeper).
+        # Its JSON data is depth-checked as text, one level less deep than the limit.
         payload = binary_event(_binary_headers(request), request_body(request))
         accepted = services.event_accept(
-            payload=payload, clock=system_clock, accepted_by=accepted_by, default_scope=default_scope
+            payload=payload,
+            clock=system_clock,
+            accepted_by=accepted_by,
+            depth_checked=True,
+            default_scope=default_scope,
         )
         return _accepted_one(accepted)
-    if request_body(request).strip() and not is_json_media_type((request.content_type or "").lower()):
+    if not is_json_media_type((request.content_type or "").lower()) and request_body(request).strip():
         raise ApiError(
             415,
             "unsupported_media_type",

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from cloudevents.core.bindings.http import CE_PREFIX, HTTPMessage, from_binary
 from cloudevents.core.formats.json import JSONFormat
 
-from routing.acceptance.envelopes import EnvelopeInvalid, parse_json
+from routing.acceptance.envelopes import EnvelopeInvalid, check_text_depth, max_json_depth, parse_json
 
 STRUCTURED_MEDIA_TYPE = "application/cloudevents"
 BATCH_MEDIA_TYPE = "application/cloudevents-batch"
@@ -76,9 +76,12 @@ def binary_event(headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     ``ce-*`` headers, ``datacontenttype`` from ``Content-Type``, and the body as ``data``
     (parsed JSON, or text) or ``data_base64`` (bytes that are not UTF-8 text).
 
-    Raises :class:`~routing.acceptance.envelopes.EnvelopeInvalid` for a header that may not
-    be one and for data its JSON media type does not parse as; everything else is checked
-    by :func:`~routing.acceptance.envelopes.parse_envelope`, as for any Event.
+    Its depth is checked: JSON data nests at most ``CONDUIT_MAX_JSON_DEPTH`` - 1 levels, as
+    the data of a structured Event does inside it, so the Event may be given to
+    :func:`~routing.acceptance.envelopes.parse_envelope` with ``depth_checked=True``. Raises
+    :class:`~routing.acceptance.envelopes.EnvelopeInvalid` for a header that may not be one and
+    for data its JSON media type does not parse as; everything else is checked by
+    :func:`~routing.acceptance.envelopes.parse_envelope`, as for any Event.
     """
     wanted: dict[str, str] = {}
     time: str | None = None
@@ -108,12 +111,7 @@ class _ConduitData(JSONFormat):
         if not body:
             return None
         if datacontenttype is None or self.JSON_CONTENT_TYPE_PATTERN.match(datacontenttype):
-            try:
-                return parse_json(body)  # depth, NaN, keys given twice, UTF-8: as any JSON read
-            except EnvelopeInvalid as exc:
-                raise EnvelopeInvalid(
-                    "data", f"the body is not the JSON its Content-Type says: {exc.message}"
-                ) from exc
+            return _json_data(body)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -123,6 +121,30 @@ class _ConduitData(JSONFormat):
 
 
 _FORMAT = _ConduitData()
+
+
+def _json_data(body: bytes) -> Any:
+    """The body as JSON data: read as any JSON is (UTF-8, no NaN, no key twice), and one level
+    less deep than the limit, the Event being the first level."""
+    limit = max_json_depth()
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise EnvelopeInvalid("data", f"the body is not UTF-8 text (byte {exc.start})") from exc
+    try:
+        check_text_depth(text, limit - 1)
+    except EnvelopeInvalid:
+        raise EnvelopeInvalid(
+            "data",
+            f"the data nests arrays and objects more than {limit - 1} levels deep: inside its Event, "
+            f"more than {limit} (CONDUIT_MAX_JSON_DEPTH)",
+        ) from None
+    try:
+        return parse_json(text)
+    except EnvelopeInvalid as exc:
+        raise EnvelopeInvalid(
+            "data", f"the body is not the JSON its Content-Type says: {exc.message}"
+        ) from exc
 
 
 def _structured(attributes: dict[str, Any], data: Any) -> dict[str, Any]:
