@@ -12,6 +12,9 @@ from django.db.models import Q
 
 from infra.fields import CodePointCharField
 
+# The datacontenttype of an Event whose sender gave none (the CloudEvents JSON format's default).
+DEFAULT_DATACONTENTTYPE = "application/json"
+
 
 class RouteState(models.TextChoices):
     """Where an Event stands in routing. Every accepted Event ends in exactly one of the
@@ -39,8 +42,10 @@ class Event(models.Model):
     subject = models.CharField(max_length=512, blank=True, default="")
     time = models.DateTimeField(null=True, blank=True)
     specversion = models.CharField(max_length=16, default="1.0")
-    datacontenttype = models.CharField(max_length=255, blank=True, default="application/json")
+    datacontenttype = models.CharField(max_length=255, blank=True, default=DEFAULT_DATACONTENTTYPE)
     data = models.JSONField(null=True, blank=True)
+    # True: ``data`` is binary data as base64 text (CloudEvents ``data_base64``), not JSON.
+    binary_data = models.BooleanField(default=False)
     extensions = models.JSONField(default=dict, blank=True)
 
     # Indexed by event_scope_seq_idx, which also serves the console's scope-subtree filter

@@ -45,6 +45,8 @@ class Envelope:
     specversion: str = "1.0"
     datacontenttype: str = "application/json"
     data: Any = None
+    # True: ``data`` is the base64 text of binary data (CloudEvents ``data_base64``).
+    binary_data: bool = False
     extensions: dict[str, Any] = field(default_factory=dict)
     correlation: tuple[str, ...] = ()
     work_id: int | None = None
@@ -69,6 +71,9 @@ def envelope_digest(envelope: Envelope) -> str:
         "work_id": envelope.work_id,
         "execution_id": envelope.execution_id,
     }
+    if envelope.binary_data:
+        # Only then: the digest of every Event without binary data stays what it was.
+        canonical["binary_data"] = True
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -85,6 +90,7 @@ def event_envelope(event: Event) -> Envelope:
         specversion=event.specversion,
         datacontenttype=event.datacontenttype,
         data=event.data,
+        binary_data=event.binary_data,
         extensions=dict(event.extensions or {}),
         correlation=tuple(event.correlation or ()),
         work_id=event.work_id,
@@ -131,6 +137,7 @@ def event_row(envelope: Envelope, *, parent: Event | None, accepted_at: datetime
         specversion=envelope.specversion,
         datacontenttype=envelope.datacontenttype,
         data=envelope.data,
+        binary_data=envelope.binary_data,
         extensions=dict(envelope.extensions),
         scope=envelope.scope,
         correlation=list(envelope.correlation),
@@ -162,6 +169,7 @@ def _root_row(envelope: Envelope, accepted_at: datetime, accepted_by: str) -> Ev
         "specversion": envelope.specversion,
         "datacontenttype": envelope.datacontenttype,
         "data": envelope.data,
+        "binary_data": envelope.binary_data,
         "extensions": dict(envelope.extensions),
         "scope": envelope.scope,
         "correlation": list(envelope.correlation),

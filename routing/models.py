@@ -29,6 +29,9 @@ class Generation(models.Model):
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=150, blank=True, default="")
     note = models.CharField(max_length=255, blank=True, default="")
+    # The scope an Event offered without one takes when its sender gives no default either
+    # (the document's ``default_scope``; empty: none).
+    default_scope = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
@@ -205,6 +208,9 @@ class ApiToken(models.Model):
     # The scopes (routing.access.roles.TOKEN_SCOPES) the token is narrowed to; null: all of its user's
     # permissions.
     scopes = models.JSONField(null=True, blank=True, default=None)
+    # The scope path an Event this token offers without a scope takes (empty: the
+    # configuration's default_scope, if any).
+    default_scope = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         verbose_name = "API token"

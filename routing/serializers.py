@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from causal.models import Event
+from causal.models import DEFAULT_DATACONTENTTYPE, Event
 
 if TYPE_CHECKING:
     from routing.engine.failures import RouteFailure
@@ -25,25 +25,38 @@ def timestamp(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def event_json(event: Event) -> dict[str, Any]:
-    """An Event: its CloudEvents envelope, the router's fields, its ancestry and route state.
-
-    Extension attributes stay under ``extensions`` (never merged beside the envelope, where an
-    extension named like one of the router's fields would shadow it). ``parent_seq`` and
-    ``root_seq`` name Events by their ``seq``; a root's ``root_seq`` is its own.
-    """
-    return {
-        "seq": event.seq,
+def cloudevent_json(event: Event) -> dict[str, Any]:
+    """An Event as the structured-mode CloudEvent 1.0 it was accepted as (JSON format): the
+    attributes, ``scope`` and the other extension attributes flat beside them, and ``data``
+    (or ``data_base64`` for binary data). Optional attributes the Event has not are left out,
+    as is the default ``datacontenttype``. The official SDKs read it as it is."""
+    cloudevent: dict[str, Any] = {
         "specversion": event.specversion,
         "id": event.envelope_id,
         "source": event.source,
         "type": event.type,
-        "subject": event.subject,
-        "time": timestamp(event.time),
-        "datacontenttype": event.datacontenttype,
-        "data": event.data,
-        "extensions": dict(event.extensions or {}),
-        "scope": event.scope,
+    }
+    if event.subject:
+        cloudevent["subject"] = event.subject
+    if event.time is not None:
+        cloudevent["time"] = timestamp(event.time)
+    if event.datacontenttype and event.datacontenttype != DEFAULT_DATACONTENTTYPE:
+        cloudevent["datacontenttype"] = event.datacontenttype
+    cloudevent["scope"] = event.scope
+    cloudevent.update(event.extensions or {})
+    if event.binary_data:
+        cloudevent["data_base64"] = event.data
+    elif event.data is not None:
+        cloudevent["data"] = event.data
+    return cloudevent
+
+
+def conduit_json(event: Event) -> dict[str, Any]:
+    """What Conduit knows of an Event beyond the CloudEvent: its ``seq``, explicit targets
+    (``correlation``, ``work_id``, ``execution_id``), ancestry (``parent_seq``, ``root_seq``,
+    ``depth``; a root's ``root_seq`` is its own), acceptance and route state."""
+    return {
+        "seq": event.seq,
         "correlation": list(event.correlation or []),
         "work_id": event.work_id,
         "execution_id": event.execution_id,
@@ -58,9 +71,19 @@ def event_json(event: Event) -> dict[str, Any]:
     }
 
 
+def event_json(event: Event) -> dict[str, Any]:
+    """An Event as the API and ``events … --json`` give it: ``{"event": <the CloudEvent>,
+    "conduit": {<Conduit's own fields>}}`` (:func:`cloudevent_json`, :func:`conduit_json`).
+
+    Conduit's fields are beside the CloudEvent, never in it: a CloudEvent attribute name is
+    lower-case letters and digits, and an extension named like one of them would shadow it."""
+    return {"event": cloudevent_json(event), "conduit": conduit_json(event)}
+
+
 def accepted_json(event: Event, *, created: bool) -> dict[str, Any]:
-    """One result of a batch acceptance: whether the Event is new, and the Event."""
-    return {"created": created, "event": event_json(event)}
+    """One result of a batch acceptance: whether the Event is new, and the Event
+    (:func:`event_json`)."""
+    return {"created": created, **event_json(event)}
 
 
 def refusals_json(refusals: Any) -> list[dict[str, str]]:

@@ -17,7 +17,8 @@ What the decorator does, in order:
 1. authenticates ``Authorization: Bearer <token>`` (a per-user :class:`~routing.models.ApiToken`):
    a missing, malformed, unknown or revoked token, or one of an inactive user, gets
    ``401`` with a JSON error and ``WWW-Authenticate: Bearer``; then ``request.user`` is the
-   token's user and ``request.api_token`` the token. ``public=True`` skips this (the schema);
+   token's user and ``request.api_token`` the token. ``public=True`` skips this (the schema),
+   and so does a method of ``public_methods`` (``OPTIONS`` of the CloudEvents webhook handshake);
 2. refuses a method not in ``methods`` with ``405`` and an ``Allow`` header;
 3. refuses (``403``) a token without the ``permission`` of the method (one for all methods, or
    one per method): the token's user must have it and a narrowed token's scopes must allow it
@@ -169,6 +170,7 @@ def api_view(
     *,
     permission: str | Mapping[str, str] | None = None,
     public: bool = False,
+    public_methods: Iterable[str] = (),
     errors: ErrorMapping | None = None,
 ) -> Callable[[View], View]:
     """Make a function a JSON API endpoint: token authentication, ``methods`` only (405
@@ -177,22 +179,29 @@ def api_view(
 
     ``permission`` is one permission for every method or a mapping of method to permission;
     required unless ``public=True``, which serves without a token (only for documents like
-    the schema). ``errors`` maps further exception classes to ``(status, code)`` for this view.
+    the schema). ``public_methods`` are served without a token and need no permission (a
+    handshake that reads and stores nothing). ``errors`` maps further exception classes to
+    ``(status, code)`` for this view.
     """
     allowed = tuple(method.upper() for method in methods)
     if not allowed:
         raise ValueError("api_view needs at least one method")
+    open_methods = frozenset(method.upper() for method in public_methods)
+    if not open_methods <= set(allowed):
+        raise ValueError("api_view's public_methods must be among its methods")
+    guarded = tuple(method for method in allowed if method not in open_methods)
     if isinstance(permission, str):
-        permissions = dict.fromkeys(allowed, permission)
+        permissions = dict.fromkeys(guarded, permission)
     else:
         permissions = {method.upper(): name for method, name in (permission or {}).items()}
-    if not public and set(permissions) != set(allowed):
-        raise ValueError(f"api_view needs a permission for each of {', '.join(allowed)}")
+    if not public and set(permissions) != set(guarded):
+        raise ValueError(f"api_view needs a permission for each of {', '.join(guarded)}")
 
     def decorator(view: View) -> View:
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            response = None if public else _authenticate(request)
+            open_method = public or request.method in open_methods
+            response = None if open_method else _authenticate(request)
             if response is None and request.method not in allowed:
                 response = json_error(
                     405,
@@ -203,7 +212,7 @@ def api_view(
             if response is None:
                 mapping = {**_ERRORS, **(errors or {})}
                 try:
-                    if not public:
+                    if not open_method:
                         api_require(
                             request, permissions[request.method], to=f"{request.method} {request.path}"
                         )
@@ -216,6 +225,7 @@ def api_view(
         wrapper.api_methods = allowed  # type: ignore[attr-defined]
         wrapper.api_permissions = permissions  # type: ignore[attr-defined]
         wrapper.api_public = public  # type: ignore[attr-defined]
+        wrapper.api_public_methods = tuple(sorted(open_methods))  # type: ignore[attr-defined]
         return csrf_exempt(wrapper)
 
     return decorator
@@ -225,11 +235,36 @@ def request_json(request: HttpRequest, *, max_bytes: int | None = None, allow_em
     """The request's JSON body, after checking its media type and its size.
 
     The size (``max_bytes``, by default ``CONDUIT_MAX_EVENT_BYTES``) is checked on the raw body
-    before parsing: 413. A media type other than JSON (``application/json``,
+    before parsing: 413 (:func:`request_body`). A media type other than JSON (``application/json``,
     ``application/cloudevents+json``, ``application/cloudevents-batch+json`` or any
     ``+json`` type): 415. Invalid JSON: 400 (:class:`~routing.acceptance.envelopes.EnvelopeInvalid`). An
     empty body is ``None`` when ``allow_empty``, else 400.
     """
+    body = request_body(request, max_bytes=max_bytes)
+    if not body.strip():
+        if allow_empty:
+            return None
+        raise ApiError(400, "invalid_event", "the request body is empty: send a JSON document", field=None)
+    media_type = (request.content_type or "").lower()
+    if not is_json_media_type(media_type):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"Content-Type {media_type or '(none)'!s} is not accepted: send application/json or "
+            "application/cloudevents+json (structured mode)",
+        )
+    return parse_json(body)
+
+
+def is_json_media_type(media_type: str) -> bool:
+    """Whether ``media_type`` (lower-case, no parameters) is JSON: one of
+    ``JSON_CONTENT_TYPES`` or any ``+json`` type."""
+    return media_type in JSON_CONTENT_TYPES or media_type.endswith("+json")
+
+
+def request_body(request: HttpRequest, *, max_bytes: int | None = None) -> bytes:
+    """The request's raw body, at most ``max_bytes`` (by default ``CONDUIT_MAX_EVENT_BYTES``)
+    long: 413 otherwise, before it is read when the declared length says so."""
     limit = settings.CONDUIT_MAX_EVENT_BYTES if max_bytes is None else max_bytes
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
@@ -246,19 +281,7 @@ def request_json(request: HttpRequest, *, max_bytes: int | None = None, allow_em
         ) from exc
     if len(body) > limit:
         raise ApiError(413, "event_too_large", _too_large(len(body), limit), field=None)
-    if not body.strip():
-        if allow_empty:
-            return None
-        raise ApiError(400, "invalid_event", "the request body is empty: send a JSON document", field=None)
-    media_type = (request.content_type or "").lower()
-    if media_type not in JSON_CONTENT_TYPES and not media_type.endswith("+json"):
-        raise ApiError(
-            415,
-            "unsupported_media_type",
-            f"Content-Type {media_type or '(none)'!s} is not accepted: send application/json or "
-            "application/cloudevents+json (structured mode)",
-        )
-    return parse_json(body)
+    return body
 
 
 def _too_large(size: int, limit: int) -> str:

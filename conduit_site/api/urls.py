@@ -13,7 +13,7 @@ from infra.converters import register_id_converter
 register_id_converter()
 
 urlpatterns = [
-    path("events", events.events_accept, name="api-events"),
+    path("events", events.events_collection, name="api-events"),
     path("events/<id:seq>", events.event_detail, name="api-event-detail"),
     path("events/<id:seq>/skip", controls.event_skip, name="api-event-skip"),
     path("events/<id:seq>/reroute", controls.event_reroute, name="api-event-reroute"),

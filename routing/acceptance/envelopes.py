@@ -9,9 +9,14 @@ The envelope is a structured-mode CloudEvent 1.0 (``specversion``, ``id``, ``sou
 ``type``, ``subject``, ``time``, ``datacontenttype``, ``dataschema``, ``data``) with the
 router's fields beside it:
 
-- ``scope`` (required): the scope path the Event belongs to;
+- ``scope``: the scope path the Event belongs to; without it the Event takes the default scope
+  its caller gives (an API token's, a receiver's, else the configuration's ``default_scope``),
+  and without any default it is refused, saying how to set one;
 - ``correlation``: a list of correlation keys (strings), the Event's explicit targets;
 - ``work_id`` / ``execution_id``: integers naming an explicit Work / Execution.
+
+Binary data comes as ``data_base64`` (base64 text, never beside ``data``): it is kept as
+canonical base64 text with ``binary_data`` set, and given back as ``data_base64``.
 
 Every other attribute is a CloudEvents extension attribute: its name must be lowercase
 ``a-z0-9`` and its value a string, integer or boolean; it is kept in ``extensions``
@@ -34,6 +39,8 @@ it refuses an object with the same key twice (which value was meant is unknowabl
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 import math
@@ -46,10 +53,10 @@ from typing import Any
 from django.conf import settings
 
 from causal.limits import is_reserved
+from causal.models import DEFAULT_DATACONTENTTYPE
 from causal.services import Envelope
 
 SPECVERSION = "1.0"
-DEFAULT_DATACONTENTTYPE = "application/json"
 
 # Column sizes of causal.models.Event / EventKey: checked here so that both backends refuse
 # the same input with the same message (SQLite would store an over-long string silently).
@@ -65,7 +72,18 @@ MAX_EXTENSION_NAME = 20
 BIGINT_MAX = 2**63 - 1
 
 CLOUDEVENTS_ATTRIBUTES = frozenset(
-    {"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data"}
+    {
+        "specversion",
+        "id",
+        "source",
+        "type",
+        "subject",
+        "time",
+        "datacontenttype",
+        "dataschema",
+        "data",
+        "data_base64",
+    }
 )
 ROUTER_FIELDS = frozenset({"scope", "correlation", "work_id", "execution_id"})
 EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
@@ -77,6 +95,13 @@ RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d
 # worklife.lifecycle). Untrusted callers may not use them.
 RESERVED_ID_PREFIXES = ("reroute/", "timer/", "wait-woken/", "work-created/", "emit/")
 RESERVED_SOURCE_PREFIXES = ("conduit.work/",)
+# What an Event without a scope and without a default is told (item 4 of issue 37).
+NO_SCOPE = (
+    "scope is required: send the scope path this Event belongs to (the 'scope' attribute, or the "
+    "ce-scope header in binary mode), or set a default scope: the API token's (manage.py api_token "
+    "create USER --default-scope PATH) or the configuration's (default_scope: PATH at the top of "
+    "the document)"
+)
 
 
 class EnvelopeInvalid(ValueError):
@@ -344,11 +369,14 @@ def _read_lines(text: str) -> list[Document]:
     return documents
 
 
-def parse_envelope(obj: Any, *, trusted: bool = False, depth_checked: bool = False) -> Envelope:
+def parse_envelope(
+    obj: Any, *, trusted: bool = False, depth_checked: bool = False, default_scope: str | None = None
+) -> Envelope:
     """Validate one decoded structured-mode CloudEvent and return its :class:`Envelope`.
 
-    ``trusted`` is for core code only: it allows the reserved ``core`` type and source
-    families. ``depth_checked`` says ``obj`` was decoded from JSON text that
+    ``default_scope`` is the scope an Event without ``scope`` takes (checked as a sent one is);
+    without either it is refused with :data:`NO_SCOPE`. ``trusted`` is for core code only: it
+    allows the reserved ``core`` type and source families. ``depth_checked`` says ``obj`` was decoded from JSON text that
     :func:`check_text_depth` passed (:func:`loads`, :func:`parse_json`,
     :func:`read_documents`): a value is never nested deeper than its text, nor an element
     deeper than its array, so its own depth is not walked again. Raises
@@ -389,13 +417,21 @@ def parse_envelope(obj: Any, *, trusted: bool = False, depth_checked: bool = Fal
     datacontenttype = (
         _optional_string(attrs, "datacontenttype", MAX_DATACONTENTTYPE) or DEFAULT_DATACONTENTTYPE
     )
-    if "data_base64" in attrs:
-        raise EnvelopeInvalid(
-            "data_base64", "binary data (data_base64) is not supported: send the data as JSON in 'data'"
-        )
-    data = attrs.get("data")
-    _check_json_value(data, "data")
+    binary_data = "data_base64" in attrs
+    if binary_data:
+        if attrs.get("data") is not None:
+            raise EnvelopeInvalid(
+                "data_base64", "an Event has data or data_base64, not both (CloudEvents JSON format)"
+            )
+        data = _base64(attrs["data_base64"])
+    else:
+        data = attrs.get("data")
+        _check_json_value(data, "data")
 
+    if "scope" not in attrs:
+        if default_scope is None:
+            raise EnvelopeInvalid("scope", NO_SCOPE)
+        attrs["scope"] = default_scope
     scope = _required_string(attrs, "scope", MAX_SCOPE)
     correlation = _correlation(attrs)
     work_id = _optional_id(attrs, "work_id")
@@ -419,6 +455,7 @@ def parse_envelope(obj: Any, *, trusted: bool = False, depth_checked: bool = Fal
         specversion=specversion,
         datacontenttype=datacontenttype,
         data=data,
+        binary_data=binary_data,
         extensions=extensions,
         correlation=correlation,
         work_id=work_id,
@@ -426,14 +463,18 @@ def parse_envelope(obj: Any, *, trusted: bool = False, depth_checked: bool = Fal
     )
 
 
-def parse_envelopes(objs: list[Any], *, trusted: bool = False, depth_checked: bool = False) -> list[Envelope]:
+def parse_envelopes(
+    objs: list[Any], *, trusted: bool = False, depth_checked: bool = False, default_scope: str | None = None
+) -> list[Envelope]:
     """Validate every Event of a batch; raise :class:`BatchInvalid` listing all refusals.
-    ``depth_checked`` as for :func:`parse_envelope`."""
+    ``depth_checked`` and ``default_scope`` as for :func:`parse_envelope`."""
     envelopes: list[Envelope] = []
     errors: list[EnvelopeInvalid] = []
     for index, obj in enumerate(objs):
         try:
-            envelopes.append(parse_envelope(obj, trusted=trusted, depth_checked=depth_checked))
+            envelopes.append(
+                parse_envelope(obj, trusted=trusted, depth_checked=depth_checked, default_scope=default_scope)
+            )
         except EnvelopeInvalid as exc:
             errors.append(exc.at(index))
     if errors:
@@ -495,6 +536,20 @@ def _optional_string(
         raise EnvelopeInvalid(name, f"{name} is {len(value)} characters long; the limit is {max_length}")
     _check_text(value, name)
     return value
+
+
+def _base64(value: Any) -> str:
+    """Binary data sent as base64 text (RFC 4648, padded), as canonical base64 text: the same
+    bytes are the same Event however they were written."""
+    if not isinstance(value, str):
+        raise EnvelopeInvalid("data_base64", f"data_base64 must be a base64 string, not {kind_of(value)}")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EnvelopeInvalid(
+            "data_base64", f"data_base64 is not base64 text (RFC 4648: A-Z a-z 0-9 + / and = padding): {exc}"
+        ) from None
+    return base64.b64encode(raw).decode("ascii")
 
 
 def _optional_time(attrs: dict[str, Any], name: str) -> datetime | None:

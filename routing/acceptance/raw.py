@@ -36,6 +36,8 @@ def raw_envelope(event: Event) -> dict[str, Any]:
     if event.execution_id is not None:
         envelope["execution_id"] = event.execution_id
     envelope.update(event.extensions or {})
-    if event.data is not None:
+    if event.binary_data:
+        envelope["data_base64"] = event.data
+    elif event.data is not None:
         envelope["data"] = event.data
     return envelope

@@ -33,16 +33,26 @@ from routing.acceptance.envelopes import (
     parse_envelope,
     parse_envelopes,
 )
-from routing.config.selectors import live_generation
+from routing.config.selectors import live_default_scope, live_generation
 from routing.models import Generation, GenerationKind, Scope
 
 # --- acceptance -----------------------------------------------------------------------------
 
 
 def event_accept(
-    *, payload: Any, clock: Clock, accepted_by: str = "", trusted: bool = False, depth_checked: bool = False
+    *,
+    payload: Any,
+    clock: Clock,
+    accepted_by: str = "",
+    trusted: bool = False,
+    depth_checked: bool = False,
+    default_scope: str | None = None,
 ) -> Accepted:
     """Validate one offered Event (a decoded structured-mode CloudEvent) and accept it.
+
+    An Event without ``scope`` takes ``default_scope`` (its sender's: an API token's, a
+    receiver's), else the live configuration's ``default_scope``; without either it is refused
+    saying how to set one (:data:`~routing.acceptance.envelopes.NO_SCOPE`).
 
     The durable commit is the acknowledgement. The same ``(source, id)`` accepted before with
     the same body returns that Event with ``created=False`` and stores nothing; with another
@@ -53,7 +63,12 @@ def event_accept(
     ``depth_checked``: the payload was decoded from JSON text whose depth was checked
     (:func:`routing.acceptance.envelopes.parse_envelope`).
     """
-    envelope = _validated(payload, trusted=trusted, depth_checked=depth_checked)
+    envelope = _validated(
+        payload,
+        trusted=trusted,
+        depth_checked=depth_checked,
+        default_scope=scope_default_for([payload], default_scope),
+    )
     if not connection.in_atomic_block:
         return ACCEPTANCES.accept(envelope, clock=clock, accepted_by=accepted_by)
     with transaction.atomic():
@@ -173,6 +188,7 @@ def events_accept(
     accepted_by: str = "",
     trusted: bool = False,
     depth_checked: bool = False,
+    default_scope: str | None = None,
 ) -> list[Accepted]:
     """Validate every Event of a batch, then accept them all in one transaction, in order.
 
@@ -180,11 +196,17 @@ def events_accept(
     every refusal (each with its ``index``) and nothing is stored. Duplicates (of earlier
     Events or of an earlier Event in the same batch) come back with ``created=False``; one
     with another body than the Event it repeats refuses the batch with
-    :class:`~routing.acceptance.envelopes.BatchConflict`. ``depth_checked`` as for :func:`event_accept`.
+    :class:`~routing.acceptance.envelopes.BatchConflict`. ``depth_checked`` and ``default_scope`` as
+    for :func:`event_accept`.
     """
     if not payloads:
         raise EnvelopeInvalid(None, "the batch is empty: it holds no Event")
-    envelopes = _validated_batch(payloads, trusted=trusted, depth_checked=depth_checked)
+    envelopes = _validated_batch(
+        payloads,
+        trusted=trusted,
+        depth_checked=depth_checked,
+        default_scope=scope_default_for(payloads, default_scope),
+    )
     with transaction.atomic():
         _refuse_unknown_scopes_in_tx(envelopes, batch=True)
         results = events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=accepted_by)
@@ -221,18 +243,34 @@ def duplicate_conflict(envelope: Envelope, accepted_event: Event) -> EventConfli
     )
 
 
-def _validated(payload: Any, *, trusted: bool, depth_checked: bool = False) -> Envelope:
-    envelope = parse_envelope(payload, trusted=trusted, depth_checked=depth_checked)
+def scope_default_for(payloads: Sequence[Any], given: str | None) -> str | None:
+    """The default scope of ``payloads``: ``given`` (the sender's), else, when one of them has
+    no scope, the live configuration's ``default_scope`` (one query, only then)."""
+    if given:
+        return given
+    if any(isinstance(payload, dict) and payload.get("scope") is None for payload in payloads):
+        return live_default_scope()
+    return None
+
+
+def _validated(
+    payload: Any, *, trusted: bool, depth_checked: bool = False, default_scope: str | None = None
+) -> Envelope:
+    envelope = parse_envelope(
+        payload, trusted=trusted, depth_checked=depth_checked, default_scope=default_scope
+    )
     check_event_size(payload)
     return envelope
 
 
 def _validated_batch(
-    payloads: Sequence[Any], *, trusted: bool, depth_checked: bool = False
+    payloads: Sequence[Any], *, trusted: bool, depth_checked: bool = False, default_scope: str | None = None
 ) -> list[Envelope]:
     errors: list[EnvelopeInvalid] = []
     try:
-        envelopes = parse_envelopes(list(payloads), trusted=trusted, depth_checked=depth_checked)
+        envelopes = parse_envelopes(
+            list(payloads), trusted=trusted, depth_checked=depth_checked, default_scope=default_scope
+        )
     except BatchInvalid as exc:
         errors.extend(exc.errors)
         envelopes = []

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from causal.clock import Clock
 from routing.access.roles import TOKEN_SCOPES
 from routing.access.tokens import token_digest, token_generate, token_well_formed
+from routing.config.validate import is_scope_path
 from routing.models import ApiToken
 
 # --- acceptance -----------------------------------------------------------------------------
@@ -41,14 +42,28 @@ class IssuedToken:
 
 
 def api_token_create(
-    *, user: AbstractBaseUser, name: str, clock: Clock, scopes: list[str] | None = None
+    *,
+    user: AbstractBaseUser,
+    name: str,
+    clock: Clock,
+    scopes: list[str] | None = None,
+    default_scope: str = "",
 ) -> IssuedToken:
     """Create an API token for ``user``; the returned secret is shown once and never stored.
 
     ``scopes`` (names of ``routing.access.roles.TOKEN_SCOPES``) narrows the token to those actions;
-    ``None`` lets it act with all of its user's permissions. Raises :class:`ApiTokenInvalid`
-    for an inactive user, a bad name or an unknown scope (nothing stored).
+    ``None`` lets it act with all of its user's permissions. ``default_scope`` is the scope path
+    an Event the token offers without a scope takes ("": the configuration's default). Raises
+    :class:`ApiTokenInvalid` for an inactive user, a bad name, an unknown scope or a malformed
+    default scope path (nothing stored).
     """
+    default_scope = default_scope.strip()
+    if default_scope and not is_scope_path(default_scope):
+        raise ApiTokenInvalid(
+            "default_scope",
+            f"{default_scope[:100]!r} is not a scope path (segments of letters, digits, '.', '_' or '-' "
+            "joined by '/', at most 255 characters)",
+        )
     if scopes is not None:
         unknown = sorted(set(scopes) - set(TOKEN_SCOPES))
         if unknown or not scopes:
@@ -78,12 +93,13 @@ def api_token_create(
             digest=token_digest(secret),
             created_at=clock(),
             scopes=scopes,
+            default_scope=default_scope,
         )
     return IssuedToken(token=token, secret=secret)
 
 
 def api_token_create_for_username(
-    *, username: str, name: str, clock: Clock, scopes: list[str] | None = None
+    *, username: str, name: str, clock: Clock, scopes: list[str] | None = None, default_scope: str = ""
 ) -> IssuedToken:
     """Create an API token for the user named ``username`` (see :func:`api_token_create`)."""
     user_model = get_user_model()
@@ -91,7 +107,7 @@ def api_token_create_for_username(
         user = user_model._default_manager.get_by_natural_key(username)
     except user_model.DoesNotExist:
         raise ApiTokenInvalid("USERNAME", f"no user named {username!r}") from None
-    return api_token_create(user=user, name=name, clock=clock, scopes=scopes)
+    return api_token_create(user=user, name=name, clock=clock, scopes=scopes, default_scope=default_scope)
 
 
 def api_token_revoke(*, prefix: str, clock: Clock) -> ApiToken:

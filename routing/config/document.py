@@ -55,6 +55,8 @@ class ParsedDocument:
     version: int
     scopes: tuple[ParsedScope, ...]
     text: str = ""
+    # The scope an Event offered without one takes, when its sender names none ("": none).
+    default_scope: str = ""
 
     @property
     def digest(self) -> str:

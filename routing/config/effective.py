@@ -85,11 +85,13 @@ class EffectiveScope:
 @dataclass(frozen=True)
 class Configuration:
     """One generation's effective configuration, immutable. ``label`` is the generation
-    number (``"3"``) or ``"candidate"``."""
+    number (``"3"``) or ``"candidate"``; ``default_scope`` the scope an Event offered without
+    one takes ("": none)."""
 
     generation_id: int
     label: str
     scopes: Mapping[str, EffectiveScope]
+    default_scope: str = ""
 
     def scope(self, path: str) -> EffectiveScope | None:
         """The effective scope declared at ``path``, or ``None``."""
@@ -172,12 +174,21 @@ def _resolve(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
 
 
 def build_configuration(
-    scopes: Iterable[ParsedScope], *, generation_id: int = 0, label: str = "candidate"
+    scopes: Iterable[ParsedScope],
+    *,
+    generation_id: int = 0,
+    label: str = "candidate",
+    default_scope: str = "",
 ) -> Configuration:
     """The effective configuration of declared scopes (a parsed document's, or a stored
     generation's). Everything is copied and frozen: changing the declarations' dicts afterwards
     changes nothing (R1)."""
-    return Configuration(generation_id=generation_id, label=label, scopes=MappingProxyType(_resolve(scopes)))
+    return Configuration(
+        generation_id=generation_id,
+        label=label,
+        scopes=MappingProxyType(_resolve(scopes)),
+        default_scope=default_scope,
+    )
 
 
 def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:

@@ -82,12 +82,30 @@ def _read_configuration(generation: Generation) -> Configuration:
         )
         for row in rows
     ]
-    return build_configuration(declared, generation_id=generation.pk, label=generation.label)
+    return build_configuration(
+        declared, generation_id=generation.pk, label=generation.label, default_scope=generation.default_scope
+    )
 
 
 def live_generation() -> Generation | None:
     """The newest applied generation (the live one), or ``None`` before the first apply."""
     return Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").first()
+
+
+def live_default_scope() -> str | None:
+    """The live generation's ``default_scope`` (what an Event offered without a scope and
+    without its sender's default takes), or ``None`` when it names none."""
+    rows = _LIVE_DEFAULT_SCOPE.rows()
+    return (rows[0][0] or None) if rows else None
+
+
+_LIVE_DEFAULT_SCOPE = CompiledOnce(
+    lambda: (
+        Generation.objects.filter(kind=GenerationKind.APPLIED)
+        .order_by("-number")
+        .values_list("default_scope")[:1]
+    )
+)
 
 
 def live_generation_id() -> int | None:

@@ -64,6 +64,7 @@ def _config_store_in_tx(
         digest=parsed.digest,
         created_at=clock(),
         created_by=created_by,
+        default_scope=parsed.default_scope,
     )
     bindings: list[Binding] = []
     routes: list[Route] = []

@@ -39,10 +39,16 @@ _SCOPE_PATH = re.compile(rf"^{_SEGMENT}(/{_SEGMENT})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 
-_DOCUMENT_KEYS = ("version", "scopes")
+_DOCUMENT_KEYS = ("version", "default_scope", "scopes")
 _SCOPE_KEYS = ("path", "bindings", "routes")
 _BINDING_KEYS = ("executor", "settings", "controls")
 _ROUTE_KEYS = ("slot", "handler", "params", "binding", "policy", "fallback", "start")
+
+
+def is_scope_path(path: str) -> bool:
+    """Whether ``path`` is written as a scope path may be (``acme/web``): segments of letters,
+    digits, '.', '_' or '-' joined by single '/', at most 255 characters."""
+    return bool(_SCOPE_PATH.match(path)) and len(path) <= _PATH_MAX
 
 
 def _kind(value: Any) -> str:
@@ -146,11 +152,31 @@ class _Validator:
             self.problem("scopes", "declare at least one scope")
         else:
             scopes = self.scopes(raw_scopes)
+        default_scope = self.default_scope(root.get("default_scope"), scopes)
         self.effective(scopes)
         if self.problems:
             # In document order, as an editor shows them (stable: same line keeps its order).
             raise ConfigInvalid(sorted(self.problems, key=lambda p: (p.line is None, p.line or 0)))
-        return ParsedDocument(version=version, scopes=tuple(scopes), text=self.text)
+        return ParsedDocument(
+            version=version, scopes=tuple(scopes), text=self.text, default_scope=default_scope
+        )
+
+    def default_scope(self, value: Any, scopes: list[ParsedScope]) -> str:
+        """The document's ``default_scope``: a scope it declares, or "" when it names none."""
+        if value is None:
+            return ""
+        path = self.string(value, "default_scope")
+        if path is None:
+            return ""
+        declared = [scope.path for scope in scopes]
+        if path not in declared:
+            listed = ", ".join(repr(p) for p in declared[:10]) + (", …" if len(declared) > 10 else "")
+            self.problem(
+                "default_scope",
+                f"unknown scope {path!r}: the default scope must be one this document declares ({listed})",
+            )
+            return ""
+        return path
 
     def scopes(self, raw_scopes: list[Any]) -> list[ParsedScope]:
         parsed: list[ParsedScope] = []
@@ -163,7 +189,7 @@ class _Validator:
             self.keys(scope, place, _SCOPE_KEYS)
             path = self.string(scope.get("path"), f"{place}.path", required=True)
             if path is not None:
-                if not _SCOPE_PATH.match(path) or len(path) > _PATH_MAX:
+                if not is_scope_path(path):
                     self.problem(
                         f"{place}.path",
                         f"bad scope path {path!r}: segments of letters, digits, '.', '_' or '-' (each "

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -46,7 +46,7 @@ from django.db.models import Q, QuerySet
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
-from causal.services import Envelope, event_accept_in_tx
+from causal.services import event_accept_in_tx, event_envelope
 from routing.controls.common import (
     actor_name,
     control_event_in_tx,
@@ -380,21 +380,7 @@ def _accept_copy_in_tx(event: Event, *, by: str, clock: Clock) -> Event:
             message=f"Event #{event.seq} was already rerouted as the copy #{existing} ({copy_id})",
             copy_seq=existing,
         )
-    envelope = Envelope(
-        id=copy_id,
-        source=event.source,
-        type=event.type,
-        scope=event.scope,
-        subject=event.subject,
-        time=event.time,
-        specversion=event.specversion,
-        datacontenttype=event.datacontenttype,
-        data=event.data,
-        extensions=dict(event.extensions or {}),
-        correlation=tuple(event.correlation or ()),
-        work_id=event.work_id,
-        execution_id=event.execution_id,
-    )
+    envelope = replace(event_envelope(event), id=copy_id)
     return event_accept_in_tx(envelope=envelope, clock=clock, parent=event.parent, accepted_by=by).event
 
 

@@ -120,17 +120,20 @@ def trace(
     generation: str | None = None,
     operator: bool = False,
     options: RouterOptions | None = None,
+    default_scope: str | None = None,
 ) -> TraceResult:
     """Trace ``payload`` (a structured-mode CloudEvent with ``scope``) against the live
     generation, or the one ``generation`` names (``"3"``, ``"candidate:12"``).
 
-    ``operator`` traces an Event an operator would send (source ``core.manual``, R30)."""
+    ``operator`` traces an Event an operator would send (source ``core.manual``, R30).
+    ``default_scope`` is the sender's default scope (an API token's), as acceptance takes it;
+    without it an Event without a scope takes the generation's ``default_scope``."""
     target = find_generation(generation) if generation else live_generation()
     if target is None:
         raise TraceRefused("scope", "no configuration has been applied yet")
     router = build_router(clock=clock, generation=target, options=options or RouterOptions(workers=1))
     try:
-        return _trace(router, payload, operator=operator)
+        return _trace(router, payload, operator=operator, default_scope=default_scope)
     finally:
         router.close()
 
@@ -322,8 +325,15 @@ def samples(*, scope: str, clock: Clock, generation: str | None = None) -> list[
         router.close()
 
 
-def _trace(router: Router, payload: Any, *, operator: bool, reads: TraceReads | None = None) -> TraceResult:
-    envelope = _admitted(router, payload, operator=operator)
+def _trace(
+    router: Router,
+    payload: Any,
+    *,
+    operator: bool,
+    reads: TraceReads | None = None,
+    default_scope: str | None = None,
+) -> TraceResult:
+    envelope = _admitted(router, payload, operator=operator, default_scope=default_scope)
     label = router.configuration.label
     with read_snapshot():
         # A run of traces (``reads`` given) shares what they read alike; a lone trace reads
@@ -353,15 +363,18 @@ def _refuse_conflict(envelope: Envelope, accepted: int) -> None:
         raise TraceRefused("id", f"acceptance would refuse this Event (409): {conflict.message}")
 
 
-def _admitted(router: Router, payload: Any, *, operator: bool) -> Envelope:
+def _admitted(router: Router, payload: Any, *, operator: bool, default_scope: str | None = None) -> Envelope:
     """Refuse an Event acceptance would refuse (R38): a trace never explains an Event that
-    could not happen. Missing ``specversion``/``id`` are filled in as acceptance requires."""
+    could not happen. Missing ``specversion``/``id`` are filled in as acceptance requires, and
+    a missing scope is the sender's default, else the generation's (as acceptance takes it)."""
     if not isinstance(payload, dict):
         raise TraceRefused(None, "an Event must be a JSON object")
     offered = {"specversion": "1.0", "id": TRACE_ID, **payload}
     manual = operator and offered.get("source") == MANUAL_SOURCE
     try:
-        envelope = parse_envelope(offered, trusted=manual)
+        envelope = parse_envelope(
+            offered, trusted=manual, default_scope=default_scope or router.configuration.default_scope or None
+        )
         check_event_size(offered)
         if manual and is_reserved(envelope.type):
             raise EnvelopeInvalid("type", f"type {envelope.type!r} is reserved for core Events (core.*)")

@@ -129,8 +129,8 @@ def test_events_accept_json_output(acme):
     results = json.loads(out)["results"]
     assert len(results) == 1
     assert results[0]["created"] is True
-    assert results[0]["event"]["seq"] == Event.objects.get().seq
-    assert results[0]["event"]["correlation"] == ["k"]
+    assert results[0]["conduit"]["seq"] == Event.objects.get().seq
+    assert results[0]["conduit"]["correlation"] == ["k"]
 
 
 # --- refusals --------------------------------------------------------------------------------

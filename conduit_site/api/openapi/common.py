@@ -60,12 +60,22 @@ PARAMETERS: dict[str, Any] = {
         "description": "The candidate's id (``manage.py config candidate`` prints it).",
         "schema": ID,
     },
+    "event_format": {
+        "name": "format",
+        "in": "query",
+        "required": False,
+        "description": '`conduit` (the default): each Event as `{"event": <CloudEvent>, "conduit": '
+        "{...}}`; `cloudevent`: the bare structured-mode CloudEvent (`application/cloudevents+json`; a list "
+        "as `application/cloudevents-batch+json`).",
+        "schema": {"type": "string", "enum": ["conduit", "cloudevent"], "default": "conduit"},
+    },
 }
 """The path parameters naming records, each declared once under ``components/parameters``."""
 
 SEQ_PARAMETER = parameter_ref("seq")
 WORK_ID_PARAMETER = parameter_ref("work_id")
 CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
+EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
 
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
 NULLABLE_TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}

@@ -1,11 +1,13 @@
-"""Events in the OpenAPI document: accepting Events (one or a batch), reading one, and how it
-was routed or why it is not yet."""
+"""Events in the OpenAPI document: accepting Events (structured, binary or batch mode), the
+CloudEvents webhook validation handshake, listing and reading them (as CloudEvents with Conduit's
+fields beside them), and how one was routed or why it is not yet."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from conduit_site.api.openapi.common import (
+    EVENT_FORMAT_PARAMETER,
     ID,
     NULLABLE_TIMESTAMP,
     SEQ_PARAMETER,
@@ -14,12 +16,14 @@ from conduit_site.api.openapi.common import (
     ref,
     response_ref,
 )
+from routing.selectors import MAX_LIST_LIMIT, QUERY_MAX_LENGTH
 
 TAG: dict[str, str] = {
     "name": "events",
     "description": (
-        "Accept Events, one or a batch (the durable commit is the acknowledgement), read one by its "
-        "seq, and see how it was routed or why it is not yet."
+        "Accept Events in every CloudEvents HTTP mode (structured, binary, batch; the durable commit is "
+        "the acknowledgement), answer the CloudEvents webhook validation handshake, list and read Events "
+        "as CloudEvents, and see how one was routed or why it is not yet."
     ),
 }
 """Every operation of ``PATHS`` has this tag."""
@@ -29,10 +33,11 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "A structured-mode CloudEvent 1.0 with the router's fields beside the attributes. "
         "Any other attribute is a CloudEvents extension attribute: its name is 1 to 20 lowercase "
-        "letters a-z and digits 0-9, its value a string, an integer or a boolean; it is kept in "
-        "`extensions`. A null optional attribute is an absent one. Types and sources `core` and "
-        "`core.*` are reserved for core Events.",
-        "required": ["specversion", "id", "source", "type", "scope"],
+        "letters a-z and digits 0-9, its value a string, an integer or a boolean. A null optional "
+        "attribute is an absent one. Types and sources `core` and `core.*` are reserved for core Events. "
+        "Without `scope` the Event takes the token's default scope, else the configuration's "
+        "`default_scope`; without either it is refused (400).",
+        "required": ["specversion", "id", "source", "type"],
         "properties": {
             "specversion": {"type": "string", "const": "1.0"},
             "id": {"type": "string", "minLength": 1, "maxLength": 512, "description": "Unique per source."},
@@ -41,12 +46,18 @@ SCHEMAS: dict[str, Any] = {
             "subject": {"type": "string", "maxLength": 512},
             "time": TIMESTAMP,
             "datacontenttype": {"type": "string", "default": "application/json", "maxLength": 255},
-            "dataschema": {"type": "string", "description": "Kept in `extensions`."},
+            "dataschema": {"type": "string"},
             "data": {"description": "Any JSON value (finite numbers, no NUL characters)."},
+            "data_base64": {
+                "type": "string",
+                "contentEncoding": "base64",
+                "description": "Binary data as base64 text, instead of `data`.",
+            },
             "scope": {
                 "type": "string",
                 "maxLength": 255,
-                "description": "A scope path of the live configuration generation.",
+                "description": "A scope path of the live configuration generation; by default the token's "
+                "default scope, else the configuration's `default_scope`.",
             },
             "correlation": {
                 "type": "array",
@@ -64,37 +75,56 @@ SCHEMAS: dict[str, Any] = {
     "CloudEventOrBatch": {
         "oneOf": [ref("CloudEventInput"), {"type": "array", "items": ref("CloudEventInput")}]
     },
-    "Event": {
+    "CloudEvent": {
         "type": "object",
-        "description": "An accepted Event.",
-        "required": [
-            "seq",
-            "specversion",
-            "id",
-            "source",
-            "type",
-            "scope",
-            "accepted_at",
-            "route_state",
-        ],
+        "description": "An accepted Event as a structured-mode CloudEvent 1.0 (JSON format), as the "
+        "official SDKs read it: the attributes, `scope` and the other extension attributes flat beside them "
+        "(lower-case letters and digits), and `data`, or `data_base64` for binary data. Optional "
+        "attributes the Event has not are left out, as is the default `datacontenttype` "
+        "(application/json).",
+        "required": ["specversion", "id", "source", "type", "scope"],
         "properties": {
-            "seq": {"type": "integer", "description": "Place in the acceptance order."},
-            "specversion": {"type": "string"},
+            "specversion": {"type": "string", "const": "1.0"},
             "id": {"type": "string"},
             "source": {"type": "string"},
             "type": {"type": "string"},
             "subject": {"type": "string"},
-            "time": NULLABLE_TIMESTAMP,
+            "time": TIMESTAMP,
             "datacontenttype": {"type": "string"},
+            "dataschema": {"type": "string"},
+            "scope": {"type": "string", "description": "The scope path the Event belongs to (an extension)."},
             "data": {},
-            "extensions": {
-                "type": "object",
-                "additionalProperties": {"type": ["string", "integer", "boolean"]},
+            "data_base64": {"type": "string", "contentEncoding": "base64"},
+        },
+        "propertyNames": {"pattern": "^(data_base64|[a-z0-9]+)$"},
+        "additionalProperties": {"type": ["string", "integer", "boolean"]},
+    },
+    "ConduitFields": {
+        "type": "object",
+        "description": "What Conduit knows of an Event beyond its CloudEvent.",
+        "required": [
+            "seq",
+            "correlation",
+            "work_id",
+            "execution_id",
+            "parent_seq",
+            "root_seq",
+            "depth",
+            "accepted_at",
+            "accepted_by",
+            "route_state",
+            "routed_at",
+            "unrouted_reason",
+        ],
+        "properties": {
+            "seq": {"type": "integer", "description": "Place in the acceptance order."},
+            "correlation": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Correlation keys: the Event's explicit targets.",
             },
-            "scope": {"type": "string"},
-            "correlation": {"type": "array", "items": {"type": "string"}},
-            "work_id": {"type": ["integer", "null"]},
-            "execution_id": {"type": ["integer", "null"]},
+            "work_id": {"type": ["integer", "null"], "description": "An explicit target Work."},
+            "execution_id": {"type": ["integer", "null"], "description": "An explicit target Execution."},
             "parent_seq": {"type": ["integer", "null"], "description": "The causal parent, when derived."},
             "root_seq": {
                 "type": "integer",
@@ -108,6 +138,33 @@ SCHEMAS: dict[str, Any] = {
             "unrouted_reason": {"type": "string", "description": "Why an unrouted Event is still unrouted."},
         },
     },
+    "Event": {
+        "type": "object",
+        "description": "An accepted Event: its CloudEvent, and Conduit's own fields beside it (never in it).",
+        "required": ["event", "conduit"],
+        "properties": {"event": ref("CloudEvent"), "conduit": ref("ConduitFields")},
+    },
+    "EventWithRoute": {
+        "type": "object",
+        "description": "An Event with its route, as `events list --json` prints it.",
+        "required": ["event", "conduit", "route"],
+        "properties": {
+            "event": ref("CloudEvent"),
+            "conduit": ref("ConduitFields"),
+            "route": ref("EventRoute"),
+        },
+    },
+    "EventPage": {
+        "type": "object",
+        "required": ["events", "next_after"],
+        "properties": {
+            "events": {"type": "array", "items": ref("EventWithRoute")},
+            "next_after": {
+                "type": ["integer", "null"],
+                "description": "Pass it as `after` for the next page; null on the last one.",
+            },
+        },
+    },
     "AcceptedBatch": {
         "type": "object",
         "required": ["results"],
@@ -116,8 +173,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "required": ["created", "event"],
-                    "properties": {"created": {"type": "boolean"}, "event": ref("Event")},
+                    "required": ["created", "event", "conduit"],
+                    "properties": {
+                        "created": {"type": "boolean"},
+                        "event": ref("CloudEvent"),
+                        "conduit": ref("ConduitFields"),
+                    },
                 },
             }
         },
@@ -242,15 +303,122 @@ SCHEMAS: dict[str, Any] = {
 
 RESPONSES: dict[str, Any] = {}
 
+BINARY_HEADERS = (
+    (
+        "specversion",
+        "`1.0`. Any ce-* header makes a request binary mode unless its Content-Type is a CloudEvents one.",
+    ),
+    ("id", "The Event's id (unique per source)."),
+    ("source", "The Event's source."),
+    ("type", "The Event's type."),
+    ("subject", "The Event's subject."),
+    ("time", "An RFC 3339 timestamp."),
+    ("scope", "The scope path (else the token's default scope, else the configuration's)."),
+)
+
+
+def _list_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
+LIST_PARAMETERS: list[dict[str, Any]] = [
+    _list_parameter(
+        "query",
+        "An envelope id or subject, exactly, or a seq (digits, `#` optional).",
+        {"type": "string", "maxLength": QUERY_MAX_LENGTH},
+    ),
+    _list_parameter("scope", "Only Events of this scope path.", {"type": "string", "maxLength": 255}),
+    _list_parameter(
+        "subtree", "With `scope`: also every scope under it.", {"type": "string", "enum": ["true", "false"]}
+    ),
+    _list_parameter(
+        "type",
+        "An Event type, or a glob (`*` any characters, `?` one; case-sensitive): `github.*`.",
+        {"type": "string", "maxLength": 255},
+    ),
+    _list_parameter(
+        "state",
+        "Only Events in this route state.",
+        {"type": "string", "enum": ["unrouted", "routed", "skipped", "failed"]},
+    ),
+    _list_parameter(
+        "policy",
+        "Only Events whose route record has this policy (unmatched, drop, start, queue…).",
+        {"type": "string", "maxLength": 32},
+    ),
+    _list_parameter("work", "Only Events routed on this Work or naming it as their target.", ID),
+    _list_parameter(
+        "since", "Only Events accepted at or after this ISO 8601 time (UTC without an offset).", TIMESTAMP
+    ),
+    _list_parameter(
+        "until", "Only Events accepted before this ISO 8601 time (UTC without an offset).", TIMESTAMP
+    ),
+    _list_parameter(
+        "limit", "Events a page (default 50).", {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT}
+    ),
+    _list_parameter("after", "The `next_after` of the previous page.", ID),
+    _list_parameter(
+        "oldest", "Oldest first; the default is newest first.", {"type": "string", "enum": ["true", "false"]}
+    ),
+    EVENT_FORMAT_PARAMETER,
+]
+
 PATHS: dict[str, Any] = {
     "/api/events": {
+        "get": {
+            "operationId": "events_list",
+            "summary": "List Events",
+            "description": "Events newest first (`oldest`: oldest first), filtered as the console's Events "
+            "list and `manage.py events list` filter them, each with its route, paged by keyset: pass "
+            "`next_after` as `after` for the next page. With `format=cloudevent` the page is a CloudEvents "
+            "batch (`application/cloudevents-batch+json`) and the next page's `after` is in the "
+            "`Conduit-Next-After` header.",
+            "parameters": LIST_PARAMETERS,
+            "responses": {
+                "200": {
+                    "description": "A page of Events.",
+                    "headers": {
+                        "Conduit-Next-After": {
+                            "schema": {"type": "string"},
+                            "description": "With format=cloudevent: `after` for the next page (absent on the "
+                            "last).",
+                        }
+                    },
+                    "content": {
+                        "application/json": {"schema": ref("EventPage")},
+                        "application/cloudevents-batch+json": {
+                            "schema": {"type": "array", "items": ref("CloudEvent")}
+                        },
+                    },
+                },
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        },
         "post": {
             "operationId": "events_accept",
             "summary": "Accept an Event, or a batch of Events",
-            "description": "A JSON object is one Event; a JSON array is a batch, validated whole and accepted "
-            "in one transaction (all or nothing). The durable commit is the acknowledgement. The same "
-            "(source, id) accepted again with the same body returns the first Event and stores nothing "
-            "(200); with another body it is refused (409) with both bodies' digests.",
+            "description": "Every mode of the CloudEvents HTTP binding. Structured mode "
+            "(`application/cloudevents+json`, or `application/json`): a JSON object is one Event. Batch mode "
+            "(`application/cloudevents-batch+json`, or a JSON array as `application/json`): validated whole "
+            "and accepted in one transaction (all or nothing). Binary mode (any other Content-Type, or "
+            "`application/json`, with `ce-*` headers): the attributes are the `ce-*` headers "
+            "(percent-encoded), the Content-Type is the `datacontenttype` and the body the data: JSON "
+            "types are parsed, other data is kept as text, or as `data_base64` when it is not UTF-8; the "
+            "same checks apply. The durable commit is the acknowledgement. The same (source, id) accepted "
+            "again with the same body returns the first Event and stores nothing (200); with another body "
+            "it is refused (409) with both bodies' digests.",
+            "parameters": [
+                {
+                    "name": f"ce-{name}",
+                    "in": "header",
+                    "required": False,
+                    "description": f"Binary mode: {description}",
+                    "schema": {"type": "string"},
+                }
+                for name, description in BINARY_HEADERS
+            ],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -284,15 +452,67 @@ PATHS: dict[str, Any] = {
                 "413": response_ref("TooLarge"),
                 "415": response_ref("UnsupportedMediaType"),
             },
-        }
+        },
+        "options": {
+            "operationId": "events_webhook_validation",
+            "summary": "The CloudEvents webhook validation handshake",
+            "description": "Abuse protection of the CloudEvents Webhook specification: a sender asks with "
+            "`WebHook-Request-Origin` whether it may deliver; the answer allows its origin, at any rate. "
+            "No token is needed (senders send none) and nothing is read or stored: accepting Events still "
+            "needs one.",
+            "security": [],
+            "parameters": [
+                {
+                    "name": "WebHook-Request-Origin",
+                    "in": "header",
+                    "required": False,
+                    "description": "The sender's host name.",
+                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
+                },
+                {
+                    "name": "WebHook-Request-Rate",
+                    "in": "header",
+                    "required": False,
+                    "description": "The rate the sender asks for (requests a minute); any is allowed.",
+                    "schema": {"type": "string"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
+                    "headers": {
+                        "Allow": {"schema": {"type": "string"}, "description": "GET, POST, OPTIONS"},
+                        "WebHook-Allowed-Origin": {
+                            "schema": {"type": "string"},
+                            "description": "The origin asked for.",
+                        },
+                        "WebHook-Allowed-Rate": {
+                            "schema": {"type": "string"},
+                            "description": "`*`: no limit.",
+                        },
+                    },
+                },
+                "400": response_ref("Invalid"),
+            },
+        },
     },
     "/api/events/{seq}": {
         "get": {
             "operationId": "event_detail",
             "summary": "An Event by its seq",
-            "parameters": [SEQ_PARAMETER],
+            "description": 'The Event as `{"event": <CloudEvent>, "conduit": {...}}`, or with '
+            "`format=cloudevent` the bare structured-mode CloudEvent (`application/cloudevents+json`), which "
+            "the official CloudEvents SDKs read as it is.",
+            "parameters": [SEQ_PARAMETER, EVENT_FORMAT_PARAMETER],
             "responses": {
-                "200": {"description": "The Event.", "content": json_content(ref("Event"))},
+                "200": {
+                    "description": "The Event.",
+                    "content": {
+                        "application/json": {"schema": ref("Event")},
+                        "application/cloudevents+json": {"schema": ref("CloudEvent")},
+                    },
+                },
+                "400": response_ref("Invalid"),
                 "401": response_ref("Unauthorized"),
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),

@@ -216,7 +216,9 @@ PATHS: dict[str, Any] = {
                         "properties": {
                             "event": {
                                 "type": "object",
-                                "description": "A structured-mode CloudEvent with `scope`.",
+                                "description": "A structured-mode CloudEvent; without `scope` it takes the token's "
+                                "default scope, else the traced generation's `default_scope`, as acceptance "
+                                "would.",
                             },
                             "generation": {"type": "string"},
                             "operator": {"type": "boolean", "default": False},

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from routing.acceptance.services import live_scopes_among
 from routing.access import services
 from routing.access.roles import TOKEN_SCOPES, RoleError, token_scopes_parse
 from routing.selectors import api_tokens_list
@@ -35,6 +36,13 @@ def create_arguments(parser: CommandParser) -> None:
         f"{', '.join(TOKEN_SCOPES)} (e.g. --only accept for a webhook sender, which then cannot "
         "read). Without it the token acts with all of its user's permissions.",
     )
+    parser.add_argument(
+        "--default-scope",
+        metavar="PATH",
+        default="",
+        help="The scope path (e.g. acme/web) an Event this token sends without a 'scope' takes. "
+        "Without it such an Event takes the configuration's default_scope, or is refused.",
+    )
 
 
 def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
@@ -42,16 +50,27 @@ def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
     try:
         scopes = None if options.get("only") is None else token_scopes_parse(options["only"])
         issued = services.api_token_create_for_username(
-            username=options["username"], name=options["name"], clock=system_clock, scopes=scopes
+            username=options["username"],
+            name=options["name"],
+            clock=system_clock,
+            scopes=scopes,
+            default_scope=options.get("default_scope") or "",
         )
     except (services.ApiTokenInvalid, RoleError) as exc:
         raise CommandError(str(exc)) from exc
     token = issued.token
     narrowed = f", narrowed to {', '.join(token.scopes)}" if token.scopes is not None else ""
+    if token.default_scope:
+        narrowed += f", default scope {token.default_scope}"
     command.stderr.write(
         f"Created API token {token.prefix} ({token.name!r}) for {token.user.get_username()}{narrowed}. "
         "Store the secret now: it is shown only this once."
     )
+    if token.default_scope and not live_scopes_among([token.default_scope]):
+        command.stderr.write(
+            f"Note: {token.default_scope} is not a scope of the live configuration: Events it defaults "
+            "are refused until one declares it."
+        )
     command.stdout.write(issued.secret)
 
 
@@ -74,6 +93,7 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
                     f"created {timestamp(token.created_at)}",
                     f"last used {timestamp(token.last_used_at) or 'never'}",
                     f"only {','.join(token.scopes)}" if token.scopes is not None else "all permissions",
+                    f"default scope {token.default_scope}" if token.default_scope else "no default scope",
                     state,
                 ]
             )

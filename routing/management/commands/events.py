@@ -85,8 +85,9 @@ def accept_arguments(parser: CommandParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="Print the results as JSON ({'results': [{'created': …, 'event': …}]}) and errors as a "
-        "JSON object on standard output.",
+        help="Print the results as JSON ({'results': [{'created': …, 'event': the CloudEvent, 'conduit': "
+        "Conduit's fields}]}, as POST /api/events answers a batch) and errors as a JSON object on "
+        "standard output.",
     )
 
 
@@ -200,8 +201,9 @@ def _json_argument(parser: CommandParser, what: str) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help=f"Print {what} as JSON (each Event as {{'event': …, 'route': …}}, the route as "
-        "GET /api/events/SEQ/route answers) and errors as a JSON object on standard output.",
+        help=f"Print {what} as JSON (each Event as GET /api/events answers it: {{'event': the CloudEvent, "
+        "'conduit': Conduit's fields, 'route': as GET /api/events/SEQ/route answers}) and errors as a "
+        "JSON object on standard output.",
     )
 
 
@@ -405,7 +407,7 @@ def _first_line(text: str) -> str:
 
 
 def _event_route_item(item: EventRoute) -> dict[str, Any]:
-    return {"event": event_json(item.event), "route": event_route_json(item)}
+    return {**event_json(item.event), "route": event_route_json(item)}
 
 
 def _refuse(command: BaseCommand, options: dict[str, Any], code: str, message: str) -> NoReturn:

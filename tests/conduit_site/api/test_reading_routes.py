@@ -333,7 +333,7 @@ def test_r13_r29_events_get_prints_why_an_event_is_unrouted(history):
 def test_r29_events_get_json_is_the_event_and_the_api_route(client, auth, history):
     for event in history.events:
         data = json.loads(events_command("get", str(event.seq), "--json"))
-        assert data == {"event": event_json(event), "route": get_route(client, auth, event.seq).json()}
+        assert data == {**event_json(event), "route": get_route(client, auth, event.seq).json()}
 
 
 def test_r29_events_get_unknown_seq_is_refused_naming_seq():
@@ -379,8 +379,8 @@ def test_r29_events_chain_prints_the_chain_from_its_root_with_routes_and_refusal
         *(f"  - {r['route']}: {r['reason']}" for r in REFUSALS),
     ]
     data = json.loads(events_command("chain", str(grandchild.seq), "--json"))
-    assert [item["event"]["seq"] for item in data["chain"]] == [root.seq, child.seq, grandchild.seq]
-    assert [item["event"]["depth"] for item in data["chain"]] == [0, 1, 2]
+    assert [item["conduit"]["seq"] for item in data["chain"]] == [root.seq, child.seq, grandchild.seq]
+    assert [item["conduit"]["depth"] for item in data["chain"]] == [0, 1, 2]
     assert [item["route"]["policy"] for item in data["chain"]] == ["start", "queue", "unmatched"]
     assert data["chain"][2]["route"]["refusals"] == REFUSALS
     # A root's chain is itself.
@@ -396,7 +396,7 @@ def test_r29_events_chain_unknown_seq_is_refused():
 
 
 def listed(*args: str) -> list[int]:
-    return [item["event"]["seq"] for item in json.loads(events_command("list", "--json", *args))["events"]]
+    return [item["conduit"]["seq"] for item in json.loads(events_command("list", "--json", *args))["events"]]
 
 
 def test_r29_events_list_newest_first_with_each_route(history):
@@ -455,15 +455,15 @@ def test_r29_events_list_pages_by_keyset_in_both_orders(clock):
     apply(clock)
     seqs = [accept(clock, "other.thing", {}).seq for _ in range(7)]
     first = json.loads(events_command("list", "--json", "--limit", "3"))
-    assert [i["event"]["seq"] for i in first["events"]] == seqs[::-1][:3]
+    assert [i["conduit"]["seq"] for i in first["events"]] == seqs[::-1][:3]
     assert first["next_after"] == seqs[::-1][2]
     second = json.loads(events_command("list", "--json", "--limit", "3", "--after", str(first["next_after"])))
-    assert [i["event"]["seq"] for i in second["events"]] == seqs[::-1][3:6]
+    assert [i["conduit"]["seq"] for i in second["events"]] == seqs[::-1][3:6]
     third = json.loads(events_command("list", "--json", "--limit", "3", "--after", str(second["next_after"])))
-    assert [i["event"]["seq"] for i in third["events"]] == seqs[:1]
+    assert [i["conduit"]["seq"] for i in third["events"]] == seqs[:1]
     assert third["next_after"] is None
     oldest = json.loads(events_command("list", "--json", "--oldest", "--limit", "4"))
-    assert [i["event"]["seq"] for i in oldest["events"]] == seqs[:4]
+    assert [i["conduit"]["seq"] for i in oldest["events"]] == seqs[:4]
     rest = listed("--oldest", "--limit", "4", "--after", str(oldest["next_after"]))
     assert rest == seqs[4:]
     out = events_command("list", "--limit", "3")

@@ -299,3 +299,25 @@ def test_i12_1_an_authenticated_token_carries_its_user_as_stored(clock):
     for field in get_user_model()._meta.concrete_fields:
         assert getattr(found.user, field.attname) == getattr(stored.user, field.attname), field.name
     assert found.user.is_active is True and found.user.date_joined == stored.user.date_joined
+
+
+# --- issue 37 item 4: a token's default scope --------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_i37_4_an_admin_gives_a_token_a_default_scope_and_a_bad_path_is_refused(client):
+    from routing.models import ApiToken
+    from tests.routing.factories import user_with_role
+
+    client.force_login(user_with_role("admin", username="boss"))
+    owner = user_with_role("operator", username="sender")
+    bad = client.post(
+        "/admin/routing/apitoken/add/", {"user": owner.pk, "name": "hook", "default_scope": "a//b"}
+    )
+    assert bad.status_code == 200 and b"Not a scope path" in bad.content
+    assert not ApiToken.objects.exists()
+    good = client.post(
+        "/admin/routing/apitoken/add/", {"user": owner.pk, "name": "hook", "default_scope": "acme/web"}
+    )
+    assert good.status_code == 200
+    assert ApiToken.objects.get(name="hook").default_scope == "acme/web"

@@ -158,7 +158,7 @@ def cli_seqs(**options) -> list[int]:
     out = io.StringIO()
     arguments = [f"--{k}" if v == "" else f"--{k}={v}" for k, v in options.items()]
     call_command("events", "list", "--json", *arguments, stdout=out)
-    return [item["event"]["seq"] for item in json.loads(out.getvalue())["events"]]
+    return [item["conduit"]["seq"] for item in json.loads(out.getvalue())["events"]]
 
 
 @pytest.mark.django_db

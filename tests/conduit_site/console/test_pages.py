@@ -260,6 +260,15 @@ def test_d4_event_page_without_a_record_says_why_and_htmx_gets_the_route_partial
     assert "conflicting identity: key owned by Work 3" in body
 
 
+def test_i37_3_the_event_page_says_binary_data_is_shown_as_base64(console):
+    binary = EventFactory(data="AP8=", binary_data=True, datacontenttype="image/png")
+    page = text(console.get(reverse("event-detail", args=[binary.seq])))
+    assert 'id="event-binary-data"' in page and "AP8=" in page
+    assert "&quot;data_base64&quot;: &quot;AP8=&quot;" in page  # the raw envelope, to offer again
+    plain = text(console.get(reverse("event-detail", args=[EventFactory().seq])))
+    assert 'id="event-binary-data"' not in plain
+
+
 def test_d4_missing_event_and_work_are_404(console):
     assert console.get(reverse("event-detail", args=[999999])).status_code == 404
     assert console.get(reverse("work-detail", args=[999999])).status_code == 404

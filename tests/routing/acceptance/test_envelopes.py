@@ -174,8 +174,38 @@ def test_ingress_extension_values_are_cloudevents_scalars(value):
     refused(cloud_event(ext=value), "ext")
 
 
-def test_ingress_binary_data_is_refused_with_a_reason():
-    refused(cloud_event(data=..., data_base64="aGVsbG8="), "data_base64")
+def test_i37_3_data_base64_is_kept_as_canonical_base64_binary_data():
+    envelope = parse_envelope(cloud_event(data=..., data_base64="AP8Q", datacontenttype="image/png"))
+    assert (envelope.data, envelope.binary_data, envelope.datacontenttype) == ("AP8Q", True, "image/png")
+    # A null data beside it is an absent one (the JSON format), and empty data is data.
+    assert parse_envelope(cloud_event(data=None, data_base64="")).binary_data is True
+    assert parse_envelope(cloud_event()).binary_data is False
+
+
+@pytest.mark.parametrize("value", ["not base64!", "aGVsbG8", "aGVs\nbG8=", 12, ["aGVsbG8="]])
+def test_i37_3_data_base64_that_is_not_base64_text_is_refused(value):
+    assert "base64" in refused(cloud_event(data=..., data_base64=value), "data_base64").message
+
+
+def test_i37_3_data_and_data_base64_together_are_refused():
+    error = refused(cloud_event(data={"a": 1}, data_base64="aGVsbG8="), "data_base64")
+    assert "not both" in error.message
+
+
+def test_i37_4_an_event_without_scope_takes_the_default_its_own_first():
+    assert parse_envelope(cloud_event(scope=...), default_scope="acme/web").scope == "acme/web"
+    assert parse_envelope(cloud_event(scope=None), default_scope="acme/web").scope == "acme/web"
+    assert parse_envelope(cloud_event(scope="acme"), default_scope="acme/web").scope == "acme"
+    # The default is checked as a sent scope is.
+    with pytest.raises(EnvelopeInvalid) as info:
+        parse_envelope(cloud_event(scope=...), default_scope="a" * 300)
+    assert info.value.field == "scope"
+
+
+def test_i37_4_without_scope_or_default_the_refusal_says_how_to_set_one():
+    error = refused(cloud_event(scope=...), "scope")
+    assert "api_token create USER --default-scope PATH" in error.message
+    assert "default_scope: PATH" in error.message
 
 
 @pytest.mark.parametrize(

@@ -899,3 +899,23 @@ def test_r6_demo_events_select_the_documented_route(name, expected):
     else:
         assert selected is not None and selected[:2] == (slot, declared_in)
         assert keys is None or selected[2] == keys
+
+
+# --- issue 37 item 4: the document's default scope ---------------------------------------------
+
+
+def test_i37_4_default_scope_is_stored_with_its_generation(clock):
+    generation = config_apply(
+        document=BASE.replace("version: 1\n", "version: 1\ndefault_scope: acme\n"), clock=clock
+    )
+    assert generation.default_scope == "acme"
+    assert load_configuration(generation).default_scope == "acme"
+    assert config_apply(document=BASE, clock=clock).default_scope == ""
+
+
+def test_i37_4_default_scope_must_name_a_declared_scope(clock):
+    document = BASE.replace("version: 1\n", "version: 1\ndefault_scope: acme/web\n")
+    refused(clock, document, "default_scope", "unknown scope 'acme/web'")
+    refused(
+        clock, BASE.replace("version: 1\n", "version: 1\ndefault_scope: [acme]\n"), "default_scope", "string"
+    )
