@@ -12,6 +12,10 @@ from django.db.models import Q
 
 from infra.fields import CodePointCharField
 
+# The Events a receiver accepted: their accepted_by is "receiver:<name>" (a user name never
+# holds ':'); routing.receivers names them so.
+RECEIVER_ACCEPTED = Q(accepted_by__startswith="receiver:")
+
 
 class RouteState(models.TextChoices):
     """Where an Event stands in routing. Every accepted Event ends in exactly one of the
@@ -106,6 +110,12 @@ class Event(models.Model):
                 fields=["routed_at", "accepted_at"],
                 name="event_routed_latency_idx",
                 condition=Q(route_state="routed"),
+            ),
+            # The Events a receiver accepted (accepted_by "receiver:<name>"), newest first: its
+            # last delivery on the Receivers page. Partial: Events of the API and the CLI are not
+            # in it. A query repeats the condition (RECEIVER_ACCEPTED) for the index to serve it.
+            models.Index(
+                fields=["accepted_by", "seq"], name="event_receiver_seq_idx", condition=RECEIVER_ACCEPTED
             ),
         ]
 

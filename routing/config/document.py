@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from routing.receivers.spec import ReceiverSpec
+
 
 @dataclass(frozen=True, slots=True)
 class ParsedBinding:
@@ -55,6 +57,7 @@ class ParsedDocument:
     version: int
     scopes: tuple[ParsedScope, ...]
     text: str = ""
+    receivers: tuple[ReceiverSpec, ...] = ()
 
     @property
     def digest(self) -> str:
