@@ -1,6 +1,10 @@
 """From a verified delivery to CloudEvents: reading the body, the optional templates a receiver
 declares (``type``, ``subject``…), and the structured-mode CloudEvent acceptance takes.
 
+A body is refused when it nests deeper than ``CONDUIT_MAX_JSON_DEPTH`` less one (the envelope
+around its data takes a level), before it is parsed; the Events built from it are then offered
+as depth-checked.
+
 A mapping is a pure function of the delivery and the receiver's declaration: the same delivery
 (a redelivery, a retry) maps to the same Event, which acceptance then stores once.
 """
@@ -14,7 +18,13 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-from routing.acceptance.envelopes import EnvelopeInvalid, kind_of, parse_json
+from routing.acceptance.envelopes import (
+    EnvelopeInvalid,
+    check_text_depth,
+    kind_of,
+    max_json_depth,
+    parse_json,
+)
 from routing.receivers.verify import Delivery, Refusal, Refused
 from routing.serializers import timestamp
 
@@ -72,10 +82,17 @@ def json_object(delivery: Delivery, *, sender: str, form_field: str | None = Non
 
 
 def _parse(raw: bytes | str, *, where: str) -> Any:
+    """One JSON document, at most one level less deep than an Event may be: mapped into an
+    Event's ``data`` it gains the envelope's level, and acceptance need not walk it again."""
     try:
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8-sig")
+        check_text_depth(raw, max_json_depth() - 1)
         return parse_json(raw)
+    except UnicodeDecodeError as exc:
+        raise invalid(f"{where} is not UTF-8 text (byte {exc.start})") from None
     except EnvelopeInvalid as exc:
-        raise invalid(f"{where} is not valid JSON: {exc.message}") from None
+        raise invalid(f"{where} cannot be read: {exc.message}") from None
 
 
 def _form_field(body: bytes, name: str) -> str:

@@ -125,20 +125,28 @@ def _accepted(
     repeats_may_differ = kind_get(spec.kind).repeats_may_differ
     if len(events) == 1:
         try:
-            accepted = event_accept(payload=events[0], clock=clock, accepted_by=spec.accepted_by)
+            accepted = event_accept(
+                payload=events[0], clock=clock, accepted_by=spec.accepted_by, depth_checked=True
+            )
         except EventConflict as exc:
             if not repeats_may_differ:
                 raise
             return (Received(Event.objects.get(seq=exc.seq), created=False),)
         return (Received(accepted.event, accepted.created),)
     try:
-        results = events_accept(payloads=list(events), clock=clock, accepted_by=spec.accepted_by)
+        results = events_accept(
+            payloads=list(events), clock=clock, accepted_by=spec.accepted_by, depth_checked=True
+        )
     except BatchConflict as exc:
         if not repeats_may_differ:
             raise
         standing = {error.index: error.seq for error in exc.errors if isinstance(error, EventConflict)}
         rest = [event for index, event in enumerate(events) if index not in standing]
-        fresh = iter(events_accept(payloads=rest, clock=clock, accepted_by=spec.accepted_by) if rest else ())
+        fresh = iter(
+            events_accept(payloads=rest, clock=clock, accepted_by=spec.accepted_by, depth_checked=True)
+            if rest
+            else ()
+        )
         stood = Event.objects.in_bulk(list(standing.values()))
         return tuple(
             Received(stood[standing[index]], created=False) if index in standing else _received(next(fresh))

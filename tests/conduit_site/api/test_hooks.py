@@ -524,3 +524,22 @@ def test_i37_1_receivers_need_no_session_csrf_or_token(receivers):
     body = body_of(github_pull_request())
 
     assert deliver(strict, "github", body, github_headers(body)).status_code == 201
+
+
+def test_i37_1_a_body_nested_as_deep_as_an_event_may_be_is_400_before_it_is_parsed(
+    client, receivers, settings
+):
+    """Its data would sit one level below the envelope: the body may nest one level less."""
+    settings.CONDUIT_MAX_JSON_DEPTH = 5
+    fits = body_of({"id": 1, "a": {"b": {"c": {"d": 1}}}})  # 4 levels: the Event holds 5
+    too_deep = body_of({"id": 2, "a": {"b": {"c": {"d": {"e": 1}}}}})  # 5 levels: the Event would hold 6
+
+    refused = deliver(client, "shop", too_deep, shop_headers(too_deep))
+    accepted = deliver(client, "shop", fits, shop_headers(fits))
+
+    assert (refused.status_code, refused.json()["error"], accepted.status_code) == (
+        400,
+        "invalid_payload",
+        201,
+    )
+    assert "more than 4 levels deep" in refused.json()["message"]
