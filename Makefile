@@ -43,7 +43,7 @@ venv: $(STAMP) ## Create or update .venv from requirements.txt.
 $(VAR):
 	@mkdir -p -m 700 $@
 
-run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the operator login, serve on HOST:PORT.
+run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the operator login and the demo webhooks' secret, serve on HOST:PORT.
 	@if [ -z "$${DATABASE_URL:-}" ] && [ ! -e $(VAR)/conduit.sqlite3 ]; then \
 	    rm -f $(VAR)/demo.applied $(VAR)/operator-password; \
 	fi
@@ -60,8 +60,10 @@ run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the oper
 	    (umask 077; printf '%s\n' "$$password" > $(VAR)/operator-password); \
 	    chmod 600 $(VAR)/operator-password; \
 	fi
+	@[ -s $(VAR)/demo-hook-secret ] || (umask 077; $(PY) -c 'import secrets; print(secrets.token_hex(32))' > $(VAR)/demo-hook-secret)
 	@echo "Sign in at http://$(HOST):$(PORT)/ as $(OPERATOR) with the password in $(VAR)/operator-password"
-	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
+	@echo "Send the demo's webhooks, signed with the secret in $(VAR)/demo-hook-secret: demo/send demo/deliveries/github/pr-opened.json"
+	CONDUIT_DEMO_HOOK_SECRET="$${CONDUIT_DEMO_HOOK_SECRET:-$$(cat $(VAR)/demo-hook-secret)}" exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLite under var/).
 	DATABASE_URL= $(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,5 @@
-"""HTTP ingestion (``POST /api/events``) beside a floor server, in one run.
+"""HTTP ingestion (``POST /api/events``, and a receiver's ``POST /hooks/github``) beside a floor
+server, in one run.
 
     python bench/ingest_throughput.py [--clients 8] [--seconds 10] [--workers N] [--batch 100]
 
@@ -11,13 +12,18 @@ Starts, on a fresh SQLite database (WAL, synchronous=FULL) in a temporary var fo
 
 Loads each in turn with ``--clients`` concurrent clients (keep-alive connections), each
 sending one CloudEvent a request for ``--seconds``, then Conduit with batch bodies (arrays of
-``--batch`` Events). Every answer must be 201. Prints requests/s, p50 and p99 for both, their
-ratio, and Events/s for batches.
+``--batch`` Events). Then the receiver run: GitHub ``pull_request`` deliveries (the demo's
+``demo/deliveries/github/pr-opened.json``, a new delivery id and number each), signed with
+``X-Hub-Signature-256``, to the floor (which stores the body as it is) and to Conduit's
+``github`` receiver (which verifies, maps and accepts each). Every answer must be 201. Prints
+requests/s, p50 and p99 for each, the ratios to the floor, and Events/s for batches.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -31,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GITHUB_SECRET = "bench-github-webhook-secret"
 DOCUMENT = """
 version: 1
 scopes:
@@ -43,7 +50,15 @@ scopes:
         params: {type: "pr.*", keys: ["pr:{data.n}"]}
         binding: agent
         policy: queue
+      - slot: github
+        handler: match
+        params: {type: "github.pull_request.*", keys: ["pr:{data.repository.full_name}#{data.number}"]}
+        binding: agent
+        policy: queue
+receivers:
+  github: {kind: github, scope: bench, secret: {env: BENCH_GITHUB_SECRET}}
 """
+GITHUB_DELIVERY = json.loads((ROOT / "demo" / "deliveries" / "github" / "pr-opened.json").read_text())
 
 
 def free_port() -> int:
@@ -76,8 +91,24 @@ def event(i: int, run: str) -> dict:
     }
 
 
-def load(port: int, token: str, *, clients: int, seconds: float, run: str, batch: int = 0) -> dict:
-    """``clients`` threads POST for ``seconds``; returns requests/s, Events/s, p50, p99 (ms)."""
+def github_delivery(i: int, run: str) -> tuple[bytes, dict[str, str]]:
+    """A ``pull_request`` delivery as GitHub sends it: its body and signed headers."""
+    payload = {**GITHUB_DELIVERY, "number": i % 200}
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    signature = hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return body, {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "pull_request",
+        "X-GitHub-Delivery": f"{run}-{i}",
+        "X-Hub-Signature-256": f"sha256={signature}",
+    }
+
+
+def load(
+    port: int, token: str, *, clients: int, seconds: float, run: str, batch: int = 0, github: bool = False
+) -> dict:
+    """``clients`` threads POST for ``seconds``; returns requests/s, Events/s, p50, p99 (ms).
+    ``github``: signed GitHub deliveries to ``/hooks/github`` instead of CloudEvents."""
     latencies: list[list[float]] = [[] for _ in range(clients)]
     failures: list[str] = []
     stop_at = time.perf_counter() + seconds
@@ -89,12 +120,16 @@ def load(port: int, token: str, *, clients: int, seconds: float, run: str, batch
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         i = 0
         while time.perf_counter() < stop_at:
-            if batch:
+            url, sent = "/api/events", headers
+            if github:
+                url = "/hooks/github"
+                body, sent = github_delivery(i, f"{run}-{k}")
+            elif batch:
                 body = json.dumps([event(i * batch + j, f"{run}-{k}") for j in range(batch)])
             else:
                 body = json.dumps(event(i, f"{run}-{k}"))
             started = time.perf_counter()
-            conn.request("POST", "/api/events", body=body, headers=headers)
+            conn.request("POST", url, body=body, headers=sent)
             response = conn.getresponse()
             response.read()
             latencies[k].append(time.perf_counter() - started)
@@ -221,6 +256,7 @@ def main() -> None:
             "CONDUIT_VAR_DIR": var,
             "DATABASE_URL": f"sqlite:///{var}/conduit.sqlite3",
             "DEBUG": "false",
+            "BENCH_GITHUB_SECRET": GITHUB_SECRET,
         }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("DJANGO_SETTINGS_MODULE", None)
@@ -239,6 +275,9 @@ def main() -> None:
             wait_listening(port, floor)
             load(port, token, clients=args.clients, seconds=1, run="floor-warm")
             floor_figures = load(port, token, clients=args.clients, seconds=args.seconds, run="floor")
+            floor_github = load(
+                port, token, clients=args.clients, seconds=args.seconds, run="floor-github", github=True
+            )
         finally:
             stop(floor)
 
@@ -263,6 +302,11 @@ def main() -> None:
             # The route loop is still routing the batches: its CPU is counted once it is done.
             time.sleep(2)
             after = cpu_by_role(server.pid)
+            receiver = load(
+                port, token, clients=args.clients, seconds=args.seconds, run="github", github=True
+            )
+            time.sleep(2)
+            received = cpu_by_role(server.pid)
         finally:
             stop(server)
             log.close()
@@ -281,6 +325,15 @@ def main() -> None:
         f"({batches['rps']:.1f} requests/s, p50 {batches['p50']:.0f} ms, p99 {batches['p99']:.0f} ms)"
     )
     print("  " + cpu_per_event(between, after, batches["eps"] * args.seconds))
+    size = len(github_delivery(0, "size")[0])
+    print(f"POST /hooks/github, signed GitHub pull_request deliveries of {size:,} bytes")
+    show("floor (one INSERT behind daphne)", floor_github)
+    show("Conduit's github receiver", receiver)
+    print(
+        f"receiver's ratio to the floor: {receiver['rps'] / floor_github['rps']:.2f} "
+        f"(the plain API's: {single['rps'] / floor_figures['rps']:.2f})"
+    )
+    print("  " + cpu_per_event(after, received, receiver["eps"] * args.seconds))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ from infra.fields import CodePointCharField
 # The datacontenttype of an Event whose sender gave none (the CloudEvents JSON format's default).
 DEFAULT_DATACONTENTTYPE = "application/json"
 
+# The Events a receiver accepted: their accepted_by is "receiver:<name>" (a user name never
+# holds ':'); routing.receivers names them so.
+RECEIVER_ACCEPTED = Q(accepted_by__startswith="receiver:")
+
 
 class RouteState(models.TextChoices):
     """Where an Event stands in routing. Every accepted Event ends in exactly one of the
@@ -111,6 +115,12 @@ class Event(models.Model):
                 fields=["routed_at", "accepted_at"],
                 name="event_routed_latency_idx",
                 condition=Q(route_state="routed"),
+            ),
+            # The Events a receiver accepted (accepted_by "receiver:<name>"), newest first: its
+            # last delivery on the Receivers page. Partial: Events of the API and the CLI are not
+            # in it. A query repeats the condition (RECEIVER_ACCEPTED) for the index to serve it.
+            models.Index(
+                fields=["accepted_by", "seq"], name="event_receiver_seq_idx", condition=RECEIVER_ACCEPTED
             ),
         ]
 

@@ -5,6 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from conduit_site.api import hooks
 from conduit_site.console.views import api_docs
 from conduit_site.errors import api_not_found
 
@@ -22,6 +23,10 @@ urlpatterns = [
     path("api/docs", RedirectView.as_view(pattern_name="api-docs", permanent=True)),
     path("api/", include("conduit_site.api.urls")),
     re_path(r"^api/(?P<path>.*)$", api_not_found),
+    # Real senders' webhooks: each receiver of the live configuration authenticates its own (a
+    # signature, not a token). A trailing slash some senders add is taken too.
+    re_path(r"^hooks/(?P<name>[^/]+)/?$", hooks.receive, name="hook"),
+    re_path(r"^hooks/(?P<path>.*)$", api_not_found),
     # Browsers and the admin's pages ask for /favicon.ico; the console's pages link it.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.ico"), permanent=True)),
     path("", include("conduit_site.console.urls")),

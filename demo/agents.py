@@ -26,12 +26,18 @@ def _summary(item: Any) -> str:
     return str(item)
 
 
+def _text(data: dict[str, Any]) -> str:
+    """A message's text: a Slack delivery holds it in its event."""
+    event = data.get("event")
+    return str(data.get("text") or (event.get("text") if isinstance(event, dict) else "") or "")
+
+
 def _work(run: Run, role: str) -> dict[str, Any]:
     """Handle the first inputs, then injected ones, until interrupted or idle."""
     seen = []
     for item in run.inputs:
         data = item.get("data") if isinstance(item, dict) else None
-        if isinstance(data, dict) and "crash" in str(data.get("text", "")).lower():
+        if isinstance(data, dict) and "crash" in _text(data).lower():
             # The demo's failing input: the attempt fails, is retried with backoff, then parked.
             raise RuntimeError(f"{role} cannot handle {_summary(item)}: it asked to crash")
         seen.append(_summary(item))

@@ -1,10 +1,11 @@
-"""Admin of configuration generations, route records and API tokens.
+"""Admin of configuration generations, route records, receivers' counts and API tokens.
 
-A generation (with its scopes, bindings and routes) is a stored document that routing and
-RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
-read-only. API tokens have their own admin (``routing.access.admin``): added with the
-secret shown once, revoked by an action; so do logins (a role, never superuser) and groups
-(the roles, read-only), replacing Django's own.
+A generation (with its scopes, bindings, routes and receivers) is a stored document that routing
+and RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
+read-only, as are the counts of what receivers refused (the receivers write them). API tokens
+have their own admin (``routing.access.admin``): added with the secret shown once, revoked by an
+action; so do logins (a role, never superuser) and groups (the roles, read-only), replacing
+Django's own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.contrib.auth.models import Group
 
 from causal.admin import HistoryAdmin, HistoryInline
 from routing.access.admin import ApiTokenAdmin, RoleGroupAdmin, UserRoleAdmin
-from routing.models import ApiToken, Binding, Generation, Route, RouteRecord, Scope
+from routing.models import ApiToken, Binding, Generation, Receiver, ReceiverCount, Route, RouteRecord, Scope
 
 
 class ScopeInline(HistoryInline):
@@ -33,13 +34,18 @@ class RouteInline(HistoryInline):
     fields = ("position", "slot", "handler", "binding", "policy", "fallback", "start")
 
 
+class ReceiverInline(HistoryInline):
+    model = Receiver
+    fields = ("name", "kind", "scope", "secret", "settings")
+
+
 @admin.register(Generation)
 class GenerationAdmin(HistoryAdmin):
     list_display = ("id", "number", "kind", "digest", "created_at", "created_by", "note")
     list_filter = ("kind",)
     search_fields = ("=id", "=number", "=digest", "note")
     ordering = ("-id",)
-    inlines = (ScopeInline,)
+    inlines = (ScopeInline, ReceiverInline)
 
 
 @admin.register(Scope)
@@ -74,6 +80,22 @@ class RouteRecordAdmin(HistoryAdmin):
     list_select_related = ("event", "work")
     search_fields = ("=event__seq", "=event__envelope_id", "=work__id", "=route")
     ordering = ("-event",)
+
+
+@admin.register(Receiver)
+class ReceiverAdmin(HistoryAdmin):
+    list_display = ("name", "kind", "scope", "generation", "secret")
+    list_select_related = ("generation",)
+    search_fields = ("=name", "=kind", "=scope", "=generation__number")
+    ordering = ("-generation", "name")
+
+
+@admin.register(ReceiverCount)
+class ReceiverCountAdmin(HistoryAdmin):
+    list_display = ("receiver", "outcome", "count", "first_at", "last_at", "last_message")
+    list_filter = ("outcome",)
+    search_fields = ("=receiver", "=outcome")
+    ordering = ("receiver", "outcome")
 
 
 admin.site.register(ApiToken, ApiTokenAdmin)

@@ -138,6 +138,58 @@ class Route(models.Model):
         return f"{self.scope.path}:{self.slot}"
 
 
+class Receiver(models.Model):
+    """A receiver declared in a generation (``receivers:``): ``POST /hooks/<name>`` verifies
+    its sender's deliveries and accepts them as Events in ``scope``. ``secret`` says where the
+    secret is (``{"env": NAME}`` or ``{"file": PATH}``), never the secret; ``settings`` holds
+    the rest of the declaration (the kind's keys and templates)."""
+
+    # Indexed by receiver_generation_name_unique.
+    generation = models.ForeignKey(
+        Generation, on_delete=models.CASCADE, related_name="receivers", db_index=False
+    )
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32)
+    scope = models.CharField(max_length=255)
+    secret = models.JSONField(default=dict)
+    settings = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["generation", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["generation", "name"], name="receiver_generation_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class ReceiverCount(models.Model):
+    """How often a receiver refused a delivery for one reason (``signature_invalid``…), or
+    answered a handshake (``handshake``: a GitHub ping, a Slack challenge), and the last time.
+
+    Kept by receiver name, across generations; deliveries accepted as Events are not counted
+    here (their Events are the record, ``accepted_by`` ``receiver:<name>``)."""
+
+    receiver = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=32)
+    count = models.PositiveBigIntegerField(default=0)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    last_message = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["receiver", "outcome"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["receiver", "outcome"], name="receivercount_receiver_outcome_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receiver}: {self.outcome} × {self.count}"
+
+
 class Disposition(models.TextChoices):
     """How a route decision settled its Event (the Event's ``route_state`` mirrors it)."""
 

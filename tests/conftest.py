@@ -101,6 +101,8 @@ def empty_cache():
     from django.core.cache import cache
 
     from routing.config.selectors import configurations_forget
+    from routing.receivers.selectors import receivers_forget
 
     cache.clear()
     configurations_forget()
+    receivers_forget()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import io
 import json
 import os
@@ -29,7 +31,10 @@ from django.core.management.base import BaseCommand, CommandError
 from conduit_site.management.commands import serve as serve_module
 from conduit_site.management.commands.serve import Child, Supervisor, clean_stop, url_for
 from routing.acceptance.services import event_accept
+from routing.config.validate import parse_document
 from routing.models import RouteRecord
+from routing.receivers.services import delivery_map
+from routing.receivers.verify import Delivery
 from tests.routing.factories import UserFactory, apply_config
 from tests.support import child_env
 
@@ -672,6 +677,72 @@ def test_demo_events_are_accepted_and_routed_by_the_demo_configuration(clock):
     decided = {name: (records[seq].route, records[seq].policy) for name, seq in accepted.items()}
     assert decided == DEMO_EVENT_POLICIES
     # The pull request's later input and its comment joined the Work the opening started.
+    pr_work = {records[accepted[name]].work_id for name in ("pr-opened", "pr-synchronize", "pr-comment")}
+    assert len(pr_work) == 1 and None not in pr_work
+
+
+# --- demo/deliveries and demo/send: the tour through the receivers (issue 37 item 6) -------------
+
+
+def demo_send_module():
+    """``demo/send`` (a script without a suffix) as a module."""
+    loader = importlib.machinery.SourceFileLoader("demo_send", str(ROOT / "demo" / "send"))
+    spec = importlib.util.spec_from_loader("demo_send", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def demo_deliveries() -> dict[str, Path]:
+    return {path.stem: path for path in sorted((ROOT / "demo" / "deliveries").glob("*/*.json"))}
+
+
+def test_i37_6_each_demo_delivery_maps_to_its_demo_event():
+    """demo/deliveries/ hold deliveries in the providers' documented shapes; each maps, through its
+    receiver of the demo configuration, to the Event of the same name in demo/events/ (what the
+    tour sends without HTTP)."""
+    receivers = {
+        spec.name: spec for spec in parse_document((ROOT / "demo" / "conduit.yaml").read_text()).receivers
+    }
+    deliveries = demo_deliveries()
+    assert sorted(deliveries) == sorted(DEMO_EVENT_POLICIES)
+    for stem, path in deliveries.items():
+        headers = demo_send_module().saved_headers(path)
+        delivery = Delivery.of(path.read_bytes(), [("Content-Type", "application/json"), *headers])
+        mapped = delivery_map(spec=receivers[path.parent.name], delivery=delivery, clock=None, verify=False)
+        expected = json.loads((ROOT / "demo" / "events" / f"{stem}.json").read_text(encoding="utf-8"))
+        assert list(mapped.events) == [expected], stem
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i37_6_demo_deliveries_signed_by_demo_send_are_accepted_and_routed(clock, monkeypatch, client):
+    """The tour through the receivers: each delivery, signed by demo/send's signer with the demo
+    secret, is accepted by the demo configuration's receivers and routed as the README says."""
+    secret = "demo-secret-for-the-test"
+    monkeypatch.setenv("CONDUIT_DEMO_HOOK_SECRET", secret)
+    send = demo_send_module()
+    apply_config((ROOT / "demo" / "conduit.yaml").read_text(encoding="utf-8"), clock)
+    deliveries = demo_deliveries()
+
+    accepted = {}
+    for stem in DEMO_EVENT_POLICIES:
+        path = deliveries[stem]
+        body = path.read_bytes()
+        headers = {
+            **dict(send.saved_headers(path)),
+            **send.signed(path.parent.name, body, send.demo_secret()),
+        }
+        content_type = headers.pop("Content-Type", "application/json")
+        response = client.post(f"/hooks/{path.parent.name}", body, content_type=content_type, headers=headers)
+        assert response.status_code == 201, (stem, response.content)
+        (item,) = response.json()["events"]
+        accepted[stem] = item["seq"]
+    call_command("route_loop", "--drain", stdout=io.StringIO(), stderr=io.StringIO())
+
+    records = {record.event_id: record for record in RouteRecord.objects.all()}
+    assert {
+        name: (records[seq].route, records[seq].policy) for name, seq in accepted.items()
+    } == DEMO_EVENT_POLICIES
     pr_work = {records[accepted[name]].work_id for name in ("pr-opened", "pr-synchronize", "pr-comment")}
     assert len(pr_work) == 1 and None not in pr_work
 

@@ -44,12 +44,12 @@ connection.close()
 
 
 @csrf_exempt
-def accept(request):
+def accept(request, name: str = ""):
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("INSERT INTO floor (body) VALUES (%s)", [request.body])
         seq = cursor.lastrowid
     return JsonResponse({"seq": seq}, status=201)
 
 
-urlpatterns = [path("api/events", accept)]
+urlpatterns = [path("api/events", accept), path("hooks/<str:name>", accept)]
 application = get_asgi_application()

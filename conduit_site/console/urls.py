@@ -11,6 +11,7 @@ from conduit_site.console.views import (
     doctor,
     events,
     home,
+    receivers,
     setup,
     trace,
     work,
@@ -49,6 +50,7 @@ urlpatterns = [
         "config/candidates/<id:candidate_id>/discard/", setup.candidate_discard_view, name="candidate-discard"
     ),
     path("trace/", trace.trace_page, name="trace"),
+    path("receivers/", receivers.receivers_page, name="receivers"),
     path("causal/<id:seq>/", causal.causal_root, name="causal-root"),
     path("causal/diagnostics/", causal.causal_diagnostics, name="causal-diagnostics"),
 ]

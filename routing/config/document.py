@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from routing.receivers.spec import ReceiverSpec
+
 
 @dataclass(frozen=True, slots=True)
 class ParsedBinding:
@@ -57,6 +59,7 @@ class ParsedDocument:
     text: str = ""
     # The scope an Event offered without one takes, when its sender names none ("": none).
     default_scope: str = ""
+    receivers: tuple[ReceiverSpec, ...] = ()
 
     @property
     def digest(self) -> str:

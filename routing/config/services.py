@@ -9,7 +9,7 @@ from django.db.models import Max
 from causal.clock import Clock
 from routing.config.document import ParsedDocument
 from routing.config.validate import parse_document
-from routing.models import Binding, Generation, GenerationKind, Route, Scope
+from routing.models import Binding, Generation, GenerationKind, Receiver, Route, Scope
 
 # --- acceptance -----------------------------------------------------------------------------
 
@@ -96,4 +96,15 @@ def _config_store_in_tx(
         )
     Binding.objects.bulk_create(bindings)
     Route.objects.bulk_create(routes)
+    Receiver.objects.bulk_create(
+        Receiver(
+            generation=generation,
+            name=r.name,
+            kind=r.kind,
+            scope=r.scope,
+            secret=r.secret.as_dict(),
+            settings=dict(r.settings),
+        )
+        for r in parsed.receivers
+    )
     return generation

@@ -17,6 +17,8 @@ from routing.config.problems import ConfigInvalid, ConfigProblem
 from routing.config.reader import MAX_DOCUMENT_BYTES, _Reader
 from routing.handlers.registry import HandlerMissing, handler_class, registered_handlers
 from routing.models import Route, Scope
+from routing.receivers.kinds import receiver_parse
+from routing.receivers.spec import ReceiverSpec
 from worklife.executors import (
     CONTROLS,
     BindingInvalid,
@@ -39,7 +41,7 @@ _SCOPE_PATH = re.compile(rf"^{_SEGMENT}(/{_SEGMENT})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 
-_DOCUMENT_KEYS = ("version", "default_scope", "scopes")
+_DOCUMENT_KEYS = ("version", "default_scope", "scopes", "receivers")
 _SCOPE_KEYS = ("path", "bindings", "routes")
 _BINDING_KEYS = ("executor", "settings", "controls")
 _ROUTE_KEYS = ("slot", "handler", "params", "binding", "policy", "fallback", "start")
@@ -154,11 +156,16 @@ class _Validator:
             scopes = self.scopes(raw_scopes)
         default_scope = self.default_scope(root.get("default_scope"), scopes)
         self.effective(scopes)
+        receivers = self.receivers(root.get("receivers"), {scope.path for scope in scopes})
         if self.problems:
             # In document order, as an editor shows them (stable: same line keeps its order).
             raise ConfigInvalid(sorted(self.problems, key=lambda p: (p.line is None, p.line or 0)))
         return ParsedDocument(
-            version=version, scopes=tuple(scopes), text=self.text, default_scope=default_scope
+            version=version,
+            scopes=tuple(scopes),
+            text=self.text,
+            default_scope=default_scope,
+            receivers=receivers,
         )
 
     def default_scope(self, value: Any, scopes: list[ParsedScope]) -> str:
@@ -177,6 +184,28 @@ class _Validator:
             )
             return ""
         return path
+
+    def receivers(self, raw: Any, scopes: set[str]) -> tuple[ReceiverSpec, ...]:
+        if raw is None:
+            return ()
+        table = self.mapping(raw, "receivers", "receivers by name")
+        if table is None:
+            return ()
+        parsed = []
+        for name, declared in table.items():
+            place = f"receivers.{name}"
+            receiver, problems = receiver_parse(name, declared, place)
+            for where, message in problems:
+                self.problem(where, message)
+            scope = declared.get("scope") if isinstance(declared, dict) else None
+            if isinstance(scope, str) and scope and scopes and scope not in scopes:
+                self.problem(
+                    f"{place}.scope", f"unknown scope {scope!r} (scopes here: {', '.join(sorted(scopes))})"
+                )
+                continue
+            if receiver is not None:
+                parsed.append(receiver)
+        return tuple(parsed)
 
     def scopes(self, raw_scopes: list[Any]) -> list[ParsedScope]:
         parsed: list[ParsedScope] = []

@@ -17,7 +17,14 @@ from axe_playwright_python.sync_playwright import Axe
 from django.urls import reverse
 
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
-from tests.routing.factories import ApiTokenFactory, RouteRecordFactory, UserFactory, apply_config
+from tests.routing.factories import (
+    DEFAULT_TEST_CONFIG,
+    ApiTokenFactory,
+    ReceiverCountFactory,
+    RouteRecordFactory,
+    UserFactory,
+    apply_config,
+)
 from tests.routing.setup.test_candidates import CHANGED
 from tests.worklife.factories import (
     AttemptFactory,
@@ -32,6 +39,12 @@ from tests.worklife.factories import (
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "browser-a11y-password-5"
+# Receivers on the Receivers page: one whose secret the server has, one whose file is missing.
+RECEIVERS = """\
+receivers:
+  github: {kind: github, scope: acme, secret: {env: PATH}}
+  slack: {kind: slack, scope: acme, secret: {file: /nonexistent/slack-signing-secret}}
+"""
 # The impacts that fail the test (axe also reports "minor" and "moderate").
 BLOCKING = {"serious", "critical"}
 
@@ -79,6 +92,7 @@ PAGES: list[Page] = [
     Page("trace an event", lambda d: reverse("trace") + f"?event={d['opened'].seq}", run_trace),
     Page("causal root", lambda d: reverse("causal-root", args=[d["root"].seq])),
     Page("causal refusals", lambda d: reverse("causal-diagnostics")),
+    Page("receivers", lambda d: reverse("receivers")),
     Page("doctor", lambda d: reverse("doctor")),
     Page("api docs", lambda d: reverse("api-docs"), open_operations),
     Page("api tokens", lambda d: reverse("admin:routing_apitoken_changelist")),
@@ -94,7 +108,7 @@ def world() -> dict[str, Any]:
     admin = UserFactory(username="admin", is_staff=True, is_superuser=True)
     admin.set_password(PASSWORD)
     admin.save()
-    apply_config()
+    apply_config(DEFAULT_TEST_CONFIG + RECEIVERS)
     candidate = apply_config(CHANGED, candidate=True)
     work = WorkFactory(scope="acme", status="running", binding="agent")
     CorrelationKeyFactory(work=work, key="pr:acme/web#42")
@@ -142,6 +156,11 @@ def world() -> dict[str, Any]:
     parked = WorkFactory(scope="acme", status="parked", binding="agent")
     AttemptFactory(work=parked, number=1, binding="agent", state="failed", error="exit status 2")
     token = ApiTokenFactory(user=admin, name="webhooks")
+    EventFactory(scope="acme", type="github.pull_request.opened", accepted_by="receiver:github")
+    ReceiverCountFactory(receiver="github", outcome="signature_invalid", count=3)
+    ReceiverCountFactory(
+        receiver="slack", outcome="handshake", last_message="answered Slack's url_verification challenge"
+    )
     del failed_attempt
     return {
         "opened": opened,

@@ -13,6 +13,7 @@ from django.apps import apps
 from django.db import connection
 
 from causal.models import Event
+from routing.receivers.selectors import last_event_query
 from routing.selectors import starts_with
 from tests.support import query_plan
 from worklife.models import Work, WorkInput
@@ -120,6 +121,12 @@ LOOKUPS = [
         "an attempt's input",
         lambda: WorkInput.objects.filter(attempt_id=1).values_list("pk"),
         "workinput_attempt_idx",
+    ),
+    (
+        # Issue 37 item 2: the Receivers page's last delivery of each receiver.
+        "a receiver's newest Event",
+        lambda: last_event_query("github")[:1],
+        "event_receiver_seq_idx",
     ),
 ]
 

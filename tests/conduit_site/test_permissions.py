@@ -109,6 +109,7 @@ CONSOLE = {
     ("candidate-discard", "POST"): "configure",
     ("trace", "GET"): "read",
     ("trace", "POST"): "read",
+    ("receivers", "GET"): "read",
     ("causal-root", "GET"): "read",
     ("causal-diagnostics", "GET"): "read",
 }
@@ -309,8 +310,8 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 
 def test_i9p3_matrix_size():
-    # 5 principals x (22 API + 36 console + 5 admin site + 2 websocket) routes and methods.
-    assert MATRIX_SIZE == 5 * 65 == 325
+    # 5 principals x (22 API + 37 console + 5 admin site + 2 websocket) routes and methods.
+    assert MATRIX_SIZE == 5 * 66 == 330
 
 
 # --- narrowing a token ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.db import transaction
 from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT, Role, role_assign_in_tx
 from routing.access.tokens import token_digest, token_generate
 from routing.config.services import config_apply, config_candidate
-from routing.models import ApiToken, Generation, GenerationKind, RouteRecord, Scope
+from routing.models import ApiToken, Generation, GenerationKind, ReceiverCount, RouteRecord, Scope
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -218,3 +218,20 @@ class RouteRecordFactory(factory.django.DjangoModelFactory):
     policy = "queue"
     reason = ""
     decided_at = T0
+
+
+# --- receivers ---------------------------------------------------------------------------------
+
+
+class ReceiverCountFactory(factory.django.DjangoModelFactory):
+    """A receiver's count of one refusal reason (or of handshakes)."""
+
+    class Meta:
+        model = ReceiverCount
+
+    receiver = "github"
+    outcome = "signature_invalid"
+    count = 1
+    first_at = T0
+    last_at = T0
+    last_message = "the X-Hub-Signature-256 signature does not match the body"

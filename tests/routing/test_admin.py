@@ -11,7 +11,13 @@ from django.urls import get_resolver, reverse
 from routing.access.admin import ApiTokenAdmin
 from routing.models import ApiToken
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
-from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, apply_config
+from tests.routing.factories import (
+    GenerationFactory,
+    ReceiverCountFactory,
+    RouteRecordFactory,
+    UserFactory,
+    apply_config,
+)
 from tests.worklife.factories import IntentFactory, WorkInputFactory
 
 pytestmark = pytest.mark.django_db
@@ -45,6 +51,7 @@ def history_records():
         "WorkInput": WorkInputFactory(state="consumed"),
         "Intent": IntentFactory(),
         "Generation": GenerationFactory(),
+        "ReceiverCount": ReceiverCountFactory(),
     }
 
 

@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 description of the JSON API, written by hand, one module per resource.
 
 Every route of ``conduit_site.api.urls`` must be described here with each of its methods: a
-test walks the URLconf and fails otherwise. To add an endpoint, add its path item to the
-``PATHS`` of its resource's module (``events``, ``controls``, ``work``, ``setup``), reusing the
+test walks the URLconf and fails otherwise. So is ``/hooks/{name}`` (``hooks``), where senders
+deliver webhooks with their own signatures instead of a token. To add an endpoint, add its path item to the
+``PATHS`` of its resource's module (``events``, ``controls``, ``work``, ``setup``, ``hooks``), reusing the
 component schemas and responses of that module and of ``common`` and ``auth``. A new resource
 is a new module with the same names (``TAG``, ``SCHEMAS``, ``RESPONSES``, ``PATHS``) listed in
 ``RESOURCES``. Each operation is tagged with its module's ``TAG`` here: one tag per resource, the
@@ -16,12 +17,12 @@ from typing import Any
 
 from django.conf import settings
 
-from conduit_site.api.openapi import auth, common, controls, events, setup, work
+from conduit_site.api.openapi import auth, common, controls, events, hooks, setup, work
 from conduit_site.api.openapi.common import API_VERSION, json_content, response_ref
 
 __all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "TAGS", "openapi_schema"]
 
-RESOURCES = (events, controls, setup, work)
+RESOURCES = (events, controls, setup, work, hooks)
 """The resources' modules, in the order the document lists their paths."""
 
 DOCUMENT_TAG: dict[str, str] = {"name": "openapi", "description": "This OpenAPI document (no token needed)."}

@@ -37,9 +37,10 @@ RESPONSES: dict[str, Any] = {
 
 def answer_forbidden(paths: dict[str, Any]) -> None:
     """Every operation that needs a token needs a permission too (``routing.access.roles``): each that can
-    answer 401 can answer 403. Sorts each operation's responses by status."""
+    answer 401 can answer 403 (an operation without a token, ``"security": []``, has no permission to
+    lack). Sorts each operation's responses by status."""
     for operations in paths.values():
         for operation in operations.values():
-            if "401" in operation["responses"]:
+            if "401" in operation["responses"] and operation.get("security") != []:
                 operation["responses"].setdefault("403", response_ref("Forbidden"))
                 operation["responses"] = dict(sorted(operation["responses"].items()))

@@ -18,6 +18,7 @@ from routing.acceptance.raw import raw_envelope
 from routing.access.roles import VIEW_EVENT
 from routing.controls.events import reroute_copies
 from routing.engine.failures import failures_read
+from routing.receivers.spec import receiver_of
 from routing.selectors import (
     EventListFilter,
     event_chain_routes,
@@ -126,6 +127,8 @@ def event_detail_context(seq: int, partials: Iterable[str] = DETAIL_PARTIALS) ->
         "event": event,
         "record": record,
         "outcome": event_outcome(event, record),
+        # The receiver that accepted it, when one did (issue 37).
+        "receiver": receiver_of(event.accepted_by),
         # Why an unrouted Event is not routed yet: the failure counted on it (R13, R29).
         "failure": None if event.is_settled else failures_read([event.seq]).get(event.seq),
         # A failed or skipped Event rerouted already links to its copy instead of offering

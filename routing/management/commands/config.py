@@ -115,8 +115,10 @@ class Command(BaseCommand):
                 parsed = parse_document(text)
                 bindings = sum(len(s.bindings) for s in parsed.scopes)
                 routes = sum(len(s.routes) for s in parsed.scopes)
+                receivers = f", {len(parsed.receivers)} receivers" if parsed.receivers else ""
                 self.stdout.write(
                     f"{options['file']}: valid: {len(parsed.scopes)} scopes, {bindings} bindings, {routes} routes"
+                    f"{receivers}"
                 )
             elif action == "apply":
                 generation = config_apply(document=text, clock=system_clock, created_by=options["by"])

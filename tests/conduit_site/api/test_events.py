@@ -7,9 +7,10 @@ import re
 
 import pytest
 from django.test import Client
-from django.urls import URLPattern, URLResolver, reverse
+from django.urls import URLPattern, URLResolver, resolve, reverse
 
 from causal.models import Event
+from conduit_site.api import hooks
 from conduit_site.api import urls as urls_api
 from tests.causal.factories import EventFactory
 from tests.routing.factories import ScopeFactory, api_token_with_secret, apply_config
@@ -362,7 +363,11 @@ def test_api_every_route_and_method_is_in_the_openapi_schema():
         assert methods, f"{template}: the view is not an api_view"
         for method in methods:
             assert method.lower() in schema["paths"][template], f"{method} {template} is not in the schema"
-    assert set(schema["paths"]) == {template for template, _ in routes}, (
+    # Issue 37: the receivers' route, outside /api/ (a signature, no token), is described too.
+    hook = resolve("/hooks/github")
+    assert (hook.url_name, hook.func) == ("hook", hooks.receive)
+    assert set(schema["paths"]["/hooks/{name}"]) == {"post"}
+    assert set(schema["paths"]) == {template for template, _ in routes} | {"/hooks/{name}"}, (
         "the schema lists routes that do not exist"
     )
 

@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.causal.factories import EventFactory
-from tests.routing.factories import api_token_with_secret, apply_config
+from tests.routing.factories import DEFAULT_TEST_CONFIG, api_token_with_secret, apply_config
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +33,14 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
 ]
+RECEIVERS = """\
+receivers:
+  github: {kind: github, scope: acme, secret: {env: TEST_HOOK_GITHUB}}
+  alerts: {kind: alertmanager, scope: acme, secret: {env: TEST_HOOK_ALERTMANAGER}}
+  events: {kind: cloudevents, scope: acme, secret: {env: TEST_HOOK_ALERTMANAGER}}
+  slack: {kind: slack, scope: acme, secret: {env: TEST_HOOK_GITHUB}}
+"""
+HOOK_NAMES = ("github", "alerts", "events", "slack")
 # Per (generation mode, authentication): 4 runs of this many examples, 1,200 requests in all.
 EXAMPLES = 300
 
@@ -52,13 +60,20 @@ def wsgi_app():
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
 @pytest.mark.parametrize("authenticated", [False, True], ids=["anonymous", "token"])
-def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(wsgi_app, mode, authenticated):
-    apply_config()
+def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(
+    wsgi_app, mode, authenticated, monkeypatch
+):
+    # Issue 37: receivers too, so that /hooks/{name} is fuzzed past its 404.
+    monkeypatch.setenv("TEST_HOOK_GITHUB", "fuzzed-github-secret")
+    monkeypatch.setenv("TEST_HOOK_ALERTMANAGER", "fuzzed-alertmanager-token")
+    apply_config(DEFAULT_TEST_CONFIG + RECEIVERS)
     EventFactory.create_batch(3)
     _, secret = api_token_with_secret(user__username="fuzzer", user__is_superuser=True)
     headers = {"Authorization": f"Bearer {secret}"} if authenticated else {}
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", wsgi_app)
     statuses: Counter[int] = Counter()
+    hook_statuses: Counter[int] = Counter()
+    hooks_tried = {"all": 0}
 
     @given(case=schema.as_strategy(generation_mode=mode))
     @settings(
@@ -73,10 +88,22 @@ def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(wsgi_a
             case.headers = {**(case.headers or {}), **headers}
         elif case.headers:
             case.headers.pop("Authorization", None)
+        turn = hooks_tried["all"] % (len(HOOK_NAMES) + 1)
+        if case.path == "/hooks/{name}" and turn:
+            # Four in five deliveries go to a receiver that exists, so that its checks of the
+            # generated headers and bodies are fuzzed, not only its 404.
+            case.path_parameters = {"name": HOOK_NAMES[turn - 1]}
+        hooks_tried["all"] += case.path == "/hooks/{name}"
         response = case.call()
         statuses[response.status_code] += 1
+        if case.path == "/hooks/{name}":
+            hook_statuses[response.status_code] += 1
         case.validate_response(response, checks=CHECKS)
 
     fuzz()
     assert sum(statuses.values()) >= EXAMPLES
     assert not any(status >= 500 for status in statuses)
+    # Where the receivers were tried more than a few times, they answered more than their 404:
+    # their signature checks refused what was generated.
+    if hooks_tried["all"] > 2 * len(HOOK_NAMES):
+        assert hook_statuses[401] or hook_statuses[415], hook_statuses
