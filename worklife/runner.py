@@ -39,7 +39,8 @@ from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from causal.services import kv_put_in_tx
 from infra.identity import loop_identity
-from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class
+from worklife import metrics
+from worklife.executors import Execution, Executor, Outcome, RegistrationError, executor_class, start_attempt
 from worklife.lifecycle import UnroutedInput, work_create_child, work_create_successor, works_complete
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
@@ -71,6 +72,7 @@ from worklife.scheduling import (
 )
 from worklife.services import WorkError, consume_inputs_in_tx
 from worklife.timers import TimerError, timer_fire
+from worklife.tracing import trigger_traceparent
 
 logger = logging.getLogger("conduit.worklife.runner")
 
@@ -119,6 +121,8 @@ class Running:
     outcome: Outcome | None = None
     next_complete: float = 0.0
     successor: dict | None = None
+    scope: str = ""  # the Work's scope and the attempt's binding: its metrics' labels
+    binding: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +484,7 @@ class WorkRunner:
                 )
             else:
                 self.counters.completed += 1
+                metrics.attempt_completed(running.scope, running.binding, time.monotonic() - running.started)
                 if running.successor is not None and result.is_terminal:
                     self._create_successor(running, result)
             self._forget(running)
@@ -497,6 +502,12 @@ class WorkRunner:
             logger.info("attempt.fail_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
         else:
             self.counters.failed += 1
+            metrics.attempt_failed(
+                running.scope,
+                running.binding,
+                time.monotonic() - running.started,
+                parked=work.parked_at is not None,
+            )
             logger.warning(
                 "attempt.failed",
                 extra={
@@ -664,20 +675,25 @@ class WorkRunner:
         self._touched.add(attempt.work_id)
         try:
             executor = self._executor(attempt.executor)
-            execution = executor.start(
+            execution = start_attempt(
+                executor,
                 work_id=attempt.work_id,
                 attempt_id=attempt.pk,
                 binding_settings=binding_settings,
                 inputs=[event_as_input(event) for event in events],
+                traceparent=trigger_traceparent(attempt.trigger_id, events),
             )
         except (OSError, RegistrationError, LookupError, ValueError, TypeError, KeyError) as exc:
-            attempt_fail(
+            work = attempt_fail(
                 attempt_id=attempt.pk,
                 lease_epoch=attempt.lease_epoch,
                 error=f"could not start: {type(exc).__name__}: {exc}",
                 clock=self.clock,
             )
             self.counters.failed += 1
+            metrics.attempt_failed(
+                attempt.work.scope, attempt.binding, None, parked=work.parked_at is not None
+            )
             return
         timeout = binding_settings.get("timeout")
         grace = binding_settings.get("interrupt_grace") or DEFAULT_INTERRUPT_GRACE
@@ -690,8 +706,11 @@ class WorkRunner:
             started=time.monotonic(),
             timeout=float(timeout) if timeout else None,
             grace=float(grace),
+            scope=attempt.work.scope,
+            binding=attempt.binding,
         )
         self.counters.started += 1
+        metrics.attempt_started(attempt.work.scope, attempt.binding)
 
     def _executor(self, name: str) -> Executor:
         executor = self._executors.get(name)

@@ -14,7 +14,7 @@ from causal.services import kv_replace
 from infra.identity import loop_identity
 from infra.leases import lease_transaction
 from routing.config.selectors import live_generation, live_generation_id
-from routing.engine import live
+from routing.engine import live, metrics
 from routing.engine.claims import (
     HEARTBEATS_NAMESPACE,
     forget_stale_targets,
@@ -115,6 +115,7 @@ class RouteLoop:
         except GenerationChanged:
             self.router = None
             return StepResult(generation_changed=True)
+        metrics.pass_routed(outcomes)
         settled = sum(1 for o in outcomes if o.settled)
         self.passes += 1
         self.routed_total += settled
