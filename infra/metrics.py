@@ -15,13 +15,15 @@ and ``/metrics`` shows the answering process's alone. Only counters and histogra
 this way; gauges (the backlog, heartbeat ages) are read from the database when scraped.
 
 **Cost.** A hot path records once per batch, not once per Event: :meth:`Histogram.observe_many`
-sorts a batch's values into the buckets and adds each bucket's count with one write.
+sorts a batch's values into the buckets and adds each bucket's count with one write, and
+:meth:`Histogram.add_bucketed` takes counts a database query bucketed.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -141,14 +143,27 @@ class Histogram(_Handle):
         Events costs a few writes, not two per Event)."""
         if not enabled():
             return
+        ordered = sorted(values)
+        # observe() puts a value in the first bucket whose bound is at or above it: the values
+        # at most a bound are those before its place on the right of equal ones.
+        cumulative = [bisect.bisect_right(ordered, bound) for bound in self.bounds]
+        self.add_bucketed(len(ordered), math.fsum(ordered), cumulative, *labelvalues)
+
+    def add_bucketed(self, count: int, total: float, cumulative: Sequence[int], *labelvalues: str) -> None:
+        """Observe ``count`` values summing to ``total`` of which ``cumulative[i]`` were at most
+        ``bounds[i]`` (counted elsewhere, e.g. by the database): the same result as ``observe``
+        for each."""
+        if not count or not enabled():
+            return
         counts: dict[int, int] = {}
-        total = 0.0
-        for value in values:
-            # The first bound at or above the value, as observe() picks it; past the last
-            # bound: +Inf, the bucket prometheus_client adds after them.
-            index = bisect.bisect_left(self.bounds, value)
-            counts[index] = counts.get(index, 0) + 1
-            total += value
+        below = 0
+        for index, at_most in enumerate([*cumulative, count]):
+            if at_most > below:
+                counts[index] = at_most - below
+                below = at_most
+        self._add(counts, total, labelvalues)
+
+    def _add(self, counts: dict[int, int], total: float, labelvalues: tuple[str, ...]) -> None:
         child = self.child(*labelvalues) if counts else None
         if child is None:
             return

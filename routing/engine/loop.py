@@ -115,7 +115,7 @@ class RouteLoop:
         except GenerationChanged:
             self.router = None
             return StepResult(generation_changed=True)
-        metrics.pass_routed(outcomes)
+        metrics.pass_routed(outcomes, scopes=self.router.last_scopes, commits=self.router.last_commits)
         settled = sum(1 for o in outcomes if o.settled)
         self.passes += 1
         self.routed_total += settled

@@ -54,6 +54,20 @@ def test_i38_3_observe_many_is_observe_for_each_value(settings, labels):
     )
 
 
+def test_i38_3_add_bucketed_is_observe_for_each_value(settings):
+    settings.CONDUIT_METRICS = True
+    one_by_one = Histogram("test_i38_each_db_seconds", "h", buckets=BUCKETS)
+    bucketed = Histogram("test_i38_bucketed_db_seconds", "h", buckets=BUCKETS)
+    for value in VALUES:
+        one_by_one.observe(value)
+
+    # As the database counts them: how many, their sum, how many at most each bound.
+    bucketed.add_bucketed(len(VALUES), sum(VALUES), [sum(v <= b for v in VALUES) for b in BUCKETS])
+    bucketed.add_bucketed(0, 0.0, [0] * len(BUCKETS))
+
+    assert exposed("test_i38_each_db_seconds") == exposed("test_i38_bucketed_db_seconds")
+
+
 def test_i38_3_counts_add_up_per_label_values(settings):
     settings.CONDUIT_METRICS = True
     counter = Counter("test_i38_counts_total", "c", ("scope", "policy"))
