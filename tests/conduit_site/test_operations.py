@@ -542,3 +542,22 @@ def test_i38_3_a_real_serve_adds_up_its_web_processes_and_loops(tmp_path, clock)
         assert value(found, "conduit_loops_alive", loop="work_loop") == 1
     assert server.returncode == 0
     assert list((tmp_path / "metrics").glob("counter_*.db"))  # serve's folder, under the var folder
+
+
+def test_i38_3_check_deploy_warns_about_metrics_served_without_a_token(settings):
+    from django.core import checks
+
+    settings.CONDUIT_METRICS, settings.CONDUIT_METRICS_TOKEN = True, ""
+    open_ = [
+        m.id
+        for m in checks.run_checks(tags=[checks.Tags.security], include_deployment_checks=True)
+        if m.id.startswith("conduit.")
+    ]
+    settings.CONDUIT_METRICS_TOKEN = TOKEN
+    tokened = [
+        m.id
+        for m in checks.run_checks(tags=[checks.Tags.security], include_deployment_checks=True)
+        if m.id.startswith("conduit.")
+    ]
+
+    assert open_ == ["conduit.W001"] and tokened == []
