@@ -57,6 +57,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from causal.clock import Clock, system_clock
+from causal.metrics import causal_refused
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event
 from causal.services import Accepted, Envelope, acceptance_lock_in_tx, assert_in_tx, event_accept_in_tx
 
@@ -302,6 +303,7 @@ def refuse(
         detail=refusal.detail[:_DETAIL_MAX],
     )
     _boundary.pending.append(diagnostic)
+    causal_refused(diagnostic.kind)
     return CausalRefused(refusal.kind, refusal.detail, diagnostic=diagnostic)
 
 

@@ -21,6 +21,7 @@ from django.db.models import signals
 from django.db.models.base import ModelState
 
 from causal.clock import Clock
+from causal.metrics import events_accepted_on_commit
 from causal.models import KV, Event, EventKey
 from infra import wakeup
 from infra.queries import JsonPreparer, array_cast, dumps_json_text, shared_columns, unnest_select
@@ -296,6 +297,7 @@ def _insert(events: Sequence[Event]) -> None:
             event.seq = seq
             event._state.adding = False
             event._state.db = db.alias
+    events_accepted_on_commit(event.scope for event in events)
 
 
 # How _insert prepares a column's value: as the attribute holds it (text and integers, whose

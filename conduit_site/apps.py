@@ -10,6 +10,8 @@ class SiteConfig(AppConfig):
     label = "conduit_site"
 
     def ready(self) -> None:
+        from conduit_site import checks  # noqa: F401 - registers the system checks
+
         # What loading made (modules, classes, models, settings) lives as long as the process:
         # moved to the collector's permanent generation, it is not walked again by a later
         # collection, nor by the interpreter's own at exit, which otherwise cost every command

@@ -1,14 +1,22 @@
-"""Structured log lines: the message, then every ``extra`` field as ``key=value``.
+"""Structured log lines: the message, then every ``extra`` field, as ``key=value`` text or as
+one JSON object (``LOG_FORMAT=json``).
 
 Services log events as a fixed message with fields (``logger.warning("route.gave_up",
-extra={"event": 12, "code": "handler_timeout"})``); this formatter prints them on one line,
-values JSON-encoded, so a log search finds ``route.refusals`` or ``code=handler_timeout``.
+extra={"event": 12, "code": "handler_timeout"})``). :class:`KeyValueFormatter` prints them on
+one line, values JSON-encoded, so a log search finds ``route.refusals`` or
+``code=handler_timeout``; :class:`JsonFormatter` prints the same fields (``asctime``,
+``levelname``, ``name``, ``message`` and each ``extra`` field) as one JSON object a line, for
+a log pipeline. :class:`RequestIdFilter` adds ``request_id`` to the lines logged while a web
+request is answered (``conduit_site.requestid``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+
+from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
@@ -16,11 +24,19 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "taskName",
 }
 
+# The id of the web request this context answers (set by conduit_site.requestid).
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+
+
+def extra_fields(record: logging.LogRecord) -> dict:
+    """The fields a record carries beyond the standard ones (its ``extra``)."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
 
 class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        fields = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+        fields = extra_fields(record)
         if not fields:
             return line
         rendered = " ".join(
@@ -28,3 +44,25 @@ class KeyValueFormatter(logging.Formatter):
         )
         head, sep, tail = line.partition("\n")
         return f"{head} {rendered}{sep}{tail}"
+
+
+class JsonFormatter(_JsonFormatter):
+    """One JSON object a line: the format's fields (``asctime``, ``levelname``, ``name``,
+    ``message``), every ``extra`` field, and ``exc_info`` (the traceback) when there is one.
+    Times are ISO 8601; other values JSON cannot hold are written as text."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("json_ensure_ascii", False)
+        super().__init__(*args, **kwargs)
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``request_id`` to a record logged while a web request is answered, or about one
+    (Django's ``django.request`` lines, written once the answer is made, carry the request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            current = request_id.get() or getattr(getattr(record, "request", None), "request_id", "")
+            if current:
+                record.request_id = current
+        return True

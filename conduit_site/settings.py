@@ -80,6 +80,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # X-Request-ID on every answer, and request_id on every log line of the request.
+    "conduit_site.requestid.RequestIdMiddleware",
+    # /healthz, /readyz and /metrics, answered before the host check, the HTTPS redirect,
+    # sessions, CSRF and axes: probes and scrapers reach a web process by its address
+    # (conduit_site/operations.py).
+    "conduit_site.operations.OperationsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Cache-Control: no-store on every page and API answer (they show payloads).
@@ -258,6 +264,19 @@ CONDUIT_CAUSAL_RATE_PER_MINUTE = env_int("CONDUIT_CAUSAL_RATE_PER_MINUTE", 128)
 CONDUIT_MAX_ATTEMPTS = env_int("CONDUIT_MAX_ATTEMPTS", 5)
 CONDUIT_ATTEMPT_LEASE_SECONDS = float(os.environ.get("CONDUIT_ATTEMPT_LEASE_SECONDS", "30"))
 
+# --- Metrics (GET /metrics, docs/operations.md) -----------------------------------------------
+# Off by default (/metrics is a 404 and nothing is recorded). A token turns them on, and a
+# scrape must then send it as ``Authorization: Bearer <token>``; CONDUIT_METRICS=on without a
+# token serves them to anyone who reaches /metrics (a private network, a proxy that hides it).
+CONDUIT_METRICS_TOKEN = os.environ.get("CONDUIT_METRICS_TOKEN", "")
+CONDUIT_METRICS = env_bool("CONDUIT_METRICS", bool(CONDUIT_METRICS_TOKEN))
+
+# --- Logs ------------------------------------------------------------------------------------
+# ``text``: one line per record, the message then each field as key=value; ``json``: one JSON
+# object per line with the same fields, for a log pipeline. Web requests' lines carry request_id.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower()
+if LOG_FORMAT not in {"text", "json"}:
+    raise RuntimeError(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -265,9 +284,20 @@ LOGGING = {
         "plain": {
             "()": "conduit_site.logformat.KeyValueFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {
+            "()": "conduit_site.logformat.JsonFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+    },
+    "filters": {"request_id": {"()": "conduit_site.logformat.RequestIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["request_id"],
         }
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},

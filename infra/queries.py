@@ -10,9 +10,29 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
-from django.db import connection, connections
+from django.db import NotSupportedError, connection, connections
 from django.db.backends.base.operations import BaseDatabaseOperations
-from django.db.models import DateTimeField, Expression, JSONField, Model
+from django.db.models import DateTimeField, Expression, FloatField, Func, JSONField, Model
+
+
+class SecondsBetween(Func):
+    """``later - earlier`` in seconds (a float), computed by the database: the home page's
+    route latency, the route loop's latency histogram."""
+
+    output_field = FloatField()
+
+    def as_sql(self, compiler, connection, **extra):  # pragma: no cover - only the two below
+        raise NotSupportedError(f"SecondsBetween is not written for {connection.vendor}")
+
+    def as_sqlite(self, compiler, connection, **extra):
+        later, later_params = compiler.compile(self.source_expressions[0])
+        earlier, earlier_params = compiler.compile(self.source_expressions[1])
+        return f"((julianday({later}) - julianday({earlier})) * 86400.0)", [*later_params, *earlier_params]
+
+    def as_postgresql(self, compiler, connection, **extra):
+        later, later_params = compiler.compile(self.source_expressions[0])
+        earlier, earlier_params = compiler.compile(self.source_expressions[1])
+        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))::float8", [*later_params, *earlier_params]
 
 
 class Listed(Expression):

@@ -51,6 +51,8 @@ class Running:
     outcome: Outcome | None = None
     next_complete: float = 0.0
     successor: dict | None = None
+    scope: str = ""  # the Work's scope and the attempt's binding: its metrics' labels
+    binding: str = ""
 
 
 def authority(running: Running) -> dict[str, int]:

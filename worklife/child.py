@@ -41,6 +41,10 @@ OUTPUT_PIECE = 8192
 """Characters of output a line to the loop carries (escaped, well under its line limit)."""
 WORK_ID_ENV = "CONDUIT_WORK_ID"
 ATTEMPT_ID_ENV = "CONDUIT_ATTEMPT_ID"
+TRACEPARENT_ENV = "TRACEPARENT"
+"""The W3C ``traceparent`` of the Event that triggered the attempt, when its sender gave one
+(the variable OpenTelemetry's environment propagation reads): the sender's trace continues in
+the attempt."""
 
 
 class CallRefused(Exception):
@@ -63,6 +67,8 @@ class Run:
 
     * ``run.inputs``: the Events presented at start, in acceptance order (dicts);
     * ``run.params``: the binding's ``params`` setting;
+    * ``run.traceparent``: the W3C ``traceparent`` of the Event that triggered the attempt
+      (``""`` when its sender gave none), also in the ``TRACEPARENT`` environment variable;
     * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
     * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
@@ -83,9 +89,11 @@ class Run:
         settings: Mapping[str, Any] | None = None,
         inputs: Sequence[Any] = (),
         channel: _Channel | None = None,
+        traceparent: str = "",
     ) -> None:
         self.work_id = work_id
         self.attempt_id = attempt_id
+        self.traceparent = traceparent
         self.lease_epoch = lease_epoch
         self.settings = dict(settings or {})
         self.params = dict(self.settings.get("params") or {})
@@ -235,6 +243,7 @@ def _worker() -> int:
                     settings=message.get("settings") or {},
                     inputs=message.get("inputs") or (),
                     channel=channel,
+                    traceparent=str(message.get("traceparent") or ""),
                 )
                 current[0] = run
                 starts.put((message["target"], run))
@@ -261,6 +270,8 @@ def _worker() -> int:
         os.environ.update(environment)
         os.environ[WORK_ID_ENV] = str(run.work_id)
         os.environ[ATTEMPT_ID_ENV] = str(run.attempt_id)
+        if run.traceparent:
+            os.environ[TRACEPARENT_ENV] = run.traceparent
         try:
             target = _import(reference)
             result = target(run)

@@ -39,6 +39,7 @@ from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from infra.connections import connections_refresh
 from infra.identity import loop_identity
+from worklife import metrics
 from worklife.attempts import (
     Rescued,
     attempt_fail,
@@ -49,7 +50,7 @@ from worklife.attempts import (
 )
 from worklife.calls import AttemptCalls, Running, authority
 from worklife.errors import WorkError
-from worklife.executors import Execution, Executor, RegistrationError, executor_class
+from worklife.executors import Execution, Executor, RegistrationError, executor_class, start_attempt
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -68,6 +69,7 @@ from worklife.scheduling import (
     work_hold_in_tx,
 )
 from worklife.timers import TimerError, timer_fire, timers_due
+from worklife.tracing import trigger_traceparent
 from worklife.waits import waits_expire, waits_retry_blocked
 
 logger = logging.getLogger("conduit.worklife.runner")
@@ -359,6 +361,7 @@ class WorkRunner:
                 )
             else:
                 self.counters.completed += 1
+                metrics.attempt_completed(running.scope, running.binding, time.monotonic() - running.started)
                 if running.successor is not None and result.is_terminal:
                     self._create_successor(running, result)
             self._forget(running)
@@ -376,6 +379,12 @@ class WorkRunner:
             logger.info("attempt.fail_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
         else:
             self.counters.failed += 1
+            metrics.attempt_failed(
+                running.scope,
+                running.binding,
+                time.monotonic() - running.started,
+                parked=work.parked_at is not None,
+            )
             logger.warning(
                 "attempt.failed",
                 extra={
@@ -543,20 +552,25 @@ class WorkRunner:
         self._touched.add(attempt.work_id)
         try:
             executor = self._executor(attempt.executor)
-            execution = executor.start(
+            execution = start_attempt(
+                executor,
                 work_id=attempt.work_id,
                 attempt_id=attempt.pk,
                 binding_settings=binding_settings,
                 inputs=[event_as_input(event) for event in events],
+                traceparent=trigger_traceparent(attempt.trigger_id, events),
             )
         except (OSError, RegistrationError, LookupError, ValueError, TypeError, KeyError) as exc:
-            attempt_fail(
+            work = attempt_fail(
                 attempt_id=attempt.pk,
                 lease_epoch=attempt.lease_epoch,
                 error=f"could not start: {type(exc).__name__}: {exc}",
                 clock=self.clock,
             )
             self.counters.failed += 1
+            metrics.attempt_failed(
+                attempt.work.scope, attempt.binding, None, parked=work.parked_at is not None
+            )
             return
         timeout = binding_settings.get("timeout")
         grace = binding_settings.get("interrupt_grace") or DEFAULT_INTERRUPT_GRACE
@@ -569,8 +583,11 @@ class WorkRunner:
             started=time.monotonic(),
             timeout=float(timeout) if timeout else None,
             grace=float(grace),
+            scope=attempt.work.scope,
+            binding=attempt.binding,
         )
         self.counters.started += 1
+        metrics.attempt_started(attempt.work.scope, attempt.binding)
 
     def _executor(self, name: str) -> Executor:
         executor = self._executors.get(name)

@@ -28,10 +28,11 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.cache import cache
 from django.db import NotSupportedError, connection
-from django.db.models import Count, F, FloatField, Func, IntegerField, Q, Window
+from django.db.models import Count, F, Func, IntegerField, Q, Window
 from django.db.models.functions import RowNumber
 
 from causal.models import Event, RouteState
+from infra.queries import SecondsBetween
 from routing.controls.events import DEAD_DISPOSITIONS
 from routing.models import Disposition, RouteRecord
 from worklife.models import Attempt, AttemptState
@@ -73,25 +74,6 @@ class BucketNumber(Func):
             f"((FLOOR(EXTRACT(EPOCH FROM {sql}))::bigint - %s) / %s)",
             [*params, self.start, self.size],
         )
-
-
-class SecondsBetween(Func):
-    """``later - earlier`` in seconds (a float)."""
-
-    output_field = FloatField()
-
-    def as_sql(self, compiler, connection, **extra):  # pragma: no cover - only the two below
-        raise NotSupportedError(f"trends are not written for {connection.vendor}")
-
-    def as_sqlite(self, compiler, connection, **extra):
-        later, later_params = compiler.compile(self.source_expressions[0])
-        earlier, earlier_params = compiler.compile(self.source_expressions[1])
-        return f"((julianday({later}) - julianday({earlier})) * 86400.0)", [*later_params, *earlier_params]
-
-    def as_postgresql(self, compiler, connection, **extra):
-        later, later_params = compiler.compile(self.source_expressions[0])
-        earlier, earlier_params = compiler.compile(self.source_expressions[1])
-        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))::float8", [*later_params, *earlier_params]
 
 
 @dataclass(frozen=True, slots=True)

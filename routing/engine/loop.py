@@ -12,7 +12,7 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from infra.identity import loop_identity
 from routing.config.selectors import live_generation, live_generation_id
-from routing.engine import live
+from routing.engine import live, metrics
 from routing.engine.claims import (
     forget_stale_targets,
     release_dead_claims,
@@ -111,6 +111,7 @@ class RouteLoop:
         except GenerationChanged:
             self.router = None
             return StepResult(generation_changed=True)
+        metrics.pass_routed(outcomes, scopes=self.router.last_scopes, commits=self.router.last_commits)
         settled = sum(1 for o in outcomes if o.settled)
         self.passes += 1
         self.routed_total += settled

@@ -130,6 +130,9 @@ class Router:
             clock=clock,
         )
         self.last_window: tuple[int, ...] = ()  # the Events of the latest pass (doctor names them)
+        # The latest pass's Events' scopes and its commits' times (routing.engine.metrics).
+        self.last_scopes: dict[int, str] = {}
+        self.last_commits: list[datetime] = []
         self._claimed_until: datetime | None = None  # the latest claim's end (claim_window)
         # The next window, claimed before this pass's commit, its routes asked while the
         # commit's own transaction ends (a commit alone, with a backlog: see route_pending).
@@ -171,6 +174,7 @@ class Router:
         one's commit ends (:mod:`~routing.engine.pipeline`). ``claim_ahead=False``: no window
         is claimed ahead (a last pass)."""
         self.last_window = ()
+        self.last_commits = []
         size = limit or self.options.batch_size
         carried = self.coordination.take_carried()
         ahead, self._ahead = self._ahead, None
@@ -185,6 +189,7 @@ class Router:
                 self.coordination.await_commits({c.behind for c in carried.values()}, time.monotonic() + 1.0)
             window = sorted([*(c.event for c in carried.values()), *window], key=lambda e: e.seq)
         self.last_window = tuple(e.seq for e in window)
+        self.last_scopes = {e.seq: e.scope for e in window}
         if not window:
             return []
         following: Ahead | None = None
@@ -514,6 +519,7 @@ class Router:
             for event, settlement, evaluation in settled.settled:
                 writer.write(event, settlement, evaluation)
             ids = writer.flush()
+            self.last_commits.append(now)
             # Each outcome is built once, after the writes, naming the Work it started by its id.
             outcomes = [RouteOutcome.of(o, ids) if type(o) is Settlement else o for o in settled.outcomes]
             if then is not None:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.urls import reverse
@@ -303,6 +307,50 @@ def test_r23_cli_doctor_exits_non_zero_when_a_check_warns(clock, live, monkeypat
         call_command("doctor", "--json", stdout=out)
     body = json.loads(out.getvalue())
     assert body["ok"] is False and body["checks"][0]["items"][0]["seq"] == stuck.seq
+
+
+def test_i38_2_doctor_exit_code_is_0_when_all_pass_and_1_when_a_check_warns(clock, live, monkeypatch):
+    from conduit_site.management.commands import doctor as doctor_command
+
+    monkeypatch.setattr(doctor_command, "system_clock", clock)
+    call_command("doctor", "--exit-code", stdout=io.StringIO())  # returns: exit status 0
+    stuck_work(clock)
+    clock.advance(minutes=11)
+
+    with pytest.raises(CommandError) as warned:
+        call_command("doctor", "--exit-code", stdout=io.StringIO())
+
+    assert warned.value.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("database_url", "reason"),
+    [
+        ("postgres://conduit@127.0.0.1:1/nowhere", "connection"),
+        ("sqlite:///{tmp}/never-migrated.sqlite3", "no such table"),
+    ],
+)
+def test_i38_2_doctor_exit_code_is_2_when_it_cannot_read_the_database(tmp_path, database_url, reason):
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url.format(tmp=tmp_path),
+        "CONDUIT_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "conduit_site.settings",
+    }
+    env.pop("TEST_DATABASE_NAME", None)
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "doctor", "--exit-code"],
+        cwd=django_settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert "doctor: cannot read the database (" in result.stderr and reason in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_r23_api_doctor_is_200_with_ok_and_checks(client, clock, live):

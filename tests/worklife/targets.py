@@ -77,3 +77,8 @@ def brief(run):
     """A short piece of work (so that a kill often lands while it runs)."""
     time.sleep(0.3)
     return {"seen": [item["seq"] for item in run.inputs]}
+
+
+def traced(run):
+    """What the attempt got of its trigger's trace context: run.traceparent and TRACEPARENT."""
+    return {"run": run.traceparent, "env": os.environ.get("TRACEPARENT")}

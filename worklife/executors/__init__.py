@@ -48,6 +48,7 @@ from worklife.executors.base import (
     import_dotted,
     registered_executors,
     split_dotted,
+    start_attempt,
     supported_controls,
     validate_binding,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "import_dotted",
     "registered_executors",
     "split_dotted",
+    "start_attempt",
     "supported_controls",
     "validate_binding",
 ]

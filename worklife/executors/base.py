@@ -152,8 +152,14 @@ class Executor(abc.ABC):
         attempt_id: int,
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
+        traceparent: str = "",
     ) -> Execution:
-        """Start one attempt of a Work with its first inputs; return a handle on it."""
+        """Start one attempt of a Work with its first inputs; return a handle on it.
+
+        ``traceparent``: the W3C trace context of the Event that triggered the attempt (``""``
+        when its sender gave none), for the attempt to continue the sender's trace. An
+        executor whose ``start`` does not take it is called without it
+        (:func:`start_attempt`)."""
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
@@ -163,6 +169,20 @@ class Executor(abc.ABC):
     def close(self) -> None:
         """End what the executor keeps between attempts (idle workers)."""
         return None
+
+
+@lru_cache(maxsize=64)
+def _takes_traceparent(cls: type) -> bool:
+    parameters = inspect.signature(cls.start).parameters.values()
+    return any(p.name == "traceparent" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def start_attempt(executor: Executor, *, traceparent: str, **arguments: Any) -> Execution:
+    """``executor.start(**arguments)``, with ``traceparent`` when its ``start`` takes it (an
+    executor written before it was passed does not)."""
+    if traceparent and _takes_traceparent(type(executor)):
+        arguments["traceparent"] = traceparent
+    return executor.start(**arguments)
 
 
 def unknown_settings(settings: Mapping[str, Any], allowed: Iterable[str]) -> Iterator[tuple[str, str]]:

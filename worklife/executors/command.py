@@ -19,7 +19,12 @@ from worklife.executors.base import (
     common_settings_problems,
     unknown_settings,
 )
-from worklife.executors.environment import env_of_binding, env_setting_problems, inherited_environment
+from worklife.executors.environment import (
+    env_of_binding,
+    env_setting_problems,
+    inherited_environment,
+    trace_environment,
+)
 from worklife.executors.process import ChildProcess, ProcessExecution, overlong_error, parse_call
 
 # --- CommandExecutor ---------------------------------------------------------------------
@@ -107,7 +112,8 @@ class CommandExecutor(Executor):
     The process runs in its own process group. Its environment is built, never inherited:
     the allow-list of the loop's own (:data:`ENV_ALLOWED`), the binding's ``env``,
     ``PYTHONPATH`` (the project's directory, unless ``env`` sets it), ``CONDUIT_WORK_ID``,
-    ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_CALL_FD`` and ``CONDUIT_PROCESS_MARK``. Its inputs arrive
+    ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_CALL_FD``, ``CONDUIT_PROCESS_MARK`` and, when the
+    attempt's triggering Event carries one, ``TRACEPARENT``. Its inputs arrive
     on standard input as JSON lines (``{"kind": "input", "event": …}``, then
     ``{"kind": "started", …}``); injected input arrives as more such lines and is confirmed
     once written; an interrupt is a ``{"kind": "interrupt"}`` line and SIGINT to its process
@@ -148,10 +154,11 @@ class CommandExecutor(Executor):
         attempt_id: int,
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
+        traceparent: str = "",
     ) -> CommandExecution:
         """Start the command and write its first inputs as JSON lines on standard input."""
         binding_env = env_of_binding(binding_settings)
-        env = {**inherited_environment(), **binding_env}
+        env = {**inherited_environment(), **binding_env, **trace_environment(traceparent)}
         env[WORK_ID_ENV] = str(work_id)
         env[ATTEMPT_ID_ENV] = str(attempt_id)
         base = str(getattr(django_settings, "BASE_DIR", "") or "")

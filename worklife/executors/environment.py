@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from worklife.child import ATTEMPT_ID_ENV, CALL_FD_ENV, WORK_ID_ENV
+from worklife.child import ATTEMPT_ID_ENV, CALL_FD_ENV, TRACEPARENT_ENV, WORK_ID_ENV
 
 # --- the child's environment --------------------------------------------------------------
 
@@ -30,6 +30,12 @@ def inherited_environment() -> dict[str, str]:
         for name, value in os.environ.items()
         if name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES)
     }
+
+
+def trace_environment(traceparent: str) -> dict[str, str]:
+    """``TRACEPARENT``: the trace context of the Event that triggered the attempt (the
+    attempt's, over one a binding's ``env`` might set), when its sender gave one."""
+    return {TRACEPARENT_ENV: traceparent} if traceparent else {}
 
 
 def env_setting_problems(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

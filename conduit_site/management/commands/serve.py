@@ -23,6 +23,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from infra import metrics
+
 ASGI_APPLICATION = "conduit_site.asgi:application"
 POLL_SECONDS = 0.2
 READY_TIMEOUT_SECONDS = 60.0
@@ -252,6 +254,8 @@ class Command(BaseCommand):
         debug_env, debug_warning = debug_for_host(host, os.environ)
         if debug_warning:
             self.stderr.write(debug_warning)
+        # With metrics on, the children count into one folder that /metrics adds up.
+        debug_env.update(metrics.prepare_children_directory(settings.VAR_DIR))
 
         listeners: list[socket.socket] = []
         if options["workers"] == 1:
@@ -364,6 +368,8 @@ class Supervisor:
                 if child.alive():
                     child.process.kill()
                     child.returncode = child.process.wait()
+                if child.process is not None:
+                    metrics.process_exited(child.process.pid, self.env)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         return self._status(first)
