@@ -1,5 +1,6 @@
-"""CloudEvents senders (``kind: cloudevents``): a structured-mode CloudEvent
-(``application/cloudevents+json``, or ``application/json``) authenticated by a Bearer token
+"""CloudEvents senders (``kind: cloudevents``): a CloudEvent in any HTTP content mode (structured,
+``application/cloudevents+json`` or ``application/json``; binary, ``ce-*`` headers and the data as
+the body; batch, ``application/cloudevents-batch+json``), authenticated by a Bearer token
 (``auth: bearer``, the default), basic auth (``auth: basic`` with ``username``) or an HMAC of the
 body (``auth: hmac`` with ``header``, ``algorithm``, ``encoding`` and ``prefix``, as for
 ``generic-hmac``).
@@ -14,7 +15,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from routing.receivers.mapping import Mapped, invalid, json_object, templated
+from routing.acceptance.binding import Mode, binary_event, content_mode
+from routing.acceptance.envelopes import EnvelopeInvalid
+from routing.receivers.mapping import Mapped, invalid, json_body, json_object, templated
 from routing.receivers.spec import Kind, ReceiverSpec
 from routing.receivers.verify import (
     Delivery,
@@ -59,22 +62,44 @@ def verify(
 
 
 def map_delivery(spec: ReceiverSpec, delivery: Delivery) -> Mapped:
-    """The CloudEvent as sent, with the receiver's scope when it names none."""
-    event = json_object(delivery, sender="a CloudEvents sender (structured mode)")
+    """The CloudEvents as sent (one, or a batch's), each with the receiver's scope when it
+    names none."""
+    mode = content_mode(delivery.media_type, delivery.headers)
+    if mode is Mode.BINARY:
+        try:
+            sent = [binary_event(delivery.headers, delivery.body)]
+        except EnvelopeInvalid as exc:
+            raise invalid(exc.message, field=exc.field) from None
+    elif mode is Mode.BATCH:
+        batch = json_body(delivery, sender="a CloudEvents sender (batch mode)")
+        if not isinstance(batch, list) or not all(isinstance(event, dict) for event in batch):
+            raise invalid("a batch (application/cloudevents-batch+json) is a JSON array of Events")
+        sent = batch
+    else:
+        sent = [json_object(delivery, sender="a CloudEvents sender (structured mode)")]
+    return Mapped(
+        events=tuple(
+            templated(_scoped(spec, event), spec.settings, delivery=delivery, keys=KIND.templates)
+            for event in sent
+        )
+    )
+
+
+def _scoped(spec: ReceiverSpec, event: dict[str, Any]) -> dict[str, Any]:
     scope = event.get("scope")
     if scope is None:
-        event = {**event, "scope": spec.scope}
-    elif not isinstance(scope, str) or not (scope == spec.scope or scope.startswith(spec.scope + "/")):
+        return {**event, "scope": spec.scope}
+    if not isinstance(scope, str) or not (scope == spec.scope or scope.startswith(spec.scope + "/")):
         raise invalid(
             f"receiver {spec.name} delivers to scope {spec.scope!r} and the scopes below it, not {scope!r}",
             field="scope",
         )
-    return Mapped(events=(templated(event, spec.settings, delivery=delivery, keys=KIND.templates),))
+    return event
 
 
 KIND = Kind(
     name="cloudevents",
-    summary="CloudEvents (structured mode): Bearer, basic auth or an HMAC header; scope defaults to the receiver's",
+    summary="CloudEvents (structured, binary or batch mode): Bearer, basic auth or an HMAC header; scope defaults to the receiver's",
     keys=("auth", "username", *HMAC_KEYS),
     check=check,
     verify=verify,

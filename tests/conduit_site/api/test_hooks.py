@@ -459,6 +459,53 @@ def test_i37_1_cloudevents_receiver_takes_the_event_as_sent_in_its_scope(client,
     assert sorted(Event.objects.values_list("scope", flat=True)) == ["acme", "acme/web"]
 
 
+def test_i37_3_cloudevents_receiver_takes_binary_and_batch_mode(client, receivers):
+    binary = deliver(
+        client,
+        "events",
+        b'{"answer": 42}',
+        {
+            **bearer(CLOUDEVENTS_TOKEN),
+            "Content-Type": "application/json",
+            "ce-specversion": "1.0",
+            "ce-id": "bin-1",
+            "ce-source": "/sensor",
+            "ce-type": "com.example.reading",
+        },
+    )
+    batch = deliver(
+        client,
+        "events",
+        body_of(
+            [
+                {"specversion": "1.0", "id": "b-1", "source": "/s", "type": "t.one"},
+                {"specversion": "1.0", "id": "b-2", "source": "/s", "type": "t.two", "scope": "acme/web"},
+            ]
+        ),
+        {**bearer(CLOUDEVENTS_TOKEN), "Content-Type": "application/cloudevents-batch+json"},
+    )
+    unsigned = deliver(
+        client,
+        "events",
+        b"{}",
+        {
+            "Content-Type": "application/json",
+            "ce-specversion": "1.0",
+            "ce-id": "x",
+            "ce-source": "/s",
+            "ce-type": "t",
+        },
+    )
+
+    assert (binary.status_code, batch.status_code, unsigned.status_code) == (201, 201, 401)
+    stored = {e.envelope_id: (e.scope, e.type, e.data) for e in Event.objects.all()}
+    assert stored == {
+        "bin-1": ("acme", "com.example.reading", {"answer": 42}),
+        "b-1": ("acme", "t.one", None),
+        "b-2": ("acme/web", "t.two", None),
+    }
+
+
 def test_i37_1_generic_hmac_receiver_maps_with_its_templates(client, receivers):
     body = body_of({"id": 820982911946154508, "email": "jon@example.com", "total_price": "409.94"})
 
