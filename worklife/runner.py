@@ -133,6 +133,8 @@ class WorkRunner:
         owner: str | None = None,
         publish: Callable[[Iterable[int]], None] | None = None,
         causal: Causal | None = None,
+        maintenance: Callable[[], Any] | None = None,
+        maintenance_seconds: float = 3600.0,
     ) -> None:
         self.clock = clock
         self.dispatcher = dispatcher
@@ -155,6 +157,11 @@ class WorkRunner:
         self._next_due = 0.0
         self.blocked_retry_seconds = BLOCKED_RETRY_SECONDS
         self._next_heartbeat = 0.0
+        # Housekeeping a higher package passes down (conduit_site's retention), run on the
+        # first pass and then every ``maintenance_seconds``: one comparison per pass.
+        self.maintenance = maintenance
+        self.maintenance_seconds = maintenance_seconds
+        self._next_maintenance = 0.0
 
     # -- the pass -------------------------------------------------------------------------
     def step(self) -> StepResult:
@@ -181,6 +188,8 @@ class WorkRunner:
         started = 0 if self.stopping else self._claim()
         if mono >= self._next_heartbeat:
             self._heartbeat()
+        if self.maintenance is not None and mono >= self._next_maintenance and not self.stopping:
+            self._maintain(mono)
         if self._touched:
             self.publish(sorted(self._touched))
             self._touched.clear()
@@ -595,6 +604,13 @@ class WorkRunner:
             executor = executor_class(name)()
             self._executors[name] = executor
         return executor
+
+    def _maintain(self, mono: float) -> None:
+        self._next_maintenance = mono + self.maintenance_seconds
+        try:
+            self.maintenance()
+        except Exception:  # noqa: BLE001 - housekeeping must not stop the loop: log with the stack
+            logger.exception("work_loop.maintenance_failed")
 
     def _heartbeat(self, *, stopped: bool = False) -> None:
         self._next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
