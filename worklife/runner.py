@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from infra.connections import connections_refresh
-from infra.identity import loop_identity
+from infra.identity import host_name, loop_identity
 from worklife import metrics
 from worklife.attempts import (
     Rescued,
@@ -491,7 +490,7 @@ class WorkRunner:
     def release_dead_owners(self) -> int:
         """Mark lost at once the attempts of loops of this host whose process is gone (a loop
         that crashed or was killed), instead of after their lease lapses."""
-        host = socket.gethostname()
+        host = host_name()
         owners = set(
             Attempt.objects.filter(state__in=ACTIVE_ATTEMPT_STATES, lease_owner__startswith=f"{host}:")
             .values_list("lease_owner", flat=True)
@@ -514,7 +513,7 @@ class WorkRunner:
         )
         if (
             rescued.pid
-            and rescued.owner.startswith(f"{socket.gethostname()}:")
+            and rescued.owner.startswith(f"{host_name()}:")
             and rescued.attempt_id not in self.running
         ):
             _kill_attempt_process(rescued.pid, rescued.attempt_id)
