@@ -254,6 +254,11 @@ CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
 # before it is parsed, so no document can exhaust a parser's or the router's stack.
 CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)
 CONDUIT_ROUTE_TIMEOUT = float(os.environ.get("CONDUIT_ROUTE_TIMEOUT", "5"))
+# The host name in loop identities (infra.identity): one per host or container sharing a database.
+CONDUIT_HOSTNAME = os.environ.get("CONDUIT_HOSTNAME", "")
+# Retention (conduit_site.retention): terminal Work and the Events nothing keeps go after this many
+# days; 0 keeps everything for ever.
+CONDUIT_RETENTION_DAYS = env_int("CONDUIT_RETENTION_DAYS", 30)
 CONDUIT_MAX_ROUTE_FAILURES = env_int("CONDUIT_MAX_ROUTE_FAILURES", 5)
 CONDUIT_ROUTE_FAILURE_WINDOW = env_int("CONDUIT_ROUTE_FAILURE_WINDOW", 15 * 60)
 CONDUIT_ROUTE_CLAIM_SECONDS = float(os.environ.get("CONDUIT_ROUTE_CLAIM_SECONDS", "60"))

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from causal.clock import Clock
 from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from infra.connections import connections_refresh
-from infra.identity import loop_identity
+from infra.identity import host_name, loop_identity
 from worklife import metrics
 from worklife.attempts import (
     Rescued,
@@ -133,6 +132,8 @@ class WorkRunner:
         owner: str | None = None,
         publish: Callable[[Iterable[int]], None] | None = None,
         causal: Causal | None = None,
+        maintenance: Callable[[], Any] | None = None,
+        maintenance_seconds: float = 3600.0,
     ) -> None:
         self.clock = clock
         self.dispatcher = dispatcher
@@ -155,6 +156,11 @@ class WorkRunner:
         self._next_due = 0.0
         self.blocked_retry_seconds = BLOCKED_RETRY_SECONDS
         self._next_heartbeat = 0.0
+        # Housekeeping a higher package passes down (conduit_site's retention), run on the
+        # first pass and then every ``maintenance_seconds``: one comparison per pass.
+        self.maintenance = maintenance
+        self.maintenance_seconds = maintenance_seconds
+        self._next_maintenance = 0.0
 
     # -- the pass -------------------------------------------------------------------------
     def step(self) -> StepResult:
@@ -181,6 +187,8 @@ class WorkRunner:
         started = 0 if self.stopping else self._claim()
         if mono >= self._next_heartbeat:
             self._heartbeat()
+        if self.maintenance is not None and mono >= self._next_maintenance and not self.stopping:
+            self._maintain(mono)
         if self._touched:
             self.publish(sorted(self._touched))
             self._touched.clear()
@@ -482,7 +490,7 @@ class WorkRunner:
     def release_dead_owners(self) -> int:
         """Mark lost at once the attempts of loops of this host whose process is gone (a loop
         that crashed or was killed), instead of after their lease lapses."""
-        host = socket.gethostname()
+        host = host_name()
         owners = set(
             Attempt.objects.filter(state__in=ACTIVE_ATTEMPT_STATES, lease_owner__startswith=f"{host}:")
             .values_list("lease_owner", flat=True)
@@ -505,7 +513,7 @@ class WorkRunner:
         )
         if (
             rescued.pid
-            and rescued.owner.startswith(f"{socket.gethostname()}:")
+            and rescued.owner.startswith(f"{host_name()}:")
             and rescued.attempt_id not in self.running
         ):
             _kill_attempt_process(rescued.pid, rescued.attempt_id)
@@ -595,6 +603,13 @@ class WorkRunner:
             executor = executor_class(name)()
             self._executors[name] = executor
         return executor
+
+    def _maintain(self, mono: float) -> None:
+        self._next_maintenance = mono + self.maintenance_seconds
+        try:
+            self.maintenance()
+        except Exception:  # noqa: BLE001 - housekeeping must not stop the loop: log with the stack
+            logger.exception("work_loop.maintenance_failed")
 
     def _heartbeat(self, *, stopped: bool = False) -> None:
         self._next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -30,6 +29,7 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.services import kv_replace
+from infra.identity import host_name
 from infra.leases import lease_transaction
 from infra.queries import CompiledOnce, Listed, update_rows
 from routing.engine.evaluate import SnapshotRead
@@ -51,7 +51,7 @@ def release_dead_claims(now: datetime) -> int:
     that crashed or was killed), so a restarted loop routes them at once instead of after the
     claim lapses; returns how many Events were released. Claims of other hosts are left to
     lapse: only a process of this host can be known dead."""
-    host = socket.gethostname()
+    host = host_name()
     held = (
         Event.objects.filter(
             route_state=RouteState.UNROUTED, claimed_until__gt=now, claimed_by__startswith=f"{host}:"

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
 from conduit_site.management.loops import install_graceful_stop, restore_signals
+from conduit_site.retention import PRUNE_INTERVAL_SECONDS, site_prune
 from routing.engine.dispatch import RoutingDispatcher
 from routing.engine.live import drain as drain_live
 from routing.engine.live import publish_routed
@@ -68,6 +69,9 @@ class Command(BaseCommand):
             dispatcher=RoutingDispatcher(),
             slots=options["slots"],
             publish=lambda work_ids: publish_routed([], work_ids),
+            # Retention once an hour (CONDUIT_RETENTION_DAYS; 0 keeps everything).
+            maintenance=lambda: site_prune(clock=system_clock),
+            maintenance_seconds=PRUNE_INTERVAL_SECONDS,
         )
         stop = threading.Event()
         previous = install_graceful_stop(stop)

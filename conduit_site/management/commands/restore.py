@@ -1,0 +1,28 @@
+"""``manage.py restore PATH``: put an SQLite backup back (``conduit_site.backup``)."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from causal.clock import system_clock
+from conduit_site.backup import BackupError, database_restore, is_sqlite
+
+
+class Command(BaseCommand):
+    help = (
+        "Replace the SQLite database's content with a backup made by `manage.py backup`, in one "
+        "transaction. Refused while serve or a loop runs (a heartbeat in the last minute), and for "
+        "a file that fails integrity_check or is not a Conduit database. PostgreSQL: use pg_restore."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", help="The backup to restore.")
+
+    def handle(self, *args, **options):
+        if not is_sqlite():
+            raise CommandError("restore is for SQLite; restore PostgreSQL with pg_restore")
+        try:
+            result = database_restore(path=options["path"], clock=system_clock)
+        except BackupError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"restored {result.events} Events from {options['path']} into {result.path}")
