@@ -13,6 +13,14 @@ document.addEventListener("DOMContentLoaded", () => {
       block.setAttribute("role", "region");
       block.setAttribute("aria-label", block.classList.contains("example") ? "Example" : "Code");
     }
+    // A parameter whose values are a list is a <select> with no label: it is named after its
+    // parameter.
+    for (const select of holder.querySelectorAll("select:not([aria-label])")) {
+      const row = select.closest("tr[data-param-name]");
+      if (row) {
+        select.setAttribute("aria-label", row.dataset.paramName);
+      }
+    }
   }).observe(holder, { childList: true, subtree: true });
   SwaggerUIBundle({
     url: holder.dataset.schemaUrl,
