@@ -206,9 +206,20 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {
                         "type": "string",
-                        "enum": ["ready", "running", "waiting", "completed", "cancelled", "parked"],
+                        "enum": [
+                            "ready",
+                            "running",
+                            "waiting",
+                            "completed",
+                            "cancelled",
+                            "parked",
+                            "backing_off",
+                        ],
                     },
-                    "description": "The Work's status; `parked`: ready Work parked after too many failures.",
+                    "description": (
+                        "The Work's state: `parked`, ready Work parked after too many failures;"
+                        " `backing_off`, ready Work whose next try is later; `ready`, neither."
+                    ),
                 },
                 {
                     "name": "binding",
