@@ -64,6 +64,7 @@ def work_rows_context(
     )
     return {
         "filters": filters,
+        "filter_params": work_filter_params(filters),
         "page": page,
         "paged": cursor is not None,
         "total": work_total(filters, now=now),
