@@ -101,13 +101,13 @@ class ConsoleSummary:
     live_generation: Generation | None
 
 
-def console_summary() -> ConsoleSummary:
-    """Counts of unrouted Events, of Work by status and of parked Work, and the live
-    generation."""
-    counts = work_counts()
+def console_summary(*, now: datetime | None = None) -> ConsoleSummary:
+    """Counts of unrouted Events, of Work by state (parked and backing off apart from ready)
+    and the live generation."""
+    counts = work_counts(now=now)
     return ConsoleSummary(
         unrouted_events=unrouted_event_count(),
-        work_by_status=counts.by_status,
+        work_by_status=counts.by_state,
         work_running=counts.running,
         work_parked=counts.parked,
         live_generation=live_generation(),

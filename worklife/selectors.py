@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 
+from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from worklife.models import (
@@ -30,8 +31,12 @@ from worklife.models import (
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
 # this many; older rows are not shown (the page says so).
 ENGINE_LIST_LIMIT = 20
-# The Work list's status filter also takes this: ready Work parked after too many failures.
+# The Work list's status filter also takes these: ready Work parked after too many failures,
+# and ready Work backing off (its next try is later); ``ready`` then means neither.
 PARKED = "parked"
+BACKING_OFF = "backing_off"
+# The Work states as people read them: a status, or one of the two holds of a ready Work.
+WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF)
 # The longest scope path Work stores (Work.scope).
 SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
 BINDING_MAX_LENGTH = Work._meta.get_field("binding").max_length
@@ -51,7 +56,7 @@ class WorkFilter:
     key: str = ""
 
     def __post_init__(self) -> None:
-        if self.status and self.status not in (*WorkStatus.values, PARKED):
+        if self.status and self.status not in WORK_STATES:
             raise ValueError(f"status: unknown status {self.status!r}")
         for name, most in (
             ("scope", SCOPE_MAX_LENGTH),
@@ -64,14 +69,24 @@ class WorkFilter:
                 raise ValueError(f"{name}: at most {most} characters, no NUL")
 
 
-def work_filtered(filters: WorkFilter) -> QuerySet[Work]:
+def _backing_off(now: datetime) -> Q:
+    return Q(parked_at__isnull=True, retry_at__gt=now)
+
+
+def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QuerySet[Work]:
     """Work matching ``filters`` (exact scope, status, binding, an owned key), unordered. The
-    status ``parked`` is ready Work parked after too many failures."""
+    status ``parked`` is ready Work parked after too many failures, ``backing_off`` ready Work
+    whose next try is after ``now``, and ``ready`` ready Work that is neither."""
+    now = now or system_clock()
     queryset = Work.objects.all()
     if filters.scope:
         queryset = queryset.filter(scope=filters.scope)
     if filters.status == PARKED:
         queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=False)
+    elif filters.status == BACKING_OFF:
+        queryset = queryset.filter(_backing_off(now), status=WorkStatus.READY)
+    elif filters.status == WorkStatus.READY:
+        queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=True).exclude(_backing_off(now))
     elif filters.status:
         queryset = queryset.filter(status=filters.status)
     if filters.binding:
@@ -85,16 +100,22 @@ def work_filtered(filters: WorkFilter) -> QuerySet[Work]:
 
 
 def work_page(
-    filters: WorkFilter, *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
+    filters: WorkFilter,
+    *,
+    before: int | None = None,
+    limit: int = PAGE_SIZE,
+    oldest: bool = False,
+    now: datetime | None = None,
 ) -> KeysetPage:
     """One page of Work, newest (highest id) first below ``before`` when given, or oldest
     first above it (``oldest``)."""
-    return keyset_page(work_filtered(filters), key="id", cursor=before, limit=limit, descending=not oldest)
+    queryset = work_filtered(filters, now=now)
+    return keyset_page(queryset, key="id", cursor=before, limit=limit, descending=not oldest)
 
 
-def work_total(filters: WorkFilter, *, cap: int = COUNT_CAP) -> ListTotal:
+def work_total(filters: WorkFilter, *, cap: int = COUNT_CAP, now: datetime | None = None) -> ListTotal:
     """How many Work match ``filters``, counted up to ``cap`` (one query)."""
-    return count_capped(work_filtered(filters), cap=cap)
+    return count_capped(work_filtered(filters, now=now), cap=cap)
 
 
 def work_get(work_id: int) -> Work:
@@ -104,31 +125,50 @@ def work_get(work_id: int) -> Work:
 
 @dataclass(frozen=True, slots=True)
 class WorkCounts:
-    """How many Work records are in each status (every status present), and how many of the
-    ready ones are parked."""
+    """How many Work records are in each state as the Work list filters them (every state
+    present): ``ready`` counts ready Work neither parked nor backing off, which
+    ``parked`` and ``backing_off`` count apart."""
 
     by_status: dict[str, int]
     parked: int
+    backing_off: int = 0
 
     @property
     def running(self) -> int:
         return self.by_status[WorkStatus.RUNNING]
 
+    @property
+    def by_state(self) -> dict[str, int]:
+        """Each status, with parked and backing-off Work after ready."""
+        states: dict[str, int] = {}
+        for status, n in self.by_status.items():
+            states[status] = n
+            if status == WorkStatus.READY:
+                states[PARKED] = self.parked
+                states[BACKING_OFF] = self.backing_off
+        return states
 
-def work_counts() -> WorkCounts:
-    """Work by status and parked Work, in one query."""
+
+def work_counts(*, now: datetime | None = None) -> WorkCounts:
+    """Work by status, parked and backing-off Work counted apart from ready, in one query."""
+    now = now or system_clock()
     by_status = {status: 0 for status in WorkStatus.values}
-    parked = 0
+    parked = backing_off = 0
     rows = (
         Work.objects.values("status")
-        .annotate(n=Count("id"), parked=Count("id", filter=Q(parked_at__isnull=False)))
+        .annotate(
+            n=Count("id"),
+            parked=Count("id", filter=Q(parked_at__isnull=False)),
+            backing_off=Count("id", filter=_backing_off(now)),
+        )
         .order_by()
     )
     for row in rows:
         by_status[row["status"]] = row["n"]
         if row["status"] == WorkStatus.READY:
-            parked = row["parked"]
-    return WorkCounts(by_status=by_status, parked=parked)
+            parked, backing_off = row["parked"], row["backing_off"]
+            by_status[row["status"]] = row["n"] - parked - backing_off
+    return WorkCounts(by_status=by_status, parked=parked, backing_off=backing_off)
 
 
 def work_keys(work_id: int, *, limit: int = 100) -> KeysetPage:
@@ -149,6 +189,45 @@ def work_inputs_page(
     order after the Event seq ``after`` when given, or newest first below it (``newest``)."""
     queryset = WorkInput.objects.filter(work_id=work_id).select_related("event", "attempt")
     return keyset_page(queryset, key="seq", cursor=after, limit=limit, descending=newest)
+
+
+def work_input_presentations(work_id: int, inputs: list[WorkInput]) -> dict[int, tuple[int, int]]:
+    """Which attempts each consumed input of ``inputs`` was presented to, by its seq, as
+    (first, last) attempt numbers: the attempt that consumed it, and, when that one failed or
+    was lost, every later attempt up to the next success (or the latest attempt), as a retry
+    presents a failed attempt's input again (``worklife.scheduling.presentations_in_tx``).
+    One query, none when no input was consumed."""
+    numbers = [row.attempt.number for row in inputs if row.attempt_id is not None]
+    if not numbers:
+        return {}
+    attempts = Attempt.objects.filter(work_id=work_id)
+    latest = attempts.order_by("-number").values("pk")[:1]
+    rows = list(
+        attempts.filter(Q(state=AttemptState.SUCCEEDED, number__gte=min(numbers)) | Q(pk=Subquery(latest)))
+        .order_by("number")
+        .values_list("number", "state")
+    )
+    latest_number = max([*numbers, *(number for number, _ in rows)])
+    success_numbers = [number for number, state in rows if state == AttemptState.SUCCEEDED]
+    result: dict[int, tuple[int, int]] = {}
+    for row in inputs:
+        if row.attempt_id is None:
+            continue
+        first = row.attempt.number
+        if row.attempt.state not in (AttemptState.FAILED, AttemptState.LOST):
+            result[row.seq] = (first, first)
+            continue
+        later = [n for n in success_numbers if n > first]
+        result[row.seq] = (first, later[0] if later else latest_number)
+    return result
+
+
+def presented_text(span: tuple[int, int] | None) -> str:
+    """An input's attempts in words: "attempt 1", "attempts 1–14", or "" for none."""
+    if span is None:
+        return ""
+    first, last = span
+    return f"attempt {first}" if first == last else f"attempts {first}–{last}"
 
 
 def work_inputs_total(work_id: int, *, cap: int = COUNT_CAP) -> ListTotal:

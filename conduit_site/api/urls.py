@@ -30,6 +30,7 @@ urlpatterns = [
         name="api-candidate-discard",
     ),
     path("work", work.work_collection, name="api-work"),
+    path("work/bulk", work.work_bulk, name="api-work-bulk"),
     path("work/<id:work_id>", work.work_detail, name="api-work-detail"),
     path("work/<id:work_id>/cancel", work.work_cancel, name="api-work-cancel"),
     path("work/<id:work_id>/retry", work.work_retry, name="api-work-retry"),

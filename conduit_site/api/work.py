@@ -19,10 +19,12 @@ from django.urls import reverse
 
 from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
-from conduit_site.api.auth import ApiError, api_view, request_json
+from conduit_site.api.auth import ApiError, api_permitted, api_require, api_view, request_json
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
+from routing.controls import bulk
 from routing.controls import work as controls
+from routing.controls.bulk import bulk_action, work_bulk_ids
 from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from routing.serializers import attempt_json, work_json
 from worklife.models import Work
@@ -39,6 +41,7 @@ LIST_FILTERS = ("scope", "status", "binding", "key")
 SEND_FIELDS = frozenset({"type", "data", "subject"})
 CREATE_FIELDS = frozenset({"scope", "binding", "input"})
 REBIND_FIELDS = frozenset({"binding"})
+BULK_FIELDS = frozenset({"action", "ids", "filter"})
 
 
 @api_view(
@@ -112,6 +115,38 @@ def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
     result = controls.work_rebind(
         work_id=work_id, binding=body.get("binding"), user=request.user, clock=clock
     )
+    return JsonResponse(result.as_dict())
+
+
+@api_view(["POST"], permission=VIEW_EVENT, errors=CONTROL_ERRORS)
+def work_bulk(request: HttpRequest) -> JsonResponse:
+    """Retry or cancel several Work: ``{"action": "retry"|"cancel", "ids": [...]}`` or
+    ``{"action", "filter": {"scope", "status", "binding", "key"}}`` (at most
+    ``BULK_LIMIT`` Work), each through its own control with its own control Event; needs the
+    control's own permission. Answers the per-Work outcomes and a one-line summary."""
+    if not any(api_permitted(request, controls.PERMISSIONS[a]) for a in bulk.BULK_ACTIONS.values()):
+        # Neither bulk control: refused before the body is read.
+        api_require(request, controls.PERMISSIONS[WorkControl.RETRY], to="retry in bulk")
+    body = _body(request, BULK_FIELDS)
+    action = bulk_action(body.get("action"))
+    api_require(request, controls.PERMISSIONS[action], to=f"{action.value.replace('_', ' ')} in bulk")
+    filters = None
+    if "filter" in body:
+        raw = body["filter"]
+        if not isinstance(raw, dict) or set(raw) - set(LIST_FILTERS):
+            raise WorkControlInvalid("filter", f"expected an object with {', '.join(LIST_FILTERS)}")
+        if not all(isinstance(value, str) for value in raw.values()):
+            raise WorkControlInvalid("filter", "each filter is a string")
+        try:
+            filters = WorkFilter(**raw)
+        except ValueError as exc:
+            field, _, message = str(exc).partition(": ")
+            raise WorkControlInvalid(f"filter.{field}", message) from None
+    ids = body.get("ids")
+    if ids is not None and not isinstance(ids, list):
+        raise WorkControlInvalid("ids", "expected a list of Work ids")
+    work_ids = work_bulk_ids(ids=ids, filters=filters, now=clock())
+    result = bulk.work_bulk(action=action, work_ids=work_ids, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 

@@ -15,6 +15,7 @@ from conduit_site.console.views import (
     setup,
     trace,
     work,
+    work_bulk,
     work_controls,
 )
 from infra.converters import register_id_converter
@@ -35,6 +36,7 @@ urlpatterns = [
     path("work/", work.work_list, name="work-list"),
     path("work/<id:work_id>/", work.work_detail, name="work-detail"),
     path("work/new/", work_controls.work_create, name="work-create"),
+    path("work/bulk/", work_bulk.work_bulk_view, name="work-bulk"),
     path("work/<id:work_id>/cancel/", work_controls.work_cancel, name="work-cancel"),
     path("work/<id:work_id>/retry/", work_controls.work_retry, name="work-retry"),
     path("work/<id:work_id>/send/", work_controls.work_send, name="work-send"),

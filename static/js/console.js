@@ -30,7 +30,8 @@ document.addEventListener("htmx:beforeSwap", (event) => {
 
 // Timestamps: every <time datetime> (the timetag filter, conduit_site/console/templatetags/console_time.py)
 // comes as UTC; show it in the browser's time zone, naming the zone, to the second. One marked
-// data-ago shows its age instead ("3 min ago"), the local time in its title, and ages on.
+// data-ago shows its age instead ("3 min ago", or "in 4 s" for a next try), the local time in
+// its title, and ages on every second (a backoff counts down).
 const LOCAL_TIME = new Intl.DateTimeFormat("en-US", {
   year: "numeric",
   month: "2-digit",
@@ -109,7 +110,7 @@ document.addEventListener("DOMContentLoaded", () => {
     for (const element of document.querySelectorAll("time[data-ago]")) {
       showTime(element, now);
     }
-  }, 15000);
+  }, 1000);
 });
 
 // Focus after a swap. A control that an htmx swap replaces (Skip, Reroute, Refresh, a row's

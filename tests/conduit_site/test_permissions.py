@@ -68,6 +68,7 @@ API = {
     ("api-work", "POST"): "create",
     ("api-work-detail", "GET"): "read",
     ("api-work-cancel", "POST"): "cancel",
+    ("api-work-bulk", "POST"): "retry",
     ("api-work-retry", "POST"): "retry",
     ("api-work-send", "POST"): "send",
     ("api-work-rebind", "POST"): "rebind",
@@ -93,6 +94,7 @@ CONSOLE = {
     ("work-create", "POST"): "create",
     ("work-cancel", "GET"): "cancel",
     ("work-cancel", "POST"): "cancel",
+    ("work-bulk", "POST"): "retry",
     ("work-retry", "GET"): "retry",
     ("work-retry", "POST"): "retry",
     ("work-send", "GET"): "send",
@@ -311,7 +313,7 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 def test_i9p3_matrix_size():
     # 5 principals x (22 API + 37 console + 5 admin site + 2 websocket) routes and methods.
-    assert MATRIX_SIZE == 5 * 66 == 330
+    assert MATRIX_SIZE == 5 * 68 == 340
 
 
 # --- narrowing a token ---------------------------------------------------------------------------

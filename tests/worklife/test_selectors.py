@@ -197,4 +197,4 @@ def test_i8p9_work_counts_by_status_and_parked_in_one_query(django_assert_num_qu
     with django_assert_num_queries(1):
         counts = work_counts()
     assert (counts.running, counts.parked) == (2, 1)
-    assert counts.by_status == {"ready": 2, "running": 2, "waiting": 0, "completed": 1, "cancelled": 0}
+    assert counts.by_status == {"ready": 1, "running": 2, "waiting": 0, "completed": 1, "cancelled": 0}

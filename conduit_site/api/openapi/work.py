@@ -185,6 +185,54 @@ SCHEMAS: dict[str, Any] = {
             "status": {"type": "string", "description": "The Work's status when refused."},
         },
     },
+    "WorkBulkRequest": {
+        "type": "object",
+        "description": "Which control to apply and to which Work: `ids`, or `filter` (the Work list's "
+        "filters; `status` takes `parked` and `backing_off` too), not both; at most 10,000 Work.",
+        "required": ["action"],
+        "properties": {
+            "action": {"type": "string", "enum": ["retry", "cancel"]},
+            "ids": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 10000},
+            "filter": {
+                "type": "object",
+                "properties": {
+                    "scope": {"type": "string"},
+                    "status": {"type": "string"},
+                    "binding": {"type": "string"},
+                    "key": {"type": "string"},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    },
+    "WorkBulkResult": {
+        "type": "object",
+        "description": "What a bulk control did, Work by Work in id order: each Work went through its own "
+        "control, with its own `core.manual.<action>` control Event; a refused Work does not stop the others.",
+        "required": ["action", "by", "done", "refused", "summary", "outcomes"],
+        "properties": {
+            "action": {"type": "string", "enum": ["retry_work", "cancel_work"]},
+            "by": {"type": "string"},
+            "done": {"type": "integer"},
+            "refused": {"type": "integer"},
+            "summary": {"type": "string", "description": "e.g. `retried 3, refused 1 (Work 7: …)`."},
+            "outcomes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["work_id", "ok", "control_seq", "error", "message"],
+                    "properties": {
+                        "work_id": {"type": "integer"},
+                        "ok": {"type": "boolean"},
+                        "control_seq": {"type": ["integer", "null"]},
+                        "error": {"type": "string", "description": "The refusal's code; empty when done."},
+                        "message": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
 }
 
 RESPONSES: dict[str, Any] = {
@@ -206,9 +254,20 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {
                         "type": "string",
-                        "enum": ["ready", "running", "waiting", "completed", "cancelled", "parked"],
+                        "enum": [
+                            "ready",
+                            "running",
+                            "waiting",
+                            "completed",
+                            "cancelled",
+                            "parked",
+                            "backing_off",
+                        ],
                     },
-                    "description": "The Work's status; `parked`: ready Work parked after too many failures.",
+                    "description": (
+                        "The Work's state: `parked`, ready Work parked after too many failures;"
+                        " `backing_off`, ready Work whose next try is later; `ready`, neither."
+                    ),
                 },
                 {
                     "name": "binding",
@@ -306,6 +365,29 @@ PATHS: dict[str, Any] = {
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),
                 "409": response_ref("WorkControlRefused"),
+            },
+        }
+    },
+    "/api/work/bulk": {
+        "post": {
+            "operationId": "work_bulk",
+            "summary": "Retry or cancel several Work",
+            "description": "Applies `retry` or `cancel` to each Work named by `ids` or matched by `filter` (at "
+            "most 10,000; more is refused with 400 before anything is done), each through the same control as "
+            "one at a time: its own transaction and `core.manual.<action>` control Event. Needs the "
+            "permission of the control (`worklife.retry_work` or `worklife.cancel_work`).",
+            "requestBody": {"required": True, "content": json_content(ref("WorkBulkRequest"))},
+            "responses": {
+                "200": {
+                    "description": "Each Work's outcome.",
+                    "content": json_content(ref("WorkBulkResult")),
+                },
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "405": response_ref("MethodNotAllowed"),
+                "413": response_ref("TooLarge"),
+                "415": response_ref("UnsupportedMediaType"),
             },
         }
     },

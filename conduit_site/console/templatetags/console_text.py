@@ -18,3 +18,9 @@ def wrap_at_dots(value: Any) -> SafeString:
     ``type-name`` span whose text breaks only there while the column has room for a part."""
     parts = escape(value).replace(".", ".<wbr>")
     return mark_safe(f'<span class="type-name">{parts}</span>')  # parts are escaped above
+
+
+@register.filter
+def state_label(value: Any) -> str:
+    """A state's code as words: ``backing_off`` reads "backing off"."""
+    return str(value).replace("_", " ")

@@ -40,3 +40,34 @@ def timetag(value: datetime | None, style: str = "") -> SafeString | str:
     if style:
         raise template.TemplateSyntaxError(f'timetag takes "ago" or nothing, not {style!r}')
     return format_html('<time datetime="{}">{}</time>', iso, shown)
+
+
+def in_words(seconds: float) -> str:
+    """A span in the console's words ("4 s", "3 min", "2 h", "5 d"), as ``console.js`` says it."""
+    span = abs(round(seconds))
+    if span < 120:
+        return f"{span} s"
+    if span < 120 * 60:
+        return f"{span // 60} min"
+    if span < 48 * 3600:
+        return f"{span // 3600} h"
+    return f"{span // 86400} d"
+
+
+@register.filter
+def countdown(value: datetime | None, now: datetime) -> SafeString | str:
+    """``value``, a moment after ``now``, as ``<time>`` reading "in 4 s" with the absolute
+    time in its title; ``console.js`` counts it down (``data-ago``)."""
+    if value is None or value == "":
+        return NONE
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise template.TemplateSyntaxError("countdown needs an aware datetime")
+    moment = value.astimezone(UTC)
+    iso = moment.isoformat().replace("+00:00", "Z")
+    seconds = max((moment - now).total_seconds(), 0)
+    return format_html(
+        '<time datetime="{}" data-ago title="{}">in {}</time>',
+        iso,
+        moment.strftime(DISPLAY_FORMAT),
+        in_words(seconds),
+    )

@@ -10,7 +10,7 @@ from causal.models import RouteState
 from infra.converters import MAX_ID
 from routing.selectors import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid, parse_time
 from worklife.models import WorkStatus
-from worklife.selectors import PARKED, WorkFilter
+from worklife.selectors import BACKING_OFF, PARKED, WorkFilter
 
 
 def _choices_with_any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -140,8 +140,11 @@ class WorkFilterForm(KeysetOrderForm):
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     status = forms.ChoiceField(
         required=False,
-        choices=_choices_with_any([*WorkStatus.choices, (PARKED, "parked")]),
-        help_text="The Work's status; parked: ready Work parked after too many failures.",
+        choices=_choices_with_any([*WorkStatus.choices, (PARKED, "parked"), (BACKING_OFF, "backing off")]),
+        help_text=(
+            "The Work's state; ready means neither parked (after too many failures) nor backing"
+            " off (its next try is later)."
+        ),
     )
     binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")
     key = forms.CharField(required=False, max_length=512, help_text="A correlation key the Work owns.")

@@ -25,7 +25,7 @@ def home(request: HttpRequest) -> HttpResponse:
     letters and doctor warnings, the live generation, and the trends of the last hour and day
     as charts."""
     now = clock()
-    summary = console_summary()
+    summary = console_summary(now=now)
     report = doctor(clock=lambda: now)
     dead, dead_more = dead_letters_count()
     result = trends(now=now, unrouted=summary.unrouted_events)

@@ -22,9 +22,11 @@ from worklife.models import Work
 from worklife.selectors import (
     ENGINE_LIST_LIMIT,
     WorkFilter,
+    presented_text,
     work_attempts,
     work_children,
     work_get,
+    work_input_presentations,
     work_inputs_page,
     work_inputs_total,
     work_intents,
@@ -55,17 +57,19 @@ def work_rows_context(
 ) -> dict[str, Any]:
     """What the ``work-list`` partial needs: one page of Work, the total, the paging links
     and now (a backoff shows only while it lasts)."""
-    page = work_page(filters, before=cursor, oldest=oldest)
+    now = clock()
+    page = work_page(filters, before=cursor, oldest=oldest, now=now)
     paging = list_paging_urls(
         "work-list", work_filter_params(filters), oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
     )
     return {
         "filters": filters,
+        "filter_params": work_filter_params(filters),
         "page": page,
         "paged": cursor is not None,
-        "total": work_total(filters),
+        "total": work_total(filters, now=now),
         "total_noun": "Work",
-        "now": clock(),
+        "now": now,
         **paging,
     }
 
@@ -90,8 +94,10 @@ def work_list(request: HttpRequest) -> HttpResponse:
 
 
 def _summary(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
+    now = clock()
     return {
-        "why": work_why_not_running(work, now=clock()),
+        "now": now,
+        "why": work_why_not_running(work, now=now),
         "keys": work_keys(work.pk),
         "children": work_children(work.pk),
     }
@@ -117,6 +123,10 @@ def _input(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     newest = cursors.get("input_order") == INPUT_NEWEST
     cursor = cursors.get("input_before" if newest else "input_after")
     page = work_inputs_page(work.pk, after=cursor, newest=newest)
+    # Which attempts each input was presented to: a failed attempt's input goes to the retries.
+    spans = work_input_presentations(work.pk, list(page.items))
+    for row in page.items:
+        row.presented_to = presented_text(spans.get(row.seq))
     base = reverse("work-detail", args=[work.pk])
     order = {"input_order": INPUT_NEWEST} if newest else {}
     next_url = ""

@@ -122,8 +122,8 @@ def list_arguments(parser: CommandParser) -> None:
         "--status",
         default="",
         metavar="STATUS",
-        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked' where the Work "
-        "list offers it.",
+        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked' or "
+        "'backing_off' (then 'ready' means neither), as the Work list offers them.",
     )
     parser.add_argument(
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."

@@ -179,7 +179,7 @@ def test_i8p9_work_page_says_why_the_work_is_not_running(console, clock):
         '<dd id="work-why" data-reason="parked">parked after 5 failures (attempt 5 failed: exit status 1)'
         in body
     )
-    assert 'badge-ready">ready</span> <span class="badge badge-parked">parked</span>' in body
+    assert '<dt>status</dt><dd><span class="badge badge-parked"' in body
     assert "<dt>failures</dt><dd>5 in a row" in body
 
     backing_off = WorkFactory(
@@ -261,7 +261,8 @@ def test_i8p9_work_list_shows_parked_and_backing_off_work_and_filters_parked(con
         body, f"work-{parked.pk}"
     )
     assert (
-        'backing off until <time datetime="2026-01-05T12:00:08Z">2026-01-05 12:00:08 UTC</time> (2 failures)'
+        'badge-backing_off">backing off</span> <span class="muted" title="">· next try <time'
+        ' datetime="2026-01-05T12:00:08Z" data-ago title="2026-01-05 12:00:08 UTC">in 8 s</time>'
         in row(body, f"work-{backing_off.pk}")
     )
     for quiet in (retried, running):

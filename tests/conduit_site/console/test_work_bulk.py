@@ -1,0 +1,79 @@
+"""Bulk Retry and Cancel on the console's Work list (issue 39 item 2): select Work (or all
+matching a filter), see how many before confirming, and read what happened."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from conduit_site.console.views import work as work_views
+from conduit_site.console.views import work_bulk as bulk_views
+from tests.routing.controls.test_work import control_events, grant, parked_work
+from tests.routing.factories import UserFactory
+from tests.routing.routerkit import apply
+from tests.worklife.factories import WorkFactory
+from worklife.models import Work
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def handlers(test_handlers):
+    """Routing with the test handlers registered."""
+
+
+@pytest.fixture(autouse=True)
+def fake_clock(clock, monkeypatch):
+    monkeypatch.setattr(work_views, "clock", clock)
+    monkeypatch.setattr(bulk_views, "clock", clock)
+
+
+@pytest.fixture
+def operator(client):
+    user = grant(UserFactory(username="operator"), "retry_work", "cancel_work")
+    client.force_login(user)
+    return client
+
+
+def test_i39_2_bulk_work_list_has_checkboxes_and_select_all_matching(
+    operator, clock, django_assert_max_num_queries
+):
+    for _ in range(3):
+        parked_work(clock)
+    with django_assert_max_num_queries(8):
+        body = operator.get(reverse("work-list"), {"status": "parked"}).content.decode()
+    assert len(re.findall(r'<input type="checkbox" name="ids" value="\d+" form="work-bulk"', body)) == 3
+    assert "Select all 3 Work matching this filter" in body
+    assert '<input type="hidden" name="status" value="parked">' in body
+
+
+def test_i39_2_bulk_retry_all_matching_confirms_the_count_then_retries_each(operator, clock):
+    apply(clock)
+    parked = [parked_work(clock) for _ in range(3)]
+    WorkFactory(status="running")
+    form = {"action": "retry", "all": "1", "status": "parked"}
+    confirm = operator.post(reverse("work-bulk"), form)
+    assert confirm.status_code == 200
+    body = confirm.content.decode()
+    assert "Retry all 3 Work matching this filter" in body and 'id="bulk-confirm">Retry 3 Work<' in body
+    assert not control_events("retry_work")  # nothing done before confirming
+
+    done = operator.post(reverse("work-bulk"), {**form, "confirm": "1"}).content.decode()
+    assert 'id="bulk-summary">Retried 3.</p>' in done
+    assert len(control_events("retry_work")) == 3
+    assert not Work.objects.filter(pk__in=[w.pk for w in parked], parked_at__isnull=False).exists()
+
+
+def test_i39_2_bulk_cancel_selected_summarises_refusals_and_needs_the_permission(client, clock):
+    apply(clock)
+    live = parked_work(clock)
+    done = WorkFactory(status="completed")
+    form = {"action": "cancel", "ids": [live.pk, done.pk], "confirm": "1"}
+    client.force_login(grant(UserFactory(username="viewer"), "retry_work"))
+    assert client.post(reverse("work-bulk"), form).status_code == 403
+    client.force_login(grant(UserFactory(username="ops"), "cancel_work"))
+    body = client.post(reverse("work-bulk"), form).content.decode()
+    assert re.search(rf'id="bulk-summary">Cancelled 1, refused 1 \(Work {done.pk}: [^<]*only live Work', body)
+    assert len(control_events("cancel_work")) == 1
