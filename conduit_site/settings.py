@@ -88,6 +88,8 @@ MIDDLEWARE = [
     # (conduit_site/operations.py).
     "conduit_site.operations.OperationsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files with cache headers and compression, before sessions and no-store.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Cache-Control: no-store on every page and API answer (they show payloads).
     "conduit_site.headers.NoStoreMiddleware",
@@ -224,6 +226,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Production serves what `manage.py collectstatic` wrote: names with a content hash (cached a
+# year, immutable) and gzip/brotli copies. Elsewhere the files are served from the source
+# folders (cached briefly), with no collectstatic step.
+if PRODUCTION:
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = DEBUG
+WHITENOISE_MAX_AGE = 3600
 
 # --- Security (production) -----------------------------------------------------------------
 if PRODUCTION:
