@@ -8,6 +8,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
+DEV_STAMP := $(VENV)/.requirements-dev-installed
 VAR := $(or $(CONDUIT_VAR_DIR),var)
 # Set on the command line (make run HOST=0.0.0.0 PORT=9000), not from the environment: some
 # shells keep the machine's name in HOST.
@@ -38,6 +39,10 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@touch $@
 
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
 venv: $(STAMP) ## Create or update .venv from requirements.txt.
 
 $(VAR):
@@ -65,20 +70,20 @@ run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the oper
 	@echo "Send the demo's webhooks, signed with the secret in $(VAR)/demo-hook-secret: demo/send demo/deliveries/github/pr-opened.json"
 	CONDUIT_DEMO_HOOK_SECRET="$${CONDUIT_DEMO_HOOK_SECRET:-$$(cat $(VAR)/demo-hook-secret)}" exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLite under var/).
+test: $(DEV_STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLite under var/).
 	DATABASE_URL= $(PY) -m pytest $(PYTEST_ARGS)
 
-test-postgres: $(STAMP) | $(VAR) ## Run the tests on PostgreSQL (DATABASE_URL, default the local server).
+test-postgres: $(DEV_STAMP) | $(VAR) ## Run the tests on PostgreSQL (DATABASE_URL, default the local server).
 	DATABASE_URL=$${DATABASE_URL:-$(LOCAL_POSTGRES)} $(PY) -m pytest $(PYTEST_ARGS)
 
-mutate: $(STAMP) ## Mutation testing (mutmut) of routing/engine/decide.py, routing/engine/evaluate.py, worklife/lifecycle.py.
+mutate: $(DEV_STAMP) ## Mutation testing (mutmut) of routing/engine/decide.py, routing/engine/evaluate.py, worklife/lifecycle.py.
 	rm -rf mutants
 	DATABASE_URL= TEST_DATABASE_NAME=:memory: $(VENV)/bin/mutmut run --max-children $(MUTATE_JOBS)
 	$(VENV)/bin/mutmut results
 	@$(VENV)/bin/mutmut export-cicd-stats >/dev/null
 	@$(PY) -c 'import json; print("mutants: {total} in all, {killed} killed, {survived} survived, {no_tests} reached by no selected test, {timeout} timed out".format(**json.load(open("mutants/mutmut-cicd-stats.json"))))'
 
-lint: $(STAMP) | $(VAR) ## ruff format --check, ruff check, manage.py check, makemigrations --check.
+lint: $(DEV_STAMP) | $(VAR) ## ruff format --check, ruff check, manage.py check, makemigrations --check.
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) manage.py check

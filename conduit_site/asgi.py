@@ -54,14 +54,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from conduit_site.console.origin import SameOriginValidator  # noqa: E402
-from conduit_site.headers import StaticFilesHandler  # noqa: E402
 from conduit_site.ws_urls import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # The embedded console serves its own static files (with nosniff); behind a proxy, the
-        # proxy does.
-        "http": StaticFilesHandler(django_asgi_app),
+        # Static files are served by WhiteNoise's middleware (cache headers, compression).
+        "http": django_asgi_app,
         # Pages of this site only: a host ALLOWED_HOSTS names, and this origin's scheme and port.
         "websocket": AllowedHostsOriginValidator(
             SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))

@@ -17,6 +17,8 @@ Each check is a plain function of the database and ``now`` returning a :class:`C
   (pending input or a due retry), naming how many; the live work_loops otherwise.
 - ``parked_work``: Work parked after too many failures in a row, waiting for an operator to
   retry or cancel it (id, scope, failures, last error).
+- ``supervision``: children ``manage.py serve`` restarted in the last 15 minutes (which host
+  and child, its exit status, how many restarts).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from django.db.models import Count, Max, Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
+from conduit_site.supervision import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
 from routing.engine import heartbeat as route_heartbeat
 from routing.engine.failures import failures_keep_failing, failures_read
 from routing.engine.heartbeat import RouteLoopHeartbeat, route_loop_heartbeats
@@ -511,6 +514,22 @@ def check_parked_work(*, now: datetime, limit: int = MAX_LISTED) -> Check:
     return Check("parked_work", WARN, summary, items, total)
 
 
+def check_supervision(*, now: datetime) -> Check:
+    """Warn about the children ``manage.py serve`` restarted in the last
+    :data:`~conduit_site.supervision.RESTARTS_RECENT` (the latest first). One query."""
+    restarts = restarts_recent(now=now)
+    within = duration(RESTARTS_RECENT.total_seconds())
+    if not restarts:
+        return Check("supervision", OK, f"serve restarted no process in the last {within}")
+    names = ", ".join(
+        f"{item.child} on {item.host} ({item.restarts} restart{'s' if item.restarts != 1 else ''}, "
+        f"last exit {item.status_text})"
+        for item in restarts
+    )
+    summary = f"serve restarted {len(restarts)} process{'es' if len(restarts) != 1 else ''} in the last {within}: {names}"
+    return Check("supervision", WARN, summary, tuple(restarts), len(restarts))
+
+
 def doctor(*, clock: Clock) -> DoctorReport:
     """Run every check at the clock's now."""
     now = clock()
@@ -523,6 +542,7 @@ def doctor(*, clock: Clock) -> DoctorReport:
             check_causal(now=now),
             check_work_loop(now=now),
             check_parked_work(now=now),
+            check_supervision(now=now),
         ),
     )
 
@@ -570,6 +590,8 @@ class LoopsAlive:
 
     route_loop: bool
     work_loop: bool
+    # Children serve restarted within RESTARTS_RECENT (on any host).
+    restarted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -586,14 +608,20 @@ class LoopsAlive:
 
 
 def loops_alive(*, now: datetime) -> LoopsAlive:
-    """Whether the route and work loops have fresh heartbeats: one aggregate query on the
-    heartbeat rows newer than :data:`HEARTBEAT_STALE` (cheap enough for every console page)."""
+    """Whether the route and work loops have fresh heartbeats, and how many children serve
+    restarted lately: one aggregate query on the heartbeat rows newer than
+    :data:`HEARTBEAT_STALE` and the recent restarts (cheap enough for every console page)."""
     since = now - HEARTBEAT_STALE
     route, work = route_heartbeat.beating_since(since), work_heartbeat.beating_since(since)
-    counts = KV.objects.filter(route | work).aggregate(
-        route=Count("pk", filter=route), work=Count("pk", filter=work)
+    restarted = Q(namespace=RESTARTS_NAMESPACE, updated_at__gte=now - RESTARTS_RECENT)
+    counts = KV.objects.filter(route | work | restarted).aggregate(
+        route=Count("pk", filter=route),
+        work=Count("pk", filter=work),
+        restarted=Count("pk", filter=restarted),
     )
-    return LoopsAlive(route_loop=counts["route"] > 0, work_loop=counts["work"] > 0)
+    return LoopsAlive(
+        route_loop=counts["route"] > 0, work_loop=counts["work"] > 0, restarted=counts["restarted"]
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ so ``manage.py`` works on a fresh checkout. Production sets ``CONDUIT_ENV=produc
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -87,6 +88,8 @@ MIDDLEWARE = [
     # (conduit_site/operations.py).
     "conduit_site.operations.OperationsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files with cache headers and compression, before sessions and no-store.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Cache-Control: no-store on every page and API answer (they show payloads).
     "conduit_site.headers.NoStoreMiddleware",
@@ -198,6 +201,15 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONDUIT_LOGIN_COOLOFF_MINUTES", 1
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_HANDLER = "conduit_site.console.login_guard.LoggingAxesHandler"
+# Reverse proxies in front of the web processes (addresses or CIDR networks, comma-separated):
+# sign-in lockouts key on the client's address from X-Forwarded-For only when the peer is one.
+CONDUIT_TRUSTED_PROXIES = env_list("CONDUIT_TRUSTED_PROXIES", [])
+for _proxy in CONDUIT_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError as _error:
+        raise RuntimeError(f"CONDUIT_TRUSTED_PROXIES: {_proxy!r} is not an address or network") from _error
+AXES_CLIENT_IP_CALLABLE = "conduit_site.proxies.client_ip"
 AXES_LOCKOUT_TEMPLATE = "routing/login_locked.html"
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
 # Our handler writes one structured line per failure; axes' own prose lines would repeat it.
@@ -214,6 +226,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Production serves what `manage.py collectstatic` wrote: names with a content hash (cached a
+# year, immutable) and gzip/brotli copies. Elsewhere the files are served from the source
+# folders (cached briefly), with no collectstatic step.
+if PRODUCTION:
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = DEBUG
+WHITENOISE_MAX_AGE = 3600
 
 # --- Security (production) -----------------------------------------------------------------
 if PRODUCTION:

@@ -9,6 +9,17 @@ from conduit_site.api import hooks
 from conduit_site.console.views import api_docs
 from conduit_site.errors import api_not_found
 
+
+class FaviconRedirect(RedirectView):
+    """To the favicon's static URL, read per request: in production its name carries a hash
+    from collectstatic's manifest, which need not exist when the URLconf loads."""
+
+    permanent = True
+
+    def get_redirect_url(self, *args, **kwargs) -> str:
+        return static("favicon.ico")
+
+
 # An unknown URL under /api/ is a JSON 404, like every other answer of the API.
 handler404 = "conduit_site.errors.page_not_found"
 
@@ -28,6 +39,6 @@ urlpatterns = [
     re_path(r"^hooks/(?P<name>[^/]+)/?$", hooks.receive, name="hook"),
     re_path(r"^hooks/(?P<path>.*)$", api_not_found),
     # Browsers and the admin's pages ask for /favicon.ico; the console's pages link it.
-    path("favicon.ico", RedirectView.as_view(url=static("favicon.ico"), permanent=True)),
+    path("favicon.ico", FaviconRedirect.as_view()),
     path("", include("conduit_site.console.urls")),
 ]

@@ -12,6 +12,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -474,7 +475,9 @@ def python_child(name: str, code: str) -> Child:
     return Child(name=name, argv=[sys.executable, "-c", code])
 
 
-def test_serve_supervisor_stops_the_other_child_and_fails_when_one_child_fails():
+def test_i38_1_serve_supervisor_stops_when_a_child_cannot_start():
+    """A child that exits with a status within a second of each of its first starts cannot
+    start (bad configuration): serve stops the others and fails with its status."""
     command = Quiet()
     survivor = python_child("survivor", "import time; time.sleep(60)")
     crasher = python_child("crasher", "import sys; sys.exit(3)")
@@ -487,7 +490,39 @@ def test_serve_supervisor_stops_the_other_child_and_fails_when_one_child_fails()
     assert status == 3
     assert survivor.returncode == -signal.SIGTERM  # stopped, not left running
     assert time.monotonic() - started < 30
-    assert "crasher exited with status 3; stopping." in command.stderr.getvalue()
+    err = command.stderr.getvalue()
+    assert "crasher exited with status 3 after" in err and "restarting it in 1 s (restart 1)" in err
+    assert "restarting it in 2 s (restart 2)" in err
+    assert (
+        f"crasher cannot start: it exited with status 3 within {serve_module.STARTUP_SECONDS:g} s "
+        f"of each of its first {serve_module.START_ATTEMPTS} starts; stopping." in err
+    )
+
+
+def test_i38_1_restart_backoff_doubles_to_30_s_and_resets_after_a_minute_up():
+    child = python_child("loop", "")
+    delays = []
+    now = 100.0
+    for _ in range(7):
+        child.started_at, child.returncode = now, -signal.SIGKILL
+        delays.append(child.exited(now + 0.5))
+        now += 1000
+    assert delays == [1, 2, 4, 8, 16, 30, 30]
+    child.started_at = now
+    assert child.exited(now + serve_module.HEALTHY_SECONDS) == 1  # a minute of health
+    child.started_at = now + 100
+    assert child.exited(now + 100.5) == 2
+    assert not child.cannot_start()  # killed by a signal: not a configuration failure
+
+
+def test_i38_1_a_child_that_once_ran_is_always_restarted():
+    child = python_child("loop", "")
+    child.started_at, child.returncode = 0.0, 1
+    child.exited(serve_module.STARTUP_SECONDS + 1)
+    for start in range(serve_module.START_ATTEMPTS + 2):
+        child.started_at, child.returncode = 1000.0 * (start + 1), 1
+        child.exited(child.started_at + 0.1)
+    assert not child.cannot_start()
 
 
 def test_serve_supervisor_forwards_sigterm_once_and_exits_zero_on_a_clean_stop(tmp_path):
@@ -587,6 +622,96 @@ def test_serve_starts_on_a_free_port_answers_login_and_stops_cleanly_on_sigterm(
     reader.join(timeout=5)
     with socket.socket() as sock:  # the console child is gone too: nothing listens any more
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _child_pid(parent: int, name: str) -> int | None:
+    found = subprocess.run(
+        ["pgrep", "-P", str(parent), "-f", name], capture_output=True, text=True, check=False
+    )
+    pids = [int(pid) for pid in found.stdout.split()]
+    return pids[0] if pids else None
+
+
+@pytest.mark.slow
+def test_i38_1_serve_restarts_killed_loops_while_the_web_keeps_answering(tmp_path):
+    """kill -9 of the work loop and the route loop under a real serve: /healthz keeps
+    answering, both loops are back within the first backoff, and the restarts are logged and
+    recorded for doctor and the banner."""
+    from causal.models import KV
+    from conduit_site.supervision import RESTARTS_NAMESPACE
+
+    database = tmp_path / "serve.sqlite3"
+    env = {
+        **os.environ,
+        "CONDUIT_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{database}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("TEST_DATABASE_NAME", None)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=180,
+    )
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "1", "--slots", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True)
+    reader.start()
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 90
+        while not any(f"Conduit console: {url}" in line for line in lines):
+            assert server.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
+        killed = {name: _child_pid(server.pid, name) for name in ("work_loop", "route_loop")}
+        assert all(killed.values()), killed
+        for pid in killed.values():
+            os.kill(pid, signal.SIGKILL)
+
+        # Back within the first backoff (1 s) plus a start; bounded, polled.
+        deadline = time.monotonic() + 60
+        while True:
+            with urllib.request.urlopen(f"{url}healthz", timeout=10) as response:
+                assert response.status == 200
+            back = {name: _child_pid(server.pid, name) for name in killed}
+            if all(pid and pid != killed[name] for name, pid in back.items()):
+                break
+            assert server.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+
+        output = "".join(lines)
+        for name in killed:
+            assert f"{name} exited with status -9 after" in output
+            assert f"Restarting {name} (restart 1)." in output
+        with sqlite3.connect(database) as db:
+            rows = db.execute(
+                f"SELECT value FROM {KV._meta.db_table} WHERE namespace = ?", (RESTARTS_NAMESPACE,)
+            ).fetchall()
+        recorded = {json.loads(value)["child"]: json.loads(value) for (value,) in rows}
+        assert {name: (item["status"], item["restarts"]) for name, item in recorded.items()} == {
+            "work_loop": (-9, 1),
+            "route_loop": (-9, 1),
+        }
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0, "".join(lines)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    reader.join(timeout=5)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -33,6 +33,7 @@ urlpatterns = [
     path("dead-letters/", dead_letters.dead_letters, name="dead-letters"),
     path("dead-letters/reroute/", dead_letters.dead_letters_reroute, name="dead-letters-reroute"),
     path("doctor/", doctor.doctor_page, name="doctor"),
+    path("doctor/banner/", doctor.console_health, name="console-health"),
     path("work/", work.work_list, name="work-list"),
     path("work/<id:work_id>/", work.work_detail, name="work-detail"),
     path("work/new/", work_controls.work_create, name="work-create"),

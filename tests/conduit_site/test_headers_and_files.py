@@ -26,6 +26,7 @@ from infra.layers import SQLiteChannelLayer
 from infra.private_files import private_directory, private_file
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
+from tests.support import child_env
 from tests.worklife.factories import WorkFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,3 +323,33 @@ def test_i9_9_production_deploy_check_is_clean(tmp_path):
 def test_i9_9_settings_enable_the_csp_middleware():
     assert "django.middleware.csp.ContentSecurityPolicyMiddleware" in settings.MIDDLEWARE
     assert "conduit_site.headers.NoStoreMiddleware" in settings.MIDDLEWARE
+
+
+def test_i38_8_static_files_are_cached_and_compressed(tmp_path):
+    """WhiteNoise serves static files with a max-age and gzip (from the source folders here; in
+    production the collected, hashed and compressed copies)."""
+    status, headers = asyncio.run(asgi_get("/static/css/console.css"))
+    assert status == 200
+    assert b"max-age=3600" in headers[b"cache-control"]
+    assert b"no-store" not in headers[b"cache-control"]
+    assert headers[b"x-content-type-options"] == b"nosniff"
+
+
+def test_i38_8_production_collects_hashed_gzipped_static_files(tmp_path):
+    env = {
+        **child_env(),
+        "CONDUIT_ENV": "production",
+        "SECRET_KEY": "x" * 60,
+        "ALLOWED_HOSTS": "conduit.example.com",
+        "CONDUIT_VAR_DIR": str(tmp_path),
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    collected = tmp_path / "staticfiles"
+    assert (collected / "staticfiles.json").exists()
+    assert list((collected / "css").glob("console.*.css.gz"))

@@ -1,6 +1,7 @@
 """``{% heartbeat_banner %}``: the banner every console page shows while the route loop or
-the work loop has no fresh heartbeat, linking to Doctor. One light query
-(:func:`conduit_site.doctor.loops_alive`)."""
+the work loop has no fresh heartbeat, or after ``serve`` restarted a child, linking to Doctor.
+One light query (:func:`conduit_site.doctor.loops_alive`), and one more to name the restarted
+children when there are some."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django import template
 
 from causal.clock import Clock, system_clock
 from conduit_site.doctor import HEARTBEAT_STALE, duration, loops_alive
+from conduit_site.supervision import RESTARTS_RECENT, restarts_recent
 
 register = template.Library()
 
@@ -19,6 +21,13 @@ clock: Clock = system_clock
 
 @register.inclusion_tag("console/heartbeat_banner.html")
 def heartbeat_banner() -> dict[str, Any]:
-    """The loops without a fresh heartbeat (none: no banner)."""
-    alive = loops_alive(now=clock())
-    return {"missing": alive.missing, "stale_after": duration(HEARTBEAT_STALE.total_seconds())}
+    """The loops without a fresh heartbeat and the children serve restarted lately (none of
+    either: no banner)."""
+    now = clock()
+    alive = loops_alive(now=now)
+    return {
+        "missing": alive.missing,
+        "stale_after": duration(HEARTBEAT_STALE.total_seconds()),
+        "restarts": restarts_recent(now=now) if alive.restarted else [],
+        "restarts_within": duration(RESTARTS_RECENT.total_seconds()),
+    }

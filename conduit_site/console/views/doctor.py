@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
@@ -24,3 +25,10 @@ def doctor_page(request: HttpRequest) -> HttpResponse:
     """Every check with its verdict and findings; ``refresh`` re-runs them (htmx swaps the list)."""
     report = doctor(clock=clock)
     return render_console(request, TEMPLATE, {"section": "doctor", "report": report}, partials=PARTIALS)
+
+
+@login_required
+@require_GET
+def console_health(request: HttpRequest) -> HttpResponse:
+    """The heartbeat banner alone, which every console page polls to keep it current."""
+    return render_console(request, "console/heartbeat_banner_live.html", {})

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -23,6 +23,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from causal.clock import system_clock
+from conduit_site.supervision import restart_record
 from infra import metrics
 
 ASGI_APPLICATION = "conduit_site.asgi:application"
@@ -30,6 +32,15 @@ POLL_SECONDS = 0.2
 READY_TIMEOUT_SECONDS = 60.0
 # Exit statuses a child may report after we forwarded SIGINT/SIGTERM to it: a clean stop.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# A child that exits is restarted after a backoff: 1 s, doubling to 30 s, back to 1 s once a
+# run lasted a minute.
+BACKOFF_FIRST_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 30.0
+HEALTHY_SECONDS = 60.0
+# A child that cannot start at all (bad configuration): it exits with a status (not killed by a
+# signal) within STARTUP_SECONDS of each of its first START_ATTEMPTS starts. serve then stops.
+STARTUP_SECONDS = 10.0
+START_ATTEMPTS = 3
 
 
 @dataclass
@@ -43,6 +54,14 @@ class Child:
     pass_fds: tuple[int, ...] = ()
     returncode: int | None = field(default=None)
     signalled: bool = False
+    # Supervision: when the running process started (monotonic), restarts so far, the next
+    # backoff, when the pending restart is due, and whether one run ever lasted STARTUP_SECONDS.
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff: float = BACKOFF_FIRST_SECONDS
+    restart_at: float | None = None
+    quick_exits: int = 0
+    ever_up: bool = False
 
     def alive(self) -> bool:
         return self.process is not None and self.returncode is None
@@ -51,6 +70,23 @@ class Child:
         if self.process is not None and self.returncode is None:
             self.returncode = self.process.poll()
         return self.returncode
+
+    def exited(self, now: float) -> float:
+        """Note the exit seen at ``now``; the backoff before the next start (seconds)."""
+        ran = now - self.started_at
+        if ran >= STARTUP_SECONDS:
+            self.ever_up = True
+        elif not self.ever_up and self.returncode is not None and self.returncode > 0:
+            self.quick_exits += 1
+        if ran >= HEALTHY_SECONDS:
+            self.backoff = BACKOFF_FIRST_SECONDS
+        delay, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX_SECONDS)
+        self.restart_at = now + delay
+        return delay
+
+    def cannot_start(self) -> bool:
+        """Whether this child failed fast on each of its first :data:`START_ATTEMPTS` starts."""
+        return not self.ever_up and self.quick_exits >= START_ATTEMPTS
 
     def send(self, signum: int) -> None:
         self.signalled = True
@@ -178,9 +214,11 @@ def default_workers(host: str) -> int:
 class Command(BaseCommand):
     help = (
         "Serve the console (daphne, HTTP and websockets), run the router loop (manage.py "
-        "route_loop) and the Work engine (manage.py work_loop) as three child processes. Prints the console URL once it answers, forwards "
-        "SIGINT/SIGTERM to both, and exits when either one exits (non-zero if one failed). "
-        "A second SIGINT/SIGTERM kills both at once."
+        "route_loop) and the Work engine (manage.py work_loop) as child processes. Prints the "
+        "console URL once it answers and restarts a child that exits (after 1 s, doubling to "
+        f"30 s). Stops on SIGINT/SIGTERM (forwarded to the children; a second one kills them), or "
+        f"when a child cannot start: it exits with a status within {STARTUP_SECONDS:g} s of each "
+        f"of its first {START_ATTEMPTS} starts."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -300,14 +338,33 @@ class Command(BaseCommand):
                 )
             )
         try:
-            returncode = Supervisor(self, children, stop_timeout=options["stop_timeout"], env=debug_env).run(
-                url=url_for(host, port), probe=(probe_host(host), port)
+            supervisor = Supervisor(
+                self,
+                children,
+                stop_timeout=options["stop_timeout"],
+                env=debug_env,
+                on_restart=self._record_restart,
             )
+            returncode = supervisor.run(url=url_for(host, port), probe=(probe_host(host), port))
         finally:
             for listener in listeners:
                 listener.close()
         if returncode:
             raise CommandError("stopped because a child process failed (see above)", returncode=returncode)
+
+    def _record_restart(self, child: Child) -> None:
+        """Record a restart for doctor and the console's banner; a database that cannot be
+        written now must not stop the supervision."""
+        connection = connections[DEFAULT_DB_ALIAS]
+        try:
+            restart_record(
+                child=child.name, status=child.returncode or 0, restarts=child.restarts, clock=system_clock
+            )
+        except DatabaseError as error:
+            self.stderr.write(f"could not record the restart of {child.name}: {error}")
+        finally:
+            # The supervisor holds no connection between restarts.
+            connection.close()
 
     def _warn_unapplied_migrations(self) -> None:
         connection = connections[DEFAULT_DB_ALIAS]
@@ -328,7 +385,8 @@ class Command(BaseCommand):
 
 
 class Supervisor:
-    """Runs the children, forwards stop signals, and stops everything when one exits."""
+    """Runs the children, restarts one that exits (with backoff), forwards stop signals, and
+    stops everything on a signal or when a child cannot start at all."""
 
     def __init__(
         self,
@@ -337,21 +395,25 @@ class Supervisor:
         *,
         stop_timeout: float,
         env: Mapping[str, str] | None = None,
+        on_restart: Callable[[Child], None] | None = None,
     ) -> None:
         self.command = command
         self.children = children
         self.stop_timeout = stop_timeout
         # Set in every child's environment (over serve's own), e.g. DEBUG=false.
         self.env = dict(env or {})
+        # Called after a child that exited was noted for a restart (serve records it for doctor).
+        self.on_restart = on_restart
         self.stop_requested = threading.Event()
         # Set by the signal handler so that waits end at once; cleared after each wait.
         self.wakeup = threading.Event()
         self.signals_received = 0
+        # The child that could not start, which stopped serve.
+        self.failed: Child | None = None
 
     def run(self, *, url: str, probe: tuple[str, int]) -> int:
         """Start the children and supervise them; the exit status serve should return."""
         previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
-        first: Child | None = None
         try:
             for child in self.children:
                 if self.stop_requested.is_set():
@@ -361,8 +423,8 @@ class Supervisor:
                     # The signal came while this child was starting: it missed the forward.
                     child.send(signal.SIGTERM)
             self._announce_when_ready(url, probe)
-            first = self._wait_for_exit_or_stop()
-            self._shut_down(first)
+            self._supervise_until_stop()
+            self._shut_down()
         finally:
             for child in self.children:
                 if child.alive():
@@ -372,7 +434,7 @@ class Supervisor:
                     metrics.process_exited(child.process.pid, self.env)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-        return self._status(first)
+        return self._status()
 
     def _start(self, child: Child) -> None:
         env = {**os.environ, **self.env}
@@ -391,6 +453,10 @@ class Supervisor:
             preexec_fn=_die_with_parent if linux else None,
             pass_fds=child.pass_fds,
         )
+        child.returncode = None
+        child.signalled = False
+        child.restart_at = None
+        child.started_at = time.monotonic()
 
     def _sleep(self, seconds: float) -> None:
         self.wakeup.wait(seconds)
@@ -399,7 +465,8 @@ class Supervisor:
     def _announce_when_ready(self, url: str, probe: tuple[str, int]) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
-            if self.stop_requested.is_set() or any(child.poll() is not None for child in self.children):
+            self._supervise_once()
+            if self.stop_requested.is_set() or self.failed is not None:
                 return
             try:
                 with socket.create_connection(probe, timeout=POLL_SECONDS):
@@ -418,18 +485,46 @@ class Supervisor:
         )
         self.command.stdout.flush()
 
-    def _wait_for_exit_or_stop(self) -> Child | None:
-        """The first child to exit, or None when a stop signal came first."""
-        while not self.stop_requested.is_set():
-            for child in self.children:
-                if child.poll() is not None:
-                    return child
+    def _supervise_until_stop(self) -> None:
+        """Restart children as they exit until a stop signal, or a child that cannot start."""
+        while not self.stop_requested.is_set() and self.failed is None:
+            self._supervise_once()
             self._sleep(POLL_SECONDS)
-        return None
 
-    def _shut_down(self, first: Child | None) -> None:
-        if first is not None and not self.stop_requested.is_set():
-            self.command.stderr.write(f"{first.name} exited with status {first.returncode}; stopping.")
+    def _supervise_once(self) -> None:
+        """Note the children that exited (logging, counting and scheduling their restart) and
+        start those whose backoff is over."""
+        for child in self.children:
+            if self.stop_requested.is_set() or self.failed is not None:
+                return
+            now = time.monotonic()
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    self.command.stderr.write(f"Restarting {child.name} (restart {child.restarts}).")
+                    self._start(child)
+                continue
+            if child.process is None or child.poll() is None:
+                continue
+            ran = now - child.started_at
+            delay = child.exited(now)
+            metrics.process_exited(child.process.pid, self.env)
+            if child.cannot_start():
+                self.failed = child
+                self.command.stderr.write(
+                    f"{child.name} cannot start: it exited with status {child.returncode} within "
+                    f"{STARTUP_SECONDS:g} s of each of its first {START_ATTEMPTS} starts; stopping."
+                )
+                return
+            child.restarts += 1
+            self.command.stderr.write(
+                f"{child.name} exited with status {child.returncode} after {ran:.1f} s; "
+                f"restarting it in {delay:g} s (restart {child.restarts})."
+            )
+            if self.on_restart is not None:
+                self.on_restart(child)
+
+    def _shut_down(self) -> None:
+        if self.failed is not None and not self.stop_requested.is_set():
             for child in self.children:
                 child.send(signal.SIGTERM)
         # Children that got the forwarded signal are already stopping: a second signal would
@@ -445,17 +540,18 @@ class Supervisor:
                 break
             self._sleep(POLL_SECONDS)
 
-    def _status(self, first: Child | None) -> int:
+    def _status(self) -> int:
         if self.signals_received > 1:
             return 1
-        if first is not None and not self.stop_requested.is_set():
-            failed = [first] if first.returncode != 0 else []
-        else:
-            failed = [
-                child
-                for child in self.children
-                if child.returncode is not None and not clean_stop(child.returncode)
-            ]
+        if self.failed is not None and not self.stop_requested.is_set():
+            code = self.failed.returncode or 1
+            return code if 0 < code < 256 else 1
+        # A child waiting for its restart was not running when the stop came: not a failure.
+        failed = [
+            child
+            for child in self.children
+            if child.restart_at is None and child.returncode is not None and not clean_stop(child.returncode)
+        ]
         if not failed:
             return 0
         code = failed[0].returncode
