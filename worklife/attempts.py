@@ -231,6 +231,20 @@ def attempts_end_in_tx(*, attempts: Sequence[Attempt], state: str, now: datetime
     )
 
 
+def attempt_refused_in_tx(*, attempt: Attempt, reason: str, now: datetime) -> None:
+    """End, inside the caller's transaction, an attempt whose dispatch was refused once it was
+    started (it ran nothing, consumed nothing): it failed with ``reason``, and its Work is
+    ready again with no failure counted, for the caller to hold
+    (:func:`worklife.scheduling.work_hold_in_tx`)."""
+    assert_in_tx()
+    attempt_end_in_tx(attempt=attempt, state=AttemptState.FAILED, now=now)
+    Attempt.objects.filter(pk=attempt.pk).update(error=reason[:20000])
+    Work.objects.filter(pk=attempt.work_id, status=WorkStatus.RUNNING).update(
+        status=WorkStatus.READY, version=F("version") + 1, updated_at=now
+    )
+    attempt.work.status = WorkStatus.READY
+
+
 def attempt_fail(
     *,
     attempt_id: int,

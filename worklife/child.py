@@ -43,6 +43,10 @@ WORK_ID_ENV = "CONDUIT_WORK_ID"
 ATTEMPT_ID_ENV = "CONDUIT_ATTEMPT_ID"
 
 
+# What wakes a ``receive`` when an interrupt arrives (never an input).
+_INTERRUPTED = object()
+
+
 class CallRefused(Exception):
     """The loop refused a call (a stale lease, the causal limits, a bad argument)."""
 
@@ -63,7 +67,7 @@ class Run:
 
     * ``run.inputs``: the Events presented at start, in acceptance order (dicts);
     * ``run.params``: the binding's ``params`` setting;
-    * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32);
+    * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32; at once on an interrupt);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
     * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
     * ``run.wait(type=…, keys=…, timeout=…)``: park until a matching Event routes to this
@@ -97,12 +101,21 @@ class Run:
 
     # -- input ----------------------------------------------------------------------------
     def receive(self, timeout: float | None = None) -> Any | None:
-        """The next injected input, waiting up to ``timeout`` seconds; ``None`` if none came.
+        """The next injected input, waiting up to ``timeout`` seconds; ``None`` if none came,
+        and at once when an interrupt arrives (``run.interrupted`` is set then): input injected
+        before it is still returned first.
 
         Receiving an input confirms it: its inject intent is recorded as consumed."""
         try:
-            item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
+            item = self._inbox.get_nowait()
         except queue.Empty:
+            if timeout == 0 or self.interrupted.is_set():
+                return None
+            try:
+                item = self._inbox.get(timeout=timeout)
+            except queue.Empty:
+                return None
+        if item is _INTERRUPTED:
             return None
         if self._channel is not None and isinstance(item, dict) and "seq" in item:
             self._channel.send({"op": "received", "seq": item["seq"]})
@@ -144,6 +157,12 @@ class Run:
     def complete(self, result: Any = None) -> None:
         """End the attempt now with ``result`` (the Work completes as on a return)."""
         raise RunComplete(result)
+
+    def _interrupt(self, reason: str) -> None:
+        """An interrupt arrived: set ``interrupted`` and wake a ``receive`` blocked meanwhile."""
+        self.interrupt_reason = reason
+        self.interrupted.set()
+        self._inbox.put(_INTERRUPTED)
 
     def _call(self, message: dict) -> Any:
         if self._channel is None:
@@ -241,14 +260,12 @@ def _worker() -> int:
             elif kind == "input" and run is not None:
                 run._inbox.put(message.get("event"))
             elif kind == "interrupt" and run is not None:
-                run.interrupt_reason = str(message.get("reason") or "")
-                run.interrupted.set()
+                run._interrupt(str(message.get("reason") or ""))
             elif kind == "reply":
                 channel.deliver(message)
         # The loop went away (standard input closed): stop what runs and leave.
         if current[0] is not None:
-            current[0].interrupt_reason = "the work loop went away"
-            current[0].interrupted.set()
+            current[0]._interrupt("the work loop went away")
         starts.put(None)
 
     threading.Thread(target=read, name="conduit-stdin", daemon=True).start()

@@ -97,7 +97,8 @@ class Dispatcher(Protocol):
     ) -> Mapping[int, Dispatched | WorkError]:
         """Start the next attempt of each Work in the caller's transaction, pinned and checked
         (R36): by Work id, the attempt with its executor settings, or the ``WorkError`` saying
-        why it was refused (``queue_only = True`` on the error for a binding with no executor)."""
+        why it was refused (``queue_only = True`` on the error for a binding with no executor),
+        the Work then left with no live attempt (the runner holds it)."""
         ...
 
 
