@@ -41,6 +41,7 @@ OUTPUT_PIECE = 8192
 """Characters of output a line to the loop carries (escaped, well under its line limit)."""
 WORK_ID_ENV = "CONDUIT_WORK_ID"
 ATTEMPT_ID_ENV = "CONDUIT_ATTEMPT_ID"
+IDEMPOTENCY_KEY_ENV = "CONDUIT_IDEMPOTENCY_KEY"
 
 
 # What wakes a ``receive`` when an interrupt arrives (never an input).
@@ -67,6 +68,9 @@ class Run:
 
     * ``run.inputs``: the Events presented at start, in acceptance order (dicts);
     * ``run.params``: the binding's ``params`` setting;
+    * ``run.idempotency_key``: the same for every attempt that presents these inputs again (a
+      retry after a failure or a lost attempt), new after a success: make side effects
+      exactly-once with it (``CONDUIT_IDEMPOTENCY_KEY`` in the environment too);
     * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32; at once on an interrupt);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
     * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
@@ -87,9 +91,11 @@ class Run:
         settings: Mapping[str, Any] | None = None,
         inputs: Sequence[Any] = (),
         channel: _Channel | None = None,
+        idempotency_key: str = "",
     ) -> None:
         self.work_id = work_id
         self.attempt_id = attempt_id
+        self.idempotency_key = idempotency_key
         self.lease_epoch = lease_epoch
         self.settings = dict(settings or {})
         self.params = dict(self.settings.get("params") or {})
@@ -254,6 +260,7 @@ def _worker() -> int:
                     settings=message.get("settings") or {},
                     inputs=message.get("inputs") or (),
                     channel=channel,
+                    idempotency_key=str(message.get("idempotency_key") or ""),
                 )
                 current[0] = run
                 starts.put((message["target"], run))
@@ -278,6 +285,8 @@ def _worker() -> int:
         os.environ.update(environment)
         os.environ[WORK_ID_ENV] = str(run.work_id)
         os.environ[ATTEMPT_ID_ENV] = str(run.attempt_id)
+        if run.idempotency_key:
+            os.environ[IDEMPOTENCY_KEY_ENV] = run.idempotency_key
         try:
             target = _import(reference)
             result = target(run)

@@ -21,6 +21,7 @@ The router never runs anything (R33, W7); this loop is the only caller of execut
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import signal
@@ -478,6 +479,8 @@ class WorkRunner:
 
     def _rescue(self) -> None:
         self._next_rescue = time.monotonic() + max(1.0, self.lease.total_seconds() / 3)
+        # A loop of this host that died loses its attempts now, not when their leases lapse.
+        self.release_dead_owners()
         for rescued in attempts_rescue(now=self.clock(), clock=self.clock):
             self._end_orphan(rescued)
 
@@ -564,11 +567,13 @@ class WorkRunner:
         self._touched.add(attempt.work_id)
         try:
             executor = self._executor(attempt.executor)
+            keyed = {"idempotency_key": attempt.idempotency_key} if _takes_key(executor) else {}
             execution = executor.start(
                 work_id=attempt.work_id,
                 attempt_id=attempt.pk,
                 binding_settings=binding_settings,
                 inputs=[event_as_input(event) for event in events],
+                **keyed,
             )
         except (OSError, RegistrationError, LookupError, ValueError, TypeError, KeyError) as exc:
             attempt_fail(
@@ -617,6 +622,12 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
+
+
+def _takes_key(executor: Executor) -> bool:
+    """Whether ``executor.start`` takes ``idempotency_key`` (executors written before it do not)."""
+    parameters = inspect.signature(executor.start).parameters.values()
+    return any(p.name == "idempotency_key" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:

@@ -21,9 +21,12 @@ def receives(run):
 
 def keyed(run):
     """What an executor makes its side effects exactly-once with: the idempotency key, as
-    ``run`` and the environment carry it."""
-    if run.params.get("fail"):
-        raise RuntimeError(f"failing with key {run.idempotency_key}")
+    ``run`` and the environment carry it. Fails once first when its input names a ``marker``
+    file that does not exist yet (and creates it)."""
+    marker = (run.inputs[0].get("data") or {}).get("marker") if run.inputs else None
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError(f"failing once with key {run.idempotency_key}")
     return {"key": run.idempotency_key, "env": os.environ.get("CONDUIT_IDEMPOTENCY_KEY")}
 
 

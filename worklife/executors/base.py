@@ -152,8 +152,12 @@ class Executor(abc.ABC):
         attempt_id: int,
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
+        idempotency_key: str = "",
     ) -> Execution:
-        """Start one attempt of a Work with its first inputs; return a handle on it."""
+        """Start one attempt of a Work with its first inputs; return a handle on it.
+        ``idempotency_key`` is the same for every attempt that presents these inputs again: an
+        executor makes its side effects exactly-once with it (an executor whose ``start`` does
+        not take it is called without it)."""
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
