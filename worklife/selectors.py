@@ -26,7 +26,6 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.scheduling import max_losses
 
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
 # this many; older rows are not shown (the page says so).
@@ -275,7 +274,10 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
     # a refused dispatch.
     failed = bool(number) and work.last_error.startswith(f"attempt {number} {state}:")
     if work.parked_at is not None:
-        # Parked after attempts lost with their loop, or after failures of its own.
+        # Parked after attempts lost with their loop, or after failures of its own. (Imported
+        # here: reads such as ``events get`` do not load the scheduler's writes.)
+        from worklife.scheduling import max_losses
+
         after = f"{work.losses} attempts lost in a row" if work.losses >= max_losses() else failures
         return WhyNotRunning(
             NotRunning.PARKED, f"parked after {after} ({work.last_error or 'no error recorded'})"
