@@ -157,6 +157,7 @@ class WorkRunner:
         self.counters = Counters()
         self.stopping = False
         self._executors: dict[str, Executor] = {}
+        self._keyed: dict[str, bool] = {}
         self._touched: set[int] = set()
         self.calls = AttemptCalls(clock=clock, causal=self.causal, touched=self._touched)
         self._next_renew = 0.0
@@ -567,7 +568,7 @@ class WorkRunner:
         self._touched.add(attempt.work_id)
         try:
             executor = self._executor(attempt.executor)
-            keyed = {"idempotency_key": attempt.idempotency_key} if _takes_key(executor) else {}
+            keyed = {"idempotency_key": attempt.idempotency_key} if self._takes_key(attempt.executor) else {}
             execution = executor.start(
                 work_id=attempt.work_id,
                 attempt_id=attempt.pk,
@@ -598,6 +599,16 @@ class WorkRunner:
         )
         self.counters.started += 1
 
+    def _takes_key(self, name: str) -> bool:
+        """Whether the executor's ``start`` takes ``idempotency_key`` (executors written before
+        it do not), asked once per executor."""
+        takes = self._keyed.get(name)
+        if takes is None:
+            parameters = inspect.signature(self._executor(name).start).parameters.values()
+            takes = any(p.name == "idempotency_key" or p.kind is p.VAR_KEYWORD for p in parameters)
+            self._keyed[name] = takes
+        return takes
+
     def _executor(self, name: str) -> Executor:
         executor = self._executors.get(name)
         if executor is None:
@@ -622,12 +633,6 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
-
-
-def _takes_key(executor: Executor) -> bool:
-    """Whether ``executor.start`` takes ``idempotency_key`` (executors written before it do not)."""
-    parameters = inspect.signature(executor.start).parameters.values()
-    return any(p.name == "idempotency_key" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:

@@ -226,3 +226,21 @@ def test_i36_17_targets_read_the_idempotency_key_and_it_survives_a_failed_attemp
     assert dict(env_setting_problems({"env": {"CONDUIT_IDEMPOTENCY_KEY": "mine"}})) == {
         "env.CONDUIT_IDEMPOTENCY_KEY": "set by the attempt protocol (a binding cannot set it)"
     }
+
+
+def test_i36_17_an_executor_whose_start_takes_no_key_still_runs(clock, settings, monkeypatch):
+    """Executors written before the idempotency key (``start`` without it) are called without it."""
+    settings.CONDUIT_EXECUTORS = {
+        **settings.CONDUIT_EXECUTORS,
+        "instant": "tests.worklife.ext_executors.Instant",
+    }
+    monkeypatch.setitem(enginekit.BINDINGS, "old_style", {"executor": "instant", "settings": {}})
+    enginekit.setup(clock)
+    loop = runner(clock)
+    try:
+        work = work_of(send(clock, "old_style", "o"))
+        step_until(loop, lambda: status(work) == "completed")
+        (attempt,) = attempts(work)
+        assert attempt.state == "succeeded" and attempt.idempotency_key
+    finally:
+        loop.shutdown(grace=0)
