@@ -288,8 +288,10 @@ CONDUIT_ROUTE_CLAIM_SECONDS = float(os.environ.get("CONDUIT_ROUTE_CLAIM_SECONDS"
 CONDUIT_CAUSAL_MAX_DEPTH = env_int("CONDUIT_CAUSAL_MAX_DEPTH", 32)
 CONDUIT_CAUSAL_RATE_PER_MINUTE = env_int("CONDUIT_CAUSAL_RATE_PER_MINUTE", 128)
 # The Work engine (manage.py work_loop): attempts that may fail in a row before a Work is
+# parked, attempts that may be lost in a row with their loop (run again at once) before it is
 # parked, and how long an attempt's lease lasts without renewal (renewed every third of it).
 CONDUIT_MAX_ATTEMPTS = env_int("CONDUIT_MAX_ATTEMPTS", 5)
+CONDUIT_MAX_LOSSES = env_int("CONDUIT_MAX_LOSSES", 3)
 CONDUIT_ATTEMPT_LEASE_SECONDS = float(os.environ.get("CONDUIT_ATTEMPT_LEASE_SECONDS", "30"))
 
 # --- Metrics (GET /metrics, docs/operations.md) -----------------------------------------------

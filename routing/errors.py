@@ -1,4 +1,6 @@
-"""Route failures (R10): a :class:`RouteError` carries one of seven codes."""
+"""Route failures (R10): a :class:`RouteError` carries one of seven codes, or
+``conflicting_identity`` for an Event whose targets disagree (R8), retried and given up on as
+the retried codes are (R14, R15)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ class RouteErrorCode(StrEnum):
     HANDLER_FAILED = "handler_failed"  # extension.Unavailable or an OSError (a subclass too): transient
     HANDLER_TIMEOUT = "handler_timeout"  # no decision before the deadline
     HANDLER_PANIC = "handler_panic"  # any other exception; carries the exception and its stack
+    CONFLICTING_IDENTITY = "conflicting_identity"  # the Event's targets disagree (R8, R26): not a handler's
 
 
-RETRIED_CODES = frozenset({RouteErrorCode.HANDLER_FAILED, RouteErrorCode.HANDLER_TIMEOUT})
+RETRIED_CODES = frozenset(
+    {RouteErrorCode.HANDLER_FAILED, RouteErrorCode.HANDLER_TIMEOUT, RouteErrorCode.CONFLICTING_IDENTITY}
+)
 
 
 @frozen

@@ -159,7 +159,8 @@ def event_route_json(item: EventRoute) -> dict[str, Any]:
 
 def work_json(work: Work) -> dict[str, Any]:
     """A Work: its scope, status and bindings (started on, retry, last rebind), its links (by
-    id; the trigger by its Event's seq) and the scheduler's view (failures, backoff, parking)."""
+    id; the trigger by its Event's seq) and the scheduler's view (failures, losses, backoff,
+    parking)."""
     return {
         "id": work.pk,
         "scope": work.scope,
@@ -177,6 +178,7 @@ def work_json(work: Work) -> dict[str, Any]:
         "updated_at": timestamp(work.updated_at),
         "ended_at": timestamp(work.ended_at),
         "failures": work.failures,
+        "losses": work.losses,
         "pending_run": work.pending_run,
         "retry_at": timestamp(work.retry_at),
         "parked_at": timestamp(work.parked_at),
@@ -201,4 +203,5 @@ def attempt_json(attempt: Attempt) -> dict[str, Any]:
         "ended_at": timestamp(attempt.ended_at),
         "exit_status": attempt.exit_status,
         "error": attempt.error,
+        "idempotency_key": attempt.idempotency_key,
     }

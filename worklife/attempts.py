@@ -10,13 +10,14 @@ transaction, or says ``_in_tx`` and runs in its caller's.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max, Min, Q
+from django.db.models import Exists, F, Min, OuterRef, Q
 
 from causal.clock import Clock
 from causal.services import assert_in_tx
@@ -35,7 +36,7 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.scheduling import backoff_for, max_attempts
+from worklife.scheduling import backoff_for, max_attempts, max_losses
 
 # --- starting ----------------------------------------------------------------------------------
 
@@ -70,12 +71,15 @@ def attempts_start_in_tx(
             "work_id", flat=True
         )
     )
+    # Each Work's latest attempt (it holds the highest number and epoch): a new attempt follows
+    # it, and takes its idempotency key when it presents the same input again (after it failed
+    # or was lost: scheduling.presentations_in_tx).
+    later = Attempt.objects.filter(work_id=OuterRef("work_id"), number__gt=OuterRef("number"))
     last = {
-        row["work_id"]: (row["number"] or 0, row["epoch"] or 0)
-        for row in Attempt.objects.filter(work_id__in=ids)
-        .values("work_id")
-        .annotate(number=Max("number"), epoch=Max("lease_epoch"))
-        .order_by()
+        work_id: (number, epoch, state, key)
+        for work_id, number, epoch, state, key in Attempt.objects.filter(work_id__in=ids)
+        .filter(~Exists(later))
+        .values_list("work_id", "number", "lease_epoch", "state", "idempotency_key")
     }
     first_input = dict(
         WorkInput.objects.filter(work_id__in=ids, state=InputState.PENDING)
@@ -95,7 +99,9 @@ def attempts_start_in_tx(
         elif spec.work_id in live:
             results[spec.work_id] = WorkError(f"Work {spec.work_id} already has an active attempt")
         else:
-            number, epoch = last.get(spec.work_id, (0, 0))
+            number, epoch, state, key = last.get(spec.work_id, (0, 0, "", ""))
+            if not key or state not in PRESENTED_AGAIN_AFTER:
+                key = idempotency_key_new(work_id=spec.work_id, number=number + 1)
             attempt = Attempt(
                 work=work,
                 number=number + 1,
@@ -107,6 +113,7 @@ def attempts_start_in_tx(
                 lease_epoch=epoch + 1,
                 lease_until=lease_until,
                 lease_owner=lease_owner,
+                idempotency_key=key,
                 trigger_id=first_input.get(spec.work_id) or work.trigger_id,
                 state=AttemptState.RUNNING,
                 started_at=now,
@@ -125,6 +132,16 @@ def attempts_start_in_tx(
         for attempt in new:
             attempt.work.status = WorkStatus.RUNNING
     return results
+
+
+# An attempt after one that ended so presents its input again: it keeps its idempotency key.
+PRESENTED_AGAIN_AFTER = frozenset({AttemptState.FAILED, AttemptState.LOST})
+
+
+def idempotency_key_new(*, work_id: int, number: int) -> str:
+    """A new idempotency key: the Work, the first attempt that presents the input, and 64
+    random bits (unique across databases too, for an outside service that dedupes on it)."""
+    return f"conduit-{work_id}-{number}-{secrets.token_hex(8)}"
 
 
 # --- leases ------------------------------------------------------------------------------------
@@ -170,8 +187,9 @@ def attempts_rescue(
     *, now: datetime, owners_gone: Iterable[str] = (), limit: int = 100, clock: Clock
 ) -> list[Rescued]:
     """Mark lost the active attempts whose lease lapsed (or whose owner is known gone): each
-    counts as a failure and its Work is ready again (backing off), so the old process, if it
-    still runs, can no longer change anything (W2, W3)."""
+    counts as a loss, not a failure, and its Work is ready again at once (parked after
+    ``CONDUIT_MAX_LOSSES`` in a row: :func:`attempt_fail`); the old process, if it still runs,
+    can no longer change anything (W2, W3)."""
     gone = list(owners_gone)
     lapsed = Q(lease_until__lt=now) | (Q(lease_owner__in=gone) if gone else Q(pk__in=[]))
     candidates = list(
@@ -231,6 +249,20 @@ def attempts_end_in_tx(*, attempts: Sequence[Attempt], state: str, now: datetime
     )
 
 
+def attempt_refused_in_tx(*, attempt: Attempt, reason: str, now: datetime) -> None:
+    """End, inside the caller's transaction, an attempt whose dispatch was refused once it was
+    started (it ran nothing, consumed nothing): it failed with ``reason``, and its Work is
+    ready again with no failure counted, for the caller to hold
+    (:func:`worklife.scheduling.work_hold_in_tx`)."""
+    assert_in_tx()
+    attempt_end_in_tx(attempt=attempt, state=AttemptState.FAILED, now=now)
+    Attempt.objects.filter(pk=attempt.pk).update(error=reason[:20000])
+    Work.objects.filter(pk=attempt.work_id, status=WorkStatus.RUNNING).update(
+        status=WorkStatus.READY, version=F("version") + 1, updated_at=now
+    )
+    attempt.work.status = WorkStatus.READY
+
+
 def attempt_fail(
     *,
     attempt_id: int,
@@ -241,10 +273,15 @@ def attempt_fail(
     output: dict | None = None,
     count: bool = True,
 ) -> Work:
-    """Fail the attempt (an exception, a non-zero exit, a timeout, a lost lease): the Work is
-    ready again after a backoff, or parked after ``CONDUIT_MAX_ATTEMPTS`` failures in a row
-    (W5). Fenced by the attempt's authority. ``count=False`` (its loop stopped) gives the
-    Work back at once without counting a failure."""
+    """Fail the attempt (an exception, a non-zero exit, a timeout): the Work is ready again
+    after a backoff, or parked after ``CONDUIT_MAX_ATTEMPTS`` failures in a row (W5). Fenced
+    by the attempt's authority.
+
+    ``state=LOST`` (its loop died, or stopped renewing its lease: not the Work's doing) gives
+    the Work back at once, no failure counted, but counts a loss: after ``CONDUIT_MAX_LOSSES``
+    attempts lost in a row the Work is parked, so a Work that kills its loop cannot run for
+    ever (W5). ``count=False`` (its loop stopped) gives the Work back at once, counting
+    nothing."""
     with transaction.atomic():
         attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         now = clock()
@@ -254,14 +291,20 @@ def attempt_fail(
         else:
             Attempt.objects.filter(pk=attempt_id).update(error=error[:20000])
         work = Work.objects.select_for_update().get(pk=attempt.work_id)
-        failures = work.failures + (1 if count else 0)
-        parked = count and failures >= max_attempts()
+        failures, losses, retry_at = work.failures, work.losses, None
+        if count and state == AttemptState.LOST:
+            losses += 1
+        elif count:
+            failures, losses = failures + 1, 0
+            retry_at = now + backoff_for(failures)
+        parked = count and (failures >= max_attempts() or losses >= max_losses())
         line = f"attempt {attempt.number} {state}: {error}".replace("\n", " ")[:1000]
         Work.objects.filter(pk=work.pk).update(
             status=WorkStatus.READY,
             failures=failures,
+            losses=losses,
             pending_run=True,
-            retry_at=None if parked or not count else now + backoff_for(failures),
+            retry_at=None if parked else retry_at,
             parked_at=now if parked else None,
             last_error=line,
             version=F("version") + 1,

@@ -45,6 +45,11 @@ TRACEPARENT_ENV = "TRACEPARENT"
 """The W3C ``traceparent`` of the Event that triggered the attempt, when its sender gave one
 (the variable OpenTelemetry's environment propagation reads): the sender's trace continues in
 the attempt."""
+IDEMPOTENCY_KEY_ENV = "CONDUIT_IDEMPOTENCY_KEY"
+
+
+# What wakes a ``receive`` when an interrupt arrives (never an input).
+_INTERRUPTED = object()
 
 
 class CallRefused(Exception):
@@ -69,7 +74,10 @@ class Run:
     * ``run.params``: the binding's ``params`` setting;
     * ``run.traceparent``: the W3C ``traceparent`` of the Event that triggered the attempt
       (``""`` when its sender gave none), also in the ``TRACEPARENT`` environment variable;
-    * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32);
+    * ``run.idempotency_key``: the same for every attempt that presents these inputs again (a
+      retry after a failure or a lost attempt), new after a success: make side effects
+      exactly-once with it (``CONDUIT_IDEMPOTENCY_KEY`` in the environment too);
+    * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32; at once on an interrupt);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
     * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
     * ``run.wait(type=…, keys=…, timeout=…)``: park until a matching Event routes to this
@@ -90,10 +98,12 @@ class Run:
         inputs: Sequence[Any] = (),
         channel: _Channel | None = None,
         traceparent: str = "",
+        idempotency_key: str = "",
     ) -> None:
         self.work_id = work_id
         self.attempt_id = attempt_id
         self.traceparent = traceparent
+        self.idempotency_key = idempotency_key
         self.lease_epoch = lease_epoch
         self.settings = dict(settings or {})
         self.params = dict(self.settings.get("params") or {})
@@ -105,12 +115,21 @@ class Run:
 
     # -- input ----------------------------------------------------------------------------
     def receive(self, timeout: float | None = None) -> Any | None:
-        """The next injected input, waiting up to ``timeout`` seconds; ``None`` if none came.
+        """The next injected input, waiting up to ``timeout`` seconds; ``None`` if none came,
+        and at once when an interrupt arrives (``run.interrupted`` is set then): input injected
+        before it is still returned first.
 
         Receiving an input confirms it: its inject intent is recorded as consumed."""
         try:
-            item = self._inbox.get(timeout=timeout) if timeout != 0 else self._inbox.get_nowait()
+            item = self._inbox.get_nowait()
         except queue.Empty:
+            if timeout == 0 or self.interrupted.is_set():
+                return None
+            try:
+                item = self._inbox.get(timeout=timeout)
+            except queue.Empty:
+                return None
+        if item is _INTERRUPTED:
             return None
         if self._channel is not None and isinstance(item, dict) and "seq" in item:
             self._channel.send({"op": "received", "seq": item["seq"]})
@@ -152,6 +171,12 @@ class Run:
     def complete(self, result: Any = None) -> None:
         """End the attempt now with ``result`` (the Work completes as on a return)."""
         raise RunComplete(result)
+
+    def _interrupt(self, reason: str) -> None:
+        """An interrupt arrived: set ``interrupted`` and wake a ``receive`` blocked meanwhile."""
+        self.interrupt_reason = reason
+        self.interrupted.set()
+        self._inbox.put(_INTERRUPTED)
 
     def _call(self, message: dict) -> Any:
         if self._channel is None:
@@ -244,20 +269,19 @@ def _worker() -> int:
                     inputs=message.get("inputs") or (),
                     channel=channel,
                     traceparent=str(message.get("traceparent") or ""),
+                    idempotency_key=str(message.get("idempotency_key") or ""),
                 )
                 current[0] = run
                 starts.put((message["target"], run))
             elif kind == "input" and run is not None:
                 run._inbox.put(message.get("event"))
             elif kind == "interrupt" and run is not None:
-                run.interrupt_reason = str(message.get("reason") or "")
-                run.interrupted.set()
+                run._interrupt(str(message.get("reason") or ""))
             elif kind == "reply":
                 channel.deliver(message)
         # The loop went away (standard input closed): stop what runs and leave.
         if current[0] is not None:
-            current[0].interrupt_reason = "the work loop went away"
-            current[0].interrupted.set()
+            current[0]._interrupt("the work loop went away")
         starts.put(None)
 
     threading.Thread(target=read, name="conduit-stdin", daemon=True).start()
@@ -272,6 +296,8 @@ def _worker() -> int:
         os.environ[ATTEMPT_ID_ENV] = str(run.attempt_id)
         if run.traceparent:
             os.environ[TRACEPARENT_ENV] = run.traceparent
+        if run.idempotency_key:
+            os.environ[IDEMPOTENCY_KEY_ENV] = run.idempotency_key
         try:
             target = _import(reference)
             result = target(run)

@@ -153,7 +153,14 @@ def works_complete(
                 "work_id", flat=True
             )
         )
-        reset = {"failures": 0, "pending_run": False, "retry_at": None, "parked_at": None, "last_error": ""}
+        reset = {
+            "failures": 0,
+            "losses": 0,
+            "pending_run": False,
+            "retry_at": None,
+            "parked_at": None,
+            "last_error": "",
+        }
         ready = [w for w in work_ids if w in remaining]
         completed = [w for w in work_ids if w not in remaining]
         if ready:

@@ -60,6 +60,9 @@ class Work(models.Model):
     # again after a failure or a refused dispatch, when it was parked (too many failures; an
     # operator retries or cancels it), and the last failure or refusal, in one line.
     failures = models.PositiveIntegerField(default=0)
+    # Attempts lost in a row with their work loop (a crash, a lapsed lease): not failures, they
+    # run again at once, but enough of them park the Work (it may be what kills its loop).
+    losses = models.PositiveIntegerField(default=0)
     # Run even without pending input: a retry (the failed attempts' input is presented again),
     # a new child or successor (its core.work.created Event is its first input), an operator retry.
     pending_run = models.BooleanField(default=False)
@@ -159,6 +162,9 @@ class Attempt(models.Model):
     # Who runs it: the work_loop holding the lease, and the process it started.
     lease_owner = models.CharField(max_length=255, blank=True, default="")
     pid = models.IntegerField(null=True, blank=True)
+    # The same for every attempt that presents the same input again (after a failed or lost
+    # one); new after a success. Executors make side effects exactly-once with it.
+    idempotency_key = models.CharField(max_length=64, blank=True, default="")
     # How it ended: the result (JSON) or the exit status, the error, and the output's tails.
     result = models.JSONField(null=True, blank=True)
     exit_status = models.IntegerField(null=True, blank=True)

@@ -74,6 +74,8 @@ from worklife.waits import waits_expire, waits_retry_blocked
 logger = logging.getLogger("conduit.worklife.runner")
 
 DEFAULT_INTERRUPT_GRACE = 10.0
+# Attempts parked in a wait that a loop keeps beside its slots (``work_loop --wait-slots``).
+DEFAULT_WAIT_SLOTS = 32
 COMPLETE_RETRY_SECONDS = 1.0
 BLOCKED_RETRY_SECONDS = 5.0
 HEARTBEAT_SECONDS = 2.0
@@ -98,7 +100,8 @@ class Dispatcher(Protocol):
     ) -> Mapping[int, Dispatched | WorkError]:
         """Start the next attempt of each Work in the caller's transaction, pinned and checked
         (R36): by Work id, the attempt with its executor settings, or the ``WorkError`` saying
-        why it was refused (``queue_only = True`` on the error for a binding with no executor)."""
+        why it was refused (``queue_only = True`` on the error for a binding with no executor),
+        the Work then left with no live attempt (the runner holds it)."""
         ...
 
 
@@ -120,7 +123,13 @@ class Counters:
 
 
 class WorkRunner:
-    """Runs attempts of ready Work, at most ``slots`` at once."""
+    """Runs attempts of ready Work, at most ``slots`` at once.
+
+    An attempt parked in a wait holds no slot: up to ``wait_slots`` parked attempts are kept
+    beside the slots (their processes wait for the answer); past that bound they hold slots
+    again. A woken (or timed-out) wait is answered when a slot is free, before new Work is
+    claimed, so at most ``slots`` attempts run at once and at most ``slots + wait_slots``
+    processes are kept."""
 
     def __init__(
         self,
@@ -128,6 +137,7 @@ class WorkRunner:
         clock: Clock,
         dispatcher: Dispatcher,
         slots: int = 4,
+        wait_slots: int | None = None,
         lease_seconds: float | None = None,
         owner: str | None = None,
         publish: Callable[[Iterable[int]], None] | None = None,
@@ -138,6 +148,7 @@ class WorkRunner:
         self.clock = clock
         self.dispatcher = dispatcher
         self.slots = slots
+        self.wait_slots = DEFAULT_WAIT_SLOTS if wait_slots is None else wait_slots
         self.lease = timedelta(
             seconds=lease_seconds or float(getattr(settings, "CONDUIT_ATTEMPT_LEASE_SECONDS", 30))
         )
@@ -281,13 +292,13 @@ class WorkRunner:
                 self._touched.add(running.work_id)
         waiting = {r.wait_id: r for r in self.running.values() if r.wait_id is not None and not r.ended_by}
         if waiting:
-            for wait_id, state, woken_by in Wait.objects.filter(pk__in=list(waiting)).values_list(
-                "pk", "state", "woken_by_id"
-            ):
-                if state == WaitState.ACTIVE:
-                    continue
-                running = waiting[wait_id]
-                self.calls.answer_wait(running, state, woken_by)
+            ended = Wait.objects.filter(pk__in=list(waiting)).exclude(state=WaitState.ACTIVE)
+            for wait_id, state, woken_by in ended.order_by("pk").values_list("pk", "state", "woken_by_id"):
+                # A woken attempt runs again once it has a slot; until then it stays parked
+                # (its process waits for the answer) and is answered in a later pass.
+                if self.occupied() >= self.slots:
+                    break
+                self.calls.answer_wait(waiting[wait_id], state, woken_by)
         active = [r.attempt_id for r in self.running.values() if not r.ended_by and r.outcome is None]
         if active:
             intents = (
@@ -484,6 +495,8 @@ class WorkRunner:
 
     def _rescue(self) -> None:
         self._next_rescue = time.monotonic() + max(1.0, self.lease.total_seconds() / 3)
+        # A loop of this host that died loses its attempts now, not when their leases lapse.
+        self.release_dead_owners()
         for rescued in attempts_rescue(now=self.clock(), clock=self.clock):
             self._end_orphan(rescued)
 
@@ -519,8 +532,18 @@ class WorkRunner:
             _kill_attempt_process(rescued.pid, rescued.attempt_id)
 
     # -- 5. claims ------------------------------------------------------------------------------
+    def parked(self) -> int:
+        """Attempts of this loop parked in a wait (woken ones not answered yet included)."""
+        return sum(
+            1 for r in self.running.values() if r.wait_id is not None and not r.ended_by and r.outcome is None
+        )
+
+    def occupied(self) -> int:
+        """Slots in use: every attempt of this loop but the parked ones kept beside the slots."""
+        return len(self.running) - min(self.parked(), self.wait_slots)
+
     def _claim(self) -> int:
-        free = self.slots - len(self.running)
+        free = self.slots - self.occupied()
         if free <= 0:
             return 0
         now = self.clock()
@@ -567,6 +590,7 @@ class WorkRunner:
                 binding_settings=binding_settings,
                 inputs=[event_as_input(event) for event in events],
                 traceparent=trigger_traceparent(attempt.trigger_id, events),
+                idempotency_key=attempt.idempotency_key,
             )
         except (OSError, RegistrationError, LookupError, ValueError, TypeError, KeyError) as exc:
             work = attempt_fail(

@@ -2,7 +2,8 @@
 held back, the input a new attempt starts with, backoff and parking, and the retry rule.
 
 Failures back off (2 s doubling to 5 min) up to ``CONDUIT_MAX_ATTEMPTS``, then the Work is
-parked until an operator retries or cancels it (W5). Each function runs in its caller's
+parked until an operator retries or cancels it (W5); an attempt lost with its loop runs again at
+once, up to ``CONDUIT_MAX_LOSSES`` lost in a row, then the Work is parked too. Each function runs in its caller's
 transaction (``_in_tx``) or reads only.
 """
 
@@ -40,6 +41,12 @@ QUEUE_ONLY_RECHECK = timedelta(minutes=5)
 def max_attempts() -> int:
     """Attempts that may fail in a row before the Work is parked (``CONDUIT_MAX_ATTEMPTS``)."""
     return int(getattr(settings, "CONDUIT_MAX_ATTEMPTS", 5))
+
+
+def max_losses() -> int:
+    """Attempts that may be lost in a row (their loop died) before the Work is parked
+    (``CONDUIT_MAX_LOSSES``): a Work that kills its loop cannot run for ever."""
+    return int(getattr(settings, "CONDUIT_MAX_LOSSES", 3))
 
 
 def backoff_for(failures: int) -> timedelta:
@@ -182,6 +189,7 @@ def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:
         parked_at=None,
         retry_at=None,
         failures=0,
+        losses=0,
         pending_run=work.pending_run or work.failures > 0,
         version=F("version") + 1,
         updated_at=now,

@@ -353,8 +353,13 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
     # a refused dispatch.
     failed = bool(number) and work.last_error.startswith(f"attempt {number} {state}:")
     if work.parked_at is not None:
+        # Parked after attempts lost with their loop, or after failures of its own. (Imported
+        # here: reads such as ``events get`` do not load the scheduler's writes.)
+        from worklife.scheduling import max_losses
+
+        after = f"{work.losses} attempts lost in a row" if work.losses >= max_losses() else failures
         return WhyNotRunning(
-            NotRunning.PARKED, f"parked after {failures} ({work.last_error or 'no error recorded'})"
+            NotRunning.PARKED, f"parked after {after} ({work.last_error or 'no error recorded'})"
         )
     if not (work.pending_run or facts.get("pending")):
         held = work_unrouted_events(work, limit=1)

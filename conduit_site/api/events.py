@@ -21,7 +21,14 @@ from django.urls import reverse
 from causal.clock import system_clock
 from causal.models import Event
 from causal.selectors import PAGE_SIZE, event_get
-from conduit_site.api.auth import ApiError, api_view, is_json_media_type, request_body, request_json
+from conduit_site.api.auth import (
+    ApiError,
+    api_permitted,
+    api_view,
+    is_json_media_type,
+    request_body,
+    request_json,
+)
 from conduit_site.api.openapi import openapi_schema
 from infra.converters import MAX_ID
 from routing.acceptance import services
@@ -51,6 +58,7 @@ ALLOWED_METHODS = "GET, POST, OPTIONS"
     ["GET", "POST", "OPTIONS"],
     permission={"GET": VIEW_EVENT, "POST": ACCEPT_EVENT},
     public_methods=["OPTIONS"],
+    errors={services.WorkAddressRefused: (403, "forbidden")},
 )
 def events_collection(request: HttpRequest) -> HttpResponse:
     """``POST``: accept Events (:func:`events_accept`); ``GET``: list them
@@ -66,8 +74,10 @@ def events_collection(request: HttpRequest) -> HttpResponse:
 def events_accept(request: HttpRequest) -> JsonResponse:
     """Accept one Event (201 new, 200 duplicate) or a batch (all or nothing: 201 when any is
     new, else 200), in the content mode the request uses. An Event without a scope takes the
-    token's default scope, else the configuration's."""
+    token's default scope, else the configuration's. An Event naming a Work (``work_id``,
+    ``execution_id``) needs ``worklife.send_input`` too (403 otherwise, nothing stored)."""
     accepted_by = request.user.get_username()
+    may_address_work = api_permitted(request, services.SEND_INPUT)
     default_scope = getattr(request.api_token, "default_scope", "") or None
     mode = content_mode(request.content_type or "", request.headers.keys())
     if mode is Mode.BINARY:
@@ -79,6 +89,7 @@ def events_accept(request: HttpRequest) -> JsonResponse:
             accepted_by=accepted_by,
             depth_checked=True,
             default_scope=default_scope,
+            may_address_work=may_address_work,
         )
         return _accepted_one(accepted)
     if not is_json_media_type((request.content_type or "").lower()) and request_body(request).strip():
@@ -102,6 +113,7 @@ def events_accept(request: HttpRequest) -> JsonResponse:
             accepted_by=accepted_by,
             depth_checked=True,
             default_scope=default_scope,
+            may_address_work=may_address_work,
         )
         created = any(result.created for result in results)
         return JsonResponse(
@@ -114,6 +126,7 @@ def events_accept(request: HttpRequest) -> JsonResponse:
         accepted_by=accepted_by,
         depth_checked=True,
         default_scope=default_scope,
+        may_address_work=may_address_work,
     )
     return _accepted_one(accepted)
 

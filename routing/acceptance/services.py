@@ -36,6 +36,32 @@ from routing.acceptance.envelopes import (
 from routing.config.selectors import live_default_scope, live_generation
 from routing.models import Generation, GenerationKind, Scope
 
+# What addressing a Work by ``work_id``/``execution_id`` needs: the right to send it input.
+SEND_INPUT = "worklife.send_input"
+
+
+class WorkAddressRefused(EnvelopeInvalid):
+    """An Event names a Work (``work_id``) or an attempt (``execution_id``) but its sender may
+    not send input to Work (``worklife.send_input``): acceptance rights alone address no Work."""
+
+    code = "forbidden"
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "permission": SEND_INPUT}
+
+
+def _refuse_work_addresses(envelopes: Sequence[Envelope], *, batch: bool) -> None:
+    for index, envelope in enumerate(envelopes):
+        field = "work_id" if envelope.work_id is not None else "execution_id"
+        if envelope.work_id is not None or envelope.execution_id is not None:
+            raise WorkAddressRefused(
+                field,
+                f"addressing a Work by {field} needs the permission {SEND_INPUT} (an API token's "
+                "'send' scope), which this sender lacks: nothing was accepted",
+                index=index if batch else None,
+            )
+
+
 # --- acceptance -----------------------------------------------------------------------------
 
 
@@ -47,6 +73,7 @@ def event_accept(
     trusted: bool = False,
     depth_checked: bool = False,
     default_scope: str | None = None,
+    may_address_work: bool = False,
 ) -> Accepted:
     """Validate one offered Event (a decoded structured-mode CloudEvent) and accept it.
 
@@ -61,7 +88,9 @@ def event_accept(
     a malformed envelope, a reserved ``core`` type or source unless ``trusted``, an Event
     larger than ``CONDUIT_MAX_EVENT_BYTES``, or a scope not in the live configuration.
     ``depth_checked``: the payload was decoded from JSON text whose depth was checked
-    (:func:`routing.acceptance.envelopes.parse_envelope`).
+    (:func:`routing.acceptance.envelopes.parse_envelope`). An Event that names a Work
+    (``work_id``, ``execution_id``) is refused with :class:`WorkAddressRefused` unless the sender
+    may send input to Work (``may_address_work``; ``trusted`` callers may).
     """
     envelope = _validated(
         payload,
@@ -69,6 +98,8 @@ def event_accept(
         depth_checked=depth_checked,
         default_scope=scope_default_for([payload], default_scope),
     )
+    if not (trusted or may_address_work):
+        _refuse_work_addresses([envelope], batch=False)
     if not connection.in_atomic_block:
         return ACCEPTANCES.accept(envelope, clock=clock, accepted_by=accepted_by)
     with transaction.atomic():
@@ -189,6 +220,7 @@ def events_accept(
     trusted: bool = False,
     depth_checked: bool = False,
     default_scope: str | None = None,
+    may_address_work: bool = False,
 ) -> list[Accepted]:
     """Validate every Event of a batch, then accept them all in one transaction, in order.
 
@@ -196,8 +228,8 @@ def events_accept(
     every refusal (each with its ``index``) and nothing is stored. Duplicates (of earlier
     Events or of an earlier Event in the same batch) come back with ``created=False``; one
     with another body than the Event it repeats refuses the batch with
-    :class:`~routing.acceptance.envelopes.BatchConflict`. ``depth_checked`` and ``default_scope`` as
-    for :func:`event_accept`.
+    :class:`~routing.acceptance.envelopes.BatchConflict`. ``depth_checked``, ``default_scope`` and
+    ``may_address_work`` as for :func:`event_accept`.
     """
     if not payloads:
         raise EnvelopeInvalid(None, "the batch is empty: it holds no Event")
@@ -207,6 +239,8 @@ def events_accept(
         depth_checked=depth_checked,
         default_scope=scope_default_for(payloads, default_scope),
     )
+    if not (trusted or may_address_work):
+        _refuse_work_addresses(envelopes, batch=True)
     with transaction.atomic():
         _refuse_unknown_scopes_in_tx(envelopes, batch=True)
         results = events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=accepted_by)

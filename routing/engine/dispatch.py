@@ -9,7 +9,7 @@ refuses it when the executor behind the same binding name changed since.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,7 +20,7 @@ from routing.config.selectors import find_generation, live_generation, load_conf
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import Generation
-from worklife.attempts import AttemptSpec, attempts_start_in_tx
+from worklife.attempts import AttemptSpec, attempt_refused_in_tx, attempts_start_in_tx
 from worklife.errors import WorkError
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.models import Attempt
@@ -125,10 +125,21 @@ def dispatch_check(attempt: Attempt, configurations: ConfigurationCache | None =
     return DispatchCheck(True)
 
 
+def _unusable(executor: str, capabilities: Iterable[str]) -> str:
+    """Why a binding's executor cannot run an attempt now (its registration cannot be loaded,
+    or no longer implements a control the binding claims), or ``""``."""
+    cls = find_executor_class(executor)
+    if cls is None:
+        return f"executor {executor!r} cannot be loaded"
+    missing = set(capabilities) - set(supported_controls(cls))
+    return f"executor {executor!r} no longer supports {sorted(missing)}" if missing else ""
+
+
 class RoutingDispatcher:
     """The dispatcher ``work_loop`` gives its runner (``worklife.runner.Dispatcher``): attempts
     pinned to the live generation and checked against the pinned one (R36), several Work in
-    a fixed number of statements, with their executor settings."""
+    a fixed number of statements, with their executor settings. A refused Work is left with no
+    live attempt: an attempt refused once started is ended (failed, with the reason)."""
 
     def __init__(self) -> None:
         self.configurations = ConfigurationCache()
@@ -159,6 +170,9 @@ class RoutingDispatcher:
                 results[work_id] = DispatchRefused(f"binding {name!r}: {effective.problem}")
             elif not effective.executor:
                 results[work_id] = QueueOnly(f"binding {name!r} is queue-only: its input waits in the queue")
+            elif unusable := _unusable(effective.executor, effective.capabilities):
+                # Refused before an attempt exists: a recheck every DISPATCH_RECHECK leaves no rows.
+                results[work_id] = DispatchRefused(f"binding {name!r}: {unusable}")
             else:
                 specs.append(
                     AttemptSpec(
@@ -170,16 +184,19 @@ class RoutingDispatcher:
                         executor_path=registered_executors().get(effective.executor, ""),
                     )
                 )
-        started = attempts_start_in_tx(
-            specs=specs, now=clock(), lease_until=lease_until, lease_owner=lease_owner
-        )
+        now = clock()
+        started = attempts_start_in_tx(specs=specs, now=now, lease_until=lease_until, lease_owner=lease_owner)
         for work_id, attempt in started.items():
             if isinstance(attempt, WorkError):
                 results[work_id] = attempt
                 continue
             check = dispatch_check(attempt, self.configurations)
             if not check.ok:
-                results[work_id] = DispatchRefused(f"dispatch refused: {check.reason}")
+                # The attempt exists: it ends here, or it would stay running with no process
+                # (and hold its Work) until its lease lapsed.
+                refused = DispatchRefused(f"dispatch refused: {check.reason}")
+                attempt_refused_in_tx(attempt=attempt, reason=str(refused), now=now)
+                results[work_id] = refused
             else:
                 results[work_id] = Dispatched(attempt, binding_settings(attempt, self.configurations))
         return results

@@ -26,7 +26,7 @@ _REASON_WORDS = frozenset(
     inject interrupt wins wait terminal no_match addressed context no_work conflicting targets
     work by names exist chose does in scope already has later input and or with registered
     panic handler_panic handler_failed handler_invalid handler_timeout handler_missing
-    binding_invalid policy_invalid unknown policy""".split()
+    binding_invalid policy_invalid unknown policy conflicting_identity identity""".split()
 )
 
 

@@ -31,15 +31,15 @@ from infra.frozen import frozen
 from routing.engine.decide import Decision, Effect, Reason, WaitView, World, decide, replace
 from routing.engine.evaluate import Evaluation, panic
 from routing.engine.failures import RouteFailure, backoff_for, gives_up
-from routing.errors import RouteError
+from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot
 
 if TYPE_CHECKING:
     from causal.limits import Refusal
     from routing.config.effective import Configuration
 
-# An Event left unrouted for a conflicting identity is looked at again after this long (an
-# operator may skip it sooner); meanwhile the loop's windows pass over it.
+# An Event whose routing failed unexpectedly, and whose failure could not even be recorded, is
+# looked at again after this long (an operator may skip it sooner).
 CONFLICT_RECHECK = timedelta(seconds=60)
 DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
 # An outcome's reason, nothing stored: the Event shares a target with an earlier Event another
@@ -218,16 +218,15 @@ class Settler:
                 evaluation=Evaluation((), error=error),
             )
         if decision.effect == Effect.CONFLICT:
-            self._block(event, evaluation, tokens)
-            return Settlement(
-                event.seq,
-                RouteState.UNROUTED,
-                decision,
-                reason=decision.reason,
-                stored_reason=f"conflicting identity: {decision.reason}",
-                retry_at=world.now + CONFLICT_RECHECK,
-                remember_keys=True,
-            )
+            # Counted like a retried failure (R13-R15): it backs off and is given up on after
+            # the count and the window, dead-lettered without a Work (its targets disagree).
+            # Until then it stays unrouted, saying why (R8), and holds its targets' later input.
+            counted = self._count(event, _conflict_error(decision), failure)
+            if isinstance(counted, Settlement):
+                self._block(event, evaluation, tokens)
+                why = f"conflicting identity (failure {counted.error.attempts}): {decision.reason}"
+                return replace(counted, decision=decision, stored_reason=why[:1000], remember_keys=True)
+            decision = counted
         if decision.effect == Effect.ERROR:
             counted = self._count(event, decision, failure)
             if isinstance(counted, Settlement):
@@ -343,6 +342,14 @@ class Settler:
             replace(s, wait=replace(s.wait, blocked_reason=reason)) if s.wait.id == wait.id else s
             for s in self.world.subscriptions
         ]
+
+
+def _conflict_error(conflict: Decision) -> Decision:
+    """The failure a conflicting identity counts as: no route or Work is at fault."""
+    error = RouteError(RouteErrorCode.CONFLICTING_IDENTITY, f"conflicting identity: {conflict.reason}")
+    return Decision(
+        Effect.ERROR, error.code.value, keys=conflict.keys, error=error, evaluation=conflict.evaluation
+    )
 
 
 def event_tokens(snap: EventSnapshot, evaluation: Evaluation | None, world: World) -> set[tuple]:

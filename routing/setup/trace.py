@@ -423,10 +423,10 @@ def _result(
         effect = TraceEffect.FAILED
     elif settlement.waiting_on is not None:
         effect = TraceEffect.WAITING
+    elif decision is not None and decision.effect == Effect.CONFLICT:
+        effect = TraceEffect.CONFLICT  # counted as a failure too (conflicting_identity)
     elif settlement.error is not None:
         effect = TraceEffect.ERROR
-    elif decision is not None and decision.effect == Effect.CONFLICT:
-        effect = TraceEffect.CONFLICT
     elif decision is not None:
         effect = Effect.START if decision.new_work else decision.effect
     else:

@@ -379,3 +379,16 @@ def test_issue12_5_events_get_imports_only_what_it_reads():
     )
     assert not loaded, loaded
     assert report["frozen"] > 0
+
+
+@pytest.mark.django_db
+def test_i36_5_events_accept_may_name_a_work_as_trusted_host_access():
+    """The CLI checks no permission: an Event naming its Work is accepted (through the API it
+    needs the send permission)."""
+    live_scopes("acme")
+    out, _ = accept("-", stdin=json.dumps([cloud_event(work_id=3), cloud_event(id="evt-2", execution_id=4)]))
+    assert out.count(" created ") == 2
+    assert list(Event.objects.order_by("seq").values_list("work_id", "execution_id")) == [
+        (3, None),
+        (None, 4),
+    ]

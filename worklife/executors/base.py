@@ -153,13 +153,15 @@ class Executor(abc.ABC):
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
         traceparent: str = "",
+        idempotency_key: str = "",
     ) -> Execution:
         """Start one attempt of a Work with its first inputs; return a handle on it.
 
         ``traceparent``: the W3C trace context of the Event that triggered the attempt (``""``
-        when its sender gave none), for the attempt to continue the sender's trace. An
-        executor whose ``start`` does not take it is called without it
-        (:func:`start_attempt`)."""
+        when its sender gave none), for the attempt to continue the sender's trace.
+        ``idempotency_key`` is the same for every attempt that presents these inputs again: an
+        executor makes its side effects exactly-once with it. An executor whose ``start`` does
+        not take one of them is called without it (:func:`start_attempt`)."""
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
@@ -172,16 +174,23 @@ class Executor(abc.ABC):
 
 
 @lru_cache(maxsize=64)
-def _takes_traceparent(cls: type) -> bool:
+def _start_takes(cls: type, name: str) -> bool:
     parameters = inspect.signature(cls.start).parameters.values()
-    return any(p.name == "traceparent" or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def start_attempt(executor: Executor, *, traceparent: str, **arguments: Any) -> Execution:
-    """``executor.start(**arguments)``, with ``traceparent`` when its ``start`` takes it (an
-    executor written before it was passed does not)."""
-    if traceparent and _takes_traceparent(type(executor)):
-        arguments["traceparent"] = traceparent
+# What the runner passes to ``start`` beyond the contract's first version: only to a ``start``
+# that takes it.
+OPTIONAL_START_ARGUMENTS = ("traceparent", "idempotency_key")
+
+
+def start_attempt(executor: Executor, **arguments: Any) -> Execution:
+    """``executor.start(**arguments)``, leaving out each of :data:`OPTIONAL_START_ARGUMENTS`
+    that is empty or that its ``start`` does not take (an executor written before it was
+    passed)."""
+    for name in OPTIONAL_START_ARGUMENTS:
+        if name in arguments and not (arguments[name] and _start_takes(type(executor), name)):
+            del arguments[name]
     return executor.start(**arguments)
 
 

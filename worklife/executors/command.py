@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from worklife.child import ATTEMPT_ID_ENV, CALL_PREFIX, WORK_ID_ENV
+from worklife.child import ATTEMPT_ID_ENV, CALL_PREFIX, IDEMPOTENCY_KEY_ENV, WORK_ID_ENV
 from worklife.executors.base import (
     COMMON_SETTINGS,
     Executor,
@@ -112,8 +112,9 @@ class CommandExecutor(Executor):
     The process runs in its own process group. Its environment is built, never inherited:
     the allow-list of the loop's own (:data:`ENV_ALLOWED`), the binding's ``env``,
     ``PYTHONPATH`` (the project's directory, unless ``env`` sets it), ``CONDUIT_WORK_ID``,
-    ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_CALL_FD``, ``CONDUIT_PROCESS_MARK`` and, when the
-    attempt's triggering Event carries one, ``TRACEPARENT``. Its inputs arrive
+    ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_IDEMPOTENCY_KEY``, ``CONDUIT_CALL_FD``,
+    ``CONDUIT_PROCESS_MARK`` and, when the attempt's triggering Event carries one,
+    ``TRACEPARENT``. Its inputs arrive
     on standard input as JSON lines (``{"kind": "input", "event": …}``, then
     ``{"kind": "started", …}``); injected input arrives as more such lines and is confirmed
     once written; an interrupt is a ``{"kind": "interrupt"}`` line and SIGINT to its process
@@ -155,12 +156,15 @@ class CommandExecutor(Executor):
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
         traceparent: str = "",
+        idempotency_key: str = "",
     ) -> CommandExecution:
         """Start the command and write its first inputs as JSON lines on standard input."""
         binding_env = env_of_binding(binding_settings)
         env = {**inherited_environment(), **binding_env, **trace_environment(traceparent)}
         env[WORK_ID_ENV] = str(work_id)
         env[ATTEMPT_ID_ENV] = str(attempt_id)
+        if idempotency_key:
+            env[IDEMPOTENCY_KEY_ENV] = idempotency_key
         base = str(getattr(django_settings, "BASE_DIR", "") or "")
         if base and "PYTHONPATH" not in binding_env:
             # The project's packages (``python3 -m demo.agents``) import from any Python.

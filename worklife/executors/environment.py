@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from worklife.child import ATTEMPT_ID_ENV, CALL_FD_ENV, TRACEPARENT_ENV, WORK_ID_ENV
+from worklife.child import ATTEMPT_ID_ENV, CALL_FD_ENV, IDEMPOTENCY_KEY_ENV, TRACEPARENT_ENV, WORK_ID_ENV
 
 # --- the child's environment --------------------------------------------------------------
 
@@ -19,7 +19,7 @@ ENV_ALLOWED_PREFIXES = ("LC_",)
 PROCESS_MARK_ENV = "CONDUIT_PROCESS_MARK"
 """A random value per attempt process (not a secret) that its descendants inherit: what ends
 them all where the machine offers no cgroup v2 (see :class:`Containment`)."""
-ATTEMPT_ENV = frozenset({WORK_ID_ENV, ATTEMPT_ID_ENV, CALL_FD_ENV, PROCESS_MARK_ENV})
+ATTEMPT_ENV = frozenset({WORK_ID_ENV, ATTEMPT_ID_ENV, CALL_FD_ENV, PROCESS_MARK_ENV, IDEMPOTENCY_KEY_ENV})
 """The variables the attempt protocol sets in a child; a binding's ``env`` may not set them."""
 
 

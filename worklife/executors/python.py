@@ -148,8 +148,9 @@ class PythonExecutor(Executor):
     The worker's environment is built, never inherited: the allow-list of the loop's own
     (:data:`ENV_ALLOWED`), the binding's ``env``, ``PYTHONPATH`` (the binding's, then the
     loop's import path, so the worker imports what the loop imports) and, while an attempt
-    runs, ``CONDUIT_WORK_ID``, ``CONDUIT_ATTEMPT_ID`` and ``TRACEPARENT`` (the triggering Event's,
-    also ``run.traceparent``, when its sender gave one). A worker is reused only for a
+    runs, ``CONDUIT_WORK_ID``, ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_IDEMPOTENCY_KEY`` and
+    ``TRACEPARENT`` (the triggering Event's, also ``run.traceparent``, when its sender gave
+    one). A worker is reused only for a
     binding with the same ``env``, and only when its attempt left no process running (else it
     is ended with them: :class:`Containment`).
 
@@ -191,6 +192,7 @@ class PythonExecutor(Executor):
         binding_settings: Mapping[str, Any],
         inputs: Sequence[Any],
         traceparent: str = "",
+        idempotency_key: str = "",
     ) -> PythonExecution:
         """Run the target on an idle worker (or a new one) with the first inputs."""
         message = {
@@ -201,6 +203,7 @@ class PythonExecutor(Executor):
             "settings": dict(binding_settings),
             "inputs": list(inputs),
             "traceparent": traceparent,
+            "idempotency_key": idempotency_key,
         }
         binding_env = env_of_binding(binding_settings)
         for _ in range(3):

@@ -65,8 +65,15 @@ SCHEMAS: dict[str, Any] = {
                 "items": {"type": "string", "minLength": 1, "maxLength": 512},
                 "description": "Correlation keys: the Event's explicit targets.",
             },
-            "work_id": {**ID, "description": "An explicit target Work."},
-            "execution_id": {**ID, "description": "An explicit target Execution."},
+            "work_id": {
+                **ID,
+                "description": "An explicit target Work (its sender needs worklife.send_input: 403 otherwise).",
+            },
+            "execution_id": {
+                **ID,
+                "description": "An explicit target Execution (its sender needs worklife.send_input: 403 "
+                "otherwise).",
+            },
         },
         "additionalProperties": {"type": ["string", "integer", "boolean"]},
     },
@@ -207,6 +214,7 @@ SCHEMAS: dict[str, Any] = {
                     "handler_failed",
                     "handler_timeout",
                     "handler_panic",
+                    "conflicting_identity",
                 ],
             },
             "route": {"type": "string", "description": "The route that failed (empty when unknown)."},
@@ -408,7 +416,9 @@ PATHS: dict[str, Any] = {
             "types are parsed, other data is kept as text, or as `data_base64` when it is not UTF-8; the "
             "same checks apply. The durable commit is the acknowledgement. The same (source, id) accepted "
             "again with the same body returns the first Event and stores nothing (200); with another body "
-            "it is refused (409) with both bodies' digests.",
+            "it is refused (409) with both bodies' digests. An Event naming a Work (`work_id`, `execution_id`) "
+            "needs worklife.send_input too (a narrowed token: the `send` scope): without it the request is "
+            "refused (403 `forbidden`, with `field` and `permission`) and nothing is stored.",
             "parameters": [
                 {
                     "name": f"ce-{name}",

@@ -49,6 +49,11 @@ SCHEMAS: dict[str, Any] = {
             "updated_at": TIMESTAMP,
             "ended_at": NULLABLE_TIMESTAMP,
             "failures": {"type": "integer", "description": "Attempts that failed in a row."},
+            "losses": {
+                "type": "integer",
+                "description": "Attempts lost in a row with their work loop (run again at once; "
+                "CONDUIT_MAX_LOSSES of them park the Work).",
+            },
             "pending_run": {"type": "boolean", "description": "Runs even without pending input."},
             "retry_at": {**NULLABLE_TIMESTAMP, "description": "Backing off: no attempt before this time."},
             "parked_at": {
@@ -79,6 +84,12 @@ SCHEMAS: dict[str, Any] = {
             "ended_at": NULLABLE_TIMESTAMP,
             "exit_status": {"type": ["integer", "null"]},
             "error": {"type": "string"},
+            "idempotency_key": {
+                "type": "string",
+                "description": "The same for every attempt that presents the same input again (after "
+                "a failed or lost one), new after a success: what an executor makes its side effects "
+                "exactly-once with.",
+            },
         },
     },
     "WorkDetail": {

@@ -39,6 +39,13 @@ class Command(BaseCommand):
             "--slots", type=int, default=8, help="Attempts this loop runs at once. Default 8."
         )
         parser.add_argument(
+            "--wait-slots",
+            type=int,
+            default=None,
+            help="Attempts parked in a wait kept beside the slots, holding none (their processes "
+            "stay, waiting); past this many, a parked attempt holds a slot. Default 32.",
+        )
+        parser.add_argument(
             "--poll-interval",
             type=float,
             default=0.1,
@@ -60,6 +67,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["slots"] < 1:
             raise CommandError("--slots must be at least 1")
+        if options["wait_slots"] is not None and options["wait_slots"] < 0:
+            raise CommandError("--wait-slots cannot be negative")
         if options["poll_interval"] < 0:
             raise CommandError("--poll-interval cannot be negative")
         if options["stop_grace"] < 0:
@@ -68,6 +77,7 @@ class Command(BaseCommand):
             clock=system_clock,
             dispatcher=RoutingDispatcher(),
             slots=options["slots"],
+            wait_slots=options["wait_slots"],
             publish=lambda work_ids: publish_routed([], work_ids),
             # Retention once an hour (CONDUIT_RETENTION_DAYS; 0 keeps everything).
             maintenance=lambda: site_prune(clock=system_clock),

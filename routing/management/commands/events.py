@@ -109,11 +109,16 @@ def accept_run(command: BaseCommand, options: dict[str, Any]) -> None:
                 clock=system_clock,
                 accepted_by=accepted_by,
                 depth_checked=True,
+                may_address_work=True,  # the CLI is trusted host access: it checks no permission
             )
         else:
             results = [
                 services.event_accept(
-                    payload=documents[0].obj, clock=system_clock, accepted_by=accepted_by, depth_checked=True
+                    payload=documents[0].obj,
+                    clock=system_clock,
+                    accepted_by=accepted_by,
+                    depth_checked=True,
+                    may_address_work=True,
                 )
             ]
     except EnvelopeInvalid as exc:

@@ -21,7 +21,12 @@ from django.core.management.base import CommandError
 
 from causal.models import Event
 from routing.models import ApiToken
-from tests.routing.factories import DEFAULT_TEST_CONFIG, api_token_with_secret, apply_config
+from tests.routing.factories import (
+    DEFAULT_TEST_CONFIG,
+    READER_PERMISSIONS,
+    api_token_with_secret,
+    apply_config,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +41,10 @@ def acme():
 
 @pytest.fixture
 def auth():
-    _, secret = api_token_with_secret(user__username="alice")
+    # Some Events here name their Work (work_id), which needs the send permission too.
+    _, secret = api_token_with_secret(
+        user__username="alice", user__permissions=(*READER_PERMISSIONS, "worklife.send_input")
+    )
     return {"Authorization": f"Bearer {secret}"}
 
 

@@ -13,7 +13,7 @@ from causal.models import Event
 from conduit_site.api import hooks
 from conduit_site.api import urls as urls_api
 from tests.causal.factories import EventFactory
-from tests.routing.factories import ScopeFactory, api_token_with_secret, apply_config
+from tests.routing.factories import READER_PERMISSIONS, ScopeFactory, api_token_with_secret, apply_config
 
 EVENTS_URL = "/api/events"
 
@@ -33,8 +33,11 @@ def cloud_event(**overrides):
 
 @pytest.fixture
 def auth():
-    """The Authorization header of a fresh token (its user is ``alice``)."""
-    _, secret = api_token_with_secret(user__username="alice")
+    """The Authorization header of a fresh token (its user is ``alice``, who may also name a
+    Work: ``worklife.send_input``)."""
+    _, secret = api_token_with_secret(
+        user__username="alice", user__permissions=(*READER_PERMISSIONS, "worklife.send_input")
+    )
     return {"Authorization": f"Bearer {secret}"}
 
 
@@ -581,3 +584,39 @@ def test_i12_1_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme)
             assert getattr(stored, field.attname) == getattr(event, field.attname), field.name
         assert list(stored.keys.values_list("key", flat=True)) == event.correlation
     assert Event.objects.get(envelope_id="b2").extensions == {"rank": 2}
+
+
+# --- issue 36 item 5: naming a Work needs the send permission ------------------------------------
+
+
+def bearer(**token) -> dict[str, str]:
+    _, secret = api_token_with_secret(**token)
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("target", "field"), [({"work_id": 3}, "work_id"), ({"execution_id": 4}, "execution_id")]
+)
+def test_i36_5_an_accept_only_sender_naming_a_work_is_refused_403_and_nothing_stored(
+    client, acme, target, field
+):
+    from tests.routing.factories import user_with_role
+
+    operator = user_with_role("operator", username="ops")  # may send input itself…
+    refused = [
+        bearer(user__username="webhook"),  # accept (and read) only
+        bearer(user=operator, scopes=["accept"]),  # …but its token is narrowed to accept
+    ]
+    for headers in refused:
+        body = assert_refused(post(client, cloud_event(**target), headers), 403, field)
+        assert body["error"] == "forbidden" and body["permission"] == "worklife.send_input"
+        assert f"addressing a Work by {field} needs the permission worklife.send_input" in body["message"]
+        # A batch is refused whole, naming the Event at fault.
+        batch = [cloud_event(id="plain"), cloud_event(id="addressed", **target)]
+        body = assert_refused(post(client, batch, headers, "application/cloudevents-batch+json"), 403, field)
+        assert body["index"] == 1
+    # Without a Work named, the same senders are accepted; with send, naming one is too.
+    assert post(client, cloud_event(id="plain"), refused[1]).status_code == 201
+    allowed = bearer(user=operator, scopes=["accept", "send"])
+    assert post(client, cloud_event(id="named", **target), allowed).status_code == 201

@@ -28,7 +28,11 @@ def engine(test_handlers):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--slots", "0"], "--slots must be at least 1"), (["--poll-interval", "-1"], "cannot be negative")],
+    [
+        (["--slots", "0"], "--slots must be at least 1"),
+        (["--poll-interval", "-1"], "cannot be negative"),
+        (["--wait-slots", "-1"], "--wait-slots cannot be negative"),
+    ],
 )
 def test_bad_flags_are_refused(args, message):
     with pytest.raises(CommandError, match=message):

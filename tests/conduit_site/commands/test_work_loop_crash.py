@@ -18,6 +18,7 @@ from routing.acceptance.services import events_accept
 from tests.support import child_env, manage_command
 from tests.worklife.enginekit import route_all, setup
 from worklife.models import Attempt, Work, WorkInput
+from worklife.scheduling import backoff_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -28,7 +29,12 @@ KILLS = 20
 def start_loop() -> subprocess.Popen:
     return subprocess.Popen(
         manage_command("work_loop", "--slots", "4", "--poll-interval", "0.05"),
-        env=child_env(CONDUIT_ATTEMPT_LEASE_SECONDS="3", CONDUIT_MAX_ATTEMPTS="100", LOG_LEVEL="WARNING"),
+        env=child_env(
+            CONDUIT_ATTEMPT_LEASE_SECONDS="3",
+            CONDUIT_MAX_ATTEMPTS="100",
+            CONDUIT_MAX_LOSSES="100",
+            LOG_LEVEL="WARNING",
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -112,3 +118,171 @@ def test_w1_w4_work_loop_killed_20_times_completes_every_work_exactly_once(test_
     # No input lost: every Event was consumed, by exactly the attempts of its own Work.
     assert set(WorkInput.objects.values_list("state", flat=True)) == {"consumed"}
     assert not Attempt.objects.filter(state__in=["running", "waiting"]).exists()
+
+
+# --- issue 36 item 17: recovery after a crash -----------------------------------------------------
+
+TARGETS = "tests.worklife.i36_engine_targets"
+ROUNDS = 6
+SLOTS = 4
+
+
+@pytest.fixture
+def crash_bindings(monkeypatch, test_handlers):
+    """The engine tests' configuration with a target long enough to be killed mid-run and one
+    that kills its own loop."""
+    from tests.worklife import enginekit
+
+    monkeypatch.setitem(
+        enginekit.BINDINGS,
+        "sleeps",
+        {"executor": "python", "settings": {"target": f"{TARGETS}:sleeps", "params": {"seconds": 3}}},
+    )
+    monkeypatch.setitem(
+        enginekit.BINDINGS,
+        "kills",
+        {"executor": "python", "settings": {"target": f"{TARGETS}:kills_its_loop"}},
+    )
+    setup(system_clock)
+
+
+def start_plain_loop() -> subprocess.Popen:
+    """A loop as ``serve`` starts it: the default lease (30 s) and attempt budget."""
+    return subprocess.Popen(
+        manage_command("work_loop", "--slots", str(SLOTS), "--poll-interval", "0.05"),
+        env=child_env(LOG_LEVEL="WARNING"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(rows, count: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    """Wait until the query ``rows`` counts ``count`` rows (while ``proc`` lives)."""
+    deadline = time.monotonic() + timeout
+    while rows.count() != count:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def test_i36_17_a_restarted_loop_runs_the_killed_loops_in_flight_work_again_at_once(crash_bindings):
+    """Each round: four Works run (3 s each), their loop is killed with SIGKILL and a new one
+    started. Measured: from the new loop's start (and from the kill) to the start of each
+    in-flight Work's next attempt, and to its loss being recorded (the new loop's own start-up).
+    Asserted: every lost attempt ran again in the pass after its loss (no failure's backoff)
+    under the same idempotency key, and every Work completed exactly once."""
+
+    from_restart: list[float] = []
+    from_kill: list[float] = []
+    to_release: list[float] = []
+    lost_works: set[int] = set()
+    loop = start_plain_loop()
+    try:
+        for round_ in range(ROUNDS):
+            payloads = [
+                {
+                    "specversion": "1.0",
+                    "id": f"recover-{round_}-{n}",
+                    "source": "tests",
+                    "type": "t.sleeps",
+                    "scope": "t",
+                    "data": {"key": f"r{round_}-{n}"},
+                }
+                for n in range(SLOTS)
+            ]
+            seqs = [accepted.event.seq for accepted in events_accept(payloads=payloads, clock=system_clock)]
+            route_all(system_clock)
+            works = list(Work.objects.filter(trigger_id__in=seqs).values_list("pk", flat=True))
+            assert len(works) == SLOTS
+            running = Attempt.objects.filter(work_id__in=works, state="running", pid__isnull=False)
+            wait_for(running, SLOTS, loop, "the attempts did not start")
+            time.sleep(0.5)  # well inside the 3 s each attempt runs
+            in_flight = {a.work_id: a for a in running}
+            killed_at = datetime.now(UTC)
+            loop.send_signal(signal.SIGKILL)
+            loop.wait(timeout=30)
+            restarted = datetime.now(UTC)
+            loop = start_plain_loop()
+            again = Attempt.objects.filter(work_id__in=works, number=2)
+            wait_for(again, SLOTS, loop, "the lost Work did not run again")
+            for attempt in again:
+                lost = in_flight[attempt.work_id]
+                lost.refresh_from_db()
+                assert lost.state == "lost"
+                assert attempt.idempotency_key == lost.idempotency_key != ""
+                # Run again in the pass after the loss, not after a failure's backoff (2 s at least).
+                assert attempt.started_at - lost.ended_at < backoff_for(1)
+                from_restart.append((attempt.started_at - restarted).total_seconds())
+                from_kill.append((attempt.started_at - killed_at).total_seconds())
+                to_release.append((lost.ended_at - restarted).total_seconds())
+                lost_works.add(attempt.work_id)
+        wait_for(Work.objects.exclude(status="completed"), 0, loop, "not every Work completed", timeout=120)
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=60)
+
+    print(
+        f"\nrecovery of {len(from_restart)} in-flight Work over {ROUNDS} SIGKILLs of work_loop "
+        f"(--slots {SLOTS}, lease 30 s):\n"
+        f"  from the restarted loop's start to the next attempt: median {median(from_restart):.2f} s, "
+        f"min {min(from_restart):.2f} s, max {max(from_restart):.2f} s\n"
+        f"  from the kill: median {median(from_kill):.2f} s, max {max(from_kill):.2f} s\n"
+        f"  of which the new loop's start-up until it marked them lost: median {median(to_release):.2f} s"
+    )
+    per_work = Work.objects.annotate(
+        succeeded=Count("attempts", filter=Q(attempts__state="succeeded")),
+        lost=Count("attempts", filter=Q(attempts__state="lost")),
+    )
+    assert {(w.succeeded, w.lost) for w in per_work} == {(1, 1)}
+
+
+def test_i36_17_a_work_that_kills_its_loop_is_parked_after_3_attempts_lost_in_a_row(crash_bindings):
+
+    accepted = events_accept(
+        payloads=[
+            {
+                "specversion": "1.0",
+                "id": "kills",
+                "source": "tests",
+                "type": "t.kills",
+                "scope": "t",
+                "data": {"key": "k"},
+            }
+        ],
+        clock=system_clock,
+    )
+    route_all(system_clock)
+    work = Work.objects.get(trigger_id=accepted[0].event.seq)
+    lives = 0
+    loop = start_plain_loop()
+    try:
+        while True:
+            # Each loop dies at the hands of the attempt it starts, or finds the Work parked.
+            deadline = time.monotonic() + 60
+            while loop.poll() is None and Work.objects.get(pk=work.pk).parked_at is None:
+                assert time.monotonic() < deadline, "the loop neither died nor parked the Work"
+                time.sleep(0.05)
+            if loop.poll() is None:
+                break
+            assert loop.returncode == -signal.SIGKILL, loop.stderr.read()
+            lives += 1
+            assert lives <= 5, "the Work was never parked"
+            loop = start_plain_loop()
+        # Parked: the fourth loop lives on and runs it no more.
+        time.sleep(1.0)
+        assert loop.poll() is None
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=60)
+    work.refresh_from_db()
+    states = list(work.attempts.order_by("number").values_list("state", flat=True))
+    assert states == ["lost", "lost", "lost"] and lives == 3
+    assert (work.losses, work.failures, work.status) == (3, 0, "ready")
+    assert work.last_error.startswith("attempt 3 lost:")

@@ -125,3 +125,50 @@ def test_i35_the_runners_dispatcher_declares_what_it_calls_and_routing_implement
             work_ids=[work_id], clock=clock, lease_until=clock() + timedelta(seconds=30), lease_owner="loop"
         )
     assert started[work_id].attempt.work_id == work_id and isinstance(started[work_id].settings, dict)
+
+
+# --- issue 36 item 15: a refused dispatch leaves no attempt running ---------------------------
+
+
+def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_the_work(
+    clock, work_id, monkeypatch
+):
+    """The pinned check refuses an attempt that exists already: it ends (failed, with the
+    reason) and the Work is ready, held until the recheck, not ``running`` with no process."""
+    from routing.engine import dispatch
+    from worklife.models import Attempt, Work
+    from worklife.runner import WorkRunner
+    from worklife.scheduling import DISPATCH_RECHECK, claimable_work_in_tx
+
+    monkeypatch.setattr(
+        dispatch, "dispatch_check", lambda attempt, cache=None: dispatch.DispatchCheck(False, "pinned away")
+    )
+    loop = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=1)
+    loop.step()
+    assert not loop.running and loop.counters.refused == 1
+    (attempt,) = Attempt.objects.filter(work_id=work_id)
+    assert attempt.state == "failed" and attempt.ended_at == clock()
+    assert attempt.error == "dispatch refused: pinned away"
+    work = Work.objects.get(pk=work_id)
+    assert work.status == "ready" and work.failures == 0
+    assert work.last_error == "dispatch refused: pinned away"
+    assert work.retry_at == clock() + DISPATCH_RECHECK
+    with transaction.atomic():
+        assert claimable_work_in_tx(now=clock(), limit=5) == []
+    clock.advance(DISPATCH_RECHECK.total_seconds())
+    with transaction.atomic():
+        assert claimable_work_in_tx(now=clock(), limit=5) == [work_id]  # looked at again
+
+
+def test_i36_15_an_executor_that_cannot_be_loaded_is_refused_before_any_attempt(clock, work_id, settings):
+    from worklife.models import Attempt, Work
+    from worklife.runner import WorkRunner
+
+    settings.CONDUIT_EXECUTORS = {**settings.CONDUIT_EXECUTORS, "python": "tests.no_such_module.Executor"}
+    loop = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=1)
+    loop.step()
+    assert not loop.running and loop.counters.refused == 1
+    assert not Attempt.objects.filter(work_id=work_id).exists()
+    work = Work.objects.get(pk=work_id)
+    assert work.status == "ready" and work.retry_at is not None
+    assert work.last_error == "dispatch refused: binding 'triage': executor 'python' cannot be loaded"

@@ -5,6 +5,7 @@ input in a later Event's batch, and skip and reroute with doctor's check through
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import threading
@@ -615,3 +616,58 @@ def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_fo
     drain(r)
     r.close()
     assert [state(flaky), state(later)] == [RouteState.ROUTED, RouteState.ROUTED]
+
+
+# --- issue 36 item 5: a conflicting identity is given up on like a failing Event -------------------
+
+
+@pytest.mark.django_db
+def test_i36_5_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_with_its_reason(clock):
+    """An Event naming a Work of another scope stays unrouted, saying why (R8), holding that
+    Work's later input (I4), and backs off as a retried failure does (R14); once the count
+    and the window are reached (R15) it is dead-lettered without a Work, its reason kept, and
+    the Work takes its later input. Before, it was looked at again every minute for ever."""
+    from django.core.management import call_command
+
+    from routing.controls.events import DeadLetterFilter, dead_letters_page
+
+    apply(clock)
+    r = router(clock)
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = record(opened).work_id
+    why = f"Work {work_id} is in scope acme, not acme/web"
+    conflicting = accept(clock, "chat.message", {"thread": "t9"}, scope="acme/web", work_id=work_id)
+    later = pr(clock, 1, action="edited")
+    first_failed = clock()
+    passes = 0
+    while True:
+        passes += 1
+        assert passes < 20, "never given up"
+        drain(r)
+        if state(conflicting) != RouteState.UNROUTED:
+            break
+        conflicting.refresh_from_db()
+        assert conflicting.unrouted_reason == f"conflicting identity (failure {passes}): {why}"
+        entry = failure(conflicting)
+        assert (entry["code"], entry["count"]) == ("conflicting_identity", passes)
+        assert conflicting.retry_at == clock() + backoff_for(passes)
+        # The Work's later input waits behind it.
+        later.refresh_from_db()
+        assert state(later) == RouteState.UNROUTED and later.waiting_on_id == conflicting.seq
+        assert inputs(work_id) == [opened.seq]
+        clock.set(conflicting.retry_at)
+
+    dead = record(conflicting)
+    assert dead.attempts >= DEFAULTS.max_route_failures
+    assert clock() - first_failed >= DEFAULTS.route_failure_window
+    assert (dead.disposition, dead.reason, dead.work_id) == ("failed", "conflicting_identity", None)
+    assert dead.error == f"conflicting identity: {why}"
+    assert state(conflicting) == RouteState.FAILED and failure(conflicting) is None
+    assert record(later).work_id == work_id and inputs(work_id) == [opened.seq, later.seq]
+    listed = dead_letters_page(DeadLetterFilter(code="conflicting_identity"))
+    assert [item.event_id for item in listed] == [conflicting.seq]
+    out = io.StringIO()
+    call_command("events", "get", str(conflicting.seq), stdout=out)
+    assert "conflicting_identity" in out.getvalue() and why in out.getvalue()
+    r.close()

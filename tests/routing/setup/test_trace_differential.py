@@ -221,12 +221,13 @@ class TraceEqualsRouting(HypothesisTestCase):
         except TraceRefused as refused:
             # A trace refuses what acceptance refuses (R38), for the same field.
             with self.assertRaises(EnvelopeInvalid) as refusal:
-                event_accept(payload=payload, clock=clock)
+                event_accept(payload=payload, clock=clock, may_address_work=True)
             assert refusal.exception.field == refused.field
             return
         works_before = set(Work.objects.values_list("pk", flat=True))
         events_before = Event.objects.count()
-        accepted = event_accept(payload=payload, clock=clock)
+        # A sender that may name Work (work_id, execution_id: the send permission).
+        accepted = event_accept(payload=payload, clock=clock, may_address_work=True)
         if not accepted.created:
             assert (predicted.state, predicted.event) == ("duplicate", accepted.event.seq), predicted
             assert Event.objects.count() == events_before
