@@ -56,6 +56,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
+from causal.checks import is_reserved  # noqa: F401 - the rule is causal.checks'; named here too
 from causal.clock import Clock, system_clock
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event
 from causal.services import Accepted, Envelope, acceptance_lock_in_tx, assert_in_tx, event_accept_in_tx
@@ -187,11 +188,6 @@ def _aware_utc(clock: Clock) -> datetime:
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"the clock must return an aware datetime, got naive {now!r}")
     return now.astimezone(UTC)
-
-
-def is_reserved(name: str) -> bool:
-    """True for the ``core`` family of types and sources that only core code may use."""
-    return name == "core" or name.startswith("core.")
 
 
 # --- the refusal boundary --------------------------------------------------------------------
