@@ -177,6 +177,7 @@ class DiagnosticKind(models.TextChoices):
     RATE_EXCEEDED = "rate_exceeded", "rate exceeded"
     FORGED_PARENT = "forged_parent", "conflicting parent"
     RESERVED_TYPE = "reserved_type", "reserved type"
+    RESERVED_ID = "reserved_id", "reserved id"
     CROSS_WORK = "cross_work", "cross-Work identity"
     STALE_LEASE = "stale_lease", "stale lease"
 

@@ -292,4 +292,8 @@ def _import(reference: str) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker())
+    # Run as worklife.child, not __main__: a target that imports worklife.child then catches
+    # the very CallRefused its calls raise.
+    from worklife.child import _worker as worker
+
+    sys.exit(worker())

@@ -49,7 +49,7 @@ from worklife.attempts import (
 )
 from worklife.calls import AttemptCalls, Running, authority
 from worklife.errors import WorkError
-from worklife.executors import Execution, Executor, RegistrationError, executor_class
+from worklife.executors import Execution, Executor, RegistrationError, emit_sources_of, executor_class
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -569,6 +569,7 @@ class WorkRunner:
             started=time.monotonic(),
             timeout=float(timeout) if timeout else None,
             grace=float(grace),
+            emit_sources=tuple(emit_sources_of(binding_settings)),
         )
         self.counters.started += 1
 

@@ -45,3 +45,24 @@ def leaves_a_daemon(run):
         return child.pid
     while True:
         time.sleep(0.05)
+
+
+def emits_as(run):
+    """Make the emit calls of ``run.params["calls"]`` (name -> the call's fields; a field
+    ``<name>_chars: n`` becomes ``<name>`` of n characters) and return, by name, the seq the
+    loop answered or its refusal."""
+    from worklife.child import CallRefused
+
+    results = {}
+    for name, fields in run.params["calls"].items():
+        call = {"op": "emit"}
+        for key, value in fields.items():
+            if key.endswith("_chars"):
+                call[key[: -len("_chars")]] = "x" * value
+            else:
+                call[key] = value
+        try:
+            results[name] = {"seq": run._call(call)}
+        except CallRefused as refused:
+            results[name] = {"refused": str(refused)}
+    return results

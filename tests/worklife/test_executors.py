@@ -263,3 +263,25 @@ def test_r2_an_executor_without_start_cannot_be_built():
 
     with pytest.raises(TypeError, match="start"):
         Incomplete()
+
+
+@pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
+def test_i36_2_emit_sources_are_sources_none_reserved(executor):
+    base = {"argv": ["true"]} if executor is CommandExecutor else {"target": "a.b:c"}
+    assert (
+        list(executor.validate_settings({**base, "emit_sources": ["acme.bot", "github.com/acme/web"]})) == []
+    )
+    assert list(executor.validate_settings({**base, "emit_sources": "acme.bot"})) == [
+        ("emit_sources", "expected a list of sources the binding's Work may emit as, got a string")
+    ]
+    problems = list(
+        executor.validate_settings(
+            {**base, "emit_sources": ["conduit.work/1", "Core.Manual", "", "s" * 513, 7]}
+        )
+    )
+    assert [place for place, _ in problems] == [f"emit_sources[{i}]" for i in range(5)]
+    assert "sources starting with 'conduit.work/' are reserved" in problems[0][1]
+    assert "reserved for core Events" in problems[1][1]
+    assert problems[2][1] == "source must be a non-empty string"
+    assert problems[3][1] == "source is 513 characters long; the limit is 512"
+    assert problems[4][1] == "source must be a string, not a number"

@@ -143,7 +143,7 @@ class PythonExecution(ProcessExecution):
 class PythonExecutor(Executor):
     """Runs a Python function in a worker process: settings ``{"target": "module:function"}``
     (plus ``params``, a mapping the function reads as ``run.params``, ``env``, variables added
-    to the worker's environment, ``timeout`` and ``interrupt_grace``).
+    to the worker's environment, ``timeout``, ``interrupt_grace`` and ``emit_sources``).
 
     The worker's environment is built, never inherited: the allow-list of the loop's own
     (:data:`ENV_ALLOWED`), the binding's ``env``, ``PYTHONPATH`` (the binding's, then the
