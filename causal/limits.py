@@ -28,7 +28,8 @@ Atomicity (R54)
 Refusals and their diagnostics (R55)
     A refusal accepts nothing, spends nothing and raises :class:`CausalRefused`. It also
     produces a durable, redacted :class:`~causal.models.CausalDiagnostic` (ids, types,
-    limits, counts and times; never payload data). The refusal normally rolls the caller's
+    limits, counts and times; never payload data), counted on one row per root, kind and
+    UTC minute (:func:`diagnostic_key`): a Work refused in a loop adds to a count. The refusal normally rolls the caller's
     transaction back, and ``transaction.on_commit`` does not run on rollback, so the
     diagnostic cannot be written *in* that transaction. Instead, derivation runs inside a
     refusal boundary, :func:`derived_atomic`: refusals are queued on the boundary and
@@ -238,8 +239,7 @@ def _persist_diagnostics(pending: list[CausalDiagnostic]) -> None:
         return
     try:
         with transaction.atomic():
-            for diagnostic in unsaved:
-                diagnostic.save(force_insert=True)
+            _count_diagnostics_in_tx(unsaved)
     except DatabaseError:
         # Raising here would hide the refusal (or report a committed operation as failed);
         # the refusal itself still reaches the caller. Log the redacted fields instead.
@@ -247,6 +247,56 @@ def _persist_diagnostics(pending: list[CausalDiagnostic]) -> None:
             "causal.diagnostic_lost",
             extra={"diagnostics": [_diagnostic_summary(d) for d in unsaved]},
         )
+
+
+def diagnostic_key(*, root_seq: int | None, kind: str, at: datetime) -> str:
+    """The key of the diagnostic row counting the refusals of one root (``-`` for none), kind
+    and UTC minute."""
+    return f"{root_seq if root_seq is not None else '-'}:{kind}:{minute_start(at):%Y-%m-%dT%H:%M}"
+
+
+def _count_diagnostics_in_tx(diagnostics: list[CausalDiagnostic]) -> None:
+    """Count ``diagnostics`` on their records, one per (root, kind, minute): a record that
+    exists gains their number (and their last time), else the first of them becomes it. Each
+    gets its record's ``pk`` and count.
+
+    One statement a record (an insert that adds to the existing row on conflict), as cheap as
+    the row each refusal used to write: refusals in a loop cost a record a minute, not a row
+    each (issue 36 item 8)."""
+    groups: dict[str, list[CausalDiagnostic]] = {}
+    for diagnostic in diagnostics:
+        groups.setdefault(diagnostic.aggregate_key, []).append(diagnostic)
+    sql = _diagnostic_upsert_sql()
+    # In key order: two writers meet on the records they share in the same order.
+    for key in sorted(groups):
+        group = groups[key]
+        first = group[0]
+        first.occurrences = len(group)
+        first.last_at = max(diagnostic.last_at for diagnostic in group)
+        params = [
+            field.get_db_prep_save(getattr(first, field.attname), connection) for field in _DIAGNOSTIC_FIELDS
+        ]
+        pk, occurrences = _fetchall(sql, params)[0]
+        for diagnostic in group:
+            diagnostic.pk, diagnostic.occurrences, diagnostic.last_at = pk, occurrences, first.last_at
+            diagnostic._state.adding = False
+
+
+_DIAGNOSTIC_FIELDS = tuple(field for field in CausalDiagnostic._meta.concrete_fields if not field.primary_key)
+
+
+def _diagnostic_upsert_sql() -> str:
+    table = _q(CausalDiagnostic._meta.db_table)
+    columns = [_q(field.column) for field in _DIAGNOSTIC_FIELDS]
+    occurrences, last_at = _q("occurrences"), _q("last_at")
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT ({_q('aggregate_key')}) DO UPDATE SET "
+        f"{occurrences} = {table}.{occurrences} + excluded.{occurrences}, "
+        f"{last_at} = CASE WHEN excluded.{last_at} > {table}.{last_at} "
+        f"THEN excluded.{last_at} ELSE {table}.{last_at} END "
+        f"RETURNING {_q(CausalDiagnostic._meta.pk.column)}, {occurrences}"
+    )
 
 
 def _diagnostic_summary(diagnostic: CausalDiagnostic) -> dict:
@@ -297,6 +347,10 @@ def refuse(
         minute=refusal.minute,
         detail=refusal.detail[:_DETAIL_MAX],
     )
+    diagnostic.last_at = diagnostic.at
+    diagnostic.aggregate_key = diagnostic_key(
+        root_seq=refusal.root_seq, kind=diagnostic.kind, at=diagnostic.at
+    )
     _boundary.pending.append(diagnostic)
     return CausalRefused(refusal.kind, refusal.detail, diagnostic=diagnostic)
 
@@ -310,7 +364,7 @@ def refusal_record_in_tx(refused: CausalRefused) -> CausalDiagnostic:
     assert_in_tx()
     diagnostic = refused.diagnostic
     if diagnostic.pk is None:
-        diagnostic.save(force_insert=True)
+        _count_diagnostics_in_tx([diagnostic])
     _boundary.pending = [d for d in _boundary.pending if d is not diagnostic]
     return diagnostic
 

@@ -34,7 +34,7 @@ from causal.checks import (
     reserved_id_prefix,
     reserved_source_prefix,
 )
-from causal.limits import Causal, Refusal, derived_atomic, refuse
+from causal.limits import Causal, CausalRefused, Refusal, derived_atomic, refuse
 from causal.models import DiagnosticKind, Event
 from causal.services import Accepted, Envelope, acceptance_lock_in_tx, assert_in_tx
 from worklife.errors import WorkError
@@ -119,9 +119,16 @@ def emit_in_tx(
             work_id=attempt.work_id if attempt is not None else None,
             attempt_id=attempt_id,
         )
-    return causal.derive_in_tx(
-        parent=attempt.trigger, envelope=envelope, accepted_by=accepted_by or EMIT_ACCEPTED_BY
-    )
+    try:
+        return causal.derive_in_tx(
+            parent=attempt.trigger, envelope=envelope, accepted_by=accepted_by or EMIT_ACCEPTED_BY
+        )
+    except CausalRefused as refused:
+        # The limits' refusal names the Work and attempt that asked, as emit's own do (its
+        # diagnostic is written when the boundary ends).
+        if refused.diagnostic.pk is None:
+            refused.diagnostic.work_id, refused.diagnostic.attempt_id = attempt.work_id, attempt.pk
+        raise
 
 
 def work_source(work_id: int) -> str:

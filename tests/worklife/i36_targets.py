@@ -48,13 +48,13 @@ def leaves_a_daemon(run):
 
 
 def emits_as(run):
-    """Make the emit calls of ``run.params["calls"]`` (name -> the call's fields; a field
-    ``<name>_chars: n`` becomes ``<name>`` of n characters) and return, by name, the seq the
-    loop answered or its refusal."""
+    """Make the emit calls of ``run.params["calls"]`` in order (``[name, the call's fields]``
+    pairs: a list, as jsonb keeps no key order; a field ``<name>_chars: n`` becomes ``<name>``
+    of n characters) and return, by name, the seq the loop answered or its refusal."""
     from worklife.child import CallRefused
 
     results = {}
-    for name, fields in run.params["calls"].items():
+    for name, fields in run.params["calls"]:
         call = {"op": "emit"}
         for key, value in fields.items():
             if key.endswith("_chars"):
@@ -66,3 +66,19 @@ def emits_as(run):
         except CallRefused as refused:
             results[name] = {"refused": str(refused)}
     return results
+
+
+def emits_many(run):
+    """Emit ``run.params["count"]`` Events, one call after the other; return how many the loop
+    accepted and refused."""
+    from worklife.child import CallRefused
+
+    counts = {"accepted": 0, "refused": 0}
+    for n in range(run.params["count"]):
+        try:
+            run.emit("t.loop", {"n": n})
+        except CallRefused:
+            counts["refused"] += 1
+        else:
+            counts["accepted"] += 1
+    return counts

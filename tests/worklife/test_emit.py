@@ -294,7 +294,7 @@ def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict
     from tests.worklife.enginekit import runner, step_until
     from worklife.models import Attempt
 
-    settings = {"target": "tests.worklife.i36_targets:emits_as", "params": {"calls": calls}}
+    settings = {"target": "tests.worklife.i36_targets:emits_as", "params": {"calls": list(calls.items())}}
     if emit_sources:
         settings["emit_sources"] = emit_sources
     binding = {"executor": "python", "settings": settings}
@@ -349,11 +349,8 @@ def test_i36_2_a_work_emits_as_itself_never_as_another_work_or_a_sender(clock, t
         assert result[name]["refused"].startswith("emit refused: "), (name, result[name])
     assert "conduit.work/999999" in result["another-work"]["refused"]
     assert "emit_sources" in result["a-sender"]["refused"]
-    assert sorted(CausalDiagnostic.objects.values_list("kind", flat=True)) == [
-        "cross_work",
-        "cross_work",
-        "reserved_type",
-    ]
+    refusals = CausalDiagnostic.objects.values_list("kind", "occurrences")
+    assert sorted(refusals) == [("cross_work", 2), ("reserved_type", 1)]
     # Nothing was taken from the real sender or from an operator's reroute of its delivery.
     assert not Event.objects.filter(envelope_id__startswith="reroute/").exists()
     delivery = {
@@ -420,3 +417,42 @@ def test_i36_7_the_attempt_is_told_which_field_of_its_emit_is_past_the_limits(cl
     assert (len(fitted.data), len(fitted.subject)) == (200_000, 512)
     assert Event.objects.filter(type__startswith="t.").count() == 1
     assert not CausalDiagnostic.objects.exists()  # refused before the causal limits
+
+
+# --- issue 36 item 8: a Work refused in a loop ------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i36_8_a_work_refused_in_a_loop_writes_a_record_not_a_row_a_refusal(clock, test_handlers):
+    import json
+
+    from tests.routing.routerkit import accept, apply, router
+    from tests.worklife.enginekit import runner, step_until
+    from worklife.models import Attempt
+
+    settings = {"target": "tests.worklife.i36_targets:emits_many", "params": {"count": 100}}
+    route = {
+        "slot": "loop",
+        "handler": "match",
+        "params": {"type": "e.loop"},
+        "binding": "loop",
+        "policy": "queue",
+    }
+    bindings = {"loop": {"executor": "python", "settings": settings}}
+    apply(
+        clock, json.dumps({"version": 1, "scopes": [{"path": "e", "bindings": bindings, "routes": [route]}]})
+    )
+    trigger = accept(clock, "e.loop", {}, scope="e")
+    router(clock).route_pending()
+    loop = runner(clock, causal=Causal(clock, Limits(max_depth=32, rate_per_minute=5)))
+    try:
+        step_until(
+            loop, lambda: Attempt.objects.filter(state__in=["succeeded", "failed"]).exists(), timeout=60
+        )
+    finally:
+        loop.shutdown(grace=0)
+    attempt = Attempt.objects.get()
+    assert attempt.result == {"accepted": 5, "refused": 95}, attempt.error
+    (record,) = CausalDiagnostic.objects.all()
+    assert (record.kind, record.root_seq, record.occurrences) == ("rate_exceeded", trigger.seq, 95)
+    assert (record.work_id, record.attempt_id) == (attempt.work_id, attempt.pk)
