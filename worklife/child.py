@@ -17,8 +17,14 @@ and ``received`` (see :class:`Run`).
 
 This module runs in the attempt's process: it imports nothing from Django, so a target's
 process starts quickly. ``python -m worklife.child`` is a worker that runs Python targets one
-attempt at a time, each started by a ``{"kind": "run", ...}`` line; a worker whose attempt is
-cancelled, interrupted past its grace or timed out is ended by the loop, never reused.
+attempt at a time, each started by a ``{"kind": "run", ..., "token": T}`` line. ``T`` is the
+attempt's secret, a random value the loop makes for that attempt only and gives nowhere else
+(never in the environment): every line the worker writes for the attempt (its calls, its
+output, its result) carries ``"attempt": A, "token": T``, and the loop refuses a line whose
+attempt is not the one it runs there or whose token is not that attempt's. After each attempt
+the worker says whether it is fit to run another (``"reusable"``: the target left no thread
+running); the loop reuses a worker only for the same binding, only after an attempt that
+succeeded and left nothing running (see docs/work-engine.md).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ OUTPUT_PIECE = 8192
 """Characters of output a line to the loop carries (escaped, well under its line limit)."""
 WORK_ID_ENV = "CONDUIT_WORK_ID"
 ATTEMPT_ID_ENV = "CONDUIT_ATTEMPT_ID"
+TASKS = "/proc/self/task"
 
 
 class CallRefused(Exception):
@@ -83,9 +90,12 @@ class Run:
         settings: Mapping[str, Any] | None = None,
         inputs: Sequence[Any] = (),
         channel: _Channel | None = None,
+        token: str = "",
     ) -> None:
         self.work_id = work_id
         self.attempt_id = attempt_id
+        # The attempt's secret: every line written for it carries it (see the module docstring).
+        self._token = token
         self.lease_epoch = lease_epoch
         self.settings = dict(settings or {})
         self.params = dict(self.settings.get("params") or {})
@@ -105,7 +115,7 @@ class Run:
         except queue.Empty:
             return None
         if self._channel is not None and isinstance(item, dict) and "seq" in item:
-            self._channel.send({"op": "received", "seq": item["seq"]})
+            self._channel.send(self._signed({"op": "received", "seq": item["seq"]}))
         return item
 
     # -- the attempt API -------------------------------------------------------------------
@@ -148,7 +158,11 @@ class Run:
     def _call(self, message: dict) -> Any:
         if self._channel is None:
             raise CallRefused("this run is not connected to a work loop")
-        return self._channel.call(message)
+        return self._channel.call(self._signed(message))
+
+    def _signed(self, message: dict) -> dict:
+        """``message`` as a line of this attempt: its id and its secret."""
+        return {**message, "attempt": self.attempt_id, "token": self._token}
 
 
 # Kept for targets written against the first version of the API.
@@ -188,22 +202,34 @@ class _Channel:
 
 
 class _Output(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of a target: text goes to the loop, in order with calls."""
+    """``sys.stdout``/``sys.stderr`` of a target: text goes to the loop, in order with calls,
+    as output of the attempt whose target runs (``running[0]``; none between attempts)."""
 
-    def __init__(self, channel: _Channel, stream: str) -> None:
+    def __init__(self, channel: _Channel, stream: str, running: list[Run | None]) -> None:
         self._channel = channel
         self._stream = stream
+        self._running = running
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
+        run = self._running[0]
+        if run is None:
+            return len(text)  # no attempt to write it for: the loop would refuse it
         # In pieces: each is a line the loop reads whole, however much one write holds.
         for start in range(0, len(text), OUTPUT_PIECE):
-            self._channel.send(
-                {"op": "output", "stream": self._stream, "text": text[start : start + OUTPUT_PIECE]}
-            )
+            piece = {"op": "output", "stream": self._stream, "text": text[start : start + OUTPUT_PIECE]}
+            self._channel.send(run._signed(piece))
         return len(text)
+
+
+def _threads() -> int:
+    """How many threads this process runs (``_thread.start_new_thread`` ones included)."""
+    try:
+        return len(os.listdir(TASKS))
+    except OSError:
+        return threading.active_count()
 
 
 def _worker() -> int:
@@ -211,8 +237,11 @@ def _worker() -> int:
     call_fd = int(os.environ[CALL_FD_ENV])
     channel = _Channel(os.fdopen(call_fd, "wb", buffering=0))
     stdin = sys.stdin.buffer
-    sys.stdout = _Output(channel, "stdout")
-    sys.stderr = _Output(channel, "stderr")
+    # The attempt whose target runs now (set by this thread only); ``current`` is the last one
+    # started, which input and interrupts are for.
+    running: list[Run | None] = [None]
+    sys.stdout = _Output(channel, "stdout", running)
+    sys.stderr = _Output(channel, "stderr", running)
     starts: queue.SimpleQueue = queue.SimpleQueue()
     current: list[Run | None] = [None]
     # The worker's environment as the loop built it (the allow-list and the binding's env):
@@ -235,6 +264,7 @@ def _worker() -> int:
                     settings=message.get("settings") or {},
                     inputs=message.get("inputs") or (),
                     channel=channel,
+                    token=str(message.get("token") or ""),
                 )
                 current[0] = run
                 starts.put((message["target"], run))
@@ -252,6 +282,8 @@ def _worker() -> int:
         starts.put(None)
 
     threading.Thread(target=read, name="conduit-stdin", daemon=True).start()
+    # This thread and the reader: a target that leaves more behind unfits the worker for reuse.
+    baseline = _threads()
     while True:
         start = starts.get()
         if start is None:
@@ -261,6 +293,7 @@ def _worker() -> int:
         os.environ.update(environment)
         os.environ[WORK_ID_ENV] = str(run.work_id)
         os.environ[ATTEMPT_ID_ENV] = str(run.attempt_id)
+        running[0] = run
         try:
             target = _import(reference)
             result = target(run)
@@ -275,12 +308,15 @@ def _worker() -> int:
             }
         else:
             outcome = {"op": "result", "ok": True, "value": result}
-        current[0] = None
+        running[0] = None
+        if current[0] is run:
+            current[0] = None
         try:
             json.dumps(outcome.get("value"))
         except (TypeError, ValueError):
             outcome["value"] = repr(outcome.get("value"))
-        channel.send(outcome)
+        outcome["reusable"] = _threads() <= baseline
+        channel.send(run._signed(outcome))
 
 
 def _import(reference: str) -> Any:
