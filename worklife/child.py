@@ -72,7 +72,8 @@ class Run:
     * ``run.params``: the binding's ``params`` setting;
     * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
-    * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
+    * ``run.emit(type, data, subject=…, id=…)``: accept a derived Event (R51) as this Work,
+      and return its seq (``id``: a hint that makes emitting it again a duplicate);
     * ``run.wait(type=…, keys=…, timeout=…)``: park until a matching Event routes to this
       Work (R41); returns it, or ``None`` when the timeout passed first;
     * ``run.create_child(binding, keys, data)``: a child Work (R50), returns its id;
@@ -120,7 +121,12 @@ class Run:
 
     # -- the attempt API -------------------------------------------------------------------
     def emit(self, type: str, data: Any = None, *, subject: str = "", id: str = "") -> int:
-        """Accept an Event derived from this attempt's trigger; returns its seq."""
+        """Accept an Event derived from this attempt's trigger; returns its seq.
+
+        Its source is the Work's (``conduit.work/<work id>``) and its id Conduit's; ``id`` is a
+        hint that makes the id the same in every attempt of the Work, so emitting it again is
+        answered with the Event already accepted. Raises :class:`CallRefused` naming the field
+        when the Event is past acceptance's limits (nothing is cut)."""
         return self._call({"op": "emit", "type": type, "data": data, "subject": subject, "event_id": id})
 
     def wait(
