@@ -1,6 +1,6 @@
 """The Work engine end to end, beside a raw sqlite3 floor, in one run.
 
-    python bench/work_throughput.py [--n 2000] [--latency-n 200] [--rate 20] [--slots 8]
+    python bench/work_throughput.py [--n 2000] [--latency-n 200] [--rate 20] [--slots 8] [--no-reuse]
 
 With ``manage.py route_loop`` and ``manage.py work_loop`` running as processes (as ``serve``
 runs them) on a fresh SQLite database, it
@@ -13,6 +13,10 @@ runs them) on a fresh SQLite database, it
 3. times the floor: a raw ``sqlite3`` script doing, per Work, the commits the engine cannot
    avoid (accept, route, start the attempt, complete it: four transactions) under the same
    journal and synchronous settings.
+
+The binding's Python workers are reused from one attempt to the next (one binding: every
+attempt may reuse a worker); ``--no-reuse`` sets the binding's ``reuse: false`` (a worker
+started for each attempt), to measure what reuse saves.
 
 Prints the figures and the ratio engine/floor.
 """
@@ -40,7 +44,7 @@ scopes:
     bindings:
       agent:
         executor: python
-        settings: {target: "bench.targets:noop"}
+        settings: {target: "bench.targets:noop", reuse: REUSE}
     routes:
       - slot: jobs
         handler: match
@@ -131,6 +135,9 @@ def main() -> None:
     parser.add_argument(
         "--synchronous", default="FULL", choices=["FULL", "NORMAL"], help="SQLite synchronous (default FULL)."
     )
+    parser.add_argument(
+        "--no-reuse", action="store_true", help="A Python worker started for each attempt (reuse: false)."
+    )
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="conduit-work-bench-")
@@ -157,7 +164,7 @@ def main() -> None:
     from routing.config.services import config_apply
     from worklife.models import Attempt, Work
 
-    config_apply(document=DOCUMENT, clock=system_clock)
+    config_apply(document=DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true"), clock=system_clock)
     connection.close()
     loops = [
         subprocess.Popen([*manage, "route_loop", "--poll-interval", "0.02"], cwd=ROOT),
@@ -204,8 +211,9 @@ def main() -> None:
     floor_s = raw_floor(args.n, f"{tmp}/raw.sqlite3", args.synchronous)
     shutil.rmtree(tmp, ignore_errors=True)
     floor = args.n / floor_s
+    workers = "a worker per attempt" if args.no_reuse else "workers reused"
     print(
-        f"work                       {args.n} no-op Work (synchronous={args.synchronous}, {args.slots} slots)"
+        f"work                       {args.n} no-op Work (synchronous={args.synchronous}, {args.slots} slots, {workers})"
     )
     print(
         f"acceptance                 {args.n / (accepted - started):,.0f} Events/s (bench process, batches of 500)"

@@ -91,7 +91,18 @@ class KVAdmin(HistoryAdmin):
 
 @admin.register(CausalDiagnostic)
 class CausalDiagnosticAdmin(HistoryAdmin):
-    list_display = ("id", "kind", "at", "root_seq", "parent_seq", "type", "source", "limit", "count")
+    list_display = (
+        "id",
+        "kind",
+        "at",
+        "occurrences",
+        "last_at",
+        "root_seq",
+        "parent_seq",
+        "type",
+        "limit",
+        "count",
+    )
     list_filter = ("kind",)
     search_fields = ("=root_seq", "=parent_seq", "=envelope_id", "=work_id", "=attempt_id")
     ordering = ("-at", "-id")

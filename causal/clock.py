@@ -24,3 +24,10 @@ def aware_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else None
+
+
+def minute_start(when: datetime) -> datetime:
+    """The start of the fixed UTC minute holding ``when`` (an aware datetime)."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"expected an aware datetime, got naive {when!r}")
+    return when.astimezone(UTC).replace(second=0, microsecond=0)

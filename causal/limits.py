@@ -28,7 +28,8 @@ Atomicity (R54)
 Refusals and their diagnostics (R55)
     A refusal accepts nothing, spends nothing and raises :class:`CausalRefused`. It also
     produces a durable, redacted :class:`~causal.models.CausalDiagnostic` (ids, types,
-    limits, counts and times; never payload data). The refusal normally rolls the caller's
+    limits, counts and times; never payload data), counted on one row per root, kind and
+    UTC minute (:func:`diagnostic_key`): a Work refused in a loop adds to a count. The refusal normally rolls the caller's
     transaction back, and ``transaction.on_commit`` does not run on rollback, so the
     diagnostic cannot be written *in* that transaction. Instead, derivation runs inside a
     refusal boundary, :func:`derived_atomic`: refusals are queued on the boundary and
@@ -54,9 +55,15 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 
-from causal.clock import Clock, system_clock
+from causal.checks import is_reserved  # noqa: F401 - the rule is causal.checks'; named here too
+from causal.clock import Clock, minute_start, system_clock
+from causal.diagnostics import (
+    count_diagnostics_in_tx,
+    diagnostic_key,
+    persist_diagnostics,
+)
 from causal.metrics import causal_refused
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event
 from causal.services import Accepted, Envelope, acceptance_lock_in_tx, assert_in_tx, event_accept_in_tx
@@ -157,13 +164,6 @@ class CausalRefused(Exception):
 # --- keys and time ---------------------------------------------------------------------------
 
 
-def minute_start(when: datetime) -> datetime:
-    """The start of the fixed UTC minute holding ``when`` (an aware datetime)."""
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(f"expected an aware datetime, got naive {when!r}")
-    return when.astimezone(UTC).replace(second=0, microsecond=0)
-
-
 def bucket_key(root_seq: int, minute: datetime) -> str:
     """The ``core.causal.buckets`` key of a root's token bucket for one UTC minute."""
     return f"{root_seq}:{minute_start(minute):%Y-%m-%dT%H:%M}"
@@ -188,11 +188,6 @@ def _aware_utc(clock: Clock) -> datetime:
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"the clock must return an aware datetime, got naive {now!r}")
     return now.astimezone(UTC)
-
-
-def is_reserved(name: str) -> bool:
-    """True for the ``core`` family of types and sources that only core code may use."""
-    return name == "core" or name.startswith("core.")
 
 
 # --- the refusal boundary --------------------------------------------------------------------
@@ -234,34 +229,7 @@ def derived_atomic() -> Iterator[None]:
         _boundary.depth -= 1
         if outermost:
             pending, _boundary.pending = _boundary.pending, []
-            _persist_diagnostics(pending)
-
-
-def _persist_diagnostics(pending: list[CausalDiagnostic]) -> None:
-    unsaved = [diagnostic for diagnostic in pending if diagnostic.pk is None]
-    if not unsaved:
-        return
-    try:
-        with transaction.atomic():
-            for diagnostic in unsaved:
-                diagnostic.save(force_insert=True)
-    except DatabaseError:
-        # Raising here would hide the refusal (or report a committed operation as failed);
-        # the refusal itself still reaches the caller. Log the redacted fields instead.
-        logger.exception(
-            "causal.diagnostic_lost",
-            extra={"diagnostics": [_diagnostic_summary(d) for d in unsaved]},
-        )
-
-
-def _diagnostic_summary(diagnostic: CausalDiagnostic) -> dict:
-    return {
-        "kind": diagnostic.kind,
-        "root_seq": diagnostic.root_seq,
-        "parent_seq": diagnostic.parent_seq,
-        "limit": diagnostic.limit,
-        "count": diagnostic.count,
-    }
+            persist_diagnostics(pending)
 
 
 def _require_boundary(what: str) -> None:
@@ -302,6 +270,10 @@ def refuse(
         minute=refusal.minute,
         detail=refusal.detail[:_DETAIL_MAX],
     )
+    diagnostic.last_at = diagnostic.at
+    diagnostic.aggregate_key = diagnostic_key(
+        root_seq=refusal.root_seq, kind=diagnostic.kind, at=diagnostic.at
+    )
     _boundary.pending.append(diagnostic)
     causal_refused(diagnostic.kind)
     return CausalRefused(refusal.kind, refusal.detail, diagnostic=diagnostic)
@@ -316,7 +288,7 @@ def refusal_record_in_tx(refused: CausalRefused) -> CausalDiagnostic:
     assert_in_tx()
     diagnostic = refused.diagnostic
     if diagnostic.pk is None:
-        diagnostic.save(force_insert=True)
+        count_diagnostics_in_tx([diagnostic])
     _boundary.pending = [d for d in _boundary.pending if d is not diagnostic]
     return diagnostic
 

@@ -187,14 +187,18 @@ class DiagnosticKind(models.TextChoices):
     RATE_EXCEEDED = "rate_exceeded", "rate exceeded"
     FORGED_PARENT = "forged_parent", "conflicting parent"
     RESERVED_TYPE = "reserved_type", "reserved type"
+    RESERVED_ID = "reserved_id", "reserved id"
     CROSS_WORK = "cross_work", "cross-Work identity"
     STALE_LEASE = "stale_lease", "stale lease"
 
 
 class CausalDiagnostic(models.Model):
-    """A durable, redacted record of a derived Event the causal limits refused.
+    """A durable, redacted record of derived Events the causal limits refused.
 
-    Redacted: ids, types, limits, counts and times only, never payload data.
+    Redacted: ids, types, limits, counts and times only, never payload data. One row counts
+    the refusals of one root, kind and UTC minute (``occurrences``, the first at ``at`` with its
+    ids, the last at ``last_at``): a Work that is refused in a loop adds to a count instead of
+    writing a row each time. ``count`` is the refusal's own figure (the depth, the tokens used).
     """
 
     kind = models.CharField(max_length=32, choices=DiagnosticKind.choices)
@@ -210,10 +214,21 @@ class CausalDiagnostic(models.Model):
     count = models.PositiveIntegerField(null=True, blank=True)
     minute = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=500, blank=True, default="")
+    # How many refusals this row counts, and when the last was (see the class docstring).
+    occurrences = models.PositiveIntegerField(default=1)
+    last_at = models.DateTimeField(null=True, blank=True)
+    # "<root seq or ->:<kind>:<YYYY-MM-DDTHH:MM>" (causal.limits.diagnostic_key): the unique
+    # constraint its refusals are counted under. NULL on rows written before there was one
+    # (NULLs never collide in a unique constraint, on either backend).
+    aggregate_key = models.CharField(max_length=96, null=True, blank=True, editable=False)  # noqa: DJ001
 
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["at"], name="diag_at_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["aggregate_key"], name="diag_aggregate_key_unique"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.kind} at {self.at:%Y-%m-%d %H:%M:%S} (root #{self.root_seq})"
+        times = f" ×{self.occurrences}" if self.occurrences != 1 else ""
+        return f"{self.kind}{times} at {self.at:%Y-%m-%d %H:%M:%S} (root #{self.root_seq})"

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models.functions import Coalesce
 
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event, RouteState
 
@@ -170,15 +171,15 @@ def roots_refused_since(since: datetime) -> list[dict[str, Any]]:
     """Roots whose derived Events the causal limits refused at or after ``since``.
 
     One dict per root, most refused first: ``root_seq`` (``None`` for refusals that had no
-    parent to name a root), ``refusals`` (how many), ``kinds`` (``{kind: count}``) and
-    ``last_at``. One query.
+    parent to name a root), ``refusals`` (how many: the diagnostics' ``occurrences``),
+    ``kinds`` (``{kind: count}``) and ``last_at``. One query.
     """
     if since.tzinfo is None or since.utcoffset() is None:
         raise ValueError(f"since: expected an aware datetime, got naive {since!r}")
     rows = (
         CausalDiagnostic.objects.filter(at__gte=since)
         .values("root_seq", "kind")
-        .annotate(n=Count("id"), last_at=Max("at"))
+        .annotate(n=Sum("occurrences"), last_at=Max(Coalesce("last_at", "at")))
         .order_by()
     )
     roots: dict[int | None, dict[str, Any]] = {}
@@ -337,8 +338,18 @@ def diagnostics_page(
 
 
 def diagnostics_total(filters: DiagnosticFilter, *, cap: int = COUNT_CAP) -> ListTotal:
-    """How many causal diagnostics match ``filters``, counted up to ``cap`` (one query)."""
-    return count_capped(diagnostics_filtered(filters), cap=cap)
+    """How many refusals the causal diagnostics matching ``filters`` count (their
+    ``occurrences``), summed over at most ``cap`` records ("at least" past it). One query (two
+    past the cap) whose cost is bounded by the cap."""
+    if cap < 1:
+        raise ValueError("cap must be at least 1")
+    first = diagnostics_filtered(filters).order_by()[: cap + 1]
+    totals = first.aggregate(records=Count("pk"), refusals=Sum("occurrences"))
+    if totals["records"] > cap:
+        # Past the cap: the refusals of the first ``cap`` records, at least.
+        capped = diagnostics_filtered(filters).order_by()[:cap].aggregate(refusals=Sum("occurrences"))
+        return ListTotal(count=capped["refusals"] or 0, capped=True)
+    return ListTotal(count=totals["refusals"] or 0, capped=False)
 
 
 # --- KV namespaces ----------------------------------------------------------------------------

@@ -53,6 +53,10 @@ class Running:
     successor: dict | None = None
     scope: str = ""  # the Work's scope and the attempt's binding: its metrics' labels
     binding: str = ""
+    # The sources its binding may emit as beside the Work's own (the setting emit_sources), and
+    # how many emits it asked for (the n of an emitted Event's id emit/<work>/<attempt>/<n>).
+    emit_sources: tuple[str, ...] = ()
+    emits: int = 0
 
 
 def authority(running: Running) -> dict[str, int]:
@@ -100,8 +104,13 @@ class AttemptCalls:
             from worklife.emit import emit
 
             work = Attempt.objects.select_related("work").get(pk=running.attempt_id).work
-            envelope = emit_envelope(work=work, attempt_id=running.attempt_id, message=call)
-            accepted = emit(envelope=envelope, causal=self.causal, **authority)
+            running.emits += 1
+            envelope = emit_envelope(
+                work=work, attempt_id=running.attempt_id, message=call, ordinal=running.emits
+            )
+            accepted = emit(
+                envelope=envelope, causal=self.causal, speaks_for=running.emit_sources, **authority
+            )
             return accepted.event.seq
         if op == "wait":
             wait = attempt_wait_for(

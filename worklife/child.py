@@ -17,8 +17,14 @@ and ``received`` (see :class:`Run`).
 
 This module runs in the attempt's process: it imports nothing from Django, so a target's
 process starts quickly. ``python -m worklife.child`` is a worker that runs Python targets one
-attempt at a time, each started by a ``{"kind": "run", ...}`` line; a worker whose attempt is
-cancelled, interrupted past its grace or timed out is ended by the loop, never reused.
+attempt at a time, each started by a ``{"kind": "run", ..., "token": T}`` line. ``T`` is the
+attempt's secret, a random value the loop makes for that attempt only and gives nowhere else
+(never in the environment): every line the worker writes for the attempt (its calls, its
+output, its result) carries ``"attempt": A, "token": T``, and the loop refuses a line whose
+attempt is not the one it runs there or whose token is not that attempt's. After each attempt
+the worker says whether it is fit to run another (``"reusable"``: the target left no thread
+running); the loop reuses a worker only for the same binding, only after an attempt that
+succeeded and left nothing running (see docs/work-engine.md).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ IDEMPOTENCY_KEY_ENV = "CONDUIT_IDEMPOTENCY_KEY"
 
 # What wakes a ``receive`` when an interrupt arrives (never an input).
 _INTERRUPTED = object()
+TASKS = "/proc/self/task"
 
 
 class CallRefused(Exception):
@@ -79,7 +86,8 @@ class Run:
       exactly-once with it (``CONDUIT_IDEMPOTENCY_KEY`` in the environment too);
     * ``run.receive(timeout)``: the next injected Event, or ``None`` (R32; at once on an interrupt);
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
-    * ``run.emit(type, data)``: accept a derived Event (R51) and return its seq;
+    * ``run.emit(type, data, subject=…, id=…)``: accept a derived Event (R51) as this Work,
+      and return its seq (``id``: a hint that makes emitting it again a duplicate);
     * ``run.wait(type=…, keys=…, timeout=…)``: park until a matching Event routes to this
       Work (R41); returns it, or ``None`` when the timeout passed first;
     * ``run.create_child(binding, keys, data)``: a child Work (R50), returns its id;
@@ -99,11 +107,14 @@ class Run:
         channel: _Channel | None = None,
         traceparent: str = "",
         idempotency_key: str = "",
+        token: str = "",
     ) -> None:
         self.work_id = work_id
         self.attempt_id = attempt_id
         self.traceparent = traceparent
         self.idempotency_key = idempotency_key
+        # The attempt's secret: every line written for it carries it (see the module docstring).
+        self._token = token
         self.lease_epoch = lease_epoch
         self.settings = dict(settings or {})
         self.params = dict(self.settings.get("params") or {})
@@ -132,12 +143,17 @@ class Run:
         if item is _INTERRUPTED:
             return None
         if self._channel is not None and isinstance(item, dict) and "seq" in item:
-            self._channel.send({"op": "received", "seq": item["seq"]})
+            self._channel.send(self._signed({"op": "received", "seq": item["seq"]}))
         return item
 
     # -- the attempt API -------------------------------------------------------------------
     def emit(self, type: str, data: Any = None, *, subject: str = "", id: str = "") -> int:
-        """Accept an Event derived from this attempt's trigger; returns its seq."""
+        """Accept an Event derived from this attempt's trigger; returns its seq.
+
+        Its source is the Work's (``conduit.work/<work id>``) and its id Conduit's; ``id`` is a
+        hint that makes the id the same in every attempt of the Work, so emitting it again is
+        answered with the Event already accepted. Raises :class:`CallRefused` naming the field
+        when the Event is past acceptance's limits (nothing is cut)."""
         return self._call({"op": "emit", "type": type, "data": data, "subject": subject, "event_id": id})
 
     def wait(
@@ -181,7 +197,11 @@ class Run:
     def _call(self, message: dict) -> Any:
         if self._channel is None:
             raise CallRefused("this run is not connected to a work loop")
-        return self._channel.call(message)
+        return self._channel.call(self._signed(message))
+
+    def _signed(self, message: dict) -> dict:
+        """``message`` as a line of this attempt: its id and its secret."""
+        return {**message, "attempt": self.attempt_id, "token": self._token}
 
 
 # Kept for targets written against the first version of the API.
@@ -221,22 +241,34 @@ class _Channel:
 
 
 class _Output(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of a target: text goes to the loop, in order with calls."""
+    """``sys.stdout``/``sys.stderr`` of a target: text goes to the loop, in order with calls,
+    as output of the attempt whose target runs (``running[0]``; none between attempts)."""
 
-    def __init__(self, channel: _Channel, stream: str) -> None:
+    def __init__(self, channel: _Channel, stream: str, running: list[Run | None]) -> None:
         self._channel = channel
         self._stream = stream
+        self._running = running
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
+        run = self._running[0]
+        if run is None:
+            return len(text)  # no attempt to write it for: the loop would refuse it
         # In pieces: each is a line the loop reads whole, however much one write holds.
         for start in range(0, len(text), OUTPUT_PIECE):
-            self._channel.send(
-                {"op": "output", "stream": self._stream, "text": text[start : start + OUTPUT_PIECE]}
-            )
+            piece = {"op": "output", "stream": self._stream, "text": text[start : start + OUTPUT_PIECE]}
+            self._channel.send(run._signed(piece))
         return len(text)
+
+
+def _threads() -> int:
+    """How many threads this process runs (``_thread.start_new_thread`` ones included)."""
+    try:
+        return len(os.listdir(TASKS))
+    except OSError:
+        return threading.active_count()
 
 
 def _worker() -> int:
@@ -244,8 +276,11 @@ def _worker() -> int:
     call_fd = int(os.environ[CALL_FD_ENV])
     channel = _Channel(os.fdopen(call_fd, "wb", buffering=0))
     stdin = sys.stdin.buffer
-    sys.stdout = _Output(channel, "stdout")
-    sys.stderr = _Output(channel, "stderr")
+    # The attempt whose target runs now (set by this thread only); ``current`` is the last one
+    # started, which input and interrupts are for.
+    running: list[Run | None] = [None]
+    sys.stdout = _Output(channel, "stdout", running)
+    sys.stderr = _Output(channel, "stderr", running)
     starts: queue.SimpleQueue = queue.SimpleQueue()
     current: list[Run | None] = [None]
     # The worker's environment as the loop built it (the allow-list and the binding's env):
@@ -270,6 +305,7 @@ def _worker() -> int:
                     channel=channel,
                     traceparent=str(message.get("traceparent") or ""),
                     idempotency_key=str(message.get("idempotency_key") or ""),
+                    token=str(message.get("token") or ""),
                 )
                 current[0] = run
                 starts.put((message["target"], run))
@@ -285,6 +321,8 @@ def _worker() -> int:
         starts.put(None)
 
     threading.Thread(target=read, name="conduit-stdin", daemon=True).start()
+    # This thread and the reader: a target that leaves more behind unfits the worker for reuse.
+    baseline = _threads()
     while True:
         start = starts.get()
         if start is None:
@@ -298,6 +336,7 @@ def _worker() -> int:
             os.environ[TRACEPARENT_ENV] = run.traceparent
         if run.idempotency_key:
             os.environ[IDEMPOTENCY_KEY_ENV] = run.idempotency_key
+        running[0] = run
         try:
             target = _import(reference)
             result = target(run)
@@ -312,12 +351,15 @@ def _worker() -> int:
             }
         else:
             outcome = {"op": "result", "ok": True, "value": result}
-        current[0] = None
+        running[0] = None
+        if current[0] is run:
+            current[0] = None
         try:
             json.dumps(outcome.get("value"))
         except (TypeError, ValueError):
             outcome["value"] = repr(outcome.get("value"))
-        channel.send(outcome)
+        outcome["reusable"] = _threads() <= baseline
+        channel.send(run._signed(outcome))
 
 
 def _import(reference: str) -> Any:
@@ -329,4 +371,8 @@ def _import(reference: str) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker())
+    # Run as worklife.child, not __main__: a target that imports worklife.child then catches
+    # the very CallRefused its calls raise.
+    from worklife.child import _worker as worker
+
+    sys.exit(worker())

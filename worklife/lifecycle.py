@@ -16,6 +16,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
+from causal.checks import EnvelopeInvalid, check_envelope
 from causal.clock import Clock
 from causal.limits import Causal, derived_atomic
 from causal.models import Event, EventKey, RouteState
@@ -384,6 +385,11 @@ def _work_created_in_tx(
         data={"work": work.pk, **link, **({"data": data} if data else {})},
         work_id=work.pk,
     )
+    try:
+        # The data came from an attempt: held to acceptance's limits, never cut.
+        check_envelope(envelope)
+    except EnvelopeInvalid as invalid:
+        raise WorkError(str(invalid)) from invalid
     accepted = causal.derive_in_tx(parent=trigger, envelope=envelope) if trigger else None
     if accepted is None:
         from causal.services import event_accept_in_tx

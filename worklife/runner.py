@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +48,15 @@ from worklife.attempts import (
 )
 from worklife.calls import AttemptCalls, Running, authority
 from worklife.errors import WorkError
-from worklife.executors import Execution, Executor, RegistrationError, executor_class, start_attempt
+from worklife.executors import (
+    Execution,
+    Executor,
+    RegistrationError,
+    emit_sources_of,
+    executor_class,
+    start_attempt,
+)
+from worklife.executors.containment import lost_attempt_process_kill, pid_alive
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -509,7 +516,7 @@ class WorkRunner:
             .values_list("lease_owner", flat=True)
             .distinct()
         )
-        gone = [owner for owner in owners if owner != self.owner and not _alive(owner.split(":")[1])]
+        gone = [owner for owner in owners if owner != self.owner and not pid_alive(owner.split(":")[1])]
         if not gone:
             return 0
         rescued = attempts_rescue(now=self.clock(), owners_gone=gone, clock=self.clock)
@@ -529,7 +536,7 @@ class WorkRunner:
             and rescued.owner.startswith(f"{host_name()}:")
             and rescued.attempt_id not in self.running
         ):
-            _kill_attempt_process(rescued.pid, rescued.attempt_id)
+            lost_attempt_process_kill(rescued.pid, rescued.attempt_id)
 
     # -- 5. claims ------------------------------------------------------------------------------
     def parked(self) -> int:
@@ -617,6 +624,7 @@ class WorkRunner:
             grace=float(grace),
             scope=attempt.work.scope,
             binding=attempt.binding,
+            emit_sources=tuple(emit_sources_of(binding_settings)),
         )
         self.counters.started += 1
         metrics.attempt_started(attempt.work.scope, attempt.binding)
@@ -670,34 +678,3 @@ def _jsonable(value: Any) -> Any:
     except (TypeError, ValueError):
         return repr(value)
     return value
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ValueError:
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_attempt_process(pid: int, attempt_id: int) -> None:
-    """End the process group of a lost attempt of this host, if the process is still the
-    attempt's (its environment names the attempt, or it is a Python worker)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environ = handle.read()
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read()
-    except OSError:
-        return
-    if (
-        f"CONDUIT_ATTEMPT_ID={attempt_id}".encode() not in environ.split(b"\0")
-        and b"worklife.child" not in cmdline
-    ):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)

@@ -16,8 +16,9 @@ from typing import Any
 
 from django.db import transaction
 
+from causal.checks import EnvelopeInvalid, check_envelope, is_reserved
 from causal.clock import Clock
-from causal.limits import Causal, CausalRefused, derived_atomic, is_reserved, refusal_record_in_tx
+from causal.limits import Causal, CausalRefused, derived_atomic, refusal_record_in_tx
 from causal.models import CausalDiagnostic, Event
 from causal.services import Envelope, acceptance_lock_in_tx, event_accept_in_tx
 from worklife.attempts import current_attempt_in_tx
@@ -49,7 +50,11 @@ class TimerOutcome:
 def timer_schedule(
     *, attempt_id: int, lease_epoch: int, after: float, type: str, data: Any, clock: Clock
 ) -> Timer:
-    """A timer owned by the attempt's Work, derived from the attempt's trigger (R56)."""
+    """A timer owned by the attempt's Work, derived from the attempt's trigger (R56).
+
+    The Event it fires is held to acceptance's limits now (a type within the limit and not
+    reserved, data within ``CONDUIT_MAX_EVENT_BYTES``: :mod:`causal.checks`); raises
+    :class:`~worklife.errors.WorkError` naming the field, never cuts anything."""
     if isinstance(after, bool) or not isinstance(after, int | float) or after < 0:
         raise WorkError(f"after must be a non-negative number of seconds, got {after!r}")
     if not isinstance(type, str) or not type or is_reserved(type):
@@ -57,14 +62,20 @@ def timer_schedule(
     with transaction.atomic():
         attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         now = clock()
-        return Timer.objects.create(
+        timer = Timer(
             work_id=attempt.work_id,
             due_at=now + timedelta(seconds=after),
-            type=type[:255],
+            type=type,
             data=data,
             parent_id=attempt.trigger_id,
             created_at=now,
         )
+        try:
+            check_envelope(timer_envelope(timer, scope=attempt.work.scope))
+        except EnvelopeInvalid as invalid:
+            raise WorkError(str(invalid)) from invalid
+        timer.save(force_insert=True)
+        return timer
 
 
 def timers_due(*, now: datetime, limit: int = 100) -> list[int]:
@@ -76,14 +87,15 @@ def timers_due(*, now: datetime, limit: int = 100) -> list[int]:
     )
 
 
-def timer_envelope(timer: Timer) -> Envelope:
+def timer_envelope(timer: Timer, *, scope: str | None = None) -> Envelope:
     """The Event a timer fires: ``core.timer`` source, the timer's type and data, its Work
-    as the explicit target. Its id is stable, so firing twice accepts it once."""
+    (in ``scope``, by default read from it) as the explicit target. Its id is stable, so
+    firing twice accepts it once."""
     return Envelope(
         id=f"timer/{timer.pk}",
         source=TIMER_SOURCE,
         type=timer.type,
-        scope=timer.work.scope,
+        scope=scope if scope is not None else timer.work.scope,
         time=timer.due_at,
         data=timer.data,
         work_id=timer.work_id,

@@ -29,7 +29,8 @@ unless ``trusted=True`` (core code accepting its own control Events). Nor may th
 identities the system writes for itself, which would block or impersonate them (a reroute
 copy is the original's source with id ``reroute/<id>``): ids starting with ``reroute/``,
 ``timer/``, ``wait-woken/``, ``work-created/`` or ``emit/``, and sources starting with
-``conduit.work/`` (what a Work emits) are refused too.
+``conduit.work/`` (what a Work emits) are refused too, in any case. The rule and the field
+limits are :mod:`causal.checks`', shared with the Events Work derives (emit, timers).
 
 Every JSON document read here (a request body, a CLI file, a trace) is parsed by
 :func:`loads`: it refuses a document nested deeper than ``CONDUIT_MAX_JSON_DEPTH`` arrays and
@@ -43,33 +44,45 @@ import base64
 import binascii
 import itertools
 import json
-import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-
-from causal.limits import is_reserved
+# The field and size limits and the reserved identities are causal's (every path that accepts
+# an Event checks them: acceptance here, and the Events Work derives); their names stay
+# importable from this module.
+from causal.checks import (  # noqa: F401 - re-exported
+    BIGINT_MAX,
+    MAX_CORRELATION_KEYS,
+    MAX_DATACONTENTTYPE,
+    MAX_EXTENSION_NAME,
+    MAX_ID,
+    MAX_KEY,
+    MAX_SCOPE,
+    MAX_SOURCE,
+    MAX_SUBJECT,
+    MAX_TYPE,
+    RESERVED_ID_PREFIXES,
+    RESERVED_SOURCE_PREFIXES,
+    EnvelopeInvalid,
+    EventTooLarge,
+    check_size,
+    check_string,
+    check_value_depth,
+    encoded_size,
+    is_reserved,
+    kind_of,
+    max_json_depth,
+    reserved_problem,
+)
+from causal.checks import check_json_value as _check_json_value
+from causal.checks import check_text as _check_text
+from causal.checks import too_deep as _too_deep
 from causal.models import DEFAULT_DATACONTENTTYPE
 from causal.services import Envelope
 
 SPECVERSION = "1.0"
-
-# Column sizes of causal.models.Event / EventKey: checked here so that both backends refuse
-# the same input with the same message (SQLite would store an over-long string silently).
-MAX_ID = 512
-MAX_SOURCE = 512
-MAX_TYPE = 255
-MAX_SUBJECT = 512
-MAX_SCOPE = 255
-MAX_DATACONTENTTYPE = 255
-MAX_KEY = 512
-MAX_CORRELATION_KEYS = 64
-MAX_EXTENSION_NAME = 20
-BIGINT_MAX = 2**63 - 1
 
 CLOUDEVENTS_ATTRIBUTES = frozenset(
     {
@@ -90,11 +103,6 @@ EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
 # RFC 3339 date-time (section 5.6): a full date, "T" (or a space, section 5.6's note), a full
 # time with optional fraction, and a mandatory offset.
 RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-# Ids and sources the system writes for itself (reroute copies: routing.controls.events; timers:
-# worklife.timers; wait bridges: worklife.waits; emits: worklife.emit; successors:
-# worklife.lifecycle). Untrusted callers may not use them.
-RESERVED_ID_PREFIXES = ("reroute/", "timer/", "wait-woken/", "work-created/", "emit/")
-RESERVED_SOURCE_PREFIXES = ("conduit.work/",)
 # What an Event without a scope and without a default is told (item 4 of issue 37).
 NO_SCOPE = (
     "scope is required: send the scope path this Event belongs to (the 'scope' attribute, or the "
@@ -102,45 +110,6 @@ NO_SCOPE = (
     "create USER --default-scope PATH) or the configuration's (default_scope: PATH at the top of "
     "the document)"
 )
-
-
-class EnvelopeInvalid(ValueError):
-    """An offered Event is refused; ``field`` names the attribute at fault.
-
-    ``field`` is ``None`` when the whole document is at fault (invalid JSON, not an object,
-    too large). ``index`` is the Event's 0-based position when it came in a batch.
-    """
-
-    code = "invalid_event"
-
-    def __init__(self, field: str | None, message: str, *, index: int | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-        self.index = index
-
-    def at(self, index: int) -> EnvelopeInvalid:
-        """The same error, placed at ``index`` in a batch."""
-        return type(self)(self.field, self.message, index=index)
-
-    def details(self) -> dict[str, Any]:
-        """The error as a JSON-ready dict (``error``, ``field``, ``message``, ``index``)."""
-        payload: dict[str, Any] = {"error": self.code, "field": self.field, "message": self.message}
-        if self.index is not None:
-            payload["index"] = self.index
-        return payload
-
-    def __str__(self) -> str:
-        where = f"[{self.index}]" if self.index is not None else ""
-        if self.field:
-            where = f"{where}.{self.field}" if where else self.field
-        return f"{where}: {self.message}" if where else self.message
-
-
-class EventTooLarge(EnvelopeInvalid):
-    """An offered Event (or request body) is larger than ``CONDUIT_MAX_EVENT_BYTES``."""
-
-    code = "event_too_large"
 
 
 class EventConflict(EnvelopeInvalid):
@@ -194,19 +163,6 @@ class Document:
     label: str
 
 
-def encoded_size(obj: Any) -> int:
-    """The size in bytes of ``obj`` encoded as compact UTF-8 JSON."""
-    return len(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8"))
-
-
-def check_size(size: int, limit: int, *, what: str = "the Event") -> None:
-    """Refuse a document of ``size`` bytes over ``limit`` (``CONDUIT_MAX_EVENT_BYTES``)."""
-    if size > limit:
-        raise EventTooLarge(
-            None, f"{what} is {size} bytes; the limit is {limit} bytes (CONDUIT_MAX_EVENT_BYTES)"
-        )
-
-
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -233,17 +189,6 @@ _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def max_json_depth() -> int:
-    """How deeply a JSON document may nest arrays and objects (``CONDUIT_MAX_JSON_DEPTH``)."""
-    return settings.CONDUIT_MAX_JSON_DEPTH
-
-
-def _too_deep(limit: int) -> EnvelopeInvalid:
-    return EnvelopeInvalid(
-        None, f"the JSON nests arrays and objects more than {limit} levels deep (CONDUIT_MAX_JSON_DEPTH)"
-    )
-
-
 def check_text_depth(text: str, limit: int | None = None) -> None:
     """Refuse JSON text nested deeper than ``limit`` arrays and objects, by scanning it
     (no parsing, no recursion): the parser never sees a document that could exhaust the stack.
@@ -257,25 +202,6 @@ def check_text_depth(text: str, limit: int | None = None) -> None:
     brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
     if max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) > limit:
         raise _too_deep(limit)
-
-
-def check_value_depth(value: Any, limit: int | None = None, *, where: str | None = None) -> None:
-    """Refuse a decoded JSON value nested deeper than ``limit`` arrays and objects (iteratively)."""
-    limit = max_json_depth() if limit is None else limit
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            error = _too_deep(limit)
-            error.field = where
-            raise error
-        stack.extend((child, depth + 1) for child in children)
 
 
 def loads(text: str) -> Any:
@@ -398,20 +324,10 @@ def parse_envelope(
     event_id = _required_string(attrs, "id", MAX_ID)
     source = _required_string(attrs, "source", MAX_SOURCE)
     event_type = _required_string(attrs, "type", MAX_TYPE)
-    if not trusted and is_reserved(event_type):
-        raise EnvelopeInvalid("type", f"type {event_type!r} is reserved for core Events (core.*)")
-    if not trusted and is_reserved(source):
-        raise EnvelopeInvalid("source", f"source {source!r} is reserved for core Events (core.*)")
-    if not trusted and event_id.startswith(RESERVED_ID_PREFIXES):
-        prefix = next(p for p in RESERVED_ID_PREFIXES if event_id.startswith(p))
-        raise EnvelopeInvalid(
-            "id", f"ids starting with {prefix!r} are reserved for the Events Conduit writes itself"
-        )
-    if not trusted and source.startswith(RESERVED_SOURCE_PREFIXES):
-        prefix = next(p for p in RESERVED_SOURCE_PREFIXES if source.startswith(p))
-        raise EnvelopeInvalid(
-            "source", f"sources starting with {prefix!r} are reserved for the Events Work emits"
-        )
+    if not trusted:
+        reserved = reserved_problem(type=event_type, source=source, id=event_id)
+        if reserved is not None:
+            raise reserved
     subject = _optional_string(attrs, "subject", MAX_SUBJECT, allow_empty=True)
     event_time = _optional_time(attrs, "time")
     datacontenttype = (
@@ -485,34 +401,6 @@ def parse_envelopes(
 # --- field checks ---------------------------------------------------------------------------
 
 
-def kind_of(value: Any, *, sequence: str = "an array", mapping: str = "an object") -> str:
-    """What kind of JSON-like value ``value`` is, for an error message ("a string", "null"…);
-    lists and mappings are named as the document's language names them (JSON by default)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return sequence
-    if isinstance(value, dict):
-        return mapping
-    return type(value).__name__
-
-
-def _check_text(value: str, field: str) -> None:
-    """Refuse strings no backend can store the same way (NUL, lone surrogates)."""
-    if "\x00" in value:
-        raise EnvelopeInvalid(field, "NUL characters (\\u0000) are not allowed")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise EnvelopeInvalid(field, f"invalid Unicode (a lone surrogate at character {exc.start})") from exc
-
-
 def _required_string(attrs: dict[str, Any], name: str, max_length: int) -> str:
     if name not in attrs:
         raise EnvelopeInvalid(name, f"{name} is required")
@@ -527,15 +415,7 @@ def _optional_string(
 ) -> str | None:
     if name not in attrs:
         return None
-    value = attrs[name]
-    if not isinstance(value, str):
-        raise EnvelopeInvalid(name, f"{name} must be a string, not {kind_of(value)}")
-    if not value and not allow_empty:
-        raise EnvelopeInvalid(name, f"{name} must be a non-empty string")
-    if len(value) > max_length:
-        raise EnvelopeInvalid(name, f"{name} is {len(value)} characters long; the limit is {max_length}")
-    _check_text(value, name)
-    return value
+    return check_string(attrs[name], name, max_length, allow_empty=allow_empty)
 
 
 def _base64(value: Any) -> str:
@@ -626,25 +506,3 @@ def _extension(name: str, value: Any) -> Any:
     raise EnvelopeInvalid(
         name, f"extension attribute {name} must be a string, an integer or a boolean, not {kind_of(value)}"
     )
-
-
-def _check_json_value(value: Any, path: str) -> None:
-    """Refuse data no backend stores faithfully: non-finite numbers, NUL, lone surrogates."""
-    stack = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            _check_text(item, where)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise EnvelopeInvalid(where, "numbers must be finite")
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise EnvelopeInvalid(where, "object keys must be strings")
-                _check_text(key, f"{where}.{key}")
-                stack.append((child, f"{where}.{key}"))
-        elif isinstance(item, list):
-            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
-        elif item is not None and not isinstance(item, bool | int):
-            raise EnvelopeInvalid(where, f"{type(item).__name__} is not a JSON value")

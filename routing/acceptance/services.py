@@ -10,9 +10,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 
+from causal.checks import check_event_size
 from causal.clock import Clock
 from causal.models import Event
 from causal.services import (
@@ -28,8 +28,6 @@ from routing.acceptance.envelopes import (
     BatchInvalid,
     EnvelopeInvalid,
     EventConflict,
-    check_size,
-    encoded_size,
     parse_envelope,
     parse_envelopes,
 )
@@ -319,12 +317,6 @@ def _validated_batch(
     if errors:
         raise BatchInvalid(sorted(errors, key=lambda error: error.index or 0))
     return envelopes
-
-
-def check_event_size(payload: Any) -> None:
-    # A decoded payload is measured as compact JSON: never more than the body it came in, so
-    # an HTTP body that passed the raw size check passes this one too.
-    check_size(encoded_size(payload), settings.CONDUIT_MAX_EVENT_BYTES)
 
 
 def _refuse_unknown_scopes_in_tx(envelopes: Sequence[Envelope], *, batch: bool) -> None:

@@ -148,3 +148,16 @@ def test_r55_diagnostics_partial_for_htmx(console):
     response = console.get(reverse("causal-diagnostics"), **HTMX, HTTP_HX_TARGET="diagnostic-list")
     assert text(response).lstrip().startswith('<section id="diagnostic-list"')
     assert "HX-Request" in response["Vary"]
+
+
+def test_i36_8_a_record_shows_how_many_refusals_it_counts(console, page_clock):
+    refusing = Causal(page_clock, Limits(max_depth=5, rate_per_minute=0))
+    root = EventFactory(type="test.root")
+    for i in range(40):
+        with pytest.raises(CausalRefused):
+            refusing.derive(parent=root, envelope=envelope(f"r{i}"))
+    body = text(console.get(reverse("causal-diagnostics")))
+    assert rows(body) == 1
+    assert '<span class="times">40</span>' in body and "40 refusals</span>" in body
+    root_page = text(console.get(reverse("causal-root", args=[root.seq])))
+    assert rows(root_page) == 1 and '<span class="times">40</span>' in root_page

@@ -405,3 +405,50 @@ def test_r52_accepted_at_is_the_trusted_clock(causal, root, clock):
     event = causal.derive(parent=root, envelope=envelope("timed")).event
     assert event.accepted_at == clock.now
     assert event.accepted_by == "core.causal"
+
+
+# --- issue 36 item 8: refusals counted, not written a row each -----------------------------------
+
+
+@pytest.mark.django_db
+def test_i36_8_refusals_are_counted_on_one_record_per_root_kind_and_minute(clock, root):
+    from causal.selectors import roots_refused_since
+
+    refusing = Causal(clock, Limits(max_depth=1, rate_per_minute=0))
+    clock.set(datetime(2026, 1, 5, 12, 0, 10, tzinfo=UTC))
+    refused = []
+    for i in range(300):
+        with pytest.raises(CausalRefused) as refusal:
+            refusing.derive(parent=root, envelope=envelope(f"r{i}"))
+        refused.append(refusal.value)
+        clock.advance(0.1)  # 30 s: still the same minute
+    (record,) = CausalDiagnostic.objects.all()
+    assert (record.kind, record.root_seq, record.occurrences) == ("rate_exceeded", root.seq, 300)
+    assert (record.envelope_id, record.at, record.last_at) == (
+        "r0",
+        datetime(2026, 1, 5, 12, 0, 10, tzinfo=UTC),
+        datetime(2026, 1, 5, 12, 0, 39, 900000, tzinfo=UTC),
+    )
+    assert {r.diagnostic.pk for r in refused} == {record.pk}
+    # Another minute, another root, another kind: a record each.
+    clock.set(datetime(2026, 1, 5, 12, 1, 0, tzinfo=UTC))
+    for name in ("next-minute", "again"):
+        with pytest.raises(CausalRefused):
+            refusing.derive(parent=root, envelope=envelope(name))
+    other = EventFactory()
+    child = Causal(clock, Limits(max_depth=1, rate_per_minute=10)).derive(
+        parent=other, envelope=envelope("c")
+    )
+    for name in ("too-deep", "deeper"):
+        with pytest.raises(CausalRefused):
+            refusing.derive(parent=child.event, envelope=envelope(name))
+    counted = CausalDiagnostic.objects.order_by("id").values_list("kind", "root_seq", "occurrences")
+    assert list(counted) == [
+        ("rate_exceeded", root.seq, 300),
+        ("rate_exceeded", root.seq, 2),
+        ("depth_exceeded", other.seq, 2),
+    ]
+    # What doctor reads counts the refusals, not the records.
+    by_root = {r["root_seq"]: r for r in roots_refused_since(datetime(2026, 1, 5, 11, 0, tzinfo=UTC))}
+    assert (by_root[root.seq]["refusals"], by_root[root.seq]["kinds"]) == (302, {"rate_exceeded": 302})
+    assert (by_root[other.seq]["refusals"], by_root[other.seq]["kinds"]) == (2, {"depth_exceeded": 2})

@@ -45,3 +45,125 @@ def leaves_a_daemon(run):
         return child.pid
     while True:
         time.sleep(0.05)
+
+
+def emits_as(run):
+    """Make the emit calls of ``run.params["calls"]`` in order (``[name, the call's fields]``
+    pairs: a list, as jsonb keeps no key order; a field ``<name>_chars: n`` becomes ``<name>``
+    of n characters) and return, by name, the seq the loop answered or its refusal."""
+    from worklife.child import CallRefused
+
+    results = {}
+    for name, fields in run.params["calls"]:
+        call = {"op": "emit"}
+        for key, value in fields.items():
+            if key.endswith("_chars"):
+                call[key[: -len("_chars")]] = "x" * value
+            else:
+                call[key] = value
+        try:
+            results[name] = {"seq": run._call(call)}
+        except CallRefused as refused:
+            results[name] = {"refused": str(refused)}
+    return results
+
+
+def emits_many(run):
+    """Emit ``run.params["count"]`` Events, one call after the other; return how many the loop
+    accepted and refused."""
+    from worklife.child import CallRefused
+
+    counts = {"accepted": 0, "refused": 0}
+    for n in range(run.params["count"]):
+        try:
+            run.emit("t.loop", {"n": n})
+        except CallRefused:
+            counts["refused"] += 1
+        else:
+            counts["accepted"] += 1
+    return counts
+
+
+def patches_json(run):
+    """Wrap ``json.dumps`` so that it keeps what it dumps in a builtin: a spy on whatever runs
+    next in this process."""
+    import builtins
+    import json
+
+    original = json.dumps
+    builtins.conduit_spy = []
+
+    def spying(obj, *args, **kwargs):
+        builtins.conduit_spy.append(obj)
+        return original(obj, *args, **kwargs)
+
+    json.dumps = spying
+    return "patched"
+
+
+def reports_patches(run):
+    """What this process's ``json.dumps`` is, and whether a spy was left in the builtins."""
+    import builtins
+    import json
+
+    return {
+        "json.dumps": f"{json.dumps.__module__}.{json.dumps.__qualname__}",
+        "spy": hasattr(builtins, "conduit_spy"),
+    }
+
+
+def forger_or_victim(run):
+    """A victim (the first input's ``role``) runs a while and returns ``"victim's own"``. A
+    forger writes lines on the call descriptor as the worker's own would be, by ``mode``:
+
+    - ``unsigned``: a result and an emit of this attempt without its secret, then a result for
+      the next attempt (its id guessed) from a thread that outlives the attempt; returns ``"own"``;
+    - ``next_only``: only the next attempt's result, from the thread;
+    - ``own_then_next``: a result of its own, signed with its secret (it has it), saying the
+      worker is fit for reuse; then, still running while the loop starts the next attempt in
+      this worker, a result for that attempt; returns later.
+    """
+    import json
+    import threading
+
+    if run.inputs[0]["role"] == "victim":
+        time.sleep(1.5)
+        return "victim's own"
+    fd = int(os.environ["CONDUIT_CALL_FD"])
+    mode = run.inputs[0]["mode"]
+
+    def forge(**fields):
+        os.write(fd, (json.dumps(fields) + "\n").encode())
+
+    if mode == "own_then_next":
+        forge(
+            op="result",
+            ok=True,
+            value="own",
+            attempt=run.attempt_id,
+            token=getattr(run, "_token", ""),
+            reusable=True,
+        )
+        time.sleep(0.5)
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id + 1)
+        return "own, later"
+    if mode == "unsigned":
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id)
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id, token="0" * 32)
+        forge(op="emit", type="t.forged", id=1, attempt=run.attempt_id)
+
+    def later():
+        time.sleep(0.5)
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id + 1)
+
+    threading.Thread(target=later, daemon=True).start()
+    time.sleep(0.3)
+    return "own"
+
+
+def leaves_a_thread(run):
+    """Return at once, leaving a thread running in the worker."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    return "left one"

@@ -5,6 +5,7 @@ an emit call's message becomes an envelope only within the acceptance limits."""
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
@@ -13,11 +14,17 @@ from causal.models import CausalDiagnostic, DiagnosticKind, Event
 from tests.causal.factories import EventFactory
 from tests.causal.support import SECRET, assert_redacted, bucket_count, envelope
 from tests.worklife.factories import AttemptFactory, WorkFactory
-from worklife.emit import emit, emit_envelope, emit_in_tx, json_depth
+from worklife import emit as emits
+from worklife.emit import emit_envelope
 from worklife.errors import WorkError
 from worklife.models import AttemptState
 
 MINUTE = "2026-01-05T12:00"
+# The envelopes of these tests come from tests.agent (tests.causal.support.envelope): their
+# attempts' binding speaks for it (emit_sources).
+SPEAKS = ("tests.agent",)
+emit = partial(emits.emit, speaks_for=SPEAKS)
+emit_in_tx = partial(emits.emit_in_tx, speaks_for=SPEAKS)
 
 
 @pytest.fixture
@@ -211,9 +218,241 @@ def test_r51_emit_checks_its_arguments(causal, attempt):
 
 @pytest.mark.django_db
 def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock, settings):
-    settings.CONDUIT_MAX_JSON_DEPTH = 3
+    # As acceptance counts: the Event is the first level, its data the second.
+    settings.CONDUIT_MAX_JSON_DEPTH = 4
     work = WorkFactory(scope="t")
-    assert json_depth({"a": [{"b": 1}]}) == 3 and json_depth(7) == 0
-    assert emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": 1}]}}).data
-    with pytest.raises(WorkError, match="deeper than 3 levels"):
-        emit_envelope(work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": [1]}]}})
+    message = {"type": "t.x", "data": {"a": [{"b": 1}]}}
+    assert emit_envelope(work=work, attempt_id=1, message=message, ordinal=1).data
+    with pytest.raises(WorkError, match=r"data: the JSON nests arrays and objects more than 4 levels deep"):
+        emit_envelope(
+            work=work, attempt_id=1, message={"type": "t.x", "data": {"a": [{"b": [1]}]}}, ordinal=1
+        )
+
+
+# --- issue 36 item 2: a Work emits as itself -----------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_i36_2_emit_refuses_a_source_neither_the_works_own_nor_spoken_for(causal, attempt):
+    own = f"conduit.work/{attempt.work_id}"
+    refusals = {
+        "another-work": f"conduit.work/{attempt.work_id + 1}",
+        "own-in-capitals": own.upper(),
+        "a-real-sender": "github.com/acme/web",
+    }
+    for name, source in refusals.items():
+        refused = refusal_of(
+            causal, attempt_id=attempt.pk, lease_epoch=3, envelope=envelope(name, source=source)
+        )
+        assert refused.kind == DiagnosticKind.CROSS_WORK, name
+    assert not Event.objects.filter(envelope_id__in=refusals).exists()
+    assert emits.emit(
+        attempt_id=attempt.pk, lease_epoch=3, envelope=envelope("own", source=own), causal=causal
+    )
+    spoken = emits.emit(
+        attempt_id=attempt.pk,
+        lease_epoch=3,
+        envelope=envelope("spoken", source="github.com/acme/web"),
+        causal=causal,
+        speaks_for=("github.com/acme/web",),
+    )
+    assert spoken.event.source == "github.com/acme/web"
+
+
+@pytest.mark.django_db
+def test_i36_2_emit_refuses_an_id_conduit_writes_itself(causal, attempt):
+    for event_id in ("reroute/gh-1", "Timer/7", "wait-woken/3", f"emit/{attempt.work_id + 1}/id/x"):
+        refused = refusal_of(causal, attempt_id=attempt.pk, lease_epoch=3, envelope=envelope(event_id))
+        assert refused.kind == DiagnosticKind.RESERVED_ID, event_id
+    own = f"emit/{attempt.work_id}/id/x"
+    assert emit(attempt_id=attempt.pk, lease_epoch=3, envelope=envelope(own), causal=causal).created
+
+
+@pytest.mark.django_db
+def test_i36_2_an_emits_id_is_conduits_and_the_same_for_the_same_hint(clock):
+    work = WorkFactory(scope="t")
+    first = emit_envelope(work=work, attempt_id=8, message={"type": "t.x"}, ordinal=1)
+    second = emit_envelope(work=work, attempt_id=8, message={"type": "t.x"}, ordinal=2)
+    assert (first.source, first.id, second.id) == (
+        f"conduit.work/{work.pk}",
+        f"emit/{work.pk}/8/1",
+        f"emit/{work.pk}/8/2",
+    )
+    hinted = {"type": "t.x", "event_id": "reroute/gh-1", "source": "acme.bot"}
+    once = emit_envelope(work=work, attempt_id=8, message=hinted, ordinal=3)
+    again = emit_envelope(work=work, attempt_id=9, message=hinted, ordinal=1)  # a later attempt
+    assert once.id == again.id == f"emit/{work.pk}/id/reroute/gh-1"
+    assert once.source == "acme.bot"  # emit_in_tx decides whether the binding speaks for it
+
+
+def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict]:
+    """Run one Work whose Python target makes ``calls`` (``i36_targets.emits_as``) through the
+    work loop, with real worker processes; returns the Work's id and the target's result."""
+    import json
+
+    from tests.routing.routerkit import accept, apply, router
+    from tests.worklife.enginekit import runner, step_until
+    from worklife.models import Attempt
+
+    settings = {"target": "tests.worklife.i36_targets:emits_as", "params": {"calls": list(calls.items())}}
+    if emit_sources:
+        settings["emit_sources"] = emit_sources
+    binding = {"executor": "python", "settings": settings}
+    route = {
+        "slot": "agent",
+        "handler": "match",
+        "params": {"type": "e.agent", "keys": ["k:{data.key}"]},
+        "binding": "agent",
+        "policy": "queue",
+    }
+    document = {"version": 1, "scopes": [{"path": "e", "bindings": {"agent": binding}, "routes": [route]}]}
+    apply(clock, json.dumps(document))
+    accept(clock, "e.agent", {"key": "one"}, scope="e", source="github.com/acme/web", id="gh-delivery-1")
+    router(clock).route_pending()
+    loop = runner(clock)
+    try:
+        step_until(loop, lambda: Attempt.objects.filter(state__in=["succeeded", "failed"]).exists())
+    finally:
+        loop.shutdown(grace=0)
+    attempt = Attempt.objects.get()
+    assert attempt.state == "succeeded", attempt.error
+    return attempt.work_id, attempt.result
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i36_2_a_work_emits_as_itself_never_as_another_work_or_a_sender(clock, test_handlers):
+    from routing.acceptance.services import event_accept
+
+    calls = {
+        "plain": {"type": "t.note"},
+        "plain-again": {"type": "t.note"},
+        "hinted": {"type": "t.note", "event_id": "reroute/gh-delivery-1"},
+        "hinted-again": {"type": "t.note", "event_id": "reroute/gh-delivery-1", "data": {"n": 2}},
+        "another-work": {"type": "t.note", "source": "conduit.work/999999", "event_id": "x"},
+        "a-sender": {"type": "github.push", "source": "github.com/acme/web", "event_id": "gh-delivery-777"},
+        "spoken-for": {"type": "t.note", "source": "acme.bot", "event_id": "gh-delivery-777"},
+        "core": {"type": "Core.Work.Created"},
+    }
+    work_id, result = run_emits(clock, calls, emit_sources=["acme.bot"])
+    emitted = {
+        name: Event.objects.get(seq=answer["seq"]) for name, answer in result.items() if "seq" in answer
+    }
+    identities = {name: (event.source, event.envelope_id) for name, event in emitted.items()}
+    own = f"conduit.work/{work_id}"
+    assert identities["plain"][0] == identities["plain-again"][0] == own
+    assert identities["plain"][1].startswith(f"emit/{work_id}/") and identities["plain"][1].endswith("/1")
+    assert identities["plain-again"][1].endswith("/2")
+    assert identities["hinted"] == (own, f"emit/{work_id}/id/reroute/gh-delivery-1")
+    assert emitted["hinted-again"].seq == emitted["hinted"].seq  # a duplicate, not a second Event
+    assert identities["spoken-for"] == ("acme.bot", f"emit/{work_id}/id/gh-delivery-777")
+    for name in ("another-work", "a-sender", "core"):
+        assert result[name]["refused"].startswith("emit refused: "), (name, result[name])
+    assert "conduit.work/999999" in result["another-work"]["refused"]
+    assert "emit_sources" in result["a-sender"]["refused"]
+    refusals = CausalDiagnostic.objects.values_list("kind", "occurrences")
+    assert sorted(refusals) == [("cross_work", 2), ("reserved_type", 1)]
+    # Nothing was taken from the real sender or from an operator's reroute of its delivery.
+    assert not Event.objects.filter(envelope_id__startswith="reroute/").exists()
+    delivery = {
+        "specversion": "1.0",
+        "id": "gh-delivery-777",
+        "source": "github.com/acme/web",
+        "type": "github.push",
+        "scope": "e",
+    }
+    assert event_accept(payload=delivery, clock=clock).created
+
+
+# --- issue 36 item 7: an emitted Event is held to acceptance's limits -----------------------------
+
+
+@pytest.mark.django_db
+def test_i36_7_an_emit_past_a_field_limit_is_refused_naming_the_field_never_cut(clock, settings):
+    work = WorkFactory(scope="t")
+    limit = settings.CONDUIT_MAX_EVENT_BYTES
+    refusals = {
+        "data": ({"type": "t.x", "data": "d" * 5_000_000}, "data: the Event is 50001"),
+        "subject": ({"type": "t.x", "subject": "s" * 100_000}, "subject: subject is 100000 characters long"),
+        "event_id": ({"type": "t.x", "event_id": "i" * 100_000}, "event_id: event_id is 100000 characters"),
+        "source": ({"type": "t.x", "source": "s" * 1000}, "source: source is 1000 characters long"),
+        "type": ({"type": "t" * 256}, "type: type is 256 characters long; the limit is 255"),
+        "nul": ({"type": "t.x", "data": {"a": ["\x00"]}}, r"data.a[0]: NUL characters"),
+        "no-type": ({"data": 1}, "type: type must be a string, not null"),
+    }
+    for name, (message, expected) in refusals.items():
+        with pytest.raises(WorkError) as refused:
+            emit_envelope(work=work, attempt_id=1, message=message, ordinal=1)
+        assert str(refused.value).startswith(expected), (name, str(refused.value))
+    assert f"the limit is {limit} bytes (CONDUIT_MAX_EVENT_BYTES)" in _refusal(work, refusals["data"][0])
+    # Up to the limits, nothing is cut.
+    fits = emit_envelope(
+        work=work,
+        attempt_id=1,
+        message={"type": "t" * 255, "subject": "s" * 512, "event_id": "i" * 400, "data": "d" * 200_000},
+        ordinal=1,
+    )
+    assert (len(fits.type), len(fits.subject), len(fits.data)) == (255, 512, 200_000)
+    assert fits.id == f"emit/{work.pk}/id/" + "i" * 400
+
+
+def _refusal(work, message) -> str:
+    with pytest.raises(WorkError) as refused:
+        emit_envelope(work=work, attempt_id=1, message=message, ordinal=1)
+    return str(refused.value)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i36_7_the_attempt_is_told_which_field_of_its_emit_is_past_the_limits(clock, test_handlers):
+    calls = {
+        "data": {"type": "t.big", "data_chars": 1_000_000},
+        "subject": {"type": "t.x", "subject_chars": 100_000},
+        "event_id": {"type": "t.x", "event_id_chars": 100_000},
+        "source": {"type": "t.x", "source_chars": 1000},
+        "fits": {"type": "t.x", "data_chars": 200_000, "subject_chars": 512},
+    }
+    _work_id, result = run_emits(clock, calls, emit_sources=[])
+    for field in ("data", "subject", "event_id", "source"):
+        assert result[field]["refused"].startswith(f"emit refused: {field}: "), result[field]
+    fitted = Event.objects.get(seq=result["fits"]["seq"])
+    assert (len(fitted.data), len(fitted.subject)) == (200_000, 512)
+    assert Event.objects.filter(type__startswith="t.").count() == 1
+    assert not CausalDiagnostic.objects.exists()  # refused before the causal limits
+
+
+# --- issue 36 item 8: a Work refused in a loop ------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i36_8_a_work_refused_in_a_loop_writes_a_record_not_a_row_a_refusal(clock, test_handlers):
+    import json
+
+    from tests.routing.routerkit import accept, apply, router
+    from tests.worklife.enginekit import runner, step_until
+    from worklife.models import Attempt
+
+    settings = {"target": "tests.worklife.i36_targets:emits_many", "params": {"count": 100}}
+    route = {
+        "slot": "loop",
+        "handler": "match",
+        "params": {"type": "e.loop"},
+        "binding": "loop",
+        "policy": "queue",
+    }
+    bindings = {"loop": {"executor": "python", "settings": settings}}
+    apply(
+        clock, json.dumps({"version": 1, "scopes": [{"path": "e", "bindings": bindings, "routes": [route]}]})
+    )
+    trigger = accept(clock, "e.loop", {}, scope="e")
+    router(clock).route_pending()
+    loop = runner(clock, causal=Causal(clock, Limits(max_depth=32, rate_per_minute=5)))
+    try:
+        step_until(
+            loop, lambda: Attempt.objects.filter(state__in=["succeeded", "failed"]).exists(), timeout=60
+        )
+    finally:
+        loop.shutdown(grace=0)
+    attempt = Attempt.objects.get()
+    assert attempt.result == {"accepted": 5, "refused": 95}, attempt.error
+    (record,) = CausalDiagnostic.objects.all()
+    assert (record.kind, record.root_seq, record.occurrences) == ("rate_exceeded", trigger.seq, 95)
+    assert (record.work_id, record.attempt_id) == (attempt.work_id, attempt.pk)

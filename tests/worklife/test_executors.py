@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -263,3 +264,127 @@ def test_r2_an_executor_without_start_cannot_be_built():
 
     with pytest.raises(TypeError, match="start"):
         Incomplete()
+
+
+@pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
+def test_i36_2_emit_sources_are_sources_none_reserved(executor):
+    base = {"argv": ["true"]} if executor is CommandExecutor else {"target": "a.b:c"}
+    assert (
+        list(executor.validate_settings({**base, "emit_sources": ["acme.bot", "github.com/acme/web"]})) == []
+    )
+    assert list(executor.validate_settings({**base, "emit_sources": "acme.bot"})) == [
+        ("emit_sources", "expected a list of sources the binding's Work may emit as, got a string")
+    ]
+    problems = list(
+        executor.validate_settings(
+            {**base, "emit_sources": ["conduit.work/1", "Core.Manual", "", "s" * 513, 7]}
+        )
+    )
+    assert [place for place, _ in problems] == [f"emit_sources[{i}]" for i in range(5)]
+    assert "sources starting with 'conduit.work/' are reserved" in problems[0][1]
+    assert "reserved for core Events" in problems[1][1]
+    assert problems[2][1] == "source must be a non-empty string"
+    assert problems[3][1] == "source is 513 characters long; the limit is 512"
+    assert problems[4][1] == "source must be a string, not a number"
+
+
+# --- issue 36 item 3: one attempt cannot reach the next through a reused worker ------------------
+
+
+def run_target(executor, attempt_id: int, settings: dict, inputs=()):
+    execution = executor.start(
+        work_id=attempt_id, attempt_id=attempt_id, binding_settings=settings, inputs=list(inputs)
+    )
+    outcome = execution.wait(timeout=30)
+    assert outcome is not None, f"attempt {attempt_id} did not end"
+    execution.release()  # as the loop gives the worker back once the outcome is in
+    return execution, outcome
+
+
+def test_i36_3_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_another_binding():
+    executor = PythonExecutor()
+    patching = {"target": "tests.worklife.i36_targets:patches_json"}
+    try:
+        patched, outcome = run_target(executor, 801, patching)
+        assert outcome.ok and outcome.result == "patched"
+        other, outcome = run_target(executor, 802, {"target": "tests.worklife.i36_targets:reports_patches"})
+        assert outcome.result == {"json.dumps": "json.dumps", "spy": False}
+        assert other.pid != patched.pid
+        # The same binding's next Work does run in the worker (that is the reuse it pays for).
+        again, outcome = run_target(executor, 803, patching)
+        assert outcome.ok and again.pid == patched.pid
+    finally:
+        executor.close()
+
+
+# What the loop's log says of the lines each forger wrote: (attempt claimed, attempt running).
+FORGERIES = {
+    "unsigned": [(901, 901, "bad token")] * 3,
+    # The line for the next attempt died with the forger's worker (not reused: its target left
+    # a thread running) before it was read.
+    "next_only": [],
+    # Signed with its own secret, the forger completed its own attempt (its own to complete)
+    # and the loop reused its worker; the next attempt's secret it never had.
+    "own_then_next": [(902, 902, "bad token"), (901, 902, "another attempt")],
+}
+
+
+@pytest.mark.parametrize("mode", list(FORGERIES))
+def test_i36_3_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog, mode):
+    executor = PythonExecutor()
+    settings = {"target": "tests.worklife.i36_targets:forger_or_victim"}
+    try:
+        with caplog.at_level(logging.WARNING, logger="conduit.worklife.executors"):
+            forger = executor.start(
+                work_id=1,
+                attempt_id=901,
+                binding_settings=settings,
+                inputs=[{"role": "forger", "mode": mode}],
+            )
+            outcome = forger.wait(timeout=30)
+            assert outcome is not None and (outcome.ok, outcome.result) == (True, "own")
+            assert forger.take_calls() == []  # the forged emit was never a call
+            forger.release()
+            victim = executor.start(
+                work_id=2, attempt_id=902, binding_settings=settings, inputs=[{"role": "victim"}]
+            )
+            outcome = victim.wait(timeout=30)
+            assert outcome is not None and (outcome.ok, outcome.result) == (True, "victim's own")
+            assert (victim.pid == forger.pid) is (mode == "own_then_next")
+            victim.release()
+        refused = [r for r in caplog.records if r.msg == "python.line_refused"]
+        assert [(r.claimed_attempt, r.current_attempt, r.reason) for r in refused] == FORGERIES[mode]
+        after = executor.start(
+            work_id=3, attempt_id=903, binding_settings=settings, inputs=[{"role": "victim"}]
+        )
+        assert after.pid != forger.pid  # a worker that wrote a forged line is never reused
+        after.wait(timeout=30)
+    finally:
+        executor.close()
+
+
+def test_i36_3_a_worker_is_replaced_after_a_failed_attempt_and_when_its_target_leaves_a_thread():
+    executor = PythonExecutor()
+    try:
+        failed, outcome = run_target(executor, 811, {"target": "tests.worklife.ext_executors:boom"})
+        assert not outcome.ok
+        after, _ = run_target(executor, 812, {"target": "tests.worklife.ext_executors:boom"})
+        assert after.pid != failed.pid
+        threads = {"target": "tests.worklife.i36_targets:leaves_a_thread"}
+        left, outcome = run_target(executor, 813, threads)
+        assert outcome.ok
+        next_one, _ = run_target(executor, 814, threads)
+        assert next_one.pid != left.pid
+        plain = {"target": "tests.worklife.targets:noop"}
+        first, _ = run_target(executor, 815, plain)
+        second, _ = run_target(executor, 816, plain)
+        assert second.pid == first.pid  # succeeded, nothing left: reused
+        never = {**plain, "reuse": False}
+        third, _ = run_target(executor, 817, never)
+        fourth, _ = run_target(executor, 818, never)
+        assert len({first.pid, third.pid, fourth.pid}) == 3
+        assert list(PythonExecutor.validate_settings({**plain, "reuse": "no"})) == [
+            ("reuse", "expected true or false, got 'no'")
+        ]
+    finally:
+        executor.close()

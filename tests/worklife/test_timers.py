@@ -138,3 +138,26 @@ def test_r56_state_and_event_commit_together_on_both_outcomes(clock, parent):
     assert fired.fired_event.envelope_id == f"timer/{fired.pk}"
     assert refused.state == TimerState.REFUSED
     assert CausalDiagnostic.objects.get().kind == "rate_exceeded"
+
+
+@pytest.mark.django_db
+def test_i36_7_a_timer_is_held_to_acceptances_limits_when_scheduled(clock, settings):
+    from tests.worklife.factories import AttemptFactory
+    from worklife.errors import WorkError
+    from worklife.models import Timer
+    from worklife.timers import timer_schedule
+
+    attempt = AttemptFactory(trigger=EventFactory())
+    schedule = {"attempt_id": attempt.pk, "lease_epoch": attempt.lease_epoch, "after": 5, "clock": clock}
+    refusals = {
+        "CORE.wait.timeout": (None, "is empty or reserved"),  # reserved in any case (item 2)
+        "t" * 300: (None, "type: type is 300 characters long; the limit is 255"),  # was cut to 255
+        "t.big": ("x" * settings.CONDUIT_MAX_EVENT_BYTES, "data: the Event is "),
+        "t.nul": ({"a": "\x00"}, "data.a: NUL characters"),
+    }
+    for event_type, (data, message) in refusals.items():
+        with pytest.raises(WorkError, match=message.replace(".", r"\.")):
+            timer_schedule(type=event_type, data=data, **schedule)
+    assert not Timer.objects.exists()
+    timer = timer_schedule(type="t" * 255, data="x" * 1000, **schedule)
+    assert len(timer.type) == 255

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from causal.checks import MAX_SOURCE, EnvelopeInvalid, check_string, kind_of, reserved_problem
 from worklife.child import Run
 
 PythonRun = Run  # the name targets of the first version import
@@ -201,8 +202,11 @@ def unknown_settings(settings: Mapping[str, Any], allowed: Iterable[str]) -> Ite
             yield str(key), f"unknown setting {key!r} (expected one of: {', '.join(allowed)})"
 
 
-# Settings every process executor takes: the run-time bound and the interrupt's grace.
-COMMON_SETTINGS = ("timeout", "interrupt_grace")
+# Settings every process executor takes: the run-time bound, the interrupt's grace, and the
+# sources its attempts may emit as beside their Work's own (conduit.work/<id>).
+TIMING_SETTINGS = ("timeout", "interrupt_grace")
+EMIT_SOURCES = "emit_sources"
+COMMON_SETTINGS = (*TIMING_SETTINGS, EMIT_SOURCES)
 
 
 # --- binding validation (R2) -------------------------------------------------------------
@@ -355,9 +359,41 @@ def executor_catalog() -> list[ExecutorInfo]:
 
 
 def common_settings_problems(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    for key in COMMON_SETTINGS:
+    for key in TIMING_SETTINGS:
         value = settings.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             yield key, f"expected a positive number of seconds, got {value!r}"
+    yield from emit_sources_problems(settings)
+
+
+def emit_sources_of(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The sources a binding's attempts may emit as beside their Work's own: its
+    ``emit_sources`` setting (validated with the configuration; refused again at each emit
+    when reserved)."""
+    value = settings.get(EMIT_SOURCES)
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(source for source in value if isinstance(source, str) and source)
+
+
+def emit_sources_problems(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Problems of the ``emit_sources`` setting: a list of sources, each within acceptance's
+    limits and none reserved (``core.*``, ``conduit.work/…``)."""
+    value = settings.get(EMIT_SOURCES)
+    if value is None:
+        return
+    if not isinstance(value, list | tuple):
+        yield EMIT_SOURCES, f"expected a list of sources the binding's Work may emit as, got {kind_of(value)}"
+        return
+    for index, source in enumerate(value):
+        place = f"{EMIT_SOURCES}[{index}]"
+        try:
+            check_string(source, "source", MAX_SOURCE)
+        except EnvelopeInvalid as invalid:
+            yield place, invalid.message
+            continue
+        reserved = reserved_problem(source=source)
+        if reserved is not None:
+            yield place, f"{reserved.message} (a Work emits as conduit.work/<its id> without saying so)"

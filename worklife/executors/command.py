@@ -107,7 +107,7 @@ class CommandExecution(ProcessExecution):
 
 class CommandExecutor(Executor):
     """Runs a command: settings ``{"argv": [...], "cwd": "...", "env": {...}}`` (``cwd``,
-    ``env``, ``timeout`` and ``interrupt_grace`` optional).
+    ``env``, ``timeout``, ``interrupt_grace`` and ``emit_sources`` optional).
 
     The process runs in its own process group. Its environment is built, never inherited:
     the allow-list of the loop's own (:data:`ENV_ALLOWED`), the binding's ``env``,

@@ -318,3 +318,38 @@ class Containment:
             _cgroup_remove(self.cgroup)
         else:
             _end_marked(self.needle, None)
+
+
+# --- a lost attempt's process (a loop of this host died) ---------------------------------------
+
+
+def pid_alive(pid: str) -> bool:
+    """Whether the process ``pid`` (text, from a loop's name) may still run (not a number: assumed so)."""
+    try:
+        os.kill(int(pid), 0)
+    except ValueError:
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lost_attempt_process_kill(pid: int, attempt_id: int) -> None:
+    """End the process group of a lost attempt of this host, if the process is still the
+    attempt's (its environment names the attempt, or it is a Python worker)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read()
+    except OSError:
+        return
+    if (
+        f"CONDUIT_ATTEMPT_ID={attempt_id}".encode() not in environ.split(b"\0")
+        and b"worklife.child" not in cmdline
+    ):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

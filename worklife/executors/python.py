@@ -1,10 +1,15 @@
 """The ``python`` executor: a target function called with ``run`` in a worker process, reused
-only for the same binding environment after an attempt that ended normally."""
+only for the same binding after an attempt that succeeded and left nothing running; every line
+a worker writes for an attempt carries that attempt's id and secret."""
 
 from __future__ import annotations
 
+import hmac
+import json
+import logging
 import os
 import re
+import secrets
 import signal
 import sys
 import threading
@@ -27,12 +32,24 @@ from worklife.executors.process import ChildProcess, ProcessExecution, overlong_
 
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 
+logger = logging.getLogger("conduit.worklife.executors")
+
+
+def binding_key(binding_settings: Mapping[str, Any]) -> str:
+    """What names a binding to the worker pool: its settings (target, params, env, …) as
+    canonical JSON. A worker runs attempts of one binding only."""
+    return json.dumps(binding_settings, sort_keys=True, separators=(",", ":"), default=str)
+
 
 class _Worker:
-    """A ``python -m worklife.child`` process that runs Python targets one attempt at a time."""
+    """A ``python -m worklife.child`` process that runs Python targets one attempt at a time,
+    all of one binding (``key``)."""
 
-    def __init__(self, binding_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, binding_env: Mapping[str, str] | None = None, *, key: str = "") -> None:
         self.current: PythonExecution | None = None
+        self.key = key
+        # Set when the worker wrote a line for no attempt it runs: never reused again.
+        self.tainted = False
         self.binding_env = dict(binding_env or {})
         env = {**inherited_environment(), **self.binding_env}
         # The worker imports ``worklife.child`` and the targets from where this loop imports
@@ -54,17 +71,40 @@ class _Worker:
 
     def _on_call(self, line: bytes) -> None:
         message = parse_call(line)
+        if message is None:
+            return
         execution = self.current
-        if message is None or execution is None:
+        if execution is None or not execution.owns(message):
+            self._refuse(message, execution)
             return
         if message["op"] == "result":
             error = message.get("error", "")
             if message.get("traceback"):
                 execution.stderr.add(message["traceback"].encode("utf-8", errors="replace"))
             self.current = None
+            execution._worker_fit = message.get("reusable") is True
             execution._finish(Outcome(ok=bool(message.get("ok")), result=message.get("value"), error=error))
             return
         execution._call(message)
+
+    def _refuse(self, message: dict, execution: PythonExecution | None) -> None:
+        """A line for an attempt this worker does not run now, or without that attempt's secret
+        (a target forging another attempt's result or calls, or code an earlier attempt left
+        running): refused, logged, and the worker is not reused."""
+        self.tainted = True
+        claimed = message.get("attempt")
+        logger.warning(
+            "python.line_refused",
+            extra={
+                "pid": self.pid,
+                "op": str(message.get("op"))[:32],
+                "claimed_attempt": claimed if isinstance(claimed, int) else None,
+                "current_attempt": execution.attempt_id if execution is not None else None,
+                "reason": "another attempt"
+                if execution is None or claimed != execution.attempt_id
+                else "bad token",
+            },
+        )
 
     def _on_stdout(self, line: bytes) -> None:
         execution = self.current
@@ -111,12 +151,25 @@ class _Worker:
 class PythonExecution(ProcessExecution):
     """An attempt of a Python target, run by a worker process of its own."""
 
-    def __init__(self, attempt_id: int, worker: _Worker, pool: PythonExecutor) -> None:
+    def __init__(self, attempt_id: int, worker: _Worker, pool: PythonExecutor, *, reuse: bool = True) -> None:
         super().__init__(attempt_id)
         self.worker = worker
         self.pid = worker.pid
         self._pool = pool
-        self._tainted = False
+        self._tainted = not reuse
+        # The attempt's secret, given to its worker in the run line only.
+        self.token = secrets.token_hex(16)
+        # The worker said, with the result, that the target left no thread behind.
+        self._worker_fit = False
+
+    def owns(self, message: dict) -> bool:
+        """Whether a line the worker wrote is this attempt's: its id and its secret."""
+        token = message.get("token")
+        return (
+            message.get("attempt") == self.attempt_id
+            and isinstance(token, str)
+            and hmac.compare_digest(token.encode(), self.token.encode())
+        )
 
     def reply(self, call_id: Any, *, ok: bool, value: Any = None, error: str = "") -> None:
         self.worker.process.send({"kind": "reply", "id": call_id, "ok": ok, "value": value, "error": error})
@@ -137,27 +190,32 @@ class PythonExecution(ProcessExecution):
         self.worker.process.kill()
 
     def release(self) -> None:
-        self._pool._give_back(self.worker, reusable=not self._tainted and self.poll() is not None)
+        outcome = self.poll()
+        # Reused only after an attempt that succeeded, was never interrupted or ended, and
+        # whose target left no thread (nor process: _give_back) behind.
+        fit = outcome is not None and outcome.ok and self._worker_fit and not self._tainted
+        self._pool._give_back(self.worker, reusable=fit)
 
 
 class PythonExecutor(Executor):
     """Runs a Python function in a worker process: settings ``{"target": "module:function"}``
     (plus ``params``, a mapping the function reads as ``run.params``, ``env``, variables added
-    to the worker's environment, ``timeout`` and ``interrupt_grace``).
+    to the worker's environment, ``timeout``, ``interrupt_grace`` and ``emit_sources``).
 
     The worker's environment is built, never inherited: the allow-list of the loop's own
     (:data:`ENV_ALLOWED`), the binding's ``env``, ``PYTHONPATH`` (the binding's, then the
     loop's import path, so the worker imports what the loop imports) and, while an attempt
     runs, ``CONDUIT_WORK_ID``, ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_IDEMPOTENCY_KEY`` and
     ``TRACEPARENT`` (the triggering Event's, also ``run.traceparent``, when its sender gave
-    one). A worker is reused only for a
-    binding with the same ``env``, and only when its attempt left no process running (else it
-    is ended with them: :class:`Containment`).
+    one).
 
-    The function is called with a :class:`worklife.child.Run`. A worker whose attempt ended
-    normally runs the next attempt (no start-up cost); one that was interrupted, timed out,
-    cancelled or crashed is ended. Implements ``inject`` (input the function reads with
-    ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
+    The function is called with a :class:`worklife.child.Run`. A worker runs the next attempt
+    (no start-up cost) only of the same binding (the same settings: :func:`binding_key`), and
+    only after an attempt that succeeded and left no thread or process running; one whose
+    attempt failed, was interrupted, timed out or was cancelled, or that wrote a line for
+    another attempt or without its attempt's secret, is ended. ``reuse: false`` gives every
+    attempt of the binding a worker of its own. Implements ``inject`` (input the function reads
+    with ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
     """
 
     IDLE_WORKERS = 16
@@ -171,8 +229,10 @@ class PythonExecutor(Executor):
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         """``target`` is required and must look like ``"package.module:function"``; ``env``
         maps names to strings."""
-        problems = list(unknown_settings(settings, ("target", "params", "env", *COMMON_SETTINGS)))
+        problems = list(unknown_settings(settings, ("target", "params", "env", "reuse", *COMMON_SETTINGS)))
         problems.extend(env_setting_problems(settings))
+        if "reuse" in settings and not isinstance(settings["reuse"], bool):
+            problems.append(("reuse", f"expected true or false, got {settings['reuse']!r}"))
         params = settings.get("params")
         if params is not None and not isinstance(params, Mapping):
             problems.append(("params", "expected a mapping (the target reads it as run.params)"))
@@ -194,21 +254,26 @@ class PythonExecutor(Executor):
         traceparent: str = "",
         idempotency_key: str = "",
     ) -> PythonExecution:
-        """Run the target on an idle worker (or a new one) with the first inputs."""
-        message = {
-            "kind": "run",
-            "target": binding_settings["target"],
-            "work_id": work_id,
-            "attempt_id": attempt_id,
-            "settings": dict(binding_settings),
-            "inputs": list(inputs),
-            "traceparent": traceparent,
-            "idempotency_key": idempotency_key,
-        }
+        """Run the target on an idle worker of the same binding (or a new one) with the first
+        inputs and the attempt's secret."""
         binding_env = env_of_binding(binding_settings)
+        key = binding_key(binding_settings)
+        reuse = binding_settings.get("reuse", True) is not False
         for _ in range(3):
-            worker = self._take(binding_env)
-            execution = PythonExecution(attempt_id, worker, self)
+            worker = self._take(key) if reuse else None
+            worker = worker or _Worker(binding_env, key=key)
+            execution = PythonExecution(attempt_id, worker, self, reuse=reuse)
+            message = {
+                "kind": "run",
+                "target": binding_settings["target"],
+                "work_id": work_id,
+                "attempt_id": attempt_id,
+                "token": execution.token,
+                "settings": dict(binding_settings),
+                "inputs": list(inputs),
+                "traceparent": traceparent,
+                "idempotency_key": idempotency_key,
+            }
             if worker.run(execution, message):
                 with self._lock:
                     self._forget_finished()
@@ -233,26 +298,34 @@ class PythonExecutor(Executor):
             worker.process.close_stdin()
             worker.process.signal(signal.SIGTERM)
 
-    def _take(self, binding_env: Mapping[str, str]) -> _Worker:
-        """An idle worker started with the same binding ``env`` (its environment is the
-        attempt's), or a new one."""
+    def _take(self, key: str) -> _Worker | None:
+        """An idle worker that ran attempts of the binding ``key`` only (its environment is the
+        binding's), or ``None``."""
         with self._lock:
             for index in range(len(self._idle) - 1, -1, -1):
                 worker = self._idle[index]
-                if not worker.alive:
+                if not worker.alive or worker.tainted:
                     del self._idle[index]
-                elif worker.binding_env == binding_env:
+                elif worker.key == key:
                     del self._idle[index]
                     return worker
-        return _Worker(binding_env)
+        return None
 
     def _give_back(self, worker: _Worker, *, reusable: bool) -> None:
         # A worker whose attempt left a process running is not reused: it is ended with it.
-        if reusable and worker.alive and worker.current is None and not worker.process.containment.others():
+        if (
+            reusable
+            and not worker.tainted
+            and worker.alive
+            and worker.current is None
+            and not worker.process.containment.others()
+        ):
             with self._lock:
-                if len(self._idle) < self.IDLE_WORKERS:
-                    self._idle.append(worker)
-                    return
+                self._idle.append(worker)
+                # Past the bound, the worker idle longest goes (its binding ran least lately).
+                worker = self._idle.pop(0) if len(self._idle) > self.IDLE_WORKERS else None
+            if worker is None:
+                return
         worker.process.close_stdin()
         worker.process.kill()
 

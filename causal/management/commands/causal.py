@@ -104,6 +104,10 @@ class Command(BaseCommand):
             f"tokens used in {status.minute:%Y-%m-%dT%H:%M}Z: {status.used} of {status.limits.rate_per_minute}"
         )
         refusals = list(CausalDiagnostic.objects.filter(root_seq=seq)[:ROOT_RECENT_REFUSALS])
-        lines.append(f"recent refusals: {len(refusals) or 'none'}")
-        lines.extend(f"  {d.at:%Y-%m-%dT%H:%M:%S}Z {d.kind}: {d.detail}" for d in refusals)
+        # A record counts a root's refusals of one kind in one minute.
+        lines.append(f"recent refusals: {sum(d.occurrences for d in refusals) or 'none'}")
+        lines.extend(
+            f"  {d.at:%Y-%m-%dT%H:%M:%S}Z {d.kind}{f' ×{d.occurrences}' if d.occurrences != 1 else ''}: {d.detail}"
+            for d in refusals
+        )
         self.stdout.write("\n".join(lines))

@@ -249,6 +249,22 @@ def test_r51_trusted_core_code_may_use_core_families():
     assert envelope.type == "core.manual.skip_event"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("type", "CORE.manual.skip_event"),
+        ("type", "Core"),
+        ("source", "Core.Manual"),
+        ("id", "Reroute/gh-1"),
+        ("id", "TIMER/7"),
+        ("id", "Emit/1/2/3"),
+        ("source", "Conduit.Work/1"),
+    ],
+)
+def test_i36_2_reserved_identities_are_refused_in_any_case(field, value):
+    refused(cloud_event(**{field: value}), field)
+
+
 def test_r51_core_lookalikes_are_not_reserved():
     assert (
         parse_envelope(cloud_event(type="corebank.payment", source="core-banking")).type == "corebank.payment"

@@ -232,6 +232,9 @@ def test_r30_r49_send_to_terminal_work_or_with_a_core_type_is_refused_and_stores
     with pytest.raises(WorkControlInvalid, match="reserved for core Events") as invalid:
         controls.work_input_send(work_id=live_work.pk, event_type="core.wait.woken", user="a", clock=clock)
     assert invalid.value.field == "type"
+    with pytest.raises(WorkControlInvalid, match="reserved for core Events") as shouting:
+        controls.work_input_send(work_id=live_work.pk, event_type="CORE.Wait.Woken", user="a", clock=clock)
+    assert shouting.value.field == "type"
     with pytest.raises(WorkControlInvalid) as empty:
         controls.work_input_send(work_id=live_work.pk, event_type=" ", user="a", clock=clock)
     assert empty.value.field == "type"
