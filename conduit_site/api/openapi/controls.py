@@ -75,6 +75,7 @@ SCHEMAS: dict[str, Any] = {
                     "causal",
                     "work_loop",
                     "parked_work",
+                    "supervision",
                 ],
             },
             "ok": {"type": "boolean"},

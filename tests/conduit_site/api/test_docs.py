@@ -143,3 +143,12 @@ def test_i35_6_no_parameter_is_written_out_twice():
     ]
     repeated = sorted({parameter for parameter in parameters if parameters.count(parameter) > 1})
     assert not repeated, "name it under components/parameters:\n" + "\n".join(repeated)
+
+
+def test_i38_the_documented_doctor_check_names_are_the_checks_doctor_runs(clock):
+    """Each check doctor runs is a name the OpenAPI document lists (a new check once answered
+    outside its schema)."""
+    from conduit_site.doctor import doctor
+
+    documented = openapi_schema()["components"]["schemas"]["DoctorCheck"]["properties"]["name"]["enum"]
+    assert sorted(check.name for check in doctor(clock=clock).checks) == sorted(documented)
