@@ -286,7 +286,10 @@ def test_i9_9_serve_children_get_debug_off(tmp_path, monkeypatch):
     seen = tmp_path / "debug"
     code = (
         "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'conduit_site.settings');"
-        f"django.setup(); from django.conf import settings; open({str(seen)!r}, 'w').write(repr(settings.DEBUG))"
+        f"django.setup(); from django.conf import settings; open({str(seen)!r}, 'w').write(repr(settings.DEBUG));"
+        # A failing exit at once: serve restarts a child that stops, and gives up on one that
+        # cannot start (so the supervisor returns).
+        "raise SystemExit(3)"
     )
     child = Child(name="console", argv=[sys.executable, "-c", code])
     command = BaseCommand(stdout=io.StringIO(), stderr=io.StringIO())
