@@ -88,6 +88,7 @@ CONSOLE = {
     ("dead-letters", "GET"): "read",
     ("dead-letters-reroute", "POST"): "reroute",
     ("doctor", "GET"): "read",
+    ("console-health", "GET"): "read",
     ("work-list", "GET"): "read",
     ("work-detail", "GET"): "read",
     ("work-create", "GET"): "create",
@@ -313,7 +314,7 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 def test_i9p3_matrix_size():
     # 5 principals x (22 API + 37 console + 5 admin site + 2 websocket) routes and methods.
-    assert MATRIX_SIZE == 5 * 68 == 340
+    assert MATRIX_SIZE == 5 * 69 == 345
 
 
 # --- narrowing a token ---------------------------------------------------------------------------
