@@ -100,9 +100,9 @@ def empty_cache():
     it."""
     from django.core.cache import cache
 
-    from routing.config.selectors import configurations_forget
-    from routing.receivers.selectors import receivers_forget
+    from routing.config.selectors import CONFIGURATIONS_KEPT
+    from routing.receivers.selectors import RECEIVERS_KEPT
 
     cache.clear()
-    configurations_forget()
-    receivers_forget()
+    CONFIGURATIONS_KEPT.clear()
+    RECEIVERS_KEPT.clear()

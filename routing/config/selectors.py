@@ -3,10 +3,9 @@ a generation by reference."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from infra.kept import KeptPerProcess
 from infra.queries import CompiledOnce
 from routing.config.problems import GenerationNotFound
 from routing.models import Generation, GenerationKind, Scope
@@ -18,33 +17,14 @@ if TYPE_CHECKING:
 # ``routing.config.services``), so its effective configuration is kept per process, by its id and
 # digest, for the generations read last: a trace or an impact preview then does not read and
 # resolve the same routes again (issue 10's trace timings). Configurations are immutable.
-_LOADED: OrderedDict[tuple[int, str, str], Configuration] = OrderedDict()
-_LOADED_MAX = 32
-_LOADED_LOCK = threading.Lock()
+CONFIGURATIONS_KEPT: KeptPerProcess[tuple[int, str, str], Configuration] = KeptPerProcess(32)
 
 
 def load_configuration(generation: Generation) -> Configuration:
     """A stored generation's effective configuration: read (three queries) and resolved once per
     process, then kept while it is among the last 32 generations read."""
     key = (generation.pk, generation.digest, generation.label)
-    with _LOADED_LOCK:
-        configuration = _LOADED.get(key)
-        if configuration is not None:
-            _LOADED.move_to_end(key)
-            return configuration
-    configuration = _read_configuration(generation)
-    with _LOADED_LOCK:
-        _LOADED[key] = configuration
-        while len(_LOADED) > _LOADED_MAX:
-            _LOADED.popitem(last=False)
-    return configuration
-
-
-def configurations_forget() -> None:
-    """Forget the configurations kept by :func:`load_configuration` (a test's database is rolled
-    back after it, and ids may then be given again)."""
-    with _LOADED_LOCK:
-        _LOADED.clear()
+    return CONFIGURATIONS_KEPT.get(key, lambda: _read_configuration(generation))
 
 
 def _read_configuration(generation: Generation) -> Configuration:

@@ -4,8 +4,6 @@ by name, and what the Receivers page and ``manage.py receivers list`` show of ea
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +13,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from causal.models import RECEIVER_ACCEPTED, Event
+from infra.kept import KeptPerProcess
 from infra.queries import CompiledOnce
 from routing.models import Generation, GenerationKind, Receiver, ReceiverCount
 from routing.receivers.spec import ReceiverSpec, accepted_by
@@ -25,9 +24,7 @@ RECEIVER_INDEX = "event_receiver_seq_idx"
 
 # A generation's receivers never change (written once, with it): read once per process, kept for
 # the generations read last, by id and digest.
-_LOADED: OrderedDict[tuple[int, str], Mapping[str, ReceiverSpec]] = OrderedDict()
-_LOADED_MAX = 8
-_LOADED_LOCK = threading.Lock()
+RECEIVERS_KEPT: KeptPerProcess[tuple[int, str], Mapping[str, ReceiverSpec]] = KeptPerProcess(8)
 
 _LIVE = CompiledOnce(
     lambda: (
@@ -42,27 +39,14 @@ class ReceiverNotFound(LookupError):
     """No receiver of that name in the live configuration."""
 
 
-def receivers_forget() -> None:
-    """Forget the receivers kept per generation (a test's database is rolled back after it)."""
-    with _LOADED_LOCK:
-        _LOADED.clear()
-
-
 def receivers_of(generation_id: int, digest: str) -> Mapping[str, ReceiverSpec]:
     """The receivers of a stored generation by name, in name order (read once per process)."""
-    key = (generation_id, digest)
-    with _LOADED_LOCK:
-        found = _LOADED.get(key)
-        if found is not None:
-            _LOADED.move_to_end(key)
-            return found
-    rows = Receiver.objects.filter(generation_id=generation_id).order_by("name")
-    found = MappingProxyType({row.name: spec_of(row) for row in rows})
-    with _LOADED_LOCK:
-        _LOADED[key] = found
-        while len(_LOADED) > _LOADED_MAX:
-            _LOADED.popitem(last=False)
-    return found
+
+    def load() -> Mapping[str, ReceiverSpec]:
+        rows = Receiver.objects.filter(generation_id=generation_id).order_by("name")
+        return MappingProxyType({row.name: spec_of(row) for row in rows})
+
+    return RECEIVERS_KEPT.get((generation_id, digest), load)
 
 
 def spec_of(row: Receiver) -> ReceiverSpec:
