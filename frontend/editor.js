@@ -85,15 +85,23 @@ function enhance(textarea) {
   if (views.has(textarea)) {
     return;
   }
+  const host = textarea.closest("[data-code-editor-host]") ?? textarea.parentElement;
   const label = textarea.id ? document.querySelector(`label[for="${textarea.id}"]`) : null;
-  const contentAttributes = {};
+  // How to leave the editor by keyboard (Tab indents in it), shown only with the editor.
+  const hint = host.querySelector("[data-code-editor-hint]");
+  hint?.removeAttribute("hidden");
+  const described = [textarea.getAttribute("aria-describedby"), hint?.id].filter(Boolean).join(" ");
+  // tabindex: the scrolling box holds a focusable element in the tab order (axe does not count
+  // a bare contenteditable), and it is the same single tab stop.
+  const contentAttributes = { tabindex: "0" };
   if (label?.id) {
     contentAttributes["aria-labelledby"] = label.id;
   }
-  for (const name of ["aria-describedby", "aria-invalid"]) {
-    if (textarea.hasAttribute(name)) {
-      contentAttributes[name] = textarea.getAttribute(name);
-    }
+  if (described) {
+    contentAttributes["aria-describedby"] = described;
+  }
+  if (textarea.hasAttribute("aria-invalid")) {
+    contentAttributes["aria-invalid"] = textarea.getAttribute("aria-invalid");
   }
   const state = EditorState.create({
     doc: textarea.value,
@@ -137,8 +145,7 @@ function enhance(textarea) {
       goToLine(view, first.line, { focus: false });
     }
   }
-  const host = textarea.closest("[data-code-editor-host]");
-  host?.classList.add("code-editor-on");
+  host.classList.add("code-editor-on");
 }
 
 function enhanceWithin(root) {
