@@ -14,7 +14,7 @@
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { yaml } from "@codemirror/lang-yaml";
 import { bracketMatching, defaultHighlightStyle, indentOnInput, syntaxHighlighting } from "@codemirror/language";
-import { lintGutter, setDiagnostics } from "@codemirror/lint";
+import { lintGutter, lintKeymap, setDiagnostics } from "@codemirror/lint";
 import { EditorState } from "@codemirror/state";
 import {
   drawSelection,
@@ -118,7 +118,8 @@ function enhance(textarea) {
       syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
       yaml(),
       lintGutter(),
-      keymap.of([...defaultKeymap, ...historyKeymap, indentWithTab]),
+      // F8 moves to the next problem, Ctrl-Shift-m lists them.
+      keymap.of([...defaultKeymap, ...historyKeymap, ...lintKeymap, indentWithTab]),
       EditorView.contentAttributes.of(contentAttributes),
       EditorView.updateListener.of((update) => {
         if (update.docChanged) {
@@ -130,6 +131,9 @@ function enhance(textarea) {
   const view = new EditorView({ state });
   textarea.after(view.dom);
   textarea.hidden = true;
+  // A hidden required field that is empty would stop the submit with nowhere to show why: the
+  // server says it instead.
+  textarea.required = false;
   views.set(textarea, view);
   label?.addEventListener("click", (event) => {
     event.preventDefault();
