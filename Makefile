@@ -23,7 +23,7 @@ PYTEST_ARGS ?=
 # Parallel mutants of make mutate (default: one per CPU).
 MUTATE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: help run test test-postgres lint venv mutate
+.PHONY: help run test test-postgres lint venv mutate editor-bundle
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 24
@@ -88,3 +88,6 @@ lint: $(DEV_STAMP) | $(VAR) ## ruff format --check, ruff check, manage.py check,
 	$(PY) -m ruff check .
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
+
+editor-bundle: ## Rebuild the committed static/codemirror/editor.js from frontend/ (needs Node.js and npm; CI does not run it).
+	cd frontend && npm ci && npm run build

@@ -118,6 +118,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # csp_nonce: a page that needs one (the setup editor's injected style) asks.
+                "django.template.context_processors.csp",
             ],
             # Loaded in every template: {{ value|timetag }} (every console timestamp) and
             # wrap_at_dots (Event types).
@@ -250,11 +252,13 @@ if PRODUCTION:
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 # Every page, the admin's too: scripts, styles and connections (the websocket) from this origin
-# only, never inline (no 'unsafe-inline', no 'unsafe-eval'); the favicon is a data: URL.
+# only, never inline (no 'unsafe-inline', no 'unsafe-eval'); the favicon is a data: URL. A style
+# element is allowed only with the request's nonce, which is in the header only when the page
+# used it: the setup editor's, whose CodeMirror injects its style element with it.
 SECURE_CSP = {
     "default-src": [CSP.SELF],
     "script-src": [CSP.SELF],
-    "style-src": [CSP.SELF],
+    "style-src": [CSP.SELF, CSP.NONCE],
     "img-src": [CSP.SELF, "data:"],
     "font-src": [CSP.SELF],
     "connect-src": [CSP.SELF],

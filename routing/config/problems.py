@@ -9,11 +9,12 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ConfigProblem:
     """One thing wrong with a document: where (``scopes[1].routes[0].binding``), what, and
-    the line it starts on when known."""
+    the line it starts on when known (and its column, 1-based, when the YAML reader says)."""
 
     place: str
     message: str
     line: int | None = None
+    column: int | None = None
 
     def __str__(self) -> str:
         return f"{self.place}: {self.message}"

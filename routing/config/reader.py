@@ -84,7 +84,8 @@ class _Reader:
             line = mark.line + 1 if mark else None
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
             what = " ".join(str(exc.problem or exc.context or exc).split())
-            self.problems.append(ConfigProblem("document", f"not valid YAML: {what}{where}", line))
+            column = mark.column + 1 if mark else None
+            self.problems.append(ConfigProblem("document", f"not valid YAML: {what}{where}", line, column))
         except yaml.YAMLError as exc:
             self.problems.append(ConfigProblem("document", f"not valid YAML: {' '.join(str(exc).split())}"))
         except _TooLarge:

@@ -13,6 +13,7 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
+from tests.browser.test_editor_browser import set_document
 from tests.routing.factories import apply_config, user_with_role
 from tests.routing.setup.test_candidates import CHANGED
 
@@ -74,24 +75,27 @@ def page(live_server, browser, data):
 
 def test_i10_browser_edit_see_inline_error_fix_preview_impact_and_apply(page, live_server):
     page.goto(live_server.url + reverse("setup"))
-    editor = page.locator("#id_document")
-    assert "- slot: deploys" in editor.input_value()  # starts from the live document
+    page.locator("#setup-editor .cm-editor").wait_for()
+    assert "- slot: deploys" in page.locator("#id_document").input_value()  # starts from live
 
-    # A typo: the problem is shown at its line, the text kept for fixing, nothing stored.
+    # A typo: the problem is listed and marked at its line, the text kept for fixing, nothing
+    # stored.
     broken = CHANGED.replace("binding: inbox", "binding: inbx")
     line = broken.splitlines().index("        binding: inbx") + 1
-    editor.fill(broken)
+    set_document(page, broken)
     page.click("#setup-form button[type=submit]")
-    problem = page.locator(f"#line-{line} .doc-problem")
+    problem = page.locator("#setup-problem-list li")
     problem.wait_for()
     assert problem.inner_text().startswith(
         f"line {line}: scopes[0].routes[3].binding: unknown binding 'inbx'"
     )
-    assert page.locator(f"#line-{line} .doc-text").inner_text() == "        binding: inbx"
+    page.locator("#setup-editor .cm-lint-marker-error").wait_for()
+    assert page.locator("#setup-editor .cm-activeLine").inner_text() == "        binding: inbx"
+    assert page.locator("#id_document").input_value() == broken
     assert not Generation.objects.filter(kind=GenerationKind.CANDIDATE).exists()
 
     # Fixed: saved as a candidate, and the candidate's page opens.
-    page.locator("#id_document").fill(CHANGED)
+    set_document(page, CHANGED)
     page.click("#setup-form button[type=submit]")
     page.wait_for_url("**/config/candidates/*/")
     candidate = Generation.objects.get(kind=GenerationKind.CANDIDATE)

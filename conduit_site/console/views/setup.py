@@ -93,12 +93,19 @@ def annotated_lines(text: str, problems: list[ConfigProblem]) -> list[dict[str, 
     return lines
 
 
+def problem_markers(problems: list[ConfigProblem]) -> list[dict[str, Any]]:
+    """The problems as the editor marks them (line and column when known, the message with
+    its place), for the page's JSON script element."""
+    return [{"line": problem.line, "column": problem.column, "message": str(problem)} for problem in problems]
+
+
 def _setup_context(form: DocumentForm, problems: list[ConfigProblem] | None = None) -> dict[str, Any]:
     text = form.data.get("document", "") if form.is_bound else form.initial.get("document", "")
     return {
         "section": "config",
         "form": form,
         "problems": problems or [],
+        "markers": problem_markers(problems or []),
         "lines": annotated_lines(text, problems) if problems else [],
         "live": live_generation(),
         "candidates": candidates_recent(),

@@ -4,6 +4,9 @@ it, the impact preview, apply and discard) (D5, D8)."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -58,11 +61,61 @@ def test_i10p4_an_invalid_document_is_shown_with_each_problem_at_its_line_and_no
 
     assert response.status_code == 400
     page = response.content.decode()
-    assert page.lstrip().startswith('<section id="setup-editor" data-swap-statuses="400">')
+    assert page.lstrip().startswith(
+        '<section id="setup-editor" data-swap-statuses="400" data-code-editor-host>'
+    )
     assert f'<li class="doc-line doc-line-bad" id="line-{line}">' in page
     assert f"line {line}: scopes[0].routes[4].policy: unknown policy &#x27;dropp&#x27;" in page
     assert 'aria-invalid="true"' in page and "policy: dropp" in page  # the text is kept for fixing
     assert not candidates().exists()
+
+
+def problems_json(page: str) -> list[dict]:
+    found = re.search(r'<script id="setup-problems" type="application/json">(.*?)</script>', page, re.S)
+    assert found, "no problems for the editor"
+    return json.loads(found.group(1))
+
+
+def test_i39_7_each_problem_links_to_its_line_and_is_given_to_the_editor_as_data(admin):
+    apply_config()
+    broken = "".join(f"# note {n}\n" for n in range(95)) + DEFAULT_TEST_CONFIG.replace(
+        "policy: drop", "policy: strat"
+    )
+    line = broken.splitlines().index("        policy: strat") + 1
+    assert line > 100
+
+    response = admin.post(reverse("candidate-create"), {"document": broken}, **htmx("setup-editor"))
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    # A link that works without JavaScript (the numbered copy's line), and the editor's line.
+    link = f'<a href="#line-{line}" data-problem-line="{line}" data-editor="id_document">line {line}</a>'
+    assert link in page and f'id="line-{line}"' in page
+    assert 'data-code-editor data-problems="setup-problems"' in page
+    assert problems_json(page) == [
+        {
+            "line": line,
+            "column": None,
+            "message": "scopes[0].routes[4].policy: unknown policy 'strat' "
+            "(expected one of: queue, inject, interrupt, drop)",
+        }
+    ]
+
+
+def test_i39_7_a_yaml_syntax_error_gives_the_editor_its_column(admin):
+    response = admin.post(reverse("candidate-create"), {"document": "version: 1\nscopes: [1\nb: 2\n"})
+    assert response.status_code == 400
+    [problem] = problems_json(response.content.decode())
+    assert (problem["line"], problem["column"]) == (3, 2)
+    assert problem["message"].startswith("document: not valid YAML")
+
+
+def test_i39_7_only_the_editor_page_uses_a_style_nonce(admin):
+    policy = admin.get(reverse("setup"))["Content-Security-Policy"]
+    style_src = re.search(r"style-src ([^;]*)", policy).group(1).split()
+    assert style_src[0] == "'self'" and style_src[1].startswith("'nonce-") and len(style_src) == 2
+    assert "'unsafe-inline'" not in policy
+    assert "nonce-" not in admin.get(reverse("event-list"))["Content-Security-Policy"]
 
 
 def test_i10p4_a_valid_document_is_stored_as_a_candidate_by_its_author(admin):
