@@ -61,6 +61,11 @@ class DocumentForm(forms.Form):
         help_text="The whole configuration document (YAML), as `manage.py config apply` takes it.",
     )
 
+    def clean_document(self) -> str:
+        # A browser posts a textarea's line breaks as CRLF (the HTML standard's form submission);
+        # the document is stored as it was written.
+        return self.cleaned_data["document"].replace("\r\n", "\n")
+
 
 class ImpactForm(forms.Form):
     events = forms.IntegerField(
