@@ -273,7 +273,9 @@ def test_i10_1_an_event_already_accepted_is_traced_as_a_duplicate(clock, live):
         first.seq,
         None,
     )
-    assert predicted.verdicts == () and len(sample_handlers.CALLS) == calls
+    # No route is asked: each is bypassed, saying why (R40).
+    assert {v.verdict for v in predicted.verdicts} == {"bypassed"} and len(sample_handlers.CALLS) == calls
+    assert "already accepted as Event" in predicted.verdicts[0].reason
     count = Event.objects.count()
     again = accept_payload(clock, payload)
     assert again.seq == first.seq and Event.objects.count() == count

@@ -126,6 +126,51 @@ def test_r40_each_route_gets_a_verdict_with_its_reason(clock, live):
     assert result.verdicts[1].reason
 
 
+def test_r37_trace_filter_limits_the_routes_evaluated(clock, live):
+    """A filter names routes by slot: only those are asked, in route order, by the code that
+    routes; the others get no verdict and their handlers are not called."""
+    from tests.routing import sample_handlers
+
+    chat = {"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}}
+    calls = len(sample_handlers.CALLS)
+    limited = trace(payload={**chat, "id": "f1"}, clock=clock, filter=["scripted", "chat"])
+    assert [(v.route, v.verdict) for v in limited.verdicts] == [
+        ("chat", "match"),
+        ("scripted", "not_reached"),
+    ]
+    assert (limited.effect, limited.route, limited.filter) == ("start", "chat", ("chat", "scripted"))
+    assert limited.as_dict()["filter"] == ["chat", "scripted"]
+    assert len(sample_handlers.CALLS) == calls  # not reached after the match: never asked
+
+    without_match = trace(payload={**chat, "id": "f2"}, clock=clock, filter=["pr", "scripted"])
+    assert [(v.route, v.verdict) for v in without_match.verdicts] == [("pr", "skip"), ("scripted", "skip")]
+    assert without_match.effect == "unmatched" and sample_handlers.CALLS[-1] == "f2"
+
+    everything = trace(payload=chat, clock=clock)
+    assert everything.filter is None and len(everything.verdicts) == 6
+    assert trace(payload=chat, clock=clock, filter=[v.route for v in everything.verdicts]).verdicts == (
+        everything.verdicts
+    )
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (
+            ["chat", "nope"],
+            "unknown route 'nope' in scope acme; its routes are: pr, chat, ops, follow-up, noise, scripted",
+        ),
+        (["x", "y"], "unknown routes 'x', 'y' in scope acme"),
+        ([], "filter names no route"),
+        ("chat", "filter must be a list of route names"),
+    ],
+)
+def test_r37_trace_filter_refuses_unknown_routes_naming_the_known_ones(clock, live, names, message):
+    with pytest.raises(TraceRefused) as refused:
+        trace(payload=pr(), clock=clock, filter=names)
+    assert refused.value.field == "filter" and message in refused.value.message
+
+
 def test_r43_terminal_work_bypasses_every_route(clock, live):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
     router(clock).route(first.seq)
