@@ -320,6 +320,61 @@ def test_r37_trace_command(clock, live, tmp_path):
         call_command("trace", str(path))
 
 
+def test_r37_trace_filter_limits_the_routes_evaluated_through_the_api(clock, live, client):
+    from conduit_site.api.openapi import openapi_schema
+    from tests.routing.factories import api_token_with_secret
+
+    _, secret = api_token_with_secret()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    chat = {"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}}
+    ok = client.post(
+        "/api/trace", {"event": chat, "filter": ["noise", "pr"]}, content_type="application/json", **auth
+    )
+    assert ok.status_code == 200
+    assert [(v["route"], v["verdict"]) for v in ok.json()["verdicts"]] == [("pr", "skip"), ("noise", "skip")]
+    assert (ok.json()["effect"], ok.json()["filter"]) == ("unmatched", ["pr", "noise"])
+    assert (
+        client.post("/api/trace", {"event": chat}, content_type="application/json", **auth).json()["filter"]
+        is None
+    )
+    unknown = client.post(
+        "/api/trace", {"event": chat, "filter": ["chats"]}, content_type="application/json", **auth
+    )
+    assert unknown.status_code == 400
+    assert (unknown.json()["error"], unknown.json()["field"]) == ("invalid_trace", "filter")
+    assert "'chats'" in unknown.json()["message"] and "pr, chat, ops" in unknown.json()["message"]
+    documented = openapi_schema(server_url="http://testserver/")["paths"]["/api/trace"]["post"]
+    body = documented["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert body["filter"]["items"] == {"type": "string"}
+
+
+def test_r37_trace_filter_limits_the_routes_evaluated_by_the_command(clock, live, tmp_path):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    path = tmp_path / "event.json"
+    path.write_text(
+        json.dumps({"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}})
+    )
+    out = StringIO()
+    call_command("trace", str(path), "--filter", "scripted,chat", stdout=out)
+    text = out.getvalue()
+    assert "routes (filtered): chat, scripted" in text and "match        chat [acme]" in text
+    assert "pr [acme]" not in text
+    out = StringIO()
+    call_command("trace", str(path), "--filter", "pr", "--filter", "noise", "--json", stdout=out)
+    assert [v["route"] for v in json.loads(out.getvalue())["verdicts"]] == ["pr", "noise"]
+    with pytest.raises(
+        CommandError, match="refused: filter: unknown route 'chatt' in scope acme; its routes are: pr, chat"
+    ):
+        call_command("trace", str(path), "--filter", "chatt")
+    with pytest.raises(CommandError, match="filter names no route"):
+        call_command("trace", str(path), "--filter", "")
+
+
 def test_d5_trace_form_against_a_candidate(clock, live, client):
     import json
 
