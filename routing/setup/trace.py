@@ -76,6 +76,16 @@ class Recorded:
     binding: str = ""
     generation: str = ""
 
+    @property
+    def outcome(self) -> str:
+        """What was recorded, as an operator reads it: ``start on Work 3 via pr/triage``."""
+        parts = [self.policy or self.state]
+        if self.work_id:
+            parts.append(f"on Work {self.work_id}")
+        if self.route:
+            parts.append(f"via {self.route}" + (f"/{self.binding}" if self.binding else ""))
+        return " ".join(parts)
+
 
 @dataclass(frozen=True, slots=True)
 class TraceResult:
