@@ -316,6 +316,24 @@ def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(cl
     assert_agrees(offered, event)
 
 
+def test_i39_5_trace_this_event_traces_a_routed_event_as_new_with_what_routing_recorded(clock, live):
+    """It said ``unmatched`` with no verdicts ("already routed" in a note): a routed Event is
+    traced as if accepted now, every route's verdict shown, its record said first."""
+    payload = pr(5, id="own-5")
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    record = RouteRecord.objects.get(event=event)
+
+    offered = trace_offered(payload=payload, clock=clock, filter=["pr", "chat"])
+
+    assert (offered.event, offered.effect, offered.work_id) == (event.seq, "queue", record.work_id)
+    assert [(v.route, v.verdict) for v in offered.verdicts] == [("pr", "match"), ("chat", "not_reached")]
+    recorded = offered.recorded
+    assert (recorded.seq, recorded.state, recorded.at) == (event.seq, "routed", record.decided_at)
+    assert recorded.outcome == f"start on Work {record.work_id} via pr/triage"
+    assert RouteRecord.objects.count() == 1 and Event.objects.count() == 1  # nothing written
+
+
 def test_i10_1_r5_a_repeat_with_another_body_is_refused_as_acceptance_refuses_it(clock, live):
     """Trace said ``duplicate`` where acceptance answers 409 (the second body is not stored)."""
     first = accept_payload(clock, {**pr(number=7), "id": "same"})
