@@ -293,7 +293,7 @@ def _limits(scope: EffectiveScope, filter: Sequence[str] | None) -> frozenset[st
     route, or a route the scope does not have, is refused naming the scope's routes."""
     if filter is None:
         return None
-    if isinstance(filter, str) or not all(isinstance(name, str) for name in filter):
+    if not isinstance(filter, list | tuple) or not all(isinstance(name, str) for name in filter):
         raise TraceRefused("filter", "filter must be a list of route names")
     known = [route.slot for route in scope.routes]
     listed = ", ".join(known) if known else "none"

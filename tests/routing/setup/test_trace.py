@@ -163,6 +163,8 @@ def test_r37_trace_filter_limits_the_routes_evaluated(clock, live):
         (["x", "y"], "unknown routes 'x', 'y' in scope acme"),
         ([], "filter names no route"),
         ("chat", "filter must be a list of route names"),
+        ({"chat": 1}, "filter must be a list of route names"),
+        ([1], "filter must be a list of route names"),
     ],
 )
 def test_r37_trace_filter_refuses_unknown_routes_naming_the_known_ones(clock, live, names, message):
