@@ -59,7 +59,7 @@ def signed_in(browser, live_server, width: int):
 def trace_from_the_event_page(page, live_server, seq: int) -> None:
     page.goto(live_server.url + reverse("event-detail", args=[seq]))
     page.click("#trace-this-event")
-    page.wait_for_selector("#trace-verdicts")
+    page.wait_for_selector(".trace-verdicts")
 
 
 def test_i39_5_trace_of_a_routed_event_shows_the_verdict_table(live_server, browser, routed, tmp_path):
@@ -67,11 +67,11 @@ def test_i39_5_trace_of_a_routed_event_shows_the_verdict_table(live_server, brow
     try:
         trace_from_the_event_page(page, live_server, routed)
         page.screenshot(path=tmp_path / "trace-of-a-routed-event.png", full_page=True)
-        rows = page.locator("#trace-verdicts tbody tr")
+        rows = page.locator(".trace-verdicts tbody tr")
         assert rows.count() == len(ROUTES)
         assert [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())] == ROUTES
         assert rows.first.locator(".badge-verdict").inner_text() == "match"
-        recorded = page.locator("#trace-recorded")
+        recorded = page.locator(".trace-recorded")
         assert recorded.is_visible()
         text = recorded.inner_text()
         assert f"Event #{routed} was already routed on " in text and " to start on Work " in text
@@ -89,8 +89,8 @@ def test_r37_trace_filter_limits_the_routes_evaluated_in_the_browser(live_server
         trace_from_the_event_page(page, live_server, routed)
         page.fill("#id_filter", "noise, chat")
         page.click(".trace-form button[type=submit]")
-        page.wait_for_selector("#trace-verdicts caption:has-text('only the routes asked')")
-        rows = page.locator("#trace-verdicts tbody tr td:first-child")
+        page.wait_for_selector(".trace-verdicts caption:has-text('only the routes asked')")
+        rows = page.locator(".trace-verdicts tbody tr td:first-child")
         assert rows.all_inner_texts() == ["chat", "noise"]
         assert page.locator(".trace-effect .badge-effect").inner_text() == "unmatched"
         page.fill("#id_filter", "chats")

@@ -52,7 +52,7 @@ def route(clock, event: Event) -> None:
 
 
 def verdict_rows(html: str) -> list[tuple[str, str]]:
-    table = re.search(r'<table class="list" id="trace-verdicts">(.*?)</table>', html, re.S).group(1)
+    table = re.search(r'<table class="list trace-verdicts">(.*?)</table>', html, re.S).group(1)
     return re.findall(r'<tr class="verdict-(\w+)"><td>([^<]*)</td>', table)
 
 
@@ -85,11 +85,11 @@ def test_i39_5_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was
 
     assert page.status_code == 200
     html = page.content.decode()
-    recorded = re.search(r'<p class="trace-recorded" id="trace-recorded">(.*?)</p>', html, re.S).group(1)
+    recorded = re.search(r'<p class="trace-recorded">(.*?)</p>', html, re.S).group(1)
     assert f"Event #{event.seq}</a> was already routed</strong> on <time" in recorded
     assert f"to start on Work {record.work_id} via prs/agent" in recorded
     assert "this is what the live configuration (generation 1) would do with it now" in recorded
-    assert html.index('id="trace-recorded"') < html.index('class="trace-effect"')  # up front
+    assert html.index('class="trace-recorded"') < html.index('class="trace-effect"')  # up front
     assert verdict_rows(html) == [("match", "prs")] + [("not_reached", r) for r in ROUTES[1:]]
     # As new: its key is owned by the Work routing started for it, which it now joins.
     assert '<span class="badge badge-effect badge-queue">queue</span>' in html
@@ -121,8 +121,31 @@ def test_i39_5_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(c
 
     html = console.get(reverse("trace"), {"event": event.seq, "filter": "noise,prs"}).content.decode()
 
-    assert 'id="trace-recorded"' not in html
+    assert 'class="trace-recorded"' not in html
     assert f"its source and id are accepted Event #{event.seq}" in html
     assert verdict_rows(html) == [("match", "prs"), ("not_reached", "noise")]
     assert '<span class="badge badge-effect badge-start">start</span>' in html
     assert 'name="filter" id="id_filter" value="noise,prs"' in html
+
+
+def test_i39_5_the_candidate_pages_trace_of_a_routed_event_is_traced_as_new_not_a_duplicate(console, clock):
+    event = accept(clock)
+    route(clock, event)
+    candidate = apply_config(CHANGED, candidate=True)
+    prefilled = console.get(reverse("candidate-detail", args=[candidate.pk]), {"event": event.seq})
+    envelope = unescape(
+        re.search(r"<textarea[^>]*>(.*?)</textarea>", prefilled.content.decode(), re.S).group(1)
+    )
+    assert 'name="filter" id="id_filter"' in prefilled.content.decode()
+
+    traced = console.post(
+        reverse("candidate-trace", args=[candidate.pk]),
+        {"event": envelope, "generation": f"candidate:{candidate.pk}", "filter": "prs"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="candidate-trace-result",
+    )
+
+    html = traced.content.decode()
+    assert traced.status_code == 200 and "badge-duplicate" not in html
+    assert f"this is what candidate {candidate.pk} would do with it now" in html
+    assert verdict_rows(html) == [("match", "prs")]
