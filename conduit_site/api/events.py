@@ -292,7 +292,8 @@ def openapi_json(request: HttpRequest) -> JsonResponse:
 )
 def trace_event(request: HttpRequest) -> JsonResponse:
     """A dry run of routing for a hypothetical Event against the live generation or the one
-    ``generation`` names (``"3"``, ``"candidate:12"``); writes nothing (R37)."""
+    ``generation`` names (``"3"``, ``"candidate:12"``), asking only the routes ``filter``
+    names when it is given; writes nothing (R37)."""
     body = request_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("event"), dict):
         raise ApiError(
@@ -310,5 +311,6 @@ def trace_event(request: HttpRequest) -> JsonResponse:
         generation=generation,
         operator=operator,
         default_scope=getattr(request.api_token, "default_scope", "") or None,
+        filter=body.get("filter"),
     )
     return JsonResponse(result.as_dict())

@@ -3,7 +3,8 @@ evaluation under the route deadline (R5, R12); Events backing off are not asked 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from causal.clock import Clock
@@ -57,10 +58,17 @@ class RouteAsker:
         self.timeout = timeout
         self.clock = clock
 
-    def ask(self, window: Sequence[EventSnapshot], *, absent: frozenset[int] = frozenset()) -> Asking:
+    def ask(
+        self,
+        window: Sequence[EventSnapshot],
+        *,
+        absent: frozenset[int] = frozenset(),
+        only: Mapping[int, frozenset[str]] | None = None,
+    ) -> Asking:
         """Start asking the routes about the window's Events, except those backing off (R14):
         their handlers are not called before the backoff ends. Events in ``absent`` (a
-        trace's hypothetical Event) have no failures to read."""
+        trace's hypothetical Event) have no failures to read; an Event in ``only`` is asked
+        only about the routes (slots) it names (a trace's filter, R37)."""
         now = self.clock()
         failures = failures_read(e.seq for e in window if e.seq not in absent)
         evaluations: dict[int, Evaluation] = {}
@@ -75,15 +83,18 @@ class RouteAsker:
                 backing_off.add(event.seq)
             else:
                 to_evaluate.append(event)
-        return Asking(evaluations, backing_off, self.start(to_evaluate))
+        return Asking(evaluations, backing_off, self.start(to_evaluate, only=only))
 
     def evaluate(self, events: Sequence[EventSnapshot]) -> dict[int, Evaluation]:
         """Each Event's evaluation, asked now whatever its failures."""
         return self.start(events)()
 
-    def start(self, events: Sequence[EventSnapshot]) -> Callable[[], dict[int, Evaluation]]:
+    def start(
+        self, events: Sequence[EventSnapshot], *, only: Mapping[int, frozenset[str]] | None = None
+    ) -> Callable[[], dict[int, Evaluation]]:
         """Ask the routes about ``events`` on the handler pool; the function returned waits
-        for the answers and returns each Event's evaluation."""
+        for the answers and returns each Event's evaluation. ``only`` limits an Event's
+        routes to the slots it names, in route order (:func:`limited`)."""
         results: dict[int, Evaluation] = {}
         calls: list[Callable[[], Evaluation]] = []
         scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
@@ -93,6 +104,8 @@ class RouteAsker:
                 # The scope left the configuration: no route can select the Event.
                 results[event.seq] = Evaluation(())
                 continue
+            if only and event.seq in only:
+                scope = limited(scope, only[event.seq])
             calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
             scoped.append((event, scope))
         if not calls:
@@ -111,6 +124,12 @@ class RouteAsker:
             return results
 
         return answers
+
+
+def limited(scope: EffectiveScope, slots: Collection[str]) -> EffectiveScope:
+    """``scope`` with only the routes in ``slots``, in route order: what a trace's filter asks
+    (R37), evaluated as routing evaluates the whole scope."""
+    return replace(scope, routes=tuple(route for route in scope.routes if route.slot in slots))
 
 
 def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:

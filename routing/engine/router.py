@@ -256,6 +256,7 @@ class Router:
         window: list[EventSnapshot] | None = None,
         memo: SnapshotReads | None = None,
         accepted: bool = True,
+        only: frozenset[str] | None = None,
     ) -> tuple[Settlement, Evaluation | None]:
         """What :meth:`route` would do with ``event`` now, writing nothing: the same window (the
         earlier unrouted input it must wait behind), the same evaluation (an Event backing off
@@ -266,13 +267,15 @@ class Router:
         For a run of traces in one read snapshot: ``window`` is :meth:`window_for` the Event
         when the caller has read it already, ``memo`` remembers world reads for the next
         trace, and ``accepted=False`` says the Event is hypothetical (it has no failures to
-        read)."""
+        read). ``only`` asks the Event's routes in those slots alone (a trace's filter, R37);
+        the earlier input it waits behind is asked about all of its routes, as routing asks."""
         window = list(window) if window is not None else self.window_for(event)
         absent = frozenset() if accepted else frozenset({event.seq})
         asked: dict[int, Evaluation] = {}
 
         def simulated(window: list[EventSnapshot]) -> list[RouteOutcome]:
-            evaluations, backing_off = self.asker.ask(window, absent=absent).result()
+            limits = {event.seq: only} if only is not None else None
+            evaluations, backing_off = self.asker.ask(window, absent=absent, only=limits).result()
             asked.clear()
             asked.update(evaluations)
             with read_snapshot():

@@ -6,12 +6,13 @@ A trace runs what :meth:`routing.engine.router.Router.route` runs, writing nothi
 (:mod:`routing.engine.settle`: deduplication, ordering, failure counting and giving up, the wake
 bridges and the causal limits' verdict on them), in a transaction that is rolled back. So the
 trace taken before routing is what routing records. ``trace_candidate`` does the same against
-a candidate configuration not yet applied; its generation reads ``candidate``.
+a candidate configuration not yet applied; its generation reads ``candidate``. A ``filter``
+(route slots of the Event's scope) limits the routes the traced Event is asked about (R37).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -24,9 +25,10 @@ from causal.services import Envelope
 from infra.snapshots import read_snapshot
 from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
 from routing.acceptance.services import check_event_size, duplicate_conflict
+from routing.config.effective import EffectiveScope
 from routing.config.selectors import find_generation, live_generation
 from routing.engine.decide import MANUAL_SOURCE, Effect, Reason
-from routing.engine.evaluate import Evaluation, RouteVerdict, snapshots_isolated
+from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict, snapshots_isolated
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
 from routing.engine.settle import DUPLICATE, Settlement, duplicate
@@ -61,6 +63,31 @@ class TraceEffect:
 
 
 @dataclass(frozen=True, slots=True)
+class Recorded:
+    """What routing recorded for an accepted Event it already decided (routing decides an
+    Event once): shown before a trace of it as new."""
+
+    seq: int
+    state: str
+    at: datetime | None
+    policy: str = ""
+    work_id: int | None = None
+    route: str = ""
+    binding: str = ""
+    generation: str = ""
+
+    @property
+    def outcome(self) -> str:
+        """What was recorded, as an operator reads it: ``start on Work 3 via pr/triage``."""
+        parts = [self.policy or self.state]
+        if self.work_id:
+            parts.append(f"on Work {self.work_id}")
+        if self.route:
+            parts.append(f"via {self.route}" + (f"/{self.binding}" if self.binding else ""))
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
 class TraceResult:
     """What routing would do with the Event now, and why.
 
@@ -85,7 +112,9 @@ class TraceResult:
     waiting_on: int | None = None
     retry_at: datetime | None = None
     attempts: int = 0
-    event: int | None = None  # the accepted Event traced (trace_event), or a duplicate's original
+    event: int | None = None  # the accepted Event traced (as itself or as new), or a duplicate's original
+    filter: tuple[str, ...] | None = None  # the routes asked (R37); None: every route of the scope
+    recorded: Recorded | None = None  # an Event traced as new: what routing recorded for it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +139,7 @@ class TraceResult:
             "retry_at": self.retry_at.isoformat() if self.retry_at else None,
             "attempts": self.attempts,
             "event": self.event,
+            "filter": list(self.filter) if self.filter is not None else None,
         }
 
 
@@ -121,19 +151,26 @@ def trace(
     operator: bool = False,
     options: RouterOptions | None = None,
     default_scope: str | None = None,
+    filter: Sequence[str] | None = None,
+    as_new: bool = False,
 ) -> TraceResult:
     """Trace ``payload`` (a structured-mode CloudEvent with ``scope``) against the live
     generation, or the one ``generation`` names (``"3"``, ``"candidate:12"``).
 
     ``operator`` traces an Event an operator would send (source ``core.manual``, R30).
     ``default_scope`` is the sender's default scope (an API token's), as acceptance takes it;
-    without it an Event without a scope takes the generation's ``default_scope``."""
+    without it an Event without a scope takes the generation's ``default_scope``. ``filter``
+    names the routes (slots of the Event's scope) to ask, in route order; an unknown one is
+    refused (R37). ``as_new``: an Event whose (source, id) is accepted is traced as if it were
+    accepted now, not as the duplicate acceptance would store nothing for."""
     target = find_generation(generation) if generation else live_generation()
     if target is None:
         raise TraceRefused("scope", "no configuration has been applied yet")
     router = build_router(clock=clock, generation=target, options=options or RouterOptions(workers=1))
     try:
-        return _trace(router, payload, operator=operator, default_scope=default_scope)
+        return _trace(
+            router, payload, operator=operator, default_scope=default_scope, filter=filter, as_new=as_new
+        )
     finally:
         router.close()
 
@@ -145,13 +182,14 @@ def trace_candidate(
     clock: Clock,
     operator: bool = False,
     options: RouterOptions | None = None,
+    filter: Sequence[str] | None = None,
 ) -> TraceResult:
     """Trace against a candidate configuration (stored, not applied)."""
     if candidate.kind != GenerationKind.CANDIDATE:
         raise TraceRefused(None, f"{candidate} is not a candidate")
     router = build_router(clock=clock, generation=candidate, options=options or RouterOptions(workers=1))
     try:
-        return _trace(router, payload, operator=operator)
+        return _trace(router, payload, operator=operator, filter=filter)
     finally:
         router.close()
 
@@ -163,11 +201,13 @@ def trace_offered(
     generation: str | None = None,
     operator: bool = False,
     options: RouterOptions | None = None,
+    filter: Sequence[str] | None = None,
 ) -> TraceResult:
-    """Trace what an operator offers in the console: an Event whose ``(source, id)`` names an
-    accepted Event is that Event ("Trace this Event"): :func:`trace_event` says what routing
-    does (or did) with it, and a note that offering it again would store nothing; anything
-    else is traced as a hypothetical Event (:func:`trace`)."""
+    """Trace what an operator offers in the console. An Event whose ``(source, id)`` names an
+    accepted Event is that Event ("Trace this Event"): one still unrouted is traced as routing
+    will route it (:func:`trace_event`); one routing already decided (it decides an Event once)
+    is traced as new, as if accepted now, with what routing recorded for it (``recorded``).
+    Anything else is traced as a hypothetical Event (:func:`trace`)."""
     accepted = None
     if (
         isinstance(payload, dict)
@@ -176,25 +216,48 @@ def trace_offered(
     ):
         accepted = (
             Event.objects.filter(source=payload["source"], envelope_id=payload["id"])
-            .values_list("seq", flat=True)
+            .only("seq", "route_state", "routed_at", "scope")
             .first()
         )
     if accepted is None:
-        return trace(payload=payload, clock=clock, generation=generation, operator=operator, options=options)
+        return trace(
+            payload=payload,
+            clock=clock,
+            generation=generation,
+            operator=operator,
+            options=options,
+            filter=filter,
+        )
     try:
         offered = parse_envelope(
             {"specversion": "1.0", **payload}, trusted=operator and payload["source"] == MANUAL_SOURCE
         )
     except EnvelopeInvalid as exc:
         raise TraceRefused(exc.field, exc.message) from exc
-    _refuse_conflict(offered, accepted)
-    result = trace_event(seq=accepted, clock=clock, generation=generation, options=options)
-    note = f"its source and id are accepted Event #{accepted}: this traces that Event (sent again, it would store nothing)"
+    _refuse_conflict(offered, accepted.seq)
+    if accepted.is_settled:
+        result = trace(
+            payload=payload,
+            clock=clock,
+            generation=generation,
+            operator=operator,
+            options=options,
+            filter=filter,
+            as_new=True,
+        )
+        return replace(result, event=accepted.seq, recorded=_recorded_of(accepted))
+    result = trace_event(seq=accepted.seq, clock=clock, generation=generation, options=options, filter=filter)
+    note = f"its source and id are accepted Event #{accepted.seq}: this traces that Event (sent again, it would store nothing)"
     return replace(result, notes=(note, *result.notes))
 
 
 def trace_event(
-    *, seq: int, clock: Clock, generation: str | None = None, options: RouterOptions | None = None
+    *,
+    seq: int,
+    clock: Clock,
+    generation: str | None = None,
+    options: RouterOptions | None = None,
+    filter: Sequence[str] | None = None,
 ) -> TraceResult:
     """Trace an accepted Event: what routing it now would do (an unrouted Event), through the
     same window, backoff and settlement as :meth:`routing.engine.router.Router.route`; for a settled
@@ -209,11 +272,41 @@ def trace_event(
         return _recorded(event)
     router = build_router(clock=clock, generation=target, options=options or RouterOptions(workers=1))
     try:
+        scope = router.configuration.scope_or_empty(event.scope)
+        only = _limits(scope, filter)
         snap = snapshots_isolated(Event.objects.filter(seq=seq))[0]
-        settlement, evaluation = router.simulate(snap)
-        return _result(router.configuration.label, snap.scope, settlement, evaluation, event=seq)
+        settlement, evaluation = router.simulate(snap, only=only)
+        return _result(router.configuration.label, scope, settlement, evaluation, event=seq, only=only)
     finally:
         router.close()
+
+
+def route_filter(text: str) -> tuple[str, ...] | None:
+    """The route slots a filter written as text names (``"pr, chat"`` or ``"pr chat"``), in the
+    order given; ``None`` when it names none (every route is asked)."""
+    names = tuple(dict.fromkeys(name for name in text.replace(",", " ").split() if name))
+    return names or None
+
+
+def _limits(scope: EffectiveScope, filter: Sequence[str] | None) -> frozenset[str] | None:
+    """The slots a trace's filter asks (R37), or ``None`` for every route. A filter naming no
+    route, or a route the scope does not have, is refused naming the scope's routes."""
+    if filter is None:
+        return None
+    if not isinstance(filter, list | tuple) or not all(isinstance(name, str) for name in filter):
+        raise TraceRefused("filter", "filter must be a list of route names")
+    known = [route.slot for route in scope.routes]
+    listed = ", ".join(known) if known else "none"
+    if not filter:
+        raise TraceRefused("filter", f"filter names no route; the routes of scope {scope.path} are: {listed}")
+    unknown = [name for name in dict.fromkeys(filter) if name not in known]
+    if unknown:
+        names = ", ".join(repr(name) for name in unknown)
+        raise TraceRefused(
+            "filter",
+            f"unknown route{'s' if len(unknown) > 1 else ''} {names} in scope {scope.path}; its routes are: {listed}",
+        )
+    return frozenset(filter)
 
 
 class TraceReads:
@@ -332,27 +425,32 @@ def _trace(
     operator: bool,
     reads: TraceReads | None = None,
     default_scope: str | None = None,
+    filter: Sequence[str] | None = None,
+    as_new: bool = False,
 ) -> TraceResult:
     envelope = _admitted(router, payload, operator=operator, default_scope=default_scope)
     label = router.configuration.label
+    scope = router.configuration.scope_or_empty(envelope.scope)
+    only = _limits(scope, filter)
     with read_snapshot():
         # A run of traces (``reads`` given) shares what they read alike; a lone trace reads
         # everything afresh, as the route commit does.
         shared = reads is not None
         reads = reads if reads is not None else TraceReads()
         snap = _hypothetical(envelope, reads.last_seq())
-        accepted = reads.accepted(envelope.source, envelope.id)
+        accepted = None if as_new else reads.accepted(envelope.source, envelope.id)
         if accepted is not None:
             _refuse_conflict(envelope, accepted)
             # Acceptance would store nothing: no route is asked (deduplication, R5).
-            return _result(label, snap.scope, duplicate(snap.seq, accepted), None, event=accepted)
+            return _result(label, scope, duplicate(snap.seq, accepted), None, event=accepted, only=only)
         settlement, evaluation = router.simulate(
             snap,
             window=reads.window(router, snap) if shared else None,
             memo=reads.world if shared else None,
             accepted=False,
+            only=only,
         )
-    return _result(label, snap.scope, settlement, evaluation)
+    return _result(label, scope, settlement, evaluation, only=only)
 
 
 def _refuse_conflict(envelope: Envelope, accepted: int) -> None:
@@ -408,13 +506,16 @@ def _hypothetical(envelope: Envelope, last: int) -> EventSnapshot:
 
 def _result(
     label: str,
-    scope: str,
+    scope: EffectiveScope,
     settlement: Settlement,
     evaluation: Evaluation | None,
     *,
     event: int | None = None,
+    only: frozenset[str] | None = None,
 ) -> TraceResult:
-    """The trace of one settlement: its effect as routing records it, and notes saying why."""
+    """The trace of one settlement: its effect as routing records it, and notes saying why.
+    Every route asked has a verdict: when none was consulted (a duplicate, an Event backing
+    off, a failure before any route answered) each is ``bypassed``, saying why (R40)."""
     decision = settlement.decision
     notes = _notes(settlement)
     if settlement.state == DUPLICATE:
@@ -432,13 +533,21 @@ def _result(
     else:
         effect = TraceEffect.WAITING
     verdict_source = (decision.evaluation if decision is not None else None) or evaluation
+    verdicts = verdict_source.verdicts if verdict_source is not None else ()
     error = settlement.error
+    if not verdicts:
+        why = f"not asked: {notes[0] if notes else settlement.reason or effect}"
+        verdicts = tuple(
+            RouteVerdict(route.slot, route.scope, Verdict.BYPASSED, why)
+            for route in scope.routes
+            if only is None or route.slot in only
+        )
     return TraceResult(
         generation=label,
-        scope=scope,
+        scope=scope.path,
         effect=effect,
         reason=settlement.reason if decision is None or not settlement.settled else decision.reason,
-        verdicts=verdict_source.verdicts if verdict_source is not None else (),
+        verdicts=verdicts,
         work_id=decision.work_id if decision and decision.work_id and decision.work_id > 0 else None,
         route=decision.route if decision else "",
         binding=decision.binding if decision else "",
@@ -452,6 +561,9 @@ def _result(
         retry_at=settlement.retry_at,
         attempts=error.attempts if error else 0,
         event=event,
+        filter=tuple(route.slot for route in scope.routes if route.slot in only)
+        if only is not None
+        else None,
     )
 
 
@@ -522,4 +634,21 @@ def _recorded(event: Event) -> TraceResult:
         state=event.route_state,
         attempts=record.attempts if record else 0,
         event=event.seq,
+    )
+
+
+def _recorded_of(event: Event) -> Recorded:
+    """What routing recorded for the settled ``event``: when, and to what."""
+    record = RouteRecord.objects.filter(event_id=event.seq).first()
+    if record is None:
+        return Recorded(seq=event.seq, state=event.route_state, at=event.routed_at)
+    return Recorded(
+        seq=event.seq,
+        state=event.route_state,
+        at=record.decided_at,
+        policy=record.policy,
+        work_id=record.work_id,
+        route=record.route,
+        binding=record.binding,
+        generation=record.generation,
     )

@@ -75,6 +75,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": ["integer", "null"],
                 "description": "The accepted Event traced, or the one a duplicate repeats.",
             },
+            "filter": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "The routes asked, in route order, when the trace was limited to them; "
+                "null: every route of the scope.",
+            },
         },
     },
     "Generation": {
@@ -206,7 +212,7 @@ PATHS: dict[str, Any] = {
             'now, against the live generation or the one `generation` names (`"3"`, `"candidate:12"`, '
             "a configuration not yet applied). Writes nothing. The Event is first refused as acceptance "
             "would refuse it; `specversion` and `id` may be left out. `operator: true` traces an operator "
-            "Event (source `core.manual`, R30).",
+            "Event (source `core.manual`, R30). `filter` limits the trace to the routes it names (R37).",
             "requestBody": {
                 "required": True,
                 "content": json_content(
@@ -222,6 +228,13 @@ PATHS: dict[str, Any] = {
                             },
                             "generation": {"type": "string"},
                             "operator": {"type": "boolean", "default": False},
+                            "filter": {
+                                "type": ["array", "null"],
+                                "items": {"type": "string"},
+                                "description": "Limit the trace to these routes (slots of the Event's scope): only "
+                                "they are asked, in route order. 400 (`invalid_trace`, field `filter`) names an "
+                                "unknown route and the scope's routes.",
+                            },
                         },
                     }
                 ),

@@ -42,7 +42,7 @@ from routing.setup.candidates import (
     effective_tree,
 )
 from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, impact_preview
-from routing.setup.trace import TraceRefused, samples, trace
+from routing.setup.trace import TraceRefused, samples, trace_offered
 
 SETUP_TEMPLATE = "routing/setup.html"
 SETUP_PARTIALS = ("setup-editor",)
@@ -222,7 +222,9 @@ def candidate_detail(request: HttpRequest, candidate_id: int) -> HttpResponse:
 @permission_needed(VIEW_EVENT)
 @require_POST
 def candidate_trace(request: HttpRequest, candidate_id: int) -> HttpResponse:
-    """Trace an Event against the candidate; a refusal (400) replaces the previous result."""
+    """Trace an Event against the candidate, as the Trace page does (an accepted Event's
+    envelope is that Event, one routing decided traced as new); a refusal (400) replaces the
+    previous result."""
     candidate = _candidate_or_404(candidate_id)
     context = _candidate_context(request, candidate)
     form = TraceForm(request.POST, choices=[(context["reference"], str(candidate))])
@@ -230,11 +232,12 @@ def candidate_trace(request: HttpRequest, candidate_id: int) -> HttpResponse:
     status = 200
     if form.is_valid():
         try:
-            context["result"] = trace(
+            context["result"] = trace_offered(
                 payload=form.cleaned_data["event"],
                 clock=clock,
                 generation=context["reference"],
                 operator=form.cleaned_data["operator"],
+                filter=form.cleaned_data["filter"],
             )
         except (TraceRefused, GenerationNotFound) as exc:
             context["refused"] = exc

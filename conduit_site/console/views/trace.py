@@ -1,4 +1,7 @@
-"""The trace form (D5): a hypothetical Event against the live configuration or a candidate."""
+"""The trace form (D5): a hypothetical Event against the live configuration or a candidate,
+limited to some routes when a filter names them (R37). ``?event=SEQ`` ("Trace this Event")
+traces an accepted Event at once: one routing already decided is traced as new, its recorded
+outcome said first."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from routing.config.problems import GenerationNotFound
 from routing.config.selectors import live_generation
 from routing.engine.decide import MANUAL_SOURCE
 from routing.models import Generation, GenerationKind, Scope
-from routing.setup.trace import TraceRefused, samples, trace_offered
+from routing.setup.trace import TraceRefused, route_filter, samples, trace_offered
 
 TEMPLATE = "routing/trace.html"
 PARTIALS = ("trace-result",)
@@ -36,6 +39,11 @@ class TraceForm(forms.Form):
     )
     operator = forms.BooleanField(
         required=False, help_text="An operator Event (source core.manual naming its Work)."
+    )
+    filter = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="Only these routes (their slots, comma-separated); empty: every route of the scope.",
     )
 
     def __init__(self, *args, choices: list[tuple[str, str]], **kwargs) -> None:
@@ -56,6 +64,9 @@ class TraceForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("the Event must be a JSON object")
         return value
+
+    def clean_filter(self) -> tuple[str, ...] | None:
+        return route_filter(self.cleaned_data["filter"])
 
 
 def candidate_id(reference: str) -> int | None:
@@ -78,8 +89,9 @@ def generation_choices() -> list[tuple[str, str]]:
 @require_http_methods(["GET", "POST"])
 def trace_page(request: HttpRequest) -> HttpResponse:
     """GET: the form (``?scope=`` lists that scope's samples, ``?sample=N`` fills one in,
-    ``?event=SEQ`` fills in that Event's raw envelope). POST: the trace, rendered under the
-    form (only the result for htmx; a refusal is a 400 the page swaps in too)."""
+    ``?event=SEQ`` fills in that Event's raw envelope and traces it, against ``?generation=``
+    and limited to ``?filter=`` when given). POST: the trace, rendered under the form (only
+    the result for htmx; a refusal is a 400 the page swaps in too)."""
     choices = generation_choices()
     live = live_generation()
     scopes = list(Scope.objects.filter(generation=live).values_list("path", flat=True)) if live else []
@@ -87,20 +99,7 @@ def trace_page(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         form = TraceForm(request.POST, choices=choices)
-        if form.is_valid():
-            context["candidate_id"] = candidate_id(form.cleaned_data["generation"])
-            try:
-                context["result"] = trace_offered(
-                    payload=form.cleaned_data["event"],
-                    clock=system_clock,
-                    generation=form.cleaned_data["generation"] or None,
-                    operator=form.cleaned_data["operator"],
-                )
-            except (TraceRefused, GenerationNotFound) as exc:
-                context["refused"] = exc
-                status = 400
-        else:
-            status = 400
+        status = _traced(form, context)
     else:
         initial = {}
         scope = request.GET.get("scope", "")
@@ -113,6 +112,7 @@ def trace_page(request: HttpRequest) -> HttpResponse:
             if chosen.isascii() and chosen.isdigit() and int(chosen) < len(context["samples"]):
                 route, sample = context["samples"][int(chosen)]
                 initial["event"] = json.dumps({"source": "console", **sample.event, "scope": scope}, indent=2)
+        form = TraceForm(initial=initial, choices=choices)
         seq = request.GET.get("event", "")
         if seq:
             if not (seq.isascii() and seq.isdigit()):
@@ -121,9 +121,35 @@ def trace_page(request: HttpRequest) -> HttpResponse:
             if event is None:
                 raise Http404(f"event: no Event with seq {seq}")
             context["traced_event"] = event
-            initial["event"] = json.dumps(raw_envelope(event), indent=2, ensure_ascii=False)
-            initial["operator"] = event.source == MANUAL_SOURCE
-        form = TraceForm(initial=initial, choices=choices)
+            # "Trace this Event": its raw envelope, traced at once (a dry run writes nothing).
+            offered = {
+                "event": json.dumps(raw_envelope(event), indent=2, ensure_ascii=False),
+                "operator": event.source == MANUAL_SOURCE,
+                "generation": request.GET.get("generation", ""),
+                "filter": request.GET.get("filter", ""),
+            }
+            form = TraceForm(offered, choices=choices)
+            status = _traced(form, context)
         context["scope"] = scope
     context["form"] = form
     return render_console(request, TEMPLATE, context, partials=PARTIALS, status=status)
+
+
+def _traced(form: TraceForm, context: dict) -> int:
+    """Trace what a bound form offers into ``context``; the status: 400 for an invalid form
+    or a refused trace."""
+    if not form.is_valid():
+        return 400
+    context["candidate_id"] = candidate_id(form.cleaned_data["generation"])
+    try:
+        context["result"] = trace_offered(
+            payload=form.cleaned_data["event"],
+            clock=system_clock,
+            generation=form.cleaned_data["generation"] or None,
+            operator=form.cleaned_data["operator"],
+            filter=form.cleaned_data["filter"],
+        )
+    except (TraceRefused, GenerationNotFound) as exc:
+        context["refused"] = exc
+        return 400
+    return 200

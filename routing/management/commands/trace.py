@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from causal.clock import system_clock
 from routing.acceptance.envelopes import EnvelopeInvalid, loads
 from routing.config.problems import GenerationNotFound
-from routing.setup.trace import TraceRefused, TraceResult, samples, trace
+from routing.setup.trace import TraceRefused, TraceResult, route_filter, samples, trace
 
 
 class Command(BaseCommand):
@@ -41,6 +41,12 @@ class Command(BaseCommand):
             help="Trace an operator Event (source core.manual naming its Work, R30).",
         )
         parser.add_argument(
+            "--filter",
+            metavar="ROUTES",
+            action="append",
+            help="Ask only these routes (slots of the Event's scope, comma-separated; may be repeated).",
+        )
+        parser.add_argument(
             "--samples", metavar="SCOPE", help="List the sample Events the scope's routes offer."
         )
         parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
@@ -58,6 +64,9 @@ class Command(BaseCommand):
                 clock=system_clock,
                 generation=options["generation"],
                 operator=options["operator"],
+                filter=(route_filter(",".join(options["filter"])) or ())
+                if options["filter"] is not None
+                else None,
             )
         except TraceRefused as exc:
             raise CommandError(f"refused: {exc.field or 'event'}: {exc.message}") from exc
@@ -112,7 +121,7 @@ def render(result: TraceResult) -> str:
     ]
     if result.keys:
         lines.append("keys: " + ", ".join(result.keys))
-    lines.append("routes:")
+    lines.append("routes:" if result.filter is None else "routes (filtered): " + ", ".join(result.filter))
     for verdict in result.verdicts:
         reason = f": {verdict.reason}" if verdict.reason else ""
         lines.append(f"  {verdict.verdict:<12} {verdict.route} [{verdict.scope}]{reason}")

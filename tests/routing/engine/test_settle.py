@@ -273,7 +273,9 @@ def test_i10_1_an_event_already_accepted_is_traced_as_a_duplicate(clock, live):
         first.seq,
         None,
     )
-    assert predicted.verdicts == () and len(sample_handlers.CALLS) == calls
+    # No route is asked: each is bypassed, saying why (R40).
+    assert {v.verdict for v in predicted.verdicts} == {"bypassed"} and len(sample_handlers.CALLS) == calls
+    assert "already accepted as Event" in predicted.verdicts[0].reason
     count = Event.objects.count()
     again = accept_payload(clock, payload)
     assert again.seq == first.seq and Event.objects.count() == count
@@ -312,6 +314,24 @@ def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(cl
     assert f"accepted Event #{event.seq}" in offered.notes[0]
     router(clock).route(event.seq)
     assert_agrees(offered, event)
+
+
+def test_i39_5_trace_this_event_traces_a_routed_event_as_new_with_what_routing_recorded(clock, live):
+    """It said ``unmatched`` with no verdicts ("already routed" in a note): a routed Event is
+    traced as if accepted now, every route's verdict shown, its record said first."""
+    payload = pr(5, id="own-5")
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    record = RouteRecord.objects.get(event=event)
+
+    offered = trace_offered(payload=payload, clock=clock, filter=["pr", "chat"])
+
+    assert (offered.event, offered.effect, offered.work_id) == (event.seq, "queue", record.work_id)
+    assert [(v.route, v.verdict) for v in offered.verdicts] == [("pr", "match"), ("chat", "not_reached")]
+    recorded = offered.recorded
+    assert (recorded.seq, recorded.state, recorded.at) == (event.seq, "routed", record.decided_at)
+    assert recorded.outcome == f"start on Work {record.work_id} via pr/triage"
+    assert RouteRecord.objects.count() == 1 and Event.objects.count() == 1  # nothing written
 
 
 def test_i10_1_r5_a_repeat_with_another_body_is_refused_as_acceptance_refuses_it(clock, live):

@@ -126,6 +126,53 @@ def test_r40_each_route_gets_a_verdict_with_its_reason(clock, live):
     assert result.verdicts[1].reason
 
 
+def test_r37_trace_filter_limits_the_routes_evaluated(clock, live):
+    """A filter names routes by slot: only those are asked, in route order, by the code that
+    routes; the others get no verdict and their handlers are not called."""
+    from tests.routing import sample_handlers
+
+    chat = {"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}}
+    calls = len(sample_handlers.CALLS)
+    limited = trace(payload={**chat, "id": "f1"}, clock=clock, filter=["scripted", "chat"])
+    assert [(v.route, v.verdict) for v in limited.verdicts] == [
+        ("chat", "match"),
+        ("scripted", "not_reached"),
+    ]
+    assert (limited.effect, limited.route, limited.filter) == ("start", "chat", ("chat", "scripted"))
+    assert limited.as_dict()["filter"] == ["chat", "scripted"]
+    assert len(sample_handlers.CALLS) == calls  # not reached after the match: never asked
+
+    without_match = trace(payload={**chat, "id": "f2"}, clock=clock, filter=["pr", "scripted"])
+    assert [(v.route, v.verdict) for v in without_match.verdicts] == [("pr", "skip"), ("scripted", "skip")]
+    assert without_match.effect == "unmatched" and sample_handlers.CALLS[-1] == "f2"
+
+    everything = trace(payload=chat, clock=clock)
+    assert everything.filter is None and len(everything.verdicts) == 6
+    assert trace(payload=chat, clock=clock, filter=[v.route for v in everything.verdicts]).verdicts == (
+        everything.verdicts
+    )
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (
+            ["chat", "nope"],
+            "unknown route 'nope' in scope acme; its routes are: pr, chat, ops, follow-up, noise, scripted",
+        ),
+        (["x", "y"], "unknown routes 'x', 'y' in scope acme"),
+        ([], "filter names no route"),
+        ("chat", "filter must be a list of route names"),
+        ({"chat": 1}, "filter must be a list of route names"),
+        ([1], "filter must be a list of route names"),
+    ],
+)
+def test_r37_trace_filter_refuses_unknown_routes_naming_the_known_ones(clock, live, names, message):
+    with pytest.raises(TraceRefused) as refused:
+        trace(payload=pr(), clock=clock, filter=names)
+    assert refused.value.field == "filter" and message in refused.value.message
+
+
 def test_r43_terminal_work_bypasses_every_route(clock, live):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
     router(clock).route(first.seq)
@@ -273,6 +320,61 @@ def test_r37_trace_command(clock, live, tmp_path):
     path.write_text(json.dumps({**pr(), "type": "core.x"}))
     with pytest.raises(CommandError, match="refused: type"):
         call_command("trace", str(path))
+
+
+def test_r37_trace_filter_limits_the_routes_evaluated_through_the_api(clock, live, client):
+    from conduit_site.api.openapi import openapi_schema
+    from tests.routing.factories import api_token_with_secret
+
+    _, secret = api_token_with_secret()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    chat = {"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}}
+    ok = client.post(
+        "/api/trace", {"event": chat, "filter": ["noise", "pr"]}, content_type="application/json", **auth
+    )
+    assert ok.status_code == 200
+    assert [(v["route"], v["verdict"]) for v in ok.json()["verdicts"]] == [("pr", "skip"), ("noise", "skip")]
+    assert (ok.json()["effect"], ok.json()["filter"]) == ("unmatched", ["pr", "noise"])
+    assert (
+        client.post("/api/trace", {"event": chat}, content_type="application/json", **auth).json()["filter"]
+        is None
+    )
+    unknown = client.post(
+        "/api/trace", {"event": chat, "filter": ["chats"]}, content_type="application/json", **auth
+    )
+    assert unknown.status_code == 400
+    assert (unknown.json()["error"], unknown.json()["field"]) == ("invalid_trace", "filter")
+    assert "'chats'" in unknown.json()["message"] and "pr, chat, ops" in unknown.json()["message"]
+    documented = openapi_schema(server_url="http://testserver/")["paths"]["/api/trace"]["post"]
+    body = documented["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert body["filter"]["items"] == {"type": "string"}
+
+
+def test_r37_trace_filter_limits_the_routes_evaluated_by_the_command(clock, live, tmp_path):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    path = tmp_path / "event.json"
+    path.write_text(
+        json.dumps({"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}})
+    )
+    out = StringIO()
+    call_command("trace", str(path), "--filter", "scripted,chat", stdout=out)
+    text = out.getvalue()
+    assert "routes (filtered): chat, scripted" in text and "match        chat [acme]" in text
+    assert "pr [acme]" not in text
+    out = StringIO()
+    call_command("trace", str(path), "--filter", "pr", "--filter", "noise", "--json", stdout=out)
+    assert [v["route"] for v in json.loads(out.getvalue())["verdicts"]] == ["pr", "noise"]
+    with pytest.raises(
+        CommandError, match="refused: filter: unknown route 'chatt' in scope acme; its routes are: pr, chat"
+    ):
+        call_command("trace", str(path), "--filter", "chatt")
+    with pytest.raises(CommandError, match="filter names no route"):
+        call_command("trace", str(path), "--filter", "")
 
 
 def test_d5_trace_form_against_a_candidate(clock, live, client):
