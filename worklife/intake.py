@@ -16,6 +16,7 @@ from datetime import datetime
 from django.db import connection, connections
 
 from infra.bulk import bulk_insert
+from infra.live import work_changed_on_commit
 from infra.queries import in_list_chunks
 from worklife.models import (
     TERMINAL_STATUSES,
@@ -44,12 +45,14 @@ _INTENT_COLUMNS = ("work", "attempt", "lease_epoch", "event", "kind", "state", "
 def works_start_in_tx(starts: Sequence[tuple[str, str, int]], *, now: datetime) -> list[int]:
     """Start a ready Work for each ``(scope, binding, trigger seq)``; returns their ids, in
     order."""
-    return bulk_insert(
+    ids = bulk_insert(
         Work,
         _WORK_COLUMNS,
         [[scope, _READY, binding, seq, now, now] for scope, binding, seq in starts],
         returning=True,
     )
+    work_changed_on_commit(ids)
+    return ids
 
 
 def keys_attach_in_tx(keys: Iterable[Sequence], *, now: datetime) -> None:
