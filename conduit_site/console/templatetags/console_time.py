@@ -57,8 +57,8 @@ def in_words(seconds: float) -> str:
 @register.filter
 def countdown(value: datetime | None, now: datetime) -> SafeString | str:
     """``value``, a moment after ``now``, as ``<time>`` reading "in 4 s" with the absolute
-    time in its title; ``console.js`` counts it down every second (``data-ago``) with no request,
-and says "now" once it has run out (``data-countdown``)."""
+        time in its title; ``console.js`` counts it down every second (``data-ago``) with no request,
+    and says "now" once it has run out (``data-countdown``)."""
     if value is None or value == "":
         return NONE
     if not isinstance(value, datetime) or value.tzinfo is None:
