@@ -76,7 +76,7 @@ function showTime(element, now) {
   const local = localTime(date);
   let text = element.hasAttribute("data-ago") ? age(date, now) : local;
   // A countdown (a backoff's next try) that has run out says so, not "2 s ago".
-  if (element.hasAttribute("data-countdown") && date <= now) {
+  if (element.hasAttribute("data-countdown") && Math.round((date - now) / 1000) <= 0) {
     text = "now";
   }
   if (element.textContent !== text) {
