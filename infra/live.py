@@ -165,8 +165,11 @@ class WorkPublisher:
                 with self._lock:
                     self._busy = False
                     self._lock.notify_all()
-                    # Let the next changes gather: one batch per interval at most.
-                    self._lock.wait(self.batch_seconds)
+                    # Let the next changes gather: one batch per interval at most (a put's
+                    # notify wakes the wait, so it waits out what is left of the interval).
+                    deadline = time.monotonic() + self.batch_seconds
+                    while (left := deadline - time.monotonic()) > 0:
+                        self._lock.wait(left)
         finally:
             loop.close()
 
