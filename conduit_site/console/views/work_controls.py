@@ -125,7 +125,7 @@ ACTIONS: dict[WorkControl, ControlPage] = {
         verb="Retry",
         url="work-retry",
         explain="The parked or backing-off Work runs again at once, with the input its failed attempts took and "
-        "a fresh attempt budget.",
+        "a fresh attempt budget (its binding can run it).",
     ),
     WorkControl.SEND: ControlPage(
         verb="Send input to",
