@@ -100,6 +100,8 @@ def works_touch_in_tx(work_ids: set[int], now: datetime) -> None:
     for keys, params in in_list_chunks(connection, sorted(work_ids)):
         with connection.cursor() as cursor:
             cursor.execute(_touch_works_sql(connection.alias, keys), [updated_at, *params, *terminal])
+    # The Work list shows when each Work last changed: its open pages hear of the window.
+    work_changed_on_commit(work_ids)
 
 
 @functools.lru_cache(maxsize=64)

@@ -30,11 +30,12 @@ from infra.live import (
     work_publisher,
 )
 from routing.controls import work as controls
-from tests.routing.engine.test_live import headers, join, layer_path
+from tests.routing.engine.test_live import headers, join, layer_path, route_pass
 from tests.routing.factories import UserFactory
-from tests.routing.routerkit import apply
+from tests.routing.routerkit import accept, apply
 from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.attempts import attempt_fail
+from worklife.models import Work
 
 # A private channel layer file for each test (test_live_routing's fixture).
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(layer_path.__name__)]
@@ -149,6 +150,16 @@ def test_i39_1_live_work_list_sends_its_filter_and_page(client, clock, settings)
     assert "badge-parked" in html
     # Its links keep the page's filter.
     assert "status=parked" in html
+
+
+def test_i39_1_live_work_list_shows_work_the_router_starts(client, clock, test_handlers):
+    client.force_login(UserFactory())
+    apply(clock)
+    accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 7})
+
+    html = live(client, "/ws/work/?scope=acme", lambda: route_pass(clock))[0]
+    (started,) = Work.objects.values_list("pk", flat=True)
+    assert re.findall(r'<tr id="work-(\d+)">', html) == [str(started)]
 
 
 def test_i39_1_live_work_list_a_bad_filter_is_refused(client):
