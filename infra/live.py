@@ -96,13 +96,14 @@ MAX_WORK_PAGES = 50
 WORK_BATCH_SECONDS = 0.25
 
 
+# The websocket path that streams the home page's cards.
+HOME_WS_PATH = "/ws/home/"
+
+
 def work_ws_list_path(filters: Mapping[str, str] | None = None) -> str:
     """The websocket path that streams the Work list, with the list's filters and page."""
     pairs = [(key, value) for key, value in (filters or {}).items() if value]
     return "/ws/work/" + (f"?{urlencode(pairs)}" if pairs else "")
-
-
-HOME_WS_PATH = "/ws/home/"
 
 
 def work_changed_on_commit(work_ids: Iterable[int], *, using: str | None = None) -> None:
@@ -127,10 +128,9 @@ class WorkPublisher:
         self._pending: set[int] = set()
         self._busy = False
         self._thread: threading.Thread | None = None
-        # What was sent, for tests and benchmarks: batches, and messages per group kind.
+        # What it sent, for tests and benchmarks: batches, and channel-layer messages in all.
         self.batches = 0
         self.messages = 0
-        self.last_sent_at = 0.0
 
     def put(self, work_ids: Iterable[int]) -> None:
         with self._lock:
@@ -159,7 +159,6 @@ class WorkPublisher:
                 try:
                     self.messages += loop.run_until_complete(_send_work_changed(batch))
                     self.batches += 1
-                    self.last_sent_at = time.monotonic()
                 except Exception:  # noqa: BLE001 - the publisher's loop: a page misses a refresh
                     logger.warning("live.work_publish_failed", exc_info=True, extra={"works": len(batch)})
                 with self._lock:
