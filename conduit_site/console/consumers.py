@@ -66,6 +66,10 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
 
     # Updates arriving within this many seconds of the first are rendered once.
     coalesce_seconds = 0.2
+    # Renders are at least this many seconds apart (a list's or the home page's queries cost
+    # more): a first change shows after coalesce_seconds, a stream of them once a second.
+    min_interval_seconds = 0.0
+    _last_render: float = float("-inf")
 
     group: str | None = None
     # Groups joined beside the one prepare() names (the home page hears Work and Events).
@@ -118,10 +122,13 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
             self._flusher = asyncio.create_task(self._flush())
 
     async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._dirty:
-            await asyncio.sleep(self.coalesce_seconds)
+            next_allowed = self._last_render + self.min_interval_seconds - loop.time()
+            await asyncio.sleep(max(self.coalesce_seconds, next_allowed))
             self._dirty = False
             html = await database_sync_to_async(self.render)()
+            self._last_render = loop.time()
             if html:
                 await self.send(text_data=html)
 
@@ -178,7 +185,7 @@ class WorkListConsumer(LiveConsumer):
     """``ws/work/?scope=&status=&binding=&key=&before=``: the Work list's rows, with the list's
     filters and on the list's page, as Work is created and changes state."""
 
-    coalesce_seconds = 1.0
+    min_interval_seconds = 1.0
     form: WorkFilterForm | None = None
 
     async def prepare(self) -> tuple[str | None, int]:
@@ -202,7 +209,7 @@ class HomeConsumer(LiveConsumer):
     """``ws/home/``: the home page's cards (unrouted Events, Work by state, parked Work, dead
     letters, doctor's warnings) as Work changes and Events are accepted and routed."""
 
-    coalesce_seconds = 1.0
+    min_interval_seconds = 1.0
     also_groups = (EVENTS_GROUP,)
 
     async def prepare(self) -> tuple[str | None, int]:
