@@ -10,6 +10,12 @@ times, their ratio (target <= 1.5: a page's cost must not grow with history) and
 counts (which must be equal). The time at ``--small`` is each page's floor, measured in the
 same run. ``BENCH_SQL=1`` prints each page's queries with their times.
 
+Then the live Work list at ``--large``: the time from a Work change's commit to the
+``console.work`` message on the channel layer (the median and worst of ``--live-samples``
+changes), the time the list's consumer takes to render its rows (what follows the message,
+after its one-second coalescing window) with its queries at both sizes, and how many messages
+``--live-changes`` changes, each its own transaction, send.
+
 Each page is one function in ``PAGES`` taking the test client and the data's ids and returning
 the path it requests; to bench another page, write one and add it there.
 """
@@ -269,6 +275,91 @@ def run(args: argparse.Namespace, tmp: str) -> None:
             + ("   (information, no target)" if name in informational else "")
         )
     print(f"worst ratio             {worst:.2f}   (target <= 1.5)")
+    live_work_list(args, setups)
+
+
+def live_work_list(args: argparse.Namespace, setups: dict) -> None:
+    """The live Work list on the large history: change to message, message to fragment, and
+    the messages a burst of changes sends."""
+    import statistics
+
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+    from django.db import transaction
+    from django.template.loader import render_to_string
+
+    from causal.clock import system_clock
+    from conduit_site.console.views.work import LIST_LIVE_PARTIAL, LIST_TEMPLATE, work_rows_context
+    from infra.live import WORK_GROUP, work_publisher
+    from worklife.models import Work
+    from worklife.scheduling import work_hold_in_tx
+    from worklife.selectors import WorkFilter
+
+    path, history, _client = setups[args.large]
+    use_database(path)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(WORK_GROUP, channel)
+    ready = list(
+        Work.objects.filter(status="ready").values_list("pk", flat=True)[: max(args.live_changes, 1)]
+    )
+
+    def change(work_id: int) -> None:
+        with transaction.atomic():
+            work_hold_in_tx(work_id=work_id, reason="bench", now=system_clock())
+
+    latencies = []
+    for i in range(args.live_samples):
+        change(ready[i % len(ready)])
+        committed = time.perf_counter()
+        async_to_sync(layer.receive)(channel)
+        latencies.append((time.perf_counter() - committed) * 1000)
+        time.sleep(0.3)  # past the publisher's batch interval: each sample is a batch of its own
+
+    renders = {}
+    for size in (args.small, args.large):
+        use_database(setups[size][0])
+        best, queries = float("inf"), []
+        for _ in range(args.repeat):
+            from django.db import connection
+
+            seen: list[str] = []
+
+            def counted(execute, sql, params, many, context, seen=seen):
+                seen.append(sql)
+                return execute(sql, params, many, context)
+
+            with connection.execute_wrapper(counted):
+                started = time.perf_counter()
+                render_to_string(
+                    f"{LIST_TEMPLATE}#{LIST_LIVE_PARTIAL}",
+                    {**work_rows_context(WorkFilter()), "oob": True, "return_to": "/work/"},
+                )
+                best = min(best, (time.perf_counter() - started) * 1000)
+            queries = seen
+        renders[size] = (best, len(queries))
+
+    use_database(path)
+    batches, messages = work_publisher.batches, work_publisher.messages
+    started = time.perf_counter()
+    for i in range(args.live_changes):
+        change(ready[i % len(ready)])
+    work_publisher.drain(30)
+    burst = time.perf_counter() - started
+    print()
+    print(f"live Work list          {history.works:,} Work (SQLite; channel layer: SQLite file)")
+    print(
+        f"change to message       median {statistics.median(latencies):.1f} ms, worst {max(latencies):.1f} ms "
+        f"({args.live_samples} changes, commit to the console.work message received)"
+    )
+    for size, (ms, count) in renders.items():
+        print(
+            f"message to fragment     {ms:.1f} ms, {count} queries at {size:,} Work (the rows the list shows)"
+        )
+    print(
+        f"a burst of changes      {args.live_changes:,} commits in {burst:.1f} s sent "
+        f"{work_publisher.messages - messages} messages in {work_publisher.batches - batches} batches"
+    )
 
 
 def main() -> None:
@@ -276,6 +367,10 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=100, help="The short history (rows of each kind).")
     parser.add_argument("--large", type=int, default=10_000, help="The long history (rows of each kind).")
     parser.add_argument("--repeat", type=int, default=25, help="Requests timed per page and size.")
+    parser.add_argument("--live-samples", type=int, default=20, help="Work changes timed to their message.")
+    parser.add_argument(
+        "--live-changes", type=int, default=10_000, help="Work changes, each committed alone, in the burst."
+    )
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="conduit-bench-")
     os.environ.update(

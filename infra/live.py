@@ -2,16 +2,20 @@
 
 Services call :func:`publish_on_commit` when they change what a page shows: the group
 ``work.<id>`` for a Work's page, ``event.<seq>`` for an Event's page and :data:`EVENTS_GROUP`
-for the Events list. The console's
+for the Events list; Work changes go through :func:`work_changed_on_commit`, which coalesces
+them for :data:`WORK_GROUP` (the Work list and the home page) and the Work pages. The console's
 websocket consumers (``conduit_site.console.consumers``) join those groups and re-render the partial the
 page shows. Group names come from here only and contain only ids.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -79,3 +83,119 @@ def events_ws_path(filters: Mapping[str, str] | None = None) -> str:
     """The websocket path that streams the Events list, with the list's filters."""
     pairs = [(key, value) for key, value in (filters or {}).items() if value]
     return "/ws/events/" + (f"?{urlencode(pairs)}" if pairs else "")
+
+
+# --- Work changes, coalesced ----------------------------------------------------------------------
+# The group of the Work list and the home page's counts: any Work created or changed state.
+WORK_GROUP = "console.work"
+# At most this many Work pages are told about one batch; the rest refresh on their next load.
+MAX_WORK_PAGES = 50
+# A batch is sent at most this often: changes committed meanwhile join the next one, so a burst
+# of any size costs about ``1 / WORK_BATCH_SECONDS`` sends a second (each at most
+# ``1 + MAX_WORK_PAGES`` channel-layer messages).
+WORK_BATCH_SECONDS = 0.25
+
+
+# The websocket path that streams the home page's cards.
+HOME_WS_PATH = "/ws/home/"
+
+
+def work_ws_list_path(filters: Mapping[str, str] | None = None) -> str:
+    """The websocket path that streams the Work list, with the list's filters and page."""
+    pairs = [(key, value) for key, value in (filters or {}).items() if value]
+    return "/ws/work/" + (f"?{urlencode(pairs)}" if pairs else "")
+
+
+def work_changed_on_commit(work_ids: Iterable[int], *, using: str | None = None) -> None:
+    """Tell open pages, once the current transaction commits, that these Work were created or
+    changed state: the Work list and home page (:data:`WORK_GROUP`) and each Work's page.
+
+    Changes are coalesced on a thread of their own: whatever commits while a batch is being
+    sent, or within :data:`WORK_BATCH_SECONDS` of the last one, goes out as one batch, so
+    10,000 changes send a handful of messages, not 10,000. Nothing is sent on a rollback; a
+    failing channel layer is logged, never raised (the change is committed already)."""
+    ids = {int(work_id) for work_id in work_ids if work_id}
+    if ids:
+        transaction.on_commit(lambda: work_publisher.put(ids), using=using)
+
+
+class WorkPublisher:
+    """The coalescing sender behind :func:`work_changed_on_commit` (one per process)."""
+
+    def __init__(self, *, batch_seconds: float = WORK_BATCH_SECONDS) -> None:
+        self.batch_seconds = batch_seconds
+        self._lock = threading.Condition()
+        self._pending: set[int] = set()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        # What it sent, for tests and benchmarks: batches, and channel-layer messages in all.
+        self.batches = 0
+        self.messages = 0
+
+    def put(self, work_ids: Iterable[int]) -> None:
+        with self._lock:
+            self._pending.update(work_ids)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="work-live-publisher", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every change committed so far has been sent; ``True`` when idle."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _run(self) -> None:
+        # One event loop for the thread's life: a loop per send would cost more than the send.
+        loop = asyncio.new_event_loop()
+        try:
+            while True:
+                with self._lock:
+                    if not self._lock.wait_for(lambda: self._pending, timeout=60):
+                        self._thread = None
+                        return
+                    batch, self._pending = sorted(self._pending), set()
+                    self._busy = True
+                try:
+                    self.messages += loop.run_until_complete(_send_work_changed(batch))
+                    self.batches += 1
+                except Exception:  # noqa: BLE001 - the publisher's loop: a page misses a refresh
+                    logger.warning("live.work_publish_failed", exc_info=True, extra={"works": len(batch)})
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+                    # Let the next changes gather: one batch per interval at most (a put's
+                    # notify wakes the wait, so it waits out what is left of the interval).
+                    deadline = time.monotonic() + self.batch_seconds
+                    while (left := deadline - time.monotonic()) > 0:
+                        self._lock.wait(left)
+        finally:
+            loop.close()
+
+
+work_publisher = WorkPublisher()
+
+
+async def _send_work_changed(work_ids: list[int]) -> int:
+    """One :data:`WORK_GROUP` message and at most :data:`MAX_WORK_PAGES` ``work.<id>`` messages,
+    to open pages only when the layer can tell (``occupied_groups``); returns how many."""
+    layer = get_channel_layer()
+    if layer is None:
+        return 0
+    works = {group_name_for_work(work_id): work_id for work_id in work_ids}
+    groups = [WORK_GROUP, *works]
+    occupied = getattr(layer, "occupied_groups", None)
+    if occupied is not None:
+        members = await occupied(groups)
+        groups = [group for group in groups if group in members]
+    sent = 0
+    if WORK_GROUP in groups:
+        payload = {"works": len(work_ids), "first": work_ids[0], "last": work_ids[-1]}
+        await layer.group_send(WORK_GROUP, {"type": UPDATE_TYPE, "group": WORK_GROUP, "payload": payload})
+        sent += 1
+    for group in [group for group in groups if group in works][:MAX_WORK_PAGES]:
+        await layer.group_send(
+            group, {"type": UPDATE_TYPE, "group": group, "payload": {"work_id": works[group]}}
+        )
+        sent += 1
+    return sent

@@ -73,9 +73,11 @@ def live_updates_sent():
     """Each test's live updates go out before the next test starts (the router publishes them
     from a thread of its own after commit)."""
     yield
+    from infra.live import work_publisher
     from routing.engine.live import drain
 
     drain(timeout=10)
+    work_publisher.drain(timeout=10)
 
 
 @pytest.fixture

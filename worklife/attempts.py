@@ -21,6 +21,7 @@ from django.db.models import Exists, F, Min, OuterRef, Q
 
 from causal.clock import Clock
 from causal.services import assert_in_tx
+from infra.live import work_changed_on_commit
 from worklife.errors import StaleLease, WorkError, WorkTerminal
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
@@ -129,6 +130,7 @@ def attempts_start_in_tx(
         Work.objects.filter(pk__in=[a.work_id for a in new]).update(
             status=WorkStatus.RUNNING, version=F("version") + 1, updated_at=now
         )
+        work_changed_on_commit(a.work_id for a in new)
         for attempt in new:
             attempt.work.status = WorkStatus.RUNNING
     return results
@@ -261,6 +263,7 @@ def attempt_refused_in_tx(*, attempt: Attempt, reason: str, now: datetime) -> No
         status=WorkStatus.READY, version=F("version") + 1, updated_at=now
     )
     attempt.work.status = WorkStatus.READY
+    work_changed_on_commit([attempt.work_id])
 
 
 def attempt_fail(
@@ -310,6 +313,7 @@ def attempt_fail(
             version=F("version") + 1,
             updated_at=now,
         )
+        work_changed_on_commit([work.pk])
         work.refresh_from_db()
         return work
 
@@ -402,3 +406,4 @@ def work_status_set(work: Work, *, status: str, now: datetime) -> None:
     transaction."""
     Work.objects.filter(pk=work.pk).update(status=status, version=F("version") + 1, updated_at=now)
     work.status = status
+    work_changed_on_commit([work.pk])

@@ -16,6 +16,7 @@ from datetime import datetime
 from django.db import connection, connections
 
 from infra.bulk import bulk_insert
+from infra.live import work_changed_on_commit
 from infra.queries import in_list_chunks
 from worklife.models import (
     TERMINAL_STATUSES,
@@ -44,12 +45,14 @@ _INTENT_COLUMNS = ("work", "attempt", "lease_epoch", "event", "kind", "state", "
 def works_start_in_tx(starts: Sequence[tuple[str, str, int]], *, now: datetime) -> list[int]:
     """Start a ready Work for each ``(scope, binding, trigger seq)``; returns their ids, in
     order."""
-    return bulk_insert(
+    ids = bulk_insert(
         Work,
         _WORK_COLUMNS,
         [[scope, _READY, binding, seq, now, now] for scope, binding, seq in starts],
         returning=True,
     )
+    work_changed_on_commit(ids)
+    return ids
 
 
 def keys_attach_in_tx(keys: Iterable[Sequence], *, now: datetime) -> None:
@@ -97,6 +100,8 @@ def works_touch_in_tx(work_ids: set[int], now: datetime) -> None:
     for keys, params in in_list_chunks(connection, sorted(work_ids)):
         with connection.cursor() as cursor:
             cursor.execute(_touch_works_sql(connection.alias, keys), [updated_at, *params, *terminal])
+    # The Work list shows when each Work last changed: its open pages hear of the window.
+    work_changed_on_commit(work_ids)
 
 
 @functools.lru_cache(maxsize=64)

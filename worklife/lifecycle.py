@@ -21,6 +21,7 @@ from causal.clock import Clock
 from causal.limits import Causal, derived_atomic
 from causal.models import Event, EventKey, RouteState
 from causal.services import Envelope, assert_in_tx
+from infra.live import work_changed_on_commit
 from worklife.attempts import (
     attempt_end_in_tx,
     attempts_end_in_tx,
@@ -172,6 +173,7 @@ def works_complete(
             Work.objects.filter(pk__in=completed).update(
                 status=WorkStatus.COMPLETED, version=F("version") + 1, updated_at=now, ended_at=now, **reset
             )
+        work_changed_on_commit(work_ids)
         works = Work.objects.in_bulk(work_ids)
         for attempt in done:
             results[attempt.pk] = works[attempt.work_id]
@@ -202,6 +204,7 @@ def work_cancel(*, work_id: int, clock: Clock, by: str = "") -> Work:
             retry_at=None,
             pending_run=False,
         )
+        work_changed_on_commit([work.pk])
         work.refresh_from_db()
         return work
 
@@ -290,9 +293,11 @@ def work_open_in_tx(*, scope: str, binding: str, created_by: str, now: datetime)
     It does not run by itself (no ``pending_run``): it runs once its first input, an
     addressed operator Event, is routed to it (R30)."""
     assert_in_tx()
-    return Work.objects.create(
+    work = Work.objects.create(
         scope=scope, binding=binding, created_by=created_by, created_at=now, updated_at=now
     )
+    work_changed_on_commit([work.pk])
+    return work
 
 
 def work_trigger_set_in_tx(*, work_id: int, event: Event) -> None:
@@ -334,6 +339,7 @@ def work_rebind_in_tx(*, work_id: int, binding: str, now: datetime) -> Rebound:
         version=F("version") + 1,
         updated_at=now,
     )
+    work_changed_on_commit([work.pk])
     work.refresh_from_db()
     return Rebound(work, latest, retry)
 
@@ -347,7 +353,7 @@ def _work_new_in_tx(
     now = clock()
     # A new child or successor runs without waiting for input: its core.work.created Event is
     # its first input.
-    return Work.objects.create(
+    work = Work.objects.create(
         scope=scope,
         binding=binding,
         parent=parent,
@@ -356,6 +362,8 @@ def _work_new_in_tx(
         updated_at=now,
         pending_run=True,
     )
+    work_changed_on_commit([work.pk])
+    return work
 
 
 def _keys_attach_in_tx(*, work: Work, keys: Iterable[str], clock: Clock) -> None:

@@ -19,6 +19,7 @@ from django.db.models import Exists, F, Max, OuterRef, Q
 
 from causal.models import Event
 from causal.services import assert_in_tx
+from infra.live import work_changed_on_commit
 from worklife.errors import WorkError, WorkTerminal
 from worklife.models import (
     DISPATCH_REFUSED,
@@ -86,6 +87,7 @@ def work_hold_in_tx(*, work_id: int, reason: str, now: datetime, queue_only: boo
     Work.objects.filter(pk=work_id, status=WorkStatus.READY).update(
         last_error=line[:1000], retry_at=until, version=F("version") + 1, updated_at=now
     )
+    work_changed_on_commit([work_id])
 
 
 # --- what a new attempt starts with ------------------------------------------------------------
@@ -194,5 +196,6 @@ def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:
         version=F("version") + 1,
         updated_at=now,
     )
+    work_changed_on_commit([work_id])
     work.refresh_from_db()
     return work

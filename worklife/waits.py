@@ -19,6 +19,7 @@ from causal.clock import Clock
 from causal.limits import Causal, CausalRefused, derived_atomic
 from causal.models import Event
 from causal.services import Envelope, assert_in_tx
+from infra.live import work_changed_on_commit
 from worklife.attempts import current_attempt_in_tx, work_status_set
 from worklife.errors import WorkError
 from worklife.models import (
@@ -150,6 +151,7 @@ def _resume_in_tx(*, work_id: int, attempt_id: int | None, now: datetime) -> Non
     Work.objects.filter(pk=work_id, status=WorkStatus.WAITING).update(
         status=WorkStatus.RUNNING if running else WorkStatus.READY, version=F("version") + 1, updated_at=now
     )
+    work_changed_on_commit([work_id])
 
 
 # --- the wake bridge ---------------------------------------------------------------------------

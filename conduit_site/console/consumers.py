@@ -1,10 +1,12 @@
-"""Websocket consumers: live updates of the console's Work page, Event page and Events list.
+"""Websocket consumers: live updates of the console's Work page, Work list, home page, Event
+page and Events list.
 
 A consumer accepts only a signed-in user with ``routing.view_event`` (the permission of the
 pages it updates), joins the page's group (``infra.live``) and,
 on each update, re-renders the same partials the page's HTTP view renders and sends them as
 htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment. Updates that
-arrive in a burst are coalesced into one render.
+arrive in a burst are coalesced into one render; a list or the home page renders at most once
+a second (its queries cost more), and a page at rest, told nothing, queries nothing.
 """
 
 from __future__ import annotations
@@ -32,10 +34,22 @@ from conduit_site.console.views.events import (
     event_rows_context,
     page_params,
 )
-from conduit_site.console.views.forms import EventFilterForm, WorkDetailForm
-from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_CONTROLS, LIVE_PARTIALS, work_detail_context
+from conduit_site.console.views.forms import EventFilterForm, WorkDetailForm, WorkFilterForm
+from conduit_site.console.views.home import HOME_LIVE_PARTIAL, HOME_TEMPLATE, home_summary_context
+from conduit_site.console.views.home import clock as home_clock
+from conduit_site.console.views.work import (
+    DETAIL_TEMPLATE,
+    LIST_LIVE_PARTIAL,
+    LIVE_CONTROLS,
+    LIVE_FORMS,
+    LIVE_PARTIALS,
+    work_detail_context,
+    work_page_params,
+    work_rows_context,
+)
+from conduit_site.console.views.work import LIST_TEMPLATE as WORK_LIST_TEMPLATE
 from infra.converters import MAX_ID
-from infra.live import EVENTS_GROUP, group_name_for_event, group_name_for_work
+from infra.live import EVENTS_GROUP, WORK_GROUP, group_name_for_event, group_name_for_work
 from routing.access.roles import VIEW_EVENT
 from worklife.models import Work
 from worklife.selectors import work_get
@@ -52,8 +66,14 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
 
     # Updates arriving within this many seconds of the first are rendered once.
     coalesce_seconds = 0.2
+    # Renders are at least this many seconds apart (a list's or the home page's queries cost
+    # more): a first change shows after coalesce_seconds, a stream of them once a second.
+    min_interval_seconds = 0.0
+    _last_render: float = float("-inf")
 
     group: str | None = None
+    # Groups joined beside the one prepare() names (the home page hears Work and Events).
+    also_groups: tuple[str, ...] = ()
     user: Any = None
     _dirty: bool = False
     _flusher: asyncio.Task | None = None
@@ -72,7 +92,8 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
             return
         self.group = group
         self.user = user
-        await self.channel_layer.group_add(group, self.channel_name)
+        for name in (group, *self.also_groups):
+            await self.channel_layer.group_add(name, self.channel_name)
         await self.accept()
 
     async def _refuse(self, code: int) -> None:
@@ -88,7 +109,8 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            for name in (self.group, *self.also_groups):
+                await self.channel_layer.group_discard(name, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """The page sends nothing we act on; incoming frames are ignored."""
@@ -100,10 +122,13 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
             self._flusher = asyncio.create_task(self._flush())
 
     async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._dirty:
-            await asyncio.sleep(self.coalesce_seconds)
+            next_allowed = self._last_render + self.min_interval_seconds - loop.time()
+            await asyncio.sleep(max(self.coalesce_seconds, next_allowed))
             self._dirty = False
             html = await database_sync_to_async(self.render)()
+            self._last_render = loop.time()
             if html:
                 await self.send(text_data=html)
 
@@ -148,7 +173,52 @@ class WorkConsumer(LiveConsumer):
         context = work_detail_context(work, LIVE_PARTIALS, cursors)
         context.update(self.base_context(reverse("work-detail", args=[work.pk]) + query_string(cursors)))
         partials = [render_to_string(f"{DETAIL_TEMPLATE}#{name}", context) for name in LIVE_PARTIALS]
-        return "".join([*partials, render_to_string(LIVE_CONTROLS, context)])
+        partials.append(render_to_string(LIVE_CONTROLS, context))
+        if work.is_terminal:
+            # Send input and Rebind go once the Work ends. While it lives they are left alone:
+            # swapping them would drop what the operator is typing.
+            partials.append(render_to_string(LIVE_FORMS, context))
+        return "".join(partials)
+
+
+class WorkListConsumer(LiveConsumer):
+    """``ws/work/?scope=&status=&binding=&key=&before=``: the Work list's rows, with the list's
+    filters and on the list's page, as Work is created and changes state."""
+
+    min_interval_seconds = 1.0
+    form: WorkFilterForm | None = None
+
+    async def prepare(self) -> tuple[str | None, int]:
+        form = WorkFilterForm(query_params(self.scope))
+        if not await database_sync_to_async(form.is_valid)():
+            return None, CLOSE_BAD_REQUEST
+        self.form = form
+        return WORK_GROUP, 0
+
+    def render(self) -> str:
+        if self.form is None:  # not connected (prepare() refused it): nothing to show
+            return ""
+        filters, cursor, oldest = self.form.filters(), self.form.cursor(), self.form.oldest_first()
+        context = work_rows_context(filters, cursor=cursor, oldest=oldest)
+        page = reverse("work-list") + query_string(work_page_params(filters, cursor=cursor, oldest=oldest))
+        context.update(self.base_context(page))
+        return render_to_string(f"{WORK_LIST_TEMPLATE}#{LIST_LIVE_PARTIAL}", context)
+
+
+class HomeConsumer(LiveConsumer):
+    """``ws/home/``: the home page's cards (unrouted Events, Work by state, parked Work, dead
+    letters, doctor's warnings) as Work changes and Events are accepted and routed."""
+
+    min_interval_seconds = 1.0
+    also_groups = (EVENTS_GROUP,)
+
+    async def prepare(self) -> tuple[str | None, int]:
+        return WORK_GROUP, 0
+
+    def render(self) -> str:
+        context = home_summary_context(home_clock())
+        context.update(self.base_context(reverse("console-home")))
+        return render_to_string(f"{HOME_TEMPLATE}#{HOME_LIVE_PARTIAL}", context)
 
 
 class EventsConsumer(LiveConsumer):

@@ -11,7 +11,11 @@ eligibility and makes it terminal (``worklife.lifecycle.work_cancel``). The work
 cancelled attempt notices it after the commit and stops its process.
 
 **Retry** unparks a parked Work or ends its backoff (``worklife.scheduling.work_retry_in_tx``):
-it runs again at once, with the input its failed attempts took and a fresh attempt budget.
+its input is ready again, with the input its failed attempts took and a fresh attempt budget,
+and it runs at once when its binding can run it. A binding with no executor (queue-only) only
+queues input: the work loop refuses to dispatch it again and looks once more after five minutes,
+so nothing runs until the Work is rebound to a binding with an executor or the configuration
+gives the binding one; :func:`retry_outlook` and the result say so.
 
 **Send input** accepts an addressed operator Event (R30): source ``core.manual``, the operator's
 own type (never ``core.*``), ``work_id`` the Work. The router queues it on the binding the Work
@@ -150,6 +154,7 @@ class WorkControlResult:
     previous_binding: str = ""  # rebind: the binding the Work would have run on next
     input_seq: int | None = None  # send, create: the addressed operator Event accepted
     attempts_cancelled: int = 0  # cancel: active attempts cancelled (their processes stop)
+    outlook: str = ""  # retry: what happens next, when it does not simply run (retry_outlook)
 
     @property
     def message(self) -> str:
@@ -164,6 +169,8 @@ class WorkControlResult:
             )
             return f"Work {self.work_id} cancelled by {self.by}{stopped}{control}"
         if self.action == WorkControl.RETRY:
+            if self.outlook:
+                return f"Work {self.work_id} retried by {self.by}: {self.outlook}{control}"
             return f"Work {self.work_id} retried by {self.by}: it runs again at once{control}"
         if self.action == WorkControl.SEND:
             return (
@@ -241,6 +248,7 @@ def work_retry(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> W
                 WorkControl.RETRY, work_id, f"{refused}: only parked or backing-off Work is retried"
             ) from refused
         control = _control_event_in_tx(WorkControl.RETRY, work=work, by=by, clock=clock)
+        outlook = retry_outlook(work.pk)
         publish_routed([control.seq], [work.pk])
     return _done(
         WorkControlResult(
@@ -250,8 +258,39 @@ def work_retry(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> W
             control_seq=control.seq,
             by=by,
             scope=work.scope,
+            outlook=outlook,
         )
     )
+
+
+def retry_outlook(work_id: int) -> str:
+    """What a Retry of the Work leads to when it does not simply run again at once (``""``
+    then): the binding it runs on next (R30) only queues input, or cannot run as the live
+    configuration declares it. The console's Retry confirmation and the result say it."""
+    view = read_work_views([work_id]).get(work_id)
+    generation = live_generation()
+    if view is None or generation is None:
+        return ""
+    name = addressed_binding(view)
+    scope = load_configuration(generation).scope(view.scope)
+    binding = scope.bindings.get(name) if scope is not None else None
+    if binding is None:
+        return (
+            f"Retry makes its input ready again, but its binding {name!r} is not in scope {view.scope} in "
+            f"the live configuration, so nothing runs until the Work is rebound to a binding there"
+        )
+    if binding.problem:
+        return (
+            f"Retry makes its input ready again, but its binding {name!r} cannot run ({binding.problem}), "
+            "so nothing runs until the Work is rebound or the configuration is fixed"
+        )
+    if not binding.executor:
+        return (
+            f"Retry makes its input ready again; its binding {name!r} only queues input (it has no "
+            "executor), so nothing runs until the Work is rebound to a binding with an executor or a "
+            "new configuration gives this one an executor"
+        )
+    return ""
 
 
 def work_input_send(

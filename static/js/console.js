@@ -31,7 +31,7 @@ document.addEventListener("htmx:beforeSwap", (event) => {
 // Timestamps: every <time datetime> (the timetag filter, conduit_site/console/templatetags/console_time.py)
 // comes as UTC; show it in the browser's time zone, naming the zone, to the second. One marked
 // data-ago shows its age instead ("3 min ago", or "in 4 s" for a next try), the local time in
-// its title, and ages on every second (a backoff counts down).
+// its title, and ages on every second (a backoff counts down; data-countdown reads "now" at 0).
 const LOCAL_TIME = new Intl.DateTimeFormat("en-US", {
   year: "numeric",
   month: "2-digit",
@@ -74,7 +74,11 @@ function showTime(element, now) {
     return;
   }
   const local = localTime(date);
-  const text = element.hasAttribute("data-ago") ? age(date, now) : local;
+  let text = element.hasAttribute("data-ago") ? age(date, now) : local;
+  // A countdown (a backoff's next try) that has run out says so, not "2 s ago".
+  if (element.hasAttribute("data-countdown") && Math.round((date - now) / 1000) <= 0) {
+    text = "now";
+  }
   if (element.textContent !== text) {
     element.textContent = text;
   }
@@ -191,3 +195,30 @@ function restoreFocus() {
 
 document.addEventListener("htmx:afterSettle", restoreFocus);
 document.addEventListener("htmx:oobAfterSwap", restoreFocus);
+
+// A live update of a list (the Work list's rows over the websocket) must not undo what the
+// operator is doing there: the boxes ticked for a bulk action stay ticked in the new rows.
+let tickedBeforeSwap = null;
+
+document.addEventListener("htmx:oobBeforeSwap", (event) => {
+  const target = event.detail.target;
+  if (target instanceof Element && target.id === "work-rows") {
+    tickedBeforeSwap = new Set(
+      [...target.querySelectorAll("input[type=checkbox]:checked")].map((box) => box.id || `${box.name}=${box.value}`),
+    );
+  }
+});
+
+document.addEventListener("htmx:oobAfterSwap", () => {
+  const ticked = tickedBeforeSwap;
+  tickedBeforeSwap = null;
+  const rows = document.getElementById("work-rows");
+  if (!ticked || !rows) {
+    return;
+  }
+  for (const box of rows.querySelectorAll("input[type=checkbox]")) {
+    if (ticked.has(box.id || `${box.name}=${box.value}`)) {
+      box.checked = true;
+    }
+  }
+});

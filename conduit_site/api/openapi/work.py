@@ -172,6 +172,11 @@ SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "description": "cancel: active attempts cancelled (their work loops stop the processes).",
             },
+            "outlook": {
+                "type": "string",
+                "description": "retry: what happens next when the Work does not simply run again at once "
+                "(its binding only queues input, or cannot run); empty otherwise.",
+            },
             "message": {"type": "string", "description": "The result in one sentence."},
         },
     },
@@ -406,8 +411,10 @@ PATHS: dict[str, Any] = {
         "post": {
             "operationId": "work_retry",
             "summary": "Retry a parked or backing-off Work",
-            "description": "The Work runs again at once, with the input its failed attempts took and a fresh "
-            "attempt budget. Work that is neither parked nor backing off is refused (409). Commits a "
+            "description": "The Work's input is ready again, with the input its failed attempts took and a "
+            "fresh attempt budget: it runs at once when its binding can run it; `outlook` says what "
+            "happens when it cannot (a queue-only binding runs nothing). Work that is neither parked "
+            "nor backing off is refused (409). Commits a "
             "`core.manual.retry_work` control Event in the same transaction. Needs the permission "
             "`worklife.retry_work`. No request body.",
             "parameters": [WORK_ID_PARAMETER],

@@ -57,7 +57,8 @@ def in_words(seconds: float) -> str:
 @register.filter
 def countdown(value: datetime | None, now: datetime) -> SafeString | str:
     """``value``, a moment after ``now``, as ``<time>`` reading "in 4 s" with the absolute
-    time in its title; ``console.js`` counts it down (``data-ago``)."""
+        time in its title; ``console.js`` counts it down every second (``data-ago``) with no request,
+    and says "now" once it has run out (``data-countdown``)."""
     if value is None or value == "":
         return NONE
     if not isinstance(value, datetime) or value.tzinfo is None:
@@ -66,7 +67,7 @@ def countdown(value: datetime | None, now: datetime) -> SafeString | str:
     iso = moment.isoformat().replace("+00:00", "Z")
     seconds = max((moment - now).total_seconds(), 0)
     return format_html(
-        '<time datetime="{}" data-ago title="{}">in {}</time>',
+        '<time datetime="{}" data-ago data-countdown title="{}">in {}</time>',
         iso,
         moment.strftime(DISPLAY_FORMAT),
         in_words(seconds),

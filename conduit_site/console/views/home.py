@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
@@ -11,11 +13,28 @@ from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.charts import trend_charts, trend_table
 from conduit_site.console.views.common import render_console
 from conduit_site.doctor import doctor
+from infra.live import HOME_WS_PATH
 from routing.access.roles import VIEW_EVENT
 from routing.selectors import console_summary
 
 # The trusted clock the trends and checks read "now" from (tests inject a fake one).
 clock: Clock = system_clock
+
+HOME_TEMPLATE = "routing/home.html"
+# What a live update of the home page re-renders: the cards of counts.
+HOME_LIVE_PARTIAL = "console-summary"
+
+
+def home_summary_context(now) -> dict[str, Any]:
+    """What the ``console-summary`` cards need: the counts, doctor's warnings and the dead
+    letters. The websocket consumer renders the same partial with it."""
+    dead, dead_more = dead_letters_count()
+    return {
+        "summary": console_summary(now=now),
+        "report": doctor(clock=lambda: now),
+        "dead_letters": dead,
+        "dead_letters_more": dead_more,
+    }
 
 
 @permission_needed(VIEW_EVENT)
@@ -25,16 +44,12 @@ def home(request: HttpRequest) -> HttpResponse:
     letters and doctor warnings, the live generation, and the trends of the last hour and day
     as charts."""
     now = clock()
-    summary = console_summary(now=now)
-    report = doctor(clock=lambda: now)
-    dead, dead_more = dead_letters_count()
-    result = trends(now=now, unrouted=summary.unrouted_events)
+    cards = home_summary_context(now)
+    result = trends(now=now, unrouted=cards["summary"].unrouted_events)
     context = {
         "section": "home",
-        "summary": summary,
-        "report": report,
-        "dead_letters": dead,
-        "dead_letters_more": dead_more,
+        **cards,
+        "live_url": HOME_WS_PATH,
         "trends": result,
         "spans": [
             (
@@ -51,4 +66,4 @@ def home(request: HttpRequest) -> HttpResponse:
             ),
         ],
     }
-    return render_console(request, "routing/home.html", context)
+    return render_console(request, HOME_TEMPLATE, context)

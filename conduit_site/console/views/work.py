@@ -14,9 +14,10 @@ from causal.models import RouteState
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, query_string, render_console
 from conduit_site.console.views.forms import INPUT_NEWEST, WorkDetailForm, WorkFilterForm
-from infra.live import work_ws_path
+from infra.live import work_ws_list_path, work_ws_path
 from routing.access.roles import VIEW_EVENT
 from routing.controls.events import reroute_copies
+from routing.controls.work import retry_outlook
 from routing.selectors import event_routes, work_route_history_page, work_route_history_total
 from worklife.models import Work
 from worklife.selectors import (
@@ -41,6 +42,8 @@ from worklife.selectors import (
 
 LIST_TEMPLATE = "worklife/work_list.html"
 LIST_PARTIALS = ("work-list",)
+# What a live update of the list re-renders (inside #work-list, which holds the connection).
+LIST_LIVE_PARTIAL = "work-rows"
 DETAIL_TEMPLATE = "worklife/work_detail.html"
 
 # The trusted clock "backing off until" is read against (tests inject a fake one).
@@ -50,6 +53,13 @@ clock: Clock = system_clock
 def work_filter_params(filters: WorkFilter) -> dict[str, str]:
     """The query parameters that reproduce ``filters``."""
     return {"scope": filters.scope, "status": filters.status, "binding": filters.binding, "key": filters.key}
+
+
+def work_page_params(filters: WorkFilter, *, cursor: int | None, oldest: bool) -> dict[str, str]:
+    """The query parameters that reproduce ``filters`` with their page (the live updates'
+    address: a paged list stays on its page)."""
+    paging = {"oldest": "1", "after": cursor} if oldest else {"before": cursor}
+    return {**work_filter_params(filters), **{k: "" if v is None else str(v) for k, v in paging.items()}}
 
 
 def work_rows_context(
@@ -84,7 +94,9 @@ def work_list(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         context["page"] = None
         return render_console(request, LIST_TEMPLATE, context, partials=LIST_PARTIALS, status=400)
-    context.update(work_rows_context(form.filters(), cursor=form.cursor(), oldest=form.oldest_first()))
+    filters, cursor, oldest = form.filters(), form.cursor(), form.oldest_first()
+    context.update(work_rows_context(filters, cursor=cursor, oldest=oldest))
+    context["live_url"] = work_ws_list_path(work_page_params(filters, cursor=cursor, oldest=oldest))
     return render_console(request, LIST_TEMPLATE, context, partials=LIST_PARTIALS)
 
 
@@ -175,6 +187,8 @@ WORK_PARTIALS: dict[str, Callable[[Work, dict[str, Any]], dict[str, Any]]] = {
 LIVE_PARTIALS = ("work-summary", "work-engine", "work-unrouted", "work-input", "work-history")
 # ... and the operator control buttons (cancel, retry) as the Work's state allows them.
 LIVE_CONTROLS = "worklife/work_controls.html#work-control-buttons"
+# ... and, once the Work has ended, its forms (Send input, Rebind) go.
+LIVE_FORMS = "worklife/work_controls.html#work-control-forms"
 
 
 def work_detail_context(
@@ -185,6 +199,9 @@ def work_detail_context(
     context: dict[str, Any] = {"section": "work", "work": work}
     for name in partials:
         context.update(WORK_PARTIALS[name](work, cursors))
+    if "work-summary" in partials:
+        # The controls beside the summary: what Retry leads to (queries only when it shows).
+        context["retry_outlook"] = retry_outlook(work.pk) if work.is_retryable else ""
     return context
 
 

@@ -30,8 +30,9 @@ TEMPLATE = "worklife/work_bulk.html"
 SHOWN = 50
 VERBS = {WorkControl.RETRY: "Retry", WorkControl.CANCEL: "Cancel"}
 EXPLAIN = {
-    WorkControl.RETRY: "Each parked or backing-off Work runs again at once with a fresh attempt budget; "
-    "any other Work is refused and left as it is.",
+    WorkControl.RETRY: "Each parked or backing-off Work's input is ready again with a fresh attempt budget: "
+    "it runs at once, unless its binding only queues input (no executor) or cannot run, which runs nothing "
+    "until the Work is rebound. Any other Work is refused and left as it is.",
     WorkControl.CANCEL: "Each live Work is cancelled: its attempts, waits and timers end and it takes no more "
     "input. Terminal Work is refused and left as it is.",
 }

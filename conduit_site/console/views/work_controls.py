@@ -42,7 +42,13 @@ from conduit_site.console.views.forms import form_errors_text
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
 from routing.acceptance.envelopes import loads
 from routing.controls import work as controls
-from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
+from routing.controls.work import (
+    WorkControl,
+    WorkControlInvalid,
+    WorkControlRefused,
+    WorkControlResult,
+    retry_outlook,
+)
 from worklife.models import Work
 from worklife.selectors import work_get
 
@@ -119,7 +125,7 @@ ACTIONS: dict[WorkControl, ControlPage] = {
         verb="Retry",
         url="work-retry",
         explain="The parked or backing-off Work runs again at once, with the input its failed attempts took and "
-        "a fresh attempt budget.",
+        "a fresh attempt budget (its binding can run it).",
     ),
     WorkControl.SEND: ControlPage(
         verb="Send input to",
@@ -272,12 +278,13 @@ def _page(
     """The control's own page (no JavaScript): a confirmation, or the control's form; none when
     the Work's state refuses the control (``blocked``)."""
     spec = ACTIONS[action]
+    outlook = retry_outlook(work.pk) if action == WorkControl.RETRY and work.is_retryable else ""
     context = {
         "section": "work",
         "work": work,
         "action": action.value,
         "verb": spec.verb,
-        "explain": spec.explain,
+        "explain": f"{outlook}." if outlook else spec.explain,
         "post_url": reverse(spec.url, args=[work.pk]),
         "back_url": reverse("work-detail", args=[work.pk]),
         "form": form,
@@ -311,7 +318,10 @@ def controls_response(
     """The ``work-controls`` section re-rendered for an htmx request, with (after a control that
     changed the Work) the Work page's live partials out of band, as the websocket sends them."""
     work = _work(work_id)
-    html = render_to_string(CONTROLS_TEMPLATE, {"work": work, **context}, request=request)
+    outlook = retry_outlook(work.pk) if work.is_retryable else ""
+    html = render_to_string(
+        CONTROLS_TEMPLATE, {"work": work, "retry_outlook": outlook, **context}, request=request
+    )
     if "control" in context:
         page = work_detail_context(work, LIVE_PARTIALS)
         page.update(oob=True, return_to=reverse("work-detail", args=[work.pk]))

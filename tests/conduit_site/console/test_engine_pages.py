@@ -262,7 +262,7 @@ def test_i8p9_work_list_shows_parked_and_backing_off_work_and_filters_parked(con
     )
     assert (
         'badge-backing_off">backing off</span> <span class="muted" title="">· next try <time'
-        ' datetime="2026-01-05T12:00:08Z" data-ago title="2026-01-05 12:00:08 UTC">in 8 s</time>'
+        ' datetime="2026-01-05T12:00:08Z" data-ago data-countdown title="2026-01-05 12:00:08 UTC">in 8 s</time>'
         in row(body, f"work-{backing_off.pk}")
     )
     for quiet in (retried, running):

@@ -294,7 +294,15 @@ def test_d4_work_list_filters_by_scope_and_status_and_pages(console):
     assert second == [w.pk for w in reversed(ready)][50:]
     assert console.get(reverse("work-list"), {"status": "sleeping"}).status_code == 400
     partial = console.get(reverse("work-list"), {"status": "completed"}, **htmx("work-list"))
-    assert text(partial).strip().startswith('<div id="work-list">')
+    # The list with its live connection (the filter's), holding the rows live updates swap.
+    assert (
+        text(partial)
+        .strip()
+        .startswith(
+            '<section id="work-list" aria-live="polite" hx-ext="ws" ws-connect="/ws/work/?status=completed">'
+        )
+    )
+    assert '<div id="work-rows">' in text(partial)
 
 
 def test_d4_work_page_shows_links_keys_attempts_input_in_acceptance_order_and_history(console):

@@ -53,7 +53,7 @@ def test_i39_4_work_list_shows_backing_off_with_a_countdown_and_parked_not_ready
     backing = row(body, f"work-{states['backing_off'].pk}")
     assert 'badge-backing_off">backing off</span>' in backing
     assert (
-        '· next try <time datetime="2026-01-05T12:00:04Z" data-ago title="2026-01-05 12:00:04 UTC">in 4 s</time>'
+        '· next try <time datetime="2026-01-05T12:00:04Z" data-ago data-countdown title="2026-01-05 12:00:04 UTC">in 4 s</time>'
         in backing
     )
     assert "badge-ready" not in backing
