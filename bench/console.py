@@ -16,6 +16,11 @@ changes), the time the list's consumer takes to render its rows (what follows th
 after its one-second coalescing window) with its queries at both sizes, and how many messages
 ``--live-changes`` changes, each its own transaction, send.
 
+Last the bulk endpoint (``POST /api/work/bulk``) at both sizes: it cancels every ready Work by a
+filter (a quarter of each history's Work), and prints the time to resolve the filter, the whole
+request, and the time a Work (each Work is its own control: one transaction and one control
+Event), whose ratio between the sizes must stay near 1.
+
 Each page is one function in ``PAGES`` taking the test client and the data's ids and returning
 the path it requests; to bench another page, write one and add it there.
 """
@@ -276,6 +281,7 @@ def run(args: argparse.Namespace, tmp: str) -> None:
         )
     print(f"worst ratio             {worst:.2f}   (target <= 1.5)")
     live_work_list(args, setups)
+    bulk_cancel(args, setups)
 
 
 def live_work_list(args: argparse.Namespace, setups: dict) -> None:
@@ -360,6 +366,48 @@ def live_work_list(args: argparse.Namespace, setups: dict) -> None:
         f"a burst of changes      {args.live_changes:,} commits in {burst:.1f} s sent "
         f"{work_publisher.messages - messages} messages in {work_publisher.batches - batches} batches"
     )
+
+
+def bulk_cancel(args: argparse.Namespace, setups: dict) -> None:
+    """``POST /api/work/bulk`` cancelling every ready Work by a filter, at both sizes."""
+    import json
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from causal.clock import system_clock
+    from routing.controls.bulk import work_bulk_ids
+    from tests.routing.factories import api_token_with_secret
+    from worklife.selectors import WorkFilter
+
+    print()
+    print(f"{'bulk cancel':<22}{'Work':>8}{'filter':>11}{'request':>12}{'a Work':>11}")
+    per_work = {}
+    for size in (args.small, args.large):
+        path = setups[size][0]
+        use_database(path)
+        _token, secret = api_token_with_secret(user=get_user_model().objects.get(username="bench"))
+        started = time.perf_counter()
+        chosen = work_bulk_ids(filters=WorkFilter(status="ready"), now=system_clock())
+        resolved = (time.perf_counter() - started) * 1000
+        client = Client(headers={"Authorization": f"Bearer {secret}"})
+        started = time.perf_counter()
+        response = client.post(
+            "/api/work/bulk",
+            json.dumps({"action": "cancel", "filter": {"status": "ready"}}),
+            content_type="application/json",
+        )
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status_code != 200:
+            raise SystemExit(f"/api/work/bulk: status {response.status_code}: {response.content[:300]!r}")
+        done = response.json()["done"]
+        if done != len(chosen):
+            raise SystemExit(f"/api/work/bulk cancelled {done} of the {len(chosen)} ready Work")
+        per_work[size] = elapsed / max(done, 1)
+        print(
+            f"{'at ' + format(size, ','):<22}{done:>8,}{resolved:>8.1f} ms{elapsed:>9.0f} ms{per_work[size]:>8.2f} ms"
+        )
+    print(f"a Work at {args.large:,} / at {args.small:,}   {per_work[args.large] / per_work[args.small]:.2f}")
 
 
 def main() -> None:
