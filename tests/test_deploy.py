@@ -5,12 +5,16 @@ parsers take, and set only settings Conduit reads."""
 from __future__ import annotations
 
 import configparser
+import http.server
 import ipaddress
+import json
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -132,6 +136,98 @@ def test_i38_8_the_trusted_proxy_setting_names_caddy_and_no_other_container(comp
         # Another container of the network is no proxy: its header is ignored.
         direct = factory.get("/", REMOTE_ADDR=other, HTTP_X_FORWARDED_FOR="203.0.113.7")
         assert client_ip(direct) == other
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """The upstream: answers 200 and keeps each request's headers."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self):  # noqa: N802 - the handler's method name
+        self.seen.append(dict(self.headers.items()))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_i38_8_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_inside(tmp_path):
+    """deploy/Caddyfile run by Caddy, its listener and upstream moved to loopback ports: a client
+    (at 127.0.0.2) that forges X-Forwarded-For is still seen at its own address by
+    ``client_ip`` with Caddy's address trusted, and /metrics is answered 404 by Caddy."""
+    caddy = shutil.which("caddy")
+    assert caddy, "caddy is missing: install Debian's caddy package (.ci/run does)"
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
+    adapted = subprocess.run(
+        [caddy, "adapt", "--config", str(DEPLOY / "Caddyfile"), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=True,
+        timeout=60,
+    )
+    config = json.loads(adapted.stdout)
+    [server] = config["apps"]["http"]["servers"].values()
+    assert server["listen"] == [":443"]
+    listen, upstream = free_port(), http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    server["listen"] = [f"127.0.0.1:{listen}"]
+    server["automatic_https"] = {"disable": True}
+    text = json.dumps(config)
+    assert text.count('"dial": "web:8000"') == 1
+    text = text.replace('"dial": "web:8000"', f'"dial": "127.0.0.1:{upstream.server_port}"')
+    text = text.replace('"host": ["localhost"]', '"host": ["127.0.0.1"]')
+    config = json.loads(text)
+    config["admin"] = {"disabled": True}
+    (tmp_path / "caddy.json").write_text(json.dumps(config))
+    process = subprocess.Popen(
+        [caddy, "run", "--config", str(tmp_path / "caddy.json")],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", listen)) == 0:
+                    break
+            if process.poll() is not None:
+                pytest.fail(f"Caddy stopped: {process.stderr.read().decode()[-2000:]}")
+            threading.Event().wait(0.1)
+        else:
+            pytest.fail("Caddy did not listen")
+
+        def get(path: str) -> int:
+            with socket.create_connection(
+                ("127.0.0.1", listen), timeout=10, source_address=("127.0.0.2", 0)
+            ) as c:
+                c.sendall(
+                    f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: 203.0.113.66\r\n"
+                    "Connection: close\r\n\r\n".encode()
+                )
+                return int(c.makefile("rb").readline().split()[1])
+
+        assert get("/metrics") == 404
+        assert _Recorder.seen == []
+        assert get("/login/") == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        upstream.shutdown()
+    [headers] = _Recorder.seen
+    forwarded = headers["X-Forwarded-For"]
+    assert headers["X-Forwarded-Proto"] == "http"  # https behind its TLS
+    request = RequestFactory().get("/", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=forwarded)
+    with override_settings(CONDUIT_TRUSTED_PROXIES=env_file()["CONDUIT_TRUSTED_PROXIES"].split(",")):
+        assert client_ip(request) == "127.0.0.2", forwarded
 
 
 def test_i38_8_the_systemd_web_listens_where_the_local_proxy_is_trusted():
