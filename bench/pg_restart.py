@@ -14,7 +14,8 @@ Events in batches (``bench/takeover.py``'s workload: a Work for each keyed Event
 holds ``--hold`` seconds). A batch is *acknowledged* when ``events_accept`` returned; one that
 raised (the server was going down or not back yet) is sent again until it is. ``--restart-after``
 seconds in, ``pg_ctl restart -m fast`` restarts the server (``--restarts`` times, ``--gap`` seconds
-apart). Then it waits until every Event is routed and every Work completed, and prints:
+apart); with ``--restart-at-start S`` also S seconds after the loops were started, while they
+start. Then it waits until every Event is routed and every Work completed, and prints:
 
 - Events acknowledged and the batches refused during the restart (then sent again);
 - how long the restart took, and when each loop did its first work after the server was back:
@@ -203,6 +204,12 @@ def main() -> None:
     parser.add_argument("--restart-after", type=float, default=4.0, help="Seconds before the restart.")
     parser.add_argument("--restarts", type=int, default=1, help="Restarts (default 1).")
     parser.add_argument("--gap", type=float, default=3.0, help="Seconds between restarts (default 3).")
+    parser.add_argument(
+        "--restart-at-start",
+        type=float,
+        default=0.0,
+        help="Also restart the server this many seconds after the loops are started (0: not).",
+    )
     parser.add_argument("--port", type=int, default=55432, help="The cluster's port (default 55432).")
     parser.add_argument("--pg-bin", default="", help="Folder of initdb and pg_ctl.")
     parser.add_argument("--timeout", type=float, default=300.0, help="Give up after this many seconds.")
@@ -260,15 +267,24 @@ def main() -> None:
                         start_new_session=True,
                     )
                 )
-        # A loop that cannot reach the database as it starts exits (its supervisor, serve or
-        # systemd, starts it again): the stream and the restart begin once every loop beats.
-        while json.loads(subprocess.run([*me, "beats"], env=env, check=True, capture_output=True).stdout) != [
-            args.hosts,
-            args.hosts,
-        ]:
-            if any(p.poll() is not None for p in loops):
-                sys.exit("a loop exited as it started")
+        launched = time.time()
+        if args.restart_at_start:
+            # The loops start while the server restarts: each waits for it (infra.connections).
+            time.sleep(args.restart_at_start)
+            cluster.restart()
+            print(
+                f"restart as the loops start, {args.restart_at_start:.1f} s after them: {time.time() - launched:.2f} s"
+            )
+        # The stream and the restart begin once every loop beats.
+        while True:
+            beats = subprocess.run([*me, "beats"], env=env, capture_output=True)
+            if beats.returncode == 0 and json.loads(beats.stdout) == [args.hosts, args.hosts]:
+                break
+            exited = [p for p in loops if p.poll() is not None]
+            if exited:
+                sys.exit(f"{len(exited)} of {len(loops)} loops exited as they started")
             time.sleep(0.2)
+        print(f"every loop beats {time.time() - launched:.1f} s after it was started")
         started = time.time()
         accept = subprocess.Popen(
             [*me, "accept", str(args.n), str(args.batch), str(args.pause), str(acked)], env=env
@@ -344,6 +360,13 @@ def main() -> None:
             for loop in ("route_loop", "work_loop")
         )
         print(f"loops' logged failed passes (the outage): {reconnects}")
+        if args.restart_at_start:
+            waited = sum(
+                "database.unavailable" in (work / f"host-{i}-{loop}.log").read_text()
+                for i in range(1, args.hosts + 1)
+                for loop in ("route_loop", "work_loop")
+            )
+            print(f"loops that waited for the server as they started: {waited} of {len(loops)}")
         violations = report["violations"]
         print(
             "history: "
