@@ -23,9 +23,9 @@ PYTEST_ARGS ?=
 # Parallel mutants of make mutate (default: one per CPU).
 MUTATE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-# The tool that writes the locks, in a virtualenv of its own (make lock).
+# uv writes the locks (make lock), from a virtualenv of its own.
 UV_VERSION := 0.13.9
-LOCK_VENV := $(VAR)/lock-tools
+LOCK_VENV := $(VAR)/lock-venv
 LOCK_FLAGS := --universal --python-version 3.12 --generate-hashes --no-emit-index-url \
 	--no-emit-find-links --custom-compile-command "make lock" --quiet
 
