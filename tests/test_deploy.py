@@ -374,6 +374,39 @@ def test_i38_8_the_image_s_entry_point_runs_a_manage_py_command():
             assert_setting(name)
 
 
+def test_i38_8_the_image_s_files_collect_its_static_files(tmp_path):
+    """The Dockerfile's build steps that run Conduit (collectstatic), with its ENV, in a folder
+    holding only what it copies: the image's files are enough for production's settings."""
+    instructions = dockerfile()
+    app = tmp_path / "app"
+    app.mkdir()
+    for instruction, rest in instructions:
+        if instruction == "COPY":
+            *sources, _ = rest.split()
+            for source in sources:
+                if (ROOT / source).is_dir():
+                    shutil.copytree(ROOT / source, app / source, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(ROOT / source, app / source)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    image_env = dict(re.findall(r"(\w+)=(\S+)", dict(instructions)["ENV"]))
+    environment.update({k: v for k, v in image_env.items() if k != "PATH"})
+    assert environment["CONDUIT_VAR_DIR"] == "/var/lib/conduit"
+    environment["CONDUIT_VAR_DIR"] = str(tmp_path / "var")
+    steps = [rest for instruction, rest in instructions if instruction == "RUN" and "manage.py" in rest]
+    assert steps
+    for step in steps:
+        result = subprocess.run(
+            ["sh", "-c", step], cwd=app, env=environment, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "var" / "staticfiles" / "staticfiles.json").is_file()
+
+
 # --- the guide -----------------------------------------------------------------------------------
 
 
