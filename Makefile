@@ -23,12 +23,20 @@ PYTEST_ARGS ?=
 # Parallel mutants of make mutate (default: one per CPU).
 MUTATE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: help run test test-postgres lint venv mutate editor-bundle
+# uv writes the locks (make lock), from a virtualenv of its own.
+UV_VERSION := 0.13.9
+LOCK_VENV := $(VAR)/lock-venv
+LOCK_FLAGS := --universal --python-version 3.12 --generate-hashes --no-emit-index-url \
+	--no-emit-find-links --custom-compile-command "make lock" --quiet
+
+.PHONY: help run test test-postgres lint venv mutate editor-bundle lock
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 24
 
 # The virtualenv is (re)built when it is missing, broken, or older than requirements.txt.
+# requirements.txt and requirements-dev.txt are locks (every package pinned, with its hashes),
+# written by make lock from requirements.in and requirements-dev.in.
 $(STAMP): requirements.txt
 	@if ! $(PY) -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then \
 	    python=$$(scripts/find-python); \
@@ -36,14 +44,20 @@ $(STAMP): requirements.txt
 	    rm -rf $(VENV); \
 	    "$$python" -m venv $(VENV); \
 	fi
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements.txt
 	@touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	@touch $@
 
 venv: $(STAMP) ## Create or update .venv from requirements.txt.
+
+lock: | $(VAR) ## Write requirements.txt and requirements-dev.txt (pins and hashes, Python 3.12+) from the .in files.
+	@[ -x $(LOCK_VENV)/bin/uv ] || { python=$$(scripts/find-python); "$$python" -m venv $(LOCK_VENV); \
+	    $(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); }
+	$(LOCK_VENV)/bin/uv pip compile requirements.in $(LOCK_FLAGS) -o requirements.txt
+	$(LOCK_VENV)/bin/uv pip compile requirements-dev.in $(LOCK_FLAGS) -o requirements-dev.txt
 
 $(VAR):
 	@mkdir -p -m 700 $@

@@ -12,7 +12,7 @@ from django.db import reset_queries
 
 from causal.clock import system_clock
 from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
-from infra.connections import connections_refresh
+from infra.connections import connections_refresh, database_wait
 from infra.wakeup import ACCEPTED, Listener
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
@@ -92,6 +92,8 @@ class Command(BaseCommand):
         stop = threading.Event()
         # Run forever, the loop is woken for every acceptance: one heartbeat a second at most.
         forever = not (options["once"] or options["drain"])
+        # The loop's start reads and writes (dead loops' claims): a server restarting is waited for.
+        database_wait(wait=stop.wait)
         loop = RouteLoop(clock=system_clock, options=router_options, heartbeat_every=1.0 if forever else 0.0)
         previous = install_graceful_stop(stop)
         try:

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from causal.clock import system_clock
 from conduit_site.management.loops import install_graceful_stop, restore_signals
 from conduit_site.retention import PRUNE_INTERVAL_SECONDS, site_prune
+from infra.connections import database_wait
 from routing.engine.dispatch import RoutingDispatcher
 from routing.engine.live import drain as drain_live
 from routing.engine.live import publish_routed
@@ -73,6 +74,9 @@ class Command(BaseCommand):
             raise CommandError("--poll-interval cannot be negative")
         if options["stop_grace"] < 0:
             raise CommandError("--stop-grace cannot be negative")
+        stop = threading.Event()
+        # The loop's start frees dead loops' Work: a server restarting is waited for.
+        database_wait(wait=stop.wait)
         runner = WorkRunner(
             clock=system_clock,
             dispatcher=RoutingDispatcher(),
@@ -83,7 +87,6 @@ class Command(BaseCommand):
             maintenance=lambda: site_prune(clock=system_clock),
             maintenance_seconds=PRUNE_INTERVAL_SECONDS,
         )
-        stop = threading.Event()
         previous = install_graceful_stop(stop)
         try:
             if options["once"]:
