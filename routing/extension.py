@@ -18,7 +18,7 @@ How a handler's outcome maps to route failures (R10):
   ``TimeoutError``, …) → ``handler_failed``, retried with backoff;
 - any other exception (a programming error) → ``handler_panic``, not retried; the record
   keeps the exception and its stack;
-- no decision before the deadline → ``handler_timeout``, retried.
+- no decision before the deadline (each call has its own, R12) → ``handler_timeout``, retried.
 
 ``match`` must be free of side effects: traces call it too.
 """

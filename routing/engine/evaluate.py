@@ -241,17 +241,30 @@ def snapshots_isolated(queryset) -> list[EventSnapshot]:
     return found
 
 
-def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str, Any]) -> Evaluation:
+def evaluate(
+    event: EventSnapshot,
+    scope: EffectiveScope,
+    handlers: Mapping[str, Any],
+    step: Callable[[str], None] | None = None,
+    verdicts: list[RouteVerdict] | None = None,
+) -> Evaluation:
     """Ask each route of ``scope`` in order; the first match wins (R6).
 
     Exceptions map to route failures (R10): ``Invalid`` → handler_invalid; ``Unavailable``
     or a transient OS-level error (``OSError`` and its subclasses: ``ConnectionError``,
     ``TimeoutError``, …) → handler_failed (retried); anything else, a programming error, →
     handler_panic with its stack.
+
+    ``step(route)`` is called as each route's handler is called (the handler pool's step: each
+    handler's deadline counts from there, R12); ``verdicts`` is the list the routes' verdicts
+    are appended to as they answer, so a caller that gives up waiting knows what was said.
     """
-    verdicts: list[RouteVerdict] = []
+    if verdicts is None:
+        verdicts = []
     routes = scope.routes
     for index, route in enumerate(routes):
+        if step is not None:
+            step(route.slot)
         handler = handlers.get(route.handler)
         if handler is None:
             verdicts.append(RouteVerdict(route.slot, route.scope, Verdict.ERROR, "handler not registered"))
