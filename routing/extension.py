@@ -141,10 +141,12 @@ def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
 
 @frozen
 class Sample:
-    """A named sample Event a handler offers for traces (R45)."""
+    """A named sample Event a handler offers for traces (R45); ``note`` says what the reader
+    should know first (a sample its own route would not match says so, and why)."""
 
     name: str
     event: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
 
 @runtime_checkable
