@@ -19,6 +19,7 @@ from routing.engine.router import build_router
 from routing.errors import RouteErrorCode
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
+from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import HANDLERS, accept, apply, state
 
 DEADLINE = 0.5
@@ -127,7 +128,7 @@ def test_r12_each_step_of_a_stepped_call_has_the_whole_deadline():
 
 
 @pytest.mark.django_db
-def test_r12_a_timeout_names_its_route(clock, caplog):
+def test_r12_a_timeout_names_its_route(clock, caplog, client):
     apply(clock, ONE_STUCK)
     event = accept(clock, "x", {})
     caplog.set_level(logging.INFO, logger="conduit.routing")
@@ -146,6 +147,12 @@ def test_r12_a_timeout_names_its_route(clock, caplog):
         out = io.StringIO()
         call_command("events", "get", str(event.seq), stdout=out)
         assert "failures: 1 (handler_timeout on route stuck)" in out.getvalue()
+        _, secret = api_token_with_secret()
+        auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+        api = client.get(f"/api/events/{event.seq}/route", **auth).json()
+        assert (api["failure"]["code"], api["failure"]["route"]) == ("handler_timeout", "stuck")
+        client.force_login(UserFactory())
+        assert "(handler_timeout on route stuck)" in client.get(f"/events/{event.seq}/").text
 
         # Given up on: the record keeps the route (R16), the log lines name it.
         clock.advance(3)
