@@ -97,7 +97,7 @@ class RouteAsker:
             # The verdicts said before a handler overran its deadline stay the Event's.
             said: list[RouteVerdict] = []
             calls.append(
-                lambda step, snap=event, scope=scope, said=said: evaluate(snap, scope, handlers, step, said)
+                lambda steps, snap=event, scope=scope, said=said: evaluate(snap, scope, handlers, steps, said)
             )
             scoped.append((event, scope, said))
         if not calls:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError
@@ -24,6 +25,7 @@ logger = logging.getLogger("conduit.routing")
 if TYPE_CHECKING:
     from causal.models import Event
     from routing.config.effective import EffectiveRoute, EffectiveScope
+    from routing.engine.handler_pool import Steps
 
 
 class Verdict:
@@ -245,7 +247,7 @@ def evaluate(
     event: EventSnapshot,
     scope: EffectiveScope,
     handlers: Mapping[str, Any],
-    step: Callable[[str], None] | None = None,
+    steps: Steps | None = None,
     verdicts: list[RouteVerdict] | None = None,
 ) -> Evaluation:
     """Ask each route of ``scope`` in order; the first match wins (R6).
@@ -255,16 +257,16 @@ def evaluate(
     ``TimeoutError``, …) → handler_failed (retried); anything else, a programming error, →
     handler_panic with its stack.
 
-    ``step(route)`` is called as each route's handler is called (the handler pool's step: each
-    handler's deadline counts from there, R12); ``verdicts`` is the list the routes' verdicts
-    are appended to as they answer, so a caller that gives up waiting knows what was said.
+    ``steps`` (the handler pool's) is marked as each route's handler is called: each handler's
+    deadline counts from there (R12); ``verdicts`` is the list the routes' verdicts are
+    appended to as they answer, so a caller that gives up waiting knows what was said.
     """
     if verdicts is None:
         verdicts = []
     routes = scope.routes
     for index, route in enumerate(routes):
-        if step is not None:
-            step(route.slot)
+        if steps is not None:
+            steps.running = (monotonic(), route.slot)
         handler = handlers.get(route.handler)
         if handler is None:
             verdicts.append(RouteVerdict(route.slot, route.scope, Verdict.ERROR, "handler not registered"))

@@ -1,8 +1,8 @@
 """Handler calls on their own threads, each under a deadline (R12).
 
 A call may run in steps (asking an Event's routes: one step per handler): a stepped call is
-given its :meth:`_Call.step`, which it calls as each step starts, and each step then has the
-whole deadline from its own start; a timeout names the step that overran.
+given its :class:`Steps`, whose ``running`` it sets as each step starts, and each step then
+has the whole deadline from its own start; a timeout names the step that overran.
 
 A handler that never returns cannot be killed in Python; its thread is *abandoned*: the pool
 stops waiting for it, starts a replacement worker so routing goes on, and counts it. The
@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from infra.frozen import frozen
 
@@ -34,7 +34,7 @@ class PoolExhausted(RuntimeError):
 @dataclass(slots=True)
 class _Call:
     fn: Callable[..., Any]
-    stepped: bool = False  # fn is given the call's step function
+    stepped: bool = False  # fn is given the call itself, as its Steps
     started_at: float | None = None
     # (start, step) of what the call runs now, one value so the waiter never reads the start
     # of one step with the name of another: the call's own start, then each step's.
@@ -49,10 +49,6 @@ class _Call:
     timed_out_after: float = 0.0
     timed_out_step: str = ""
 
-    def step(self, name: str) -> None:
-        """A step of the call starts now (a route's handler): its deadline counts from here."""
-        self.running = (time.monotonic(), name)
-
 
 @dataclass(slots=True)
 class _Batch:
@@ -65,6 +61,14 @@ class _Batch:
     done: threading.Event = field(default_factory=threading.Event)
     running: int = 0  # the index of the call the worker runs (or runs next)
     cut: int | None = None  # the pool took the calls from here on back (after an abandoned one)
+
+
+class Steps(Protocol):
+    """What a stepped call is given: it sets ``running`` to ``(time.monotonic(), name)`` as
+    each of its steps starts (a route's handler), and that step's deadline counts from there.
+    An attribute, not a method: a step costs a clock read and one store, no call."""
+
+    running: tuple[float, str] | None
 
 
 @frozen
@@ -127,8 +131,8 @@ class HandlerPool:
         goes on meanwhile (the route loop writes one window while its workers ask the routes
         about the next). Raises :class:`PoolExhausted` at once, starting nothing.
 
-        ``stepped``: each function is called with a step function, ``step(name)``, to call as
-        each of its steps starts; ``timeout`` then bounds each step, from its own start."""
+        ``stepped``: each function is called with its :class:`Steps`, to mark each of its
+        steps as it starts; ``timeout`` then bounds each step, from its own start."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the handler pool is closed")
@@ -235,7 +239,7 @@ class HandlerPool:
             while index < len(calls):
                 call = calls[index]
                 try:
-                    call.result = call.fn(call.step) if call.stepped else call.fn()
+                    call.result = call.fn(call) if call.stepped else call.fn()
                 except BaseException as exc:  # noqa: BLE001 - the thread boundary: every error is reported
                     call.exception = exc
                     call.stack = "".join(traceback.format_exception(exc))

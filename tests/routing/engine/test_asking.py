@@ -105,9 +105,9 @@ def test_r12_each_step_of_a_stepped_call_has_the_whole_deadline():
     """The pool's part: a call in three steps, each under the deadline, answers; a step that
     overruns is named in the outcome."""
 
-    def steps(step, seconds):
+    def steps(marked, seconds):
         for name in ("a", "b", "c"):
-            step(name)
+            marked.running = (time.monotonic(), name)
             time.sleep(seconds[name])
         return "done"
 
@@ -115,8 +115,8 @@ def test_r12_each_step_of_a_stepped_call_has_the_whole_deadline():
     try:
         quick, stuck = pool.run_all(
             [
-                lambda step: steps(step, {"a": 0.12, "b": 0.12, "c": 0.12}),
-                lambda step: steps(step, {"a": 0, "b": 0.6, "c": 0}),
+                lambda marked: steps(marked, {"a": 0.12, "b": 0.12, "c": 0.12}),
+                lambda marked: steps(marked, {"a": 0, "b": 0.6, "c": 0}),
             ],
             timeout=0.2,
             stepped=True,
