@@ -13,6 +13,7 @@ from django.core.management import call_command
 from routing.config.services import config_apply
 from routing.handlers.samples import regex_example
 from routing.setup.trace import samples, trace
+from tests.routing.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -113,7 +114,7 @@ scopes:
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # Python's parser on a POSIX class
-def test_r45_a_sample_that_cannot_match_its_route_says_so(clock):
+def test_r45_a_sample_that_cannot_match_its_route_says_so(clock, client):
     config_apply(document=CANNOT, clock=clock)
     found = dict(samples(scope="acme", clock=clock))
     contradicts, posix = found["contradicts"], found["posix"]
@@ -135,6 +136,10 @@ def test_r45_a_sample_that_cannot_match_its_route_says_so(clock):
     out = io.StringIO()
     call_command("trace", "--samples", "acme", "--json", stdout=out)
     assert [s["note"] != "" for s in json.loads(out.getvalue())] == [True, True]
+    # And the Trace page, beside the sample's link.
+    client.force_login(UserFactory())
+    page = client.get("/trace/?scope=acme")
+    assert "this sample does not match route contradicts: data.state is &#x27;open&#x27;" in page.text
 
 
 @pytest.mark.parametrize(
