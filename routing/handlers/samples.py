@@ -244,8 +244,12 @@ def _satisfy(event: dict[str, Any], path: FieldPath, conditions: list[tuple[str,
     if value is not _MISSING:
         _set(event, path, value)
         return ""
-    _set(event, path, candidates[0] if named else current if current is not _MISSING else FILLER)
-    unbuilt = [p for p in patterns if not any(_holds(text, "matches", p) for text in _examples(p))]
+    # None holds for all: the first value named, or the one it has, and the route says why.
+    if named:
+        _set(event, path, named[0])
+    elif current is _MISSING:
+        _set(event, path, FILLER)
+    unbuilt = [pattern for pattern in patterns if not _examples(pattern)]
     return "; ".join(f"no value for {path.text} matching /{p}/ could be built" for p in unbuilt)
 
 

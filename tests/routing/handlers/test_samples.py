@@ -8,7 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+import re2
 from django.core.management import call_command
+from hypothesis import given
+from hypothesis import strategies as st
 
 from routing.config.services import config_apply
 from routing.handlers.samples import regex_example
@@ -158,3 +161,35 @@ def test_r45_a_sample_that_cannot_match_its_route_says_so(clock, client):
 )
 def test_r45_regex_example(pattern, example):
     assert regex_example(pattern) == example
+
+
+# The common subset of patterns: literals (escaped where special), classes, negated classes,
+# categories and ``.``, repeated, grouped and alternated, anchored or not.
+_ATOMS = st.one_of(
+    st.sampled_from(list("abcXYZ019_-/:@ ")).map(lambda c: "\\" + c if c in "-/: " else c),
+    st.sampled_from(["\\.", "\\(", "\\[", "\\$", "\\^", "\\\\"]),
+    st.sampled_from(["[a-z]", "[A-Z0-9]", "[^a-z]", "[^\\s@]", "[._-]", "\\d", "\\w", "\\s", "\\S", "."]),
+)
+_QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "{2}", "{1,3}", "{0,}", "+?"])
+
+
+def _patterns():
+    def extend(children):
+        sequence = st.lists(children, min_size=1, max_size=4).map("".join)
+        return st.one_of(
+            st.tuples(sequence, _QUANTIFIERS).map(lambda t: f"({t[0]}){t[1]}"),
+            st.tuples(sequence, _QUANTIFIERS).map(lambda t: f"(?:{t[0]}){t[1]}"),
+            st.lists(sequence, min_size=2, max_size=3).map(lambda alts: "(" + "|".join(alts) + ")"),
+            sequence,
+        )
+
+    quantified = st.tuples(_ATOMS, _QUANTIFIERS).map("".join)
+    body = st.recursive(quantified, extend, max_leaves=12)
+    return st.tuples(st.sampled_from(["", "^"]), body, st.sampled_from(["", "$"])).map("".join)
+
+
+@given(_patterns())
+def test_r45_every_pattern_of_the_common_subset_gets_an_example(pattern):
+    example = regex_example(pattern)
+    assert example is not None, pattern
+    assert re2.search(pattern, example), (pattern, example)
