@@ -18,7 +18,7 @@ How a handler's outcome maps to route failures (R10):
   ``TimeoutError``, …) → ``handler_failed``, retried with backoff;
 - any other exception (a programming error) → ``handler_panic``, not retried; the record
   keeps the exception and its stack;
-- no decision before the deadline → ``handler_timeout``, retried.
+- no decision before the deadline (each call has its own, R12) → ``handler_timeout``, retried.
 
 ``match`` must be free of side effects: traces call it too.
 """
@@ -141,10 +141,12 @@ def one_line(reason: str, limit: int = REFUSAL_MAX_BYTES) -> str:
 
 @frozen
 class Sample:
-    """A named sample Event a handler offers for traces (R45)."""
+    """A named sample Event a handler offers for traces (R45); ``note`` says what the reader
+    should know first (a sample its own route would not match says so, and why)."""
 
     name: str
     event: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
 
 @runtime_checkable

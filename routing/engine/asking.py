@@ -1,5 +1,5 @@
-"""Asking a window's routes on the handler pool, outside any transaction, each Event's
-evaluation under the route deadline (R5, R12); Events backing off are not asked (R14)."""
+"""Asking a window's routes on the handler pool, outside any transaction, each handler call
+under the route deadline of its own (R5, R12); Events backing off are not asked (R14)."""
 
 from __future__ import annotations
 
@@ -96,8 +96,9 @@ class RouteAsker:
         for the answers and returns each Event's evaluation. ``only`` limits an Event's
         routes to the slots it names, in route order (:func:`limited`)."""
         results: dict[int, Evaluation] = {}
-        calls: list[Callable[[], Evaluation]] = []
-        scoped: list[tuple[EventSnapshot, EffectiveScope]] = []
+        calls: list[Callable[..., Evaluation]] = []
+        scoped: list[tuple[EventSnapshot, EffectiveScope, list[RouteVerdict]]] = []
+        handlers = self.handlers
         for event in events:
             scope = self.configuration.scope(event.scope)
             if scope is None:
@@ -106,21 +107,26 @@ class RouteAsker:
                 continue
             if only and event.seq in only:
                 scope = limited(scope, only[event.seq])
-            calls.append(lambda snap=event, scope=scope: evaluate(snap, scope, self.handlers))
-            scoped.append((event, scope))
+            # The verdicts said before a handler overran its deadline stay the Event's.
+            said: list[RouteVerdict] = []
+            calls.append(
+                lambda steps, snap=event, scope=scope, said=said: evaluate(snap, scope, handlers, steps, said)
+            )
+            scoped.append((event, scope, said))
         if not calls:
             return lambda: results
         timeout = self.timeout
         try:
-            started = self.pool.start_all(calls, timeout=timeout)
+            # One step a handler call: each has the whole deadline from its own start (R12).
+            started = self.pool.start_all(calls, timeout=timeout, stepped=True)
         except PoolExhausted as exc:
             exhausted = [CallOutcome(exception=exc) for _ in calls]
             started = None
 
         def answers() -> dict[int, Evaluation]:
             outcomes = exhausted if started is None else started.outcomes()
-            for (event, scope), outcome in zip(scoped, outcomes, strict=True):
-                results[event.seq] = _evaluation_from(outcome, scope, timeout)
+            for (event, scope, said), outcome in zip(scoped, outcomes, strict=True):
+                results[event.seq] = _evaluation_from(outcome, scope, said, timeout)
             return results
 
         return answers
@@ -132,11 +138,11 @@ def limited(scope: EffectiveScope, slots: Collection[str]) -> EffectiveScope:
     return replace(scope, routes=tuple(route for route in scope.routes if route.slot in slots))
 
 
-def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float) -> Evaluation:
+def _evaluation_from(
+    outcome: CallOutcome, scope: EffectiveScope, said: list[RouteVerdict], timeout: float
+) -> Evaluation:
     if outcome.timed_out:
-        error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
-        verdicts = tuple(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in scope.routes)
-        return Evaluation(verdicts, error=error)
+        return _timed_out(scope, outcome.step, said, timeout)
     if outcome.exception is not None:
         if isinstance(outcome.exception, PoolExhausted):
             error = RouteError(RouteErrorCode.HANDLER_FAILED, str(outcome.exception))
@@ -148,3 +154,24 @@ def _evaluation_from(outcome: CallOutcome, scope: EffectiveScope, timeout: float
             )
         return Evaluation((), error=error)
     return outcome.result
+
+
+def _timed_out(scope: EffectiveScope, slot: str, said: list[RouteVerdict], timeout: float) -> Evaluation:
+    """The evaluation of an Event whose route ``slot`` gave no decision within its deadline:
+    the routes before it as they answered, it in error, the rest not reached (R12, R16)."""
+    routes = scope.routes
+    index = next((i for i, r in enumerate(routes) if r.slot == slot), None)
+    if index is None:  # the deadline passed before any handler was called
+        error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, f"no decision within {timeout:g}s")
+        return Evaluation(
+            tuple(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in routes), error=error
+        )
+    route = routes[index]
+    message = f"route {slot}: no decision within {timeout:g}s"
+    error = RouteError(RouteErrorCode.HANDLER_TIMEOUT, message, route=slot)
+    verdicts = (
+        *said[:index],
+        RouteVerdict(route.slot, route.scope, Verdict.ERROR, message),
+        *(RouteVerdict(r.slot, r.scope, Verdict.NOT_REACHED) for r in routes[index + 1 :]),
+    )
+    return Evaluation(verdicts, route=route, error=error)

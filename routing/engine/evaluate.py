@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError
@@ -24,6 +25,7 @@ logger = logging.getLogger("conduit.routing")
 if TYPE_CHECKING:
     from causal.models import Event
     from routing.config.effective import EffectiveRoute, EffectiveScope
+    from routing.engine.handler_pool import Steps
 
 
 class Verdict:
@@ -241,17 +243,30 @@ def snapshots_isolated(queryset) -> list[EventSnapshot]:
     return found
 
 
-def evaluate(event: EventSnapshot, scope: EffectiveScope, handlers: Mapping[str, Any]) -> Evaluation:
+def evaluate(
+    event: EventSnapshot,
+    scope: EffectiveScope,
+    handlers: Mapping[str, Any],
+    steps: Steps | None = None,
+    verdicts: list[RouteVerdict] | None = None,
+) -> Evaluation:
     """Ask each route of ``scope`` in order; the first match wins (R6).
 
     Exceptions map to route failures (R10): ``Invalid`` → handler_invalid; ``Unavailable``
     or a transient OS-level error (``OSError`` and its subclasses: ``ConnectionError``,
     ``TimeoutError``, …) → handler_failed (retried); anything else, a programming error, →
     handler_panic with its stack.
+
+    ``steps`` (the handler pool's) is marked as each route's handler is called: each handler's
+    deadline counts from there (R12); ``verdicts`` is the list the routes' verdicts are
+    appended to as they answer, so a caller that gives up waiting knows what was said.
     """
-    verdicts: list[RouteVerdict] = []
+    if verdicts is None:
+        verdicts = []
     routes = scope.routes
     for index, route in enumerate(routes):
+        if steps is not None:
+            steps.running = (monotonic(), route.slot)
         handler = handlers.get(route.handler)
         if handler is None:
             verdicts.append(RouteVerdict(route.slot, route.scope, Verdict.ERROR, "handler not registered"))

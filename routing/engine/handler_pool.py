@@ -1,5 +1,9 @@
 """Handler calls on their own threads, each under a deadline (R12).
 
+A call may run in steps (asking an Event's routes: one step per handler): a stepped call is
+given its :class:`Steps`, whose ``running`` it sets as each step starts, and each step then
+has the whole deadline from its own start; a timeout names the step that overran.
+
 A handler that never returns cannot be killed in Python; its thread is *abandoned*: the pool
 stops waiting for it, starts a replacement worker so routing goes on, and counts it. The
 number of abandoned threads is bounded (``max_abandoned``): past it the pool refuses new calls
@@ -16,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from infra.frozen import frozen
 
@@ -29,8 +33,12 @@ class PoolExhausted(RuntimeError):
 
 @dataclass(slots=True)
 class _Call:
-    fn: Callable[[], Any]
+    fn: Callable[..., Any]
+    stepped: bool = False  # fn is given the call itself, as its Steps
     started_at: float | None = None
+    # (start, step) of what the call runs now, one value so the waiter never reads the start
+    # of one step with the name of another: the call's own start, then each step's.
+    running: tuple[float, str] | None = None
     finished: bool = False
     result: Any = None
     exception: BaseException | None = None
@@ -39,6 +47,7 @@ class _Call:
     timed_out: bool = False
     elapsed: float = 0.0
     timed_out_after: float = 0.0
+    timed_out_step: str = ""
 
 
 @dataclass(slots=True)
@@ -54,15 +63,25 @@ class _Batch:
     cut: int | None = None  # the pool took the calls from here on back (after an abandoned one)
 
 
+class Steps(Protocol):
+    """What a stepped call is given: it sets ``running`` to ``(time.monotonic(), name)`` as
+    each of its steps starts (a route's handler), and that step's deadline counts from there.
+    An attribute, not a method: a step costs a clock read and one store, no call."""
+
+    running: tuple[float, str] | None
+
+
 @frozen
 class CallOutcome:
-    """How one call ended: a result, an exception (with its formatted stack), or a timeout."""
+    """How one call ended: a result, an exception (with its formatted stack), or a timeout
+    (and the step that overran, for a stepped call)."""
 
     result: Any = None
     exception: BaseException | None = None
     stack: str = ""
     timed_out: bool = False
     elapsed: float = 0.0
+    step: str = ""
 
 
 class HandlerPool:
@@ -96,16 +115,24 @@ class HandlerPool:
             return self._abandoned_total
 
     # -- running -----------------------------------------------------------------------
-    def run_all(self, fns: Sequence[Callable[[], Any]], *, timeout: float) -> list[CallOutcome]:
+    def run_all(
+        self, fns: Sequence[Callable[..., Any]], *, timeout: float, stepped: bool = False
+    ) -> list[CallOutcome]:
         """Run each function on a worker; each gets ``timeout`` seconds from the moment it
-        starts. Returns one outcome per function, in order."""
-        return self.start_all(fns, timeout=timeout).outcomes()
+        starts (each of its steps, ``stepped``: see :meth:`start_all`). Returns one outcome
+        per function, in order."""
+        return self.start_all(fns, timeout=timeout, stepped=stepped).outcomes()
 
-    def start_all(self, fns: Sequence[Callable[[], Any]], *, timeout: float) -> Started:
+    def start_all(
+        self, fns: Sequence[Callable[..., Any]], *, timeout: float, stepped: bool = False
+    ) -> Started:
         """:meth:`run_all` without waiting: the calls are queued, and :meth:`Started.outcomes`
         waits for them (abandoning those that overrun) and returns their outcomes. The caller
         goes on meanwhile (the route loop writes one window while its workers ask the routes
-        about the next). Raises :class:`PoolExhausted` at once, starting nothing."""
+        about the next). Raises :class:`PoolExhausted` at once, starting nothing.
+
+        ``stepped``: each function is called with its :class:`Steps`, to mark each of its
+        steps as it starts; ``timeout`` then bounds each step, from its own start."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the handler pool is closed")
@@ -113,7 +140,7 @@ class HandlerPool:
                 raise PoolExhausted(
                     f"{self._abandoned} handler calls are abandoned (at most {self.max_abandoned})"
                 )
-        calls = [_Call(fn) for fn in fns]
+        calls = [_Call(fn, stepped) for fn in fns]
         return Started(self, calls, self._enqueue(calls), timeout)
 
     def run(self, fn: Callable[[], Any], *, timeout: float) -> CallOutcome:
@@ -142,16 +169,18 @@ class HandlerPool:
         while not batch.done.is_set():
             with self._lock:
                 index = batch.running
-                started = batch.calls[index].started_at if index < len(batch.calls) else None
-            if started is None:
+                running = batch.calls[index].running if index < len(batch.calls) else None
+            if running is None:
                 # Not started yet: queueing time does not count against the deadline.
                 batch.done.wait(0.005)
                 continue
-            remaining = started + timeout - time.monotonic()
+            remaining = running[0] + timeout - time.monotonic()
             if remaining > 0:
+                # The common path: one wait until the batch ends. A step that starts meanwhile
+                # is seen when this wait ends, its own deadline still ahead.
                 batch.done.wait(remaining)
                 continue
-            rest = self._abandon(batch, index)
+            rest = self._abandon(batch, index, timeout)
             if rest is not None:
                 return self._enqueue(rest)
         return []
@@ -159,25 +188,32 @@ class HandlerPool:
     @staticmethod
     def _outcome(call: _Call) -> CallOutcome:
         if call.timed_out:
-            return CallOutcome(timed_out=True, elapsed=call.timed_out_after)
+            return CallOutcome(timed_out=True, elapsed=call.timed_out_after, step=call.timed_out_step)
         # Positional (result, exception, stack, timed_out, elapsed): one a handler call.
         return CallOutcome(call.result, call.exception, call.stack, False, call.elapsed)
 
-    def _abandon(self, batch: _Batch, index: int) -> list[_Call] | None:
-        """Abandon the call at ``index`` of ``batch`` (still running past its deadline) and
-        take back the calls after it; ``None`` when it has just returned after all."""
+    def _abandon(self, batch: _Batch, index: int, timeout: float) -> list[_Call] | None:
+        """Abandon the call at ``index`` of ``batch`` (its step running past its deadline) and
+        take back the calls after it; ``None`` when it has just returned, or started another
+        step, after all."""
         call = batch.calls[index]
         with self._lock:
-            if call.finished or batch.running != index:
+            if call.finished or batch.running != index or call.running is None:
+                return None
+            started, step = call.running
+            overran = time.monotonic() - started
+            if overran < timeout:
                 return None
             call.abandoned = True
             call.timed_out = True
-            call.timed_out_after = time.monotonic() - (call.started_at or time.monotonic())
+            call.timed_out_after = overran
+            call.timed_out_step = step
             batch.cut = index + 1
             self._abandoned += 1
             self._abandoned_total += 1
             logger.warning(
-                "route.handler_abandoned", extra={"abandoned": self._abandoned, "limit": self.max_abandoned}
+                "route.handler_abandoned",
+                extra={"route": step, "abandoned": self._abandoned, "limit": self.max_abandoned},
             )
         # The stuck thread no longer serves the queue: keep the pool at its size.
         self._spawn()
@@ -203,7 +239,7 @@ class HandlerPool:
             while index < len(calls):
                 call = calls[index]
                 try:
-                    call.result = call.fn()
+                    call.result = call.fn(call) if call.stepped else call.fn()
                 except BaseException as exc:  # noqa: BLE001 - the thread boundary: every error is reported
                     call.exception = exc
                     call.stack = "".join(traceback.format_exception(exc))
@@ -249,7 +285,9 @@ def _start(batch: _Batch, index: int, now: float) -> int:
     calls = batch.calls
     if index < len(calls) and (batch.cut is None or index < batch.cut):
         batch.running = index
-        calls[index].started_at = now
+        call = calls[index]
+        call.started_at = now
+        call.running = (now, "")
         return index
     batch.running = len(calls)
     return len(calls)

@@ -37,33 +37,30 @@ import re
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from threading import Lock
-from types import MappingProxyType
 from typing import Any
 
 import re2
 
 from infra.frozen import frozen
 from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, RouteInfo, Sample, skip
+from routing.handlers.samples import route_sample
+from routing.handlers.values import (
+    _MISSING,
+    _RE2_OPTIONS,
+    FieldPath,
+    _bare,
+    _same,
+    _show,
+    _thaw,
+    parse_field,
+)
 
-FIELD_ROOTS: tuple[str, ...] = ("type", "source", "subject", "scope", "id", "data")
 MAX_KEY_LENGTH = 512  # worklife.models.CorrelationKey.key
-_SHOW_LIMIT = 80
 _CACHE_LIMIT = 1024
 
-_MISSING: Any = object()
-_SEGMENT = re.compile(r"^[^.\s{}\[\]]+$")
 _GLOB_KEYS = ("type", "source", "subject")
 _PARAM_KEYS = ("type", "source", "subject", "where", "keys")
 _OPERATORS = ("equals", "in", "exists", "matches")
-
-
-def _re2_options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False  # a refused pattern is reported to its author, not to stderr
-    return options
-
-
-_RE2_OPTIONS = _re2_options()
 
 
 class MatchParamsError(ValueError):
@@ -72,95 +69,6 @@ class MatchParamsError(ValueError):
     def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
         self.problems = list(problems)
         super().__init__("; ".join(f"{place}: {message}" for place, message in self.problems))
-
-
-# --- values -------------------------------------------------------------------------------
-
-
-def _show(value: Any) -> str:
-    """A short, readable rendering of a JSON-like value for a skip reason."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        text = value if len(value) <= _SHOW_LIMIT else value[: _SHOW_LIMIT - 1] + "…"
-        return f"'{text}'"
-    text = json.dumps(_thaw(value), default=str, separators=(",", ":"))
-    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 1] + "…"
-
-
-def _bare(value: Any) -> str:
-    """Like :func:`_show` but strings unquoted (list items: ``[opened, synchronize]``)."""
-    return value if isinstance(value, str) else _show(value)
-
-
-def _thaw(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _thaw(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_thaw(v) for v in value]
-    return value
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: booleans are not numbers, lists equal tuples, mappings compare by items."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    a_seq = isinstance(a, list | tuple)
-    b_seq = isinstance(b, list | tuple)
-    if a_seq or b_seq:
-        return a_seq and b_seq and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
-
-
-# --- field paths --------------------------------------------------------------------------
-
-
-@frozen
-class FieldPath:
-    """A compiled dotted path into an Event (``data.pull_request.number``)."""
-
-    text: str
-    root: str
-    parts: tuple[str, ...]
-
-    def get(self, event: EventSnapshot) -> Any:
-        """The value at this path, or the module's missing marker."""
-        value = getattr(event, self.root)
-        for part in self.parts:
-            # A snapshot's mappings are proxies: checked by exact type before the abstract class.
-            if type(value) is MappingProxyType or isinstance(value, Mapping):
-                value = value.get(part, _MISSING)
-                if value is _MISSING:
-                    return _MISSING
-            elif isinstance(value, list | tuple) and part.isdigit():
-                index = int(part)
-                if index >= len(value):
-                    return _MISSING
-                value = value[index]
-            else:
-                return _MISSING
-        return value
-
-
-def parse_field(text: Any) -> FieldPath:
-    """Compile a dotted field path; raises ``ValueError`` saying what is wrong."""
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"expected a field path like 'data.action', got {_show(text)}")
-    root, *parts = text.split(".")
-    if root not in FIELD_ROOTS:
-        raise ValueError(f"field {text!r} must start with one of: {', '.join(FIELD_ROOTS)}")
-    if parts and root != "data":
-        raise ValueError(f"field {text!r}: only data has nested fields")
-    for part in parts:
-        if not _SEGMENT.match(part):
-            raise ValueError(f"field {text!r} has an empty or malformed segment")
-    return FieldPath(text=text, root=root, parts=tuple(parts))
 
 
 # --- compiled params ---------------------------------------------------------------------
@@ -492,64 +400,6 @@ def compiled(params: Any) -> CompiledMatch:
     return found
 
 
-# --- samples -------------------------------------------------------------------------------
-
-
-def glob_example(glob: str, filler: str = "sample") -> str:
-    """A value the glob matches: ``*`` becomes ``filler``, ``?`` an ``x``, a class its first
-    member."""
-    out: list[str] = []
-    i = 0
-    while i < len(glob):
-        char = glob[i]
-        if char == "*":
-            out.append(filler)
-        elif char == "?":
-            out.append("x")
-        elif char == "[":
-            end = glob.find("]", i + 2)
-            if end == -1:
-                out.append(char)
-            else:
-                members = glob[i + 1 : end]
-                if members.startswith("!"):
-                    # Any character outside the class: pick one that is not in it.
-                    out.append(next(c for c in "x0_-" if c not in members))
-                else:
-                    out.append(members[0])
-                i = end
-        else:
-            out.append(char)
-        i += 1
-    return "".join(out)
-
-
-def _set_path(event: dict[str, Any], path: FieldPath, value: Any, *, replace: bool = True) -> None:
-    if not path.parts:
-        if replace or path.root not in event:
-            event[path.root] = value
-        return
-    node = event.setdefault("data", {})
-    if not isinstance(node, dict):
-        node = event["data"] = {}
-    for part in path.parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = node[part] = {}
-        node = child
-    if replace or path.parts[-1] not in node:
-        node[path.parts[-1]] = value
-
-
-def _drop_path(event: dict[str, Any], path: FieldPath) -> None:
-    node: Any = event
-    names = (path.root, *path.parts)
-    for part in names[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        node.pop(names[-1], None)
-
-
 # --- the handler ---------------------------------------------------------------------------
 
 
@@ -589,33 +439,6 @@ class Match:
         return self._compiled(route.params).decide(event)
 
     def samples(self, scope: str, route: RouteInfo, clock: Clock) -> list[Sample]:
-        """One sample Event built from the params (R45): its type and source from the globs,
-        data satisfying the ``equals``/``in``/``exists`` conditions and the key templates,
-        and ``time`` from ``clock`` (ISO 8601)."""
-        spec = self._compiled(route.params)
-        event: dict[str, Any] = {
-            "id": f"sample-{route.slot}",
-            "source": "sample",
-            "type": "",
-            "subject": "",
-            "scope": scope,
-            "time": clock().isoformat(),
-            "data": {},
-        }
-        for name, glob in spec.globs:
-            event[name] = glob_example(glob)
-        for path, operator, operand in spec.predicates:
-            if operator == "equals":
-                _set_path(event, path, _thaw(operand))
-            elif operator == "in":
-                _set_path(event, path, _thaw(operand[0]))
-            elif operator == "exists":
-                if operand:
-                    _set_path(event, path, "sample", replace=False)
-                else:
-                    _drop_path(event, path)
-        for template in spec.keys:
-            for part in template.parts:
-                if isinstance(part, FieldPath):
-                    _set_path(event, part, "sample", replace=False)
-        return [Sample(name=route.slot, event=event)]
+        """One sample Event built from the params, matched by its own route or saying why
+        it cannot be (R45): see :mod:`routing.handlers.samples`."""
+        return [route_sample(self._compiled(route.params), scope=scope, slot=route.slot, clock=clock)]

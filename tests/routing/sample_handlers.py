@@ -61,3 +61,18 @@ class Mutating:
 def noop(*args, **kwargs):
     """A Python executor target that does nothing."""
     return None
+
+
+class Slow:
+    """Takes ``params.seconds`` to decide (``params.hang``: until ``RELEASE``), then matches
+    when ``params.match`` is true, else skips."""
+
+    def match(self, event, route):
+        params = route.params or {}
+        if params.get("hang"):
+            RELEASE.wait(30)
+        else:
+            threading.Event().wait(float(params.get("seconds", 0)))
+        if params.get("match"):
+            return RouteDecision(True, reason="slow")
+        return skip(f"took {params.get('seconds', 0)}s to say no")

@@ -97,13 +97,18 @@ class Command(BaseCommand):
         found = samples(scope=options["samples"], clock=system_clock, generation=options["generation"])
         if options["json"]:
             self.stdout.write(
-                json.dumps([{"route": r, "name": s.name, "event": s.event} for r, s in found], indent=2)
+                json.dumps(
+                    [{"route": r, "name": s.name, "event": s.event, "note": s.note} for r, s in found],
+                    indent=2,
+                )
             )
             return
         if not found:
             self.stdout.write("no samples: no route of this scope offers any")
         for route, sample in found:
             self.stdout.write(f"{route}: {sample.name}\n  {json.dumps(sample.event)}")
+            if sample.note:
+                self.stdout.write(f"  note: {sample.note}")
 
 
 def render(result: TraceResult) -> str:

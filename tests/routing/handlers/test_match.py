@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from routing.extension import EventSnapshot, Invalid, RouteInfo, freeze
-from routing.handlers.match import Match, MatchParamsError, compile_params, compiled, glob_example
+from routing.handlers.match import Match, MatchParamsError, compile_params, compiled
 from routing.handlers.registry import HandlerMissing, find_handler_class, handler_class
+from routing.handlers.samples import glob_example
 from tests.routing.ext_handlers import Always
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
