@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE
+from routing.explain import route_why
 from routing.management.controls import (
     CLI_ACTOR,
     cli_actor,
@@ -316,7 +317,8 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
     if options["json"]:
         command.stdout.write(json.dumps(_event_route_item(item), ensure_ascii=False))
         return
-    command.stdout.write("\n".join(route_text(item)))
+    # Why, in the words of the Event page.
+    command.stdout.write("\n".join([*route_text(item), f"  why: {route_why(item.event, item.record)}"]))
 
 
 def chain_run(command: BaseCommand, options: dict[str, Any]) -> None:
