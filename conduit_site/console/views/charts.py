@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 
 from conduit_site.console.templatetags.console_time import timetag
 from conduit_site.console.trends import Trend
+from infra.words import counted
 
 # The SVG's coordinate system (viewBox) and the plot area inside it.
 WIDTH = 640
@@ -170,7 +171,7 @@ def trend_charts(trend: Trend, *, label: str) -> list[Chart]:
     per = (
         "per minute"
         if trend.span.size == 60
-        else f"per minute, averaged over {trend.span.size // 60} minutes"
+        else f"per minute, averaged over {counted(trend.span.size // 60, 'minutes')}"
     )
     events = [
         ("accepted", "series-accepted", trend.per_minute(trend.accepted)),

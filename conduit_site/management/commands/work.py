@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
+from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.controls import work as work_controls
 from routing.controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
@@ -201,9 +202,9 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
             + (f", retry on {work.retry_binding}" if work.retry_binding else "")
         )
     if work.parked_at:
-        lines.append(f"  parked since {timestamp(work.parked_at)} after {work.failures} failures")
+        lines.append(f"  parked since {timestamp(work.parked_at)} after {counted(work.failures, 'failures')}")
     elif work.retry_at:
-        lines.append(f"  backing off until {timestamp(work.retry_at)} ({work.failures} failures)")
+        lines.append(f"  backing off until {timestamp(work.retry_at)} ({counted(work.failures, 'failures')})")
     if work.last_error:
         lines.append(f"  last error: {work.last_error}")
     if work.trigger_id:
