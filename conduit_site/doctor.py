@@ -264,6 +264,18 @@ class ParkedWork:
         )
 
 
+# What people call each check; its name stays the code the JSON, the API and the CLI use.
+CHECK_LABELS = {
+    "routing": "Unrouted Events",
+    "route_loop": "Route loops",
+    "handler_calls": "Abandoned handler calls",
+    "causal": "Causal limits",
+    "work_loop": "Work loops",
+    "parked_work": "Parked Work",
+    "supervision": "Restarted processes",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     """One check's verdict: ``ok`` or a warning, a one-line summary and the findings
@@ -278,6 +290,11 @@ class Check:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    @property
+    def label(self) -> str:
+        """The check's name in words ("Parked Work" for ``parked_work``)."""
+        return CHECK_LABELS.get(self.name, self.name.replace("_", " ").capitalize())
 
     def as_dict(self) -> dict[str, Any]:
         return {

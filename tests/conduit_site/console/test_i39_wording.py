@@ -38,3 +38,34 @@ def test_i39_10_g_no_template_prints_a_count_before_a_plural_noun_unchecked():
         for match in BARE_COUNT.finditer(path.read_text(encoding="utf-8"))
     ]
     assert bare == []
+
+
+def test_i39_10_h_every_doctor_check_has_a_label_people_read():
+    from conduit_site.api.openapi.controls import SCHEMAS
+    from conduit_site.doctor import CHECK_LABELS, Check
+
+    names = SCHEMAS["DoctorCheck"]["properties"]["name"]["enum"]
+    assert sorted(CHECK_LABELS) == sorted(names)
+    assert Check("parked_work", "warn", "").label == "Parked Work"
+    assert all("_" not in label for label in CHECK_LABELS.values())
+
+
+def test_i39_10_h_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
+    from datetime import timedelta
+
+    from conduit_site.console.views import doctor as doctor_views
+    from conduit_site.console.views import home as home_views
+    from tests.conduit_site.console.test_home import NOW, both_loops_alive
+    from tests.worklife.factories import WorkFactory
+
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    both_loops_alive()
+    WorkFactory(parked_at=NOW - timedelta(minutes=3), failures=5)
+    client.force_login(UserFactory())
+
+    card = client.get("/").content.decode()
+    card = card[card.index('id="attention-summary"') :]
+    card = card[: card.index("</section>")]
+    assert "Parked Work</a></p>" in card and "parked_work<" not in card
