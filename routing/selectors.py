@@ -83,9 +83,12 @@ def generations_total(*, cap: int = COUNT_CAP) -> ListTotal:
     return count_capped(Generation.objects.all(), cap=cap)
 
 
-def generation_get(generation_id: int) -> Generation:
-    """One generation with its document, or ``Generation.DoesNotExist``."""
-    return Generation.objects.get(pk=generation_id)
+def generation_shown(*, number: int | None = None, candidate: int | None = None) -> Generation:
+    """The applied generation ``number`` or the candidate ``candidate`` (by the names people
+    read: "Generation 2", "Candidate 3"), or ``Generation.DoesNotExist``."""
+    if number is not None:
+        return Generation.objects.get(kind=GenerationKind.APPLIED, number=number)
+    return Generation.objects.get(kind=GenerationKind.CANDIDATE, pk=candidate)
 
 
 @dataclass(frozen=True, slots=True)

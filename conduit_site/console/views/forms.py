@@ -207,11 +207,14 @@ class ConfigListForm(KeysetOrderForm):
     """Paging of the generations list (newest or oldest first) and the generation whose
     document is shown."""
 
-    generation = CursorField(help_text="Show the document of this generation (default: the live one).")
+    generation = CursorField(help_text="Show the document of generation N (default: the live one).")
+    candidate = CursorField(help_text="Show the document of candidate N.")
 
     def clean(self):
         data = super().clean()
         self.clean_order(data)
+        if data.get("generation") and data.get("candidate"):
+            raise forms.ValidationError("show a generation or a candidate, not both")
         return data
 
 

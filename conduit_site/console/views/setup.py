@@ -276,7 +276,7 @@ def candidate_apply_view(request: HttpRequest, candidate_id: int) -> HttpRespons
         context = _candidate_context(request, candidate)
         context["action_error"] = str(exc)
         return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=409)
-    url = reverse("config-list") + f"?generation={generation.pk}#document"
+    url = reverse("config-list") + f"?generation={generation.number}#document"
     if getattr(request, "htmx", False):
         return HttpResponseClientRedirect(url)
     return redirect(url)
