@@ -38,6 +38,9 @@ class Reason:
     TERMINAL, ADDRESSED, CONTEXT, NO_WORK = "terminal", "addressed", "context", "no_work"
 
 
+# The policy of an operator control's own Event (routing.controls.common.CONTROL_POLICY).
+CONTROL = "control"
+
 # Where ``Why.text`` puts its moment.
 AT = "{at}"
 # How text (not the console) shows the moment: the console's own format.
@@ -76,6 +79,14 @@ def route_why(event: Event, record: RouteRecord | None) -> Why:
         return Why(
             f"Routing it failed{route} ({record.reason or 'an error'}) {_times(record.attempts)} and was given "
             "up on: nothing took it (reroute it to try again)."
+        )
+    if record.policy == CONTROL:
+        data = event.data if isinstance(event.data, dict) else {}
+        because = f": \u201c{data['reason']}\u201d" if data.get("reason") else ""
+        target = f" on {_work(record)}" if record.work_id else ""
+        return Why(
+            f"{record.decided_by or 'An operator'} used the control {record.reason}{target}{because}. A control "
+            "Event records what an operator did: it routes nowhere."
         )
     return _routed(record)
 
@@ -123,7 +134,7 @@ def _routed(record: RouteRecord) -> Why:
                 "input was dropped (start: false)."
             )
         also = f" and it was not addressed to {work}" if record.work_id else ""
-        return Why(f"No route matched{also}, so nothing took it: each route's refusal is below.")
+        return Why(f"No route matched{also}, so nothing took it: each route's refusal is listed.")
     if reason:
         return Why(f"{policy}: {reason}.")
     return Why(f"{policy}.")

@@ -247,6 +247,9 @@ def _hold_mark(work: Work) -> str:
 def cancel_arguments(parser: CommandParser) -> None:
     """Arguments of ``work cancel``."""
     _work_id_argument(parser, "cancel")
+    parser.add_argument(
+        "--reason", metavar="TEXT", help="Why, kept with the control Event and shown in the Work's history."
+    )
     _actor_argument(parser)
     _json_argument(parser, "the result")
 
@@ -303,7 +306,9 @@ def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_cancel(work_id=options["work_id"], user=actor, clock=system_clock),
+        lambda actor: work_controls.work_cancel(
+            work_id=options["work_id"], user=actor, clock=system_clock, reason=options.get("reason")
+        ),
     )
 
 
@@ -372,6 +377,7 @@ OPTION_NAMES = {
     "input.subject": "--subject",
     "scope": "--scope",
     "binding": "--binding",
+    "reason": "--reason",
 }
 
 

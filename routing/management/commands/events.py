@@ -317,8 +317,9 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
     if options["json"]:
         command.stdout.write(json.dumps(_event_route_item(item), ensure_ascii=False))
         return
-    # Why, in the words of the Event page.
-    command.stdout.write("\n".join([*route_text(item), f"  why: {route_why(item.event, item.record)}"]))
+    # A settled Event's route in the words of its Event page (an unrouted one's lines say why).
+    why = [f"  why: {route_why(item.event, item.record)}"] if item.record is not None else []
+    command.stdout.write("\n".join([*route_text(item), *why]))
 
 
 def chain_run(command: BaseCommand, options: dict[str, Any]) -> None:

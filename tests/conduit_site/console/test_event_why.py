@@ -153,7 +153,7 @@ def test_i39_9_a_route_drop_an_unmatched_and_a_no_work_event_say_so(client):
     )
     assert (
         why(client, unmatched.event_id)
-        == "No route matched, so nothing took it: each route's refusal is below."
+        == "No route matched, so nothing took it: each route's refusal is listed."
     )
     assert why(client, no_work.event_id) == (
         "Route notes matched, but it starts no Work and no Work holds note:x, so this input was dropped "
