@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -213,14 +213,32 @@ def known_policies() -> tuple[str, ...]:
 UNDELIVERED_OUTCOMES = {"unmatched": "unmatched", "drop": "dropped"}
 
 
-def parse_time(text: str) -> datetime:
-    """An ISO 8601 date or time (``2026-01-05``, ``2026-01-05T12:00:00Z``); without an offset
-    it is read as UTC. ``ValueError`` saying what was expected otherwise. The CLI's
-    ``--since``/``--until`` and the console's filters both read times with it."""
+# A time ago: "-10m", "-2h", "-3d" (also seconds and weeks), a sign, a number and a unit.
+_AGO = re.compile(r"-\s*(\d{1,6})\s*([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+TIME_FORMATS = (
+    "an ISO 8601 time like 2026-01-05T12:00:00Z, a time ago like -10m, -2h or -3d, today or yesterday"
+)
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """A moment as people type it: an ISO 8601 date or time (``2026-01-05``,
+    ``2026-01-05T12:00:00Z``; without an offset it is read as UTC), a time before ``now``
+    (``-10m``, ``-2h``, ``-3d``; ``s`` and ``w`` too) or ``today``/``yesterday`` (their start,
+    midnight UTC). ``ValueError`` naming every accepted form otherwise. The one parser of the
+    CLI's ``--since``/``--until``, the API's and the console's filters."""
+    word = text.strip().lower()
+    now = now or datetime.now(UTC)
+    ago = _AGO.fullmatch(word)
+    if ago:
+        return now - timedelta(**{_UNITS[ago[2]]: int(ago[1])})
+    if word in ("today", "yesterday"):
+        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight - timedelta(days=1) if word == "yesterday" else midnight
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"expected an ISO 8601 time like 2026-01-05T12:00:00Z, got {text!r}") from None
+        raise ValueError(f"expected {TIME_FORMATS}, got {text[:60]!r}") from None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 

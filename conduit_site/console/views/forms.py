@@ -30,7 +30,8 @@ class CursorField(forms.IntegerField):
 
 
 class TimeField(forms.CharField):
-    """An ISO 8601 date or time, UTC without an offset: read by the CLI's own parser."""
+    """A moment: an ISO 8601 date or time (UTC without an offset), a time ago (-2h) or
+    today/yesterday, read by the CLI's and the API's parser."""
 
     def to_python(self, value):
         text = super().to_python(value)
@@ -102,8 +103,16 @@ class EventFilterForm(KeysetOrderForm):
     policy = forms.CharField(
         required=False, max_length=32, help_text="The policy its route recorded: unmatched, drop, queue…"
     )
-    since = TimeField(required=False, label="Since (UTC)", help_text="Accepted at or after this time.")
-    until = TimeField(required=False, label="Until (UTC)", help_text="Accepted before this time.")
+    since = TimeField(
+        required=False,
+        label="Since (UTC)",
+        help_text="Accepted at or after this time: 2026-01-05T12:00, -10m, -2h, -3d, today, yesterday.",
+    )
+    until = TimeField(
+        required=False,
+        label="Until (UTC)",
+        help_text="Accepted before this time: 2026-01-05T12:00, -10m, -2h, -3d, today, yesterday.",
+    )
 
     def clean(self):
         data = super().clean()

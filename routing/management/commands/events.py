@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,8 +196,8 @@ def positive_int(text: str) -> int:
 
 
 def iso_time(text: str) -> datetime:
-    """An argparse type: an ISO 8601 date or time; without an offset it is read as UTC (the
-    console's filters read times with the same :func:`parse_time`)."""
+    """An argparse type: a moment as :func:`parse_time` reads it (ISO 8601, UTC without an
+    offset; -2h; today), as the console's and the API's filters read it."""
     try:
         return parse_time(text)
     except ValueError as exc:
@@ -230,8 +231,14 @@ def chain_arguments(parser: CommandParser) -> None:
     _json_argument(parser, "the chain ({'chain': [...]}, root first)")
 
 
+# What argparse takes for a value rather than an option: its negative numbers, and a time ago
+# ("--since -2h"; no option of the command looks like one).
+_VALUE_LIKE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+[smhdw]$")
+
+
 def list_arguments(parser: CommandParser) -> None:
     """Arguments of ``events list``."""
+    parser._negative_number_matcher = _VALUE_LIKE  # noqa: SLF001 (argparse has no public hook)
     parser.add_argument(
         "--query",
         default="",
@@ -277,14 +284,16 @@ def list_arguments(parser: CommandParser) -> None:
         type=iso_time,
         default=None,
         metavar="TIME",
-        help="Only Events accepted at or after this ISO 8601 time (UTC when it has no offset).",
+        help="Only Events accepted at or after TIME: ISO 8601 (UTC when it has no offset), -10m, -2h, -3d, "
+        "today or yesterday.",
     )
     parser.add_argument(
         "--until",
         type=iso_time,
         default=None,
         metavar="TIME",
-        help="Only Events accepted before this ISO 8601 time (UTC when it has no offset).",
+        help="Only Events accepted before TIME: ISO 8601 (UTC when it has no offset), -10m, -2h, -3d, "
+        "today or yesterday.",
     )
     parser.add_argument(
         "--limit",
