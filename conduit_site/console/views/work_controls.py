@@ -89,15 +89,27 @@ class CancelForm(forms.Form):
     )
 
 
+# The suggestions work_control.html lists for these fields (a <datalist> of the live configuration).
+SUGGESTED = {"list": "binding-options"}
+
+
 class RebindForm(forms.Form):
     binding = forms.CharField(
-        max_length=128, help_text="A binding of the Work's scope in the live configuration."
+        max_length=128,
+        help_text="A binding of the Work's scope in the live configuration.",
+        widget=forms.TextInput(attrs=SUGGESTED),
     )
 
 
 class CreateWorkForm(InputForm):
-    scope = forms.CharField(max_length=255, help_text="A scope of the live configuration.")
-    binding = forms.CharField(max_length=128, help_text="A binding visible in that scope.")
+    scope = forms.CharField(
+        max_length=255,
+        help_text="A scope of the live configuration.",
+        widget=forms.TextInput(attrs={"list": "scope-options"}),
+    )
+    binding = forms.CharField(
+        max_length=128, help_text="A binding visible in that scope.", widget=forms.TextInput(attrs=SUGGESTED)
+    )
 
     field_order = ["scope", "binding", "type", "subject", "data"]
 

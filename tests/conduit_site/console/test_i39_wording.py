@@ -93,3 +93,28 @@ def test_i39_10_b_the_configuration_page_names_each_configuration_once(client):
     assert "# first" in shown and "Generation 1 (superseded)" in shown
     assert client.get("/config/", {"generation": first.pk + 10}).status_code == 404
     assert client.get("/config/", {"candidate": second.pk}).status_code == 404
+
+
+def test_i39_10_e_create_work_and_rebind_suggest_the_live_bindings(client, clock, test_handlers):
+    from tests.routing.controls.test_work import CONTROLS, grant
+    from tests.routing.routerkit import apply
+    from tests.worklife.factories import WorkFactory
+
+    apply(clock)  # acme: triage, plain, inbox; acme/web redefines triage as a command
+    client.force_login(grant(UserFactory(username="operator"), *CONTROLS))
+
+    create = client.get("/work/new/").content.decode()
+    assert 'list="binding-options"' in create and 'list="scope-options"' in create
+    options = re.search(r'<datalist id="binding-options">(.*?)</datalist>', create, re.S)[1]
+    assert re.findall(r'<option value="([^"]+)">', options) == ["inbox", "plain", "triage"]
+    assert '<option value="triage">in acme, acme/web</option>' in options
+    scopes = re.search(r'<datalist id="scope-options">(.*?)</datalist>', create, re.S)[1]
+    assert re.findall(r'<option value="([^"]+)">', scopes) == ["acme", "acme/web"]
+
+    work = WorkFactory(scope="acme/web", binding="triage")
+    page = client.get(f"/work/{work.pk}/").content.decode()
+    assert 'id="rebind-binding" list="rebind-binding-options"' in page
+    rebind = re.search(r'<datalist id="rebind-binding-options">(.*?)</datalist>', page, re.S)[1]
+    assert '<option value="triage">command</option>' in rebind
+    assert '<option value="plain">command, from acme</option>' in rebind
+    assert '<option value="inbox">queue-only, from acme</option>' in rebind
