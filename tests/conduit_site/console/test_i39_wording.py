@@ -118,3 +118,30 @@ def test_i39_10_e_create_work_and_rebind_suggest_the_live_bindings(client, clock
     assert '<option value="triage">command</option>' in rebind
     assert '<option value="plain">command, from acme</option>' in rebind
     assert '<option value="inbox">queue-only, from acme</option>' in rebind
+
+
+def test_i39_10_i_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypatch):
+    from datetime import UTC, datetime, timedelta
+
+    from conduit_site.console.views import doctor as doctor_views
+    from conduit_site.console.views import home as home_views
+    from tests.conduit_site.console.test_home import NOW, both_loops_alive, chart
+
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    both_loops_alive()
+    minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
+    EventFactory.create_batch(3, accepted_at=minute + timedelta(seconds=5))
+    client.force_login(UserFactory())
+
+    body = client.get("/").content.decode()
+
+    events = chart(body, "chart-events-hour")
+    titles = re.findall(r'<rect class="chart-hit" [^>]*><title>([^<]*)</title></rect>', events)
+    assert len(titles) == 60
+    assert "12:25 UTC: accepted 3, routed 0, unmatched 0, dead-lettered 0 (Events per minute)" in titles
+    days = re.findall(r'<rect class="chart-hit"', chart(body, "chart-backlog-day"))
+    assert len(days) == 72
+    # The same figures stay in the span's table for screen readers.
+    assert '<table id="trends-hour-table">' in body
