@@ -335,7 +335,13 @@ def _list_parameter(name: str, description: str, schema: dict[str, Any]) -> dict
 LIST_PARAMETERS: list[dict[str, Any]] = [
     _list_parameter(
         "query",
-        "An envelope id or subject, exactly, or a seq (digits, `#` optional).",
+        "The start of an envelope id or a subject (a whole one too), or a seq (digits, `#` optional).",
+        {"type": "string", "maxLength": QUERY_MAX_LENGTH},
+    ),
+    _list_parameter(
+        "data",
+        "Text the Event's data contains, as JSON text (case-sensitive), among the newest 10,000 Events: "
+        "their data is not indexed, so the search reads at most that many.",
         {"type": "string", "maxLength": QUERY_MAX_LENGTH},
     ),
     _list_parameter("scope", "Only Events of this scope path.", {"type": "string", "maxLength": 255}),

@@ -291,7 +291,8 @@ PATHS: dict[str, Any] = {
                     "name": "key",
                     "in": "query",
                     "schema": {"type": "string", "maxLength": 512},
-                    "description": "A correlation key the Work owns (exact; with `scope`, that scope's key).",
+                    "description": "The start of a correlation key the Work owns (a whole key, or `pr:acme/web` for every "
+                    "such key; with `scope`, that scope's keys).",
                 },
                 {
                     "name": "before",

@@ -85,7 +85,13 @@ class EventFilterForm(KeysetOrderForm):
         required=False,
         max_length=QUERY_MAX_LENGTH,
         label="Find",
-        help_text="An Event's envelope id, subject or seq (#123).",
+        help_text="The start of an Event's envelope id or subject, or its seq (#123).",
+    )
+    data = forms.CharField(
+        required=False,
+        max_length=QUERY_MAX_LENGTH,
+        label="Data contains",
+        help_text="Text in the Event's data (its JSON), among the newest 10,000 Events.",
     )
     scope = forms.CharField(required=False, max_length=255, help_text="A scope path, e.g. acme/web.")
     subtree = forms.BooleanField(required=False, label="and under it", help_text="Also every scope under it.")
@@ -127,6 +133,7 @@ class EventFilterForm(KeysetOrderForm):
                 type=data["type"],
                 state=data["route_state"],
                 policy=data["policy"],
+                data=data["data"],
                 since=data["since"],
                 until=data["until"],
                 after=self.cursor(),
@@ -156,7 +163,9 @@ class WorkFilterForm(KeysetOrderForm):
         ),
     )
     binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")
-    key = forms.CharField(required=False, max_length=512, help_text="A correlation key the Work owns.")
+    key = forms.CharField(
+        required=False, max_length=512, help_text="A correlation key the Work owns, or its start."
+    )
 
     def clean(self):
         data = super().clean()

@@ -130,7 +130,10 @@ def list_arguments(parser: CommandParser) -> None:
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
     )
     parser.add_argument(
-        "--key", default="", metavar="KEY", help="Only the Work that owns this correlation key."
+        "--key",
+        default="",
+        metavar="KEY",
+        help="Only the Work owning a correlation key that starts with KEY.",
     )
     parser.add_argument(
         "--limit",

@@ -171,6 +171,7 @@ def _print_results(command: BaseCommand, results: list[Accepted], *, as_json: bo
 # events list's options, by the filter field each one sets (to name the option in errors).
 LIST_OPTIONS = {
     "query": "--query",
+    "data": "--data",
     "scope": "--scope",
     "subtree": "--subtree",
     "type": "--type",
@@ -243,7 +244,14 @@ def list_arguments(parser: CommandParser) -> None:
         "--query",
         default="",
         metavar="TEXT",
-        help="Only the Events whose envelope id or subject is TEXT, or whose seq it is (digits, '#' optional).",
+        help="Only the Events whose envelope id or subject starts with TEXT, or whose seq it is (digits, '#' "
+        "optional).",
+    )
+    parser.add_argument(
+        "--data",
+        default="",
+        metavar="TEXT",
+        help="Only the Events whose data (as JSON text) contains TEXT, among the newest 10,000.",
     )
     parser.add_argument("--scope", default="", metavar="PATH", help="Only Events of this scope (exact path).")
     parser.add_argument(
@@ -349,6 +357,7 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
     try:
         filters = EventListFilter(
             query=options["query"],
+            data=options["data"],
             scope=options["scope"],
             subtree=options["subtree"],
             type=options["type"],
