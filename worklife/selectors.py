@@ -13,6 +13,7 @@ from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from infra.queries import starts_with
+from infra.words import counted
 from worklife.models import (
     DISPATCH_REFUSED,
     PRESENTED_KINDS,
@@ -359,7 +360,8 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
         # here: reads such as ``events get`` do not load the scheduler's writes.)
         from worklife.scheduling import max_losses
 
-        after = f"{work.losses} attempts lost in a row" if work.losses >= max_losses() else failures
+        lost = counted(work.losses, "attempts")
+        after = f"{lost} lost in a row" if work.losses >= max_losses() else failures
         return WhyNotRunning(
             NotRunning.PARKED, f"parked after {after} ({work.last_error or 'no error recorded'})"
         )
