@@ -150,18 +150,30 @@ def bucket_columns(
     step_x: float,
 ) -> SafeString:
     """A transparent column around each bucket's point, whose ``<title>`` (the browser's
-    tooltip) says the bucket's time and each series' value in it; built here, not in a template
-    loop, as the table is (a page has eight charts of up to 72 buckets)."""
+    tooltip) says the bucket's age, as the time axis does (a tooltip's text cannot be a
+    ``<time>`` the browser shows in its own zone), and each series' value in it; built here, not
+    in a template loop, as the table is (a page has eight charts of up to 72 buckets)."""
     half = step_x / 2
     rows = []
     for index, start in enumerate(starts):
         x = max(LEFT + index * step_x - half, LEFT)
         width = min(LEFT + index * step_x + half, RIGHT) - x
         values = ", ".join(f"{name} {fmt(values[index])}" for name, _, values in series)
-        rows.append((f"{x:.1f}", TOP, f"{width:.1f}", BOTTOM - TOP, f"{start:%H:%M} UTC: {values} ({unit})"))
+        when = _bucket_age(starts[-1] - start)
+        rows.append((f"{x:.1f}", TOP, f"{width:.1f}", BOTTOM - TOP, f"{when}: {values} ({unit})"))
     return format_html_join(
         "", '<rect class="chart-hit" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>', rows
     )
+
+
+def _bucket_age(age) -> str:
+    """How long before the current bucket a bucket starts ("now", "−5 min", "−3 h 20 min")."""
+    minutes = int(age.total_seconds()) // 60
+    if not minutes:
+        return "now"
+    if minutes < 120:
+        return f"−{minutes} min"
+    return f"−{minutes // 60} h" + (f" {minutes % 60} min" if minutes % 60 else "")
 
 
 def _x_labels(trend: Trend) -> list[tuple[int, str]]:

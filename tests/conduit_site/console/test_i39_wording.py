@@ -140,7 +140,9 @@ def test_i39_10_i_each_chart_point_has_a_tooltip_with_its_values(client, clock, 
     events = chart(body, "chart-events-hour")
     titles = re.findall(r'<rect class="chart-hit" [^>]*><title>([^<]*)</title></rect>', events)
     assert len(titles) == 60
-    assert "12:25 UTC: accepted 3, routed 0, unmatched 0, dead-lettered 0 (Events per minute)" in titles
+    # The bucket of 12:25, five before the current one (12:30), by its age as the axis says it.
+    assert "−5 min: accepted 3, routed 0, unmatched 0, dead-lettered 0 (Events per minute)" in titles
+    assert titles[-1].startswith("now: ")
     days = re.findall(r'<rect class="chart-hit"', chart(body, "chart-backlog-day"))
     assert len(days) == 72
     # The same figures stay in the span's table for screen readers.
