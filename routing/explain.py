@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from causal.models import Event, RouteState
+from routing import reasons
 from routing.models import Disposition, RouteRecord
 from worklife.models import WorkStatus
 
@@ -46,11 +47,13 @@ AT = "{at}"
 # How text (not the console) shows the moment: the console's own format.
 TEXT_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
-# The prefixes decide.py gives a fallback's and a held decision's reason.
-_FALLBACK_QUEUE = "fallback queue: "
-_FALLBACK_DROP = "fallback drop: "
-_HELD = "held until the attempt ends: "
-_WINS_WAIT = "wins wait "
+# The prefixes decide.py gives a fallback's, a held and a woken decision's reason.
+_FALLBACK_QUEUE, _FALLBACK_DROP, _HELD, _WINS_WAIT = (
+    reasons.FALLBACK_QUEUE,
+    reasons.FALLBACK_DROP,
+    reasons.HELD,
+    reasons.WINS_WAIT,
+)
 
 _ENDED = {WorkStatus.COMPLETED: "had already completed", WorkStatus.CANCELLED: "had already been cancelled"}
 
