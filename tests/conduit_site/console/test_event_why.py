@@ -169,3 +169,23 @@ def test_i39_9_the_wording_reads_the_codes_decide_writes():
         assert getattr(explain.Effect, name) == getattr(decide.Effect, name)
     for name in ("TERMINAL", "ADDRESSED", "CONTEXT", "NO_WORK"):
         assert getattr(explain.Reason, name) == getattr(decide.Reason, name)
+
+
+def test_i39_9_skipped_and_given_up_events_say_who_and_how_often(client):
+    skipped = RouteRecordFactory(
+        event__route_state="skipped", policy="skipped", disposition="skipped", decided_by="ada"
+    )
+    failed = RouteRecordFactory(
+        event__route_state="failed",
+        policy="error",
+        reason="handler_failed",
+        disposition="failed",
+        attempts=5,
+        route="prs",
+    )
+
+    assert why(client, skipped.event_id) == "ada skipped it before it was routed: nothing took it."
+    assert why(client, failed.event_id) == (
+        "Routing it failed on route prs (handler_failed) 5 times and was given up on: nothing took it "
+        "(reroute it to try again)."
+    )
