@@ -33,6 +33,7 @@ from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
 from conduit_site.supervision import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
+from infra.words import counted
 from routing.engine import heartbeat as route_heartbeat
 from routing.engine.failures import failures_keep_failing, failures_read
 from routing.engine.heartbeat import RouteLoopHeartbeat, route_loop_heartbeats
@@ -140,9 +141,7 @@ class LoopBeat(RouteLoopHeartbeat):
     def text(self) -> str:
         """One line for the CLI."""
         age = "never" if self.age_seconds is None else f"{self.age} ago"
-        line = (
-            f"{self.loop}: last heartbeat {age} (generation {self.generation or '-'}, {self.passes} passes)"
-        )
+        line = f"{self.loop}: last heartbeat {age} (generation {self.generation or '-'}, {counted(self.passes, 'pass,passes')})"
         if self.abandoned_calls:
             line += (
                 f", {self.abandoned_calls} abandoned handler call{'s' if self.abandoned_calls != 1 else ''}"
@@ -265,6 +264,18 @@ class ParkedWork:
         )
 
 
+# What people call each check; its name stays the code the JSON, the API and the CLI use.
+CHECK_LABELS = {
+    "routing": "Unrouted Events",
+    "route_loop": "Route loops",
+    "handler_calls": "Abandoned handler calls",
+    "causal": "Causal limits",
+    "work_loop": "Work loops",
+    "parked_work": "Parked Work",
+    "supervision": "Restarted processes",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     """One check's verdict: ``ok`` or a warning, a one-line summary and the findings
@@ -279,6 +290,11 @@ class Check:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    @property
+    def label(self) -> str:
+        """The check's name in words ("Parked Work" for ``parked_work``)."""
+        return CHECK_LABELS.get(self.name, self.name.replace("_", " ").capitalize())
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -27,6 +27,7 @@ from django.db import DatabaseError, transaction
 
 from causal.clock import Clock
 from causal.retention import events_delete_in_tx, events_prunable_in_tx
+from infra.words import counted
 from routing.retention import RECORD_RELEASES, route_records_delete_in_tx
 from worklife.retention import works_delete_in_tx, works_prunable_in_tx
 
@@ -53,7 +54,7 @@ class PruneCounts:
         kinds = ("work", "attempts", "inputs", "intents", "waits", "timers", "subscriptions", "keys")
         parts = [f"{self.rows[k]} {k}" for k in kinds] + [
             f"{self.rows['route_records']} route records",
-            f"{self.rows['events']} Events",
+            counted(self.rows["events"], "Events"),
         ]
         text = f"{verb} before {self.cutoff:%Y-%m-%d %H:%M:%S} UTC: " + ", ".join(parts)
         if self.conflicts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
@@ -12,7 +13,7 @@ from typing import Any
 from django.core.exceptions import EmptyResultSet
 from django.db import NotSupportedError, connection, connections
 from django.db.backends.base.operations import BaseDatabaseOperations
-from django.db.models import DateTimeField, Expression, FloatField, Func, JSONField, Model
+from django.db.models import DateTimeField, Expression, FloatField, Func, JSONField, Model, Q
 
 
 class SecondsBetween(Func):
@@ -453,3 +454,14 @@ def _update_sql(alias: str, model: type[Model], names: tuple[str, ...], keys: st
     meta = model._meta
     assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
     return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} IN {keys}"
+
+
+def starts_with(field: str, prefix: str) -> Q:
+    """Rows whose text ``field`` begins with ``prefix``, case-sensitively, in a way the field's
+    index can serve: a range on SQLite (whose text comparison is by code point, where ``LIKE``
+    ignores case), ``LIKE 'prefix%'`` on PostgreSQL (where a range would follow the collation)."""
+    last = ord(prefix[-1]) if prefix else 0
+    # The next character after the last one (not a surrogate, which UTF-8 cannot hold).
+    if connection.vendor == "sqlite" and prefix and last < sys.maxunicode and not 0xD7FF <= last < 0xE000:
+        return Q(**{f"{field}__gte": prefix, f"{field}__lt": prefix[:-1] + chr(last + 1)})
+    return Q(**{f"{field}__startswith": prefix})

@@ -50,6 +50,12 @@ class Generation(models.Model):
         return f"candidate {self.pk}"
 
     @property
+    def name(self) -> str:
+        """The one name people read: "Generation 2" (applied, by its number) or "Candidate 3"
+        (by its id); never both."""
+        return str(self).capitalize()
+
+    @property
     def label(self) -> str:
         """What a route record or trace names: the number, or ``candidate``."""
         return str(self.number) if self.kind == GenerationKind.APPLIED else "candidate"

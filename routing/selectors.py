@@ -3,16 +3,18 @@ of Events with their route, with explicit joins (no N+1)."""
 
 from __future__ import annotations
 
+import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Q, QuerySet, Subquery
+from django.db.models import Q, QuerySet, Subquery, TextField, Value
+from django.db.models.functions import Cast, Coalesce, StrIndex
+from django.db.models.lookups import GreaterThan
 
 from causal.models import Event, RouteState
 from causal.selectors import (
@@ -27,6 +29,7 @@ from causal.selectors import (
     unrouted_event_count,
 )
 from infra.converters import MAX_ID
+from infra.queries import starts_with
 from routing.config.selectors import live_generation
 
 # Light: the failures module, not the router (reading routes loads neither it nor the decision).
@@ -83,9 +86,12 @@ def generations_total(*, cap: int = COUNT_CAP) -> ListTotal:
     return count_capped(Generation.objects.all(), cap=cap)
 
 
-def generation_get(generation_id: int) -> Generation:
-    """One generation with its document, or ``Generation.DoesNotExist``."""
-    return Generation.objects.get(pk=generation_id)
+def generation_shown(*, number: int | None = None, candidate: int | None = None) -> Generation:
+    """The applied generation ``number`` or the candidate ``candidate`` (by the names people
+    read: "Generation 2", "Candidate 3"), or ``Generation.DoesNotExist``."""
+    if number is not None:
+        return Generation.objects.get(kind=GenerationKind.APPLIED, number=number)
+    return Generation.objects.get(kind=GenerationKind.CANDIDATE, pk=candidate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,14 +216,32 @@ def known_policies() -> tuple[str, ...]:
 UNDELIVERED_OUTCOMES = {"unmatched": "unmatched", "drop": "dropped"}
 
 
-def parse_time(text: str) -> datetime:
-    """An ISO 8601 date or time (``2026-01-05``, ``2026-01-05T12:00:00Z``); without an offset
-    it is read as UTC. ``ValueError`` saying what was expected otherwise. The CLI's
-    ``--since``/``--until`` and the console's filters both read times with it."""
+# A time ago: "-10m", "-2h", "-3d" (also seconds and weeks), a sign, a number and a unit.
+_AGO = re.compile(r"-\s*(\d{1,6})\s*([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+TIME_FORMATS = (
+    "an ISO 8601 time like 2026-01-05T12:00:00Z, a time ago like -10m, -2h or -3d, today or yesterday"
+)
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """A moment as people type it: an ISO 8601 date or time (``2026-01-05``,
+    ``2026-01-05T12:00:00Z``; without an offset it is read as UTC), a time before ``now``
+    (``-10m``, ``-2h``, ``-3d``; ``s`` and ``w`` too) or ``today``/``yesterday`` (their start,
+    midnight UTC). ``ValueError`` naming every accepted form otherwise. The one parser of the
+    CLI's ``--since``/``--until``, the API's and the console's filters."""
+    word = text.strip().lower()
+    now = now or datetime.now(UTC)
+    ago = _AGO.fullmatch(word)
+    if ago:
+        return now - timedelta(**{_UNITS[ago[2]]: int(ago[1])})
+    if word in ("today", "yesterday"):
+        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight - timedelta(days=1) if word == "yesterday" else midnight
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"expected an ISO 8601 time like 2026-01-05T12:00:00Z, got {text!r}") from None
+        raise ValueError(f"expected {TIME_FORMATS}, got {text[:60]!r}") from None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
@@ -248,9 +272,16 @@ class EventListFilter:
     query: str = ""
     subtree: bool = False
     policy: str = ""
+    data: str = ""
 
     def __post_init__(self) -> None:
-        for name, most in (("scope", 255), ("type", 255), ("query", QUERY_MAX_LENGTH), ("policy", 32)):
+        for name, most in (
+            ("scope", 255),
+            ("type", 255),
+            ("query", QUERY_MAX_LENGTH),
+            ("policy", 32),
+            ("data", QUERY_MAX_LENGTH),
+        ):
             value = getattr(self, name)
             if len(value) > most:
                 raise EventListInvalid(name, f"at most {most} characters")
@@ -339,7 +370,8 @@ def events_listed(filters: EventListFilter) -> QuerySet[Event]:
     queryset = _events_with_records()
     if filters.query:
         text = filters.query.strip()
-        found = Q(envelope_id=text) | Q(subject=text)
+        # Ids and subjects by their start ("pr-4" finds pr-42), an exact one among them.
+        found = starts_with("envelope_id", text) | starts_with("subject", text)
         digits = text.removeprefix("#")
         if digits.isascii() and digits.isdigit() and 0 < int(digits) <= MAX_ID:
             found |= Q(seq=int(digits))
@@ -365,6 +397,8 @@ def events_listed(filters: EventListFilter) -> QuerySet[Event]:
         queryset = queryset.filter(route_record__policy=filters.policy)
     if filters.work_id is not None:
         queryset = queryset.filter(Q(work_id=filters.work_id) | Q(route_record__work_id=filters.work_id))
+    if filters.data:
+        queryset = queryset.filter(data_contains(filters.data))
     if filters.since is not None:
         queryset = queryset.filter(accepted_at__gte=filters.since)
     if filters.until is not None:
@@ -409,15 +443,23 @@ def known_event_scopes(*, limit: int = 200) -> list[str]:
     return sorted(set(live_scope_paths()) | set(distinct_values(Event, "scope", limit=limit)))[:limit]
 
 
-def starts_with(field: str, prefix: str) -> Q:
-    """Rows whose text ``field`` begins with ``prefix``, case-sensitively, in a way the field's
-    index can serve: a range on SQLite (whose text comparison is by code point, where ``LIKE``
-    ignores case), ``LIKE 'prefix%'`` on PostgreSQL (where a range would follow the collation)."""
-    last = ord(prefix[-1]) if prefix else 0
-    # The next character after the last one (not a surrogate, which UTF-8 cannot hold).
-    if connection.vendor == "sqlite" and prefix and last < sys.maxunicode and not 0xD7FF <= last < 0xE000:
-        return Q(**{f"{field}__gte": prefix, f"{field}__lt": prefix[:-1] + chr(last + 1)})
-    return Q(**{f"{field}__startswith": prefix})
+# How many of the newest Events a search in data reads at most: their data is not indexed, so the
+# search is a scan, bounded by this many rows whatever the history's length.
+DATA_SEARCH_WINDOW = 10_000
+
+
+def data_contains(text: str) -> Q:
+    """Events among the newest :data:`DATA_SEARCH_WINDOW` whose data, as JSON text, contains
+    ``text`` (case-sensitively; a key, a value or a fragment of one). A scan of that window by
+    the primary key: ``strpos(data::text, …)`` on PostgreSQL (a trigram index on the cast would
+    serve it there), ``instr(data, …)`` over the stored JSON text on SQLite. ``text`` is looked
+    for as JSON writes it inside a string (quotes and backslashes escaped; non-ASCII escaped as
+    SQLite's JSON text holds it)."""
+    needle = json.dumps(text, ensure_ascii=connection.vendor == "sqlite")[1:-1]
+    # The seq of the window's oldest Event (0 while there are fewer): an offset on the seq index.
+    oldest = Event.objects.order_by("-seq").values("seq")[DATA_SEARCH_WINDOW - 1 : DATA_SEARCH_WINDOW]
+    window = Q(seq__gte=Coalesce(Subquery(oldest), Value(0)))
+    return window & Q(GreaterThan(StrIndex(Cast("data", TextField()), Value(needle)), 0))
 
 
 _GLOB_CHARS = re.compile(r"[*?]")

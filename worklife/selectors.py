@@ -12,6 +12,8 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
+from infra.queries import starts_with
+from infra.words import counted
 from worklife.models import (
     DISPATCH_REFUSED,
     PRESENTED_KINDS,
@@ -48,7 +50,8 @@ KEY_MAX_LENGTH = CorrelationKey._meta.get_field("key").max_length
 @dataclass(frozen=True, slots=True)
 class WorkFilter:
     """What the Work list is filtered by (the console, ``work list`` and the API); empty
-    strings mean "any". ``key`` is a correlation key the Work owns."""
+    strings mean "any". ``key`` is the start of a correlation key the Work owns (``pr:acme/web``
+    finds the Work of every pull request of acme/web)."""
 
     scope: str = ""
     status: str = ""
@@ -74,7 +77,7 @@ def _backing_off(now: datetime) -> Q:
 
 
 def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QuerySet[Work]:
-    """Work matching ``filters`` (exact scope, status, binding, an owned key), unordered. The
+    """Work matching ``filters`` (exact scope, status, binding, an owned key's start), unordered. The
     status ``parked`` is ready Work parked after too many failures, ``backing_off`` ready Work
     whose next try is after ``now``, and ``ready`` ready Work that is neither."""
     now = now or system_clock()
@@ -92,9 +95,9 @@ def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QueryS
     if filters.binding:
         queryset = queryset.filter(binding=filters.binding)
     if filters.key:
-        keys = CorrelationKey.objects.filter(key=filters.key)
+        keys = CorrelationKey.objects.filter(starts_with("key", filters.key))
         if filters.scope:
-            keys = keys.filter(scope=filters.scope)  # by the (scope, key) unique index
+            keys = keys.filter(scope=filters.scope)  # a range of the (scope, key) unique index
         queryset = queryset.filter(pk__in=keys.values("work_id"))
     return queryset
 
@@ -357,7 +360,8 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
         # here: reads such as ``events get`` do not load the scheduler's writes.)
         from worklife.scheduling import max_losses
 
-        after = f"{work.losses} attempts lost in a row" if work.losses >= max_losses() else failures
+        lost = counted(work.losses, "attempts")
+        after = f"{lost} lost in a row" if work.losses >= max_losses() else failures
         return WhyNotRunning(
             NotRunning.PARKED, f"parked after {after} ({work.last_error or 'no error recorded'})"
         )

@@ -45,7 +45,7 @@ BATCH_MEDIA_TYPE = "application/cloudevents-batch+json"
 # ?format=: the wrapper with Conduit's fields (default), or the bare CloudEvent.
 FORMATS = ("conduit", "cloudevent")
 # GET /api/events takes the filters of ``events list`` under the same names.
-LIST_TEXT_FILTERS = ("query", "scope", "type", "state", "policy")
+LIST_TEXT_FILTERS = ("query", "data", "scope", "type", "state", "policy")
 # The header of a bare CloudEvents list that names the next page's ``after``.
 NEXT_AFTER_HEADER = "Conduit-Next-After"
 # What a WebHook-Request-Origin may be: a host name (visible ASCII, no spaces), echoed back.

@@ -19,7 +19,14 @@ from django.urls import reverse
 
 from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
-from conduit_site.api.auth import ApiError, api_permitted, api_require, api_view, request_json
+from conduit_site.api.auth import (
+    ApiError,
+    api_permitted,
+    api_require,
+    api_view,
+    is_json_media_type,
+    request_json,
+)
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
 from routing.controls import bulk
@@ -41,6 +48,7 @@ LIST_FILTERS = ("scope", "status", "binding", "key")
 SEND_FIELDS = frozenset({"type", "data", "subject"})
 CREATE_FIELDS = frozenset({"scope", "binding", "input"})
 REBIND_FIELDS = frozenset({"binding"})
+CANCEL_FIELDS = frozenset({"reason"})
 BULK_FIELDS = frozenset({"action", "ids", "filter"})
 
 
@@ -79,8 +87,12 @@ def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
 
 @api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
 def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
-    """Cancel the Work (R48); its work loop stops a running attempt's process. No body."""
-    result = controls.work_cancel(work_id=work_id, user=request.user, clock=clock)
+    """Cancel the Work (R48); its work loop stops a running attempt's process. An optional JSON
+    body ``{"reason": "…"}`` is kept with the control Event; a POST without one (or not JSON, as
+    before there was a body) cancels without a reason."""
+    json_body = is_json_media_type((request.content_type or "").lower())
+    body = _body(request, CANCEL_FIELDS, allow_empty=True) if json_body else {}
+    result = controls.work_cancel(work_id=work_id, user=request.user, clock=clock, reason=body.get("reason"))
     return JsonResponse(result.as_dict())
 
 
@@ -174,8 +186,10 @@ def _create(request: HttpRequest) -> JsonResponse:
     return response
 
 
-def _body(request: HttpRequest, fields: frozenset[str]) -> dict[str, Any]:
-    body = request_json(request)
+def _body(request: HttpRequest, fields: frozenset[str], *, allow_empty: bool = False) -> dict[str, Any]:
+    body = request_json(request, allow_empty=allow_empty)
+    if body is None:
+        return {}
     if not isinstance(body, dict):
         raise WorkControlInvalid(None, "the body must be a JSON object")
     unknown = sorted(set(body) - fields)

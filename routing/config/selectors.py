@@ -3,6 +3,7 @@ a generation by reference."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infra.kept import KeptPerProcess
@@ -120,3 +121,44 @@ def find_generation(reference: str | None = None) -> Generation:
             raise GenerationNotFound(f"there is no applied generation {reference}")
         return generation
     raise GenerationNotFound(f"{reference!r} is not a generation number or candidate:ID")
+
+
+@dataclass(frozen=True, slots=True)
+class BindingOption:
+    """A binding to offer where one is typed: its name and where or what it is."""
+
+    name: str
+    label: str
+
+
+def live_binding_options(scope: str = "") -> list[BindingOption]:
+    """The live configuration's bindings, by name: those visible in ``scope`` (with their
+    executor) or, without one, every binding with the scopes that declare or inherit it. Empty
+    before the first apply or for a scope the live configuration lacks."""
+    live = live_generation()
+    if live is None:
+        return []
+    configuration = load_configuration(live)
+    if scope:
+        effective = configuration.scope(scope)
+        if effective is None:
+            return []
+        return [
+            BindingOption(
+                name,
+                (binding.executor or "queue-only")
+                + (f", from {binding.scope}" if binding.scope != scope else ""),
+            )
+            for name, binding in sorted(effective.bindings.items())
+        ]
+    scopes: dict[str, list[str]] = {}
+    for path, effective in sorted(configuration.scopes.items()):
+        for name in effective.bindings:
+            scopes.setdefault(name, []).append(path)
+    return [BindingOption(name, "in " + ", ".join(paths)) for name, paths in sorted(scopes.items())]
+
+
+def live_scope_paths() -> list[str]:
+    """The scopes of the live configuration, sorted (none before the first apply)."""
+    live = live_generation()
+    return sorted(load_configuration(live).scopes) if live is not None else []

@@ -155,6 +155,7 @@ class WorkControlResult:
     input_seq: int | None = None  # send, create: the addressed operator Event accepted
     attempts_cancelled: int = 0  # cancel: active attempts cancelled (their processes stop)
     outlook: str = ""  # retry: what happens next, when it does not simply run (retry_outlook)
+    reason: str = ""  # cancel: why, as the operator said it (stored in the control Event's data)
 
     @property
     def message(self) -> str:
@@ -167,7 +168,8 @@ class WorkControlResult:
                 if self.attempts_cancelled
                 else ""
             )
-            return f"Work {self.work_id} cancelled by {self.by}{stopped}{control}"
+            why = f": {self.reason}" if self.reason else ""
+            return f"Work {self.work_id} cancelled by {self.by}{why}{stopped}{control}"
         if self.action == WorkControl.RETRY:
             if self.outlook:
                 return f"Work {self.work_id} retried by {self.by}: {self.outlook}{control}"
@@ -196,14 +198,35 @@ class WorkControlResult:
 # --- the controls ------------------------------------------------------------------------------
 
 
-def work_cancel(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> WorkControlResult:
-    """Cancel the Work ``work_id`` (R48) with a ``core.manual.cancel_work`` control Event.
+# The longest reason a cancel keeps (a sentence or two, shown in the Work's history).
+CANCEL_REASON_MAX = 500
+
+
+def cancel_reason(reason: str | None) -> str:
+    """A cancel's optional ``reason`` as stored: stripped, one line, at most
+    :data:`CANCEL_REASON_MAX` characters; :class:`WorkControlInvalid` otherwise."""
+    if reason is None:
+        return ""
+    if not isinstance(reason, str):
+        raise WorkControlInvalid("reason", "must be a string")
+    reason = " ".join(reason.split())
+    if len(reason) > CANCEL_REASON_MAX:
+        raise WorkControlInvalid("reason", f"at most {CANCEL_REASON_MAX} characters, not {len(reason)}")
+    return reason
+
+
+def work_cancel(
+    *, work_id: int, user: AbstractBaseUser | str, clock: Clock, reason: str | None = None
+) -> WorkControlResult:
+    """Cancel the Work ``work_id`` (R48) with a ``core.manual.cancel_work`` control Event, which
+    keeps the operator's optional ``reason`` (its data's ``reason``; see :func:`cancel_reason`).
 
     Its active attempts and waits are cancelled, its timers removed, its pending input leaves
     the queue and it is terminal, all in one transaction; the work loop holding an attempt stops
     its process after the commit. Raises :class:`WorkControlRefused` for terminal Work and
     ``Work.DoesNotExist`` for an unknown id."""
     by = actor_name(user)
+    reason = cancel_reason(reason)
     with transaction.atomic():
         # Lock the Work before counting what the cancel ends: a concurrent control waits here.
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
@@ -216,7 +239,8 @@ def work_cancel(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> 
             raise _wrong_state(
                 WorkControl.CANCEL, work_id, f"{refused}: only live Work can be cancelled"
             ) from refused
-        control = _control_event_in_tx(WorkControl.CANCEL, work=work, by=by, clock=clock)
+        details = {"reason": reason} if reason else None
+        control = _control_event_in_tx(WorkControl.CANCEL, work=work, by=by, clock=clock, details=details)
         publish_routed([control.seq], [work.pk])
     return _done(
         WorkControlResult(
@@ -227,6 +251,7 @@ def work_cancel(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> 
             by=by,
             scope=work.scope,
             attempts_cancelled=active,
+            reason=reason,
         )
     )
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from infra.frozen import frozen
+from routing import reasons
 from routing.engine.evaluate import Evaluation
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot
@@ -370,7 +371,7 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
             # A wait the causal limits block cannot be woken: the Event is kept as context.
             return Decision(
                 Effect.WAKE,
-                f"wins wait {wait.name or wait.id}",
+                f"{reasons.WINS_WAIT}{wait.name or wait.id}",
                 work_id=work.id,
                 input_kind=_QUEUE,
                 attach_keys=unowned,
@@ -472,12 +473,14 @@ def _decide_existing(
             **_through(work.id, route, keys, evaluation),
         )
     if route.fallback == _FALLBACK_QUEUE:
-        return replace(queue, reason=f"fallback queue: {why}")
+        return replace(queue, reason=f"{reasons.FALLBACK_QUEUE}{why}")
     if route.fallback == _FALLBACK_DROP:
-        return Decision(Effect.DROP, f"fallback drop: {why}", **_through(work.id, route, keys, evaluation))
+        return Decision(
+            Effect.DROP, f"{reasons.FALLBACK_DROP}{why}", **_through(work.id, route, keys, evaluation)
+        )
     return Decision(
         Effect.HELD,
-        f"held until the attempt ends: {why}",
+        f"{reasons.HELD}{why}",
         binding=route.binding,
         input_kind=_HELD,
         attach_keys=unowned,

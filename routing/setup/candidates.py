@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from causal.clock import Clock
 from routing.config.effective import Configuration, EffectiveScope, effective_scope_as_dict
@@ -252,7 +253,7 @@ def candidate_apply(
             if number != expected_live:
                 raise CandidateStale(expected_live, number)
         generation = config_apply(document=candidate.document, clock=clock, created_by=applied_by)
-        note = f"from candidate {candidate.pk}" + (f": {candidate.note}" if candidate.note else "")
+        note = _applied_note(candidate.pk) + (f": {candidate.note}" if candidate.note else "")
         generation.note = note[:NOTE_MAX]
         generation.save(update_fields=["note"])
         candidate.delete()
@@ -266,3 +267,21 @@ def candidate_discard(*, candidate_id: int) -> None:
         deleted, _ = Generation.objects.filter(kind=GenerationKind.CANDIDATE, pk=candidate_id).delete()
     if not deleted:
         raise CandidateNotFound(f"there is no candidate {candidate_id}")
+
+
+def _applied_note(candidate_id: int) -> str:
+    # How an applied generation's note names the candidate it came from (the one place).
+    return f"from candidate {candidate_id}"
+
+
+def candidate_applied_as(candidate_id: int) -> Generation | None:
+    """The generation a candidate became when it was applied (its note names it), or ``None``:
+    the candidate's page, gone with it, leads there."""
+    note = _applied_note(candidate_id)
+    return (
+        Generation.objects.filter(kind=GenerationKind.APPLIED)
+        .filter(Q(note=note) | Q(note__startswith=f"{note}: "))
+        .order_by("-number")
+        .only("pk", "number", "kind")
+        .first()
+    )

@@ -222,3 +222,25 @@ document.addEventListener("htmx:oobAfterSwap", () => {
     }
   }
 });
+// A table wider than a narrow screen scrolls sideways in its .table-wrap. When nothing inside
+// can take the keyboard focus, the wrap takes it (a labelled region), so the keyboard can scroll
+// it too; on load, after a swap and when the window is resized.
+const FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+
+function scrollableTables(root) {
+  const scope = root instanceof Element || root instanceof Document ? root : document;
+  for (const wrap of scope.querySelectorAll(".table-wrap")) {
+    const scrolls = wrap.scrollWidth > wrap.clientWidth + 1;
+    if (scrolls && !wrap.hasAttribute("tabindex") && !wrap.querySelector(FOCUSABLE)) {
+      const caption = wrap.querySelector("caption");
+      const heading = wrap.closest("section")?.querySelector("h2, h3");
+      wrap.setAttribute("tabindex", "0");
+      wrap.setAttribute("role", "region");
+      wrap.setAttribute("aria-label", (caption || heading)?.textContent.trim() || "Table");
+    }
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => scrollableTables(document));
+document.addEventListener("htmx:afterSettle", () => scrollableTables(document));
+window.addEventListener("resize", () => scrollableTables(document));

@@ -191,7 +191,7 @@ def sign_in(page, base: str) -> None:
     page.wait_for_url(re.compile(re.escape(base + reverse("console-home"))))
 
 
-# Wide, and as narrow as the console is laid out for (columns hide, lists stack).
+# Wide, and as narrow as the console is laid out for (tables scroll sideways, lists stack).
 @pytest.mark.parametrize("width", [1280, 800])
 def test_i11_9_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path, width):
     base = live_server.url

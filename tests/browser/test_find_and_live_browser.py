@@ -198,7 +198,7 @@ def test_i11_4_5_find_count_and_page_both_ways(live_server, browser, tmp_path):
     page.goto(base + reverse("event-list"))
     page.fill("#id_q", "alert-7")
     page.click("#event-filters button[type=submit]")
-    page.wait_for_function("() => document.querySelector('.pager-total').innerText.startsWith('1 Events')")
+    page.wait_for_function("() => document.querySelector('.pager-total').innerText.startsWith('1 Event')")
     assert "ops.alert" in page.locator("#event-rows").inner_text()
 
     # The Work page's input, newest first.

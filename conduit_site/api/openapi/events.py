@@ -324,6 +324,9 @@ BINARY_HEADERS = (
     ("scope", "The scope path (else the token's default scope, else the configuration's)."),
 )
 
+# A moment as the list filters read it (routing.selectors.parse_time).
+MOMENT = {"type": "string", "maxLength": 64, "examples": ["2026-01-05T12:00:00Z", "-2h", "today"]}
+
 
 def _list_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
@@ -332,7 +335,13 @@ def _list_parameter(name: str, description: str, schema: dict[str, Any]) -> dict
 LIST_PARAMETERS: list[dict[str, Any]] = [
     _list_parameter(
         "query",
-        "An envelope id or subject, exactly, or a seq (digits, `#` optional).",
+        "The start of an envelope id or a subject (a whole one too), or a seq (digits, `#` optional).",
+        {"type": "string", "maxLength": QUERY_MAX_LENGTH},
+    ),
+    _list_parameter(
+        "data",
+        "Text the Event's data contains, as JSON text (case-sensitive), among the newest 10,000 Events: "
+        "their data is not indexed, so the search reads at most that many.",
         {"type": "string", "maxLength": QUERY_MAX_LENGTH},
     ),
     _list_parameter("scope", "Only Events of this scope path.", {"type": "string", "maxLength": 255}),
@@ -356,10 +365,15 @@ LIST_PARAMETERS: list[dict[str, Any]] = [
     ),
     _list_parameter("work", "Only Events routed on this Work or naming it as their target.", ID),
     _list_parameter(
-        "since", "Only Events accepted at or after this ISO 8601 time (UTC without an offset).", TIMESTAMP
+        "since",
+        "Only Events accepted at or after this time: ISO 8601 (UTC without an offset), a time ago "
+        "(`-10m`, `-2h`, `-3d`) or `today`/`yesterday` (midnight UTC).",
+        MOMENT,
     ),
     _list_parameter(
-        "until", "Only Events accepted before this ISO 8601 time (UTC without an offset).", TIMESTAMP
+        "until",
+        "Only Events accepted before this time, written as `since`.",
+        MOMENT,
     ),
     _list_parameter(
         "limit", "Events a page (default 50).", {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT}

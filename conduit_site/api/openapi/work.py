@@ -177,6 +177,7 @@ SCHEMAS: dict[str, Any] = {
                 "description": "retry: what happens next when the Work does not simply run again at once "
                 "(its binding only queues input, or cannot run); empty otherwise.",
             },
+            "reason": {"type": "string", "description": "cancel: the operator's reason, if given."},
             "message": {"type": "string", "description": "The result in one sentence."},
         },
     },
@@ -295,7 +296,8 @@ PATHS: dict[str, Any] = {
                     "name": "key",
                     "in": "query",
                     "schema": {"type": "string", "maxLength": 512},
-                    "description": "A correlation key the Work owns (exact; with `scope`, that scope's key).",
+                    "description": "The start of a correlation key the Work owns (a whole key, or `pr:acme/web` for every "
+                    "such key; with `scope`, that scope's keys).",
                 },
                 {
                     "name": "before",
@@ -372,15 +374,28 @@ PATHS: dict[str, Any] = {
             "eligibility and makes it terminal, atomically (R48); the work loop holding a cancelled attempt "
             "stops its process after the commit. Terminal Work is refused (409). Commits a "
             "`core.manual.cancel_work` control Event in the same transaction. Needs the permission "
-            "`worklife.cancel_work`. No request body.",
+            "`worklife.cancel_work`. The body is optional: `reason`, kept in the control Event's data and "
+            "shown in the Work's history.",
             "parameters": [WORK_ID_PARAMETER],
+            "requestBody": {
+                "required": False,
+                "content": json_content(
+                    {
+                        "type": "object",
+                        "properties": {"reason": {"type": "string", "maxLength": 500}},
+                        "additionalProperties": False,
+                    }
+                ),
+            },
             "responses": {
                 "200": {"description": "Cancelled.", "content": json_content(ref("WorkControlResult"))},
+                "400": response_ref("Invalid"),
                 "401": response_ref("Unauthorized"),
                 "403": response_ref("Forbidden"),
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),
                 "409": response_ref("WorkControlRefused"),
+                "413": response_ref("TooLarge"),
             },
         }
     },

@@ -9,6 +9,8 @@ from django import template
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from infra.words import counted
+
 register = template.Library()
 
 
@@ -24,3 +26,9 @@ def wrap_at_dots(value: Any) -> SafeString:
 def state_label(value: Any) -> str:
     """A state's code as words: ``backing_off`` reads "backing off"."""
     return str(value).replace("_", " ")
+
+
+@register.filter(name="counted")
+def counted_filter(value: Any, noun: str) -> str:
+    """``{{ total|counted:"Events" }}``: the count and its noun in the right number ("1 Event")."""
+    return counted(value, noun)

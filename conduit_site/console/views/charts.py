@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 
 from conduit_site.console.templatetags.console_time import timetag
 from conduit_site.console.trends import Trend
+from infra.words import counted
 
 # The SVG's coordinate system (viewBox) and the plot area inside it.
 WIDTH = 640
@@ -52,6 +53,8 @@ class Chart:
     y_ticks: tuple[Tick, ...]
     x_ticks: tuple[Tick, ...]
     note: str = ""
+    # One hover target a bucket, its <title> the bucket's time and every series' value there.
+    columns: SafeString = SafeString("")
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -134,7 +137,43 @@ def line_chart(
         drawn.append(Series(name, css, tuple(values), tuple(lines)))
     y_ticks = tuple(Tick(round(y(v), 1), fmt(v)) for v in (0, top_value / 2, top_value))
     x_ticks = tuple(Tick(round(LEFT + index * step_x, 1), label) for index, label in x_labels)
-    return Chart(id, title, summary, unit, tuple(drawn), y_ticks, x_ticks, note)
+    columns = bucket_columns(starts, series, unit=unit, fmt=fmt, step_x=step_x)
+    return Chart(id, title, summary, unit, tuple(drawn), y_ticks, x_ticks, note, columns=columns)
+
+
+def bucket_columns(
+    starts: Sequence[datetime],
+    series: Sequence[tuple[str, str, Sequence[float | None]]],
+    *,
+    unit: str,
+    fmt,
+    step_x: float,
+) -> SafeString:
+    """A transparent column around each bucket's point, whose ``<title>`` (the browser's
+    tooltip) says the bucket's age, as the time axis does (a tooltip's text cannot be a
+    ``<time>`` the browser shows in its own zone), and each series' value in it; built here, not
+    in a template loop, as the table is (a page has eight charts of up to 72 buckets)."""
+    half = step_x / 2
+    rows = []
+    for index, start in enumerate(starts):
+        x = max(LEFT + index * step_x - half, LEFT)
+        width = min(LEFT + index * step_x + half, RIGHT) - x
+        values = ", ".join(f"{name} {fmt(values[index])}" for name, _, values in series)
+        when = _bucket_age(starts[-1] - start)
+        rows.append((f"{x:.1f}", TOP, f"{width:.1f}", BOTTOM - TOP, f"{when}: {values} ({unit})"))
+    return format_html_join(
+        "", '<rect class="chart-hit" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>', rows
+    )
+
+
+def _bucket_age(age) -> str:
+    """How long before the current bucket a bucket starts ("now", "−5 min", "−3 h 20 min")."""
+    minutes = int(age.total_seconds()) // 60
+    if not minutes:
+        return "now"
+    if minutes < 120:
+        return f"−{minutes} min"
+    return f"−{minutes // 60} h" + (f" {minutes % 60} min" if minutes % 60 else "")
 
 
 def _x_labels(trend: Trend) -> list[tuple[int, str]]:
@@ -170,7 +209,7 @@ def trend_charts(trend: Trend, *, label: str) -> list[Chart]:
     per = (
         "per minute"
         if trend.span.size == 60
-        else f"per minute, averaged over {trend.span.size // 60} minutes"
+        else f"per minute, averaged over {counted(trend.span.size // 60, 'minutes')}"
     )
     events = [
         ("accepted", "series-accepted", trend.per_minute(trend.accepted)),

@@ -11,7 +11,7 @@ from conduit_site.console.views.forms import ConfigListForm
 from routing.access.roles import VIEW_EVENT
 from routing.config.selectors import live_generation
 from routing.models import Generation
-from routing.selectors import generation_get, generations_page, generations_total
+from routing.selectors import generation_shown, generations_page, generations_total
 
 TEMPLATE = "routing/config_list.html"
 PARTIALS = ("generation-list",)
@@ -27,18 +27,17 @@ def config_list(request: HttpRequest) -> HttpResponse:
         context = {"section": "config", "form": form, "page": None, "shown": None}
         return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
     cursor, oldest = form.cursor(), form.oldest_first()
-    chosen = form.cleaned_data["generation"]
+    number, candidate = form.cleaned_data["generation"], form.cleaned_data["candidate"]
     page = generations_page(before=cursor, oldest=oldest)
     live = live_generation()
-    if chosen is None:
-        shown = live
-    else:
-        try:
-            shown = generation_get(chosen)
-        except Generation.DoesNotExist:
-            raise Http404(f"generation: no generation with id {chosen}") from None
+    try:
+        shown = generation_shown(number=number, candidate=candidate) if number or candidate else live
+    except Generation.DoesNotExist:
+        which = f"generation: no generation {number}" if number else f"candidate: no candidate {candidate}"
+        raise Http404(which) from None
+    chosen = {"generation": number, "candidate": candidate}
     paging = list_paging_urls(
-        "config-list", {"generation": chosen}, oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
+        "config-list", chosen, oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
     )
     context = {
         "section": "config",

@@ -48,6 +48,7 @@ def filter_params(filters: EventListFilter) -> dict[str, str]:
         "type": filters.type,
         "route_state": filters.state,
         "policy": filters.policy,
+        "data": filters.data,
         "since": filters.since.isoformat() if filters.since else "",
         "until": filters.until.isoformat() if filters.until else "",
     }

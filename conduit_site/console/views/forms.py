@@ -30,7 +30,8 @@ class CursorField(forms.IntegerField):
 
 
 class TimeField(forms.CharField):
-    """An ISO 8601 date or time, UTC without an offset: read by the CLI's own parser."""
+    """A moment: an ISO 8601 date or time (UTC without an offset), a time ago (-2h) or
+    today/yesterday, read by the CLI's and the API's parser."""
 
     def to_python(self, value):
         text = super().to_python(value)
@@ -84,7 +85,13 @@ class EventFilterForm(KeysetOrderForm):
         required=False,
         max_length=QUERY_MAX_LENGTH,
         label="Find",
-        help_text="An Event's envelope id, subject or seq (#123).",
+        help_text="The start of an Event's envelope id or subject, or its seq (#123).",
+    )
+    data = forms.CharField(
+        required=False,
+        max_length=QUERY_MAX_LENGTH,
+        label="Data contains",
+        help_text="Text in the Event's data (its JSON), among the newest 10,000 Events.",
     )
     scope = forms.CharField(required=False, max_length=255, help_text="A scope path, e.g. acme/web.")
     subtree = forms.BooleanField(required=False, label="and under it", help_text="Also every scope under it.")
@@ -102,8 +109,16 @@ class EventFilterForm(KeysetOrderForm):
     policy = forms.CharField(
         required=False, max_length=32, help_text="The policy its route recorded: unmatched, drop, queue…"
     )
-    since = TimeField(required=False, label="Since (UTC)", help_text="Accepted at or after this time.")
-    until = TimeField(required=False, label="Until (UTC)", help_text="Accepted before this time.")
+    since = TimeField(
+        required=False,
+        label="Since (UTC)",
+        help_text="Accepted at or after this time: 2026-01-05T12:00, -10m, -2h, -3d, today, yesterday.",
+    )
+    until = TimeField(
+        required=False,
+        label="Until (UTC)",
+        help_text="Accepted before this time: 2026-01-05T12:00, -10m, -2h, -3d, today, yesterday.",
+    )
 
     def clean(self):
         data = super().clean()
@@ -118,6 +133,7 @@ class EventFilterForm(KeysetOrderForm):
                 type=data["type"],
                 state=data["route_state"],
                 policy=data["policy"],
+                data=data["data"],
                 since=data["since"],
                 until=data["until"],
                 after=self.cursor(),
@@ -147,7 +163,9 @@ class WorkFilterForm(KeysetOrderForm):
         ),
     )
     binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")
-    key = forms.CharField(required=False, max_length=512, help_text="A correlation key the Work owns.")
+    key = forms.CharField(
+        required=False, max_length=512, help_text="A correlation key the Work owns, or its start."
+    )
 
     def clean(self):
         data = super().clean()
@@ -207,11 +225,14 @@ class ConfigListForm(KeysetOrderForm):
     """Paging of the generations list (newest or oldest first) and the generation whose
     document is shown."""
 
-    generation = CursorField(help_text="Show the document of this generation (default: the live one).")
+    generation = CursorField(help_text="Show the document of generation N (default: the live one).")
+    candidate = CursorField(help_text="Show the document of candidate N.")
 
     def clean(self):
         data = super().clean()
         self.clean_order(data)
+        if data.get("generation") and data.get("candidate"):
+            raise forms.ValidationError("show a generation or a candidate, not both")
         return data
 
 

@@ -33,6 +33,7 @@ from routing.models import Generation
 from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,
+    candidate_applied_as,
     candidate_apply,
     candidate_discard,
     candidate_get,
@@ -160,6 +161,11 @@ def candidate_create(request: HttpRequest) -> HttpResponse:
     return redirect(url)
 
 
+def generation_url(generation: Generation) -> str:
+    """The Configuration page showing an applied ``generation``'s document."""
+    return reverse("config-list") + f"?generation={generation.number}#document"
+
+
 def _candidate_or_404(candidate_id: int) -> Generation:
     try:
         return candidate_get(candidate_id)
@@ -195,7 +201,14 @@ def candidate_detail(request: HttpRequest, candidate_id: int) -> HttpResponse:
     """A candidate: its diff against live per scope, its effective route tree, a trace form
     (``?scope=`` lists the candidate's samples for a scope, ``&sample=N`` fills one in,
     ``?event=SEQ`` fills in a recent Event's envelope), the impact preview, apply and discard."""
-    candidate = _candidate_or_404(candidate_id)
+    try:
+        candidate = candidate_get(candidate_id)
+    except CandidateNotFound as exc:
+        # An applied candidate's address (a reload, Back) leads to the generation it became.
+        applied = candidate_applied_as(candidate_id)
+        if applied is None:
+            raise Http404(str(exc)) from None
+        return redirect(generation_url(applied))
     context = _candidate_context(request, candidate)
     initial: dict[str, Any] = {}
     scope = request.GET.get("scope", "")
@@ -291,7 +304,7 @@ def candidate_apply_view(request: HttpRequest, candidate_id: int) -> HttpRespons
         context = _candidate_context(request, candidate)
         context["action_error"] = str(exc)
         return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=409)
-    url = reverse("config-list") + f"?generation={generation.pk}#document"
+    url = generation_url(generation)
     if getattr(request, "htmx", False):
         return HttpResponseClientRedirect(url)
     return redirect(url)

@@ -87,15 +87,35 @@ class InputForm(forms.Form):
     data = JsonDataField(required=False, help_text='JSON, e.g. {"text": "look again"}; empty for none.')
 
 
+class CancelForm(forms.Form):
+    reason = forms.CharField(
+        required=False,
+        max_length=controls.CANCEL_REASON_MAX,
+        help_text="Optional: why, kept with the control Event and shown in the Work's history.",
+    )
+
+
+# The suggestions work_control.html lists for these fields (a <datalist> of the live configuration).
+SUGGESTED = {"list": "binding-options"}
+
+
 class RebindForm(forms.Form):
     binding = forms.CharField(
-        max_length=128, help_text="A binding of the Work's scope in the live configuration."
+        max_length=128,
+        help_text="A binding of the Work's scope in the live configuration.",
+        widget=forms.TextInput(attrs=SUGGESTED),
     )
 
 
 class CreateWorkForm(InputForm):
-    scope = forms.CharField(max_length=255, help_text="A scope of the live configuration.")
-    binding = forms.CharField(max_length=128, help_text="A binding visible in that scope.")
+    scope = forms.CharField(
+        max_length=255,
+        help_text="A scope of the live configuration.",
+        widget=forms.TextInput(attrs={"list": "scope-options"}),
+    )
+    binding = forms.CharField(
+        max_length=128, help_text="A binding visible in that scope.", widget=forms.TextInput(attrs=SUGGESTED)
+    )
 
     field_order = ["scope", "binding", "type", "subject", "data"]
 
@@ -120,6 +140,7 @@ ACTIONS: dict[WorkControl, ControlPage] = {
         explain="Its active attempts and waits are cancelled, its timers removed and its pending input leaves "
         "the queue: the Work is terminal and takes no more input. The work loop running an attempt stops its "
         "process.",
+        form=CancelForm,
     ),
     WorkControl.RETRY: ControlPage(
         verb="Retry",
@@ -151,7 +172,13 @@ def work_cancel(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.CANCEL,
-        lambda data: controls.work_cancel(work_id=work_id, user=request.user, clock=clock),
+        # The reason: the confirmation page's field, or what the Work page's prompt asked for.
+        lambda data: controls.work_cancel(
+            work_id=work_id,
+            user=request.user,
+            clock=clock,
+            reason=data.get("reason") or (request.htmx.prompt if request.htmx else None),
+        ),
     )
 
 

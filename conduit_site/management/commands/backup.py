@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from conduit_site.backup import BackupError, database_backup, is_sqlite, pg_dump_command
+from infra.words import counted
 
 
 class Command(BaseCommand):
@@ -26,4 +27,6 @@ class Command(BaseCommand):
             result = database_backup(path=options["path"])
         except BackupError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"backed up {result.events} Events to {result.path} ({result.bytes} bytes)")
+        self.stdout.write(
+            f"backed up {counted(result.events, 'Events')} to {result.path} ({result.bytes} bytes)"
+        )

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
 from conduit_site.backup import BackupError, database_restore, is_sqlite
+from infra.words import counted
 
 
 class Command(BaseCommand):
@@ -25,4 +26,6 @@ class Command(BaseCommand):
             result = database_restore(path=options["path"], clock=system_clock)
         except BackupError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"restored {result.events} Events from {options['path']} into {result.path}")
+        self.stdout.write(
+            f"restored {counted(result.events, 'Events')} from {options['path']} into {result.path}"
+        )

@@ -14,6 +14,7 @@ from causal.clock import system_clock
 from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
 from infra.connections import connections_refresh, database_wait
 from infra.wakeup import ACCEPTED, Listener
+from infra.words import counted
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 
@@ -151,7 +152,7 @@ class Command(BaseCommand):
         if tty:
             self.stdout.write("")
         left = loop.backlog()
-        self.stdout.write(f"drained: {done} Events routed, {left} unrouted left")
+        self.stdout.write(f"drained: {counted(done, 'Events')} routed, {left} unrouted left")
 
     def _forever(
         self,

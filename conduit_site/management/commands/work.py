@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
+from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.controls import work as work_controls
 from routing.controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
@@ -129,7 +130,10 @@ def list_arguments(parser: CommandParser) -> None:
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
     )
     parser.add_argument(
-        "--key", default="", metavar="KEY", help="Only the Work that owns this correlation key."
+        "--key",
+        default="",
+        metavar="KEY",
+        help="Only the Work owning a correlation key that starts with KEY.",
     )
     parser.add_argument(
         "--limit",
@@ -201,9 +205,9 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
             + (f", retry on {work.retry_binding}" if work.retry_binding else "")
         )
     if work.parked_at:
-        lines.append(f"  parked since {timestamp(work.parked_at)} after {work.failures} failures")
+        lines.append(f"  parked since {timestamp(work.parked_at)} after {counted(work.failures, 'failures')}")
     elif work.retry_at:
-        lines.append(f"  backing off until {timestamp(work.retry_at)} ({work.failures} failures)")
+        lines.append(f"  backing off until {timestamp(work.retry_at)} ({counted(work.failures, 'failures')})")
     if work.last_error:
         lines.append(f"  last error: {work.last_error}")
     if work.trigger_id:
@@ -246,6 +250,9 @@ def _hold_mark(work: Work) -> str:
 def cancel_arguments(parser: CommandParser) -> None:
     """Arguments of ``work cancel``."""
     _work_id_argument(parser, "cancel")
+    parser.add_argument(
+        "--reason", metavar="TEXT", help="Why, kept with the control Event and shown in the Work's history."
+    )
     _actor_argument(parser)
     _json_argument(parser, "the result")
 
@@ -302,7 +309,9 @@ def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_cancel(work_id=options["work_id"], user=actor, clock=system_clock),
+        lambda actor: work_controls.work_cancel(
+            work_id=options["work_id"], user=actor, clock=system_clock, reason=options.get("reason")
+        ),
     )
 
 
@@ -371,6 +380,7 @@ OPTION_NAMES = {
     "input.subject": "--subject",
     "scope": "--scope",
     "binding": "--binding",
+    "reason": "--reason",
 }
 
 

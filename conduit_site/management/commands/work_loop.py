@@ -10,6 +10,7 @@ from causal.clock import system_clock
 from conduit_site.management.loops import install_graceful_stop, restore_signals
 from conduit_site.retention import PRUNE_INTERVAL_SECONDS, site_prune
 from infra.connections import database_wait
+from infra.words import counted
 from routing.engine.dispatch import RoutingDispatcher
 from routing.engine.live import drain as drain_live
 from routing.engine.live import publish_routed
@@ -101,11 +102,11 @@ class Command(BaseCommand):
                 runner.shutdown(grace=options["stop_grace"])
                 c = runner.counters
                 self.stdout.write(
-                    f"drained in {passes} passes: {c.started} started, {c.completed} completed, "
+                    f"drained in {counted(passes, 'pass,passes')}: {c.started} started, {c.completed} completed, "
                     f"{c.failed} failed, {c.refused} dispatches refused"
                 )
             else:
-                self.stdout.write(f"work_loop {runner.owner} started with {runner.slots} slots")
+                self.stdout.write(f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}")
                 runner.run(stop, poll_interval=options["poll_interval"], stop_grace=options["stop_grace"])
                 self.stdout.write("work_loop stopped")
         finally:

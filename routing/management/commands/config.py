@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from infra.words import counted
 from routing.config.effective import EffectiveScope, effective_scope_as_dict
 from routing.config.problems import ConfigInvalid, GenerationNotFound
 from routing.config.selectors import find_generation, load_configuration
@@ -115,9 +116,9 @@ class Command(BaseCommand):
                 parsed = parse_document(text)
                 bindings = sum(len(s.bindings) for s in parsed.scopes)
                 routes = sum(len(s.routes) for s in parsed.scopes)
-                receivers = f", {len(parsed.receivers)} receivers" if parsed.receivers else ""
+                receivers = f", {counted(len(parsed.receivers), 'receivers')}" if parsed.receivers else ""
                 self.stdout.write(
-                    f"{options['file']}: valid: {len(parsed.scopes)} scopes, {bindings} bindings, {routes} routes"
+                    f"{options['file']}: valid: {counted(len(parsed.scopes), 'scopes')}, {counted(bindings, 'bindings')}, {counted(routes, 'routes')}"
                     f"{receivers}"
                 )
             elif action == "apply":

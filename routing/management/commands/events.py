@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE
+from routing.explain import route_why
 from routing.management.controls import (
     CLI_ACTOR,
     cli_actor,
@@ -169,6 +171,7 @@ def _print_results(command: BaseCommand, results: list[Accepted], *, as_json: bo
 # events list's options, by the filter field each one sets (to name the option in errors).
 LIST_OPTIONS = {
     "query": "--query",
+    "data": "--data",
     "scope": "--scope",
     "subtree": "--subtree",
     "type": "--type",
@@ -194,8 +197,8 @@ def positive_int(text: str) -> int:
 
 
 def iso_time(text: str) -> datetime:
-    """An argparse type: an ISO 8601 date or time; without an offset it is read as UTC (the
-    console's filters read times with the same :func:`parse_time`)."""
+    """An argparse type: a moment as :func:`parse_time` reads it (ISO 8601, UTC without an
+    offset; -2h; today), as the console's and the API's filters read it."""
     try:
         return parse_time(text)
     except ValueError as exc:
@@ -229,13 +232,26 @@ def chain_arguments(parser: CommandParser) -> None:
     _json_argument(parser, "the chain ({'chain': [...]}, root first)")
 
 
+# What argparse takes for a value rather than an option: its negative numbers, and a time ago
+# ("--since -2h"; no option of the command looks like one).
+_VALUE_LIKE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+[smhdw]$")
+
+
 def list_arguments(parser: CommandParser) -> None:
     """Arguments of ``events list``."""
+    parser._negative_number_matcher = _VALUE_LIKE  # noqa: SLF001 (argparse has no public hook)
     parser.add_argument(
         "--query",
         default="",
         metavar="TEXT",
-        help="Only the Events whose envelope id or subject is TEXT, or whose seq it is (digits, '#' optional).",
+        help="Only the Events whose envelope id or subject starts with TEXT, or whose seq it is (digits, '#' "
+        "optional).",
+    )
+    parser.add_argument(
+        "--data",
+        default="",
+        metavar="TEXT",
+        help="Only the Events whose data (as JSON text) contains TEXT, among the newest 10,000.",
     )
     parser.add_argument("--scope", default="", metavar="PATH", help="Only Events of this scope (exact path).")
     parser.add_argument(
@@ -276,14 +292,16 @@ def list_arguments(parser: CommandParser) -> None:
         type=iso_time,
         default=None,
         metavar="TIME",
-        help="Only Events accepted at or after this ISO 8601 time (UTC when it has no offset).",
+        help="Only Events accepted at or after TIME: ISO 8601 (UTC when it has no offset), -10m, -2h, -3d, "
+        "today or yesterday.",
     )
     parser.add_argument(
         "--until",
         type=iso_time,
         default=None,
         metavar="TIME",
-        help="Only Events accepted before this ISO 8601 time (UTC when it has no offset).",
+        help="Only Events accepted before TIME: ISO 8601 (UTC when it has no offset), -10m, -2h, -3d, "
+        "today or yesterday.",
     )
     parser.add_argument(
         "--limit",
@@ -316,7 +334,9 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
     if options["json"]:
         command.stdout.write(json.dumps(_event_route_item(item), ensure_ascii=False))
         return
-    command.stdout.write("\n".join(route_text(item)))
+    # A settled Event's route in the words of its Event page (an unrouted one's lines say why).
+    why = [f"  why: {route_why(item.event, item.record)}"] if item.record is not None else []
+    command.stdout.write("\n".join([*route_text(item), *why]))
 
 
 def chain_run(command: BaseCommand, options: dict[str, Any]) -> None:
@@ -337,6 +357,7 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
     try:
         filters = EventListFilter(
             query=options["query"],
+            data=options["data"],
             scope=options["scope"],
             subtree=options["subtree"],
             type=options["type"],

@@ -291,6 +291,7 @@ def test_r29_events_get_prints_the_route_with_each_refusal(history):
         f"#{seq} other.thing  tests/{history.unmatched.envelope_id}  scope acme  routed",
         "  route: unmatched (no_match), generation 1",
         *(f"  - {r['route']}: {r['reason']}" for r in REFUSALS),
+        "  why: No route matched, so nothing took it: each route's refusal is listed.",
     ]
 
 
@@ -312,6 +313,8 @@ def test_r16_r29_events_get_prints_error_and_attempts_of_a_failed_route(history)
         *(f"  - {r['route']}: {r['reason'].replace('other.thing', 'x.bad')}" for r in REFUSALS[:-1]),
         "  error: route scripted: payload has no author",
         "  attempts: 1",
+        "  why: Routing it failed on route scripted (handler_invalid) once and was given up on: nothing took it "
+        "(reroute it to try again).",
     ]
 
 
@@ -484,7 +487,7 @@ def test_r29_events_list_says_when_nothing_matches(clock):
         (["--limit", "1001"], "--limit: expected 1 to 1000, got 1001"),
         (["--work", "-3"], "--work"),
         (["--after", "x"], "--after"),
-        (["--since", "yesterday"], "--since"),
+        (["--since", "last week"], "--since"),
         (
             ["--since", "2026-01-05T13:00Z", "--until", "2026-01-05T12:00Z"],
             "--until: must be later than since",

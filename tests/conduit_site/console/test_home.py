@@ -164,7 +164,7 @@ def test_i11_6_home_counts_dead_letters_parked_work_and_doctor_warnings(console)
     assert '<span class="num" id="parked-count">1</span>' in body
     # The parked Work is doctor's one warning.
     assert '<span class="num" id="doctor-warnings-count">1</span>' in body
-    assert '<p class="muted">parked_work</p>' in body
+    assert f'<p class="muted"><a href="{reverse("doctor")}#check-parked_work">Parked Work</a></p>' in body
 
 
 def test_i11_6_dead_letters_count_is_capped(console, monkeypatch):

@@ -396,7 +396,7 @@ def test_d4_config_page_lists_generations_and_shows_the_live_document(console):
     assert ids == [candidate.pk, live.pk, live.pk - 1]
     assert "# the live one" in body and "# a candidate" not in body and "# first" not in body
     assert "Live document: generation 2" in body
-    shown = text(console.get(reverse("config-list"), {"generation": candidate.pk}))
+    shown = text(console.get(reverse("config-list"), {"candidate": candidate.pk}))
     assert "# a candidate" in shown and f"Candidate {candidate.pk} (not applied)" in shown
     assert console.get(reverse("config-list"), {"generation": 999999}).status_code == 404
 

@@ -232,7 +232,7 @@ def test_i10p4_apply_from_the_page_makes_the_next_generation_with_the_actor(admi
 
     generation = live_generation()
     assert response.status_code == 302
-    assert response["Location"] == reverse("config-list") + f"?generation={generation.pk}#document"
+    assert response["Location"] == reverse("config-list") + f"?generation={generation.number}#document"
     assert (generation.number, generation.created_by, generation.document) == (2, "ada", CHANGED)
     assert not candidates().exists()
 

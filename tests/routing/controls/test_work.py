@@ -714,7 +714,7 @@ def test_d4_work_page_offers_the_controls_by_state_and_permission(client, consol
     # Without JavaScript: links to the confirmation pages, and plain POST forms.
     assert f'href="{reverse("work-cancel", args=[work.pk])}"' in page
     assert f'<form method="post" action="{reverse("work-send", args=[work.pk])}"' in page
-    assert 'hx-confirm="Cancel Work' in page and 'hx-target="#work-controls"' in page
+    assert 'hx-prompt="Cancel Work' in page and 'hx-target="#work-controls"' in page
     assert f'href="{reverse("work-create")}?scope=acme&amp;binding=triage"' in page
 
     running = running_work(clock)

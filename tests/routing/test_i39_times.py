@@ -1,0 +1,69 @@
+"""One parser of the moments the filters take (issue 39 item 10c): ISO 8601, a time ago
+(-10m, -2h, -3d) and today/yesterday, the same in the console, the API and the CLI, with a clear
+error for anything else."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+
+from routing.selectors import parse_time
+from tests.causal.factories import EventFactory
+from tests.routing.factories import UserFactory, api_token_with_secret
+
+NOW = datetime(2026, 1, 7, 15, 30, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "moment"),
+    [
+        ("-10m", NOW - timedelta(minutes=10)),
+        ("-2h", NOW - timedelta(hours=2)),
+        ("-3d", NOW - timedelta(days=3)),
+        (" -45s ", NOW - timedelta(seconds=45)),
+        ("-1w", NOW - timedelta(weeks=1)),
+        ("today", datetime(2026, 1, 7, tzinfo=UTC)),
+        ("Yesterday", datetime(2026, 1, 6, tzinfo=UTC)),
+        ("2026-01-05T12:00", datetime(2026, 1, 5, 12, tzinfo=UTC)),
+        ("2026-01-05T12:00:00+01:00", datetime(2026, 1, 5, 11, tzinfo=UTC)),
+    ],
+)
+def test_i39_10_c_moments_are_read_as_people_type_them(text, moment):
+    assert parse_time(text, now=NOW) == moment
+
+
+@pytest.mark.parametrize("text", ["last week", "-2", "2h", "-2y", "tomorrow", ""])
+def test_i39_10_c_anything_else_is_refused_naming_each_accepted_form(text):
+    with pytest.raises(ValueError) as refused:
+        parse_time(text, now=NOW)
+    message = str(refused.value)
+    assert "ISO 8601" in message and "-2h" in message and "today or yesterday" in message
+
+
+@pytest.mark.django_db
+def test_i39_10_c_the_console_the_api_and_the_cli_read_minus_2h_alike(client):
+    now = datetime.now(UTC)
+    EventFactory(accepted_at=now - timedelta(hours=3))
+    recent = EventFactory(accepted_at=now - timedelta(hours=1))
+    old_yesterday = EventFactory(accepted_at=now.replace(hour=0, minute=0, second=0) - timedelta(hours=30))
+
+    out = io.StringIO()
+    call_command("events", "list", "--json", "--since", "-2h", stdout=out)
+    assert [item["conduit"]["seq"] for item in json.loads(out.getvalue())["events"]] == [recent.seq]
+
+    _, secret = api_token_with_secret()
+    api = client.get("/api/events", {"since": "-2h"}, headers={"Authorization": f"Bearer {secret}"})
+    assert [item["conduit"]["seq"] for item in api.json()["events"]] == [recent.seq]
+
+    client.force_login(UserFactory())
+    page = client.get("/events/", {"since": "-2h"}).content.decode()
+    assert f'id="event-{recent.seq}"' in page and page.count('<tr id="event-') == 1
+    until = client.get("/events/", {"until": "yesterday"}).content.decode()
+    assert f'id="event-{old_yesterday.seq}"' in until and until.count('<tr id="event-') == 1
+
+    bad = client.get("/events/", {"since": "last week"})
+    assert bad.status_code == 400 and "a time ago like -10m, -2h or -3d" in bad.content.decode()
