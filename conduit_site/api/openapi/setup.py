@@ -7,6 +7,7 @@ from typing import Any
 
 from conduit_site.api.openapi.common import (
     CANDIDATE_ID_PARAMETER,
+    EMPTY_VALUE,
     TIMESTAMP,
     json_content,
     ref,
@@ -214,12 +215,7 @@ PATHS: dict[str, Any] = {
                         "type": "object",
                         "required": ["event"],
                         "properties": {
-                            "event": {
-                                "type": "object",
-                                "description": "A structured-mode CloudEvent; without `scope` it takes the token's "
-                                "default scope, else the traced generation's `default_scope`, as acceptance "
-                                "would.",
-                            },
+                            "event": ref("TracedEvent"),
                             "generation": {"type": "string"},
                             "operator": {"type": "boolean", "default": False},
                         },
@@ -252,7 +248,7 @@ PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["document"],
-                        "properties": {"document": {"type": "string"}},
+                        "properties": {"document": {"type": "string", "minLength": 1}},
                         "additionalProperties": False,
                     }
                 ),
@@ -293,8 +289,11 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "events",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
-                    "description": "How many of the latest Events.",
+                    "schema": {
+                        "anyOf": [{"type": "integer", "minimum": 1, "maximum": 10000}, EMPTY_VALUE],
+                        "default": 1000,
+                    },
+                    "description": "How many of the latest Events (empty: the default).",
                 },
             ],
             "responses": {
