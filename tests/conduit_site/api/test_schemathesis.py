@@ -174,3 +174,36 @@ def test_i36_10_schemathesis_with_every_check_finds_nothing(case, fuzzer_token):
         headers={"Authorization": f"Bearer {fuzzer_token}"},
         additional_checks=[refuses_described_requests_only_beyond_the_schema],
     )
+
+
+def test_i36_10_schemathesis_stateful_with_every_check_finds_nothing(fuzzer_token):
+    """The stateful phase: sequences of requests following the document's links (a Work listed,
+    then read, cancelled, retried…), every check on each answer."""
+
+    class Sequences(every_check.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"headers": {"Authorization": f"Bearer {fuzzer_token}"}}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            # The token is the run's own (as -H gives it to the CLI), not part of the case.
+            case.validate_response(
+                response,
+                additional_checks=[
+                    *(additional_checks or []),
+                    refuses_described_requests_only_beyond_the_schema,
+                ],
+                headers=kwargs["headers"],
+                transport_kwargs=kwargs,
+                recorder=self.recorder,
+            )
+
+    Sequences.run(
+        settings=settings(
+            max_examples=EVERY_CHECK_EXAMPLES,
+            stateful_step_count=6,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
