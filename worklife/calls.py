@@ -161,11 +161,17 @@ class AttemptCalls:
             keys = call.get("keys") or []
             if not keys or not all(isinstance(k, str) for k in keys):
                 raise WorkError("a successor needs its own external keys (a list of strings)")
+            binding, scope = call.get("binding"), call.get("scope") or running.scope
+            if not isinstance(binding, str) or not binding or not isinstance(scope, str):
+                raise WorkError("a successor needs a binding and, if not this Work's, a scope (strings)")
+            # As for a child: a successor that could never run is refused now, not at completion.
+            if problem := self.scopes.scope_problem(scope=scope, binding=binding):
+                raise WorkError(problem)
             running.successor = {
-                "binding": str(call.get("binding") or ""),
+                "binding": binding,
                 "keys": keys,
                 "data": call.get("data"),
-                "scope": str(call.get("scope") or ""),
+                "scope": scope,
             }
             return "created when this Work completes"
         if op == "schedule":

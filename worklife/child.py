@@ -185,7 +185,8 @@ class Run:
         return self._call({"op": "child", "binding": binding, "keys": list(keys), "data": data})
 
     def successor(self, binding: str, keys: Iterable[str], data: Any = None, *, scope: str = "") -> None:
-        """Ask for a successor Work, created once this Work completes, with new keys."""
+        """Ask for a successor Work, created once this Work completes, with new keys. Raises
+        :class:`CallRefused` when ``scope`` (this Work's by default) has no binding ``binding``."""
         self._call({"op": "successor", "binding": binding, "keys": list(keys), "data": data, "scope": scope})
 
     def schedule(self, after: float, type: str, data: Any = None) -> int:

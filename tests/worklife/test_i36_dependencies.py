@@ -52,6 +52,10 @@ BINDINGS = {
     "py_child": python("child_on", binding="nope"),
     "cmd_child": command({"op": "child", "binding": "nope", "keys": ["kid"]}),
     "py_child_ok": python("child_on", binding="inbox"),
+    "cmd_successor": command({"op": "successor", "binding": "nope", "keys": ["next"]}),
+    "cmd_successor_elsewhere": command(
+        {"op": "successor", "binding": "inbox", "keys": ["next"], "scope": "ci"}
+    ),
     "inbox": {},
 }
 
@@ -187,3 +191,12 @@ def test_i36_10_a_child_on_a_binding_its_scope_lacks_is_refused_at_the_call(cloc
     step_until(loop, lambda: status(ok) == "completed")
     child = Work.objects.get(pk=result(ok)["child"])
     assert (child.parent_id, child.binding, child.scope) == (ok.pk, "inbox", "t")
+
+
+def test_i36_10_a_successor_on_a_binding_its_scope_lacks_is_refused_at_the_call(clock, loop):
+    here = work_of(send(clock, "t.cmd_successor", key="s1"))
+    there = work_of(send(clock, "t.cmd_successor_elsewhere", key="s2"))
+    step_until(loop, lambda: status(here) == "completed" and status(there) == "completed")
+    assert result(here)["error"].startswith("successor refused: binding 'nope' is not in scope t")
+    assert result(there)["error"].startswith("successor refused: binding 'inbox' is not in scope ci")
+    assert set(Work.objects.values_list("pk", flat=True)) == {here.pk, there.pk}  # nothing created
