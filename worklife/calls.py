@@ -75,7 +75,8 @@ class Scopes(Protocol):
 class AttemptCalls:
     """Answers the calls of a loop's running attempts. ``touched`` collects the Work whose
     pages should refresh (the loop publishes and clears it after each pass); ``scopes`` checks
-    the scope a wait subscribes to and a child's binding against the live configuration."""
+    the scope a wait subscribes to and a child's or successor's binding against the live
+    configuration."""
 
     def __init__(self, *, clock: Clock, causal: Causal, touched: set[int], scopes: Scopes) -> None:
         self.clock = clock
