@@ -311,7 +311,7 @@ PATHS: dict[str, Any] = {
             "summary": "Apply a candidate as the next live generation",
             "description": "The candidate's document becomes the next applied generation, `created_by` the "
             "token's user; the candidate is removed. With `expected_live` (the live generation number the "
-            "diff was read against, 0 for none) a newer live generation refuses the apply (409 "
+            "diff was read against, 0 for none; null: not checked) a newer live generation refuses the apply (409 "
             "`stale_candidate`); a document the registered handlers or executors no longer accept is a 409 "
             "too. Needs the permission `routing.apply_configuration`.",
             "parameters": [CANDIDATE_ID_PARAMETER],
@@ -320,7 +320,7 @@ PATHS: dict[str, Any] = {
                 "content": json_content(
                     {
                         "type": "object",
-                        "properties": {"expected_live": {"type": "integer", "minimum": 0}},
+                        "properties": {"expected_live": {"type": ["integer", "null"], "minimum": 0}},
                         "additionalProperties": False,
                     }
                 ),

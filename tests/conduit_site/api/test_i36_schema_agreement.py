@@ -69,3 +69,12 @@ def test_i36_10_what_the_document_forbids_is_refused_and_nothing_stored(client, 
     response = post(client, "/api/events", event, auth)
     assert response.status_code == 400 and response.json()["field"] == field
     assert not Event.objects.filter(envelope_id="f1").exists()
+
+
+def test_i36_10_a_null_expected_live_is_not_checked_as_the_document_says(client, auth):
+    operation = openapi_schema()["paths"]["/api/candidates/{candidate_id}/apply"]["post"]
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert jsonschema_rs.validator_for(schema).is_valid({"expected_live": None})
+    candidate = post(client, "/api/candidates", {"document": DEFAULT_TEST_CONFIG}, auth).json()
+    response = post(client, f"/api/candidates/{candidate['id']}/apply", {"expected_live": None}, auth)
+    assert response.status_code == 200, response.json()
