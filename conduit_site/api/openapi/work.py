@@ -144,7 +144,7 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
+                "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
                 **NOT_RESERVED_NAME,
                 "description": "The operator's own type (not blank, no NUL); `core` and `core.*` are reserved.",
             },

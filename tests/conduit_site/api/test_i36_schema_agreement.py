@@ -78,3 +78,9 @@ def test_i36_10_a_null_expected_live_is_not_checked_as_the_document_says(client,
     candidate = post(client, "/api/candidates", {"document": DEFAULT_TEST_CONFIG}, auth).json()
     response = post(client, f"/api/candidates/{candidate['id']}/apply", {"expected_live": None}, auth)
     assert response.status_code == 200, response.json()
+
+
+@pytest.mark.parametrize("type_", ["\x00", " \x00 ", "note\x00", "\r\n"])
+def test_i36_10_operator_input_needs_a_type_with_no_nul_and_not_blank(type_):
+    assert document_allows("OperatorInput", {"type": "operator.note"})
+    assert not document_allows("OperatorInput", {"type": type_})
