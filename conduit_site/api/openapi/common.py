@@ -129,6 +129,21 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
+    # Recursive, as JSON is: every string of it, keys too, without NUL (no backend stores one).
+    "JsonValue": {
+        "description": "Any JSON value with no NUL character (\\u0000) in a string or a key, nested at "
+        "most CONDUIT_MAX_JSON_DEPTH (64) levels.",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            NO_NUL,
+            {"type": "array", "items": ref("JsonValue")},
+            {
+                "type": "object",
+                "propertyNames": {"pattern": NO_NUL["pattern"]},
+                "additionalProperties": ref("JsonValue"),
+            },
+        ],
+    },
     "Error": {
         "type": "object",
         "required": ["error", "message"],

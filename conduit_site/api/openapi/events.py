@@ -67,7 +67,7 @@ SCHEMAS: dict[str, Any] = {
                 {**NO_NUL, "default": "application/json", "minLength": 1, "maxLength": 255}
             ),
             "dataschema": nullable({**NO_NUL, "minLength": 1, "maxLength": 2048}),
-            "data": {"description": "Any JSON value (finite numbers, no NUL characters)."},
+            "data": ref("JsonValue"),
             "data_base64": {
                 "type": ["string", "null"],
                 "contentEncoding": "base64",

@@ -148,7 +148,7 @@ SCHEMAS: dict[str, Any] = {
                 **NOT_RESERVED_NAME,
                 "description": "The operator's own type (not blank, no NUL); `core` and `core.*` are reserved.",
             },
-            "data": {"description": "Any JSON value."},
+            "data": ref("JsonValue"),
             "subject": {**NO_NUL, "maxLength": 512},
         },
         "additionalProperties": False,

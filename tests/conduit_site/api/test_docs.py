@@ -61,16 +61,18 @@ def operations(document):
                 yield f"{method.upper()} {path}", operation
 
 
-def resolved(document, node):
-    """``node`` with every ``$ref`` replaced by what it names, recursively (the document has no
-    reference cycles)."""
+def resolved(document, node, within=()):
+    """``node`` with every ``$ref`` replaced by what it names, recursively; a reference inside
+    what it names (JsonValue's, as JSON nests) is left as it is."""
     if isinstance(node, dict):
         if "$ref" in node:
+            if node["$ref"] in within:
+                return node
             section, name = node["$ref"].removeprefix("#/components/").split("/")
-            return resolved(document, document["components"][section][name])
-        return {key: resolved(document, value) for key, value in node.items()}
+            return resolved(document, document["components"][section][name], (*within, node["$ref"]))
+        return {key: resolved(document, value, within) for key, value in node.items()}
     if isinstance(node, list):
-        return [resolved(document, value) for value in node]
+        return [resolved(document, value, within) for value in node]
     return node
 
 

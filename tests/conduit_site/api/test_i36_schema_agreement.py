@@ -84,3 +84,19 @@ def test_i36_10_a_null_expected_live_is_not_checked_as_the_document_says(client,
 def test_i36_10_operator_input_needs_a_type_with_no_nul_and_not_blank(type_):
     assert document_allows("OperatorInput", {"type": "operator.note"})
     assert not document_allows("OperatorInput", {"type": type_})
+
+
+def test_i36_10_data_with_a_nul_anywhere_is_forbidden_as_it_is_refused(client, auth):
+    assert document_allows("OperatorInput", {"type": "note", "data": {"a": [{"b": "c"}]}})
+    for data in ({"a": [{"b": "c\x00"}]}, {"a": {"k\x00": 1}}):
+        assert not document_allows("OperatorInput", {"type": "note", "data": data})
+        event = {
+            "specversion": "1.0",
+            "id": "d1",
+            "source": "t",
+            "type": "t.x",
+            "scope": "acme",
+            "data": data,
+        }
+        assert not document_allows("CloudEventInput", event)
+        assert post(client, "/api/events", event, auth).status_code == 400
