@@ -33,11 +33,12 @@ urlpatterns = [
     path("api/docs/", api_docs.api_docs, name="api-docs"),
     path("api/docs", RedirectView.as_view(pattern_name="api-docs", permanent=True)),
     path("api/", include("conduit_site.api.urls")),
-    re_path(r"^api/(?P<path>.*)$", api_not_found),
+    # Any rest, a newline in it too (``.`` would stop there and leave Django's debug page).
+    re_path(r"^api/(?P<path>[\s\S]*)$", api_not_found),
     # Real senders' webhooks: each receiver of the live configuration authenticates its own (a
     # signature, not a token). A trailing slash some senders add is taken too.
     re_path(r"^hooks/(?P<name>[^/]+)/?$", hooks.receive, name="hook"),
-    re_path(r"^hooks/(?P<path>.*)$", api_not_found),
+    re_path(r"^hooks/(?P<path>[\s\S]*)$", api_not_found),
     # Browsers and the admin's pages ask for /favicon.ico; the console's pages link it.
     path("favicon.ico", FaviconRedirect.as_view()),
     path("", include("conduit_site.console.urls")),

@@ -234,7 +234,10 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     now = now or datetime.now(UTC)
     ago = _AGO.fullmatch(word)
     if ago:
-        return now - timedelta(**{_UNITS[ago[2]]: int(ago[1])})
+        try:
+            return now - timedelta(**{_UNITS[ago[2]]: int(ago[1])})
+        except OverflowError:  # -999999w: before the year 1
+            raise ValueError(f"{text[:60]!r} is further back than times go") from None
     if word in ("today", "yesterday"):
         midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         return midnight - timedelta(days=1) if word == "yesterday" else midnight

@@ -27,6 +27,7 @@ from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     Attempt,
     AttemptState,
+    DependencySubscription,
     InputKind,
     InputState,
     Intent,
@@ -246,6 +247,9 @@ def attempts_end_in_tx(*, attempts: Sequence[Attempt], state: str, now: datetime
     WorkInput.objects.filter(work_id__in=work_ids, state=InputState.PENDING, kind=InputKind.HELD).update(
         kind=InputKind.QUEUE, attempt=None
     )
+    DependencySubscription.objects.filter(
+        wait__attempt_id__in=ids, wait__state=WaitState.ACTIVE, active=True
+    ).update(active=False)
     Wait.objects.filter(attempt_id__in=ids, state=WaitState.ACTIVE).update(
         state=WaitState.CANCELLED, ended_at=now
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import DatabaseError, transaction
 
@@ -64,14 +64,25 @@ def authority(running: Running) -> dict[str, int]:
     return {"attempt_id": running.attempt_id, "lease_epoch": running.epoch}
 
 
+class Scopes(Protocol):
+    """What the calls ask of the live configuration (``routing.engine.dispatch.RoutingDispatcher``)."""
+
+    def scope_problem(self, *, scope: str, binding: str = "") -> str:
+        """Why the live configuration has no scope ``scope`` (or no ``binding`` in it), or ``""``."""
+        ...
+
+
 class AttemptCalls:
     """Answers the calls of a loop's running attempts. ``touched`` collects the Work whose
-    pages should refresh (the loop publishes and clears it after each pass)."""
+    pages should refresh (the loop publishes and clears it after each pass); ``scopes`` checks
+    the scope a wait subscribes to and a child's or successor's binding against the live
+    configuration."""
 
-    def __init__(self, *, clock: Clock, causal: Causal, touched: set[int]) -> None:
+    def __init__(self, *, clock: Clock, causal: Causal, touched: set[int], scopes: Scopes) -> None:
         self.clock = clock
         self.causal = causal
         self._touched = touched
+        self.scopes = scopes
 
     def answer_all(self, running_attempts: Iterable[Running]) -> None:
         """Answer every call the running attempts made since the last pass."""
@@ -113,19 +124,32 @@ class AttemptCalls:
             )
             return accepted.event.seq
         if op == "wait":
+            # A wait on another scope's Events subscribes to that scope (R42): it must be one
+            # the configuration has, or no Event of it would ever come.
+            scope = call.get("scope") or ""
+            if isinstance(scope, str) and scope and (problem := self.scopes.scope_problem(scope=scope)):
+                raise WorkError(problem)
             wait = attempt_wait_for(
                 match=call.get("match") or {},
                 timeout=call.get("timeout"),
                 name=call.get("name") or "",
                 clock=self.clock,
+                scope=scope,
                 **authority,
             )
             running.wait_id = wait.pk
             self._touched.add(running.work_id)
             return DEFERRED
         if op == "child":
+            binding = call.get("binding")
+            if not isinstance(binding, str) or not binding:
+                raise WorkError("a child needs a binding (the name of one in this Work's scope)")
+            # A binding the scope lacks is refused here, with nothing created: the child could
+            # never run (its dispatch would be refused).
+            if problem := self.scopes.scope_problem(scope=running.scope, binding=binding):
+                raise WorkError(problem)
             created = work_create_child(
-                binding=str(call.get("binding") or ""),
+                binding=binding,
                 keys=[str(k) for k in call.get("keys") or ()],
                 data=call.get("data"),
                 clock=self.clock,
@@ -138,11 +162,17 @@ class AttemptCalls:
             keys = call.get("keys") or []
             if not keys or not all(isinstance(k, str) for k in keys):
                 raise WorkError("a successor needs its own external keys (a list of strings)")
+            binding, scope = call.get("binding"), call.get("scope") or running.scope
+            if not isinstance(binding, str) or not binding or not isinstance(scope, str):
+                raise WorkError("a successor needs a binding and, if not this Work's, a scope (strings)")
+            # As for a child: a successor that could never run is refused now, not at completion.
+            if problem := self.scopes.scope_problem(scope=scope, binding=binding):
+                raise WorkError(problem)
             running.successor = {
-                "binding": str(call.get("binding") or ""),
+                "binding": binding,
                 "keys": keys,
                 "data": call.get("data"),
-                "scope": str(call.get("scope") or ""),
+                "scope": scope,
             }
             return "created when this Work completes"
         if op == "schedule":

@@ -88,8 +88,9 @@ class Run:
     * ``run.interrupted`` (a ``threading.Event``) and ``run.interrupt_reason``;
     * ``run.emit(type, data, subject=…, id=…)``: accept a derived Event (R51) as this Work,
       and return its seq (``id``: a hint that makes emitting it again a duplicate);
-    * ``run.wait(type=…, keys=…, timeout=…)``: park until a matching Event routes to this
-      Work (R41); returns it, or ``None`` when the timeout passed first;
+    * ``run.wait(type=…, keys=…, timeout=…, scope=…)``: park until a matching Event routes to
+      this Work (R41), or, with ``scope``, one of that scope is routed (R42); returns it, or
+      ``None`` when the timeout passed first;
     * ``run.create_child(binding, keys, data)``: a child Work (R50), returns its id;
     * ``run.successor(binding, keys, data)``: the successor to create once this Work completes;
     * ``run.schedule(after, type, data)``: a timer that fires an Event after ``after`` seconds;
@@ -164,20 +165,28 @@ class Run:
         keys: Iterable[str] = (),
         timeout: float | None = None,
         name: str = "",
+        scope: str = "",
     ) -> dict | None:
         """Park until an Event of this Work matches (type/source globs, one of ``keys``);
-        return it, or ``None`` when ``timeout`` seconds pass first."""
+        return it, or ``None`` when ``timeout`` seconds pass first. With ``scope`` (a scope of
+        the configuration), an Event of that scope that matches wakes it too, whichever Work
+        it routes to: a dependency subscription (R42)."""
         match = {k: v for k, v in (("type", type), ("source", source)) if v}
         if keys:
             match["keys"] = list(keys)
-        return self._call({"op": "wait", "match": match, "timeout": timeout, "name": name})
+        message = {"op": "wait", "match": match, "timeout": timeout, "name": name}
+        if scope:
+            message["scope"] = scope
+        return self._call(message)
 
     def create_child(self, binding: str, keys: Iterable[str] = (), data: Any = None) -> int:
-        """Create a child Work of this Work in its scope; returns the child's id."""
+        """Create a child Work of this Work in its scope; returns the child's id. Raises
+        :class:`CallRefused`, creating nothing, when the scope has no binding ``binding``."""
         return self._call({"op": "child", "binding": binding, "keys": list(keys), "data": data})
 
     def successor(self, binding: str, keys: Iterable[str], data: Any = None, *, scope: str = "") -> None:
-        """Ask for a successor Work, created once this Work completes, with new keys."""
+        """Ask for a successor Work, created once this Work completes, with new keys. Raises
+        :class:`CallRefused` when ``scope`` (this Work's by default) has no binding ``binding``."""
         self._call({"op": "successor", "binding": binding, "keys": list(keys), "data": data, "scope": scope})
 
     def schedule(self, after: float, type: str, data: Any = None) -> int:

@@ -46,7 +46,7 @@ from worklife.attempts import (
     attempts_renew,
     attempts_rescue,
 )
-from worklife.calls import AttemptCalls, Running, authority
+from worklife.calls import AttemptCalls, Running, Scopes, authority
 from worklife.errors import WorkError
 from worklife.executors import (
     Execution,
@@ -99,8 +99,9 @@ class Dispatched(Protocol):
     def settings(self) -> dict[str, Any]: ...
 
 
-class Dispatcher(Protocol):
-    """What the runner needs from the configuration (``routing.engine.dispatch.RoutingDispatcher``)."""
+class Dispatcher(Scopes, Protocol):
+    """What the runner needs from the configuration (``routing.engine.dispatch.RoutingDispatcher``):
+    dispatches, and the checks of its attempts' calls (:class:`~worklife.calls.Scopes`)."""
 
     def dispatch_many_in_tx(
         self, *, work_ids: Sequence[int], clock: Clock, lease_until: datetime, lease_owner: str
@@ -167,7 +168,7 @@ class WorkRunner:
         self.stopping = False
         self._executors: dict[str, Executor] = {}
         self._touched: set[int] = set()
-        self.calls = AttemptCalls(clock=clock, causal=self.causal, touched=self._touched)
+        self.calls = AttemptCalls(clock=clock, causal=self.causal, touched=self._touched, scopes=dispatcher)
         self._next_renew = 0.0
         self._next_rescue = 0.0
         self._next_blocked = 0.0

@@ -20,6 +20,7 @@ from worklife.models import (
     Attempt,
     AttemptState,
     CorrelationKey,
+    DependencySubscription,
     InputState,
     Intent,
     Timer,
@@ -254,8 +255,12 @@ def work_unrouted_events(work: Work, *, limit: int = PAGE_SIZE) -> KeysetPage:
 
 
 def work_waits(work_id: int, *, limit: int = ENGINE_LIST_LIMIT) -> KeysetPage:
-    """The Work's waits, newest first, each with its attempt's number."""
-    queryset = Wait.objects.filter(work_id=work_id).annotate(attempt_number=F("attempt__number"))
+    """The Work's waits, newest first, each with its attempt's number and the scope it also
+    waits on (``subscribed_scope``: its dependency subscription's, R42; ``None`` without)."""
+    subscribed = DependencySubscription.objects.filter(wait=OuterRef("pk")).order_by("pk").values("scope")[:1]
+    queryset = Wait.objects.filter(work_id=work_id).annotate(
+        attempt_number=F("attempt__number"), subscribed_scope=Subquery(subscribed)
+    )
     return keyset_page(queryset, key="id", limit=limit)
 
 

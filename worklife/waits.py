@@ -37,6 +37,7 @@ from worklife.models import (
 
 WAIT_WOKEN = "core.wait.woken"
 BRIDGE_SOURCE = "core.routing"
+SCOPE_MAX = DependencySubscription._meta.get_field("scope").max_length
 
 
 # --- parking an attempt ------------------------------------------------------------------------
@@ -50,9 +51,12 @@ def attempt_wait(
     clock: Clock,
     name: str = "",
     timeout_at: datetime | None = None,
+    scope: str = "",
 ) -> Wait:
     """Park the attempt on a wait: the Work waits for an Event matching ``match`` (type and
-    source globs, and optionally ``keys``) or for ``timeout_at``."""
+    source globs, and optionally ``keys``) or for ``timeout_at``; with ``scope``, an Event of
+    that scope matching ``match`` wakes it too, whichever Work it routes to (a dependency
+    subscription, R42)."""
     with transaction.atomic():
         attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         now = clock()
@@ -64,6 +68,10 @@ def attempt_wait(
             timeout_at=timeout_at,
             created_at=now,
         )
+        if scope:
+            DependencySubscription.objects.create(
+                work_id=attempt.work_id, wait=wait, scope=scope, match=dict(match), created_at=now
+            )
         attempt.state = AttemptState.WAITING
         attempt.save(update_fields=["state"])
         work_status_set(attempt.work, status=WorkStatus.WAITING, now=now)
@@ -78,9 +86,15 @@ def attempt_wait_for(
     timeout: float | None,
     name: str,
     clock: Clock,
+    scope: Any = "",
 ) -> Wait:
     """Park the attempt until an Event of its Work matches ``match`` or ``timeout`` seconds
-    pass (R41). Fenced by the attempt's authority."""
+    pass (R41); with ``scope``, until an Event of that scope matches too (R42: the caller
+    checks that the configuration has the scope). Fenced by the attempt's authority."""
+    if scope is None:
+        scope = ""
+    if not isinstance(scope, str) or len(scope) > SCOPE_MAX:
+        raise WorkError(f"scope must be a scope path (a string of at most {SCOPE_MAX} characters)")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
     ):
@@ -98,6 +112,7 @@ def attempt_wait_for(
         name=str(name or "")[:128],
         timeout_at=clock() + timedelta(seconds=timeout) if timeout is not None else None,
         clock=clock,
+        scope=scope,
     )
 
 

@@ -10,6 +10,7 @@ from django.http import HttpRequest, JsonResponse
 
 from causal.clock import system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
+from routing.acceptance.envelopes import json_whole
 from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
 from routing.config.problems import ConfigInvalid
 from routing.config.reader import MAX_DOCUMENT_BYTES
@@ -133,7 +134,7 @@ def candidate_apply_endpoint(request: HttpRequest, candidate_id: int) -> JsonRes
     """Apply the candidate as the next live generation (its applier recorded); the candidate
     is gone afterwards. ``expected_live`` refuses (409) when live moved on meanwhile."""
     body = _object(request, {"expected_live"}, allow_empty=True)
-    expected = body.get("expected_live")
+    expected = json_whole(body.get("expected_live"))
     if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int) or expected < 0):
         raise ApiError(
             400, "invalid_input", "expected_live must be a generation number (0: none)", field="expected_live"

@@ -28,6 +28,7 @@ from conduit_site.api.auth import (
     request_json,
 )
 from infra.converters import MAX_ID
+from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
 from routing.controls import bulk
 from routing.controls import work as controls
@@ -155,8 +156,12 @@ def work_bulk(request: HttpRequest) -> JsonResponse:
             field, _, message = str(exc).partition(": ")
             raise WorkControlInvalid(f"filter.{field}", message) from None
     ids = body.get("ids")
-    if ids is not None and not isinstance(ids, list):
+    if "ids" in body and not isinstance(ids, list):
         raise WorkControlInvalid("ids", "expected a list of Work ids")
+    if ids is not None:
+        ids = [json_whole(i) for i in ids]
+        if any(isinstance(i, int) and i > MAX_ID for i in ids):
+            raise WorkControlInvalid("ids", f"a Work id is at most {MAX_ID}")
     work_ids = work_bulk_ids(ids=ids, filters=filters, now=clock())
     result = bulk.work_bulk(action=action, work_ids=work_ids, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())

@@ -449,10 +449,16 @@ def _optional_time(attrs: dict[str, Any], name: str) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
+def json_whole(value: Any) -> Any:
+    """``value``, a whole float as the integer it is: JSON has one number type, and ``7.0`` is
+    the integer 7 a JSON Schema ``integer`` takes."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _optional_id(attrs: dict[str, Any], name: str) -> int | None:
     if name not in attrs:
         return None
-    value = attrs[name]
+    value = json_whole(attrs[name])
     if isinstance(value, bool) or not isinstance(value, int):
         raise EnvelopeInvalid(name, f"{name} must be an integer, not {kind_of(value)}")
     if not 1 <= value <= BIGINT_MAX:
@@ -492,6 +498,7 @@ def _extension(name: str, value: Any) -> Any:
             f"unknown attribute {name!r}: CloudEvents extension attribute names are 1 to "
             f"{MAX_EXTENSION_NAME} lowercase letters a-z and digits 0-9",
         )
+    value = json_whole(value)
     if isinstance(value, str):
         _check_text(value, name)
         return value

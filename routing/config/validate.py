@@ -37,7 +37,9 @@ SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 _PATH_MAX = Scope._meta.get_field("path").max_length
 _NAME_MAX = Route._meta.get_field("slot").max_length
 _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
-_SCOPE_PATH = re.compile(rf"^{_SEGMENT}(/{_SEGMENT})*$")
+SCOPE_PATH_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
+"""How a scope path is written (the OpenAPI document says it with the same pattern)."""
+_SCOPE_PATH = re.compile(SCOPE_PATH_PATTERN)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 

@@ -17,6 +17,7 @@ from typing import Any
 from causal.clock import Clock
 from routing.config.effective import Configuration
 from routing.config.selectors import find_generation, live_generation, load_configuration
+from routing.config.validate import is_scope_path
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import Generation
@@ -143,6 +144,24 @@ class RoutingDispatcher:
 
     def __init__(self) -> None:
         self.configurations = ConfigurationCache()
+
+    def scope_problem(self, *, scope: str, binding: str = "") -> str:
+        """Why the live generation has no scope ``scope`` (or no binding ``binding`` in it), or
+        ``""``: what an attempt's wait on another scope (R42) and its child's binding are
+        checked against."""
+        if not is_scope_path(scope):
+            return (
+                f"{scope!r} is not a scope path (segments of letters, digits, '.', '_' or '-' joined by '/')"
+            )
+        generation = live_generation()
+        if generation is None:
+            return "no configuration has been applied"
+        effective = self.configurations.get(generation).scope(scope)
+        if effective is None:
+            return f"unknown scope {scope!r}: it is not in the live configuration (generation {generation.number})"
+        if binding and binding not in effective.bindings:
+            return f"binding {binding!r} is not in scope {scope} (generation {generation.number})"
+        return ""
 
     def dispatch_many_in_tx(
         self, *, work_ids: Sequence[int], clock: Clock, lease_until: datetime, lease_owner: str

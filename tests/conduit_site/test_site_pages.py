@@ -61,6 +61,14 @@ def test_i11_9_debug_404_is_djangos_debug_page_for_the_console_and_json_for_the_
     assert api.json() == {"error": "not_found", "message": "no such URL: /api/no-such-endpoint"}
 
 
+def test_i36_10_with_debug_an_api_url_with_a_newline_is_a_json_404_too(client, settings):
+    """schemathesis found a path parameter with a newline answered with Django's debug page."""
+    settings.DEBUG = True
+    for path in ("/api/work/%0A%C3%97/rebind", "/hooks/a%0Ab/c"):
+        response = client.post(path)
+        assert response.status_code == 404 and response.json()["error"] == "not_found", path
+
+
 def test_i11_9_without_debug_the_404_is_the_consoles_page_and_json_for_the_api(client, settings):
     settings.DEBUG = False
     client.force_login(UserFactory())

@@ -67,3 +67,8 @@ def test_i39_10_c_the_console_the_api_and_the_cli_read_minus_2h_alike(client):
 
     bad = client.get("/events/", {"since": "last week"})
     assert bad.status_code == 400 and "a time ago like -10m, -2h or -3d" in bad.content.decode()
+
+
+def test_i39_10_c_a_time_ago_before_the_year_1_is_refused_not_an_error():
+    with pytest.raises(ValueError, match="further back than times go"):
+        parse_time("-999999w", now=NOW)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from causal.checks import RESERVED_FAMILY, RESERVED_ID_PREFIXES, RESERVED_SOURCE_PREFIXES
 from infra.converters import MAX_ID
+from routing.config.validate import SCOPE_PATH_PATTERN
 
 API_VERSION = "1.0.0"
 
@@ -36,6 +38,43 @@ def json_content(schema: dict[str, Any]) -> dict[str, Any]:
 
 ID: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
 """A record id, as the URLconf's ``id`` converter accepts it."""
+
+
+def _any_case(text: str) -> str:
+    """A pattern matching ``text`` in any case (``core`` -> ``[cC][oO][rR][eE]``)."""
+    folds = {"k": "\u212a", "s": "\u017f"}  # the Kelvin sign and the long s casefold to k and s
+    return "".join(
+        f"[{c.lower()}{c.upper()}{folds.get(c.lower(), '')}]" if c.isalpha() else "\\." if c == "." else c
+        for c in text
+    )
+
+
+_RESERVED_FAMILY = f"{_any_case(RESERVED_FAMILY)}(\\.|$)"
+NOT_RESERVED_NAME: dict[str, Any] = {"not": {"pattern": f"^{_RESERVED_FAMILY}"}}
+"""Not a type of the ``core`` family (in any case), which only core code may use."""
+NOT_RESERVED_SOURCE: dict[str, Any] = {
+    "not": {"pattern": "^(" + "|".join([_RESERVED_FAMILY, *map(_any_case, RESERVED_SOURCE_PREFIXES)]) + ")"}
+}
+"""Not a source of the ``core`` family or one the system writes for itself (``conduit.work/``)."""
+NOT_RESERVED_ID: dict[str, Any] = {
+    "not": {"pattern": "^(" + "|".join(map(_any_case, RESERVED_ID_PREFIXES)) + ")"}
+}
+"""Not an id with a prefix the system writes for itself (``reroute/``, ``timer/``…)."""
+
+NO_NUL: dict[str, Any] = {"type": "string", "pattern": "^[^\\u0000]*$"}
+"""Text a filter takes: no stored value has a NUL character (PostgreSQL refuses one in a query)."""
+EXTENSION_NAMES: dict[str, Any] = {"pattern": "^(data_base64|work_id|execution_id|[a-z0-9]{1,20})$"}
+"""The attribute names of an offered Event: CloudEvents' (extensions are 1 to 20 lowercase
+letters and digits) and the router's."""
+
+SCOPE_PATH: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": SCOPE_PATH_PATTERN,
+}
+"""A scope path as it is written (``acme/web``); whether the live configuration has it is the
+server's to say."""
 
 PARAMETERS: dict[str, Any] = {
     "seq": {
@@ -66,8 +105,8 @@ PARAMETERS: dict[str, Any] = {
         "required": False,
         "description": '`conduit` (the default): each Event as `{"event": <CloudEvent>, "conduit": '
         "{...}}`; `cloudevent`: the bare structured-mode CloudEvent (`application/cloudevents+json`; a list "
-        "as `application/cloudevents-batch+json`).",
-        "schema": {"type": "string", "enum": ["conduit", "cloudevent"], "default": "conduit"},
+        "as `application/cloudevents-batch+json`); empty: the default.",
+        "schema": {"type": "string", "enum": ["", "conduit", "cloudevent"], "default": "conduit"},
     },
 }
 """The path parameters naming records, each declared once under ``components/parameters``."""
@@ -78,9 +117,33 @@ CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
 EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
 
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
+EMPTY_VALUE: dict[str, Any] = {"type": "string", "maxLength": 0}
+"""An empty query value (``?work=``): the filter left out."""
 NULLABLE_TIMESTAMP = {"type": ["string", "null"], "format": "date-time"}
 
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` that also takes ``null`` (an optional field a request may send as ``null``,
+    which the server reads as absent)."""
+    return {**schema, "type": [schema["type"], "null"]}
+
+
 SCHEMAS: dict[str, Any] = {
+    # Recursive, as JSON is: every string of it, keys too, without NUL (no backend stores one).
+    "JsonValue": {
+        "description": "Any JSON value with no NUL character (\\u0000) in a string or a key, nested at "
+        "most CONDUIT_MAX_JSON_DEPTH (64) levels.",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            NO_NUL,
+            {"type": "array", "items": ref("JsonValue")},
+            {
+                "type": "object",
+                "propertyNames": {"pattern": NO_NUL["pattern"]},
+                "additionalProperties": ref("JsonValue"),
+            },
+        ],
+    },
     "Error": {
         "type": "object",
         "required": ["error", "message"],

@@ -7,16 +7,31 @@ from __future__ import annotations
 from typing import Any
 
 from conduit_site.api.openapi.common import (
+    EMPTY_VALUE,
     EVENT_FORMAT_PARAMETER,
+    EXTENSION_NAMES,
     ID,
+    NO_NUL,
+    NOT_RESERVED_ID,
+    NOT_RESERVED_NAME,
+    NOT_RESERVED_SOURCE,
     NULLABLE_TIMESTAMP,
+    SCOPE_PATH,
     SEQ_PARAMETER,
     TIMESTAMP,
     json_content,
+    nullable,
     ref,
     response_ref,
 )
 from routing.selectors import MAX_LIST_LIMIT, QUERY_MAX_LENGTH
+
+# A time ago or a day, as routing.selectors.parse_time reads them besides ISO 8601.
+MOMENT_WORDS: dict[str, Any] = {
+    "type": "string",
+    "pattern": "^(-[0-9]{1,6}[smhdw]|today|yesterday)$",
+    "examples": ["-2h", "today"],
+}
 
 TAG: dict[str, str] = {
     "name": "events",
@@ -30,7 +45,7 @@ TAG: dict[str, str] = {
 
 SCHEMAS: dict[str, Any] = {
     "CloudEventInput": {
-        "type": "object",
+        "allOf": [ref("EventAttributes")],
         "description": "A structured-mode CloudEvent 1.0 with the router's fields beside the attributes. "
         "Any other attribute is a CloudEvents extension attribute: its name is 1 to 20 lowercase "
         "letters a-z and digits 0-9, its value a string, an integer or a boolean. A null optional "
@@ -38,49 +53,91 @@ SCHEMAS: dict[str, Any] = {
         "Without `scope` the Event takes the token's default scope, else the configuration's "
         "`default_scope`; without either it is refused (400).",
         "required": ["specversion", "id", "source", "type"],
+    },
+    # The attributes an offered Event may have (CloudEventInput, TracedEvent), written once.
+    "EventAttributes": {
+        "type": "object",
         "properties": {
             "specversion": {"type": "string", "const": "1.0"},
-            "id": {"type": "string", "minLength": 1, "maxLength": 512, "description": "Unique per source."},
-            "source": {"type": "string", "minLength": 1, "maxLength": 512},
-            "type": {"type": "string", "minLength": 1, "maxLength": 255},
-            "subject": {"type": "string", "maxLength": 512},
-            "time": TIMESTAMP,
-            "datacontenttype": {"type": "string", "default": "application/json", "maxLength": 255},
-            "dataschema": {"type": "string"},
-            "data": {"description": "Any JSON value (finite numbers, no NUL characters)."},
+            "id": {
+                **NO_NUL,
+                "minLength": 1,
+                "maxLength": 512,
+                **NOT_RESERVED_ID,
+                "description": "Unique per source.",
+            },
+            "source": {**NO_NUL, "minLength": 1, "maxLength": 512, **NOT_RESERVED_SOURCE},
+            "type": {**NO_NUL, "minLength": 1, "maxLength": 255, **NOT_RESERVED_NAME},
+            "subject": nullable({**NO_NUL, "maxLength": 512}),
+            "time": NULLABLE_TIMESTAMP,
+            "datacontenttype": nullable(
+                {**NO_NUL, "default": "application/json", "minLength": 1, "maxLength": 255}
+            ),
+            "dataschema": nullable({**NO_NUL, "minLength": 1, "maxLength": 2048}),
+            "data": ref("JsonValue"),
             "data_base64": {
-                "type": "string",
+                "type": ["string", "null"],
                 "contentEncoding": "base64",
+                "pattern": "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
                 "description": "Binary data as base64 text, instead of `data`.",
             },
             "scope": {
-                "type": "string",
-                "maxLength": 255,
+                **nullable(SCOPE_PATH),
                 "description": "A scope path of the live configuration generation; by default the token's "
                 "default scope, else the configuration's `default_scope`.",
             },
             "correlation": {
-                "type": "array",
+                "type": ["array", "null"],
                 "maxItems": 64,
-                "items": {"type": "string", "minLength": 1, "maxLength": 512},
+                "items": {**NO_NUL, "minLength": 1, "maxLength": 512},
                 "description": "Correlation keys: the Event's explicit targets.",
             },
             "work_id": {
-                **ID,
+                **nullable(ID),
                 "description": "An explicit target Work (its sender needs worklife.send_input: 403 otherwise).",
             },
             "execution_id": {
-                **ID,
+                **nullable(ID),
                 "description": "An explicit target Execution (its sender needs worklife.send_input: 403 "
                 "otherwise).",
             },
         },
-        "additionalProperties": {"type": ["string", "integer", "boolean"]},
+        "propertyNames": EXTENSION_NAMES,
+        "additionalProperties": ref("ExtensionValue"),
+        "not": ref("DataAndDataBase64"),
     },
+    "ExtensionValue": {
+        "description": "An extension attribute's value: text, a 32-bit integer (CloudEvents Integer) or a "
+        "boolean; null is an absent attribute.",
+        "anyOf": [
+            NO_NUL,
+            {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1},
+            {"type": ["boolean", "null"]},
+        ],
+    },
+    "DataAndDataBase64": {
+        "description": "An Event with both `data` and `data_base64` (a null one is absent): no Event has "
+        "both.",
+        "required": ["data", "data_base64"],
+        "properties": {"data": {"not": {"type": "null"}}, "data_base64": {"type": "string"}},
+    },
+    "OptionalMoment": {
+        "description": "A time a filter takes (RFC 3339, a time ago such as `-2h`, `today` or `yesterday`), "
+        "or nothing (empty: any time).",
+        "anyOf": [TIMESTAMP, MOMENT_WORDS, EMPTY_VALUE],
+    },
+    "OptionalId": {"description": "A record id, or nothing (empty: any).", "anyOf": [ID, EMPTY_VALUE]},
     # POST /api/events takes this under each of its media types, and answers AcceptedEventOrBatch:
     # named once, so a generated client defines each type once.
-    "CloudEventOrBatch": {
-        "oneOf": [ref("CloudEventInput"), {"type": "array", "items": ref("CloudEventInput")}]
+    "CloudEventOrBatch": {"oneOf": [ref("CloudEventInput"), ref("CloudEventBatch")]},
+    "CloudEventBatch": {"type": "array", "items": ref("CloudEventInput"), "minItems": 1},
+    # POST /api/trace takes this: an offered Event whose specversion and id may be left out.
+    "TracedEvent": {
+        "allOf": [ref("EventAttributes")],
+        "description": "A structured-mode CloudEvent whose `specversion` and `id` may be left out; without "
+        "`scope` it takes the token's default scope, else the traced generation's `default_scope`, as "
+        "acceptance would.",
+        "required": ["source", "type"],
     },
     "CloudEvent": {
         "type": "object",
@@ -311,21 +368,34 @@ SCHEMAS: dict[str, Any] = {
 
 RESPONSES: dict[str, Any] = {}
 
+# The ce-* headers of binary mode: name, description, schema (the attribute's, as a header).
 BINARY_HEADERS = (
     (
         "specversion",
         "`1.0`. Any ce-* header makes a request binary mode unless its Content-Type is a CloudEvents one.",
+        {"type": "string", "enum": ["1.0"]},
     ),
-    ("id", "The Event's id (unique per source)."),
-    ("source", "The Event's source."),
-    ("type", "The Event's type."),
-    ("subject", "The Event's subject."),
-    ("time", "An RFC 3339 timestamp."),
-    ("scope", "The scope path (else the token's default scope, else the configuration's)."),
+    (
+        "id",
+        "The Event's id (unique per source).",
+        {"type": "string", "minLength": 1, "maxLength": 512, **NOT_RESERVED_ID},
+    ),
+    (
+        "source",
+        "The Event's source.",
+        {"type": "string", "minLength": 1, "maxLength": 512, **NOT_RESERVED_SOURCE},
+    ),
+    ("type", "The Event's type.", {"type": "string", "minLength": 1, "maxLength": 255, **NOT_RESERVED_NAME}),
+    ("subject", "The Event's subject.", {"type": "string", "maxLength": 512}),
+    ("time", "An RFC 3339 timestamp.", TIMESTAMP),
+    ("scope", "The scope path (else the token's default scope, else the configuration's).", SCOPE_PATH),
 )
 
 # A moment as the list filters read it (routing.selectors.parse_time).
-MOMENT = {"type": "string", "maxLength": 64, "examples": ["2026-01-05T12:00:00Z", "-2h", "today"]}
+
+
+# A yes or no a filter takes, in any case.
+FLAG: dict[str, Any] = {"type": "string", "pattern": "^([tT][rR][uU][eE]|[fF][aA][lL][sS][eE]|0|1)?$"}
 
 
 def _list_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -336,52 +406,60 @@ LIST_PARAMETERS: list[dict[str, Any]] = [
     _list_parameter(
         "query",
         "The start of an envelope id or a subject (a whole one too), or a seq (digits, `#` optional).",
-        {"type": "string", "maxLength": QUERY_MAX_LENGTH},
+        {**NO_NUL, "maxLength": QUERY_MAX_LENGTH},
     ),
     _list_parameter(
         "data",
         "Text the Event's data contains, as JSON text (case-sensitive), among the newest 10,000 Events: "
         "their data is not indexed, so the search reads at most that many.",
-        {"type": "string", "maxLength": QUERY_MAX_LENGTH},
+        {**NO_NUL, "maxLength": QUERY_MAX_LENGTH},
     ),
-    _list_parameter("scope", "Only Events of this scope path.", {"type": "string", "maxLength": 255}),
+    _list_parameter("scope", "Only Events of this scope path.", {**NO_NUL, "maxLength": 255}),
     _list_parameter(
-        "subtree", "With `scope`: also every scope under it.", {"type": "string", "enum": ["true", "false"]}
+        "subtree",
+        "With `scope`: also every scope under it (`true` or `1`; `false`, `0` or empty: not).",
+        FLAG,
     ),
     _list_parameter(
         "type",
         "An Event type, or a glob (`*` any characters, `?` one; case-sensitive): `github.*`.",
-        {"type": "string", "maxLength": 255},
+        {**NO_NUL, "maxLength": 255},
     ),
     _list_parameter(
         "state",
         "Only Events in this route state.",
-        {"type": "string", "enum": ["unrouted", "routed", "skipped", "failed"]},
+        {"type": "string", "enum": ["", "unrouted", "routed", "skipped", "failed"]},
     ),
     _list_parameter(
         "policy",
         "Only Events whose route record has this policy (unmatched, drop, start, queue…).",
-        {"type": "string", "maxLength": 32},
+        {**NO_NUL, "maxLength": 32},
     ),
-    _list_parameter("work", "Only Events routed on this Work or naming it as their target.", ID),
+    _list_parameter(
+        "work",
+        "Only Events routed on this Work or naming it as their target (empty: any).",
+        ref("OptionalId"),
+    ),
     _list_parameter(
         "since",
         "Only Events accepted at or after this time: ISO 8601 (UTC without an offset), a time ago "
-        "(`-10m`, `-2h`, `-3d`) or `today`/`yesterday` (midnight UTC).",
-        MOMENT,
+        "(`-10m`, `-2h`, `-3d`) or `today`/`yesterday` (midnight UTC); empty: any.",
+        ref("OptionalMoment"),
     ),
     _list_parameter(
         "until",
-        "Only Events accepted before this time, written as `since`.",
-        MOMENT,
+        "Only Events accepted before this time, written as `since` (empty: any).",
+        ref("OptionalMoment"),
     ),
     _list_parameter(
-        "limit", "Events a page (default 50).", {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT}
+        "limit",
+        "Events a page (default 50, also when empty).",
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT}, EMPTY_VALUE]},
     ),
-    _list_parameter("after", "The `next_after` of the previous page.", ID),
     _list_parameter(
-        "oldest", "Oldest first; the default is newest first.", {"type": "string", "enum": ["true", "false"]}
+        "after", "The `next_after` of the previous page (empty: the first page).", ref("OptionalId")
     ),
+    _list_parameter("oldest", "Oldest first (`true` or `1`); the default is newest first.", FLAG),
     EVENT_FORMAT_PARAMETER,
 ]
 
@@ -439,19 +517,16 @@ PATHS: dict[str, Any] = {
                     "in": "header",
                     "required": False,
                     "description": f"Binary mode: {description}",
-                    "schema": {"type": "string"},
+                    "schema": schema,
                 }
-                for name, description in BINARY_HEADERS
+                for name, description, schema in BINARY_HEADERS
             ],
             "requestBody": {
                 "required": True,
                 "content": {
-                    media: {"schema": ref("CloudEventOrBatch")}
-                    for media in (
-                        "application/cloudevents+json",
-                        "application/json",
-                        "application/cloudevents-batch+json",
-                    )
+                    "application/cloudevents+json": {"schema": ref("CloudEventOrBatch")},
+                    "application/json": {"schema": ref("CloudEventOrBatch")},
+                    "application/cloudevents-batch+json": {"schema": ref("CloudEventBatch")},
                 },
             },
             "responses": {

@@ -7,6 +7,7 @@ from typing import Any
 
 from conduit_site.api.openapi.common import (
     CANDIDATE_ID_PARAMETER,
+    EMPTY_VALUE,
     TIMESTAMP,
     json_content,
     ref,
@@ -220,12 +221,7 @@ PATHS: dict[str, Any] = {
                         "type": "object",
                         "required": ["event"],
                         "properties": {
-                            "event": {
-                                "type": "object",
-                                "description": "A structured-mode CloudEvent; without `scope` it takes the token's "
-                                "default scope, else the traced generation's `default_scope`, as acceptance "
-                                "would.",
-                            },
+                            "event": ref("TracedEvent"),
                             "generation": {"type": "string"},
                             "operator": {"type": "boolean", "default": False},
                             "filter": {
@@ -265,7 +261,7 @@ PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["document"],
-                        "properties": {"document": {"type": "string"}},
+                        "properties": {"document": {"type": "string", "minLength": 1}},
                         "additionalProperties": False,
                     }
                 ),
@@ -306,8 +302,11 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "events",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
-                    "description": "How many of the latest Events.",
+                    "schema": {
+                        "anyOf": [{"type": "integer", "minimum": 1, "maximum": 10000}, EMPTY_VALUE],
+                        "default": 1000,
+                    },
+                    "description": "How many of the latest Events (empty: the default).",
                 },
             ],
             "responses": {
@@ -325,7 +324,7 @@ PATHS: dict[str, Any] = {
             "summary": "Apply a candidate as the next live generation",
             "description": "The candidate's document becomes the next applied generation, `created_by` the "
             "token's user; the candidate is removed. With `expected_live` (the live generation number the "
-            "diff was read against, 0 for none) a newer live generation refuses the apply (409 "
+            "diff was read against, 0 for none; null: not checked) a newer live generation refuses the apply (409 "
             "`stale_candidate`); a document the registered handlers or executors no longer accept is a 409 "
             "too. Needs the permission `routing.apply_configuration`.",
             "parameters": [CANDIDATE_ID_PARAMETER],
@@ -334,7 +333,7 @@ PATHS: dict[str, Any] = {
                 "content": json_content(
                     {
                         "type": "object",
-                        "properties": {"expected_live": {"type": "integer", "minimum": 0}},
+                        "properties": {"expected_live": {"type": ["integer", "null"], "minimum": 0}},
                         "additionalProperties": False,
                     }
                 ),

@@ -6,14 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from conduit_site.api.openapi.common import (
+    EMPTY_VALUE,
     ID,
+    NO_NUL,
+    NOT_RESERVED_NAME,
     NULLABLE_TIMESTAMP,
+    SCOPE_PATH,
     TIMESTAMP,
     WORK_ID_PARAMETER,
     json_content,
     ref,
     response_ref,
 )
+from worklife.selectors import WORK_STATES
+
+# The states the Work list filters by ("": any), as worklife.selectors.WorkFilter takes them.
+WORK_STATE_FILTER: dict[str, Any] = {"type": "string", "enum": ["", *WORK_STATES]}
 
 TAG: dict[str, str] = {
     "name": "work",
@@ -136,10 +144,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "description": "The operator's own type; `core` and `core.*` are reserved.",
+                "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+                **NOT_RESERVED_NAME,
+                "description": "The operator's own type (not blank, no NUL); `core` and `core.*` are reserved.",
             },
-            "data": {"description": "Any JSON value."},
-            "subject": {"type": "string", "maxLength": 512},
+            "data": ref("JsonValue"),
+            "subject": {**NO_NUL, "maxLength": 512},
         },
         "additionalProperties": False,
     },
@@ -207,16 +217,17 @@ SCHEMAS: dict[str, Any] = {
         "description": "Which control to apply and to which Work: `ids`, or `filter` (the Work list's "
         "filters; `status` takes `parked` and `backing_off` too), not both; at most 10,000 Work.",
         "required": ["action"],
+        "oneOf": [{"required": ["ids"]}, {"required": ["filter"]}],
         "properties": {
             "action": {"type": "string", "enum": ["retry", "cancel"]},
-            "ids": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 10000},
+            "ids": {"type": "array", "items": ID, "maxItems": 10000},
             "filter": {
                 "type": "object",
                 "properties": {
-                    "scope": {"type": "string"},
-                    "status": {"type": "string"},
-                    "binding": {"type": "string"},
-                    "key": {"type": "string"},
+                    "scope": {**NO_NUL, "maxLength": 255},
+                    "status": WORK_STATE_FILTER,
+                    "binding": {**NO_NUL, "maxLength": 128},
+                    "key": {**NO_NUL, "maxLength": 512},
                 },
                 "additionalProperties": False,
             },
@@ -265,47 +276,47 @@ PATHS: dict[str, Any] = {
             "operationId": "work_list",
             "summary": "Work, newest first",
             "parameters": [
-                {"name": "scope", "in": "query", "schema": {"type": "string"}, "description": "Exact scope."},
+                {
+                    "name": "scope",
+                    "in": "query",
+                    "schema": {**NO_NUL, "maxLength": 255},
+                    "description": "Exact scope.",
+                },
                 {
                     "name": "status",
                     "in": "query",
-                    "schema": {
-                        "type": "string",
-                        "enum": [
-                            "ready",
-                            "running",
-                            "waiting",
-                            "completed",
-                            "cancelled",
-                            "parked",
-                            "backing_off",
-                        ],
-                    },
+                    "schema": WORK_STATE_FILTER,
                     "description": (
-                        "The Work's state: `parked`, ready Work parked after too many failures;"
+                        "The Work's state (empty: any): `parked`, ready Work parked after too many failures;"
                         " `backing_off`, ready Work whose next try is later; `ready`, neither."
                     ),
                 },
                 {
                     "name": "binding",
                     "in": "query",
-                    "schema": {"type": "string", "maxLength": 128},
+                    "schema": {**NO_NUL, "maxLength": 128},
                     "description": "The binding the Work runs on (exact).",
                 },
                 {
                     "name": "key",
                     "in": "query",
-                    "schema": {"type": "string", "maxLength": 512},
+                    "schema": {**NO_NUL, "maxLength": 512},
                     "description": "The start of a correlation key the Work owns (a whole key, or `pr:acme/web` for every "
                     "such key; with `scope`, that scope's keys).",
                 },
                 {
                     "name": "before",
                     "in": "query",
-                    "schema": ID,
-                    "description": "Only Work with a lower id (the previous page's `next_before`).",
+                    "schema": ref("OptionalId"),
+                    "description": "Only Work with a lower id (the previous page's `next_before`; empty: the "
+                    "first page).",
                 },
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 200}, EMPTY_VALUE]},
+                    "description": "Work a page (empty: the default).",
+                },
             ],
             "responses": {
                 "200": {"description": "One page of Work.", "content": json_content(ref("WorkPage"))},
@@ -329,8 +340,8 @@ PATHS: dict[str, Any] = {
                         "type": "object",
                         "required": ["scope", "binding", "input"],
                         "properties": {
-                            "scope": {"type": "string"},
-                            "binding": {"type": "string"},
+                            "scope": SCOPE_PATH,
+                            "binding": {"type": "string", "minLength": 1, "maxLength": 128},
                             "input": ref("OperatorInput"),
                         },
                         "additionalProperties": False,

@@ -5,6 +5,7 @@ describe. The app runs in-process (WSGI) on the test database; the seed is fixed
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import schemathesis
@@ -14,6 +15,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -21,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from conduit_site.api.openapi import openapi_schema
 from tests.causal.factories import EventFactory
 from tests.routing.factories import DEFAULT_TEST_CONFIG, api_token_with_secret, apply_config
 
@@ -107,3 +110,100 @@ def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(
     # their signature checks refused what was generated.
     if hooks_tried["all"] > 2 * len(HOOK_NAMES):
         assert hook_statuses[401] or hook_statuses[415], hook_statuses
+
+
+# --- every check (issue 36 item 10) -------------------------------------------------------------
+
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+# Per generation mode and operation: 23 operations, with the coverage phase's cases beside them.
+EVERY_CHECK_EXAMPLES = 12
+# The refusals a well-formed request may get (schemathesis.toml says which operations): the
+# field at fault and how its message starts. Any other 400 to one is a disagreement.
+BEYOND_SCHEMA = {
+    ("scope", "unknown scope "),
+    ("scope", "scope is required"),  # no default scope: the test's configuration and token have none
+    ("document", "the document is not valid"),
+    ("until", "must be later than since"),
+    ("subtree", "needs a scope"),
+    # Binary mode: one ce-* header asks for the others an Event needs (OpenAPI cannot make one
+    # header require another).
+    *((name, f"{name} is required") for name in ("specversion", "id", "source", "type")),
+}
+
+
+def refuses_described_requests_only_beyond_the_schema(ctx, response, case):
+    """A well-formed request refused with 400 names one of ``BEYOND_SCHEMA``."""
+    if case.meta is None or not case.meta.generation.mode.is_positive or response.status_code != 400:
+        return None
+    body = response.json()
+    assert any(
+        body.get("field") == field and body.get("message", "").startswith(start)
+        for field, start in BEYOND_SCHEMA
+    ), f"{case.method} {case.path} refused a request its document describes: {body}"
+    return None
+
+
+def every_check_schema():
+    """The document as the server serves it, run in-process, with ``schemathesis.toml``."""
+    config = SchemathesisConfig.from_path(CONFIG)
+    config.projects.default.generation.update(
+        modes=list(GenerationMode), max_examples=EVERY_CHECK_EXAMPLES, deterministic=True
+    )
+    schema = schemathesis.openapi.from_dict(openapi_schema(), config=config)
+    schema.app = WSGIHandler()
+    return schema
+
+
+every_check = every_check_schema()
+
+
+@pytest.fixture
+def fuzzer_token(wsgi_app):
+    apply_config(DEFAULT_TEST_CONFIG)
+    EventFactory.create_batch(3)
+    return api_token_with_secret(user__username="fuzzer", user__is_superuser=True)[1]
+
+
+@every_check.parametrize()
+@settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
+def test_i36_10_schemathesis_with_every_check_finds_nothing(case, fuzzer_token):
+    """Every check schemathesis has (``-c all``: the answers' schema, status codes and headers,
+    and that what the document describes is accepted and what it forbids is refused), over the
+    examples, coverage and fuzzing phases, positive and negative, as a superuser's token."""
+    case.call_and_validate(
+        headers={"Authorization": f"Bearer {fuzzer_token}"},
+        additional_checks=[refuses_described_requests_only_beyond_the_schema],
+    )
+
+
+def test_i36_10_schemathesis_stateful_with_every_check_finds_nothing(fuzzer_token):
+    """The stateful phase: sequences of requests following the document's links (a Work listed,
+    then read, cancelled, retried…), every check on each answer."""
+
+    class Sequences(every_check.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"headers": {"Authorization": f"Bearer {fuzzer_token}"}}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            # The token is the run's own (as -H gives it to the CLI), not part of the case.
+            case.validate_response(
+                response,
+                additional_checks=[
+                    *(additional_checks or []),
+                    refuses_described_requests_only_beyond_the_schema,
+                ],
+                headers=kwargs["headers"],
+                transport_kwargs=kwargs,
+                recorder=self.recorder,
+            )
+
+    Sequences.run(
+        settings=settings(
+            max_examples=EVERY_CHECK_EXAMPLES,
+            stateful_step_count=6,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )

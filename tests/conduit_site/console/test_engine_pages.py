@@ -18,6 +18,7 @@ from tests.routing.factories import UserFactory
 from tests.worklife.factories import (
     T0,
     AttemptFactory,
+    DependencySubscriptionFactory,
     IntentFactory,
     TimerFactory,
     WaitFactory,
@@ -167,6 +168,16 @@ def test_i8p9_work_page_shows_waits_timers_intents_and_children(console):
     assert f'href="{reverse("work-detail", args=[child.pk])}"' in children and "badge-parked" in children
     why = re.search(r'<dd id="work-why"[^>]*>(.*?)</dd>', body, re.S).group(1)
     assert "waiting on wait approval (blocked: depth_exceeded)" in why and f'href="#wait-{wait.pk}"' in why
+
+
+def test_r42_work_page_shows_the_scope_a_wait_also_waits_on(console):
+    work = WorkFactory(status="waiting")
+    plain = WaitFactory(work=work, name="own", state="timed_out")
+    across = WaitFactory(work=work, name="build", match={"type": "ci.build.*"})
+    DependencySubscriptionFactory(wait=across, scope="ci", match={"type": "ci.build.*"})
+    body = page(console, work)
+    assert 'data-subscribed="ci">also in scope ci' in row(body, f"wait-{across.pk}")
+    assert "data-subscribed" not in row(body, f"wait-{plain.pk}")
 
 
 def test_i8p9_work_page_says_why_the_work_is_not_running(console, clock):
