@@ -38,6 +38,7 @@ with cookies. Responses carry ``Cache-Control: no-store``.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -286,3 +287,18 @@ def request_body(request: HttpRequest, *, max_bytes: int | None = None) -> bytes
 
 def _too_large(size: int, limit: int) -> str:
     return f"the request body is {size} bytes; the limit is {limit} bytes (CONDUIT_MAX_EVENT_BYTES)"
+
+
+_WHOLE_QUERY = re.compile(r"([0-9]{1,19})(?:\.0+)?")
+
+
+def query_whole(raw: str, *, minimum: int, maximum: int) -> int | None:
+    """A query parameter a whole number from ``minimum`` to ``maximum`` (``7`` or ``7.0``: the
+    document's integers are JSON's numbers, which a client may write either way), ``None`` when
+    absent or empty, else ``ValueError`` saying what was expected."""
+    if raw == "":
+        return None
+    found = _WHOLE_QUERY.fullmatch(raw) if raw.isascii() else None
+    if found is None or not minimum <= int(found[1]) <= maximum:
+        raise ValueError(f"expected an integer {minimum} to {maximum}, got {raw[:40]!r}")
+    return int(found[1])

@@ -26,6 +26,7 @@ from conduit_site.api.auth import (
     api_permitted,
     api_view,
     is_json_media_type,
+    query_whole,
     request_body,
     request_json,
 )
@@ -233,11 +234,10 @@ def _flag_param(raw: str, name: str) -> bool:
 
 
 def _int_param(raw: str, name: str, *, maximum: int) -> int | None:
-    if raw == "":
-        return None
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= maximum:
-        raise EventListInvalid(name, f"expected an integer 1 to {maximum}, got {raw[:40]!r}")
-    return int(raw)
+    try:
+        return query_whole(raw, minimum=1, maximum=maximum)
+    except ValueError as exc:
+        raise EventListInvalid(name, str(exc)) from None
 
 
 def _format(request: HttpRequest) -> str:

@@ -25,6 +25,7 @@ from conduit_site.api.auth import (
     api_require,
     api_view,
     is_json_media_type,
+    query_whole,
     request_json,
 )
 from infra.converters import MAX_ID
@@ -215,14 +216,12 @@ def _list_query(request: HttpRequest) -> tuple[WorkFilter, int | None, int]:
 
 
 def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    raw = request.GET.get(name, "")
-    if raw == "":
-        return None
-    maximum = MAX_ID if maximum is None else maximum
-    if not (raw.isascii() and raw.isdigit()) or not minimum <= int(raw) <= maximum:
-        upper = f" to {maximum}"
-        raise WorkControlInvalid(name, f"expected an integer {minimum}{upper}, got {raw!r}")
-    return int(raw)
+    try:
+        return query_whole(
+            request.GET.get(name, ""), minimum=minimum, maximum=MAX_ID if maximum is None else maximum
+        )
+    except ValueError as exc:
+        raise WorkControlInvalid(name, str(exc)) from None
 
 
 def _work(work_id: int) -> Work:

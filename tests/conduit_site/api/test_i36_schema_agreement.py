@@ -100,3 +100,15 @@ def test_i36_10_data_with_a_nul_anywhere_is_forbidden_as_it_is_refused(client, a
         }
         assert not document_allows("CloudEventInput", event)
         assert post(client, "/api/events", event, auth).status_code == 400
+
+
+@pytest.mark.parametrize("url", ["/api/events?limit=5.0", "/api/work?limit=5.0", "/api/events?limit=5"])
+def test_i36_10_a_whole_number_query_parameter_written_with_a_point_is_an_integer(client, auth, url):
+    response = client.get(url, headers=auth)
+    assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("url", ["/api/events?limit=5.5", "/api/work?limit=1e3", "/api/events?since=-999999w"])
+def test_i36_10_a_query_parameter_that_is_not_a_whole_number_or_a_time_is_refused(client, auth, url):
+    response = client.get(url, headers=auth)
+    assert response.status_code == 400 and response.json()["error"] in ("invalid_filter", "invalid_input")
