@@ -232,6 +232,7 @@ class RouteRecord(models.Model):
         permissions = [
             ("skip_event", "Can skip an unrouted Event"),
             ("reroute_event", "Can reroute an Event"),
+            ("replay_event", "Can replay a routed Event"),
             ("view_event", "Can read Events, their routes and Work"),
             ("accept_event", "Can accept Events"),
         ]

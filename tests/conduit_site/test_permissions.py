@@ -36,7 +36,7 @@ from tests.worklife.factories import WorkFactory
 # --- who: the principals and the scopes each may use ------------------------------------------
 
 PRINCIPALS = ("anonymous", "viewer", "operator", "admin", "narrowed")
-CONTROLS = {"skip", "reroute", "cancel", "retry", "send", "create", "rebind"}
+CONTROLS = {"skip", "reroute", "replay", "cancel", "retry", "send", "create", "rebind"}
 MAY = {
     "anonymous": set(),
     "viewer": {"read"},
@@ -56,6 +56,8 @@ API = {
     ("api-event-detail", "GET"): "read",
     ("api-event-skip", "POST"): "skip",
     ("api-event-reroute", "POST"): "reroute",
+    ("api-event-replay", "POST"): "replay",
+    ("api-events-replay", "POST"): "replay",
     ("api-doctor", "GET"): "read",
     ("api-event-route", "GET"): "read",
     ("api-trace", "POST"): "read",
@@ -85,6 +87,9 @@ CONSOLE = {
     ("event-skip", "POST"): "skip",
     ("event-reroute", "GET"): "reroute",
     ("event-reroute", "POST"): "reroute",
+    ("event-replay", "GET"): "replay",
+    ("event-replay", "POST"): "replay",
+    ("events-replay", "POST"): "replay",
     ("dead-letters", "GET"): "read",
     ("dead-letters-reroute", "POST"): "reroute",
     ("doctor", "GET"): "read",
@@ -313,8 +318,8 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 
 def test_i9p3_matrix_size():
-    # 5 principals x (22 API + 37 console + 5 admin site + 2 websocket) routes and methods.
-    assert MATRIX_SIZE == 5 * 69 == 345
+    # 5 principals x (25 API + 42 console + 5 admin site + 2 websocket) routes and methods.
+    assert MATRIX_SIZE == 5 * 74 == 370
 
 
 # --- narrowing a token ---------------------------------------------------------------------------
