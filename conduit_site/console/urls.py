@@ -11,6 +11,7 @@ from conduit_site.console.views import (
     doctor,
     events,
     home,
+    impact,
     receivers,
     replay,
     setup,
@@ -51,6 +52,7 @@ urlpatterns = [
     path("config/candidates/<id:candidate_id>/", setup.candidate_detail, name="candidate-detail"),
     path("config/candidates/<id:candidate_id>/trace/", setup.candidate_trace, name="candidate-trace"),
     path("config/candidates/<id:candidate_id>/impact/", setup.candidate_impact, name="candidate-impact"),
+    path("config/impact/<id:run_id>/", impact.impact_run_view, name="impact-run"),
     path("config/candidates/<id:candidate_id>/apply/", setup.candidate_apply_view, name="candidate-apply"),
     path(
         "config/candidates/<id:candidate_id>/discard/", setup.candidate_discard_view, name="candidate-discard"

@@ -1,5 +1,6 @@
 """Replay several Events from the console (issue 39 item 3): an impact preview group's "Replay
-these N" button, or any form naming Events, POSTs their seqs here.
+these N" button POSTs its run, change and route here (the Events are read from the run), any
+other form the Events' seqs.
 
 Without ``confirm`` the answer is the confirmation page (how many Events, which); with
 ``confirm`` each Event is replayed through its own control
@@ -22,6 +23,7 @@ from causal.clock import Clock, system_clock
 from conduit_site.console.views.controls import require_control_permission, safe_next
 from routing.controls.events import REPLAY_EVENT
 from routing.controls.replay import REPLAY_LIMIT, ReplayInvalid, events_replay, replay_seqs
+from routing.setup.impact_runs import impact_run_seqs
 
 TEMPLATE = "routing/events_replay.html"
 # The confirmation page names at most this many of the chosen Events.
@@ -30,6 +32,21 @@ _SEPARATORS = re.compile(r"[\s,]+")
 
 # The trusted clock the controls use (tests inject a fake one).
 clock: Clock = system_clock
+
+
+def chosen_seqs(post: Any) -> tuple[list[int], str]:
+    """The Events a form names and how to call them: an impact preview run's group (``run``,
+    ``group``, ``route``) or ``seqs``. Raises :class:`ReplayInvalid`."""
+    run = post.get("run", "")
+    if run:
+        if not (run.isascii() and run.isdigit() and len(run) < 19):
+            raise ReplayInvalid("run", "expected an impact preview's number")
+        group, route = post.get("group", ""), post.get("route", "")
+        seqs = impact_run_seqs(int(run), group=group, route=route)
+        if not seqs:
+            raise ReplayInvalid("group", f"impact preview {run} has no group {group!r} on route {route!r}")
+        return replay_seqs(seqs), f"{group}{f' ({route})' if route else ''}, impact preview {run}"
+    return parse_seqs(post.get("seqs", "")), post.get("label", "")[:200]
 
 
 def parse_seqs(text: str) -> list[int]:
@@ -49,14 +66,19 @@ def events_replay_view(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "section": "events",
         "limit": REPLAY_LIMIT,
-        "label": request.POST.get("label", "")[:200],
         "next_url": safe_next(request),
     }
     try:
-        seqs = parse_seqs(request.POST.get("seqs", ""))
+        seqs, context["label"] = chosen_seqs(request.POST)
     except ReplayInvalid as invalid:
         return render(request, TEMPLATE, {**context, "error": invalid.message}, status=400)
-    context.update(seqs=seqs, seqs_text=" ".join(map(str, seqs)), shown=seqs[:SHOWN], count=len(seqs))
+    # The confirmation carries the choice on as it came (a run's group is read again then).
+    carry = (
+        {name: request.POST.get(name, "") for name in ("run", "group", "route")}
+        if request.POST.get("run")
+        else {"seqs": " ".join(map(str, seqs)), "label": context["label"]}
+    )
+    context.update(seqs=seqs, carry=carry, shown=seqs[:SHOWN], count=len(seqs))
     if request.POST.get("confirm") != "1":
         return render(request, TEMPLATE, context)
     batch = events_replay(seqs=seqs, user=request.user, clock=clock)

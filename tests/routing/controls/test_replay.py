@@ -451,31 +451,44 @@ def test_i39_3_the_event_pages_queries_do_not_grow_with_replays(console, clock, 
 
 
 @pytest.mark.django_db
-def test_i39_3_impact_preview_groups_offer_to_replay_their_events(client, clock):
+def test_i39_3_impact_preview_groups_offer_to_replay_their_events(client, clock, monkeypatch):
+    from conduit_site.console.views import impact as impact_views
+    from routing.setup.impact_runs import impact_run_execute
     from tests.routing.factories import apply_config
     from tests.routing.setup.test_candidates import CHANGED
 
+    monkeypatch.setattr(
+        impact_views, "launch", lambda run_id, clock: impact_run_execute(run_id=run_id, clock=clock)
+    )
     apply_config()
     alerts = [accept(clock, "alert.fired", {"id": n}, id=f"g{n}", scope="acme") for n in range(3)]
     route_all(clock)
     candidate = apply_config(CHANGED, candidate=True)
     client.force_login(user_with_role("admin", username="ada"))
 
-    page = client.get(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}).content.decode()
+    page = client.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, follow=True)
+    body = page.content.decode()
 
     form = re.search(
         r'<form method="post" action="/events/replay/" class="inline-form impact-replay">(.*?)</form>',
-        page,
+        body,
         re.S,
     )
-    assert form, page[-3000:]
-    seqs = " ".join(str(a.seq) for a in reversed(alerts))
-    assert f'name="seqs" value="{seqs}"' in form.group(1)
-    assert "Replay these 3" in form.group(1) and 'name="label" value="unmatched → start"' in form.group(1)
+    assert form, body[-3000:]
+    assert 'name="group" value="unmatched → start"' in form.group(
+        1
+    ) and 'name="route" value="alerts"' in form.group(1)
+    assert "Replay these 3" in form.group(1)
+    fields = dict(re.findall(r'name="(run|group|route)" value="([^"]*)"', form.group(1)))
 
-    done = client.post(reverse("events-replay"), {"seqs": seqs, "confirm": "1"})
-    assert "Replayed 3." in done.content.decode() and len(control_events()) == 3
+    confirm = client.post(reverse("events-replay"), fields)
+    assert "Replay 3 Events" in confirm.content.decode() and not control_events()
+    done = client.post(reverse("events-replay"), {**fields, "confirm": "1"})
+    assert "Replayed 3." in done.content.decode()
+    assert [e.data["event"] for e in control_events()] == [a.seq for a in reversed(alerts)]
+    missing = client.post(reverse("events-replay"), {**fields, "group": "drop → start"})
+    assert missing.status_code == 400 and "has no group" in missing.content.decode()
     viewer = Client()
     viewer.force_login(user_with_role("viewer", username="vic"))
-    page = viewer.get(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}).content.decode()
-    assert "impact-replay" not in page
+    page = viewer.get(reverse("candidate-detail", args=[candidate.pk])).content.decode()
+    assert "impact-replay" not in page and "needs routing.replay_event" in page
