@@ -202,7 +202,7 @@ def impact_preview(
         progress(0, total)
     with tracers(live, candidate, clock=clock) as (before, after):
         for done, event in enumerate(rows_looked_at, start=1):
-            if progress is not None and done % PROGRESS_EVERY == 0:
+            if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
                 progress(done, total)
             payload, operator = _offered(event)
             if not exhaustive:

@@ -18,11 +18,14 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections, transaction
+from django.db.models.sql import UpdateQuery
+from django.db.models.sql.constants import NO_RESULTS
 
 from causal.clock import Clock
 from routing.config.selectors import live_generation
@@ -84,20 +87,39 @@ def impact_run_start(*, candidate: Generation, clock: Clock, events: int | None,
         )
 
 
-def impact_run_execute(*, run_id: int, clock: Clock) -> ImpactRun:
-    """Trace the run ``run_id``, writing its progress as it goes, then store its changes and
-    roll-up (status ``done``), or why it could not run (status ``failed``)."""
+class ProgressWriter:
+    """Writes a run's progress (``traced`` of ``total``) on a database connection of its own,
+    each write committed at once: the preview reads in one snapshot that it rolls back, so
+    writes on its own connection would neither show nor last. At most every
+    :data:`PROGRESS_SECONDS`, and always the last one."""
+
+    def __init__(self, run_id: int, clock: Clock) -> None:
+        self.run_id = run_id
+        self.clock = clock
+        self.connection = connections.create_connection(DEFAULT_DB_ALIAS)
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if done < total and time.monotonic() - self.last < PROGRESS_SECONDS:
+            return
+        self.last = time.monotonic()
+        query = ImpactRun.objects.filter(pk=self.run_id).query.chain(UpdateQuery)
+        query.add_update_values({"traced": done, "total": total, "updated_at": self.clock()})
+        query.get_compiler(connection=self.connection).execute_sql(NO_RESULTS)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def impact_run_execute(
+    *, run_id: int, clock: Clock, progress: Callable[[int, int], None] | None = None
+) -> ImpactRun:
+    """Trace the run ``run_id`` (telling ``progress`` as it goes: a :class:`ProgressWriter` in
+    the background), then store its changes and roll-up (status ``done``), or why it could not
+    run (status ``failed``)."""
     run = ImpactRun.objects.select_related("candidate").get(pk=run_id)
     if run.candidate is None:
         return _fail(run_id, "the candidate was applied or discarded before its preview ran", clock)
-    last = [0.0]
-
-    def progress(done: int, total: int) -> None:
-        if done < total and time.monotonic() - last[0] < PROGRESS_SECONDS:
-            return
-        last[0] = time.monotonic()
-        ImpactRun.objects.filter(pk=run_id).update(traced=done, total=total, updated_at=clock())
-
     try:
         report = impact_preview(candidate=run.candidate, clock=clock, events=run.events, progress=progress)
     except ImpactInvalid as exc:
@@ -106,22 +128,25 @@ def impact_run_execute(*, run_id: int, clock: Clock) -> ImpactRun:
 
 
 def impact_run_launch(run_id: int, clock: Clock) -> threading.Thread:
-    """Run :func:`impact_run_execute` in a thread of this process; returns the thread."""
+    """Run :func:`impact_run_execute` in a thread of this process, started once the run's row
+    is committed (at once outside a transaction); returns the thread."""
     thread = threading.Thread(
         target=_execute_in_thread, args=(run_id, clock), name=f"impact-run-{run_id}", daemon=True
     )
-    thread.start()
+    transaction.on_commit(thread.start)
     return thread
 
 
 def _execute_in_thread(run_id: int, clock: Clock) -> None:
     close_old_connections()
+    progress = ProgressWriter(run_id, clock)
     try:
-        impact_run_execute(run_id=run_id, clock=clock)
+        impact_run_execute(run_id=run_id, clock=clock, progress=progress)
     except Exception:  # noqa: BLE001 - the thread's boundary: logged with the stack, the run marked failed
         logger.exception("impact.failed", extra={"run": run_id})
         _fail(run_id, "the preview failed: see the server's log", clock)
     finally:
+        progress.close()
         connection.close()
 
 

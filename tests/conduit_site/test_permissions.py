@@ -30,7 +30,7 @@ from conduit_site.console.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATE
 from routing.access.services import api_token_create
 from routing.models import ApiToken
 from tests.causal.factories import EventFactory
-from tests.routing.factories import T0, UserFactory, apply_config, user_with_role
+from tests.routing.factories import T0, ImpactRunFactory, UserFactory, apply_config, user_with_role
 from tests.worklife.factories import WorkFactory
 
 # --- who: the principals and the scopes each may use ------------------------------------------
@@ -113,6 +113,8 @@ CONSOLE = {
     ("candidate-detail", "GET"): "read",
     ("candidate-trace", "POST"): "read",
     ("candidate-impact", "GET"): "read",
+    ("candidate-impact", "POST"): "read",
+    ("impact-run", "GET"): "read",
     ("candidate-apply", "POST"): "configure",
     ("candidate-discard", "POST"): "configure",
     ("trace", "GET"): "read",
@@ -167,7 +169,8 @@ def world():
     event = EventFactory()
     work = WorkFactory(binding="agent")
     candidate = apply_config(candidate=True)
-    return {"seq": event.seq, "work_id": work.pk, "candidate_id": candidate.pk}
+    run = ImpactRunFactory(candidate=candidate)
+    return {"seq": event.seq, "work_id": work.pk, "candidate_id": candidate.pk, "run_id": run.pk}
 
 
 def principal_user(who: str):
@@ -191,6 +194,7 @@ def url_for(name: str, world: dict[str, int]) -> str:
         {"seq": world["seq"]},
         {"work_id": world["work_id"]},
         {"candidate_id": world["candidate_id"]},
+        {"run_id": world["run_id"]},
     ):
         try:
             return reverse(name, kwargs=kwargs)
@@ -318,8 +322,8 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 
 def test_i9p3_matrix_size():
-    # 5 principals x (25 API + 42 console + 5 admin site + 2 websocket) routes and methods.
-    assert MATRIX_SIZE == 5 * 74 == 370
+    # 5 principals x (25 API + 44 console + 5 admin site + 2 websocket) routes and methods.
+    assert MATRIX_SIZE == 5 * 76 == 380
 
 
 # --- narrowing a token ---------------------------------------------------------------------------
