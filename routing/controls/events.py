@@ -273,7 +273,8 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
                 seq=seq,
                 route_state=state,
                 message=f"Event #{seq} was routed normally (policy {policy or 'unknown'}): only an unrouted, "
-                "failed or skipped Event can be rerouted",
+                "failed or skipped Event can be rerouted (replay accepts a copy of it, routed under the live "
+                "configuration)",
             )
         control = _control_event_in_tx(
             REROUTE_EVENT, event, by=by, clock=clock, work_id=work_id, generation=live_label()

@@ -63,9 +63,13 @@ class RollupGroup:
         return {"group": self.group, "effect": self.effect, "route": self.route, "count": self.count}
 
 
-def impact_run_start(*, candidate: Generation, clock: Clock, events: int | None, by: str) -> ImpactRun:
+def impact_run_start(
+    *, candidate: Generation, clock: Clock, events: int | None, by: str
+) -> tuple[ImpactRun, bool]:
     """Store a new run of the impact preview of ``candidate`` over the latest ``events`` Events
-    and return it, not yet traced (:func:`impact_run_launch` traces it). Raises
+    and return it with ``True``, not yet traced (:func:`impact_run_launch` traces it); while a
+    run of the candidate is still running, that run with ``False`` (a new run deletes the
+    candidate's finished ones). Raises
     :class:`~routing.setup.impact.ImpactInvalid` as the preview would (bad count, not a
     candidate, nothing live)."""
     limit = check_limit(events)
@@ -76,7 +80,19 @@ def impact_run_start(*, candidate: Generation, clock: Clock, events: int | None,
         raise ImpactInvalid("candidate", "no configuration has been applied yet: there is nothing to compare")
     now = clock()
     with transaction.atomic():
-        return ImpactRun.objects.create(
+        # One run of a candidate at a time: one still running is the answer (the page's button
+        # is disabled meanwhile; this holds when two start at once, serialised on the candidate's
+        # row). Its finished runs give way to the new one.
+        Generation.objects.select_for_update().filter(pk=candidate.pk).first()
+        runs = ImpactRun.objects.filter(candidate=candidate)
+        running = runs.filter(status=ImpactRunStatus.RUNNING).order_by("-id").first()
+        if running is not None and not impact_run_lost(running, now=now):
+            return running, False
+        runs.exclude(status=ImpactRunStatus.RUNNING).delete()
+        runs.filter(status=ImpactRunStatus.RUNNING).update(
+            status=ImpactRunStatus.FAILED, error="lost with its process", finished_at=now
+        )
+        run = ImpactRun.objects.create(
             candidate=candidate,
             candidate_number=candidate.pk,
             live=live.label,
@@ -85,6 +101,7 @@ def impact_run_start(*, candidate: Generation, clock: Clock, events: int | None,
             started_at=now,
             updated_at=now,
         )
+    return run, True
 
 
 class ProgressWriter:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import expect
 from django.urls import reverse
+from playwright.sync_api import expect
 
 from causal.models import Event
 from routing.models import ImpactRun

@@ -140,7 +140,10 @@ def _wrong_state(event: Event, action: str) -> str:
     if action == controls.SKIP_EVENT and state != "unrouted":
         return f"Event #{event.seq} is already {state}: only an unrouted Event can be skipped."
     if action == controls.REROUTE_EVENT and state == "routed":
-        return f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted."
+        return (
+            f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted "
+            "(Replay accepts a copy of it, routed under the live configuration)."
+        )
     if action == controls.REPLAY_EVENT and state == "unrouted":
         return f"Event #{event.seq} is not routed yet: only a settled Event can be replayed."
     return ""

@@ -241,10 +241,10 @@ def candidate_impact(request: HttpRequest, candidate_id: int) -> HttpResponse:
         )
     form = ImpactForm(request.POST)
     error = ""
-    run = None
+    run, created = None, False
     if form.is_valid():
         try:
-            run = impact_run_start(
+            run, created = impact_run_start(
                 candidate=candidate,
                 clock=clock,
                 events=form.cleaned_data["events"] or None,
@@ -256,7 +256,8 @@ def candidate_impact(request: HttpRequest, candidate_id: int) -> HttpResponse:
         context = _candidate_context(request, candidate)
         context.update(impact_form=form, impact_error=error)
         return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=400)
-    impact.launch(run.pk, clock)
+    if created:
+        impact.launch(run.pk, clock)
     if not getattr(request, "htmx", False):
         return redirect(reverse("candidate-detail", args=[candidate.pk]) + "#candidate-impact")
     # Read again: the run may have made progress already (or, run at once, be done).

@@ -7,9 +7,11 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -233,6 +235,33 @@ def test_i39_3_replay_of_several_reports_each_and_is_bounded(clock, live, django
     third = unmatched_alert(clock, id="b3", number=3)
     with django_assert_max_num_queries(20):
         replay.event_replay(seq=third.seq, user="bob", clock=clock)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i39_3_concurrent_replays_of_one_event_number_their_copies_apart(clock, live):
+    noise = accept(clock, "noise.ping", id="contested")
+    route_all(clock)
+    barrier = threading.Barrier(3)
+    results: list[object] = []
+
+    def replay_it(name):
+        try:
+            barrier.wait(5)
+            results.append(replay.event_replay(seq=noise.seq, user=name, clock=clock))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=replay_it, args=(name,)) for name in ("alice", "bob", "carol")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 3 and len({r.copy_seq for r in results}) == 3
+    ids = sorted(
+        Event.objects.filter(seq__in=[r.copy_seq for r in results]).values_list("envelope_id", flat=True)
+    )
+    assert ids == ["replay/contested/1", "replay/contested/2", "replay/contested/3"]
+    assert len(control_events()) == 3
 
 
 # --- permission -----------------------------------------------------------------------------------

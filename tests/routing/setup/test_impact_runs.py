@@ -70,7 +70,8 @@ def test_i39_6_impact_progress_is_told_as_the_preview_goes(clock, candidate):
 def test_i39_6_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monkeypatch):
     monkeypatch.setattr(impact_runs, "PROGRESS_SECONDS", 0)
     events(300)
-    run = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=300, by="ada")
+    run, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=300, by="ada")
+    assert created
     assert (run.status, run.traced, run.candidate_number, run.live) == ("running", 0, candidate.pk, "1")
     writer = impact_runs.ProgressWriter(run.pk, clock)
     reader = connections.create_connection("default")
@@ -109,7 +110,7 @@ def test_i39_6_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monke
 
 def test_i39_6_impact_progress_a_run_outlives_its_candidate_and_a_stale_one_is_lost(clock, candidate):
     events(30)
-    run = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=30, by="ada")
+    run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=30, by="ada")
     assert not impact_runs.impact_run_lost(run, now=clock())
     assert impact_runs.impact_run_lost(run, now=clock() + timedelta(seconds=61))
     candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
@@ -143,6 +144,7 @@ def test_i39_6_impact_progress_starting_answers_the_progress_with_the_button_dis
     # Without JavaScript: back to the candidate page, which shows the run.
     again = admin.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"})
     assert again.status_code == 302 and again["Location"].endswith("#candidate-impact")
+    assert ImpactRun.objects.count() == 1 and launched == [run.pk]  # one run at a time
     assert "Events traced" in admin.get(again["Location"]).content.decode()
 
 
@@ -169,3 +171,17 @@ def test_i39_6_impact_progress_pages_weigh_and_cost_the_same_whatever_the_run(
     assert 'id="impact-start">Preview impact</button>' in body
     assert admin.get(url, {"page": "x"}).status_code == 200
     assert admin.get(reverse("impact-run", args=[run.pk + 1])).status_code == 404
+
+
+def test_i39_6_impact_progress_one_run_of_a_candidate_at_a_time(clock, candidate):
+    events(10)
+    first, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
+    same, again = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="bob")
+    assert created and not again and same.pk == first.pk
+    impact_runs.impact_run_execute(run_id=first.pk, clock=clock)
+    second, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
+    assert created and second.pk != first.pk
+    assert list(ImpactRun.objects.values_list("pk", flat=True)) == [second.pk]  # the finished one gave way
+    clock.advance(61)  # lost with its process: a new run may start
+    third, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
+    assert created and third.pk != second.pk
