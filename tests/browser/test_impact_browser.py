@@ -72,7 +72,7 @@ def serious(page) -> list[str]:
     ]
 
 
-def test_i39_6_impact_progress_rollup_and_paging(page, live_server, data):
+def test_i39_6_impact_progress_rollup_and_paging(page, live_server, data, tmp_path):
     candidate = data["candidate"]
     url = live_server.url + reverse("candidate-detail", args=[candidate.pk])
     page.goto(url)
@@ -84,6 +84,7 @@ def test_i39_6_impact_progress_rollup_and_paging(page, live_server, data):
     progress.wait_for()
     assert re.search(r"Events traced \d+ of \d+", progress.inner_text())
     assert page.locator("#impact-start").is_disabled()
+    page.screenshot(path=tmp_path / "impact-running.png")
     assert page.locator("#impact-summary").count() == 0
     seen = set()
     deadline = time.monotonic() + 300
@@ -130,7 +131,11 @@ def test_i39_6_impact_progress_rollup_and_paging(page, live_server, data):
     # Accessible, wide and narrow.
     page.goto(url)
     page.locator("#impact-summary").wait_for()
+    page.locator("#impact-summary").scroll_into_view_if_needed()
+    page.screenshot(path=tmp_path / "impact-done.png")
     assert serious(page) == []
     page.set_viewport_size({"width": 400, "height": 900})
+    page.locator("#impact-summary").scroll_into_view_if_needed()
+    page.screenshot(path=tmp_path / "impact-done-400.png")
     assert serious(page) == []
     assert page.errors == []

@@ -160,10 +160,11 @@ def _candidate_context(request: HttpRequest, candidate: Generation) -> dict[str,
         "diff": configuration_diff(load_configuration(live) if live is not None else None, configuration),
         "tree": effective_tree(configuration),
         "trace_form": TraceForm(choices=[(candidate_label(candidate), str(candidate))]),
-        # The impact section: the latest preview of this candidate, the form to start one.
-        **impact_section_context(request, impact_run_latest(candidate.pk)),
+        # The impact section: the form to start a preview (as the latest one ran, if any) and
+        # the latest preview of this candidate.
         "impact_form": ImpactForm(),
         "impact_candidate": candidate.pk,
+        **impact_section_context(request, impact_run_latest(candidate.pk)),
         "recent_events": list(Event.objects.order_by("-seq").only("seq", "type", "scope")[:RECENT_EVENTS]),
         "scopes": sorted(configuration.scopes),
         "samples": [],
