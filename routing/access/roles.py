@@ -69,7 +69,15 @@ _ADMIN_SITE = (
                 "timer",
                 "dependencysubscription",
             ),
-            "routing": ("generation", "scope", "binding", "route", "routerecord"),
+            "routing": (
+                "generation",
+                "scope",
+                "binding",
+                "route",
+                "routerecord",
+                "impactrun",
+                "impactrunchange",
+            ),
         }.items()
         for model in models
     ),
