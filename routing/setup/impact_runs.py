@@ -250,6 +250,12 @@ def impact_run_latest(candidate_id: int) -> ImpactRun | None:
     )
 
 
+def impact_runs_recent(limit: int = 5) -> list[ImpactRun]:
+    """The latest ``limit`` runs, newest first (the Configuration page links them: after Apply,
+    the candidate's groups are replayed from its run). One query."""
+    return list(ImpactRun.objects.order_by("-id").defer("rollup")[:limit])
+
+
 def impact_run_lost(run: ImpactRun, *, now: datetime) -> bool:
     """Whether ``run`` still says running but has not written its progress for
     :data:`LOST_AFTER` (its process stopped)."""

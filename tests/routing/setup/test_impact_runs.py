@@ -185,3 +185,15 @@ def test_i39_6_impact_progress_one_run_of_a_candidate_at_a_time(clock, candidate
     clock.advance(61)  # lost with its process: a new run may start
     third, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
     assert created and third.pk != second.pk
+
+
+def test_i39_6_impact_progress_runs_are_linked_from_the_configuration_page_after_apply(
+    admin, clock, candidate
+):
+    run = ImpactRunFactory(candidate=candidate, changed=212)
+    candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
+    page = admin.get(reverse("config-list")).content.decode()
+    assert f'<a href="/config/impact/{run.pk}/">{run.pk}</a>' in page and "212 changed" in page
+    run_page = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
+    assert "The candidate was applied or discarded since; its groups can still be replayed." in run_page
+    assert 'id="impact-start"' not in run_page
