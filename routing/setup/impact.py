@@ -28,8 +28,6 @@ MAX_EVENTS = 10_000
 REFUSED = "refused"
 OTHER_TARGET = "other route or binding"
 OTHER_WORK = "other Work"
-# How often (in Events looked at) a preview reports its progress.
-PROGRESS_EVERY = 25
 
 
 class ImpactInvalid(ValueError):
@@ -179,8 +177,8 @@ def impact_preview(
     same for both. So an Event of a scope both configurations resolve alike is not looked at,
     and one whose routes answer alike in both (:meth:`~routing.setup.trace.Tracer.inputs`) is not
     traced: neither can change. ``exhaustive=True`` traces every Event against both (a test
-    holds the reports equal). ``progress(done, total)`` is told, every :data:`PROGRESS_EVERY`
-    Events and at the end, how many of the ``total`` Events to look at it has looked at."""
+    holds the reports equal). ``progress(done, total)`` is told, before each Event and at the
+    end, how many of the ``total`` Events to look at it has looked at."""
     limit = check_limit(events)
     if candidate.kind != GenerationKind.CANDIDATE:
         raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
@@ -198,11 +196,9 @@ def impact_preview(
     groups: dict[str, list[ImpactChange]] = {}
     traced = 0
     total = len(rows_looked_at)
-    if progress is not None:
-        progress(0, total)
     with tracers(live, candidate, clock=clock) as (before, after):
-        for done, event in enumerate(rows_looked_at, start=1):
-            if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
+        for done, event in enumerate(rows_looked_at):
+            if progress is not None:
                 progress(done, total)
             payload, operator = _offered(event)
             if not exhaustive:

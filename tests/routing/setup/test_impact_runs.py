@@ -61,8 +61,7 @@ def test_i39_6_impact_progress_is_told_as_the_preview_goes(clock, candidate):
     report = impact_preview(
         candidate=candidate, clock=clock, events=120, progress=lambda d, t: told.append((d, t))
     )
-    assert told[0] == (0, 120) and told[-1] == (120, 120)
-    assert [d for d, _ in told[1:-1]] == [25, 50, 75, 100]
+    assert told == [(n, 120) for n in range(121)]
     assert report.changed == 80
 
 
@@ -90,7 +89,7 @@ def test_i39_6_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monke
         writer.close()
         reader.close()
 
-    assert seen == [(0, 300), *((n, 300) for n in range(25, 301, 25))]
+    assert seen == [(n, 300) for n in range(301)]
     run.refresh_from_db()
     assert (run.status, run.examined, run.changed, run.compared, run.total) == ("done", 300, 200, 300, 300)
     assert run.rollup == [
