@@ -56,6 +56,7 @@ class History:
     works: int = 0
     inputs: int = 0
     busy_work_id: int = 0
+    impact_run_id: int = 0
 
 
 # --- the pages ---------------------------------------------------------------------------------
@@ -91,7 +92,13 @@ def work_page_newest(history: History) -> str:
     return f"/work/{history.busy_work_id}/?input_order=newest"
 
 
-PAGES: list[Callable[[History], str]] = [event_list, work_list, work_page, work_page_newest]
+def impact_run(history: History) -> str:
+    """An impact preview that changed every Event of history: its roll-up and its second page
+    of changed Events (50 a page)."""
+    return f"/config/impact/{history.impact_run_id}/?page=2"
+
+
+PAGES: list[Callable[[History], str]] = [event_list, work_list, work_page, work_page_newest, impact_run]
 # Shown for information, outside the target: a filter whose matches are most of history walks
 # its index over all of them (SQLite picks the index, not the newest-first scan), and a search
 # by subject or envelope id reads every Event (no index for them: each would cost every
@@ -108,7 +115,7 @@ def grow(history: History, target: int) -> None:
     from django.db import transaction
 
     from causal.models import Event, RouteState
-    from routing.models import Disposition, RouteRecord
+    from routing.models import Disposition, ImpactRun, ImpactRunChange, RouteRecord
     from worklife.models import Work, WorkInput
 
     with transaction.atomic():
@@ -160,6 +167,42 @@ def grow(history: History, target: int) -> None:
                 if e.route_state == RouteState.ROUTED
             ],
             batch_size=1000,
+        )
+        if not history.impact_run_id:
+            history.impact_run_id = ImpactRun.objects.create(
+                candidate_number=0, live="1", events=10_000, status="done", started_at=T0, updated_at=T0
+            ).pk
+        outcome = {"result": {"effect": "unmatched", "scope": "acme", "generation": "1", "verdicts": []}}
+        ImpactRunChange.objects.bulk_create(
+            [
+                ImpactRunChange(
+                    run_id=history.impact_run_id,
+                    position=i,
+                    seq=e.seq,
+                    type=e.type,
+                    scope=e.scope,
+                    group=f"{POLICIES[i % len(POLICIES)]} → unmatched",
+                    route=f"route-{i % 7}",
+                    live=outcome,
+                    candidate=outcome,
+                )
+                for i, e in enumerate(events, start=history.events)
+            ],
+            batch_size=1000,
+        )
+        ImpactRun.objects.filter(pk=history.impact_run_id).update(
+            changed=target,
+            examined=target,
+            rollup=[
+                {
+                    "group": f"{policy} → unmatched",
+                    "effect": "unmatched",
+                    "route": f"route-{r}",
+                    "count": target // 35,
+                }
+                for policy in dict.fromkeys(POLICIES)
+                for r in range(7)
+            ],
         )
         history.events = target
 

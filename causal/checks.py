@@ -12,7 +12,8 @@ way round them):
 - the ``core`` family: a type or source ``core`` or ``core.*`` (core code's own Events;
   ``core.manual`` is the operator's source);
 - ids starting with :data:`RESERVED_ID_PREFIXES` (a reroute copy is the original's source with
-  id ``reroute/<id>``; timers, wait bridges, created Work and emits have ids of their own);
+  id ``reroute/<id>``, a replay copy ``replay/<id>/<n>``; timers, wait bridges, created Work
+  and emits have ids of their own);
 - sources starting with :data:`RESERVED_SOURCE_PREFIXES` (``conduit.work/<id>``: what a Work
   emits as).
 """
@@ -46,10 +47,10 @@ BIGINT_MAX = 2**63 - 1
 
 # The family of types and sources only core code may use.
 RESERVED_FAMILY = "core"
-# Ids and sources the system writes for itself (reroute copies: routing.controls.events; timers:
-# worklife.timers; wait bridges: worklife.waits; emits: worklife.emit; successors:
-# worklife.lifecycle). Nobody else may use them.
-RESERVED_ID_PREFIXES = ("reroute/", "timer/", "wait-woken/", "work-created/", "emit/")
+# Ids and sources the system writes for itself (reroute copies: routing.controls.events; replay
+# copies: routing.controls.replay; timers: worklife.timers; wait bridges: worklife.waits; emits:
+# worklife.emit; successors: worklife.lifecycle). Nobody else may use them.
+RESERVED_ID_PREFIXES = ("reroute/", "replay/", "timer/", "wait-woken/", "work-created/", "emit/")
 RESERVED_SOURCE_PREFIXES = ("conduit.work/",)
 
 

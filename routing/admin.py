@@ -1,8 +1,10 @@
-"""Admin of configuration generations, route records, receivers' counts and API tokens.
+"""Admin of configuration generations, route records, receivers' counts, impact preview runs and
+API tokens.
 
 A generation (with its scopes, bindings, routes and receivers) is a stored document that routing
 and RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
-read-only, as are the counts of what receivers refused (the receivers write them). API tokens
+read-only, as are the counts of what receivers refused (the receivers write them) and the impact
+previews' runs and changed Events (their runs write them). API tokens
 have their own admin (``routing.access.admin``): added with the secret shown once, revoked by an
 action; so do logins (a role, never superuser) and groups (the roles, read-only), replacing
 Django's own.
@@ -16,7 +18,18 @@ from django.contrib.auth.models import Group
 
 from causal.admin import HistoryAdmin, HistoryInline
 from routing.access.admin import ApiTokenAdmin, RoleGroupAdmin, UserRoleAdmin
-from routing.models import ApiToken, Binding, Generation, Receiver, ReceiverCount, Route, RouteRecord, Scope
+from routing.models import (
+    ApiToken,
+    Binding,
+    Generation,
+    ImpactRun,
+    ImpactRunChange,
+    Receiver,
+    ReceiverCount,
+    Route,
+    RouteRecord,
+    Scope,
+)
 
 
 class ScopeInline(HistoryInline):
@@ -96,6 +109,32 @@ class ReceiverCountAdmin(HistoryAdmin):
     list_filter = ("outcome",)
     search_fields = ("=receiver", "=outcome")
     ordering = ("receiver", "outcome")
+
+
+@admin.register(ImpactRun)
+class ImpactRunAdmin(HistoryAdmin):
+    list_display = (
+        "id",
+        "candidate_number",
+        "live",
+        "status",
+        "traced",
+        "total",
+        "changed",
+        "started_by",
+        "started_at",
+    )
+    list_filter = ("status",)
+    search_fields = ("=id", "=candidate_number", "=started_by")
+    ordering = ("-id",)
+
+
+@admin.register(ImpactRunChange)
+class ImpactRunChangeAdmin(HistoryAdmin):
+    list_display = ("run", "position", "seq", "type", "group", "route")
+    list_select_related = ("run",)
+    search_fields = ("=run__id", "=seq", "=route")
+    ordering = ("-run", "position")
 
 
 admin.site.register(ApiToken, ApiTokenAdmin)

@@ -238,6 +238,7 @@ class RouteRecord(models.Model):
         permissions = [
             ("skip_event", "Can skip an unrouted Event"),
             ("reroute_event", "Can reroute an Event"),
+            ("replay_event", "Can replay a routed Event"),
             ("view_event", "Can read Events, their routes and Work"),
             ("accept_event", "Can accept Events"),
         ]
@@ -275,3 +276,77 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…) for {self.user}"
+
+
+class ImpactRunStatus(models.TextChoices):
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class ImpactRun(models.Model):
+    """One impact preview of a candidate, run in the background (routing.setup.impact_runs):
+    its progress while it runs, then its roll-up; its changed Events are :class:`ImpactRunChange`
+    rows. It outlives its candidate (applied or discarded), so its groups can be replayed after
+    Apply."""
+
+    candidate = models.ForeignKey(
+        Generation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    # The candidate's id when the run started (still shown once the candidate is applied).
+    candidate_number = models.PositiveBigIntegerField()
+    live = models.CharField(max_length=64, blank=True, default="")
+    events = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=ImpactRunStatus.choices, default=ImpactRunStatus.RUNNING)
+    # Events traced so far (``traced``) of those to look at (``total``): the progress.
+    traced = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    examined = models.PositiveIntegerField(default=0)
+    # Of the Events looked at, those traced against both configurations (their routes answer
+    # otherwise), and those that would route otherwise.
+    compared = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)
+    first_seq = models.BigIntegerField(null=True, blank=True)
+    last_seq = models.BigIntegerField(null=True, blank=True)
+    # [{"group", "effect", "route", "count"}], largest first: what the changes add up to.
+    rollup = models.JSONField(default=list, blank=True)
+    seconds = models.FloatField(default=0)
+    error = models.TextField(blank=True, default="")
+    started_by = models.CharField(max_length=150, blank=True, default="")
+    started_at = models.DateTimeField()
+    # The last progress written: a running run not heard of for a while was lost with its process.
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["candidate", "id"], name="impactrun_candidate_idx")]
+
+    def __str__(self) -> str:
+        return f"impact preview {self.pk} of candidate {self.candidate_number} ({self.status})"
+
+
+class ImpactRunChange(models.Model):
+    """An Event an impact preview found the candidate would route otherwise, with both traces
+    (``Outcome.as_dict()``), at its place in the run's list (newest Event first)."""
+
+    run = models.ForeignKey(ImpactRun, on_delete=models.CASCADE, related_name="changes", db_index=False)
+    position = models.PositiveIntegerField()
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=255)
+    scope = models.CharField(max_length=255)
+    group = models.CharField(max_length=255)
+    # The route the candidate takes (else the live one): the roll-up's second key.
+    route = models.CharField(max_length=255, blank=True, default="")
+    live = models.JSONField()
+    candidate = models.JSONField()
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="impactrunchange_run_position_unique")
+        ]
+        indexes = [models.Index(fields=["run", "group", "route"], name="impactrunchange_group_idx")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq}: {self.group}"

@@ -1,11 +1,13 @@
 """JSON API endpoints of the operator controls and of doctor (token-authenticated, see
 ``conduit_site.api.auth``): ``POST /api/events/{seq}/skip``, ``POST /api/events/{seq}/reroute``
-(R20) and ``GET /api/doctor`` (R23).
+(R20), ``POST /api/events/{seq}/replay`` and ``POST /api/events/replay`` (several, issue 39) and
+``GET /api/doctor`` (R23).
 
-Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``),
-doctor ``routing.view_event``: 403 without it (:func:`conduit_site.api.auth.api_view` checks). An
-Event in the wrong state is a 409 (``wrong_state``, naming the copy of an Event already
-rerouted), an unknown seq a 404; nothing is changed then.
+Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``,
+``routing.replay_event``), doctor ``routing.view_event``: 403 without it
+(:func:`conduit_site.api.auth.api_view` checks). An Event in the wrong state is a 409
+(``wrong_state``, naming the copy of an Event already rerouted), an unknown seq a 404; nothing is
+changed then. A replay of several answers each Event's outcome.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from collections.abc import Callable
 from django.http import HttpRequest, JsonResponse
 
 from causal.clock import Clock, system_clock
-from conduit_site.api.auth import api_view
+from conduit_site.api.auth import ApiError, api_view, request_json
 from conduit_site.doctor import doctor
 from routing.access.roles import VIEW_EVENT
 from routing.controls import events as controls
+from routing.controls import replay
 
 # The trusted clock the endpoints use (tests inject a fake one).
 clock: Clock = system_clock
 
 CONTROL_ERRORS = {controls.ControlRefused: (409, "wrong_state")}
+REPLAY_ERRORS = {replay.ReplayInvalid: (400, "invalid_replay")}
+# A replay body names at most REPLAY_LIMIT seqs: room for each with its separator.
+REPLAY_BODY_BYTES = replay.REPLAY_LIMIT * 24 + 1024
 
 
 def _control(request: HttpRequest, seq: int, action: str, service: Callable[..., controls.ControlResult]):
@@ -42,6 +48,24 @@ def event_reroute(request: HttpRequest, seq: int) -> JsonResponse:
     """Reroute the Event ``seq``: forget an unrouted Event's failures, or accept a copy of a
     failed or skipped one (R22)."""
     return _control(request, seq, controls.REROUTE_EVENT, controls.event_reroute)
+
+
+@api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=CONTROL_ERRORS)
+def event_replay(request: HttpRequest, seq: int) -> JsonResponse:
+    """Replay the settled Event ``seq``: accept a copy (id ``replay/<id>/<n>``) that routes under
+    the live configuration (issue 39)."""
+    return _control(request, seq, controls.REPLAY_EVENT, replay.event_replay)
+
+
+@api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=REPLAY_ERRORS)
+def events_replay(request: HttpRequest) -> JsonResponse:
+    """Replay several Events: ``{"seqs": [...]}`` (at most ``REPLAY_LIMIT``), each with its own
+    control Event in its own transaction; answers each Event's outcome and a summary."""
+    body = request_json(request, max_bytes=REPLAY_BODY_BYTES)
+    if not isinstance(body, dict) or set(body) != {"seqs"}:
+        raise ApiError(400, "invalid_replay", 'expected {"seqs": [Event seqs]}', field="seqs")
+    batch = replay.events_replay(seqs=body["seqs"], user=request.user, clock=clock)
+    return JsonResponse(batch.as_dict())
 
 
 @api_view(["GET"], permission=VIEW_EVENT)

@@ -14,9 +14,11 @@ register_id_converter()
 
 urlpatterns = [
     path("events", events.events_collection, name="api-events"),
+    path("events/replay", controls.events_replay, name="api-events-replay"),
     path("events/<id:seq>", events.event_detail, name="api-event-detail"),
     path("events/<id:seq>/skip", controls.event_skip, name="api-event-skip"),
     path("events/<id:seq>/reroute", controls.event_reroute, name="api-event-reroute"),
+    path("events/<id:seq>/replay", controls.event_replay, name="api-event-replay"),
     path("doctor", controls.doctor_report, name="api-doctor"),
     path("events/<id:seq>/route", events.event_route, name="api-event-route"),
     path("trace", events.trace_event, name="api-trace"),

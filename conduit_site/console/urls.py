@@ -11,7 +11,9 @@ from conduit_site.console.views import (
     doctor,
     events,
     home,
+    impact,
     receivers,
+    replay,
     setup,
     trace,
     work,
@@ -30,6 +32,8 @@ urlpatterns = [
     path("events/<id:seq>/", events.event_detail, name="event-detail"),
     path("events/<id:seq>/skip/", controls.event_skip, name="event-skip"),
     path("events/<id:seq>/reroute/", controls.event_reroute, name="event-reroute"),
+    path("events/<id:seq>/replay/", controls.event_replay, name="event-replay"),
+    path("events/replay/", replay.events_replay_view, name="events-replay"),
     path("dead-letters/", dead_letters.dead_letters, name="dead-letters"),
     path("dead-letters/reroute/", dead_letters.dead_letters_reroute, name="dead-letters-reroute"),
     path("doctor/", doctor.doctor_page, name="doctor"),
@@ -48,6 +52,7 @@ urlpatterns = [
     path("config/candidates/<id:candidate_id>/", setup.candidate_detail, name="candidate-detail"),
     path("config/candidates/<id:candidate_id>/trace/", setup.candidate_trace, name="candidate-trace"),
     path("config/candidates/<id:candidate_id>/impact/", setup.candidate_impact, name="candidate-impact"),
+    path("config/impact/<id:run_id>/", impact.impact_run_view, name="impact-run"),
     path("config/candidates/<id:candidate_id>/apply/", setup.candidate_apply_view, name="candidate-apply"),
     path(
         "config/candidates/<id:candidate_id>/discard/", setup.candidate_discard_view, name="candidate-discard"

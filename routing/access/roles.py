@@ -7,7 +7,7 @@ date idempotently by :func:`role_groups_ensure`.
 ========  ==============================================================================
 viewer    read: console pages, ``GET`` endpoints of the API, live updates (``routing.view_event``)
 operator  the viewer's, and accept Events (``routing.accept_event``) and every operator control
-          (skip, reroute, cancel, retry, send input, create, rebind)
+          (skip, reroute, replay, cancel, retry, send input, create, rebind)
 admin     the operator's, and apply configurations (``routing.apply_configuration``), manage
           logins, groups and API tokens in the admin; staff, so the admin site opens
 ========  ==============================================================================
@@ -43,6 +43,7 @@ TOKEN_SCOPES: dict[str, str] = {
     "read": VIEW_EVENT,
     "skip": "routing.skip_event",
     "reroute": "routing.reroute_event",
+    "replay": "routing.replay_event",
     "cancel": "worklife.cancel_work",
     "retry": "worklife.retry_work",
     "send": "worklife.send_input",
@@ -68,7 +69,15 @@ _ADMIN_SITE = (
                 "timer",
                 "dependencysubscription",
             ),
-            "routing": ("generation", "scope", "binding", "route", "routerecord"),
+            "routing": (
+                "generation",
+                "scope",
+                "binding",
+                "route",
+                "routerecord",
+                "impactrun",
+                "impactrunchange",
+            ),
         }.items()
         for model in models
     ),

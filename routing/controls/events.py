@@ -62,12 +62,19 @@ logger = logging.getLogger("conduit.routing")
 
 SKIP_EVENT = "skip_event"
 REROUTE_EVENT = "reroute_event"
+# Replay is in routing.controls.replay; its name and permission sit with the others.
+REPLAY_EVENT = "replay_event"
 COPY_PREFIX = "reroute/"
-PERMISSIONS = {SKIP_EVENT: "routing.skip_event", REROUTE_EVENT: "routing.reroute_event"}
+PERMISSIONS = {
+    SKIP_EVENT: "routing.skip_event",
+    REROUTE_EVENT: "routing.reroute_event",
+    REPLAY_EVENT: "routing.replay_event",
+}
 # What a control did (ControlResult.outcome).
 SKIPPED = "skipped"
 FAILURES_FORGOTTEN = "failures_forgotten"
 COPIED = "copied"
+REPLAYED = "replayed"
 # Dead letters rerouted in one request (each in its own transaction).
 MAX_BATCH = 100
 
@@ -102,14 +109,14 @@ class ControlRefused(Exception):
 class ControlResult:
     """What a control did to one Event."""
 
-    action: str  # skip_event | reroute_event
+    action: str  # skip_event | reroute_event | replay_event
     seq: int  # the Event acted on
     route_state: str  # its route state after the control
-    outcome: str  # skipped | failures_forgotten | copied
+    outcome: str  # skipped | failures_forgotten | copied | replayed
     control_seq: int  # the control Event committed with the effect
     by: str  # the acting user
     work_id: int | None = None  # the Work the skip was recorded on
-    copy_seq: int | None = None  # the copy a reroute accepted
+    copy_seq: int | None = None  # the copy a reroute or a replay accepted
     failures: int = 0  # route failures counted before the control (forgotten or kept)
     last_error: str = ""  # the last route failure's error, when there was one
 
@@ -128,6 +135,11 @@ class ControlResult:
             return (
                 f"Event #{self.seq} rerouted by {self.by} as the copy #{self.copy_seq}; "
                 f"control Event #{self.control_seq}"
+            )
+        if self.outcome == REPLAYED:
+            return (
+                f"Event #{self.seq} replayed by {self.by} as the copy #{self.copy_seq}, routed under the live "
+                f"configuration; control Event #{self.control_seq}"
             )
         return (
             f"Event #{self.seq}: failures forgotten by {self.by}{counted}, tried again on the next pass; "
@@ -168,7 +180,7 @@ def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Contr
     """
     by = actor_name(user)
     with transaction.atomic():
-        event = _locked_event_in_tx(seq)
+        event = locked_event_in_tx(seq)
         if event.route_state != RouteState.UNROUTED:
             raise ControlRefused(
                 seq=seq,
@@ -237,7 +249,7 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
     """
     by = actor_name(user)
     with transaction.atomic():
-        event = _locked_event_in_tx(seq)
+        event = locked_event_in_tx(seq)
         state = event.route_state
         failure: RouteFailure | None = None
         copy: Event | None = None
@@ -261,7 +273,8 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
                 seq=seq,
                 route_state=state,
                 message=f"Event #{seq} was routed normally (policy {policy or 'unknown'}): only an unrouted, "
-                "failed or skipped Event can be rerouted",
+                "failed or skipped Event can be rerouted (replay accepts a copy of it, routed under the live "
+                "configuration)",
             )
         control = _control_event_in_tx(
             REROUTE_EVENT, event, by=by, clock=clock, work_id=work_id, generation=live_label()
@@ -330,7 +343,7 @@ def reroute_copies(events: Iterable[Event]) -> dict[int, int]:
 # --- inside the transaction -------------------------------------------------------------------
 
 
-def _locked_event_in_tx(seq: int) -> Event:
+def locked_event_in_tx(seq: int) -> Event:
     """The Event row, locked, read after every route commit in progress has finished."""
     if connection.vendor == "postgresql":
         # The router's commit lock: the state re-checked below is the one route commits leave.

@@ -1,5 +1,6 @@
-"""``manage.py events skip SEQ`` and ``manage.py events reroute SEQ``: the operator controls
-from the command line (R20–R22), as subcommands of ``events`` (see its ``SUBCOMMANDS``).
+"""``manage.py events skip SEQ``, ``manage.py events reroute SEQ`` and ``manage.py events replay
+SEQ...``: the operator controls from the command line (R20–R22, issue 39), as subcommands of
+``events`` (see its ``SUBCOMMANDS``).
 
 The CLI is trusted operator access on the host: whoever can run ``manage.py`` can already
 change the database, so no permission is checked here. ``--as USER`` (an existing active
@@ -62,6 +63,58 @@ def skip_arguments(parser: CommandParser) -> None:
 def reroute_arguments(parser: CommandParser) -> None:
     """Arguments of ``events reroute``."""
     _control_arguments(parser, "reroute")
+
+
+def replay_arguments(parser: CommandParser) -> None:
+    """Arguments of ``events replay``."""
+    parser.add_argument(
+        "seqs",
+        metavar="SEQ",
+        nargs="+",
+        type=_positive_seq,
+        help="The seqs of the settled Events to replay (routed with any policy, failed or skipped). Each is "
+        "accepted again as a copy, id replay/<original id>/<n>, that routes under the live configuration, "
+        "with its own core.manual.replay_event control Event. More Events than one replay request takes "
+        "(10,000) are refused before anything is done.",
+    )
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        default=None,
+        help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
+        "is trusted host access: no permission is checked.",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="Print each Event's outcome and a summary as a JSON object on standard output (as POST "
+        "/api/events/replay answers).",
+    )
+
+
+def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Replay Events: a copy of each, routed under the live configuration; one line per Event.
+    Exits non-zero when any was refused (the others are replayed)."""
+    from routing.controls import replay
+
+    actor = cli_actor(options["as_user"])
+    try:
+        batch = replay.events_replay(seqs=options["seqs"], user=actor, clock=system_clock)
+    except replay.ReplayInvalid as exc:
+        _refuse(command, options["json"], exc.details(), f"SEQ: {exc.message}")
+    if options["json"]:
+        command.stdout.write(json.dumps(batch.as_dict(), ensure_ascii=False))
+    else:
+        for outcome in batch.outcomes:
+            line = (
+                outcome.result.message
+                if outcome.result is not None
+                else f"Event #{outcome.seq}: {outcome.error}"
+            )
+            command.stdout.write(line)
+    if batch.refused:
+        raise CommandError(f"refused {len(batch.refused)} of {len(batch.outcomes)}: {batch.summary}")
 
 
 def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:

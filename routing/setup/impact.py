@@ -10,6 +10,7 @@ this.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,7 +157,12 @@ def recent_events(limit: int) -> list[Event]:
 
 
 def impact_preview(
-    *, candidate: Generation, clock: Clock, events: int | None = None, exhaustive: bool = False
+    *,
+    candidate: Generation,
+    clock: Clock,
+    events: int | None = None,
+    exhaustive: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ImpactReport:
     """Trace the last ``events`` accepted Events (default :data:`DEFAULT_EVENTS`, at most
     :data:`MAX_EVENTS`) against the live generation and ``candidate``; keep what differs.
@@ -171,7 +177,8 @@ def impact_preview(
     same for both. So an Event of a scope both configurations resolve alike is not looked at,
     and one whose routes answer alike in both (:meth:`~routing.setup.trace.Tracer.inputs`) is not
     traced: neither can change. ``exhaustive=True`` traces every Event against both (a test
-    holds the reports equal)."""
+    holds the reports equal). ``progress(done, total)`` is told, before each Event and at the
+    end, how many of the ``total`` Events to look at it has looked at."""
     limit = check_limit(events)
     if candidate.kind != GenerationKind.CANDIDATE:
         raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
@@ -188,8 +195,11 @@ def impact_preview(
         rows_looked_at = rows
     groups: dict[str, list[ImpactChange]] = {}
     traced = 0
+    total = len(rows_looked_at)
     with tracers(live, candidate, clock=clock) as (before, after):
-        for event in rows_looked_at:
+        for done, event in enumerate(rows_looked_at):
+            if progress is not None:
+                progress(done, total)
             payload, operator = _offered(event)
             if not exhaustive:
                 inputs = before.inputs(payload, operator)
@@ -210,6 +220,8 @@ def impact_preview(
                         candidate=candidate_outcome,
                     )
                 )
+    if progress is not None:
+        progress(total, total)
     return ImpactReport(
         live=live.label,
         candidate=candidate.pk,

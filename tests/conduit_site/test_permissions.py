@@ -30,13 +30,13 @@ from conduit_site.console.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATE
 from routing.access.services import api_token_create
 from routing.models import ApiToken
 from tests.causal.factories import EventFactory
-from tests.routing.factories import T0, UserFactory, apply_config, user_with_role
+from tests.routing.factories import T0, ImpactRunFactory, UserFactory, apply_config, user_with_role
 from tests.worklife.factories import WorkFactory
 
 # --- who: the principals and the scopes each may use ------------------------------------------
 
 PRINCIPALS = ("anonymous", "viewer", "operator", "admin", "narrowed")
-CONTROLS = {"skip", "reroute", "cancel", "retry", "send", "create", "rebind"}
+CONTROLS = {"skip", "reroute", "replay", "cancel", "retry", "send", "create", "rebind"}
 MAY = {
     "anonymous": set(),
     "viewer": {"read"},
@@ -56,6 +56,8 @@ API = {
     ("api-event-detail", "GET"): "read",
     ("api-event-skip", "POST"): "skip",
     ("api-event-reroute", "POST"): "reroute",
+    ("api-event-replay", "POST"): "replay",
+    ("api-events-replay", "POST"): "replay",
     ("api-doctor", "GET"): "read",
     ("api-event-route", "GET"): "read",
     ("api-trace", "POST"): "read",
@@ -85,6 +87,9 @@ CONSOLE = {
     ("event-skip", "POST"): "skip",
     ("event-reroute", "GET"): "reroute",
     ("event-reroute", "POST"): "reroute",
+    ("event-replay", "GET"): "replay",
+    ("event-replay", "POST"): "replay",
+    ("events-replay", "POST"): "replay",
     ("dead-letters", "GET"): "read",
     ("dead-letters-reroute", "POST"): "reroute",
     ("doctor", "GET"): "read",
@@ -108,6 +113,8 @@ CONSOLE = {
     ("candidate-detail", "GET"): "read",
     ("candidate-trace", "POST"): "read",
     ("candidate-impact", "GET"): "read",
+    ("candidate-impact", "POST"): "read",
+    ("impact-run", "GET"): "read",
     ("candidate-apply", "POST"): "configure",
     ("candidate-discard", "POST"): "configure",
     ("trace", "GET"): "read",
@@ -162,7 +169,8 @@ def world():
     event = EventFactory()
     work = WorkFactory(binding="agent")
     candidate = apply_config(candidate=True)
-    return {"seq": event.seq, "work_id": work.pk, "candidate_id": candidate.pk}
+    run = ImpactRunFactory(candidate=candidate)
+    return {"seq": event.seq, "work_id": work.pk, "candidate_id": candidate.pk, "run_id": run.pk}
 
 
 def principal_user(who: str):
@@ -186,6 +194,7 @@ def url_for(name: str, world: dict[str, int]) -> str:
         {"seq": world["seq"]},
         {"work_id": world["work_id"]},
         {"candidate_id": world["candidate_id"]},
+        {"run_id": world["run_id"]},
     ):
         try:
             return reverse(name, kwargs=kwargs)
@@ -316,7 +325,7 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 def test_i9p3_matrix_size():
     # 5 principals x (routes and methods of the API, the console, the admin site and 4 websockets).
-    assert MATRIX_SIZE == 5 * 71 == 355
+    assert MATRIX_SIZE == 5 * 78 == 390
 
 
 # --- narrowing a token ---------------------------------------------------------------------------

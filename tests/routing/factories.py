@@ -14,7 +14,16 @@ from django.db import transaction
 from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT, Role, role_assign_in_tx
 from routing.access.tokens import token_digest, token_generate
 from routing.config.services import config_apply, config_candidate
-from routing.models import ApiToken, Generation, GenerationKind, ReceiverCount, RouteRecord, Scope
+from routing.models import (
+    ApiToken,
+    Generation,
+    GenerationKind,
+    ImpactRun,
+    ImpactRunChange,
+    ReceiverCount,
+    RouteRecord,
+    Scope,
+)
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -235,3 +244,42 @@ class ReceiverCountFactory(factory.django.DjangoModelFactory):
     first_at = T0
     last_at = T0
     last_message = "the X-Hub-Signature-256 signature does not match the body"
+
+
+# --- impact preview runs -----------------------------------------------------------------------
+
+
+class ImpactRunFactory(factory.django.DjangoModelFactory):
+    """A finished impact preview run of ``candidate`` (a candidate generation); add its changes
+    with :class:`ImpactRunChangeFactory` and set ``changed`` and ``rollup`` to match."""
+
+    class Meta:
+        model = ImpactRun
+
+    candidate = factory.SubFactory(GenerationFactory, kind=GenerationKind.CANDIDATE, number=None)
+    candidate_number = factory.SelfAttribute("candidate.pk")
+    live = "1"
+    events = 1000
+    status = "done"
+    started_at = T0
+    updated_at = T0
+    finished_at = T0
+
+
+class ImpactRunChangeFactory(factory.django.DjangoModelFactory):
+    """A changed Event of an impact preview run, unmatched live and started by the candidate."""
+
+    class Meta:
+        model = ImpactRunChange
+
+    run = factory.SubFactory(ImpactRunFactory)
+    position = factory.Sequence(lambda n: n)
+    seq = factory.Sequence(lambda n: n + 1)
+    type = "alert.fired"
+    scope = "acme"
+    group = "unmatched → start"
+    route = "alerts"
+    live = factory.LazyFunction(lambda: {"result": {"effect": "unmatched", "verdicts": []}})
+    candidate = factory.LazyFunction(
+        lambda: {"result": {"effect": "start", "route": "alerts", "verdicts": []}}
+    )

@@ -13,6 +13,7 @@ from routing.models import ApiToken
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing.factories import (
     GenerationFactory,
+    ImpactRunChangeFactory,
     ReceiverCountFactory,
     RouteRecordFactory,
     UserFactory,
@@ -52,6 +53,7 @@ def history_records():
         "Intent": IntentFactory(),
         "Generation": GenerationFactory(),
         "ReceiverCount": ReceiverCountFactory(),
+        "ImpactRunChange": ImpactRunChangeFactory(),
     }
 
 

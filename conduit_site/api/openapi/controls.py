@@ -1,16 +1,16 @@
-"""Operator controls in the OpenAPI document: skipping and rerouting one Event, and doctor's
-health checks."""
+"""Operator controls in the OpenAPI document: skipping, rerouting and replaying one Event,
+replaying several, and doctor's health checks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from conduit_site.api.openapi.common import SEQ_PARAMETER, TIMESTAMP, json_content, ref, response_ref
+from conduit_site.api.openapi.common import ID, SEQ_PARAMETER, TIMESTAMP, json_content, ref, response_ref
 
 TAG: dict[str, str] = {
     "name": "controls",
     "description": (
-        "Operator controls on one Event (skip, reroute), each recorded as a control Event, and "
+        "Operator controls on Events (skip, reroute, replay), each recorded as a control Event, and "
         "doctor's health checks."
     ),
 }
@@ -19,27 +19,32 @@ TAG: dict[str, str] = {
 SCHEMAS: dict[str, Any] = {
     "ControlResult": {
         "type": "object",
-        "description": "What an operator control did to one Event (R20-R22). Each control commits a "
-        "`core.manual.skip_event` / `core.manual.reroute_event` control Event naming the Event and the "
-        "acting user, in the same transaction as its effect.",
+        "description": "What an operator control did to one Event (R20-R22, replay). Each control commits "
+        "a `core.manual.skip_event` / `core.manual.reroute_event` / `core.manual.replay_event` control Event "
+        "naming the Event and the acting user, in the same transaction as its effect.",
         "required": ["action", "seq", "route_state", "outcome", "control_seq", "by", "message"],
         "properties": {
-            "action": {"type": "string", "enum": ["skip_event", "reroute_event"]},
+            "action": {"type": "string", "enum": ["skip_event", "reroute_event", "replay_event"]},
             "seq": {"type": "integer", "description": "The Event acted on."},
             "route_state": {
                 "type": "string",
-                "enum": ["unrouted", "skipped", "failed"],
+                "enum": ["unrouted", "routed", "skipped", "failed"],
                 "description": "The Event's route state after the control.",
             },
             "outcome": {
                 "type": "string",
-                "enum": ["skipped", "failures_forgotten", "copied"],
+                "enum": ["skipped", "failures_forgotten", "copied", "replayed"],
                 "description": "skipped: routed as skipped; failures_forgotten: an unrouted Event's failures "
                 "were forgotten, the next pass tries it at once; copied: a copy of a failed or skipped Event "
-                "was accepted (id `reroute/<original id>`, same source) and routes like new input.",
+                "was accepted (id `reroute/<original id>`, same source) and routes like new input; replayed: "
+                "a copy of a settled Event was accepted (id `replay/<original id>/<n>`, same source) and "
+                "routes under the live configuration.",
             },
             "control_seq": {"type": "integer", "description": "The control Event."},
-            "copy_seq": {"type": ["integer", "null"], "description": "The copy a reroute accepted."},
+            "copy_seq": {
+                "type": ["integer", "null"],
+                "description": "The copy a reroute or a replay accepted.",
+            },
             "work_id": {"type": ["integer", "null"], "description": "The Work the control was recorded on."},
             "by": {"type": "string", "description": "The acting user."},
             "failures": {"type": "integer", "description": "Route failures counted before the control."},
@@ -59,6 +64,52 @@ SCHEMAS: dict[str, Any] = {
             "copy_seq": {
                 "type": ["integer", "null"],
                 "description": "The copy of an Event already rerouted (a second reroute is refused).",
+            },
+        },
+    },
+    "ReplayRequest": {
+        "type": "object",
+        "required": ["seqs"],
+        "additionalProperties": False,
+        "properties": {
+            "seqs": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 10000,
+                "items": ID,
+                "description": "The Events to replay (an impact preview group's, for one), each once.",
+            }
+        },
+    },
+    "ReplayBatch": {
+        "type": "object",
+        "description": "What a replay of several Events did, Event by Event, in the order named.",
+        "required": ["action", "by", "done", "refused", "summary", "outcomes"],
+        "properties": {
+            "action": {"type": "string", "const": "replay_event"},
+            "by": {"type": "string", "description": "The acting user."},
+            "done": {"type": "integer"},
+            "refused": {"type": "integer"},
+            "summary": {"type": "string", "description": "The result in one line."},
+            "outcomes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["seq", "ok", "copy_seq", "control_seq", "status", "error"],
+                    "properties": {
+                        "seq": {"type": "integer"},
+                        "ok": {"type": "boolean"},
+                        "copy_seq": {"type": ["integer", "null"], "description": "The copy accepted."},
+                        "control_seq": {"type": ["integer", "null"], "description": "Its control Event."},
+                        "status": {
+                            "type": "integer",
+                            "enum": [200, 404, 409],
+                            "description": "200 replayed; 404 no such Event; 409 not replayable (unrouted, "
+                            "or an Event Conduit wrote for itself).",
+                        },
+                        "error": {"type": "string", "description": "Why it was refused (empty when done)."},
+                    },
+                },
             },
         },
     },
@@ -154,6 +205,48 @@ PATHS: dict[str, Any] = {
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),
                 "409": response_ref("ControlRefused"),
+            },
+        }
+    },
+    "/api/events/{seq}/replay": {
+        "post": {
+            "operationId": "event_replay",
+            "summary": "Replay a routed Event",
+            "description": "A settled Event (routed with any policy — unmatched, drop, start… — or failed or "
+            "skipped) is accepted again as a copy: the same envelope and source under the id "
+            "`replay/<original id>/<n>` (n counts its replays from 1; the prefix is reserved, refused from "
+            "senders), which routes like new input under the live configuration. An unrouted Event, or one "
+            "Conduit wrote for itself (`core.*`), is refused (409). Commits a `core.manual.replay_event` "
+            "control Event naming the Event and its copy in the same transaction. Needs the permission "
+            "`routing.replay_event`. No request body.",
+            "parameters": [SEQ_PARAMETER],
+            "responses": {
+                "200": {"description": "Replayed.", "content": json_content(ref("ControlResult"))},
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+                "409": response_ref("ControlRefused"),
+            },
+        }
+    },
+    "/api/events/replay": {
+        "post": {
+            "operationId": "events_replay",
+            "summary": "Replay several Events",
+            "description": "Replays each Event of `seqs` (at most 10,000; more is refused with 400 before "
+            "anything is done) as `POST /api/events/{seq}/replay` does: its own transaction and "
+            "`core.manual.replay_event` control Event; a refusal of one is its outcome and the others go "
+            "on. Needs the permission `routing.replay_event`.",
+            "requestBody": {"required": True, "content": json_content(ref("ReplayRequest"))},
+            "responses": {
+                "200": {"description": "Each Event's outcome.", "content": json_content(ref("ReplayBatch"))},
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "405": response_ref("MethodNotAllowed"),
+                "413": response_ref("TooLarge"),
+                "415": response_ref("UnsupportedMediaType"),
             },
         }
     },

@@ -12,6 +12,7 @@ from routing.access.roles import VIEW_EVENT
 from routing.config.selectors import live_generation
 from routing.models import Generation
 from routing.selectors import generation_shown, generations_page, generations_total
+from routing.setup.impact_runs import impact_runs_recent
 
 TEMPLATE = "routing/config_list.html"
 PARTIALS = ("generation-list",)
@@ -47,6 +48,8 @@ def config_list(request: HttpRequest) -> HttpResponse:
         "shown": shown,
         "total": generations_total(),
         "total_noun": "generations",
+        # After Apply, the candidate's impact preview is where its groups are replayed.
+        "impact_runs": impact_runs_recent() if not request.htmx else [],
         **paging,
     }
     return render_console(request, TEMPLATE, context, partials=PARTIALS)

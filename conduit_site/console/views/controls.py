@@ -1,14 +1,15 @@
-"""Skip and reroute in the console (R20, D4): on each Event of the Work page and on the
-Event page.
+"""Skip, reroute and replay in the console (R20, D4, issue 39): on each Event of the Work page
+and on the Event page.
 
-``GET events/<seq>/skip/`` (and ``…/reroute/``) is the confirmation page (no JavaScript);
+``GET events/<seq>/skip/`` (and ``…/reroute/``, ``…/replay/``) is the confirmation page (no JavaScript);
 its form POSTs back. With htmx the buttons POST directly after ``hx-confirm`` and the
 response is the element the button targets, re-rendered with the Event's new state: a row
 of the Work page (``unrouted-<seq>``, ``input-<seq>``, ``history-<seq>``) or the Event page's
 ``event-route`` section. A refusal (the Event is no longer in a state the control takes) is
 a 409 whose body is the same element with the reason; the buttons swap it in too.
 
-Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``):
+Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``,
+``routing.replay_event``):
 403 without it. Anonymous users are sent to the sign-in page; a POST without the CSRF token
 is refused (403) by Django's CSRF middleware.
 """
@@ -36,6 +37,7 @@ from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.events import DETAIL_PARTIALS, event_detail_context
 from conduit_site.console.views.events import DETAIL_TEMPLATE as EVENT_PAGE
 from routing.controls import events as controls
+from routing.controls import replay
 from routing.models import RouteRecord
 
 CONFIRM_TEMPLATE = "routing/event_control.html"
@@ -64,6 +66,13 @@ ACTIONS: dict[str, dict[str, Any]] = {
         "pass. A failed or skipped Event is accepted again as a copy (id reroute/…), which routes like "
         "new input.",
     },
+    controls.REPLAY_EVENT: {
+        "service": replay.event_replay,
+        "verb": "Replay",
+        "url": "event-replay",
+        "explain": "The Event is accepted again as a copy (id replay/…/n, the same envelope and source), which "
+        "routes like new input under the live configuration. The Event itself and its record stay as they are.",
+    },
 }
 
 
@@ -81,6 +90,13 @@ def event_reroute(request: HttpRequest, seq: int) -> HttpResponse:
     return _control(request, seq, controls.REROUTE_EVENT)
 
 
+@login_required
+@require_http_methods(["GET", "POST"])
+def event_replay(request: HttpRequest, seq: int) -> HttpResponse:
+    """Replay a settled Event: the confirmation page (GET) or the control (POST)."""
+    return _control(request, seq, controls.REPLAY_EVENT)
+
+
 def require_control_permission(request: HttpRequest, action: str) -> None:
     """Refuse (403) a user who lacks the permission of the control ``action``."""
     permission = controls.PERMISSIONS[action]
@@ -91,7 +107,7 @@ def require_control_permission(request: HttpRequest, action: str) -> None:
 def _control(request: HttpRequest, seq: int, action: str) -> HttpResponse:
     require_control_permission(request, action)
     spec = ACTIONS[action]
-    next_url = _safe_next(request)
+    next_url = safe_next(request)
     if request.method == "GET":
         event = _event(seq)
         return _confirmation(request, event, action, next_url, error=_wrong_state(event, action))
@@ -105,7 +121,9 @@ def _control(request: HttpRequest, seq: int, action: str) -> HttpResponse:
             return _swapped(request, seq, error=refused.message, copy_seq=refused.copy_seq, status=409)
         return _confirmation(request, _event(seq), action, next_url, error=refused.message, status=409)
     if request.htmx:
-        return _swapped(request, seq, result=result, copy_seq=result.copy_seq)
+        # The rows link a reroute's copy in place of the Reroute button; a replay's is in the message.
+        copy_seq = result.copy_seq if action == controls.REROUTE_EVENT else None
+        return _swapped(request, seq, result=result, copy_seq=copy_seq)
     return redirect(next_url or reverse("event-detail", args=[seq]))
 
 
@@ -122,7 +140,12 @@ def _wrong_state(event: Event, action: str) -> str:
     if action == controls.SKIP_EVENT and state != "unrouted":
         return f"Event #{event.seq} is already {state}: only an unrouted Event can be skipped."
     if action == controls.REROUTE_EVENT and state == "routed":
-        return f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted."
+        return (
+            f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted "
+            "(Replay accepts a copy of it, routed under the live configuration)."
+        )
+    if action == controls.REPLAY_EVENT and state == "unrouted":
+        return f"Event #{event.seq} is not routed yet: only a settled Event can be replayed."
     return ""
 
 
@@ -206,7 +229,7 @@ def _page_path(url: str | None) -> str:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def _safe_next(request: HttpRequest) -> str:
+def safe_next(request: HttpRequest) -> str:
     """The page to return to (``next``), when it is on this site."""
     candidate = request.POST.get("next") or request.GET.get("next") or ""
     if candidate and url_has_allowed_host_and_scheme(

@@ -17,6 +17,7 @@ from infra.live import event_ws_path, events_ws_path
 from routing.acceptance.raw import raw_envelope
 from routing.access.roles import VIEW_EVENT
 from routing.controls.events import reroute_copies
+from routing.controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from routing.engine.failures import failures_read
 from routing.receivers.spec import receiver_of
 from routing.selectors import (
@@ -117,8 +118,8 @@ def pretty_json(value: Any) -> str:
 
 def event_detail_context(seq: int, partials: Iterable[str] = DETAIL_PARTIALS) -> dict[str, Any]:
     """What the Event page's ``partials`` show (``Event.DoesNotExist`` for an unknown seq):
-    the Event with its route, why it is unrouted, the copy a reroute accepted and its causal
-    chain. The page, the controls' answers and the live updates all render from it."""
+    the Event with its route, why it is unrouted, the copy a reroute accepted, its replay copies
+    (or the Event it is a replay of) and its causal chain. The page, the controls' answers and the live updates all render from it."""
     partials = set(partials)
     event = event_with_route(seq)
     record = getattr(event, "route_record", None) if event.is_settled else None
@@ -135,6 +136,10 @@ def event_detail_context(seq: int, partials: Iterable[str] = DETAIL_PARTIALS) ->
         # A failed or skipped Event rerouted already links to its copy instead of offering
         # Reroute again (R22).
         "copy_seq": reroute_copies([event]).get(event.seq) if settled_dead else None,
+        # Replay's lineage (issue 39): the Event this one is a copy of, and this one's copies.
+        "replay_of": replay_original(event),
+        "replays": replay_copies(event),
+        "replays_shown": COPIES_SHOWN,
         # The causal chain, root first, each Event with its policy (not read for the route alone).
         "chain": event_chain_routes(seq) if "event-chain" in partials else [],
     }

@@ -4,7 +4,8 @@ trace Events against it, preview its impact, then apply or discard it.
 Reading (the editor, a candidate's diff and tree, traces, the impact preview) needs
 ``routing.view_event``; storing, applying and discarding a candidate need
 ``routing.apply_configuration``. The domain logic is in ``routing.setup.candidates`` and
-``routing.setup.impact``; these views parse, call and render.
+``routing.setup.impact`` (run in the background by ``routing.setup.impact_runs``, its section in
+``conduit_site.console.views.impact``); these views parse, call and render.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from causal.clock import Clock, system_clock
 from causal.models import Event
+from conduit_site.console.views import impact
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import render_console
+from conduit_site.console.views.impact import ImpactForm, impact_section_context
 from conduit_site.console.views.trace import TraceForm
 from routing.acceptance.raw import raw_envelope
 from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
@@ -42,7 +45,8 @@ from routing.setup.candidates import (
     configuration_diff,
     effective_tree,
 )
-from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, impact_preview
+from routing.setup.impact import ImpactInvalid
+from routing.setup.impact_runs import impact_run_get, impact_run_latest, impact_run_start
 from routing.setup.trace import TraceRefused, samples, trace_offered
 
 SETUP_TEMPLATE = "routing/setup.html"
@@ -66,16 +70,6 @@ class DocumentForm(forms.Form):
         # A browser posts a textarea's line breaks as CRLF (the HTML standard's form submission);
         # the document is stored as it was written.
         return self.cleaned_data["document"].replace("\r\n", "\n")
-
-
-class ImpactForm(forms.Form):
-    events = forms.IntegerField(
-        min_value=1,
-        max_value=MAX_EVENTS,
-        required=False,
-        initial=DEFAULT_EVENTS,
-        help_text=f"How many of the latest accepted Events to trace again (at most {MAX_EVENTS:,}).",
-    )
 
 
 class ApplyForm(forms.Form):
@@ -184,13 +178,16 @@ def _candidate_context(request: HttpRequest, candidate: Generation) -> dict[str,
         "diff": configuration_diff(load_configuration(live) if live is not None else None, configuration),
         "tree": effective_tree(configuration),
         "trace_form": TraceForm(choices=[(candidate_label(candidate), str(candidate))]),
+        # The impact section: the form to start a preview (as the latest one ran, if any) and
+        # the latest preview of this candidate.
         "impact_form": ImpactForm(),
+        "impact_candidate": candidate.pk,
+        **impact_section_context(request, impact_run_latest(candidate.pk)),
         "recent_events": list(Event.objects.order_by("-seq").only("seq", "type", "scope")[:RECENT_EVENTS]),
         "scopes": sorted(configuration.scopes),
         "samples": [],
         "result": None,
         "refused": None,
-        "report": None,
         "can_apply": request.user.has_perm(APPLY_CONFIGURATION),
     }
 
@@ -261,26 +258,43 @@ def candidate_trace(request: HttpRequest, candidate_id: int) -> HttpResponse:
 
 
 @permission_needed(VIEW_EVENT)
-@require_GET
+@require_http_methods(["GET", "POST"])
 def candidate_impact(request: HttpRequest, candidate_id: int) -> HttpResponse:
-    """The impact preview: the latest ``events`` Events traced against live and the candidate,
-    only what changes, grouped, each with both traces. Writes nothing."""
+    """The impact preview: GET shows the candidate's latest run; POST starts a run over the
+    latest ``events`` Events, traced in the background, and answers its section (progress
+    first), or the candidate page without JavaScript. A bad count is a 400 naming it."""
     candidate = _candidate_or_404(candidate_id)
-    context = _candidate_context(request, candidate)
-    form = ImpactForm(request.GET)
-    context["impact_form"] = form
-    status = 200
+    if request.method == "GET":
+        return render_console(
+            request, CANDIDATE_TEMPLATE, _candidate_context(request, candidate), partials=CANDIDATE_PARTIALS
+        )
+    form = ImpactForm(request.POST)
+    error = ""
+    run, created = None, False
     if form.is_valid():
         try:
-            context["report"] = impact_preview(
-                candidate=candidate, clock=clock, events=form.cleaned_data["events"] or None
+            run, created = impact_run_start(
+                candidate=candidate,
+                clock=clock,
+                events=form.cleaned_data["events"] or None,
+                by=request.user.get_username(),
             )
         except ImpactInvalid as exc:
-            context["impact_error"] = exc.message
-            status = 400
-    else:
-        status = 400
-    return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=status)
+            error = exc.message
+    if run is None:
+        context = _candidate_context(request, candidate)
+        context.update(impact_form=form, impact_error=error)
+        return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=400)
+    if created:
+        impact.launch(run.pk, clock)
+    if not getattr(request, "htmx", False):
+        return redirect(reverse("candidate-detail", args=[candidate.pk]) + "#candidate-impact")
+    # Read again: the run may have made progress already (or, run at once, be done).
+    context = {
+        **_candidate_context(request, candidate),
+        **impact_section_context(request, impact_run_get(run.pk)),
+    }
+    return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS)
 
 
 @permission_needed(APPLY_CONFIGURATION)

@@ -2,7 +2,7 @@
 
 Each subcommand is a :class:`Subcommand` in ``SUBCOMMANDS``: a function that adds its
 arguments (with help text on every one) and a function that runs it. To add one (``get``,
-``chain``, ``list``, ``skip``, ``reroute``…), write the two functions and add an entry; keep
+``chain``, ``list``, ``skip``, ``reroute``, ``replay``…), write the two functions and add an entry; keep
 ``run`` thin: parse, call one service or selector, print, and raise ``CommandError`` (a
 non-zero exit) for refused input.
 """
@@ -28,6 +28,8 @@ from routing.explain import route_why
 from routing.management.controls import (
     CLI_ACTOR,
     cli_actor,
+    replay_arguments,
+    replay_run,
     reroute_arguments,
     reroute_run,
     skip_arguments,
@@ -461,6 +463,13 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "skipped one (trusted: no permission is checked; --as names the actor).",
         add_arguments=reroute_arguments,
         run=reroute_run,
+    ),
+    "replay": Subcommand(
+        help="Replay settled Events (routed with any policy, failed or skipped): accept each again as a "
+        "copy, id replay/<original id>/<n>, routed under the live configuration (trusted: no permission is "
+        "checked; --as names the actor).",
+        add_arguments=replay_arguments,
+        run=replay_run,
     ),
     "get": Subcommand(
         help="Print an Event and its route (policy, reason, refusals, error) or why it is unrouted.",

@@ -195,7 +195,14 @@ def test_i10p4_trace_against_the_candidate_from_a_sample_a_recent_event_or_by_ha
     assert 'data-swap-statuses="400"' in refused.content.decode()
 
 
-def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, clock):
+def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, clock, monkeypatch):
+    from conduit_site.console.views import impact
+    from routing.setup.impact_runs import impact_run_execute
+
+    # The run is traced at once here, not in a thread of its own.
+    monkeypatch.setattr(
+        impact, "launch", lambda run_id, clock: impact_run_execute(run_id=run_id, clock=clock)
+    )
     apply_config()
     for n, kind in enumerate(("x.ping", "issue.opened")):
         event_accept(
@@ -207,7 +214,7 @@ def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, cl
     router.close()
     candidate = apply_config(CHANGED, candidate=True)
 
-    response = admin.get(
+    response = admin.post(
         reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, **htmx("candidate-impact")
     )
 
@@ -215,10 +222,11 @@ def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, cl
     page = response.content.decode()
     assert page.lstrip().startswith('<section id="candidate-impact"')
     assert "<strong>1</strong> of the 2 latest Events" in page
-    assert "<strong>drop → unmatched</strong>: 1 Event" in page
+    assert "the candidate would leave 1 unmatched" in page
+    assert "<td><strong>drop → unmatched</strong></td>" in page
     assert "<h4>Live</h4>" in page and f"<h4>Candidate {candidate.pk}</h4>" in page
 
-    bad = admin.get(
+    bad = admin.post(
         reverse("candidate-impact", args=[candidate.pk]), {"events": "20000"}, **htmx("candidate-impact")
     )
     assert bad.status_code == 400 and "events" in bad.content.decode()

@@ -1,0 +1,300 @@
+"""Impact previews in the background (issue 39 item 6): progress while they run, a roll-up by
+effect and route, the changed Events a page at a time.
+
+:func:`impact_run_start` stores a run (:class:`~routing.models.ImpactRun`) and returns at once;
+:func:`impact_run_execute` traces it (:func:`routing.setup.impact.impact_preview`), writing how
+many Events it has traced of how many as it goes, then stores the changed Events
+(:class:`~routing.models.ImpactRunChange`, with both traces) and their roll-up in one
+transaction. :func:`impact_run_launch` runs that in a thread of the web process, so the page
+shows the progress ("Events traced N of M") and the roll-up when it is done. A run outlives its
+candidate: after Apply its groups can still be replayed (:func:`impact_run_seqs`).
+
+The traces still write nothing (R37): the run's own rows are all a preview stores.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections, transaction
+from django.db.models.sql import UpdateQuery
+from django.db.models.sql.constants import NO_RESULTS
+
+from causal.clock import Clock
+from routing.config.selectors import live_generation
+from routing.models import Generation, GenerationKind, ImpactRun, ImpactRunChange, ImpactRunStatus
+from routing.setup.impact import ImpactInvalid, ImpactReport, Outcome, check_limit, impact_preview
+
+logger = logging.getLogger("conduit.routing")
+
+# Changed Events shown a page.
+PAGE_SIZE = 50
+# A running run whose progress is older than this was lost with its process.
+LOST_AFTER = timedelta(seconds=60)
+# Progress is written at most this often (seconds), and when the run ends.
+PROGRESS_SECONDS = 0.25
+# How the summary names what the candidate would do, by its effect ("would start 212 Work").
+EFFECT_PHRASES = {
+    "start": "start {n} Work",
+    "drop": "drop {n}",
+    "unmatched": "leave {n} unmatched",
+    "queue": "queue {n} on existing Work",
+    "refused": "refuse {n}",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RollupGroup:
+    """Changed Events with the same change and the same route: how many."""
+
+    group: str  # the change ("unmatched → start")
+    effect: str  # the candidate's effect
+    route: str  # the candidate's route (else the live one), "" for none
+    count: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "effect": self.effect, "route": self.route, "count": self.count}
+
+
+def impact_run_start(
+    *, candidate: Generation, clock: Clock, events: int | None, by: str
+) -> tuple[ImpactRun, bool]:
+    """Store a new run of the impact preview of ``candidate`` over the latest ``events`` Events
+    and return it with ``True``, not yet traced (:func:`impact_run_launch` traces it); while a
+    run of the candidate is still running, that run with ``False`` (a new run deletes the
+    candidate's finished ones). Raises
+    :class:`~routing.setup.impact.ImpactInvalid` as the preview would (bad count, not a
+    candidate, nothing live)."""
+    limit = check_limit(events)
+    if candidate.kind != GenerationKind.CANDIDATE:
+        raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
+    live = live_generation()
+    if live is None:
+        raise ImpactInvalid("candidate", "no configuration has been applied yet: there is nothing to compare")
+    now = clock()
+    with transaction.atomic():
+        # One run of a candidate at a time: one still running is the answer (the page's button
+        # is disabled meanwhile; this holds when two start at once, serialised on the candidate's
+        # row). Its finished runs give way to the new one.
+        Generation.objects.select_for_update().filter(pk=candidate.pk).first()
+        runs = ImpactRun.objects.filter(candidate=candidate)
+        running = runs.filter(status=ImpactRunStatus.RUNNING).order_by("-id").first()
+        if running is not None and not impact_run_lost(running, now=now):
+            return running, False
+        runs.exclude(status=ImpactRunStatus.RUNNING).delete()
+        runs.filter(status=ImpactRunStatus.RUNNING).update(
+            status=ImpactRunStatus.FAILED, error="lost with its process", finished_at=now
+        )
+        run = ImpactRun.objects.create(
+            candidate=candidate,
+            candidate_number=candidate.pk,
+            live=live.label,
+            events=limit,
+            started_by=by,
+            started_at=now,
+            updated_at=now,
+        )
+    return run, True
+
+
+class ProgressWriter:
+    """Writes a run's progress (``traced`` of ``total``) on a database connection of its own,
+    each write committed at once: the preview reads in one snapshot that it rolls back, so
+    writes on its own connection would neither show nor last. At most every
+    :data:`PROGRESS_SECONDS`, and always the last one."""
+
+    def __init__(self, run_id: int, clock: Clock) -> None:
+        self.run_id = run_id
+        self.clock = clock
+        self.connection = connections.create_connection(DEFAULT_DB_ALIAS)
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if done < total and time.monotonic() - self.last < PROGRESS_SECONDS:
+            return
+        self.last = time.monotonic()
+        query = ImpactRun.objects.filter(pk=self.run_id).query.chain(UpdateQuery)
+        query.add_update_values({"traced": done, "total": total, "updated_at": self.clock()})
+        query.get_compiler(connection=self.connection).execute_sql(NO_RESULTS)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def impact_run_execute(
+    *, run_id: int, clock: Clock, progress: Callable[[int, int], None] | None = None
+) -> ImpactRun:
+    """Trace the run ``run_id`` (telling ``progress`` as it goes: a :class:`ProgressWriter` in
+    the background), then store its changes and roll-up (status ``done``), or why it could not
+    run (status ``failed``)."""
+    run = ImpactRun.objects.select_related("candidate").get(pk=run_id)
+    if run.candidate is None:
+        return _fail(run_id, "the candidate was applied or discarded before its preview ran", clock)
+    try:
+        report = impact_preview(candidate=run.candidate, clock=clock, events=run.events, progress=progress)
+    except ImpactInvalid as exc:
+        return _fail(run_id, exc.message, clock)
+    return _finish(run_id, report, clock)
+
+
+def impact_run_launch(run_id: int, clock: Clock) -> threading.Thread:
+    """Run :func:`impact_run_execute` in a thread of this process, started once the run's row
+    is committed (at once outside a transaction); returns the thread."""
+    thread = threading.Thread(
+        target=_execute_in_thread, args=(run_id, clock), name=f"impact-run-{run_id}", daemon=True
+    )
+    transaction.on_commit(thread.start)
+    return thread
+
+
+def _execute_in_thread(run_id: int, clock: Clock) -> None:
+    close_old_connections()
+    progress = ProgressWriter(run_id, clock)
+    try:
+        impact_run_execute(run_id=run_id, clock=clock, progress=progress)
+    except Exception:  # noqa: BLE001 - the thread's boundary: logged with the stack, the run marked failed
+        logger.exception("impact.failed", extra={"run": run_id})
+        _fail(run_id, "the preview failed: see the server's log", clock)
+    finally:
+        progress.close()
+        connection.close()
+
+
+def _fail(run_id: int, message: str, clock: Clock) -> ImpactRun:
+    now = clock()
+    with transaction.atomic():
+        ImpactRun.objects.filter(pk=run_id).update(
+            status=ImpactRunStatus.FAILED, error=message, updated_at=now, finished_at=now
+        )
+    return ImpactRun.objects.get(pk=run_id)
+
+
+def _stored(outcome: Outcome) -> dict[str, Any]:
+    """One side of a change as stored: the trace without the Event it traced (the Event is
+    the row's), or the refusal."""
+    if outcome.result is None:
+        assert outcome.refused is not None
+        return {"refused": {"field": outcome.refused.field, "message": outcome.refused.message}}
+    result = outcome.result.as_dict()
+    del result["event"]
+    result["work_id"] = result.pop("work")
+    return {"result": result}
+
+
+def _finish(run_id: int, report: ImpactReport, clock: Clock) -> ImpactRun:
+    rows: list[ImpactRunChange] = []
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for _, changes in report.groups:
+        for change in changes:
+            live, candidate = change.live.result, change.candidate.result
+            route = (candidate.route if candidate else "") or (live.route if live else "")
+            counts[(change.group, change.candidate.effect, route)] += 1
+            rows.append(
+                ImpactRunChange(
+                    run_id=run_id,
+                    position=len(rows),
+                    seq=change.seq,
+                    type=change.type,
+                    scope=change.scope,
+                    group=change.group,
+                    route=route,
+                    live=_stored(change.live),
+                    candidate=_stored(change.candidate),
+                )
+            )
+    rollup = [
+        RollupGroup(group=group, effect=effect, route=route, count=count).as_dict()
+        for (group, effect, route), count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    now = clock()
+    with transaction.atomic():
+        ImpactRunChange.objects.bulk_create(rows, batch_size=500)
+        ImpactRun.objects.filter(pk=run_id).update(
+            status=ImpactRunStatus.DONE,
+            examined=report.examined,
+            changed=report.changed,
+            first_seq=report.first_seq,
+            last_seq=report.last_seq,
+            compared=report.traced,
+            rollup=rollup,
+            seconds=report.seconds,
+            updated_at=now,
+            finished_at=now,
+        )
+    logger.info("impact.done", extra={"run": run_id, "changed": report.changed, "seconds": report.seconds})
+    return ImpactRun.objects.get(pk=run_id)
+
+
+# --- reads ----------------------------------------------------------------------------------------
+
+
+def impact_run_get(run_id: int) -> ImpactRun:
+    """The run ``run_id`` (``ImpactRun.DoesNotExist`` when there is none)."""
+    return ImpactRun.objects.select_related("candidate").get(pk=run_id)
+
+
+def impact_run_latest(candidate_id: int) -> ImpactRun | None:
+    """The latest run of the candidate ``candidate_id``, if any. One query."""
+    return (
+        ImpactRun.objects.select_related("candidate")
+        .filter(candidate_id=candidate_id)
+        .order_by("-id")
+        .first()
+    )
+
+
+def impact_runs_recent(limit: int = 5) -> list[ImpactRun]:
+    """The latest ``limit`` runs, newest first (the Configuration page links them: after Apply,
+    the candidate's groups are replayed from its run). One query."""
+    return list(ImpactRun.objects.order_by("-id").defer("rollup")[:limit])
+
+
+def impact_run_lost(run: ImpactRun, *, now: datetime) -> bool:
+    """Whether ``run`` still says running but has not written its progress for
+    :data:`LOST_AFTER` (its process stopped)."""
+    return run.status == ImpactRunStatus.RUNNING and now - run.updated_at > LOST_AFTER
+
+
+def impact_run_rollup(run: ImpactRun) -> list[RollupGroup]:
+    """The run's roll-up, largest group first."""
+    return [RollupGroup(**item) for item in run.rollup]
+
+
+def impact_run_summary(run: ImpactRun) -> str:
+    """What the candidate would do, by effect, largest first: "start 212 Work, drop 40"."""
+    by_effect: Counter[str] = Counter()
+    for item in run.rollup:
+        by_effect[item["effect"]] += item["count"]
+    return ", ".join(
+        EFFECT_PHRASES.get(effect, effect + " {n}").format(n=f"{count:,}")
+        for effect, count in sorted(by_effect.items(), key=lambda item: (-item[1], item[0]))
+    )
+
+
+def impact_run_pages(run: ImpactRun) -> int:
+    """How many pages the run's changed Events fill (at least 1)."""
+    return max(1, -(-run.changed // PAGE_SIZE))
+
+
+def impact_run_page(run: ImpactRun, page: int) -> list[ImpactRunChange]:
+    """The changed Events of page ``page`` (from 1), in the run's order. One query, by the
+    (run, position) index, whatever the page."""
+    start = (page - 1) * PAGE_SIZE
+    return list(ImpactRunChange.objects.filter(run=run, position__gte=start, position__lt=start + PAGE_SIZE))
+
+
+def impact_run_seqs(run_id: int, *, group: str, route: str) -> list[int]:
+    """The Events of the run's roll-up group (``group`` and ``route``), in the run's order. One
+    query."""
+    return list(
+        ImpactRunChange.objects.filter(run_id=run_id, group=group, route=route)
+        .order_by("position")
+        .values_list("seq", flat=True)
+    )

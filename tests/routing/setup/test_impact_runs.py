@@ -1,0 +1,198 @@
+"""Issue 39 item 6: the impact preview runs in the background (its progress written as it
+goes), rolls its changes up by effect and route, and shows them 50 a page; a run outlives its
+candidate, and a run whose process ended is seen as lost."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.urls import reverse
+
+from causal.models import Event
+from conduit_site.console.views import impact as impact_views
+from routing.models import ImpactRun, ImpactRunChange
+from routing.setup import impact_runs
+from routing.setup.candidates import candidate_apply
+from routing.setup.impact import ImpactInvalid, impact_preview
+from tests.causal.factories import EventFactory
+from tests.routing.factories import (
+    ImpactRunChangeFactory,
+    ImpactRunFactory,
+    apply_config,
+    user_with_role,
+)
+from tests.routing.setup.test_candidates import CHANGED
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "candidate-impact"}
+# In turn: unmatched live and started by the candidate, dropped live and unmatched by it, and
+# unmatched by both (no change).
+KINDS = ("alert.fired", "x.ping", "issue.opened")
+
+
+def events(n: int) -> None:
+    Event.objects.bulk_create(
+        [
+            EventFactory.build(type=KINDS[i % 3], source="mon", data={"id": i}, route_state="routed")
+            for i in range(n)
+        ],
+        batch_size=500,
+    )
+
+
+@pytest.fixture
+def candidate():
+    apply_config()
+    return apply_config(CHANGED, candidate=True)
+
+
+@pytest.fixture
+def admin(client):
+    client.force_login(user_with_role("admin", username="ada"))
+    return client
+
+
+def test_i39_6_impact_progress_is_told_as_the_preview_goes(clock, candidate):
+    events(120)
+    told: list[tuple[int, int]] = []
+    report = impact_preview(
+        candidate=candidate, clock=clock, events=120, progress=lambda d, t: told.append((d, t))
+    )
+    assert told == [(n, 120) for n in range(121)]
+    assert report.changed == 80
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i39_6_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monkeypatch):
+    monkeypatch.setattr(impact_runs, "PROGRESS_SECONDS", 0)
+    events(300)
+    run, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=300, by="ada")
+    assert created
+    assert (run.status, run.traced, run.candidate_number, run.live) == ("running", 0, candidate.pk, "1")
+    writer = impact_runs.ProgressWriter(run.pk, clock)
+    reader = connections.create_connection("default")
+    seen: list[tuple[int, int]] = []
+
+    def progress(done: int, total: int) -> None:
+        writer(done, total)
+        # Committed at once: another connection reads it while the preview still runs.
+        with reader.cursor() as cursor:
+            cursor.execute("SELECT traced, total FROM routing_impactrun WHERE id = %s", [run.pk])
+            seen.append(cursor.fetchone())
+
+    try:
+        run = impact_runs.impact_run_execute(run_id=run.pk, clock=clock, progress=progress)
+    finally:
+        writer.close()
+        reader.close()
+
+    assert seen == [(n, 300) for n in range(301)]
+    run.refresh_from_db()
+    assert (run.status, run.examined, run.changed, run.compared, run.total) == ("done", 300, 200, 300, 300)
+    assert run.rollup == [
+        {"group": "drop → unmatched", "effect": "unmatched", "route": "noise", "count": 100},
+        {"group": "unmatched → start", "effect": "start", "route": "alerts", "count": 100},
+    ]
+    assert impact_runs.impact_run_summary(run) == "start 100 Work, leave 100 unmatched"
+    assert impact_runs.impact_run_pages(run) == 4
+    page = impact_runs.impact_run_page(run, 4)
+    assert len(page) == 50 and [c.position for c in page] == list(range(150, 200))
+    newest = Event.objects.order_by("-seq").first().seq
+    seqs = impact_runs.impact_run_seqs(run.pk, group="unmatched → start", route="alerts")
+    assert len(seqs) == 100 and seqs[0] == newest - 2  # newest first, as the preview lists them
+    stored = ImpactRunChange.objects.get(run=run, seq=seqs[0])
+    assert stored.candidate["result"]["route"] == "alerts" and "event" not in stored.candidate["result"]
+
+
+def test_i39_6_impact_progress_a_run_outlives_its_candidate_and_a_stale_one_is_lost(clock, candidate):
+    events(30)
+    run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=30, by="ada")
+    assert not impact_runs.impact_run_lost(run, now=clock())
+    assert impact_runs.impact_run_lost(run, now=clock() + timedelta(seconds=61))
+    candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
+    run = impact_runs.impact_run_execute(run_id=run.pk, clock=clock)
+    assert (run.status, run.candidate_id, run.candidate_number) == ("failed", None, candidate.pk)
+    assert "applied or discarded" in run.error
+    with pytest.raises(ImpactInvalid):
+        impact_runs.impact_run_start(candidate=apply_config(), clock=clock, events=10, by="ada")
+
+
+def test_i39_6_impact_progress_starting_answers_the_progress_with_the_button_disabled(
+    admin, candidate, monkeypatch
+):
+    launched: list[int] = []
+    monkeypatch.setattr(impact_views, "launch", lambda run_id, clock: launched.append(run_id))
+    events(10)
+
+    response = admin.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, **HTMX)
+
+    body = response.content.decode()
+    run = ImpactRun.objects.get()
+    assert launched == [run.pk]
+    assert body.lstrip().startswith(
+        f'<section id="candidate-impact" data-swap-statuses="400" hx-get="/config/impact/{run.pk}/" '
+        'hx-trigger="every 1s"'
+    )
+    assert 'id="impact-start" disabled aria-disabled="true">Preview running…</button>' in body
+    assert "Events traced <strong>0</strong> of 0" in body
+    poll = admin.get(reverse("impact-run", args=[run.pk]), **HTMX).content.decode()
+    assert poll.lstrip().startswith('<section id="candidate-impact"') and 'hx-trigger="every 1s"' in poll
+    # Without JavaScript: back to the candidate page, which shows the run.
+    again = admin.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"})
+    assert again.status_code == 302 and again["Location"].endswith("#candidate-impact")
+    assert ImpactRun.objects.count() == 1 and launched == [run.pk]  # one run at a time
+    assert "Events traced" in admin.get(again["Location"]).content.decode()
+
+
+def test_i39_6_impact_progress_pages_weigh_and_cost_the_same_whatever_the_run(
+    admin, candidate, django_assert_max_num_queries
+):
+    run = ImpactRunFactory(
+        candidate=candidate,
+        changed=5000,
+        examined=10000,
+        rollup=[{"group": "unmatched → start", "effect": "start", "route": "alerts", "count": 5000}],
+    )
+    ImpactRunChangeFactory.create_batch(5000, run=run)
+    url = reverse("impact-run", args=[run.pk])
+
+    for page in (1, 57, 100):
+        with django_assert_max_num_queries(10):
+            response = admin.get(url, {"page": page})
+        body = response.content.decode()
+        assert response.status_code == 200 and len(response.content) < 500_000
+        assert body.count('class="impact-change"') == 50 and f"page {page} of 100" in body
+        assert 'hx-trigger="every 1s"' not in body  # done: no more polling
+    assert "would start 5,000 Work" in body and "Replay these 5000" in body
+    assert 'id="impact-start">Preview impact</button>' in body
+    assert admin.get(url, {"page": "x"}).status_code == 200
+    assert admin.get(reverse("impact-run", args=[run.pk + 1])).status_code == 404
+
+
+def test_i39_6_impact_progress_one_run_of_a_candidate_at_a_time(clock, candidate):
+    events(10)
+    first, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
+    same, again = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="bob")
+    assert created and not again and same.pk == first.pk
+    impact_runs.impact_run_execute(run_id=first.pk, clock=clock)
+    second, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
+    assert created and second.pk != first.pk
+    assert list(ImpactRun.objects.values_list("pk", flat=True)) == [second.pk]  # the finished one gave way
+    clock.advance(61)  # lost with its process: a new run may start
+    third, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
+    assert created and third.pk != second.pk
+
+
+def test_i39_6_impact_progress_runs_are_linked_from_the_configuration_page_after_apply(
+    admin, clock, candidate
+):
+    run = ImpactRunFactory(candidate=candidate, changed=212)
+    candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
+    page = admin.get(reverse("config-list")).content.decode()
+    assert f'<a href="/config/impact/{run.pk}/">{run.pk}</a>' in page and "212 changed" in page
+    run_page = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
+    assert "The candidate was applied or discarded since; its groups can still be replayed." in run_page
+    assert 'id="impact-start"' not in run_page
