@@ -108,7 +108,9 @@ def test_i36_10_a_whole_number_query_parameter_written_with_a_point_is_an_intege
     assert response.status_code == 200, response.content
 
 
-@pytest.mark.parametrize("url", ["/api/events?limit=5.5", "/api/work?limit=1e3", "/api/events?since=-999999w"])
+@pytest.mark.parametrize(
+    "url", ["/api/events?limit=5.5", "/api/work?limit=1e3", "/api/events?since=-999999w"]
+)
 def test_i36_10_a_query_parameter_that_is_not_a_whole_number_or_a_time_is_refused(client, auth, url):
     response = client.get(url, headers=auth)
     assert response.status_code == 400 and response.json()["error"] in ("invalid_filter", "invalid_input")
