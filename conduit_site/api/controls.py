@@ -19,6 +19,7 @@ from django.http import HttpRequest, JsonResponse
 from causal.clock import Clock, system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
 from conduit_site.doctor import doctor
+from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
 from routing.controls import events as controls
 from routing.controls import replay
@@ -64,7 +65,10 @@ def events_replay(request: HttpRequest) -> JsonResponse:
     body = request_json(request, max_bytes=REPLAY_BODY_BYTES)
     if not isinstance(body, dict) or set(body) != {"seqs"}:
         raise ApiError(400, "invalid_replay", 'expected {"seqs": [Event seqs]}', field="seqs")
-    batch = replay.events_replay(seqs=body["seqs"], user=request.user, clock=clock)
+    seqs = body["seqs"]
+    if isinstance(seqs, list):
+        seqs = [json_whole(seq) for seq in seqs]  # 7.0 is the integer 7 in JSON
+    batch = replay.events_replay(seqs=seqs, user=request.user, clock=clock)
     return JsonResponse(batch.as_dict())
 
 

@@ -313,7 +313,8 @@ def test_i39_3_api_replay_one_and_several_need_the_replay_permission(client, clo
     )
     assert Event.objects.get(seq=body["copy_seq"]).envelope_id == "replay/a1/1"
 
-    batch = api_post(client, several, secret, {"seqs": [other.seq, 999999]})
+    # 7.0 is the integer 7 in JSON (and in the OpenAPI document's integer).
+    batch = api_post(client, several, secret, {"seqs": [float(other.seq), 999999]})
     assert batch.status_code == 200, batch.content
     assert [(o["seq"], o["ok"], o["status"]) for o in batch.json()["outcomes"]] == [
         (other.seq, True, 200),
