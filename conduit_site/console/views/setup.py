@@ -63,7 +63,7 @@ class DocumentForm(forms.Form):
     document = forms.CharField(
         strip=False,
         widget=forms.Textarea(attrs={"rows": 30, "class": "mono full-width", "spellcheck": "false"}),
-        help_text="The whole configuration document (YAML), as `manage.py config apply` takes it.",
+        help_text="The whole configuration document (YAML), as manage.py config apply takes it.",
     )
 
     def clean_document(self) -> str:

@@ -52,6 +52,15 @@ def test_i10p4_the_editor_starts_from_the_live_document(admin):
     assert "- slot: deploys" in page and 'name="document"' in page
 
 
+def test_the_document_s_help_is_plain_text_without_markdown_backticks(admin):
+    apply_config()
+    page = admin.get(reverse("setup")).content.decode()
+    help_text = re.search(r'id="id_document-label">Document</label> <span class="muted">([^<]*)<', page)
+    assert help_text is not None
+    assert help_text.group(1).startswith("The whole configuration document (YAML), as manage.py config apply")
+    assert "`" not in help_text.group(1)
+
+
 def test_i10p4_an_invalid_document_is_shown_with_each_problem_at_its_line_and_nothing_stored(admin):
     apply_config()
     broken = DEFAULT_TEST_CONFIG.replace("policy: drop", "policy: dropp", 1)
