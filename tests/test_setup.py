@@ -900,6 +900,20 @@ def test_readme_opens_with_the_two_commands():
         )
 
 
+@pytest.mark.django_db
+def test_the_readme_says_metrics_answer_404_until_turned_on(client, settings):
+    """``make run`` sets neither metrics setting: its /metrics is a 404, and the README's
+    Watching paragraph, which lists /metrics for machines, says what turns it on."""
+    settings.CONDUIT_METRICS = False
+    settings.CONDUIT_METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 404
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    watching = " ".join(readme[readme.index("**Watching.**") : readme.index("**Housekeeping.**")].split())
+    assert (
+        "`GET /metrics` (Prometheus: a 404 until `CONDUIT_METRICS_TOKEN` or `CONDUIT_METRICS=on`" in watching
+    )
+
+
 def test_i35_9_the_readme_is_for_users_short_and_its_links_resolve():
     """At most 450 lines, no benchmark diary (figures live in docs/performance.md), and every
     relative link it makes names a file of the repository."""
