@@ -99,6 +99,8 @@ def test_i8p9_work_page_shows_each_attempt_with_its_lease_outcome_error_and_outp
         in first
         and "exit status 2" in first
     )
+    # The column holds the range, and says so: "Started" above "5 s ago – 12:00:07" read as two starts.
+    assert "<th>Started – ended</th>" in section(body, "work-attempts")
     assert '<details class="attempt-error"><summary>error: exit status 2: ValueError: bad input' in first
     output = re.search(r'<details class="attempt-output">(.*?)</details>', first, re.S).group(1)
     assert "step 3 of 4" in output and "Traceback (most recent call last):" in output
