@@ -82,6 +82,11 @@ def work_bulk_view(request: HttpRequest) -> HttpResponse:
     context.update(ids=ids, shown=ids[:SHOWN], count=len(ids))
     if request.POST.get("confirm") != "1":
         return render(request, TEMPLATE, context)
+    # "All matching this filter" is read again on confirming: when it matches another number of
+    # Work than the operator was shown, nothing is done and the new count is confirmed instead.
+    confirmed = request.POST.get("count", "")
+    if everything and confirmed.isdigit() and int(confirmed) != len(ids):
+        return render(request, TEMPLATE, {**context, "changed_from": int(confirmed)}, status=409)
     result = work_bulk(action=action, work_ids=ids, user=request.user, clock=clock)
     return render(request, TEMPLATE, {**context, "result": result})
 

@@ -66,6 +66,32 @@ def test_i39_2_bulk_retry_all_matching_confirms_the_count_then_retries_each(oper
     assert not Work.objects.filter(pk__in=[w.pk for w in parked], parked_at__isnull=False).exists()
 
 
+def test_bulk_retry_all_matching_does_nothing_when_the_filter_matches_another_count_on_confirming(
+    operator, clock
+):
+    """Shown "Retry 1 Work", an operator confirmed and 3 were retried: two more had parked
+    meanwhile. The confirmation carries its count; another count is confirmed again first."""
+    apply(clock)
+    parked_work(clock)
+    form = {"action": "retry", "all": "1", "status": "parked"}
+    body = operator.post(reverse("work-bulk"), form).content.decode()
+    assert 'id="bulk-confirm">Retry 1 Work<' in body
+    assert '<input type="hidden" name="count" value="1">' in body
+    parked_work(clock), parked_work(clock)
+
+    again = operator.post(reverse("work-bulk"), {**form, "count": "1", "confirm": "1"})
+    assert again.status_code == 409
+    body = again.content.decode()
+    assert "the filter now matches 3 Work, not the 1 you were shown" in body
+    assert (
+        'id="bulk-confirm">Retry 3 Work<' in body and '<input type="hidden" name="count" value="3">' in body
+    )
+    assert not control_events("retry_work")
+
+    done = operator.post(reverse("work-bulk"), {**form, "count": "3", "confirm": "1"}).content.decode()
+    assert 'id="bulk-summary">Retried 3.</p>' in done
+
+
 def test_i39_2_bulk_cancel_selected_summarises_refusals_and_needs_the_permission(client, clock):
     apply(clock)
     live = parked_work(clock)
