@@ -106,7 +106,9 @@ class Command(BaseCommand):
         if not found:
             self.stdout.write("no samples: no route of this scope offers any")
         for route, sample in found:
-            self.stdout.write(f"{route}: {sample.name}\n  {json.dumps(sample.event)}")
+            # A sample named after its route is named once ("pr", not "pr: pr"), as the Trace page does.
+            named = route if sample.name == route else f"{route}: {sample.name}"
+            self.stdout.write(f"{named}\n  {json.dumps(sample.event)}")
             if sample.note:
                 self.stdout.write(f"  note: {sample.note}")
 

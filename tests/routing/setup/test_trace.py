@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -316,7 +317,9 @@ def test_r37_trace_command(clock, live, tmp_path):
     assert json.loads(out.getvalue())["effect"] == "start"
     out = StringIO()
     call_command("trace", "--samples", "acme", stdout=out)
-    assert out.getvalue().startswith("pr: ")
+    # Each sample under its route's name, once: "pr", not "pr: pr".
+    assert out.getvalue().splitlines()[0] == "pr"
+    assert not re.search(r"^(\S+): \1$", out.getvalue(), re.MULTILINE)
     path.write_text(json.dumps({**pr(), "type": "core.x"}))
     with pytest.raises(CommandError, match="refused: type"):
         call_command("trace", str(path))
