@@ -148,6 +148,15 @@ def test_d4_event_list_filters_by_scope_type_and_route_state(console):
     assert seqs(scope="nowhere") == []
 
 
+def test_the_event_list_s_empty_time_filters_read_as_any_time(console):
+    """The empty Since and Until fields showed a date of January 2026 as their placeholder,
+    which read as a filter already set; like the other fields they say "any" first."""
+    body = text(console.get(reverse("event-list")))
+    placeholders = dict(re.findall(r'name="(since|until)"[^>]*placeholder="([^"]*)"', body))
+    assert all(value.startswith("any, or ") for value in placeholders.values()), placeholders
+    assert set(placeholders) == {"since", "until"}
+
+
 def test_d4_event_list_bad_filter_names_the_field(console):
     response = console.get(reverse("event-list"), {"route_state": "lost", "before": "x"})
     assert response.status_code == 400
