@@ -15,7 +15,7 @@ RUN python -m venv .venv \
     && .venv/bin/pip install --no-cache-dir --disable-pip-version-check --require-hashes -r requirements.txt
 
 RUN useradd --system --home-dir /var/lib/conduit --shell /usr/sbin/nologin conduit \
-    && install -d -o conduit -g conduit -m 0700 /var/lib/conduit
+    && install -d -o conduit -g conduit -m 0700 /var/lib/conduit /run/conduit/metrics
 COPY manage.py ./
 COPY conduit_site conduit_site/
 COPY routing routing/

@@ -10,7 +10,9 @@ each counts what it does. With ``PROMETHEUS_MULTIPROC_DIR`` in a process's envir
 before the process starts: ``prometheus_client`` reads it when it is imported), the process
 writes its values to files of its own in that folder, and ``/metrics`` adds up the files of
 every process, the dead ones' included (a counter never goes back) —
-``prometheus_client``'s multiprocess mode. Without it, a process's values live in its memory
+``prometheus_client``'s multiprocess mode. Its files are named by host and pid
+(``counter_web-1.db``), not by pid alone, so that containers of several hosts may share one
+folder (a volume): each container's first process is pid 1. Without it, a process's values live in its memory
 and ``/metrics`` shows the answering process's alone. Only counters and histograms are kept
 this way; gauges (the backlog, heartbeat ages) are read from the database when scraped.
 
@@ -25,6 +27,7 @@ import bisect
 import logging
 import math
 import os
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -32,6 +35,7 @@ from typing import Any
 
 from django.conf import settings
 
+from infra.identity import host_name
 from infra.private_files import private_directory
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -39,6 +43,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 logger = logging.getLogger("conduit.metrics")
 
 _lock = threading.Lock()
+_files_named = False
 
 
 def enabled() -> bool:
@@ -49,6 +54,23 @@ def enabled() -> bool:
 def multiprocess_directory() -> str | None:
     """The folder this process writes its metrics to, or ``None`` (kept in memory)."""
     return os.environ.get(MULTIPROC_ENV) or None
+
+
+def process_identifier(pid: int) -> str:
+    """What names process ``pid``'s files in the multiprocess folder: this host's name and the
+    pid (distinct for processes running at once on hosts sharing the folder)."""
+    return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', host_name())}-{pid}"
+
+
+def _name_files_by_host() -> None:
+    """Make ``prometheus_client`` name this process's files by :func:`process_identifier`, when
+    it keeps its values in files (it chose that mode from the environment when imported)."""
+    from prometheus_client import values
+
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        return
+    prefix = process_identifier(0).removesuffix("-0")
+    values.ValueClass = values.MultiProcessValue(lambda: f"{prefix}-{os.getpid()}")
 
 
 class _Handle:
@@ -81,6 +103,10 @@ class _Handle:
         if directory:
             # The folder may be new (a first start) or emptied: the values' files go there.
             private_directory(directory)
+            global _files_named
+            if not _files_named:
+                _name_files_by_host()
+                _files_named = True
         # No ``*_created`` series: multiprocess mode has none, so every mode shows the same.
         prometheus_client.disable_created_metrics()
         cls = getattr(prometheus_client, self.kind)
@@ -203,4 +229,4 @@ def process_exited(pid: int, environment: dict[str, str]) -> None:
         return
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(pid, directory)
+    multiprocess.mark_process_dead(process_identifier(pid), directory)

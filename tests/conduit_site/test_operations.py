@@ -562,3 +562,27 @@ def test_i38_3_check_deploy_warns_about_metrics_served_without_a_token(settings)
     ]
 
     assert open_ == ["conduit.W001"] and tokened == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i38_8_hosts_sharing_a_metrics_folder_each_write_files_of_their_own(
+    client, clock, metrics_on, tmp_path, monkeypatch
+):
+    """Containers share one metrics volume (compose.yaml) and each one's first process may have
+    the same pid: the files are named by host and pid, and /metrics adds up every host's."""
+    config_apply(document=PLAIN_DOCUMENT, clock=clock)
+    folder = tmp_path / "metrics"
+    for host in ("route-loop-1", "route-loop-2"):
+        line = json.dumps(
+            {"specversion": "1.0", "id": host, "source": "tests", "type": "ops.none", "scope": "ops"}
+        )
+        env = {"CONDUIT_METRICS": "on", "PROMETHEUS_MULTIPROC_DIR": str(folder), "CONDUIT_HOSTNAME": host}
+        accepted = run_manage("events", "accept", "-", stdin=line + "\n", **env)
+        assert accepted.returncode == 0, accepted.stderr
+    names = sorted(path.name for path in folder.glob("*.db"))
+    assert {name.split("_", 1)[1].rsplit("-", 1)[0] for name in names} == {"route-loop-1", "route-loop-2"}, (
+        names
+    )
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+
+    assert value(scrape(client), "conduit_events_accepted_total", scope="ops") == 2
