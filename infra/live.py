@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -119,31 +119,50 @@ def work_changed_on_commit(work_ids: Iterable[int], *, using: str | None = None)
         transaction.on_commit(lambda: work_publisher.put(ids), using=using)
 
 
-class WorkPublisher:
-    """The coalescing sender behind :func:`work_changed_on_commit` (one per process)."""
+class CoalescingSender:
+    """Sends what services put, on a thread of its own, so a channel-layer write never sits on
+    a loop's or a request's path: whatever is put while a send is in flight (or within
+    ``batch_seconds`` of the last one) goes out as one batch. Subclasses say how items gather
+    (:meth:`gather`), how a batch is taken (:meth:`take`) and sent (:meth:`send`, given a function
+    that runs a coroutine on the thread's event loop, returning how many messages it sent). A
+    failing send is logged as ``failure_event``, never raised: what it announces is committed."""
 
-    def __init__(self, *, batch_seconds: float = WORK_BATCH_SECONDS) -> None:
+    thread_name = "live-publisher"
+    failure_event = "live.publish_failed"
+
+    def __init__(self, *, batch_seconds: float = 0.0) -> None:
         self.batch_seconds = batch_seconds
         self._lock = threading.Condition()
-        self._pending: set[int] = set()
         self._busy = False
         self._thread: threading.Thread | None = None
         # What it sent, for tests and benchmarks: batches, and channel-layer messages in all.
         self.batches = 0
         self.messages = 0
 
-    def put(self, work_ids: Iterable[int]) -> None:
+    def gather(self, items: Any) -> None:
+        raise NotImplementedError
+
+    def pending(self) -> bool:
+        raise NotImplementedError
+
+    def take(self) -> Any:
+        raise NotImplementedError
+
+    def send(self, run: Callable[[Awaitable[Any]], Any], batch: Any) -> int:
+        raise NotImplementedError
+
+    def put(self, items: Any) -> None:
         with self._lock:
-            self._pending.update(work_ids)
+            self.gather(items)
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="work-live-publisher", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
                 self._thread.start()
             self._lock.notify_all()
 
     def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until every change committed so far has been sent; ``True`` when idle."""
+        """Wait until everything put so far has been sent; ``True`` when idle."""
         with self._lock:
-            return self._lock.wait_for(lambda: not self._pending and not self._busy, timeout)
+            return self._lock.wait_for(lambda: not self.pending() and not self._busy, timeout)
 
     def _run(self) -> None:
         # One event loop for the thread's life: a loop per send would cost more than the send.
@@ -151,26 +170,50 @@ class WorkPublisher:
         try:
             while True:
                 with self._lock:
-                    if not self._lock.wait_for(lambda: self._pending, timeout=60):
+                    if not self._lock.wait_for(self.pending, timeout=60):
                         self._thread = None
                         return
-                    batch, self._pending = sorted(self._pending), set()
+                    batch = self.take()
                     self._busy = True
                 try:
-                    self.messages += loop.run_until_complete(_send_work_changed(batch))
+                    self.messages += self.send(loop.run_until_complete, batch)
                     self.batches += 1
-                except Exception:  # noqa: BLE001 - the publisher's loop: a page misses a refresh
-                    logger.warning("live.work_publish_failed", exc_info=True, extra={"works": len(batch)})
+                except Exception:  # noqa: BLE001 - the sender's loop: a page misses a refresh
+                    logger.warning(self.failure_event, exc_info=True, extra={"items": len(batch)})
                 with self._lock:
                     self._busy = False
                     self._lock.notify_all()
-                    # Let the next changes gather: one batch per interval at most (a put's
+                    # Let the next items gather: one batch per interval at most (a put's
                     # notify wakes the wait, so it waits out what is left of the interval).
                     deadline = time.monotonic() + self.batch_seconds
                     while (left := deadline - time.monotonic()) > 0:
                         self._lock.wait(left)
         finally:
             loop.close()
+
+
+class WorkPublisher(CoalescingSender):
+    """The coalescing sender behind :func:`work_changed_on_commit` (one per process)."""
+
+    thread_name = "work-live-publisher"
+    failure_event = "live.work_publish_failed"
+
+    def __init__(self, *, batch_seconds: float = WORK_BATCH_SECONDS) -> None:
+        super().__init__(batch_seconds=batch_seconds)
+        self._pending: set[int] = set()
+
+    def gather(self, items: Iterable[int]) -> None:
+        self._pending.update(items)
+
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def take(self) -> list[int]:
+        batch, self._pending = sorted(self._pending), set()
+        return batch
+
+    def send(self, run: Callable[[Awaitable[Any]], Any], batch: list[int]) -> int:
+        return int(run(_send_work_changed(batch)))
 
 
 work_publisher = WorkPublisher()

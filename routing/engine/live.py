@@ -15,16 +15,14 @@ is logged (a warning, with the stack) and routing goes on.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from infra.live import EVENTS_GROUP, UPDATE_TYPE, group_name_for_event, group_name_for_work
+from infra.live import EVENTS_GROUP, UPDATE_TYPE, CoalescingSender, group_name_for_event, group_name_for_work
 
 logger = logging.getLogger("conduit.routing.live")
 
@@ -52,7 +50,7 @@ def publish_routed(seqs: Iterable[int], work_ids: Iterable[int], *, using: str |
         return
     if not seq_list and not works:
         return
-    transaction.on_commit(lambda: _publisher.put(seq_list, works), using=using)
+    transaction.on_commit(lambda: _publisher.put((seq_list, works)), using=using)
 
 
 def drain(timeout: float = 5.0) -> bool:
@@ -61,51 +59,35 @@ def drain(timeout: float = 5.0) -> bool:
     return _publisher.drain(timeout)
 
 
-class _Publisher:
+class _Publisher(CoalescingSender):
     """Sends windows' messages on a thread of its own, so a channel-layer write never sits on
     the route loop's path. Windows that queue up while a send is in flight are coalesced into
     one send; past :data:`MAX_PENDING` queued windows the oldest are dropped (the pages still
     show the truth on their next load)."""
 
+    thread_name = "route-live-publisher"
+    failure_event = "route.live_publish_failed"
+
     def __init__(self) -> None:
-        self._lock = threading.Condition()
+        super().__init__()
         self._pending: list[tuple[list[int], list[int]]] = []
-        self._busy = False
-        self._thread: threading.Thread | None = None
 
-    def put(self, seqs: list[int], works: list[int]) -> None:
-        with self._lock:
-            self._pending.append((seqs, works))
-            if len(self._pending) > MAX_PENDING:
-                del self._pending[0]
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="route-live-publisher", daemon=True)
-                self._thread.start()
-            self._lock.notify_all()
+    def gather(self, items: tuple[list[int], list[int]]) -> None:
+        self._pending.append(items)
+        if len(self._pending) > MAX_PENDING:
+            del self._pending[0]
 
-    def drain(self, timeout: float) -> bool:
-        with self._lock:
-            return self._lock.wait_for(lambda: not self._pending and not self._busy, timeout)
+    def pending(self) -> bool:
+        return bool(self._pending)
 
-    def _run(self) -> None:
-        # One event loop for the thread's life: a loop per send would cost more than the send.
-        loop = asyncio.new_event_loop()
-        try:
-            while True:
-                with self._lock:
-                    if not self._lock.wait_for(lambda: self._pending, timeout=60):
-                        self._thread = None
-                        return
-                    batch, self._pending = self._pending, []
-                    self._busy = True
-                seqs = sorted({seq for seqs, _ in batch for seq in seqs})
-                works = sorted({work for _, works in batch for work in works})
-                send_routed(seqs, works, run=loop.run_until_complete)
-                with self._lock:
-                    self._busy = False
-                    self._lock.notify_all()
-        finally:
-            loop.close()
+    def take(self) -> list[tuple[list[int], list[int]]]:
+        batch, self._pending = self._pending, []
+        return batch
+
+    def send(self, run: Callable[[Awaitable], object], batch: list[tuple[list[int], list[int]]]) -> int:
+        seqs = sorted({seq for seqs, _ in batch for seq in seqs})
+        works = sorted({work for _, works in batch for work in works})
+        return send_routed(seqs, works, run=run)
 
 
 _publisher = _Publisher()
