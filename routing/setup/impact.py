@@ -142,6 +142,19 @@ def change_group(live: Outcome, candidate: Outcome) -> str | None:
     return OTHER_TARGET
 
 
+def impact_checked(candidate: Generation, events: int | None) -> tuple[int, Generation]:
+    """How many Events a preview of ``candidate`` looks at, and the live generation it compares
+    with; :class:`ImpactInvalid` for a bad count, a generation that is not a candidate, or
+    nothing live."""
+    limit = check_limit(events)
+    if candidate.kind != GenerationKind.CANDIDATE:
+        raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
+    live = live_generation()
+    if live is None:
+        raise ImpactInvalid("candidate", "no configuration has been applied yet: there is nothing to compare")
+    return limit, live
+
+
 def check_limit(limit: Any) -> int:
     """``limit`` as a number of Events (1 to :data:`MAX_EVENTS`), or :class:`ImpactInvalid`."""
     if limit is None:
@@ -179,12 +192,7 @@ def impact_preview(
     traced: neither can change. ``exhaustive=True`` traces every Event against both (a test
     holds the reports equal). ``progress(done, total)`` is told, before each Event and at the
     end, how many of the ``total`` Events to look at it has looked at."""
-    limit = check_limit(events)
-    if candidate.kind != GenerationKind.CANDIDATE:
-        raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
-    live = live_generation()
-    if live is None:
-        raise ImpactInvalid("candidate", "no configuration has been applied yet: there is nothing to compare")
+    limit, live = impact_checked(candidate, events)
     started = time.perf_counter()
     rows = recent_events(limit)
     if not exhaustive:

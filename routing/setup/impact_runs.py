@@ -28,9 +28,8 @@ from django.db.models.sql import UpdateQuery
 from django.db.models.sql.constants import NO_RESULTS
 
 from causal.clock import Clock
-from routing.config.selectors import live_generation
-from routing.models import Generation, GenerationKind, ImpactRun, ImpactRunChange, ImpactRunStatus
-from routing.setup.impact import ImpactInvalid, ImpactReport, Outcome, check_limit, impact_preview
+from routing.models import Generation, ImpactRun, ImpactRunChange, ImpactRunStatus
+from routing.setup.impact import ImpactInvalid, ImpactReport, Outcome, impact_checked, impact_preview
 
 logger = logging.getLogger("conduit.routing")
 
@@ -72,12 +71,7 @@ def impact_run_start(
     candidate's finished ones). Raises
     :class:`~routing.setup.impact.ImpactInvalid` as the preview would (bad count, not a
     candidate, nothing live)."""
-    limit = check_limit(events)
-    if candidate.kind != GenerationKind.CANDIDATE:
-        raise ImpactInvalid("candidate", f"{candidate} is not a candidate")
-    live = live_generation()
-    if live is None:
-        raise ImpactInvalid("candidate", "no configuration has been applied yet: there is nothing to compare")
+    limit, live = impact_checked(candidate, events)
     now = clock()
     with transaction.atomic():
         # One run of a candidate at a time: one still running is the answer (the page's button
