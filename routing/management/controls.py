@@ -40,6 +40,13 @@ def _positive_seq(text: str) -> int:
 
 def _control_arguments(parser: CommandParser, what: str) -> None:
     parser.add_argument("seq", metavar="SEQ", type=_positive_seq, help=f"The seq of the Event to {what}.")
+    _actor_arguments(
+        parser, json_help="Print the result (or the refusal) as a JSON object on standard output."
+    )
+
+
+def _actor_arguments(parser: CommandParser, *, json_help: str) -> None:
+    """``--as USER`` (the actor recorded) and ``--json``, as every Event control takes them."""
     parser.add_argument(
         "--as",
         dest="as_user",
@@ -48,11 +55,7 @@ def _control_arguments(parser: CommandParser, what: str) -> None:
         help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
         "is trusted host access: no permission is checked.",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="Print the result (or the refusal) as a JSON object on standard output.",
-    )
+    parser.add_argument("--json", action="store_true", help=json_help)
 
 
 def skip_arguments(parser: CommandParser) -> None:
@@ -77,18 +80,9 @@ def replay_arguments(parser: CommandParser) -> None:
         "with its own core.manual.replay_event control Event. More Events than one replay request takes "
         "(10,000) are refused before anything is done.",
     )
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        metavar="USER",
-        default=None,
-        help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
-        "is trusted host access: no permission is checked.",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="Print each Event's outcome and a summary as a JSON object on standard output (as POST "
+    _actor_arguments(
+        parser,
+        json_help="Print each Event's outcome and a summary as a JSON object on standard output (as POST "
         "/api/events/replay answers).",
     )
 
