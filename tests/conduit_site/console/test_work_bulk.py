@@ -49,6 +49,14 @@ def test_i39_2_bulk_work_list_has_checkboxes_and_select_all_matching(
     assert '<input type="hidden" name="status" value="parked">' in body
 
 
+def test_i39_2_bulk_select_all_matching_one_work_says_the_one_work(operator, clock):
+    parked_work(clock)
+    body = operator.get(reverse("work-list"), {"status": "parked"}).content.decode()
+    assert "Select the one Work matching this filter" in body and "all 1 Work" not in body
+    confirm = operator.post(reverse("work-bulk"), {"action": "retry", "all": "1", "status": "parked"})
+    assert "the one Work matching this filter" in confirm.content.decode()
+
+
 def test_i39_2_bulk_retry_all_matching_confirms_the_count_then_retries_each(operator, clock):
     apply(clock)
     parked = [parked_work(clock) for _ in range(3)]
