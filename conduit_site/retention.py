@@ -8,7 +8,8 @@ write lock (SQLite) or for rows (PostgreSQL):
    Work and its rows (``worklife.retention``), families from the leaves up;
 2. routed Events accepted before the cutoff that nothing keeps: routing deletes their route
    records, then causal the Events, their keys and their roots' pins (``causal.retention``);
-   a chain goes from its newest Event up.
+   a chain goes from its newest Event up;
+3. impact preview runs last written before the cutoff, with their changed Events.
 
 Each step repeats until a batch finds nothing. A batch that meets a concurrent writer (a new
 route record naming a Work being deleted, a new child of an Event being deleted: PostgreSQL's
@@ -28,7 +29,7 @@ from django.db import DatabaseError, transaction
 from causal.clock import Clock
 from causal.retention import events_delete_in_tx, events_prunable_in_tx
 from infra.words import counted
-from routing.retention import RECORD_RELEASES, route_records_delete_in_tx
+from routing.retention import RECORD_RELEASES, impact_runs_delete_in_tx, route_records_delete_in_tx
 from worklife.retention import works_delete_in_tx, works_prunable_in_tx
 
 logger = logging.getLogger("conduit.retention")
@@ -55,6 +56,7 @@ class PruneCounts:
         parts = [f"{self.rows[k]} {k}" for k in kinds] + [
             f"{self.rows['route_records']} route records",
             counted(self.rows["events"], "Events"),
+            counted(self.rows["impact_runs"], "impact previews"),
         ]
         text = f"{verb} before {self.cutoff:%Y-%m-%d %H:%M:%S} UTC: " + ", ".join(parts)
         if self.conflicts:
@@ -111,6 +113,8 @@ def _prune(counts: PruneCounts, batch: int) -> None:
         pass
     while _batch(counts, lambda: _events_batch(cutoff, batch, counts.rows)):
         pass
+    while _batch(counts, lambda: _impact_runs_batch(cutoff, batch, counts.rows)):
+        pass
 
 
 def _batch(counts: PruneCounts, step) -> bool:
@@ -141,3 +145,10 @@ def _events_batch(cutoff: datetime, batch: int, rows: Counter) -> bool:
     rows["route_records"] += route_records_delete_in_tx(event_seqs=seqs)
     rows["events"] += events_delete_in_tx(seqs=seqs)
     return True
+
+
+def _impact_runs_batch(cutoff: datetime, batch: int, rows: Counter) -> bool:
+    runs, changes = impact_runs_delete_in_tx(cutoff=cutoff, limit=batch)
+    rows["impact_runs"] += runs
+    rows["impact_changes"] += changes
+    return runs > 0

@@ -1,13 +1,15 @@
 """Retention of route records (issue 38 item 5): a record goes with its Work, or with its
-Event when no Work holds it (see ``causal.retention``)."""
+Event when no Work holds it (see ``causal.retention``); and of impact preview runs, by age."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from django.db.models import Q
 
 from causal.retention import Releases
 from causal.services import assert_in_tx
-from routing.models import RouteRecord
+from routing.models import ImpactRun, ImpactRunChange, RouteRecord
 
 # A route record keeps its Event while it names a Work (the Work's history); one naming none is
 # deleted with its Event.
@@ -23,3 +25,18 @@ def route_records_delete_in_tx(*, work_ids: list[int] = (), event_seqs: list[int
     if event_seqs:
         deleted += RouteRecord.objects.filter(event_id__in=event_seqs).delete()[0]
     return deleted
+
+
+def impact_runs_delete_in_tx(*, cutoff: datetime, limit: int) -> tuple[int, int]:
+    """Delete at most ``limit`` impact preview runs last written before ``cutoff`` (a run still
+    running then was lost with its process), with their changed Events; returns how many runs
+    and changes."""
+    assert_in_tx()
+    ids = list(
+        ImpactRun.objects.filter(updated_at__lt=cutoff).order_by("id").values_list("pk", flat=True)[:limit]
+    )
+    if not ids:
+        return 0, 0
+    changes = ImpactRunChange.objects.filter(run_id__in=ids).delete()[0]
+    runs = ImpactRun.objects.filter(pk__in=ids).delete()[0]
+    return runs, changes

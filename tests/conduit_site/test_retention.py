@@ -132,6 +132,24 @@ def test_i38_5_prune_deletes_exactly_old_terminal_work_and_the_events_nothing_ke
     assert counts.conflicts == 0
 
 
+def test_i38_5_prune_deletes_impact_previews_last_written_before_the_cutoff():
+    from routing.models import ImpactRun, ImpactRunChange
+    from tests.routing.factories import ImpactRunChangeFactory, ImpactRunFactory
+
+    old = ImpactRunFactory(updated_at=OLD, finished_at=OLD)
+    ImpactRunChangeFactory.create_batch(3, run=old)
+    lost = ImpactRunFactory(status="running", updated_at=OLD, finished_at=None)
+    young = ImpactRunFactory(started_at=OLD, updated_at=YOUNG, finished_at=YOUNG)
+    ImpactRunChangeFactory(run=young)
+
+    counts = site_prune(clock=lambda: NOW, days=30, batch=1)
+
+    assert list(ImpactRun.objects.values_list("pk", flat=True)) == [young.pk]
+    assert list(ImpactRunChange.objects.values_list("run_id", flat=True)) == [young.pk]
+    assert (counts.rows["impact_runs"], counts.rows["impact_changes"]) == (2, 3)
+    assert "2 impact previews" in counts.line()
+
+
 def test_i38_5_dry_run_counts_the_same_and_deletes_nothing(rows):
     works, events = Work.objects.count(), Event.objects.count()
     dry = site_prune(clock=lambda: NOW, days=30, dry_run=True)
