@@ -232,7 +232,7 @@ def event_skip(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Contr
         failures=failure.count if failure else 0,
         last_error=failure.error if failure else "",
     )
-    _log(result)
+    control_logged(result)
     return result
 
 
@@ -292,7 +292,7 @@ def event_reroute(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Co
         failures=failure.count if failure else 0,
         last_error=failure.error if failure else "",
     )
-    _log(result)
+    control_logged(result)
     return result
 
 
@@ -413,7 +413,8 @@ def _control_event_in_tx(
     )
 
 
-def _log(result: ControlResult) -> None:
+def control_logged(result: ControlResult) -> None:
+    """Log an applied Event control (``control.applied``), one line with its ids."""
     logger.info(
         "control.applied",
         extra={

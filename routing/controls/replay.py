@@ -43,6 +43,7 @@ from routing.controls.events import (
     BatchOutcome,
     ControlRefused,
     ControlResult,
+    control_logged,
     locked_event_in_tx,
 )
 from routing.engine.live import publish_routed
@@ -181,18 +182,7 @@ def event_replay(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> Con
         work_id=work_id,
         copy_seq=copy.seq,
     )
-    logger.info(
-        "control.applied",
-        extra={
-            "action": REPLAY_EVENT,
-            "event": seq,
-            "control_event": control.seq,
-            "outcome": REPLAYED,
-            "by": by,
-            "copy": copy.seq,
-            "work": work_id,
-        },
-    )
+    control_logged(result)
     return result
 
 
