@@ -40,7 +40,9 @@ _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 SCOPE_PATH_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
 """How a scope path is written (the OpenAPI document says it with the same pattern)."""
 _SCOPE_PATH = re.compile(SCOPE_PATH_PATTERN)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+# A binding's or a route's name: letters and digits, then also ``_ . : -``.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+_NAME = re.compile(NAME_PATTERN)
 _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 
 _DOCUMENT_KEYS = ("version", "default_scope", "scopes", "receivers")

@@ -193,10 +193,10 @@ def replay_seqs(seqs: Sequence[Any], *, limit: int = REPLAY_LIMIT) -> list[int]:
         raise ReplayInvalid("seqs", "name at least one Event seq")
     if not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s <= BIGINT_MAX for s in seqs):
         raise ReplayInvalid("seqs", "expected a list of Event seqs (positive integers)")
-    wanted = list(dict.fromkeys(seqs))
-    if len(wanted) > limit:
-        raise ReplayInvalid("seqs", f"at most {limit:,} Events can be replayed at once, not {len(wanted):,}")
-    return wanted
+    # The bound is on the request as sent (the document's maxItems), repeats included.
+    if len(seqs) > limit:
+        raise ReplayInvalid("seqs", f"at most {limit:,} Events can be replayed at once, not {len(seqs):,}")
+    return list(dict.fromkeys(seqs))
 
 
 def events_replay(*, seqs: Sequence[int], user: AbstractBaseUser | str, clock: Clock) -> ReplayBatch:

@@ -39,6 +39,7 @@ permission (:data:`PERMISSIONS`); the CLI is trusted operator access on the host
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -55,6 +56,7 @@ from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
 from routing.acceptance.services import check_event_size
 from routing.config.effective import EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
+from routing.config.validate import NAME_PATTERN
 from routing.controls.common import (
     CONTROL_SOURCE,
     actor_name,
@@ -69,6 +71,7 @@ from worklife.errors import WorkError
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, Work
 from worklife.scheduling import work_retry_in_tx
 
+_BINDING_NAME = re.compile(NAME_PATTERN)
 logger = logging.getLogger("conduit.routing")
 
 
@@ -385,7 +388,7 @@ def work_create(
     configuration or the binding is not visible in it or cannot run as declared."""
     by = actor_name(user)
     scope = _required_name(scope, "scope", Work._meta.get_field("scope").max_length)
-    binding = _required_name(binding, "binding", Work._meta.get_field("binding").max_length)
+    binding = _binding_name(binding, Work._meta.get_field("binding").max_length)
     envelope = operator_envelope(event_type=event_type, data=data, subject=subject, field_prefix="input.")
     with transaction.atomic():
         _live_binding_in_tx(WorkControl.CREATE, scope=scope, binding=binding)
@@ -425,7 +428,7 @@ def work_rebind(
     :class:`WorkControlRefused` for terminal Work or a binding the configuration refuses and
     ``Work.DoesNotExist`` for an unknown id."""
     by = actor_name(user)
-    binding = _required_name(binding, "binding", Work._meta.get_field("rebind_binding").max_length)
+    binding = _binding_name(binding, Work._meta.get_field("rebind_binding").max_length)
     with transaction.atomic():
         # Lock the Work first: the binding it would run on next is read as the rebind leaves it.
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
@@ -503,6 +506,19 @@ def operator_envelope(*, event_type: Any, data: Any, subject: Any, field_prefix:
     except EnvelopeInvalid as exc:
         raise WorkControlInvalid(f"{field_prefix}{exc.field or 'data'}", exc.message) from exc
     return envelope
+
+
+def _binding_name(value: Any, max_length: int | None) -> str:
+    """A binding's name as the configuration allows one (``NAME_PATTERN``), exactly as given."""
+    if not isinstance(value, str) or not value:
+        raise WorkControlInvalid("binding", "a binding is required")
+    if not _BINDING_NAME.fullmatch(value):
+        raise WorkControlInvalid(
+            "binding", f"{value[:60]!r} is not a binding name (a letter or digit, then also _ . : -)"
+        )
+    if max_length is not None and len(value) > max_length:
+        raise WorkControlInvalid("binding", f"the binding is longer than {max_length} characters")
+    return value
 
 
 def _required_name(value: Any, field: str, max_length: int | None) -> str:

@@ -138,7 +138,7 @@ def test_i38_5_prune_deletes_impact_previews_last_written_before_the_cutoff():
 
     old = ImpactRunFactory(updated_at=OLD, finished_at=OLD)
     ImpactRunChangeFactory.create_batch(3, run=old)
-    lost = ImpactRunFactory(status="running", updated_at=OLD, finished_at=None)
+    ImpactRunFactory(status="running", updated_at=OLD, finished_at=None)  # lost with its process
     young = ImpactRunFactory(started_at=OLD, updated_at=YOUNG, finished_at=YOUNG)
     ImpactRunChangeFactory(run=young)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from causal.checks import RESERVED_FAMILY, RESERVED_ID_PREFIXES, RESERVED_SOURCE_PREFIXES
 from infra.converters import MAX_ID
-from routing.config.validate import SCOPE_PATH_PATTERN
+from routing.config.validate import NAME_PATTERN, SCOPE_PATH_PATTERN
 
 API_VERSION = "1.0.0"
 
@@ -62,6 +62,8 @@ NOT_RESERVED_ID: dict[str, Any] = {
 """Not an id with a prefix the system writes for itself (``reroute/``, ``timer/``…)."""
 
 NO_NUL: dict[str, Any] = {"type": "string", "pattern": "^[^\\u0000]*$"}
+BINDING_NAME: dict[str, Any] = {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}
+"""A binding's name as the configuration allows it (what create and rebind take)."""
 """Text a filter takes: no stored value has a NUL character (PostgreSQL refuses one in a query)."""
 EXTENSION_NAMES: dict[str, Any] = {"pattern": "^(data_base64|work_id|execution_id|[a-z0-9]{1,20})$"}
 """The attribute names of an offered Event: CloudEvents' (extensions are 1 to 20 lowercase

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conduit_site.api.openapi.common import (
+    BINDING_NAME,
     EMPTY_VALUE,
     ID,
     NO_NUL,
@@ -341,7 +342,7 @@ PATHS: dict[str, Any] = {
                         "required": ["scope", "binding", "input"],
                         "properties": {
                             "scope": SCOPE_PATH,
-                            "binding": {"type": "string", "minLength": 1, "maxLength": 128},
+                            "binding": BINDING_NAME,
                             "input": ref("OperatorInput"),
                         },
                         "additionalProperties": False,
@@ -494,7 +495,7 @@ PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["binding"],
-                        "properties": {"binding": {"type": "string", "minLength": 1, "maxLength": 128}},
+                        "properties": {"binding": BINDING_NAME},
                         "additionalProperties": False,
                     }
                 ),

@@ -114,3 +114,21 @@ def test_i36_10_a_whole_number_query_parameter_written_with_a_point_is_an_intege
 def test_i36_10_a_query_parameter_that_is_not_a_whole_number_or_a_time_is_refused(client, auth, url):
     response = client.get(url, headers=auth)
     assert response.status_code == 400 and response.json()["error"] in ("invalid_filter", "invalid_input")
+
+
+def test_i36_10_a_replay_of_more_seqs_than_allowed_is_refused_repeats_counted(client, auth):
+    from routing.controls.replay import REPLAY_LIMIT
+
+    response = post(client, "/api/events/replay", {"seqs": [7] * (REPLAY_LIMIT + 1)}, auth)
+    assert response.status_code == 400 and response.json()["field"] == "seqs"
+    assert not Event.objects.filter(envelope_id__startswith="replay/").exists()
+
+
+@pytest.mark.parametrize("binding", ["\u00a0\f", " triage", "tri age", ""])
+def test_i36_10_create_and_rebind_take_a_binding_name_as_the_document_says(client, auth, binding):
+    body = {"scope": "acme", "binding": binding, "input": {"type": "notes"}}
+    response = post(client, "/api/work", body, auth)
+    assert response.status_code == 400 and response.json()["field"] == "binding", response.content
+    work = WorkFactory(scope="acme")
+    rebind = post(client, f"/api/work/{work.pk}/rebind", {"binding": binding}, auth)
+    assert rebind.status_code == 400 and rebind.json()["field"] == "binding", rebind.content
