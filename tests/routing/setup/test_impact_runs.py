@@ -196,3 +196,15 @@ def test_i39_6_impact_progress_runs_are_linked_from_the_configuration_page_after
     run_page = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
     assert "The candidate was applied or discarded since; its groups can still be replayed." in run_page
     assert 'id="impact-start"' not in run_page
+
+
+def test_i39_6_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, candidate):
+    run = ImpactRunFactory(
+        candidate=candidate,
+        changed=1,
+        examined=10,
+        rollup=[{"group": "unmatched → start", "effect": "start", "route": "issues", "count": 1}],
+    )
+    ImpactRunChangeFactory(run=run)
+    body = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
+    assert "Replay this Event</button>" in body and "Replay these 1<" not in body
