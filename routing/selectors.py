@@ -245,7 +245,13 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"expected {TIME_FORMATS}, got {text[:60]!r}") from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    # In UTC: an offset like -19:38 is ISO 8601's, not every database's (PostgreSQL's stop at 15:59).
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00: before the year 1 in UTC
+        raise ValueError(f"{text[:60]!r} is further back than times go") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,3 +72,21 @@ def test_i39_10_c_the_console_the_api_and_the_cli_read_minus_2h_alike(client):
 def test_i39_10_c_a_time_ago_before_the_year_1_is_refused_not_an_error():
     with pytest.raises(ValueError, match="further back than times go"):
         parse_time("-999999w", now=NOW)
+
+
+def test_i39_10_c_an_iso_time_is_read_in_utc_whatever_its_offset():
+    moment = parse_time("0841-10-25T20:35:18-19:38", now=NOW)
+    assert moment.utcoffset() == timedelta(0) and moment == datetime(841, 10, 26, 16, 13, 18, tzinfo=UTC)
+    with pytest.raises(ValueError, match="further back than times go"):
+        parse_time("0001-01-01T00:00:00+01:00", now=NOW)
+
+
+@pytest.mark.django_db
+def test_i39_10_c_the_events_list_takes_an_offset_its_database_would_not(client):
+    from tests.routing.factories import api_token_with_secret, user_with_role
+
+    _, secret = api_token_with_secret(user=user_with_role("viewer", username="vic"))
+    response = client.get(
+        "/api/events", {"since": "0841-10-25T20:35:18-19:38"}, headers={"Authorization": f"Bearer {secret}"}
+    )
+    assert response.status_code == 200, response.content
