@@ -587,7 +587,7 @@ def _notes(settlement: Settlement) -> list[str]:
         elif error.backoff_until is not None:
             notes.append(f"failure {error.attempts}: retried after {error.backoff_until.isoformat()}")
     if settlement.state == RouteState.FAILED and error is not None:
-        notes.append(f"routing gives up after {error.attempts} failure(s): the Event is dead-lettered (R16)")
+        notes.append(f"routing gives up after {error.attempts} failure(s): the Event is dead-lettered")
     if decision is None:
         return notes
     if decision.timed_out_wait is not None:
@@ -609,9 +609,9 @@ def _notes(settlement: Settlement) -> list[str]:
     if settlement.held:
         notes.append(f"{settlement.held}: the Work is held, the Event kept as context")
     if decision.reason == Reason.ADDRESSED:
-        notes.append("the operator addressed this Work: it needs no route to find it (R30)")
+        notes.append("the operator addressed this Work: it needs no route to find it")
     if decision.reason == Reason.CONTEXT:
-        notes.append("kept as context for the waiting Work; its wait still decides (R41)")
+        notes.append("kept as context for the waiting Work; its wait still decides")
     return notes
 
 
@@ -630,7 +630,7 @@ def _recorded(event: Event) -> TraceResult:
         keys=tuple(record.keys or ()) if record else (),
         refusals=tuple(record.refusals or ()) if record else (),
         error=record.error if record else "",
-        notes=(f"already {event.route_state}: routing decides an Event once (I1)",),
+        notes=(f"already {event.route_state}: routing decides an Event once",),
         state=event.route_state,
         attempts=record.attempts if record else 0,
         event=event.seq,

@@ -19,7 +19,7 @@ TAG: dict[str, str] = {
 SCHEMAS: dict[str, Any] = {
     "ControlResult": {
         "type": "object",
-        "description": "What an operator control did to one Event (R20-R22, replay). Each control commits "
+        "description": "What an operator control did to one Event (skip, reroute or replay). Each control commits "
         "a `core.manual.skip_event` / `core.manual.reroute_event` / `core.manual.replay_event` control Event "
         "naming the Event and the acting user, in the same transaction as its effect.",
         "required": ["action", "seq", "route_state", "outcome", "control_seq", "by", "message"],

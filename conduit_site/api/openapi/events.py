@@ -288,7 +288,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "SettledRoute": {
         "type": "object",
-        "description": "The RouteRecord of a settled Event: the one decision about it (R27).",
+        "description": "The RouteRecord of a settled Event: the one decision about it.",
         "required": [
             "event",
             "state",
@@ -324,7 +324,7 @@ SCHEMAS: dict[str, Any] = {
             "refusals": {
                 "type": "array",
                 "items": ref("Refusal"),
-                "description": "Each route that declined the Event, in route order (R28).",
+                "description": "Each route that declined the Event, in route order.",
             },
             "error": {"type": "string", "description": "The route error of a failed (dead-lettered) Event."},
             "attempts": {"type": "integer", "minimum": 0, "description": "Failures before giving up."},

@@ -213,7 +213,7 @@ PATHS: dict[str, Any] = {
             'now, against the live generation or the one `generation` names (`"3"`, `"candidate:12"`, '
             "a configuration not yet applied). Writes nothing. The Event is first refused as acceptance "
             "would refuse it; `specversion` and `id` may be left out. `operator: true` traces an operator "
-            "Event (source `core.manual`, R30). `filter` limits the trace to the routes it names (R37).",
+            "Event (source `core.manual`). `filter` limits the trace to the routes it names.",
             "requestBody": {
                 "required": True,
                 "content": json_content(

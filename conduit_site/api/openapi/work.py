@@ -74,7 +74,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "Attempt": {
         "type": "object",
-        "description": "One execution of a Work, its configuration pinned at start (R36).",
+        "description": "One execution of a Work, its configuration pinned at start.",
         "properties": {
             "id": {"type": "integer", "description": "The Execution id Events may target."},
             "number": {"type": "integer"},
@@ -137,7 +137,7 @@ SCHEMAS: dict[str, Any] = {
     "OperatorInput": {
         "type": "object",
         "description": "Operator input, accepted as an addressed operator Event (source `core.manual`, "
-        "`work_id` the Work, R30): the router queues it on the binding the Work runs on next, reason "
+        "`work_id` the Work): the router queues it on the binding the Work runs on next, reason "
         "`addressed`, unless a route selects it.",
         "required": ["type"],
         "properties": {
@@ -331,7 +331,7 @@ PATHS: dict[str, Any] = {
             "summary": "Create a Work with its first input",
             "description": "Opens a Work in `scope` (a scope of the live configuration) on `binding` (a "
             "binding visible there that can run) and accepts `input` as its first input, an addressed "
-            "operator Event naming it (R30), which is also its trigger. The Work runs once the router "
+            "operator Event naming it, which is also its trigger. The Work runs once the router "
             "queues that input. Commits a `core.manual.create_work` control Event in the same transaction. "
             "Needs the permission `worklife.create_work`.",
             "requestBody": {
@@ -383,7 +383,7 @@ PATHS: dict[str, Any] = {
             "operationId": "work_cancel",
             "summary": "Cancel a Work",
             "description": "Cancels the Work's active attempts and waits, removes its timers and its queue "
-            "eligibility and makes it terminal, atomically (R48); the work loop holding a cancelled attempt "
+            "eligibility and makes it terminal, atomically; the work loop holding a cancelled attempt "
             "stops its process after the commit. Terminal Work is refused (409). Commits a "
             "`core.manual.cancel_work` control Event in the same transaction. Needs the permission "
             "`worklife.cancel_work`. The body is optional: `reason`, kept in the control Event's data and "
@@ -460,7 +460,7 @@ PATHS: dict[str, Any] = {
             "operationId": "work_send",
             "summary": "Send operator input to a Work",
             "description": "Accepts the input as an addressed operator Event (source `core.manual`, `work_id` "
-            "the Work, R30): the router queues it on the binding the Work runs on next, reason `addressed`, "
+            "the Work): the router queues it on the binding the Work runs on next, reason `addressed`, "
             "unless a route selects it. Terminal Work is refused (409). Commits a `core.manual.send_input` "
             "control Event naming the input in the same transaction. Needs the permission "
             "`worklife.send_input`.",

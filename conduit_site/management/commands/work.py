@@ -325,7 +325,7 @@ def retry_run(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def send_run(command: BaseCommand, options: dict[str, Any]) -> None:
-    """Send operator input to a Work (an addressed operator Event, R30)."""
+    """Send operator input to a Work (an addressed operator Event)."""
     data = _data(command, options)
     _control(
         command,
@@ -446,7 +446,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         run=get_run,
     ),
     "cancel": Subcommand(
-        help="Cancel a Work (R48): its attempts, waits, timers and queue end with it; its work loop stops a "
+        help="Cancel a Work: its attempts, waits, timers and queue end with it; its work loop stops a "
         "running attempt's process (trusted: no permission is checked; --as names the actor).",
         add_arguments=cancel_arguments,
         run=cancel_run,
@@ -459,7 +459,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "send": Subcommand(
         help="Send operator input to a Work: an addressed operator Event the router queues on the binding "
-        "the Work runs on next (R30) (trusted: no permission is checked; --as names the actor).",
+        "the Work runs on next (trusted: no permission is checked; --as names the actor).",
         add_arguments=send_arguments,
         run=send_run,
     ),

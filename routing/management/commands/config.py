@@ -82,7 +82,7 @@ class Command(BaseCommand):
             "--effective",
             action="store_true",
             help="Show the effective configuration: routes resolved root to leaf with override slots "
-            "replaced in place, and every binding visible in the scope (R3). Without it, only what "
+            "replaced in place, and every binding visible in the scope. Without it, only what "
             "the scope itself declares.",
         )
         show.add_argument("--json", action="store_true", help="Print JSON instead of text.")

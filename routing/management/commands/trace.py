@@ -38,7 +38,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--operator",
             action="store_true",
-            help="Trace an operator Event (source core.manual naming its Work, R30).",
+            help="Trace an operator Event (source core.manual naming its Work).",
         )
         parser.add_argument(
             "--filter",
