@@ -1,5 +1,4 @@
-"""PostgreSQL restarted under load: the loops reconnect and nothing acknowledged is lost (issue 38
-item 9).
+"""PostgreSQL restarted under load: the loops reconnect and nothing acknowledged is lost.
 
     python bench/pg_restart.py [--n 3000] [--hosts 1] [--restart-after 4] [--restarts 1] [--port 55432]
 

@@ -1,4 +1,4 @@
-"""Several route loops on one PostgreSQL database, checked run after run (issue 12 item 3).
+"""Several route loops on one PostgreSQL database, checked run after run.
 
     python bench/route_history.py [--runs 20] [--loops 4] [--n 4000] [--batch-size 100]
 

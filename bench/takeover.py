@@ -1,4 +1,4 @@
-"""Two hosts on one PostgreSQL: one dies by SIGKILL mid-load, the other takes over (issue 38 item 9).
+"""Two hosts on one PostgreSQL: one dies by SIGKILL mid-load, the other takes over.
 
     python bench/takeover.py [--n 1500] [--claim-seconds 10] [--lease-seconds 6] [--kill-after 4]
     python bench/takeover.py --drop-connections

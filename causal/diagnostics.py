@@ -44,7 +44,7 @@ def count_diagnostics_in_tx(diagnostics: list[CausalDiagnostic]) -> None:
 
     One statement a record (an insert that adds to the existing row on conflict), as cheap as
     the row each refusal used to write: refusals in a loop cost a record a minute, not a row
-    each (issue 36 item 8)."""
+    each."""
     groups: dict[str, list[CausalDiagnostic]] = {}
     for diagnostic in diagnostics:
         groups.setdefault(diagnostic.aggregate_key, []).append(diagnostic)

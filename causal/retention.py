@@ -71,7 +71,7 @@ def retention_prune(*, older_than: timedelta, clock: Clock, dry_run: bool = Fals
     return PruneReport(cutoff=cutoff, buckets=bucket_count, diagnostics=diagnostic_count, dry_run=False)
 
 
-# --- Events (issue 38 item 5) ------------------------------------------------------------------
+# --- Events ------------------------------------------------------------------------------------
 #
 # An Event may go only when it is routed (never unrouted: the router still owes it a decision;
 # never failed or skipped: a dead letter is kept for the operator to act on), was accepted before

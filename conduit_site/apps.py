@@ -15,5 +15,5 @@ class SiteConfig(AppConfig):
         # What loading made (modules, classes, models, settings) lives as long as the process:
         # moved to the collector's permanent generation, it is not walked again by a later
         # collection, nor by the interpreter's own at exit, which otherwise cost every command
-        # about 0.1 s (issue 12 item 5). Setup's garbage, if any, is kept: a few objects, once.
+        # about 0.1 s. Setup's garbage, if any, is kept: a few objects, once.
         gc.freeze()

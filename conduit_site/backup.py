@@ -1,4 +1,4 @@
-"""Backups of the database (issue 38 item 6): ``manage.py backup PATH`` and ``restore PATH``.
+"""Backups of the database: ``manage.py backup PATH`` and ``restore PATH``.
 
 SQLite in WAL mode cannot be copied as a file while it is written (the copy may miss pages still
 in the ``-wal`` file, or mix two states): both directions go through SQLite's online backup API,

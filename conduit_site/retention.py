@@ -1,4 +1,4 @@
-"""Site-wide retention (issue 38 item 5): ``manage.py prune`` and the work loop's hourly pass.
+"""Site-wide retention: ``manage.py prune`` and the work loop's hourly pass.
 
 Above every app, this module only orders their services, in short transactions of at most
 ``batch`` Works or Events each so that the route and work loops wait at most one batch for the

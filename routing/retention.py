@@ -1,4 +1,4 @@
-"""Retention of route records (issue 38 item 5): a record goes with its Work, or with its
+"""Retention of route records: a record goes with its Work, or with its
 Event when no Work holds it (see ``causal.retention``); and of impact preview runs, by age."""
 
 from __future__ import annotations

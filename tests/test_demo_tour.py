@@ -1,4 +1,4 @@
-"""The README tour says what really happens (issue 39 item 9): its steps, run as it writes them
+"""The README tour says what really happens: its steps, run as it writes them
 (demo/send's deliveries through the receivers, the route loop, the work loop running the demo's
 triage command), end as its text says."""
 

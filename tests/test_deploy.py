@@ -1,4 +1,4 @@
-"""The deployment guide's files (issue 38 item 8, docs/deploy.md): the compose file, the systemd
+"""The deployment guide's files (docs/deploy.md): the compose file, the systemd
 units, the Dockerfile and the proxy's configuration run commands that exist, with arguments their
 parsers take, and set only settings Conduit reads."""
 

@@ -1,4 +1,4 @@
-"""The package locks (issue 38 item 10): requirements.txt (production) and requirements-dev.txt
+"""The package locks: requirements.txt (production) and requirements-dev.txt
 (everything) pin every package with its hashes, written by ``make lock`` from the ``.in`` files."""
 
 from __future__ import annotations

@@ -806,7 +806,7 @@ def test_demo_events_are_accepted_and_routed_by_the_demo_configuration(clock):
     assert len(pr_work) == 1 and None not in pr_work
 
 
-# --- demo/deliveries and demo/send: the tour through the receivers (issue 37 item 6) -------------
+# --- demo/deliveries and demo/send: the tour through the receivers -------------------------------
 
 
 def demo_send_module():

@@ -1,4 +1,4 @@
-"""Retention of Work (issue 38 item 5): terminal Work ended before the cutoff goes, with its
+"""Retention of Work: terminal Work ended before the cutoff goes, with its
 attempts, input, intents, waits, timers, dependency subscriptions and correlation keys.
 
 Only completed or cancelled Work, and only once no other Work refers to it (a child's parent, a

@@ -20,7 +20,7 @@ def scope_by_default_collation(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    """Fewer index entries an Event writes (issue 12 items 1 to 3). Its explicit Work, parent
+    """Fewer index entries an Event writes. Its explicit Work, parent
     and root are indexed where they are set: most Events have none, and on PostgreSQL every
     routed Event's new row version got an entry in each. Its scope keeps one index, in the "C"
     collation on PostgreSQL, which serves prefixes too: the plain index and the LIKE index

@@ -1,6 +1,6 @@
 from django.db import migrations
 
-# Percent of each page of causal_event that PostgreSQL fills with new rows (issue 12 item 3).
+# Percent of each page of causal_event that PostgreSQL fills with new rows.
 EVENT_FILLFACTOR = 50
 
 

@@ -1,6 +1,6 @@
 """JSON API endpoints of the operator controls and of doctor (token-authenticated, see
 ``conduit_site.api.auth``): ``POST /api/events/{seq}/skip``, ``POST /api/events/{seq}/reroute``
-(R20), ``POST /api/events/{seq}/replay`` and ``POST /api/events/replay`` (several, issue 39) and
+(R20), ``POST /api/events/{seq}/replay`` and ``POST /api/events/replay`` (several) and
 ``GET /api/doctor`` (R23).
 
 Each control needs its own permission (``routing.skip_event``, ``routing.reroute_event``,
@@ -54,7 +54,7 @@ def event_reroute(request: HttpRequest, seq: int) -> JsonResponse:
 @api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=CONTROL_ERRORS)
 def event_replay(request: HttpRequest, seq: int) -> JsonResponse:
     """Replay the settled Event ``seq``: accept a copy (id ``replay/<id>/<n>``) that routes under
-    the live configuration (issue 39)."""
+    the live configuration."""
     return _control(request, seq, controls.REPLAY_EVENT, replay.event_replay)
 
 

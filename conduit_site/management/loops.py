@@ -14,7 +14,7 @@ from contextlib import contextmanager
 # Events keeps about 10,000 container objects alive while it routes (snapshots, verdicts,
 # decisions, settlements); at Python's default of 2,000 the collector ran about four times a
 # window, each time walking the window's live objects, all of which reference counting frees
-# anyway: about 5 µs an Event, 3% of routing (issue 12 item 2). Cyclic garbage still starts a
+# anyway: about 5 µs an Event, 3% of routing. Cyclic garbage still starts a
 # collection once this many objects are left over.
 LOOP_GC_THRESHOLD = 20_000
 

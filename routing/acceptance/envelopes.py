@@ -103,7 +103,7 @@ EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
 # RFC 3339 date-time (section 5.6): a full date, "T" (or a space, section 5.6's note), a full
 # time with optional fraction, and a mandatory offset.
 RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-# What an Event without a scope and without a default is told (item 4 of issue 37).
+# What an Event without a scope and without a default is told.
 NO_SCOPE = (
     "scope is required: send the scope path this Event belongs to (the 'scope' attribute, or the "
     "ce-scope header in binary mode), or set a default scope: the API token's (manage.py api_token "

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 # A stored generation never changes (its scopes, bindings and routes are written once, with it:
 # ``routing.config.services``), so its effective configuration is kept per process, by its id and
 # digest, for the generations read last: a trace or an impact preview then does not read and
-# resolve the same routes again (issue 10's trace timings). Configurations are immutable.
+# resolve the same routes again (it showed in trace timings). Configurations are immutable.
 CONFIGURATIONS_KEPT: KeptPerProcess[tuple[int, str, str], Configuration] = KeptPerProcess(32)
 
 

@@ -1,4 +1,4 @@
-"""Bulk operator controls on Work: retry or cancel several Work at once (issue 39 item 2).
+"""Bulk operator controls on Work: retry or cancel several Work at once.
 
 Each Work goes through its own control (:func:`routing.controls.work.work_retry` or
 ``work_cancel``): one transaction and one control Event per Work, exactly as one at a time, so a

@@ -1,5 +1,4 @@
-"""Replay: accept a routed Event again as a copy, routed under the live configuration (issue 39
-item 3).
+"""Replay: accept a routed Event again as a copy, routed under the live configuration.
 
 After a configuration changes, the Events it would have routed otherwise (an impact preview's
 "unmatched → start", an Event dropped by a route since removed) are settled: routing never

@@ -14,7 +14,7 @@ first such Event and gives the rest back, so a window reaching past one would be
 given back; and claims taken side by side (each skipping the rows the other had just locked)
 interleave Event by Event, a pattern that then renews itself every round: each loop claims
 again while the other still holds its rows, skips them and takes back its own given-back
-ones. Two loops routed one Event per pass that way, for minutes (issue 12 item 3)."""
+ones. Two loops routed one Event per pass that way, for minutes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``manage.py events skip SEQ``, ``manage.py events reroute SEQ`` and ``manage.py events replay
-SEQ...``: the operator controls from the command line (R20–R22, issue 39), as subcommands of
+SEQ...``: the operator controls from the command line (R20–R22), as subcommands of
 ``events`` (see its ``SUBCOMMANDS``).
 
 The CLI is trusted operator access on the host: whoever can run ``manage.py`` can already

@@ -1,4 +1,4 @@
-"""Impact previews in the background (issue 39 item 6): progress while they run, a roll-up by
+"""Impact previews in the background: progress while they run, a roll-up by
 effect and route, the changed Events a page at a time.
 
 :func:`impact_run_start` stores a run (:class:`~routing.models.ImpactRun`) and returns at once;

@@ -1,4 +1,4 @@
-"""Accessibility in a real browser (issue 11 item 9): axe-core (``axe-playwright-python``) finds
+"""Accessibility in a real browser: axe-core (``axe-playwright-python``) finds
 no serious or critical violation on any console page, each filled with data; the skip link,
 focus after an htmx swap, and keyboard access to scrollable blocks.
 

@@ -1,4 +1,4 @@
-"""The API's documentation page in a real browser (issue 11 item 8): Swagger UI, served by the
+"""The API's documentation page in a real browser: Swagger UI, served by the
 console itself, shows every operation of ``/api/openapi.json`` without breaking the
 Content-Security-Policy or fetching anything from elsewhere."""
 

@@ -1,4 +1,4 @@
-"""Issue 11 item 1 in a real browser: a control the server refuses (409, or 400 for bad input)
+"""In a real browser: a control the server refuses (409, or 400 for bad input)
 shows the server's message in place — skip and reroute on the Work page's rows and on the Event
 page, and the dead letters page's reroute — under the Content-Security-Policy (no inline
 handlers: static/js/console.js swaps the statuses marked with ``data-swap-statuses``)."""

@@ -1,4 +1,4 @@
-"""The Content-Security-Policy in a real browser (issue 9 item 9): every console page and the
+"""The Content-Security-Policy in a real browser: every console page and the
 admin's pages load and work without a single violation, though the policy allows no inline
 script or style."""
 

@@ -1,7 +1,7 @@
 """The README tour as a user meets it: ``manage.py serve`` (console, route loop, work loop) on
 a fresh SQLite database with the demo configuration; the demo's Events are sent; the Work page,
 open in Chromium, shows the demo Work run and complete live, without a reload; the failing
-agent's Work is retried and then parked (issue: the Work engine, point 11)."""
+agent's Work is retried and then parked."""
 
 from __future__ import annotations
 

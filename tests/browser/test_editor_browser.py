@@ -1,4 +1,4 @@
-"""Issue 39 item 7 in a real browser: the setup session's configuration editor (CodeMirror,
+"""In a real browser: the setup session's configuration editor (CodeMirror,
 static/codemirror/editor.js) numbers its lines, marks the server's problems, and each problem is
 a link that puts the cursor on its line; without JavaScript the textarea still posts and the
 links open the numbered copy at the line; all under the strict Content-Security-Policy."""

@@ -1,5 +1,5 @@
-"""Issue 11 in Chromium: the Event page updates as a whole after Skip and live as the router
-routes it (item 2, served by daphne as ``manage.py serve`` serves it: HTTP and websockets);
+"""In Chromium: the Event page updates as a whole after Skip and live as the router
+routes it (served by daphne as ``manage.py serve`` serves it: HTTP and websockets);
 finding Events with the CLI's filters, their total, and paging to the oldest and back (items
 4 and 5)."""
 

@@ -1,4 +1,4 @@
-"""Issue 11 items 6 and 7 in a real browser: timestamps in the browser's time zone with the zone
+"""In a real browser: timestamps in the browser's time zone with the zone
 named (UTC without JavaScript) and relative ages in lists; the home page's charts; the banner
 when a loop has no heartbeat, linking to Doctor; Doctor polling itself. Screenshots go to the
 test's tmp_path."""

@@ -1,4 +1,4 @@
-"""The console at 400 px (issue 39 item 10f): the navigation is one short row, and every table
+"""The console at 400 px: the navigation is one short row, and every table
 keeps every column, reachable by scrolling the table sideways, on every page; axe still finds no
 serious violation there. And after Apply, a reload or Back shows the applied generation (item
 10a)."""

@@ -1,4 +1,4 @@
-"""Issue 39 item 6 in a real browser, under the Content-Security-Policy: the impact preview of
+"""In a real browser, under the Content-Security-Policy: the impact preview of
 3,000 Events runs in the background, showing "Events traced N of M" with its button disabled,
 then a roll-up by effect and route (each group with its replay) and the changed Events 50 a
 page; no page weighs more than 500 KB, and axe finds nothing serious at 1280 and 400 px."""

@@ -1,6 +1,6 @@
-"""Issue 39 in Chromium: the Work list and the home page follow Work live (item 1), the Work
-page's controls follow its state when another tab cancels it (item 8), a backoff counts down
-in the page (item 4); axe on the pages changed, wide and narrow. Served by daphne as ``manage.py
+"""In Chromium: the Work list and the home page follow Work live, the Work
+page's controls follow its state when another tab cancels it, a backoff counts down
+in the page; axe on the pages changed, wide and narrow. Served by daphne as ``manage.py
 serve`` serves it, sharing a channel layer file with this process, whose services publish."""
 
 from __future__ import annotations

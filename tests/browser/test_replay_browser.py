@@ -1,4 +1,4 @@
-"""Issue 39 item 3 in a real browser, under the Content-Security-Policy: an Event the live
+"""In a real browser, under the Content-Security-Policy: an Event the live
 configuration left unmatched, a candidate that adds a route for it applied from the setup page,
 then Replay on the Event's page: its copy routes under the new configuration and starts the
 Work, and the copy's page names the Event it replays."""

@@ -1,4 +1,4 @@
-"""Issue 10 items 4 to 6 in a real browser, under the Content-Security-Policy: an admin edits a
+"""In a real browser, under the Content-Security-Policy: an admin edits a
 candidate from the live document, sees a problem inline at its line, fixes it, saves it, traces
 against it (a refusal replaces the previous result), previews its impact and applies it."""
 

@@ -1,6 +1,5 @@
 """The trace page in a real browser: "Trace this Event" on a routed Event's page shows, first,
-that routing already decided it and then every route's verdict for it traced as new (issue 39
-item 5); the routes filter limits the trace (R37); axe finds no serious violation at a wide and a
+that routing already decided it and then every route's verdict for it traced as new; the routes filter limits the trace (R37); axe finds no serious violation at a wide and a
 narrow width."""
 
 from __future__ import annotations

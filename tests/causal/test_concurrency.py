@@ -62,7 +62,7 @@ def test_r61_concurrent_sibling_quota_threads_accept_exactly_128(clock):
     assert counts == {"accepted": 127, "refused": 23}
     assert Event.objects.filter(root_id=root.seq).count() == 128
     assert bucket_count(root.seq, MINUTE) == 128
-    # Counted on one row (one root, kind and minute), by concurrent writers (issue 36 item 8).
+    # Counted on one row (one root, kind and minute), by concurrent writers.
     (diagnostic,) = CausalDiagnostic.objects.filter(kind="rate_exceeded", root_seq=root.seq)
     assert diagnostic.occurrences == 23
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 1: an acceptance builds its Event from values in field order and prepares
+"""An acceptance builds its Event from values in field order and prepares
 its columns once per batch. The row it stores must be the one the model's own constructor
 and ``bulk_create`` would store."""
 

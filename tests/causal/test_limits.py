@@ -407,7 +407,7 @@ def test_r52_accepted_at_is_the_trusted_clock(causal, root, clock):
     assert event.accepted_by == "core.causal"
 
 
-# --- issue 36 item 8: refusals counted, not written a row each -----------------------------------
+# --- refusals counted, not written a row each ----------------------------------------------------
 
 
 @pytest.mark.django_db

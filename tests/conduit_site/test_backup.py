@@ -1,4 +1,4 @@
-"""Issue 38 item 6: ``manage.py backup`` and ``restore``."""
+"""``manage.py backup`` and ``restore``: a copy of the database and its way back."""
 
 from __future__ import annotations
 

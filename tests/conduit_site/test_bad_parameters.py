@@ -1,5 +1,5 @@
 """Every paging and filter parameter of every page and API answers 400 for a bad value, and an
-id no database column can hold is a 404, never a 500 (issue 9 item 11)."""
+id no database column can hold is a 404, never a 500."""
 
 from __future__ import annotations
 

@@ -458,7 +458,7 @@ def test_r23_heartbeats_keep_what_doctor_reads(clock, live):
     assert set(value) >= {"at", "generation", "passes", "routed", "abandoned_calls", "abandoned_total"}
 
 
-# --- issue 9, item 1: doctor names what keeps failing; the log says it once -------------------
+# --- doctor names what keeps failing; the log says it once ------------------------------------
 
 
 def test_i9_1_doctor_names_an_event_whose_route_keeps_failing_at_once(clock):

@@ -1,4 +1,4 @@
-"""Headers and files (issue 9 item 9): a Content-Security-Policy without 'unsafe-inline' on every
+"""Headers and files: a Content-Security-Policy without 'unsafe-inline' on every
 page, ``no-store`` on pages and API answers, ``nosniff`` on static files, private files under
 ``var/``, ``DEBUG`` off by default where other machines can connect, and a clean deploy check."""
 
@@ -177,7 +177,7 @@ def test_i12_1_the_asgi_application_runs_each_request_in_a_thread_of_a_fixed_poo
     """Under daphne the whole chain and the view run synchronously in one thread of a pool
     whose threads keep their database connections: Django's async chain hopped to a thread
     and back for each middleware, and it served each request in a new thread with a new
-    connection (issue #12 item 1)."""
+    connection."""
     import threading
 
     from asgiref.sync import SyncToAsync

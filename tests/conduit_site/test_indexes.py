@@ -1,4 +1,4 @@
-"""Issue 12 items 1 and 2: every index a write keeps up to date earns its place.
+"""Every index a write keeps up to date earns its place.
 
 An index whose columns lead another index of the same table answers no query the longer one
 cannot, yet every INSERT of an Event (acceptance) and every routed window (RouteRecord,
@@ -98,7 +98,7 @@ def test_i12_every_declared_constraint_and_index_exists_in_the_database():
 
 
 # What the console, the router and the Work pages look up through the indexes that hold only
-# some rows (issue 12 items 1 to 3), and the index each lookup must still use.
+# some rows, and the index each lookup must still use.
 LOOKUPS = [
     (
         "the console's scope-subtree filter",
@@ -123,7 +123,7 @@ LOOKUPS = [
         "workinput_attempt_idx",
     ),
     (
-        # Issue 37 item 2: the Receivers page's last delivery of each receiver.
+        # The Receivers page's last delivery of each receiver.
         "a receiver's newest Event",
         lambda: last_event_query("github")[:1],
         "event_receiver_seq_idx",

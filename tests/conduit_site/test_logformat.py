@@ -35,7 +35,7 @@ def test_a_plain_record_is_unchanged():
     assert formatter.format(record) == "hello there"
 
 
-# --- issue 38 item 4: LOG_FORMAT=json and request ids ----------------------------------------------
+# --- LOG_FORMAT=json and request ids ---------------------------------------------------------------
 
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"  # the settings' for both formatters

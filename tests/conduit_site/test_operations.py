@@ -1,4 +1,4 @@
-"""Issue 38 items 2 and 3: /healthz, /readyz and /metrics, as probes and scrapers call them; the
+"""/healthz, /readyz and /metrics, as probes and scrapers call them; the
 metrics of real routed Events and attempts, parsed by prometheus_client's own parser; the
 metrics of several processes added up (multiprocess folder, and a real ``serve``)."""
 

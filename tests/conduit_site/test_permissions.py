@@ -1,4 +1,4 @@
-"""Issue 9 item 3: least privilege for people and tokens, as one permission matrix.
+"""Least privilege for people and tokens, as one permission matrix.
 
 Every API endpoint and method (walked from ``conduit_site/api/urls.py``), every console page and
 control (``conduit_site/console/urls.py``), the admin site and both websockets, each tried by an

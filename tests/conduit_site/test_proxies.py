@@ -1,4 +1,4 @@
-"""Sign-in lockouts behind a reverse proxy key on the real client (issue 38 item 7)."""
+"""Sign-in lockouts behind a reverse proxy key on the real client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 38 item 5: retention deletes exactly the old terminal Work and the routed Events nothing
+"""Retention deletes exactly the old terminal Work and the routed Events nothing
 keeps, in batches, on both databases; a routing history checked after a prune stays clean."""
 
 from __future__ import annotations

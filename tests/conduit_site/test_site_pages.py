@@ -1,4 +1,4 @@
-"""Pages of the site itself (issue 11 item 9): ``/favicon.ico``, the 404 pages with ``DEBUG``
+"""Pages of the site itself: ``/favicon.ico``, the 404 pages with ``DEBUG``
 on (development: Django's debug page) and off (the console's page), the API's JSON 404 either
 way, and ``DEBUG`` following the environment."""
 

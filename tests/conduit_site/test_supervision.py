@@ -1,4 +1,4 @@
-"""What serve restarted, as doctor and the console's banner show it (issue 38 item 1)."""
+"""What serve restarted, as doctor and the console's banner show it."""
 
 from __future__ import annotations
 

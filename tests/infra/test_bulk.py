@@ -1,7 +1,7 @@
 """The router's set-based inserts (infra.bulk.bulk_insert): whatever the statement's form
 (``INSERT … SELECT … FROM (VALUES …)`` on SQLite, one ``INSERT … SELECT … FROM UNNEST`` on PostgreSQL
 with the columns every row shares as single values), each row is stored exactly as given, and
-new keys come back in row order (R7, issue 12 items 2 and 3)."""
+new keys come back in row order (R7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 12 items 1 and 2: hot reads compiled once (infra.queries.CompiledOnce) return
+"""Hot reads compiled once (infra.queries.CompiledOnce) return
 exactly what the ORM returns, on whichever database the tests run."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_i12_failures_read_compiled_once_equals_the_orm():
     "counted", [0, 1, failures_module.FEW_FAILURES, failures_module.FEW_FAILURES + 1, 150]
 )
 def test_i12_failures_read_answers_alike_with_few_and_many_failures(counted):
-    """Issue 12 item 2: while few failures are counted, all of them are read at once; past
+    """While few failures are counted, all of them are read at once; past
     :data:`FEW_FAILURES`, each Event's is looked up. Either way the answer is the failures of
     the Events asked about, no other (fails when the read of all of them is not filtered)."""
     for seq in range(1000, 1000 + counted):
@@ -325,7 +325,7 @@ def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
 
 @pytest.mark.django_db
 def test_i12_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
-    """Issue 12 item 2: for a window of consecutive seqs the commit reads the unrouted Events
+    """For a window of consecutive seqs the commit reads the unrouted Events
     before its first one, without the window's list; that is exactly the list read (unrouted,
     before the window's last Event, outside the window). A window with a gap still reads with
     its list, and finds the unrouted Event inside the gap."""

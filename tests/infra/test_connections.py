@@ -1,5 +1,5 @@
-"""A loop that starts while the database server restarts waits for it (issue 38 item 9:
-bench/pg_restart.py found route and work loops started during a restart exiting at once)."""
+"""A loop that starts while the database server restarts waits for it
+(bench/pg_restart.py found route and work loops started during a restart exiting at once)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``infra.frozen.frozen``: a frozen slots dataclass whose ``__init__`` sets its slots
-directly, with the dataclass's own behaviour (issue 12 item 2)."""
+directly, with the dataclass's own behaviour."""
 
 from __future__ import annotations
 

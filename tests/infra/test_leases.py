@@ -1,4 +1,4 @@
-"""Issue 12 items 1 and 4: a route loop's claims and heartbeats are leases, committed without
+"""A route loop's claims and heartbeats are leases, committed without
 waiting for the disk (``infra.leases``), while every other commit stays durable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 38 item 3: the metric handles record nothing with metrics off, and a batch observed at
+"""The metric handles record nothing with metrics off, and a batch observed at
 once gives the histogram prometheus_client would give observing each value."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: the SQLite backend turns Django's ``%s`` placeholders into SQLite's ``?``
+"""The SQLite backend turns Django's ``%s`` placeholders into SQLite's ``?``
 as Django's own backend does (``infra.sqlite_backend``), remembering each statement's
 conversion, and without a regular expression when the statement holds no escaped ``%``."""
 

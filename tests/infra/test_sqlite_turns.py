@@ -1,4 +1,4 @@
-"""Issue 12 items 1 and 4: on SQLite, write transactions take turns on a lock file beside the
+"""On SQLite, write transactions take turns on a lock file beside the
 database (``infra.sqlite_backend``), so a writer that writes again and again (the route
 loop draining a backlog) no longer starves acceptances asleep in SQLite's busy handler.
 

@@ -1,4 +1,4 @@
-"""A count with its noun in the right number (issue 39 item 10g)."""
+"""A count with its noun in the right number."""
 
 from __future__ import annotations
 

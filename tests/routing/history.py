@@ -1,4 +1,4 @@
-"""A history checker for several route loops sharing one database (issue 12 item 3).
+"""A history checker for several route loops sharing one database.
 
 :func:`history_payloads` builds a stream whose targets overlap and are disjoint in turn: a few
 hot conversation keys most windows share, many cold ones no two windows share, some named

@@ -131,7 +131,7 @@ def test_d6_lists_search_ids_and_keys_without_counting_everything(staff):
     assert list(by_envelope.context["cl"].result_list) == [event]
 
 
-# --- Issue 36 item 9: the admin role cannot make a superuser -------------------------------
+# --- the admin role cannot make a superuser ------------------------------------------------
 
 
 @pytest.fixture

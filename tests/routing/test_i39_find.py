@@ -1,4 +1,4 @@
-"""Finding Events and Work by part of what people remember (issue 39 item 10d): an id or subject
+"""Finding Events and Work by part of what people remember: an id or subject
 by its start, text in an Event's data (a bounded scan), a Work by the start of a key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One parser of the moments the filters take (issue 39 item 10c): ISO 8601, a time ago
+"""One parser of the moments the filters take: ISO 8601, a time ago
 (-10m, -2h, -3d) and today/yesterday, the same in the console, the API and the CLI, with a clear
 error for anything else."""
 

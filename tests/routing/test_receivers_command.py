@@ -1,4 +1,4 @@
-"""Issue 37 item 2: ``manage.py receivers list`` and ``manage.py receivers test NAME FILE``
+"""``manage.py receivers list`` and ``manage.py receivers test NAME FILE``
 (verify and map a saved delivery and trace its Events, accepting and counting nothing)."""
 
 from __future__ import annotations

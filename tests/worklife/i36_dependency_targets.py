@@ -1,5 +1,4 @@
-"""Python targets of the tests of dependency subscriptions (R42) and child bindings (issue 36,
-items 10 and 12), run in worker processes."""
+"""Python targets of the tests of dependency subscriptions (R42) and child bindings, run in worker processes."""
 
 from __future__ import annotations
 

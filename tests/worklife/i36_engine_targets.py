@@ -1,4 +1,4 @@
-"""Python targets of the engine tests of issue 36 (items 15 to 17), run in worker processes."""
+"""Python targets of the Work engine's tests, run in worker processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How much memory reading a flood of output costs the loop (issue 36 item 4).
+"""How much memory reading a flood of output costs the loop.
 
 Run as ``python -m tests.worklife.i36_output_memory BYTES [SCENARIO ...]`` from the project's
 directory: each scenario starts an attempt whose child writes about BYTES bytes, waits for it,

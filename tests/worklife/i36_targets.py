@@ -1,4 +1,4 @@
-"""Python targets of the containment tests (issue 36), run in worker processes."""
+"""Python targets of the containment tests, run in worker processes."""
 
 from __future__ import annotations
 

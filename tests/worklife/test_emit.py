@@ -229,7 +229,7 @@ def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock
         )
 
 
-# --- issue 36 item 2: a Work emits as itself -----------------------------------------------------
+# --- a Work emits as itself ----------------------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -363,7 +363,7 @@ def test_i36_2_a_work_emits_as_itself_never_as_another_work_or_a_sender(clock, t
     assert event_accept(payload=delivery, clock=clock).created
 
 
-# --- issue 36 item 7: an emitted Event is held to acceptance's limits -----------------------------
+# --- an emitted Event is held to acceptance's limits ----------------------------------------------
 
 
 @pytest.mark.django_db
@@ -419,7 +419,7 @@ def test_i36_7_the_attempt_is_told_which_field_of_its_emit_is_past_the_limits(cl
     assert not CausalDiagnostic.objects.exists()  # refused before the causal limits
 
 
-# --- issue 36 item 8: a Work refused in a loop ------------------------------------------------------
+# --- a Work refused in a loop -----------------------------------------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)

@@ -288,7 +288,7 @@ def test_i36_2_emit_sources_are_sources_none_reserved(executor):
     assert problems[4][1] == "source must be a string, not a number"
 
 
-# --- issue 36 item 3: one attempt cannot reach the next through a reused worker ------------------
+# --- one attempt cannot reach the next through a reused worker -----------------------------------
 
 
 def run_target(executor, attempt_id: int, settings: dict, inputs=()):

@@ -1,4 +1,4 @@
-"""Issue 38 item 9: several hosts on one database, each named by CONDUIT_HOSTNAME
+"""Several hosts on one database, each named by CONDUIT_HOSTNAME
 (bench/takeover.py kills one host and shows the other take over)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Attempts run contained (issue 36): a child's environment is an allow-list and its binding's
-``env`` (item 1); output is read in bounded lines and kept in a bounded tail (item 4); ending
-an attempt ends every process it started, ``setsid`` included (item 6). Real processes."""
+"""Attempts run contained: a child's environment is an allow-list and its binding's
+``env``; output is read in bounded lines and kept in a bounded tail; ending
+an attempt ends every process it started, ``setsid`` included. Real processes."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def assert_contained(env: dict[str, str], allowed: dict[str, str], *, also: set[
     assert not unexpected, f"not on the allow-list: {sorted(unexpected)}"
 
 
-# --- item 1: the environment ------------------------------------------------------------------
+# --- the environment --------------------------------------------------------------------------
 
 
 def test_i36_1_a_command_gets_the_allow_list_and_its_binding_env_only(server_environment):
@@ -130,7 +130,7 @@ def test_i36_1_the_env_setting_is_a_mapping_of_names_to_strings(executor):
     ]
 
 
-# --- item 4: bounded output -------------------------------------------------------------------
+# --- bounded output ---------------------------------------------------------------------------
 
 FLOOD = 50_000_000
 OUTPUT_TAIL = LINE_LIMIT = 64 * 1024  # the README's figures
@@ -204,7 +204,7 @@ def test_calls_past_the_pending_bound_wait_until_the_loop_takes_them():
     assert [call["seq"] for call in taken] == list(range(count))
 
 
-# --- item 6: ending an attempt ends every process it started ------------------------------------
+# --- ending an attempt ends every process it started --------------------------------------------
 
 
 @pytest.fixture(params=["cgroup", "marker"])

@@ -1,5 +1,5 @@
-"""Dependency subscriptions made by real attempts (R42, issue 36 item 12) and a child on a
-binding its scope lacks, refused at the call (issue 36 item 10): python workers and commands
+"""Dependency subscriptions made by real attempts (R42) and a child on a
+binding its scope lacks, refused at the call: python workers and commands
 run by a real work loop, Events accepted and routed by the real router."""
 
 from __future__ import annotations

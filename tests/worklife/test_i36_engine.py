@@ -1,8 +1,8 @@
-"""The Work engine under interrupts, waits and crashes (issue 36): a target blocked in
-``run.receive`` wakes on an interrupt (item 15); waiting Work does not hold the slots that run
-new attempts (item 16); an attempt lost with its loop runs again at once, a Work whose attempts
+"""The Work engine under interrupts, waits and crashes: a target blocked in
+``run.receive`` wakes on an interrupt; waiting Work does not hold the slots that run
+new attempts; an attempt lost with its loop runs again at once, a Work whose attempts
 keep being lost is parked, and every attempt carries an idempotency key stable across the retries
-of one presentation (item 17). Real worker processes where the item is about them."""
+of one presentation. Real worker processes where the behaviour is about them."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def attempts(work: Work) -> list[Attempt]:
     return list(Attempt.objects.filter(work=work).order_by("number"))
 
 
-# --- item 15: receive wakes on an interrupt -------------------------------------------------------
+# --- receive wakes on an interrupt ----------------------------------------------------------------
 
 
 def test_i36_15_an_interrupt_wakes_a_target_blocked_in_receive(clock, loop):
@@ -76,7 +76,7 @@ def test_i36_15_an_interrupt_wakes_a_target_blocked_in_receive(clock, loop):
     assert attempt.result["blocked"] < 15
 
 
-# --- item 16: waiting Work holds no slot ------------------------------------------------------------
+# --- waiting Work holds no slot ---------------------------------------------------------------------
 
 
 def test_i36_16_with_2_slots_and_10_works_waiting_new_work_starts_in_the_next_passes(clock):
@@ -122,7 +122,7 @@ def test_i36_16_parked_attempts_past_the_wait_bound_hold_slots_again(clock):
         loop.shutdown(grace=0)
 
 
-# --- item 17: lost with its loop, parked after 3 losses in a row, idempotency keys --------------
+# --- lost with its loop, parked after 3 losses in a row, idempotency keys -----------------------
 
 
 def lose(work: Work, clock, owner: str = "crashed-host:1:dead") -> Attempt:

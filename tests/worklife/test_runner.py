@@ -1,6 +1,6 @@
 """The Work engine runs Work for real: worker processes and commands, intents delivered to a
 running attempt, outcomes, backoff and parking, cancel, timeouts, leases, waits, timers, and
-the attempt API (issue: the Work engine; R11, R32, R36, R41, R46–R51, R56; W1–W5)."""
+the attempt API (the Work engine; R11, R32, R36, R41, R46–R51, R56; W1–W5)."""
 
 from __future__ import annotations
 
@@ -485,7 +485,7 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
     }
 
 
-# --- each pass's hygiene, as the route loop's (issue 35 item 4) -------------------------------------
+# --- each pass's hygiene, as the route loop's -------------------------------------------------------
 
 
 def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):

@@ -1,4 +1,4 @@
-"""Reads of the Work engine's state (issue #8 point 9): the one line saying why a Work is not
+"""Reads of the Work engine's state: the one line saying why a Work is not
 running, the Work a work_loop may claim, parked Work and the counts of the home page. The
 states are written by the engine's own services (attempt_fail, a refused dispatch through the
 real runner), so the line follows what they write."""

@@ -150,7 +150,7 @@ def test_i36_7_a_timer_is_held_to_acceptances_limits_when_scheduled(clock, setti
     attempt = AttemptFactory(trigger=EventFactory())
     schedule = {"attempt_id": attempt.pk, "lease_epoch": attempt.lease_epoch, "after": 5, "clock": clock}
     refusals = {
-        "CORE.wait.timeout": (None, "is empty or reserved"),  # reserved in any case (item 2)
+        "CORE.wait.timeout": (None, "is empty or reserved"),  # reserved in any case
         "t" * 300: (None, "type: type is 300 characters long; the limit is 255"),  # was cut to 255
         "t.big": ("x" * settings.CONDUIT_MAX_EVENT_BYTES, "data: the Event is "),
         "t.nul": ({"a": "\x00"}, "data.a: NUL characters"),

@@ -1,4 +1,4 @@
-"""Issue 38 item 4: the traceparent a sender put on an Event reaches the attempts it triggers —
+"""The traceparent a sender put on an Event reaches the attempts it triggers —
 TRACEPARENT in a command's environment, run.traceparent (and TRACEPARENT) in a Python target —
 and only a well-formed one."""
 

@@ -7,8 +7,7 @@ from infra.migration_ops import drop_field_index
 
 
 class Migration(migrations.Migration):
-    """Work's parent and an input's attempt indexed where they are set (issue 12 items 2 and
-    3): the router starts Work without a parent and writes input without an attempt. Work's
+    """Work's parent and an input's attempt indexed where they are set: the router starts Work without a parent and writes input without an attempt. Work's
     scope loses PostgreSQL's LIKE index, which nothing used."""
 
     dependencies = [

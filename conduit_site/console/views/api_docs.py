@@ -1,4 +1,4 @@
-"""The API's documentation page: Swagger UI over ``/api/openapi.json`` (item 8 of issue 11).
+"""The API's documentation page: Swagger UI over ``/api/openapi.json``.
 
 Swagger UI's build comes from the ``drf-spectacular-sidecar`` package (an installed app for its
 static files only: the project does not use Django REST framework), so nothing is fetched from a

@@ -1,4 +1,4 @@
-"""Skip, reroute and replay in the console (R20, D4, issue 39): on each Event of the Work page
+"""Skip, reroute and replay in the console (R20, D4): on each Event of the Work page
 and on the Event page.
 
 ``GET events/<seq>/skip/`` (and ``…/reroute/``, ``…/replay/``) is the confirmation page (no JavaScript);

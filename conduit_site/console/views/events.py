@@ -129,14 +129,14 @@ def event_detail_context(seq: int, partials: Iterable[str] = DETAIL_PARTIALS) ->
         "event": event,
         "record": record,
         "outcome": event_outcome(event, record),
-        # The receiver that accepted it, when one did (issue 37).
+        # The receiver that accepted it, when one did.
         "receiver": receiver_of(event.accepted_by),
         # Why an unrouted Event is not routed yet: the failure counted on it (R13, R29).
         "failure": None if event.is_settled else failures_read([event.seq]).get(event.seq),
         # A failed or skipped Event rerouted already links to its copy instead of offering
         # Reroute again (R22).
         "copy_seq": reroute_copies([event]).get(event.seq) if settled_dead else None,
-        # Replay's lineage (issue 39): the Event this one is a copy of, and this one's copies.
+        # Replay's lineage: the Event this one is a copy of, and this one's copies.
         "replay_of": replay_original(event),
         "replays": replay_copies(event),
         "replays_shown": COPIES_SHOWN,

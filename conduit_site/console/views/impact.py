@@ -1,4 +1,4 @@
-"""The impact preview's runs in the console (issue 39 item 6): what the candidate page's
+"""The impact preview's runs in the console: what the candidate page's
 impact section and a run's own page show, and that page (``config/impact/<run>/``).
 
 A run is started from its candidate's page (``setup.candidate_impact``) and traced in the

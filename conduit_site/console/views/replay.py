@@ -1,4 +1,4 @@
-"""Replay several Events from the console (issue 39 item 3): an impact preview group's "Replay
+"""Replay several Events from the console: an impact preview group's "Replay
 these N" button POSTs its run, change and route here (the Events are read from the run), any
 other form the Events' seqs.
 

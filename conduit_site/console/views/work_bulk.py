@@ -1,4 +1,4 @@
-"""Bulk Retry and Cancel on the Work list (issue 39 item 2).
+"""Bulk Retry and Cancel on the Work list.
 
 The Work list is a form: a checkbox per Work (or "all matching this filter") and a Retry or
 Cancel button POST here. Without ``confirm`` the answer is the confirmation page, which shows

@@ -1,4 +1,4 @@
-"""Issue 37 items 3, 4 and 5: the CloudEvents HTTP binding at ``/api/events`` (binary,
+"""The CloudEvents HTTP binding at ``/api/events`` (binary,
 structured with ``data_base64``, batch, the webhook validation handshake), the default scope,
 and CloudEvents out (``GET /api/events/{seq}``, ``GET /api/events``), with the official Python
 SDK (``cloudevents``) on the other side: what it sends is accepted, what comes back it reads
@@ -106,7 +106,7 @@ def seq_of(response) -> int:
     return response.json()["conduit"]["seq"]
 
 
-# --- item 3: binary mode --------------------------------------------------------------------
+# --- binary mode ----------------------------------------------------------------------------
 
 
 def test_i37_3_binary_sdk_event_is_accepted_and_read_back_equal(client, auth, acme):
@@ -302,7 +302,7 @@ def test_i37_3_a_body_that_is_not_json_without_ce_headers_is_415_naming_binary_m
     assert Event.objects.count() == 0
 
 
-# --- item 3: data_base64 and batch ------------------------------------------------------------
+# --- data_base64 and batch --------------------------------------------------------------------
 
 
 def test_i37_3_structured_data_base64_from_the_sdk_round_trips(client, auth, acme):
@@ -341,7 +341,7 @@ def test_i37_3_batch_media_type_holds_an_array(client, auth, acme):
     assert Event.objects.count() == 0
 
 
-# --- item 3: the webhook validation handshake --------------------------------------------------
+# --- the webhook validation handshake ----------------------------------------------------------
 
 
 def test_i37_3_webhook_validation_answers_the_origin_and_rate_without_a_token(client):
@@ -369,7 +369,7 @@ def test_i37_3_webhook_validation_refuses_an_origin_that_is_no_host_name(client)
     assert response.json()["field"] == "WebHook-Request-Origin"
 
 
-# --- item 4: the default scope -----------------------------------------------------------------
+# --- the default scope -------------------------------------------------------------------------
 
 
 def without_scope(**overrides):
@@ -455,7 +455,7 @@ def test_i37_4_api_token_create_takes_a_default_scope(acme, capsys):
         call_command("api_token", "create", "sender", "--default-scope", "acme//web")
 
 
-# --- item 5: CloudEvents out -------------------------------------------------------------------
+# --- CloudEvents out ---------------------------------------------------------------------------
 
 
 def test_i37_5_an_event_comes_out_as_a_cloudevent_with_conduits_fields_beside_it(client, auth, acme):

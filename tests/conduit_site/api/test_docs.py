@@ -1,4 +1,4 @@
-"""The API's documentation page (issue 11 item 8): Swagger UI from the console's own static
+"""The API's documentation page: Swagger UI from the console's own static
 files over the OpenAPI document, linked from the console's navigation."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_i11_8_the_console_navigation_links_to_the_api_docs(client):
     assert f'<a href="{reverse("api-docs")}" aria-current="page">API</a>' in docs
 
 
-# --- issue 35 item 6: tags, and each schema and parameter written once --------------------------
+# --- tags, and each schema and parameter written once -------------------------------------------
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 

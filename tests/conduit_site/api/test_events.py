@@ -366,7 +366,7 @@ def test_api_every_route_and_method_is_in_the_openapi_schema():
         assert methods, f"{template}: the view is not an api_view"
         for method in methods:
             assert method.lower() in schema["paths"][template], f"{method} {template} is not in the schema"
-    # Issue 37: the receivers' route, outside /api/ (a signature, no token), is described too.
+    # The receivers' route, outside /api/ (a signature, no token), is described too.
     hook = resolve("/hooks/github")
     assert (hook.url_name, hook.func) == ("hook", hooks.receive)
     assert set(schema["paths"]["/hooks/{name}"]) == {"post"}
@@ -408,7 +408,7 @@ def test_api_openapi_json_is_served(client):
     assert "/api/events" in schema["paths"]
 
 
-# --- issue 9, items 1 and 2: deep JSON is refused before it is parsed -------------------------
+# --- deep JSON is refused before it is parsed -------------------------------------------------
 
 
 def nested_event_text(levels: int, **overrides) -> str:
@@ -470,7 +470,7 @@ def test_i9_5_an_object_with_a_duplicate_key_is_400_and_nothing_stored(client, a
     assert "'id' twice" in assert_refused(post(client, top, auth), 400, None)["message"]
 
 
-# --- issue 9, item 4: identities the system writes cannot be forged ---------------------------
+# --- identities the system writes cannot be forged --------------------------------------------
 
 
 @pytest.mark.django_db
@@ -506,7 +506,7 @@ def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme
     assert (copy.envelope_id, copy.source, copy.accepted_by) == ("reroute/bad", "github/acme", "carol")
 
 
-# --- cost of one acceptance (issue #12 item 1) ------------------------------------------------
+# --- cost of one acceptance -------------------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -586,7 +586,7 @@ def test_i12_1_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme)
     assert Event.objects.get(envelope_id="b2").extensions == {"rank": 2}
 
 
-# --- issue 36 item 5: naming a Work needs the send permission ------------------------------------
+# --- naming a Work needs the send permission -----------------------------------------------------
 
 
 def bearer(**token) -> dict[str, str]:

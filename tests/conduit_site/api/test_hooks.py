@@ -1,4 +1,4 @@
-"""Issue 37 item 1: ``POST /hooks/<receiver>`` with real HTTP requests. Each delivery is a raw
+"""``POST /hooks/<receiver>`` with real HTTP requests. Each delivery is a raw
 body with the headers its sender sends, signed with the real secret the way the sender signs
 (``tests/routing/receivers/senders.py``): a good signature stores and routes the Event; a bad,
 missing, replayed or body-altered one is a 401 that stores nothing; handshakes and redeliveries

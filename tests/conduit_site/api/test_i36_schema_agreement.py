@@ -1,4 +1,4 @@
-"""What schemathesis with every check found (issue 36 item 10), each pinned by a request of its
+"""What schemathesis with every check found, each pinned by a request of its
 own: the views take what the OpenAPI document describes and refuse what it forbids, with 400 and
 the documented error, storing nothing."""
 

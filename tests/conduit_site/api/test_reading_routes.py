@@ -274,7 +274,7 @@ def test_r29_route_decided_log_carries_the_route_json_values(clock, caplog):
         data["policy"],
         data["reason"],
     )
-    # Reasons and errors are redacted in the log (issue 9 item 10): field names, never values.
+    # Reasons and errors are redacted in the log: field names, never values.
     assert getattr(log, "route.refusals") == [
         {"route": r["route"], "reason": redacted(r["reason"], names=[r["route"]])} for r in data["refusals"]
     ]
@@ -306,8 +306,8 @@ def test_r29_events_get_prints_route_binding_work_and_generation(history):
 def test_r16_r29_events_get_prints_error_and_attempts_of_a_failed_route(history):
     lines = events_command("get", str(history.failed.seq)).splitlines()
     assert lines[0].endswith("  failed")
-    # The routes that declined before the failing one are kept on the failed record (issue 11
-    # item 3, R28) and printed with its route (R29).
+    # The routes that declined before the failing one are kept on the failed record
+    # (R28) and printed with its route (R29).
     assert lines[1:] == [
         "  route: failed (handler_invalid) via scripted/-, generation 1",
         *(f"  - {r['route']}: {r['reason'].replace('other.thing', 'x.bad')}" for r in REFUSALS[:-1]),
@@ -575,7 +575,7 @@ def test_r29_list_get_and_api_query_counts_do_not_grow_with_history(
     get_route(client, auth, 1)  # the token's first use records it (once a while, not per request)
     small = [count_queries(read) for read in reads()]
     make_history(clock, 20)
-    # The page's seqs, its Events with their records, the failures (issue 11 item 5: the seqs
+    # The page's seqs, its Events with their records, the failures (the seqs
     # first, so a filter's index never sorts whole rows).
     with django_assert_max_num_queries(3):
         page = events_route_page(EventListFilter(limit=200))
@@ -764,7 +764,7 @@ def test_r29_work_and_event_page_query_counts_do_not_grow(console, clock):
     assert len(re.findall(r'<tr id="unrouted-', section(body, "work-unrouted"))) == 2
 
 
-# --- issue 9, item 10: payload values stay out of logs ---------------------------------------
+# --- payload values stay out of logs ---------------------------------------------------------
 
 GATED = """
 version: 1

@@ -1,4 +1,4 @@
-"""Schemathesis against ``/api/openapi.json`` (issue 9 item 11): generated requests, valid and
+"""Schemathesis against ``/api/openapi.json``: generated requests, valid and
 invalid, anonymous and authenticated, get no server error and no answer the document does not
 describe. The app runs in-process (WSGI) on the test database; the seed is fixed."""
 
@@ -66,7 +66,7 @@ def wsgi_app():
 def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(
     wsgi_app, mode, authenticated, monkeypatch
 ):
-    # Issue 37: receivers too, so that /hooks/{name} is fuzzed past its 404.
+    # Receivers too, so that /hooks/{name} is fuzzed past its 404.
     monkeypatch.setenv("TEST_HOOK_GITHUB", "fuzzed-github-secret")
     monkeypatch.setenv("TEST_HOOK_ALERTMANAGER", "fuzzed-alertmanager-token")
     apply_config(DEFAULT_TEST_CONFIG + RECEIVERS)
@@ -112,7 +112,7 @@ def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(
         assert hook_statuses[401] or hook_statuses[415], hook_statuses
 
 
-# --- every check (issue 36 item 10) -------------------------------------------------------------
+# --- every check --------------------------------------------------------------------------------
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 # Per generation mode and operation: 23 operations, with the coverage phase's cases beside them.

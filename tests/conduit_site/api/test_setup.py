@@ -1,4 +1,4 @@
-"""Issue 10 items 4 and 5 through the JSON API: store a candidate (problems with their lines), read
+"""Through the JSON API: store a candidate (problems with their lines), read
 its diff and effective tree, trace against it, preview its impact, apply it (actor recorded) or
 discard it."""
 

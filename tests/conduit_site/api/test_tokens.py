@@ -246,7 +246,7 @@ def test_api_token_admin_add_shows_the_secret_once_and_revokes(client):
     assert api.get("/api/events/1", headers=headers).status_code == 401
 
 
-# --- the raw statements of the hot path (issue #12 item 1) -----------------------------------
+# --- the raw statements of the hot path ------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -301,7 +301,7 @@ def test_i12_1_an_authenticated_token_carries_its_user_as_stored(clock):
     assert found.user.is_active is True and found.user.date_joined == stored.user.date_joined
 
 
-# --- issue 37 item 4: a token's default scope --------------------------------------------------
+# --- a token's default scope -------------------------------------------------------------------
 
 
 @pytest.mark.django_db

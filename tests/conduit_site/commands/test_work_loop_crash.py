@@ -120,7 +120,7 @@ def test_w1_w4_work_loop_killed_20_times_completes_every_work_exactly_once(test_
     assert not Attempt.objects.filter(state__in=["running", "waiting"]).exists()
 
 
-# --- issue 36 item 17: recovery after a crash -----------------------------------------------------
+# --- recovery after a crash -----------------------------------------------------------------------
 
 TARGETS = "tests.worklife.i36_engine_targets"
 ROUNDS = 6

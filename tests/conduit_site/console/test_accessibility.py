@@ -1,4 +1,4 @@
-"""Accessibility of the console's markup (issue 11 item 9), as the server renders it: the skip
+"""Accessibility of the console's markup, as the server renders it: the skip
 link, the navigation's current page on the causal pages, Event types that wrap at dots,
 scrollable blocks a keyboard reaches, live regions. Behaviour in a browser (focus, axe-core) is
 in ``tests/browser/test_accessibility_browser.py``."""

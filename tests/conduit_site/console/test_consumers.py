@@ -135,7 +135,7 @@ def test_d4_events_socket_sends_filtered_event_rows_out_of_band(signed_in):
     assert html.startswith('\n<div id="event-rows" hx-swap-oob="true">') or (
         '<div id="event-rows" hx-swap-oob="true">' in html
     )
-    assert "github.<wbr>push" in html  # Event types wrap at dots (issue 11 item 9)
+    assert "github.<wbr>push" in html  # Event types wrap at dots
     assert ">acme<" in html and ">other<" not in html
 
 

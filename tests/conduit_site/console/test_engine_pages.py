@@ -1,4 +1,4 @@
-"""The console shows the Work engine (issue #8 point 9): the Work page's attempts, waits,
+"""The console shows the Work engine: the Work page's attempts, waits,
 timers, intents and children and its one line saying why the Work is not running; parked and
 backing-off Work in the Work list; running and parked Work on the home page."""
 
@@ -296,7 +296,7 @@ def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num
     WorkFactory.create_batch(2, parked_at=T0, failures=5)
     WorkFactory()
     # Session and user (2), the permission check (2), unrouted Events (1), Work by status and
-    # parked (1), the live generation (1); and with issue #11 item 6 the heartbeat banner (1),
+    # parked (1), the live generation (1); and the heartbeat banner (1),
     # doctor's checks (at most 11), dead letters (1) and the trends (5): at most 23 in all,
     # however many Work are parked.
     with django_assert_max_num_queries(23):

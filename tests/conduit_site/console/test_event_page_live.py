@@ -1,5 +1,5 @@
-"""An open Event page follows its Event live (issue 11 item 2): the router routing it, an
-operator skipping it elsewhere, and a paged Work page staying live on its page (item 5)."""
+"""An open Event page follows its Event live: the router routing it, an
+operator skipping it elsewhere, and a paged Work page staying live on its page."""
 
 from __future__ import annotations
 

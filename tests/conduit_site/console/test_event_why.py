@@ -1,4 +1,4 @@
-"""The Event page says in words why its Event went where it went (issue 39 item 9): dropped
+"""The Event page says in words why its Event went where it went: dropped
 because its Work had already ended (when, in what state), held behind earlier input, queued by
 a fallback, dropped by a route, unmatched…"""
 

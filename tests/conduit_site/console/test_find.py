@@ -1,5 +1,5 @@
-"""The console's Event page kept whole and live (issue 11 item 2), finding Events and Work
-with the CLI's own filters (item 4), and the lists' totals and paging both ways (item 5)."""
+"""The console's Event page kept whole and live, finding Events and Work
+with the CLI's own filters, and the lists' totals and paging both ways."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def failing_event(clock, name: str):
     return event
 
 
-# --- item 2: the Event page, whole and live ---------------------------------------------------------
+# --- the Event page, whole and live -----------------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -151,7 +151,7 @@ def test_i11_2_unmatched_and_dropped_events_are_not_shown_as_routed(console):
     assert 'badge-unmatched">unmatched' in part(page, "h1", "event-heading")
 
 
-# --- item 4: find, with the CLI's filters --------------------------------------------------------
+# --- find, with the CLI's filters ----------------------------------------------------------------
 
 
 def cli_seqs(**options) -> list[int]:
@@ -264,7 +264,7 @@ def test_i11_4_work_list_filters_by_binding_status_parked_and_key(console):
     assert 'name="binding"' in body and 'name="key"' in body
 
 
-# --- item 5: totals and paging ----------------------------------------------------------------------
+# --- totals and paging ------------------------------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -364,7 +364,7 @@ def test_i11_5_filtered_list_query_counts_are_pinned_and_do_not_grow(console, dj
     grow(3)
     # The session, its user, the permission check (4); the Events list: its seqs and rows, the
     # failures, the total and the three lists to pick from (7); the Work list: its page and
-    # total (2); the heartbeat banner (1 a page, issue 11 item 6).
+    # total (2); the heartbeat banner (1 a page).
     with django_assert_max_num_queries(12):
         small_events = count_queries(console, reverse("event-list"), events)
     with django_assert_max_num_queries(7):
@@ -394,7 +394,7 @@ def test_i11_2_the_work_page_history_links_a_rerouted_event_to_its_copy(console,
     assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in after
 
 
-# --- item 5: every list shows its total and jumps to its newest and oldest page ---------------------
+# --- every list shows its total and jumps to its newest and oldest page -----------------------------
 
 
 def newest_and_oldest(console, url_name: str, prefix: str, keys: list[int], noun: str, params=None):

@@ -1,5 +1,5 @@
 """The home page's trends and counts, the heartbeat banner on every page, and Doctor's own
-refresh (issue #11 item 6)."""
+refresh."""
 
 from __future__ import annotations
 

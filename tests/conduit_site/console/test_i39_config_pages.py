@@ -1,4 +1,4 @@
-"""The configuration pages after Apply (issue 39 item 10a): the address is the applied
+"""The configuration pages after Apply: the address is the applied
 generation's page, and the candidate's old address leads there instead of a 404."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The console's words (issue 39 item 10): counts with nouns in the right number, codes as
+"""The console's words: counts with nouns in the right number, codes as
 labels people read."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The Work list and the home page follow Work live (issue 39 item 1); the Work page's controls
-follow its state and Retry says what will happen (item 8).
+"""The Work list and the home page follow Work live; the Work page's controls
+follow its state and Retry says what will happen.
 
 Work changes publish on commit through one coalescing publisher (``infra.live``); the list and
 home consumers render at most once a second and nothing at rest.
@@ -253,7 +253,7 @@ async def asyncio_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-# --- the Work page's controls (item 8) ------------------------------------------------------------
+# --- the Work page's controls ---------------------------------------------------------------------
 
 
 def test_i39_8_stale_controls_forms_go_in_the_live_update_when_the_work_ends(client, clock):

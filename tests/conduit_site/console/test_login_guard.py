@@ -1,4 +1,4 @@
-"""Sign-ins are throttled per login and address, and every failure is logged (issue 9 item 8)."""
+"""Sign-ins are throttled per login and address, and every failure is logged."""
 
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ def test_d4_event_list_pages_by_seq_fifty_at_a_time(console):
     rest = [int(s) for s in re.findall(r'<tr id="event-(\d+)">', text(second))]
     assert rest == [e.seq for e in reversed(events)][50:]
     assert 'rel="next"' not in text(second)
-    # A later page stays live on its own page (issue 11 item 5).
+    # A later page stays live on its own page.
     assert 'ws-connect="/ws/events/?scope=acme"' in text(first)
     assert f'ws-connect="/ws/events/?scope=acme&amp;before={rows[-1]}"' in text(second)
 
@@ -236,7 +236,7 @@ def test_d4_event_page_shows_envelope_state_ancestry_and_route(console):
     for value in (
         "env-42",
         "github.com/acme",
-        "github.<wbr>pull_request.<wbr>opened",  # wraps at dots (issue 11 item 9)
+        "github.<wbr>pull_request.<wbr>opened",  # wraps at dots
         "pr/42",
         "acme/web",
         "pr:acme/web#42",
@@ -383,7 +383,7 @@ def test_d4_work_page_pages_its_input_and_history(console):
     assert f"?input_after={shown[-1]}" in body
     later = text(console.get(reverse("work-detail", args=[work.pk]), {"input_after": shown[-1]}))
     assert [int(s) for s in re.findall(r'<tr id="input-(\d+)">', later)] == [i.seq for i in inputs][50:]
-    # A paged Work page stays live on its page (issue 11 item 5).
+    # A paged Work page stays live on its page.
     assert f'ws-connect="/ws/work/{work.pk}/?input_after={shown[-1]}"' in later
     older = text(console.get(reverse("work-detail", args=[work.pk]), {"history_before": inputs[5].seq}))
     assert [int(s) for s in re.findall(r'<tr id="history-(\d+)">', older)] == [i.seq for i in inputs][:5][
@@ -431,8 +431,8 @@ def test_d4_event_list_query_count_is_independent_of_history(console, django_ass
         RouteRecordFactory(event=event, work=WorkFactory())
     # 11: the session and its user (2), the permission check (2), the page (2: its seqs, then
     # its rows), the failures of its unrouted Events (1), the total (1, capped), and what the
-    # filters offer to pick from: the live scopes, the Events' scopes and types (3, issue 11
-    # items 4 and 5), and the heartbeat banner (1, item 6).
+    # filters offer to pick from: the live scopes, the Events' scopes and types (3),
+    # and the heartbeat banner (1).
     with django_assert_max_num_queries(12):
         small = count_queries(console, reverse("event-list"))
     for event in EventFactory.create_batch(55, scope="acme"):
@@ -458,9 +458,9 @@ def test_d4_work_page_query_count_is_independent_of_history(console, django_asse
 
     grow(5)
     # 9, and 2 for the user's permissions (read once: which skip/reroute controls to show), and
-    # 5 for the engine (issue #8 point 9): why the Work is not running (1; 2 with nothing to
+    # 5 for the engine: why the Work is not running (1; 2 with nothing to
     # run), its children (1), its waits, timers and intents (1 each; attempts were read already),
-    # and the totals of its input and its history (2, capped: issue 11 item 5); the heartbeat banner (1, item 6).
+    # and the totals of its input and its history (2, capped); the heartbeat banner (1).
     with django_assert_max_num_queries(19):
         small = count_queries(console, reverse("work-detail", args=[work.pk]))
     grow(55)

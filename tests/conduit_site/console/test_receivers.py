@@ -1,6 +1,6 @@
-"""Issue 37 item 2: the Receivers page (each receiver of the live configuration, the URL to give
+"""The Receivers page (each receiver of the live configuration, the URL to give
 its sender, where its secret is, its last delivery and its refusals), linked from the
-navigation; item 1: an Event's page names the receiver that accepted it."""
+navigation; an Event's page names the receiver that accepted it."""
 
 from __future__ import annotations
 

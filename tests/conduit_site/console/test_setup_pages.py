@@ -1,4 +1,4 @@
-"""Issue 10 items 4 and 5 in the console: the setup session page (edit a candidate from the live
+"""In the console: the setup session page (edit a candidate from the live
 document with its problems at their lines, save it, its diff and effective tree, traces against
 it, the impact preview, apply and discard) (D5, D8)."""
 

@@ -1,4 +1,4 @@
-"""Timestamps on the console (issue #11 item 7): every one a ``<time datetime>`` in UTC to the
+"""Timestamps on the console: every one a ``<time datetime>`` in UTC to the
 second, with the zone named, relative ages where recency matters; the browser's rendering is
 in tests/browser/test_home_browser.py."""
 

@@ -1,6 +1,6 @@
-"""The trace page: a filter limits the routes asked (R37, issue 36 item 14); "Trace this Event"
+"""The trace page: a filter limits the routes asked (R37); "Trace this Event"
 traces a routed Event as new, saying first that routing already decided it, with every route's
-verdict (issue 39 item 5)."""
+verdict."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trends on the home page (issue #11 item 6): per-bucket counts, route latency percentiles and
+"""Trends on the home page: per-bucket counts, route latency percentiles and
 the backlog, from factory-made Events, route records and attempts at known times."""
 
 from __future__ import annotations

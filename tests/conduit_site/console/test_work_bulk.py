@@ -1,4 +1,4 @@
-"""Bulk Retry and Cancel on the console's Work list (issue 39 item 2): select Work (or all
+"""Bulk Retry and Cancel on the console's Work list: select Work (or all
 matching a filter), see how many before confirming, and read what happened."""
 
 from __future__ import annotations

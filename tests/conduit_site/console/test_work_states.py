@@ -1,4 +1,4 @@
-"""Work states as people read them (issue 39 item 4): backing off and parked replace "ready" on
+"""Work states as people read them: backing off and parked replace "ready" on
 the Work list and the Work page, the status filter and the home card agree, and the input table
 says which attempts an input was presented to."""
 

@@ -508,7 +508,7 @@ def test_event_accept_concurrent_duplicates_store_one_event(clock):
     assert Event.objects.count() == 1
 
 
-# --- issue 9, items 1 and 2: the depth limit --------------------------------------------------
+# --- the depth limit --------------------------------------------------------------------------
 
 
 def test_i9_1_the_depth_scan_ignores_brackets_inside_strings(settings):

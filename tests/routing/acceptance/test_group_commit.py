@@ -1,4 +1,4 @@
-"""Issue 12 item 1: concurrent acceptances of one process share a commit
+"""Concurrent acceptances of one process share a commit
 (``routing.acceptance.services.GroupCommit``): one transaction and one flush for every Event offered
 while the previous commit was being made, each caller keeping its own answer."""
 

@@ -409,7 +409,7 @@ def test_unsupported_yaml_value_is_refused(clock):
     refused(clock, document, "scopes[0].bindings.triage.settings.target", "unsupported YAML value")
 
 
-# --- issue 9 item 6: what acceptance refuses, and YAML outside the core schema ----------------------
+# --- what acceptance refuses, and YAML outside the core schema --------------------------------------
 
 ROUTE_TYPE_LINE = BASE.splitlines().index('          type: "github.pull_request.*"') + 1
 
@@ -901,7 +901,7 @@ def test_r6_demo_events_select_the_documented_route(name, expected):
         assert keys is None or selected[2] == keys
 
 
-# --- issue 37 item 4: the document's default scope ---------------------------------------------
+# --- the document's default scope --------------------------------------------------------------
 
 
 def test_i37_4_default_scope_is_stored_with_its_generation(clock):

@@ -1,4 +1,4 @@
-"""Bulk operator controls on Work (issue 39 item 2): retry or cancel several Work, each through
+"""Bulk operator controls on Work: retry or cancel several Work, each through
 its own control with its own control Event, by ids or by a Work list filter, through the
 service and ``POST /api/work/bulk``."""
 

@@ -714,7 +714,7 @@ def test_r20_console_controls_need_sign_in_their_permission_and_csrf(clock, live
     assert Event.objects.filter(source="core.manual").count() == 1
 
 
-# --- issue 11 item 1: a refused control shows the server's message, with and without JavaScript ----
+# --- a refused control shows the server's message, with and without JavaScript ----
 
 SWAP_MARK = re.compile(r'data-swap-statuses="([^"]*)"')
 

@@ -1,4 +1,4 @@
-"""A cancel takes an optional reason (issue 39 item 10j): the service, the API, the CLI and the
+"""A cancel takes an optional reason: the service, the API, the CLI and the
 console keep it with the control Event, and the Work's history and the Event page show it."""
 
 from __future__ import annotations

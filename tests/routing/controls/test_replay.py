@@ -1,4 +1,4 @@
-"""Issue 39 item 3: replay a settled Event as a copy routed under the live configuration, through
+"""Replay a settled Event as a copy routed under the live configuration, through
 the service, the JSON API, the CLI and the console (the Event page with htmx and without
 JavaScript, and several at once), with its lineage and its permission."""
 

@@ -977,7 +977,7 @@ def test_r48_r49_concurrent_cancel_and_send_never_leave_input_sent_after_the_can
         assert RouteRecord.objects.get(event=sent.get()).reason == "terminal"
 
 
-# --- issue 9, items 1 and 2: operator input is held to acceptance's JSON limits -----------------
+# --- operator input is held to acceptance's JSON limits -----------------------------------------
 
 
 @pytest.mark.django_db
@@ -1012,7 +1012,7 @@ def test_issue11_api_work_list_filters_by_binding_status_parked_and_key_like_the
 
     assert ids() == [other.pk, running.pk, parked.pk]
     assert ids(status="parked") == [parked.pk]
-    assert ids(status="ready") == [other.pk]  # parked Work is not ready (issue 39 item 4)
+    assert ids(status="ready") == [other.pk]  # parked Work is not ready
     assert ids(binding="triage") == [running.pk, parked.pk]
     assert ids(binding="triage", status="running") == [running.pk]
     assert ids(key="order:7") == [other.pk]

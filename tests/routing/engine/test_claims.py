@@ -1,4 +1,4 @@
-"""Claims take turns (R9, issue 12 item 3): a claim is read and written in one turn that no
+"""Claims take turns (R9): a claim is read and written in one turn that no
 other claim shares, so two claims never scan side by side, each skipping the rows the other
 has just locked (the interleaving that stalled several loops). On PostgreSQL the turn is the
 claims' advisory lock (``CLAIM_LOCK_ID``); on SQLite it is the write transaction."""
@@ -169,7 +169,7 @@ def test_r9_issue12_item3_a_claim_writes_its_events_on_their_own_pages_without_i
 
 @pytest.mark.django_db
 def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(clock):
-    """Issue 12 item 2: a claimed window of consecutive seqs has no Event inside its span that
+    """A claimed window of consecutive seqs has no Event inside its span that
     it lacks, so it is one unbroken run without the read that looks for one; a window with a
     gap is still cut at the first undecided Event inside it (another loop may hold it)."""
     from django.db import connection

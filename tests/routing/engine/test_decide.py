@@ -303,7 +303,7 @@ def test_r30_addressed_input_for_a_waiting_work_is_context():
     assert (decision.effect, decision.binding, decision.input_kind) == (Effect.QUEUE, "plain", "context")
 
 
-# --- Issue 12 item 2: the router's fast copies and refusal lines -----------------------------
+# --- the router's fast copies and refusal lines ----------------------------------------------
 
 
 def test_i12_2_replace_copies_like_dataclasses_replace_and_leaves_the_original():

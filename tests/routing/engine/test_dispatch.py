@@ -127,7 +127,7 @@ def test_i35_the_runners_dispatcher_declares_what_it_calls_and_routing_implement
     assert started[work_id].attempt.work_id == work_id and isinstance(started[work_id].settings, dict)
 
 
-# --- issue 36 item 15: a refused dispatch leaves no attempt running ---------------------------
+# --- a refused dispatch leaves no attempt running ---------------------------------------------
 
 
 def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_the_work(

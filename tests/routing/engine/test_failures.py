@@ -221,7 +221,7 @@ def test_r59_always_failing_route_is_given_up_after_its_limit_holding_its_work_u
     assert work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock).status == "ready"
     # route.decided carries the error and the attempts (R16); the give-up is a warning (R18).
     decided = [r for r in caplog.records if r.getMessage() == "route.decided" and r.event == failing.seq]
-    # The log line keeps the route and the words; the record keeps the whole error (issue 9 item 10).
+    # The log line keeps the route and the words; the record keeps the whole error.
     assert decided and decided[0].__dict__["route.error"].startswith("route scripted: ")
     assert decided[0].__dict__["route.attempts"] == count and decided[0].policy == "failed"
     r.close()
@@ -524,7 +524,7 @@ def test_r59_skip_and_reroute_with_doctors_check_through_the_cli():
     assert healthy.stdout.startswith("[ok] routing: no Event is unrouted 10 min after acceptance")
 
 
-# --- issue 11 item 3: a failed Event keeps its refusals (R28) -------------------------------------------
+# --- a failed Event keeps its refusals (R28) ------------------------------------------------------------
 
 DECLINE_THEN_FAIL = """
 version: 1
@@ -618,7 +618,7 @@ def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_fo
     assert [state(flaky), state(later)] == [RouteState.ROUTED, RouteState.ROUTED]
 
 
-# --- issue 36 item 5: a conflicting identity is given up on like a failing Event -------------------
+# --- a conflicting identity is given up on like a failing Event ------------------------------------
 
 
 @pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""What a route handler raises decides its route error (R10, issue 9 item 7): ``Invalid`` →
+"""What a route handler raises decides its route error (R10): ``Invalid`` →
 handler_invalid; ``Unavailable`` or a transient OS-level error (``OSError`` and its subclasses)
 → handler_failed, retried; any other exception, a programming error → handler_panic with its
 stack. Proved end to end through routing: acceptance, the router, the failure entry, the route
@@ -142,7 +142,7 @@ def test_i9_7_a_programming_error_is_handler_panic_dead_lettered_at_once_with_it
 def test_i9_7_trace_answers_with_the_same_table(clock):
     """Trace asks the routes through the same code path: the same error for each exception,
     and the same settlement: a transient one is counted and retried (the Event stays unrouted),
-    a programming error is given up on at once (the record says ``failed``, issue 10)."""
+    a programming error is given up on at once (the record says ``failed``)."""
     apply(clock, DOCUMENT)
     UPSTREAM_DOWN.update(RAISED)
     reasons = {}

@@ -1,4 +1,4 @@
-"""R12 and I7 with batched hand-overs (issue 12 item 2): the pool's workers take calls in
+"""R12 and I7 with batched hand-overs: the pool's workers take calls in
 batches, each call still under its own deadline from its own start."""
 
 from __future__ import annotations

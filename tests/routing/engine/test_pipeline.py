@@ -1,5 +1,5 @@
 """A pass with a full window claims the next window before its commit and asks that window's
-routes while its own transaction ends (issue 12 item 2): a commit alone, on SQLite. The next
+routes while its own transaction ends: a commit alone, on SQLite. The next
 pass commits that window on those answers, in acceptance order, as every commit orders its
 Events (I3, I4). On PostgreSQL, where loops commit beside each other, a pass claims one window.
 """

@@ -588,7 +588,7 @@ def test_r9_a_released_claim_is_not_overtaken_by_a_later_window(clock):
 
 
 def test_r9_issue12_item3_claims_that_meet_do_not_interleave_and_stall_routing(clock):
-    """Issue 12 item 3: two loops whose claims keep meeting (each claims while the other holds
+    """Two loops whose claims keep meeting (each claims while the other holds
     its window, as two loops in step do) must not take alternate Events. Interleaved windows
     route one Event per pass: each commit stops at the first Event the other loop holds and
     gives the rest back, and the next claims, taken while the other still holds its window,
@@ -721,7 +721,7 @@ def test_r9_a_restarted_loop_takes_back_a_dead_loops_claims_at_once(clock):
     assert (elsewhere.route_state, elsewhere.claimed_by) == (RouteState.UNROUTED, "elsewhere:1:cafe")
 
 
-# --- issue 9, item 1: one Event's content never stops routing ---------------------------------
+# --- one Event's content never stops routing --------------------------------------------------
 
 
 def _deep(levels: int) -> dict:
@@ -818,7 +818,7 @@ def test_i9_1_an_unexpected_error_writing_one_event_fails_that_event_only(clock,
     r.close()
 
 
-# --- issue 9, item 12: terminal Work never changes (R49, I5) ----------------------------------
+# --- terminal Work never changes (R49, I5) ----------------------------------------------------
 
 
 @pytest.mark.parametrize("how", ["cancelled", "completed"])
@@ -905,7 +905,7 @@ def test_r7_outcomes_name_the_work_a_window_starts_by_its_real_id(clock, live):
 
 @pytest.mark.django_db(transaction=True)
 def test_r9_issue12_item3_a_window_commits_beside_an_earlier_one_that_published_its_targets(clock):
-    """Issue 12 item 3: loop A holds an earlier Event, its routes asked and what they decided
+    """Loop A holds an earlier Event, its routes asked and what they decided
     published, not committed yet. On PostgreSQL loop B commits its later Event of another key
     at once (the commits may run side by side) and leaves its Event of A's key unwritten, for
     its next pass, after A's commit, on the evaluation it had (I3, I4); unpublished, B's whole

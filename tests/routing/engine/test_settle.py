@@ -1,4 +1,4 @@
-"""One settlement path (issue 10 item 1): what trace predicts is what routing then records.
+"""One settlement path: what trace predicts is what routing then records.
 
 Each test is a divergence seen between trace and routing before trace and the route commit
 shared the settlement step: the trace is taken before routing, the record read after.

@@ -65,7 +65,7 @@ def test_r40_type_glob_skip_names_type_and_glob():
 
 
 def test_i12_2_the_same_refusal_is_one_shared_decision_and_verdict():
-    """Issue 12 item 2: refusals and verdicts are frozen records, built once per distinct
+    """Refusals and verdicts are frozen records, built once per distinct
     reason and shared; each Event still gets its own reason, and each route its own verdict."""
     from routing.config.effective import EffectiveRoute, EffectiveScope
     from routing.engine.evaluate import Verdict, evaluate
@@ -323,7 +323,7 @@ def test_r40_invalid_params_name_the_place(params, place, fragment):
         compile_params(params)
 
 
-# --- issue 9 item 6: matches runs on RE2, a linear-time engine ----------------------------------------
+# --- matches runs on RE2, a linear-time engine --------------------------------------------------------
 
 CATASTROPHIC = "^(a+)+$"  # exponential on a backtracking engine against 'aaaa…b'
 

@@ -1,4 +1,4 @@
-"""Issue 37 item 1: receivers declared in the configuration document, validated with the rest of
+"""Receivers declared in the configuration document, validated with the rest of
 it (each problem at its line, the secret never in the document nor in a message) and stored
 with the generation; each sender's signature computed as the sender documents it."""
 

@@ -1,4 +1,4 @@
-"""Issue 10 item 4: the setup session's domain: a candidate's diff against live per scope, its
+"""The setup session's domain: a candidate's diff against live per scope, its
 effective route tree, applying it (actor recorded) and discarding it (D5, D8, R3)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 10 item 5: the impact preview re-traces the latest Events against live and a candidate,
+"""The impact preview re-traces the latest Events against live and a candidate,
 keeps only what changes, grouped, each with both traces; it writes nothing (R37)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 39 item 6: the impact preview runs in the background (its progress written as it
+"""The impact preview runs in the background (its progress written as it
 goes), rolls its changes up by effect and route, and shows them 50 a page; a run outlives its
 candidate, and a run whose process ended is seen as lost."""
 

@@ -1,4 +1,4 @@
-"""Issue 10 item 6: trace from anywhere. "Trace this Event" on the Event page (which shows the raw
+"""Trace from anywhere. "Trace this Event" on the Event page (which shows the raw
 envelope too) and on dead letters, prefilled with the Event's raw envelope; a refused trace (400)
 replaces the previous result; the candidate's id is shown; verdict badges differ by verdict."""
 

@@ -1,4 +1,4 @@
-"""Trace equals routing, as a property (issue 10 item 2; R37–R45, R39).
+"""Trace equals routing, as a property (R37–R45, R39).
 
 Hypothesis generates a configuration (a root scope and perhaps a child that overrides its
 routes, with policies, fallbacks, starts and handlers that match, skip, fail, refuse, hang or
@@ -36,7 +36,7 @@ from worklife.lifecycle import work_cancel
 from worklife.models import Attempt, Work
 from worklife.waits import attempt_wait
 
-# At least 300 examples per CI run (issue 10); CONDUIT_DIFFERENTIAL_EXAMPLES raises it locally.
+# At least 300 examples per CI run; CONDUIT_DIFFERENTIAL_EXAMPLES raises it locally.
 EXAMPLES = int(os.environ.get("CONDUIT_DIFFERENTIAL_EXAMPLES", "300"))
 # Shrinking a failure re-runs routing many times: CONDUIT_DIFFERENTIAL_SHRINK=0 skips it.
 PHASES = [p for p in Phase if p != Phase.shrink or os.environ.get("CONDUIT_DIFFERENTIAL_SHRINK", "1") == "1"]
