@@ -94,7 +94,7 @@ def test_i39_5_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was
     # As new: its key is owned by the Work routing started for it, which it now joins.
     assert '<span class="badge badge-effect badge-queue">queue</span>' in html
     assert "duplicate" not in html and "The scope has no routes" not in html
-    assert "decides an Event once" not in html  # no longer a footnote
+    assert "already routed: routing decides an Event once" not in html  # no longer a footnote
 
 
 def test_i39_5_trace_this_event_against_a_candidate_traces_it_as_new_not_a_duplicate(console, clock):
