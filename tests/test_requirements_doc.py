@@ -24,7 +24,7 @@ DOC = Path("docs") / "requirements.md"
 # The families in use: R (behaviour), D (the owner's choices), W (Work engine invariants),
 # I (router invariants). A citation is the letter and a number without a leading zero, or a range.
 CODE = re.compile(r"\b([RDWI])([1-9][0-9]?)\b(?:\s*[–-]\s*\1?([1-9][0-9]?)\b)?")
-# A test named after a code (``test_r25_…``); ``test_i<NN>_`` is not one (those name issues).
+# A test named after a code (``test_r25_…``, ``test_w5_…``, ``test_d4_…``).
 TEST_NAME_CODE = re.compile(r"\btest_([rdw])([1-9][0-9]?)_")
 DEFINITION = re.compile(r"^\|\s*([RDWI][1-9][0-9]?)\s*\|", re.M)
 
@@ -102,7 +102,7 @@ def test_the_code_check_leaves_alone_what_only_looks_like_a_code(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / DOC).write_text("| R1 | one |\n")
     (tmp_path / "module.py").write_text(
-        "x = 1  # noqa: E402\nT0 = 'conduit.W001'\ncolor = '#D3D3D3'\ndef test_i39_named_after_an_issue(): ...\n"
+        "x = 1  # noqa: E402\nT0 = 'conduit.W001'\ncolor = '#D3D3D3'\nR = 'R0 R100 r5 DR7'\n"
     )
 
     assert undefined_citations(tmp_path) == []
