@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from worklife.views import AttemptView, WorkView, addressed_binding
+from tests.worklife.viewkit import attempt
+from worklife.views import WorkView, addressed_binding
 
 SCOPE = "acme"
-
-
-def attempt(number: int = 1, binding: str = "triage", capabilities=("inject", "interrupt")) -> AttemptView:
-    return AttemptView(
-        id=100 + number,
-        number=number,
-        binding=binding,
-        capabilities=frozenset(capabilities),
-        lease_epoch=1,
-        state="running",
-    )
 
 
 # --- R30: the binding an addressed operator Event is queued on --------------------------------

@@ -15,7 +15,8 @@ from routing.engine.decide import Effect, Reason, World, decide
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict
 from routing.errors import RouteErrorCode
 from routing.extension import EventSnapshot, RouteDecision
-from worklife.views import AttemptView, WorkView
+from tests.worklife.viewkit import attempt
+from worklife.views import WorkView
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SCOPE = "acme"
@@ -87,17 +88,6 @@ def event(*, seq: int = 10, source: str = "tests", type: str = "x.happened", wor
         execution_id=None,
         causation_id=None,
         depth=0,
-    )
-
-
-def attempt(number: int = 1, binding: str = "triage", capabilities=("inject", "interrupt")) -> AttemptView:
-    return AttemptView(
-        id=100 + number,
-        number=number,
-        binding=binding,
-        capabilities=frozenset(capabilities),
-        lease_epoch=1,
-        state="running",
     )
 
 
