@@ -1,5 +1,5 @@
-"""Websocket routes: live updates of the console's pages (``ws/home/``, ``ws/work/``,
-``ws/work/<id>/``, ``ws/events/``, ``ws/events/<seq>/``)."""
+"""Websocket routes: live updates of the console's pages, at the paths ``infra.live`` declares
+(``ws/home/``, ``ws/work/``, ``ws/work/<id>/``, ``ws/events/``, ``ws/events/<seq>/``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ from conduit_site.console.consumers import (
     WorkConsumer,
     WorkListConsumer,
 )
+from infra.live import WS_ROUTES
+
+CONSUMERS = {
+    "ws-home": HomeConsumer,
+    "ws-work-list": WorkListConsumer,
+    "ws-work": WorkConsumer,
+    "ws-events": EventsConsumer,
+    "ws-event": EventConsumer,
+}
 
 websocket_urlpatterns = [
-    path("ws/home/", HomeConsumer.as_asgi(), name="ws-home"),
-    path("ws/work/", WorkListConsumer.as_asgi(), name="ws-work-list"),
-    path("ws/work/<int:work_id>/", WorkConsumer.as_asgi(), name="ws-work"),
-    path("ws/events/", EventsConsumer.as_asgi(), name="ws-events"),
-    path("ws/events/<int:seq>/", EventConsumer.as_asgi(), name="ws-event"),
+    path(route, CONSUMERS[name].as_asgi(), name=name) for name, route in WS_ROUTES.items()
 ]

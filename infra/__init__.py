@@ -1,5 +1,6 @@
 """Database and process helpers every app uses: query building, frozen records, lease
 transactions, read snapshots, model fields, wake-ups between processes, connection hygiene
 between a loop's passes, private files, migration operations, URL converters, the SQLite
-backend, the SQLite channel layer and the publishing of live updates. No app logic: nothing
+backend, the SQLite channel layer, the publishing of live updates and the console's websocket
+paths, and the registries of plugins named in settings. No app logic: nothing
 here imports an app."""

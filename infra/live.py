@@ -1,4 +1,5 @@
-"""Live updates of the console: group names, publishing after commit, websocket paths.
+"""Live updates of the console: group names, publishing after commit, websocket paths (declared
+once here: the site routes them).
 
 Services call :func:`publish_on_commit` when they change what a page shows: the group
 ``work.<id>`` for a Work's page, ``event.<seq>`` for an Event's page and :data:`EVENTS_GROUP`
@@ -69,20 +70,49 @@ def _send(group: str, message: dict[str, Any]) -> None:
     async_to_sync(layer.group_send)(group, message)
 
 
+# --- websocket paths ----------------------------------------------------------------------------
+# The console's websocket routes, declared once: name -> route (Django ``path()`` syntax, no
+# leading slash). ``conduit_site.ws_urls`` routes each name to its consumer; the pages connect
+# to the paths built below.
+WS_HOME = "ws/home/"
+WS_WORK_LIST = "ws/work/"
+WS_WORK = "ws/work/<int:work_id>/"
+WS_EVENTS = "ws/events/"
+WS_EVENT = "ws/events/<int:seq>/"
+WS_ROUTES: dict[str, str] = {
+    "ws-home": WS_HOME,
+    "ws-work-list": WS_WORK_LIST,
+    "ws-work": WS_WORK,
+    "ws-events": WS_EVENTS,
+    "ws-event": WS_EVENT,
+}
+# The websocket path that streams the home page's cards.
+HOME_WS_PATH = "/" + WS_HOME
+
+
+def _with_query(route: str, filters: Mapping[str, str] | None) -> str:
+    pairs = [(key, value) for key, value in (filters or {}).items() if value]
+    return "/" + route + (f"?{urlencode(pairs)}" if pairs else "")
+
+
 def work_ws_path(work_id: int) -> str:
     """The websocket path that streams updates of one Work's page."""
-    return f"/ws/work/{int(work_id)}/"
+    return "/" + WS_WORK.replace("<int:work_id>", str(int(work_id)))
 
 
 def event_ws_path(seq: int) -> str:
     """The websocket path that streams updates of one Event's page."""
-    return f"/ws/events/{int(seq)}/"
+    return "/" + WS_EVENT.replace("<int:seq>", str(int(seq)))
 
 
 def events_ws_path(filters: Mapping[str, str] | None = None) -> str:
     """The websocket path that streams the Events list, with the list's filters."""
-    pairs = [(key, value) for key, value in (filters or {}).items() if value]
-    return "/ws/events/" + (f"?{urlencode(pairs)}" if pairs else "")
+    return _with_query(WS_EVENTS, filters)
+
+
+def work_ws_list_path(filters: Mapping[str, str] | None = None) -> str:
+    """The websocket path that streams the Work list, with the list's filters and page."""
+    return _with_query(WS_WORK_LIST, filters)
 
 
 # --- Work changes, coalesced ----------------------------------------------------------------------
@@ -94,16 +124,6 @@ MAX_WORK_PAGES = 50
 # of any size costs about ``1 / WORK_BATCH_SECONDS`` sends a second (each at most
 # ``1 + MAX_WORK_PAGES`` channel-layer messages).
 WORK_BATCH_SECONDS = 0.25
-
-
-# The websocket path that streams the home page's cards.
-HOME_WS_PATH = "/ws/home/"
-
-
-def work_ws_list_path(filters: Mapping[str, str] | None = None) -> str:
-    """The websocket path that streams the Work list, with the list's filters and page."""
-    pairs = [(key, value) for key, value in (filters or {}).items() if value]
-    return "/ws/work/" + (f"?{urlencode(pairs)}" if pairs else "")
 
 
 def work_changed_on_commit(work_ids: Iterable[int], *, using: str | None = None) -> None:

@@ -65,7 +65,7 @@ def authority(running: Running) -> dict[str, int]:
 
 
 class Scopes(Protocol):
-    """What the calls ask of the live configuration (``routing.engine.dispatch.RoutingDispatcher``)."""
+    """What the calls ask of the live configuration (``routing.engine.configurations.LiveConfigurations``)."""
 
     def scope_problem(self, *, scope: str, binding: str = "") -> str:
         """Why the live configuration has no scope ``scope`` (or no ``binding`` in it), or ``""``."""

@@ -12,8 +12,8 @@ held while an attempt runs):
    bound, then park (W5); end attempts past their binding's ``timeout``;
 4. renew its leases; fire due timers (R56), time out due waits and try again the wakes the
    causal limits blocked; mark lost the attempts whose lease lapsed (any loop's);
-5. claim ready Work for the free slots and start attempts: the configuration is pinned and
-   checked (R36), the input consumed in the same transaction (R46).
+5. claim ready Work for the free slots and start attempts (:mod:`worklife.dispatch`): the
+   configuration is pinned and checked (R36), the input consumed in the same transaction (R46).
 
 The router never runs anything (R33, W7); this loop is the only caller of executors.
 """
@@ -24,10 +24,10 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import reset_queries, transaction
@@ -46,7 +46,8 @@ from worklife.attempts import (
     attempts_renew,
     attempts_rescue,
 )
-from worklife.calls import AttemptCalls, Running, Scopes, authority
+from worklife.calls import AttemptCalls, Running, authority
+from worklife.dispatch import Configurations, dispatch_many_in_tx
 from worklife.errors import WorkError
 from worklife.executors import (
     Execution,
@@ -89,30 +90,6 @@ HEARTBEAT_SECONDS = 2.0
 DUE_CHECK_SECONDS = 0.2
 
 
-class Dispatched(Protocol):
-    """An attempt a dispatcher started, with the executor settings of its binding."""
-
-    @property
-    def attempt(self) -> Attempt: ...
-
-    @property
-    def settings(self) -> dict[str, Any]: ...
-
-
-class Dispatcher(Scopes, Protocol):
-    """What the runner needs from the configuration (``routing.engine.dispatch.RoutingDispatcher``):
-    dispatches, and the checks of its attempts' calls (:class:`~worklife.calls.Scopes`)."""
-
-    def dispatch_many_in_tx(
-        self, *, work_ids: Sequence[int], clock: Clock, lease_until: datetime, lease_owner: str
-    ) -> Mapping[int, Dispatched | WorkError]:
-        """Start the next attempt of each Work in the caller's transaction, pinned and checked
-        (R36): by Work id, the attempt with its executor settings, or the ``WorkError`` saying
-        why it was refused (``queue_only = True`` on the error for a binding with no executor),
-        the Work then left with no live attempt (the runner holds it)."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class StepResult:
     started: int = 0
@@ -143,7 +120,7 @@ class WorkRunner:
         self,
         *,
         clock: Clock,
-        dispatcher: Dispatcher,
+        configurations: Configurations,
         slots: int = 4,
         wait_slots: int | None = None,
         lease_seconds: float | None = None,
@@ -154,7 +131,9 @@ class WorkRunner:
         maintenance_seconds: float = 3600.0,
     ) -> None:
         self.clock = clock
-        self.dispatcher = dispatcher
+        # The configuration's reader a higher package hands down (``work_loop`` gives routing's):
+        # the live generation each claim pins, and the checks of the attempts' calls.
+        self.configurations = configurations
         self.slots = slots
         self.wait_slots = DEFAULT_WAIT_SLOTS if wait_slots is None else wait_slots
         self.lease = timedelta(
@@ -168,7 +147,9 @@ class WorkRunner:
         self.stopping = False
         self._executors: dict[str, Executor] = {}
         self._touched: set[int] = set()
-        self.calls = AttemptCalls(clock=clock, causal=self.causal, touched=self._touched, scopes=dispatcher)
+        self.calls = AttemptCalls(
+            clock=clock, causal=self.causal, touched=self._touched, scopes=configurations
+        )
         self._next_renew = 0.0
         self._next_rescue = 0.0
         self._next_blocked = 0.0
@@ -560,8 +541,12 @@ class WorkRunner:
             work_ids = claimable_work_in_tx(now=now, limit=free)
             if not work_ids:
                 return 0
-            dispatched = self.dispatcher.dispatch_many_in_tx(
-                work_ids=work_ids, clock=self.clock, lease_until=now + self.lease, lease_owner=self.owner
+            dispatched = dispatch_many_in_tx(
+                work_ids=work_ids,
+                configurations=self.configurations,
+                clock=self.clock,
+                lease_until=now + self.lease,
+                lease_owner=self.owner,
             )
             attempts = []
             for work_id, outcome in dispatched.items():

@@ -25,6 +25,7 @@ One idea per module:
 - :mod:`~routing.engine.options` — how a router runs;
 - :mod:`~routing.engine.logs` — the ``route.decided`` log line, redacted;
 - :mod:`~routing.engine.loop` — the route loop's host (a router per generation, heartbeats);
-- :mod:`~routing.engine.dispatch` — what the Work engine asks before it runs an attempt;
+- :mod:`~routing.engine.configurations` — the configuration the work loop dispatches with,
+  read for it;
 - :mod:`~routing.engine.live` — live updates of open pages after a window commits.
 """

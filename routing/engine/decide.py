@@ -23,6 +23,7 @@ from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot
 from routing.models import Fallback, Policy
 from worklife.models import TERMINAL_STATUSES, InputKind, WorkStatus
+from worklife.views import AttemptView, WaitView, WorkView, addressed_binding
 
 if TYPE_CHECKING:
     from routing.config.effective import EffectiveScope
@@ -95,48 +96,6 @@ MANUAL_SOURCE = "core.manual"
 
 
 # --- the world a decision reads --------------------------------------------------------------
-
-
-@frozen
-class AttemptView:
-    id: int
-    number: int
-    binding: str
-    capabilities: frozenset[str]
-    lease_epoch: int
-    state: str
-
-
-@frozen
-class WaitView:
-    id: int
-    name: str
-    match: dict
-    timeout_at: datetime | None
-    blocked_reason: str = ""
-
-
-@frozen
-class WorkView:
-    """What routing reads of a Work. ``id`` is negative for Work a window creates."""
-
-    id: int
-    scope: str
-    status: str
-    version: int = 1
-    binding: str = ""
-    retry_binding: str = ""
-    rebind_binding: str = ""
-    rebind_after_attempt: int | None = None
-    active_attempt: AttemptView | None = None
-    latest_attempt: AttemptView | None = None
-    active_wait: WaitView | None = None
-    queued_binding: str = ""
-    max_input_seq: int = 0
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in _TERMINAL
 
 
 @frozen
@@ -268,21 +227,6 @@ def wait_matches(wait: WaitView, event: EventSnapshot, keys: Iterable[str]) -> b
 def is_addressed(event: EventSnapshot) -> bool:
     """An operator Event that names its Work (R30)."""
     return event.source == MANUAL_SOURCE and not event.type.startswith("core.") and event.work_id is not None
-
-
-def addressed_binding(work: WorkView) -> str:
-    """The binding the Work runs on next: its queued input's, else its retry state's, else
-    the newer of its last rebind and its latest attempt's (R30)."""
-    if work.queued_binding:
-        return work.queued_binding
-    if work.retry_binding:
-        return work.retry_binding
-    latest = work.latest_attempt
-    if work.rebind_binding and (latest is None or (work.rebind_after_attempt or 0) >= latest.number):
-        return work.rebind_binding
-    if latest is not None:
-        return latest.binding
-    return work.binding
 
 
 def decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScope, world: World) -> Decision:

@@ -5,7 +5,8 @@ path, ``"pkg.mod.Class"`` or ``"pkg.mod:Class"``, so a user's own package adds h
 
     CONDUIT_ROUTE_HANDLERS = {"match": "routing.handlers.Match", "mine": "myext.handlers:Mine"}
 
-A handler class is instantiated once per configuration generation, with no arguments, and
+The registry is a :class:`~infra.plugins.PluginRegistry`, as the executors' is. A handler
+class is instantiated once per configuration generation, with no arguments, and
 implements ``match(event, route)`` (see :mod:`routing.extension`). It may also check a route's
 ``params`` when a configuration is validated, with a classmethod
 ``validate_params(params) -> Iterable[tuple[str, str]]`` yielding ``(place inside params,
@@ -19,20 +20,25 @@ its extension was removed) finds nothing: :func:`find_handler_class` returns ``N
 
 from __future__ import annotations
 
-import inspect
-
-from django.conf import settings
-
-from worklife.executors import RegistrationError, import_dotted
+from infra.plugins import PluginRegistry
 
 
 class HandlerMissing(LookupError):
     """No usable route handler is registered under the name; the message says why."""
 
 
+HANDLERS = PluginRegistry(
+    setting="CONDUIT_ROUTE_HANDLERS",
+    kind="handler",
+    missing=HandlerMissing,
+    shape="a class with a match method",
+    accepts=lambda cls: callable(getattr(cls, "match", None)),
+)
+
+
 def registered_handlers() -> dict[str, str]:
     """``CONDUIT_ROUTE_HANDLERS`` as read now: handler name -> dotted path."""
-    return dict(getattr(settings, "CONDUIT_ROUTE_HANDLERS", {}) or {})
+    return HANDLERS.registered()
 
 
 def handler_class(name: str) -> type:
@@ -41,25 +47,9 @@ def handler_class(name: str) -> type:
     Raises :class:`HandlerMissing` when the name is not registered, its path cannot be
     imported, or it names something without a ``match`` method.
     """
-    path = registered_handlers().get(name)
-    if path is None:
-        raise HandlerMissing(f"handler {name!r} is not registered")
-    try:
-        cls = import_dotted(path)
-    except RegistrationError as exc:
-        raise HandlerMissing(
-            f"handler {name!r} is registered as {path!r} but cannot be loaded: {exc}"
-        ) from exc
-    if not inspect.isclass(cls) or not callable(getattr(cls, "match", None)):
-        raise HandlerMissing(
-            f"handler {name!r} is registered as {path!r}, which is not a class with a match method"
-        )
-    return cls
+    return HANDLERS.load(name)
 
 
 def find_handler_class(name: str) -> type | None:
     """The handler class registered as ``name``, or ``None`` when there is none usable."""
-    try:
-        return handler_class(name)
-    except HandlerMissing:
-        return None
+    return HANDLERS.find(name)

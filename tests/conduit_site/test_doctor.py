@@ -23,7 +23,7 @@ from conduit_site import doctor
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import doctor as doctor_views
 from routing.controls import events as controls
-from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.configurations import LiveConfigurations
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
@@ -215,7 +215,7 @@ def test_i8p9_work_loop_check_warns_when_no_work_loop_beats_while_work_is_ready(
         "retry): is `manage.py work_loop` running?"
     )
 
-    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=2, lease_seconds=30)
+    runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=2, lease_seconds=30)
     runner.step()  # its dispatch is refused (the Work is held 30 s), and it beats
     alive = check(doctor.doctor(clock=clock), "work_loop")
     assert alive.ok and alive.summary == f"1 work loop alive: {runner.owner} (0 s ago, running 0 of 2)"
@@ -405,7 +405,7 @@ def test_i8p9_doctor_cli_api_and_page_show_work_loops_and_parked_work(client, cl
     from conduit_site.management.commands import doctor as doctor_command
 
     monkeypatch.setattr(doctor_command, "system_clock", clock)
-    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=3, lease_seconds=30)
+    runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=3, lease_seconds=30)
     runner.step()
     parked = WorkFactory(parked_at=clock(), failures=5, last_error="attempt 5 failed: boom")
 

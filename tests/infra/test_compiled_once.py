@@ -20,11 +20,12 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
+from worklife import views as work_views
 from worklife.models import Work
 
 
 def _orm_work_views(ids):
-    return [tuple(row.values()) for row in world._work_views_query(ids)]
+    return [tuple(row.values()) for row in work_views._work_views_query(ids)]
 
 
 @pytest.mark.django_db
@@ -37,10 +38,10 @@ def test_i12_work_views_compiled_once_equal_the_orm_for_every_shape():
     AttemptFactory(work=works[2], capabilities=["inject"])
     ids = [w.pk for w in works]
     for chosen in ([ids[0]], ids[:2], ids, [ids[3], 10**9]):
-        once = CompiledOnce(world._work_views_query)
+        once = CompiledOnce(work_views._work_views_query)
         assert once.rows(chosen) == _orm_work_views(chosen)
         assert once.rows(chosen) == _orm_work_views(chosen)  # the same shape, compiled
-    views = world.read_work_views(ids)
+    views = work_views.read_work_views(ids)
     assert views[works[0].pk].queued_binding == "reviewer"
     assert views[works[1].pk].active_attempt is not None
     assert views[works[2].pk].latest_attempt.capabilities == frozenset({"inject"})
@@ -49,7 +50,7 @@ def test_i12_work_views_compiled_once_equal_the_orm_for_every_shape():
     for work in works:
         work.refresh_from_db()
         view = views[work.pk]
-        assert [getattr(view, name) for name in world.WORK_VIEW_FIELDS] == [
+        assert [getattr(view, name) for name in work_views.WORK_VIEW_FIELDS] == [
             work.pk,
             work.scope,
             work.status,
@@ -347,11 +348,11 @@ def test_i12_work_views_are_built_by_position_in_the_fields_order():
     in its order, then its attempts, its wait and the two input annotations."""
     import dataclasses
 
-    from routing.engine.decide import WorkView
+    from worklife.views import WorkView
 
     names = [f.name for f in dataclasses.fields(WorkView)]
     assert names == [
-        *world.WORK_VIEW_FIELDS,
+        *work_views.WORK_VIEW_FIELDS,
         "active_attempt",
         "latest_attempt",
         "active_wait",

@@ -168,11 +168,12 @@ def test_i12p2_fast_init_refuses_a_class_it_cannot_serve():
 
 
 def test_i12p2_the_routers_per_event_records_use_it():
-    from routing.engine.decide import Decision, WorkView
+    from routing.engine.decide import Decision
     from routing.engine.evaluate import Evaluation, RouteVerdict
     from routing.engine.handler_pool import CallOutcome
     from routing.engine.settle import RouteOutcome, Settlement
     from routing.extension import EventSnapshot, RouteDecision
+    from worklife.views import WorkView
 
     for cls in (
         Decision,

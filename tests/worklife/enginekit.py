@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.configurations import LiveConfigurations
 from tests.routing.routerkit import accept, apply, router
 from worklife.models import Work
 from worklife.runner import WorkRunner
@@ -148,7 +148,7 @@ def route_all(clock) -> None:
 
 def runner(clock, **options) -> WorkRunner:
     return WorkRunner(
-        clock=clock, dispatcher=RoutingDispatcher(), **{"slots": 4, "lease_seconds": 30, **options}
+        clock=clock, configurations=LiveConfigurations(), **{"slots": 4, "lease_seconds": 30, **options}
     )
 
 

@@ -14,12 +14,10 @@ from worklife.executors import (
     ExecutorMissing,
     Outcome,
     PythonExecutor,
-    RegistrationError,
     executor_catalog,
     executor_class,
     find_executor_class,
     implements,
-    import_dotted,
     supported_controls,
     validate_binding,
 )
@@ -174,13 +172,6 @@ def test_r1_registry_follows_settings(settings):
         work_id=1, attempt_id=7, binding_settings={}, inputs=["a", "b"]
     )
     assert (execution.attempt_id, execution.poll()) == (7, Outcome(ok=True, result=["a", "b"]))
-
-
-def test_r1_import_dotted_errors_name_the_path():
-    with pytest.raises(RegistrationError, match="not a dotted path"):
-        import_dotted("nodots")
-    with pytest.raises(RegistrationError, match="has no attribute 'Nope'"):
-        import_dotted("worklife.executors:Nope")
 
 
 # --- running attempts ------------------------------------------------------------------------

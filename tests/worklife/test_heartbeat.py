@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from causal.models import KV
-from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.configurations import LiveConfigurations
 from tests.causal.factories import KVFactory
 from tests.worklife.factories import T0
 from worklife.heartbeat import (
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_i8p9_work_loop_heartbeats_read_what_the_runner_writes(clock):
-    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=3, lease_seconds=30)
+    runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=3, lease_seconds=30)
     runner.step()
     KVFactory(
         namespace=HEARTBEATS_NAMESPACE, key="older", value="not a mapping", updated_at=T0 - timedelta(1)
@@ -45,7 +45,7 @@ def test_i8p9_work_loop_heartbeats_read_what_the_runner_writes(clock):
 def test_i35_a_work_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_read(clock):
     """The beat's shape is one module's: the runner writes exactly these keys, and a beat
     written and read back is the same beat."""
-    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=2, lease_seconds=30)
+    runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=2, lease_seconds=30)
     runner.step()
     runner.shutdown(grace=0)
     assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE, key=runner.owner).value == {

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.configurations import LiveConfigurations
 from tests.causal.factories import EventFactory
 from tests.routing.routerkit import apply
 from tests.worklife.factories import (
@@ -52,7 +52,7 @@ def fail(work: Work, number: int, clock, error: str = "boom") -> None:
 def refuse(clock, work: Work) -> WorkRunner:
     """One pass of a real work_loop over the test configuration: it claims the Work, and its
     dispatch is refused."""
-    runner = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=2, lease_seconds=30)
+    runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=2, lease_seconds=30)
     runner.step()
     runner.shutdown(grace=0)
     return runner

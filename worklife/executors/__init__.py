@@ -30,6 +30,7 @@ classmethod ``validate_settings(settings) -> Iterable[tuple[str, str]]`` yieldin
 ``(place inside settings, message)`` for each problem.
 """
 
+from infra.plugins import RegistrationError, import_dotted, split_dotted
 from worklife.executors.base import (
     COMMON_SETTINGS,
     CONTROLS,
@@ -40,15 +41,12 @@ from worklife.executors.base import (
     ExecutorMissing,
     Outcome,
     PythonRun,
-    RegistrationError,
     emit_sources_of,
     executor_catalog,
     executor_class,
     find_executor_class,
     implements,
-    import_dotted,
     registered_executors,
-    split_dotted,
     start_attempt,
     supported_controls,
     validate_binding,

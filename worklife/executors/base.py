@@ -4,18 +4,15 @@ validation (R2) and the registry that names executors (``CONDUIT_EXECUTORS``).""
 from __future__ import annotations
 
 import abc
-import importlib
 import inspect
 import logging
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from django.conf import settings as django_settings
-
 from causal.checks import MAX_SOURCE, EnvelopeInvalid, check_string, kind_of, reserved_problem
+from infra.plugins import PluginRegistry
 from worklife.child import Run
 
 PythonRun = Run  # the name targets of the first version import
@@ -24,52 +21,6 @@ logger = logging.getLogger(__name__)
 
 CONTROLS: tuple[str, ...] = ("inject", "interrupt")
 """The optional controls a binding may claim, in a stable order."""
-
-
-# --- loading dotted paths ----------------------------------------------------------------
-
-
-class RegistrationError(ImportError):
-    """A registered dotted path cannot be imported, or names the wrong kind of object."""
-
-
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def split_dotted(path: str) -> tuple[str, str]:
-    """Split ``"pkg.mod:Attr"`` or ``"pkg.mod.Attr"`` into ``("pkg.mod", "Attr")``.
-
-    The part after a colon may itself be dotted (``"pkg.mod:Outer.Inner"``).
-    """
-    if not isinstance(path, str):
-        raise RegistrationError(f"expected a dotted path string, got {type(path).__name__}")
-    if ":" in path:
-        module, _, attr = path.partition(":")
-    else:
-        module, _, attr = path.rpartition(".")
-    if not module or not attr or not _DOTTED.match(module) or not _DOTTED.match(attr):
-        raise RegistrationError(f"{path!r} is not a dotted path like 'pkg.mod.Name' or 'pkg.mod:Name'")
-    return module, attr
-
-
-@lru_cache(maxsize=256)
-def import_dotted(path: str) -> Any:
-    """Import and return the object a dotted path names (cached per path).
-
-    Raises :class:`RegistrationError` naming the path when the module or attribute is
-    missing.
-    """
-    module_name, attr = split_dotted(path)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RegistrationError(f"cannot import {module_name!r} for {path!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise RegistrationError(f"{module_name!r} has no attribute {attr!r} (from {path!r})") from None
-    return obj
 
 
 # --- the executor contract ---------------------------------------------------------------
@@ -302,9 +253,14 @@ class ExecutorMissing(LookupError):
     """No executor is registered under the name (or its registration cannot be loaded)."""
 
 
+# The registry of ``CONDUIT_EXECUTORS``: a name that is not registered, or whose path cannot be
+# imported or is not a class, raises ExecutorMissing saying which.
+EXECUTORS = PluginRegistry(setting="CONDUIT_EXECUTORS", kind="executor", missing=ExecutorMissing)
+
+
 def registered_executors() -> dict[str, str]:
     """``CONDUIT_EXECUTORS`` as read now: registration name -> dotted path."""
-    return dict(getattr(django_settings, "CONDUIT_EXECUTORS", {}) or {})
+    return EXECUTORS.registered()
 
 
 def executor_class(name: str) -> type:
@@ -313,26 +269,12 @@ def executor_class(name: str) -> type:
     Raises :class:`ExecutorMissing` when the name is not registered or its path cannot be
     imported (the message says which).
     """
-    path = registered_executors().get(name)
-    if path is None:
-        raise ExecutorMissing(f"executor {name!r} is not registered")
-    try:
-        cls = import_dotted(path)
-    except RegistrationError as exc:
-        raise ExecutorMissing(
-            f"executor {name!r} is registered as {path!r} but cannot be loaded: {exc}"
-        ) from exc
-    if not inspect.isclass(cls):
-        raise ExecutorMissing(f"executor {name!r} is registered as {path!r}, which is not a class")
-    return cls
+    return EXECUTORS.load(name)
 
 
 def find_executor_class(name: str) -> type | None:
     """The executor class registered as ``name``, or ``None`` when there is none usable."""
-    try:
-        return executor_class(name)
-    except ExecutorMissing:
-        return None
+    return EXECUTORS.find(name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from conduit_site.management.loops import install_graceful_stop, restore_signals
 from conduit_site.retention import PRUNE_INTERVAL_SECONDS, site_prune
 from infra.connections import database_wait
 from infra.words import counted
-from routing.engine.dispatch import RoutingDispatcher
+from routing.engine.configurations import LiveConfigurations
 from routing.engine.live import drain as drain_live
 from routing.engine.live import publish_routed
 from worklife.runner import WorkRunner
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         database_wait(wait=stop.wait)
         runner = WorkRunner(
             clock=system_clock,
-            dispatcher=RoutingDispatcher(),
+            configurations=LiveConfigurations(),
             slots=options["slots"],
             wait_slots=options["wait_slots"],
             publish=lambda work_ids: publish_routed([], work_ids),

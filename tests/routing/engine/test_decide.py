@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 import pytest
 
 from routing.config.effective import EffectiveBinding, EffectiveRoute, EffectiveScope
-from routing.engine.decide import AttemptView, Effect, Reason, WorkView, World, addressed_binding, decide
+from routing.engine.decide import Effect, Reason, World, decide
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict
 from routing.errors import RouteErrorCode
 from routing.extension import EventSnapshot, RouteDecision
+from tests.worklife.viewkit import attempt
+from worklife.views import WorkView
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SCOPE = "acme"
@@ -86,17 +88,6 @@ def event(*, seq: int = 10, source: str = "tests", type: str = "x.happened", wor
         execution_id=None,
         causation_id=None,
         depth=0,
-    )
-
-
-def attempt(number: int = 1, binding: str = "triage", capabilities=("inject", "interrupt")) -> AttemptView:
-    return AttemptView(
-        id=100 + number,
-        number=number,
-        binding=binding,
-        capabilities=frozenset(capabilities),
-        lease_epoch=1,
-        state="running",
     )
 
 
@@ -210,58 +201,6 @@ def test_r10_a_route_that_does_not_start_work_still_has_its_binding_checked():
     valid = route("queue", "plain", start=False)
     decision = decide(event=event(), evaluation=matched(valid), scope=scope_with(valid), world=world_with())
     assert (decision.effect, decision.reason) == (Effect.UNMATCHED, Reason.NO_WORK)
-
-
-# --- R30: the binding an addressed operator Event is queued on --------------------------------
-
-
-def work_view(**fields) -> WorkView:
-    return WorkView(id=7, scope=SCOPE, status="ready", binding="first", **fields)
-
-
-@pytest.mark.parametrize(
-    "fields,expected",
-    [
-        pytest.param({}, "first", id="the-work's-own"),
-        pytest.param({"latest_attempt": attempt(2, "ran")}, "ran", id="latest-attempt"),
-        pytest.param(
-            {"latest_attempt": attempt(2, "ran"), "rebind_binding": "rebound", "rebind_after_attempt": 2},
-            "rebound",
-            id="rebind-after-the-latest-attempt",
-        ),
-        pytest.param(
-            {"latest_attempt": attempt(3, "ran"), "rebind_binding": "rebound", "rebind_after_attempt": 2},
-            "ran",
-            id="an-attempt-newer-than-the-rebind",
-        ),
-        pytest.param({"rebind_binding": "rebound"}, "rebound", id="rebind-before-any-attempt"),
-        pytest.param(
-            {
-                "latest_attempt": attempt(3, "ran"),
-                "rebind_binding": "rebound",
-                "rebind_after_attempt": 2,
-                "retry_binding": "retry",
-            },
-            "retry",
-            id="retry-state-before-rebind-and-attempt",
-        ),
-        pytest.param({"retry_binding": "retry"}, "retry", id="retry-state-before-the-work's-own"),
-        pytest.param(
-            {
-                "latest_attempt": attempt(3, "ran"),
-                "rebind_binding": "rebound",
-                "rebind_after_attempt": 3,
-                "retry_binding": "retry",
-                "queued_binding": "queued",
-            },
-            "queued",
-            id="queued-input-first",
-        ),
-        pytest.param({"queued_binding": "queued"}, "queued", id="queued-input-before-the-work's-own"),
-    ],
-)
-def test_r30_addressed_binding_precedence(fields, expected):
-    assert addressed_binding(work_view(**fields)) == expected
 
 
 ADDRESSED = {"source": "core.manual", "type": "operator.note"}

@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from routing.engine.dispatch import DispatchRefused, RoutingDispatcher, dispatch_check
+from routing.engine.configurations import LiveConfigurations
 from routing.models import RouteRecord
 from tests.routing.routerkit import DOCUMENT, accept, apply, router
+from worklife.dispatch import DispatchRefused, dispatch_check, dispatch_many_in_tx
 from worklife.errors import WorkError
 
 pytestmark = pytest.mark.django_db
@@ -23,10 +24,14 @@ class OtherPython:
 
 
 def attempt_dispatch(*, work_id, clock):
-    """The Work's next attempt, started as the work loop starts it (RoutingDispatcher)."""
+    """The Work's next attempt, started as the work loop starts it (routing's configuration)."""
     with transaction.atomic():
-        result = RoutingDispatcher().dispatch_many_in_tx(
-            work_ids=[work_id], clock=clock, lease_until=clock() + timedelta(seconds=30), lease_owner="test"
+        result = dispatch_many_in_tx(
+            work_ids=[work_id],
+            configurations=LiveConfigurations(),
+            clock=clock,
+            lease_until=clock() + timedelta(seconds=30),
+            lease_owner="test",
         )[work_id]
     if isinstance(result, WorkError):
         raise result
@@ -51,7 +56,7 @@ def test_r36_an_attempt_pins_generation_binding_executor_and_capabilities(clock,
     assert (attempt.binding, attempt.executor, attempt.generation) == ("triage", "python", 1)
     assert attempt.executor_path == "worklife.executors.PythonExecutor"
     assert sorted(attempt.capabilities) == ["inject", "interrupt"]
-    assert dispatch_check(attempt).ok
+    assert dispatch_check(attempt, LiveConfigurations()).ok
 
 
 def test_r36_dispatch_is_checked_against_the_pinned_generation(clock, work_id):
@@ -64,17 +69,17 @@ def test_r36_dispatch_is_checked_against_the_pinned_generation(clock, work_id):
         .replace("policy: interrupt\n", "policy: interrupt\n        fallback: queue\n")
     )
     apply(clock, moved)
-    assert dispatch_check(attempt).ok
+    assert dispatch_check(attempt, LiveConfigurations()).ok
 
 
 def test_r36_a_changed_executor_behind_the_same_binding_name_is_refused(clock, work_id, settings):
     attempt = attempt_dispatch(work_id=work_id, clock=clock)
     settings.CONDUIT_EXECUTORS = {
         **settings.CONDUIT_EXECUTORS,
-        "python": "tests.routing.engine.test_dispatch.OtherPython",
+        "python": "tests.worklife.test_dispatch.OtherPython",
     }
-    check = dispatch_check(attempt)
-    assert not check.ok and "tests.routing.engine.test_dispatch.OtherPython" in check.reason
+    check = dispatch_check(attempt, LiveConfigurations())
+    assert not check.ok and "tests.worklife.test_dispatch.OtherPython" in check.reason
 
 
 def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
@@ -83,48 +88,45 @@ def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
         attempt_dispatch(work_id=work_id, clock=clock)
 
 
-def test_i35_the_runners_dispatcher_declares_what_it_calls_and_routing_implements(clock, work_id):
-    """``worklife.runner.Dispatcher`` is true: it declares the dispatcher methods the runner
-    calls and no other, ``RoutingDispatcher`` implements each with the same parameters, and
-    what it returns has what the runner reads (``Dispatched``: the attempt and its settings)."""
+def test_i35_the_loops_configuration_reader_declares_what_it_is_asked_and_routing_implements(clock, work_id):
+    """``worklife.dispatch.Configurations`` is true: it declares the reads the work loop asks of
+    the configuration and no other, ``LiveConfigurations`` implements each with the same
+    parameters, and what it returns has what dispatch reads (the number and the configuration)."""
     import ast
     import dataclasses
     import inspect
-    from datetime import timedelta
 
-    from django.db import transaction
-
-    from routing.engine import dispatch
-    from worklife import runner
+    from routing.engine import configurations
+    from worklife import calls, dispatch, runner
 
     declared = {
         name
-        for name, value in vars(runner.Dispatcher).items()
+        for protocol in dispatch.Configurations.__mro__
+        if protocol.__module__.startswith("worklife.")
+        for name, value in vars(protocol).items()
         if callable(value) and not name.startswith("_")
     }
     called = {
         node.attr
-        for node in ast.walk(ast.parse(inspect.getsource(runner)))
+        for module in (dispatch, runner, calls)
+        for node in ast.walk(ast.parse(inspect.getsource(module)))
         if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "dispatcher"
+        and isinstance(node.value, ast.Attribute | ast.Name)
+        and getattr(node.value, "attr", getattr(node.value, "id", "")) in ("configurations", "scopes")
     }
-    assert declared == called == {"dispatch_many_in_tx"}
+    assert declared == called == {"live", "applied", "scope_problem"}
     for name in declared:
-        protocol = inspect.signature(getattr(runner.Dispatcher, name)).parameters
-        implemented = inspect.signature(getattr(dispatch.RoutingDispatcher, name)).parameters
+        protocol = inspect.signature(getattr(dispatch.Configurations, name)).parameters
+        implemented = inspect.signature(getattr(configurations.LiveConfigurations, name)).parameters
         assert [(p.name, p.kind) for p in protocol.values()] == [
             (p.name, p.kind) for p in implemented.values()
         ]
-    read = {name for name, value in vars(runner.Dispatched).items() if isinstance(value, property)}
-    assert (
-        read == {field.name for field in dataclasses.fields(dispatch.Dispatched)} == {"attempt", "settings"}
-    )
-    with transaction.atomic():
-        started = dispatch.RoutingDispatcher().dispatch_many_in_tx(
-            work_ids=[work_id], clock=clock, lease_until=clock() + timedelta(seconds=30), lease_owner="loop"
-        )
-    assert started[work_id].attempt.work_id == work_id and isinstance(started[work_id].settings, dict)
+    live = configurations.LiveConfigurations().live()
+    assert {field.name for field in dataclasses.fields(live)} == {"number", "configuration"}
+    assert live.number == 1 and live.configuration.scope("acme").bindings["triage"].executor == "python"
+    started = attempt_dispatch(work_id=work_id, clock=clock)
+    assert started.work_id == work_id
+    assert isinstance(dispatch.binding_settings(started, configurations.LiveConfigurations()), dict)
 
 
 # --- a refused dispatch leaves no attempt running ---------------------------------------------
@@ -135,15 +137,17 @@ def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_t
 ):
     """The pinned check refuses an attempt that exists already: it ends (failed, with the
     reason) and the Work is ready, held until the recheck, not ``running`` with no process."""
-    from routing.engine import dispatch
+    from worklife import dispatch
     from worklife.models import Attempt, Work
     from worklife.runner import WorkRunner
     from worklife.scheduling import DISPATCH_RECHECK, claimable_work_in_tx
 
     monkeypatch.setattr(
-        dispatch, "dispatch_check", lambda attempt, cache=None: dispatch.DispatchCheck(False, "pinned away")
+        dispatch,
+        "dispatch_check",
+        lambda attempt, configurations, pinned=None: dispatch.DispatchCheck(False, "pinned away"),
     )
-    loop = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=1)
+    loop = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=1)
     loop.step()
     assert not loop.running and loop.counters.refused == 1
     (attempt,) = Attempt.objects.filter(work_id=work_id)
@@ -165,7 +169,7 @@ def test_i36_15_an_executor_that_cannot_be_loaded_is_refused_before_any_attempt(
     from worklife.runner import WorkRunner
 
     settings.CONDUIT_EXECUTORS = {**settings.CONDUIT_EXECUTORS, "python": "tests.no_such_module.Executor"}
-    loop = WorkRunner(clock=clock, dispatcher=RoutingDispatcher(), slots=1)
+    loop = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=1)
     loop.step()
     assert not loop.running and loop.counters.refused == 1
     assert not Attempt.objects.filter(work_id=work_id).exists()
