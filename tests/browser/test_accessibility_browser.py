@@ -193,7 +193,7 @@ def sign_in(page, base: str) -> None:
 
 # Wide, and as narrow as the console is laid out for (tables scroll sideways, lists stack).
 @pytest.mark.parametrize("width", [1280, 800])
-def test_i11_9_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path, width):
+def test_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path, width):
     base = live_server.url
     axe = Axe()
     found: dict[str, list[str]] = {}
@@ -230,7 +230,7 @@ def active(page) -> dict[str, Any]:
     )
 
 
-def test_i11_9_the_skip_link_is_the_first_tab_stop_and_moves_focus_to_the_content(
+def test_the_skip_link_is_the_first_tab_stop_and_moves_focus_to_the_content(
     live_server, world, browser, tmp_path
 ):
     base = live_server.url
@@ -255,7 +255,7 @@ def test_i11_9_the_skip_link_is_the_first_tab_stop_and_moves_focus_to_the_conten
     context.close()
 
 
-def test_i11_9_enter_on_skip_keeps_the_focus_in_the_route_section(live_server, world, browser, tmp_path):
+def test_enter_on_skip_keeps_the_focus_in_the_route_section(live_server, world, browser, tmp_path):
     base = live_server.url
     unrouted = world["unrouted"]
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -282,7 +282,7 @@ def test_i11_9_enter_on_skip_keeps_the_focus_in_the_route_section(live_server, w
     context.close()
 
 
-def test_i11_9_a_refreshed_region_gives_the_focus_back_to_its_control(live_server, world, browser):
+def test_a_refreshed_region_gives_the_focus_back_to_its_control(live_server, world, browser):
     base = live_server.url
     root = world["root"]
     context = browser.new_context()
@@ -301,7 +301,7 @@ def test_i11_9_a_refreshed_region_gives_the_focus_back_to_its_control(live_serve
     context.close()
 
 
-def test_i11_9_scrollable_data_is_reached_and_scrolled_by_keyboard(live_server, world, browser):
+def test_scrollable_data_is_reached_and_scrolled_by_keyboard(live_server, world, browser):
     base = live_server.url
     context = browser.new_context(viewport={"width": 800, "height": 900})
     page = context.new_page()
@@ -346,7 +346,7 @@ def lines_of(page, selector: str) -> list[str]:
     )
 
 
-def test_i11_9_long_type_names_wrap_at_dots_not_inside_a_word(live_server, world, browser, tmp_path):
+def test_long_type_names_wrap_at_dots_not_inside_a_word(live_server, world, browser, tmp_path):
     base = live_server.url
     opened = world["opened"]
     context = browser.new_context(viewport={"width": 420, "height": 900})
@@ -384,7 +384,7 @@ Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
 """
 
 
-def test_i11_9_a_live_update_keeps_the_focus_on_the_same_link(live_server, world, browser):
+def test_a_live_update_keeps_the_focus_on_the_same_link(live_server, world, browser):
     """A websocket message swaps sections out of band: a link focused in a replaced section is
     focused again in its new copy, not dropped to <body>."""
     base = live_server.url

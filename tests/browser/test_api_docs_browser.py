@@ -28,9 +28,7 @@ def operator():
     return user
 
 
-def test_i11_8_api_docs_show_every_operation_from_the_console_itself(
-    live_server, operator, browser, tmp_path
-):
+def test_api_docs_show_every_operation_from_the_console_itself(live_server, operator, browser, tmp_path):
     operations = sorted(
         (method.upper(), path)
         for path, item in openapi_schema(server_url="http://testserver/")["paths"].items()

@@ -37,7 +37,7 @@ def data():
     return {"user": user, "root": root, "work": work}
 
 
-def test_i9_9_no_page_violates_the_content_security_policy(live_server, data, browser):
+def test_no_page_violates_the_content_security_policy(live_server, data, browser):
     base = live_server.url
     context = browser.new_context()
     context.add_init_script(RECORD_VIOLATIONS)

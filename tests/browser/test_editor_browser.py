@@ -114,7 +114,7 @@ def in_view(page, selector: str) -> bool:
     )
 
 
-def test_i39_7_the_editors_error_link_moves_the_cursor(browser, live_server, admin, tmp_path):
+def test_the_editors_error_link_moves_the_cursor(browser, live_server, admin, tmp_path):
     context, page = open_page(browser, live_server)
     save_broken(page, live_server)
     assert not Generation.objects.filter(kind=GenerationKind.CANDIDATE).exists()
@@ -163,7 +163,7 @@ def test_i39_7_the_editors_error_link_moves_the_cursor(browser, live_server, adm
     context.close()
 
 
-def test_i39_7_editor_without_javascript_still_submits(browser, live_server, admin, tmp_path):
+def test_editor_without_javascript_still_submits(browser, live_server, admin, tmp_path):
     context, page = open_page(browser, live_server, javascript=False)
     page.goto(live_server.url + reverse("setup"))
     assert page.locator(".cm-editor").count() == 0
@@ -189,7 +189,7 @@ def test_i39_7_editor_without_javascript_still_submits(browser, live_server, adm
     context.close()
 
 
-def test_i39_7_the_editor_runs_under_the_strict_policy(browser, live_server, admin):
+def test_the_editor_runs_under_the_strict_policy(browser, live_server, admin):
     context, page = open_page(browser, live_server)
     response = page.goto(live_server.url + reverse("setup"))
     policy = response.headers["content-security-policy"]
@@ -217,7 +217,7 @@ def test_i39_7_the_editor_runs_under_the_strict_policy(browser, live_server, adm
 
 
 @pytest.mark.parametrize("width", [1280, 400])
-def test_i39_7_axe_finds_no_serious_violation_in_the_editor(browser, live_server, admin, tmp_path, width):
+def test_axe_finds_no_serious_violation_in_the_editor(browser, live_server, admin, tmp_path, width):
     context, page = open_page(browser, live_server, width=width)
     axe = Axe()
     page.goto(live_server.url + reverse("setup"))

@@ -112,7 +112,7 @@ def signed_in(browser, base: str):
     return page
 
 
-def test_i11_2_event_page_updates_whole_after_skip_and_live_when_routed(
+def test_event_page_updates_whole_after_skip_and_live_when_routed(
     asgi_server, browser, clock, test_handlers, tmp_path
 ):
     operator()
@@ -160,7 +160,7 @@ def test_i11_2_event_page_updates_whole_after_skip_and_live_when_routed(
     assert page.errors == []
 
 
-def test_i11_4_5_find_count_and_page_both_ways(live_server, browser, tmp_path):
+def test_find_count_and_page_both_ways(live_server, browser, tmp_path):
     operator()
     pushes = [EventFactory(scope="acme/web", type="github.push").seq for _ in range(60)]
     EventFactory(scope="ops", type="ops.alert", envelope_id="alert-7")
@@ -213,9 +213,7 @@ def test_i11_4_5_find_count_and_page_both_ways(live_server, browser, tmp_path):
     page.screenshot(path=str(tmp_path / "work-input-newest.png"), full_page=True)
 
 
-def test_i11_3_work_page_offers_retry_live_when_its_work_parks(
-    asgi_server, browser, clock, settings, tmp_path
-):
+def test_work_page_offers_retry_live_when_its_work_parks(asgi_server, browser, clock, settings, tmp_path):
     settings.CONDUIT_MAX_ATTEMPTS = 1
     operator()
     User.objects.get(username="operator").user_permissions.add(

@@ -31,7 +31,7 @@ HEADERS = """() => [...document.querySelectorAll("table th")].map((th) => {
 })"""
 
 
-def test_i39_10_f_at_400_px_the_nav_is_short_and_every_column_is_reachable(live_server, world, browser):  # noqa: F811
+def test_at_400_px_the_nav_is_short_and_every_column_is_reachable(live_server, world, browser):  # noqa: F811
     base = live_server.url
     context = browser.new_context(viewport={"width": 400, "height": 800})
     page = context.new_page()
@@ -62,7 +62,7 @@ def test_i39_10_f_at_400_px_the_nav_is_short_and_every_column_is_reachable(live_
     )
 
 
-def test_i39_10_a_after_apply_reload_and_back_show_the_applied_generation(live_server, browser, clock):
+def test_after_apply_reload_and_back_show_the_applied_generation(live_server, browser, clock):
     from django.urls import reverse
 
     from routing.config.selectors import live_generation

@@ -72,7 +72,7 @@ def serious(page) -> list[str]:
     ]
 
 
-def test_i39_6_impact_progress_rollup_and_paging(page, live_server, data, tmp_path):
+def test_impact_progress_rollup_and_paging(page, live_server, data, tmp_path):
     candidate = data["candidate"]
     url = live_server.url + reverse("candidate-detail", args=[candidate.pk])
     page.goto(url)

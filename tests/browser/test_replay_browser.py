@@ -71,7 +71,7 @@ def page(live_server, browser, data):
     context.close()
 
 
-def test_i39_3_replay_after_apply_starts_the_work(page, live_server, data, clock):
+def test_replay_after_apply_starts_the_work(page, live_server, data, clock):
     alert = data["alert"]
     # Apply the candidate that adds a route for alerts.
     page.goto(live_server.url + reverse("candidate-detail", args=[data["candidate"].pk]))

@@ -73,7 +73,7 @@ def page(live_server, browser, data):
     context.close()
 
 
-def test_i10_browser_edit_see_inline_error_fix_preview_impact_and_apply(page, live_server):
+def test_edit_see_inline_error_fix_preview_impact_and_apply(page, live_server):
     page.goto(live_server.url + reverse("setup"))
     page.locator("#setup-editor .cm-editor").wait_for()
     assert "- slot: deploys" in page.locator("#id_document").input_value()  # starts from live
@@ -131,7 +131,7 @@ def test_i10_browser_edit_see_inline_error_fix_preview_impact_and_apply(page, li
     assert page.errors == [] and page.console_errors == []
 
 
-def test_i10p6_browser_trace_this_event_and_a_refusal_replaces_the_result(page, live_server, data):
+def test_trace_this_event_and_a_refusal_replaces_the_result(page, live_server, data):
     page.goto(live_server.url + reverse("event-detail", args=[data["ping"]]))
     assert '"type": "x.ping"' in page.locator("#event-raw-envelope").inner_text()
     page.click("#trace-this-event")

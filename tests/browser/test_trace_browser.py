@@ -62,7 +62,7 @@ def trace_from_the_event_page(page, live_server, seq: int) -> None:
     page.wait_for_selector(".trace-verdicts")
 
 
-def test_i39_5_trace_of_a_routed_event_shows_the_verdict_table(live_server, browser, routed, tmp_path):
+def test_trace_of_a_routed_event_shows_the_verdict_table(live_server, browser, routed, tmp_path):
     context, page = signed_in(browser, live_server, 1280)
     try:
         trace_from_the_event_page(page, live_server, routed)
@@ -103,7 +103,7 @@ def test_r37_trace_filter_limits_the_routes_evaluated_in_the_browser(live_server
 
 
 @pytest.mark.parametrize("width", [1280, 400])
-def test_i39_5_axe_finds_no_serious_violation_on_the_trace_of_a_routed_event(
+def test_axe_finds_no_serious_violation_on_the_trace_of_a_routed_event(
     live_server, browser, routed, tmp_path, width
 ):
     context, page = signed_in(browser, live_server, width)

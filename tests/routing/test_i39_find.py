@@ -23,7 +23,7 @@ def found(**filters) -> list[int]:
     return [item.event.seq for item in events_route_page(EventListFilter(**filters))]
 
 
-def test_i39_10_d_find_takes_the_start_of_an_id_or_a_subject():
+def test_find_takes_the_start_of_an_id_or_a_subject():
     pr42 = EventFactory(envelope_id="pr-42-opened", subject="acme/web#42")
     pr43 = EventFactory(envelope_id="pr-43-opened", subject="acme/web#43")
     EventFactory(envelope_id="deploy-1", subject="acme/api")
@@ -35,7 +35,7 @@ def test_i39_10_d_find_takes_the_start_of_an_id_or_a_subject():
     assert found(query=f"#{pr42.seq}") == [pr42.seq]
 
 
-def test_i39_10_d_data_search_finds_text_in_the_data_case_sensitively():
+def test_data_search_finds_text_in_the_data_case_sensitively():
     hit = EventFactory(data={"pull_request": {"title": "Fix the flaky login test", "user": "zoë"}})
     EventFactory(data={"pull_request": {"title": "Add metrics"}})
     quoted = EventFactory(data={"text": 'say "hi"'})
@@ -48,7 +48,7 @@ def test_i39_10_d_data_search_finds_text_in_the_data_case_sensitively():
     assert found(data="pull_request") == [hit.seq + 1, hit.seq]  # a key too
 
 
-def test_i39_10_d_data_search_reads_only_the_newest_window(monkeypatch):
+def test_data_search_reads_only_the_newest_window(monkeypatch):
     old = EventFactory(data={"n": "needle"})
     newer = [EventFactory(data={"n": i}) for i in range(3)]
     monkeypatch.setattr(selectors, "DATA_SEARCH_WINDOW", 3)
@@ -59,7 +59,7 @@ def test_i39_10_d_data_search_reads_only_the_newest_window(monkeypatch):
     assert newer
 
 
-def test_i39_10_d_the_console_the_api_and_the_cli_search_data_alike(client):
+def test_the_console_the_api_and_the_cli_search_data_alike(client):
     hit = EventFactory(data={"alert": "disk full on db-3"})
     EventFactory(data={"alert": "cpu high"})
 
@@ -75,7 +75,7 @@ def test_i39_10_d_the_console_the_api_and_the_cli_search_data_alike(client):
     assert 'name="data"' in page
 
 
-def test_i39_10_d_the_work_key_filter_takes_the_start_of_a_key():
+def test_the_work_key_filter_takes_the_start_of_a_key():
     web42 = WorkFactory(scope="acme/web")
     CorrelationKeyFactory(work=web42, key="pr:acme/web#42")
     web43 = WorkFactory(scope="acme/web")

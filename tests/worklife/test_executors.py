@@ -267,7 +267,7 @@ def test_r2_an_executor_without_start_cannot_be_built():
 
 
 @pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
-def test_i36_2_emit_sources_are_sources_none_reserved(executor):
+def test_emit_sources_are_sources_none_reserved(executor):
     base = {"argv": ["true"]} if executor is CommandExecutor else {"target": "a.b:c"}
     assert (
         list(executor.validate_settings({**base, "emit_sources": ["acme.bot", "github.com/acme/web"]})) == []
@@ -301,7 +301,7 @@ def run_target(executor, attempt_id: int, settings: dict, inputs=()):
     return execution, outcome
 
 
-def test_i36_3_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_another_binding():
+def test_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_another_binding():
     executor = PythonExecutor()
     patching = {"target": "tests.worklife.i36_targets:patches_json"}
     try:
@@ -330,7 +330,7 @@ FORGERIES = {
 
 
 @pytest.mark.parametrize("mode", list(FORGERIES))
-def test_i36_3_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog, mode):
+def test_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog, mode):
     executor = PythonExecutor()
     settings = {"target": "tests.worklife.i36_targets:forger_or_victim"}
     try:
@@ -363,7 +363,7 @@ def test_i36_3_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog
         executor.close()
 
 
-def test_i36_3_a_worker_is_replaced_after_a_failed_attempt_and_when_its_target_leaves_a_thread():
+def test_a_worker_is_replaced_after_a_failed_attempt_and_when_its_target_leaves_a_thread():
     executor = PythonExecutor()
     try:
         failed, outcome = run_target(executor, 811, {"target": "tests.worklife.ext_executors:boom"})

@@ -59,7 +59,7 @@ def assert_contained(env: dict[str, str], allowed: dict[str, str], *, also: set[
 # --- item 1: the environment ------------------------------------------------------------------
 
 
-def test_i36_1_a_command_gets_the_allow_list_and_its_binding_env_only(server_environment):
+def test_a_command_gets_the_allow_list_and_its_binding_env_only(server_environment):
     execution = CommandExecutor().start(
         work_id=5,
         attempt_id=50,
@@ -75,7 +75,7 @@ def test_i36_1_a_command_gets_the_allow_list_and_its_binding_env_only(server_env
     assert env["CONDUIT_WORK_ID"] == "5" and env["CONDUIT_ATTEMPT_ID"] == "50"
 
 
-def test_i36_1_a_python_target_gets_the_allow_list_its_binding_env_and_still_imports(server_environment):
+def test_a_python_target_gets_the_allow_list_its_binding_env_and_still_imports(server_environment):
     executor = PythonExecutor()
     try:
         execution = executor.start(
@@ -115,7 +115,7 @@ def test_i36_1_a_python_target_gets_the_allow_list_its_binding_env_and_still_imp
 
 
 @pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
-def test_i36_1_the_env_setting_is_a_mapping_of_names_to_strings(executor):
+def test_the_env_setting_is_a_mapping_of_names_to_strings(executor):
     base = {"argv": ["true"]} if executor is CommandExecutor else {"target": "a.b:c"}
     assert list(executor.validate_settings({**base, "env": {"A": "1", "LANG": "C"}})) == []
     assert list(executor.validate_settings({**base, "env": ["A=1"]})) == [
@@ -137,7 +137,7 @@ OUTPUT_TAIL = LINE_LIMIT = 64 * 1024  # the README's figures
 CALL_LIMIT = 4 * 1024 * 1024
 
 
-def test_i36_4_a_flood_of_output_keeps_the_loops_memory_flat_and_its_tail_bounded_and_marked():
+def test_a_flood_of_output_keeps_the_loops_memory_flat_and_its_tail_bounded_and_marked():
     """Real children write 50 MB each (on standard output or error without a newline, as lines,
     as one over-long call, one print, one result) to executors in a process of their own, which
     reports how far its peak resident set rose for each."""
@@ -256,7 +256,7 @@ def command(script: str, pidfile) -> dict:
     return {"argv": ["sh", "-c", script], "env": {"PIDFILE": str(pidfile)}}
 
 
-def test_i36_6_ending_a_command_ends_the_daemon_it_started_with_setsid(mechanism, tmp_path):
+def test_ending_a_command_ends_the_daemon_it_started_with_setsid(mechanism, tmp_path):
     pidfile = tmp_path / "daemon.pid"
     execution = CommandExecutor().start(
         work_id=1,
@@ -272,7 +272,7 @@ def test_i36_6_ending_a_command_ends_the_daemon_it_started_with_setsid(mechanism
     assert ended(daemon) and ended(execution.pid)
 
 
-def test_i36_6_a_command_that_exits_leaves_nothing_running(mechanism, tmp_path):
+def test_a_command_that_exits_leaves_nothing_running(mechanism, tmp_path):
     pidfile = tmp_path / "daemon.pid"
     script = f'{SETSID_DAEMON} while [ ! -s "$PIDFILE" ]; do sleep 0.02; done; exit 0'
     execution = CommandExecutor().start(
@@ -283,7 +283,7 @@ def test_i36_6_a_command_that_exits_leaves_nothing_running(mechanism, tmp_path):
     assert ended(pid_in(pidfile))
 
 
-def test_i36_6_ending_a_python_attempt_ends_the_daemon_its_target_started(mechanism, tmp_path):
+def test_ending_a_python_attempt_ends_the_daemon_its_target_started(mechanism, tmp_path):
     pidfile = tmp_path / "daemon.pid"
     executor = PythonExecutor()
     try:
@@ -306,7 +306,7 @@ def test_i36_6_ending_a_python_attempt_ends_the_daemon_its_target_started(mechan
         executor.close()
 
 
-def test_i36_6_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_not_reused(
+def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_not_reused(
     mechanism, tmp_path
 ):
     pidfile = tmp_path / "daemon.pid"
@@ -337,7 +337,7 @@ def test_i36_6_a_python_attempt_that_returns_leaves_nothing_running_and_its_work
         executor.close()
 
 
-def test_i36_6_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(tmp_path):
+def test_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(tmp_path):
     if containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
     pidfile = tmp_path / "daemon.pid"
@@ -357,7 +357,7 @@ def test_i36_6_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(tm
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i36_6_cancelling_the_work_ends_the_daemon_its_command_started(clock, test_handlers, tmp_path):
+def test_cancelling_the_work_ends_the_daemon_its_command_started(clock, test_handlers, tmp_path):
     """Through the work loop: an operator's cancel ends the attempt, and with it the daemon."""
     from tests.routing.routerkit import accept, apply, router
     from tests.worklife.enginekit import runner, step_until
@@ -412,7 +412,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_i36_6_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monkeypatch, tmp_path):
+def test_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monkeypatch, tmp_path):
     if containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
     pidfile = tmp_path / "daemon.pid"

@@ -177,7 +177,7 @@ def test_r42_an_attempt_ended_while_it_waits_ends_its_subscription(clock, loop):
     assert not DependencySubscription.objects.filter(active=True).exists()
 
 
-def test_i36_10_a_child_on_a_binding_its_scope_lacks_is_refused_at_the_call(clock, loop):
+def test_a_child_on_a_binding_its_scope_lacks_is_refused_at_the_call(clock, loop):
     py = work_of(send(clock, "t.py_child", key="pc"))
     cmd = work_of(send(clock, "t.cmd_child", key="cc"))
     step_until(loop, lambda: status(py) == "completed" and status(cmd) == "completed")
@@ -193,7 +193,7 @@ def test_i36_10_a_child_on_a_binding_its_scope_lacks_is_refused_at_the_call(cloc
     assert (child.parent_id, child.binding, child.scope) == (ok.pk, "inbox", "t")
 
 
-def test_i36_10_a_successor_on_a_binding_its_scope_lacks_is_refused_at_the_call(clock, loop):
+def test_a_successor_on_a_binding_its_scope_lacks_is_refused_at_the_call(clock, loop):
     here = work_of(send(clock, "t.cmd_successor", key="s1"))
     there = work_of(send(clock, "t.cmd_successor_elsewhere", key="s2"))
     step_until(loop, lambda: status(here) == "completed" and status(there) == "completed")

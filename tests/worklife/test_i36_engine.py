@@ -60,7 +60,7 @@ def attempts(work: Work) -> list[Attempt]:
 # --- item 15: receive wakes on an interrupt -------------------------------------------------------
 
 
-def test_i36_15_an_interrupt_wakes_a_target_blocked_in_receive(clock, loop):
+def test_an_interrupt_wakes_a_target_blocked_in_receive(clock, loop):
     """Blocked in ``run.receive(timeout=600)`` with a 60 s grace: the interrupt returns
     ``None`` at once with ``run.interrupted`` set, and the attempt ends as the target says
     (before, it stayed blocked until SIGTERM after the grace, and failed)."""
@@ -79,7 +79,7 @@ def test_i36_15_an_interrupt_wakes_a_target_blocked_in_receive(clock, loop):
 # --- item 16: waiting Work holds no slot ------------------------------------------------------------
 
 
-def test_i36_16_with_2_slots_and_10_works_waiting_new_work_starts_in_the_next_passes(clock):
+def test_with_2_slots_and_10_works_waiting_new_work_starts_in_the_next_passes(clock):
     loop = runner(clock, slots=2)
     try:
         waiting = [work_of(send(clock, "waits", f"w{n}")) for n in range(10)]
@@ -108,7 +108,7 @@ def test_i36_16_with_2_slots_and_10_works_waiting_new_work_starts_in_the_next_pa
         loop.shutdown(grace=0)
 
 
-def test_i36_16_parked_attempts_past_the_wait_bound_hold_slots_again(clock):
+def test_parked_attempts_past_the_wait_bound_hold_slots_again(clock):
     loop = runner(clock, slots=2, wait_slots=1)
     try:
         waiting = [work_of(send(clock, "waits", f"b{n}")) for n in range(4)]
@@ -145,7 +145,7 @@ def lose(work: Work, clock, owner: str = "crashed-host:1:dead") -> Attempt:
     return attempt
 
 
-def test_i36_17_an_attempt_lost_with_its_loop_runs_again_at_once_with_its_key(clock):
+def test_an_attempt_lost_with_its_loop_runs_again_at_once_with_its_key(clock):
     first, second = runner(clock), runner(clock)
     try:
         work = work_of(send(clock, "listen", "lost"))
@@ -171,7 +171,7 @@ def test_i36_17_an_attempt_lost_with_its_loop_runs_again_at_once_with_its_key(cl
         first.shutdown(grace=0)
 
 
-def test_i36_17_a_work_whose_attempts_are_lost_3_times_in_a_row_is_parked(clock):
+def test_a_work_whose_attempts_are_lost_3_times_in_a_row_is_parked(clock):
     work = work_of(send(clock, "archive", "p"))
     lose(work, clock)
     lose(work, clock)
@@ -195,7 +195,7 @@ def test_i36_17_a_work_whose_attempts_are_lost_3_times_in_a_row_is_parked(clock)
     assert len({a.idempotency_key for a in attempts(work)}) == 1
 
 
-def test_i36_17_the_idempotency_key_changes_after_a_success(clock):
+def test_the_idempotency_key_changes_after_a_success(clock):
     work = work_of(send(clock, "archive", "s"))
     first = lose(work, clock)
     again = attempt_start(
@@ -210,7 +210,7 @@ def test_i36_17_the_idempotency_key_changes_after_a_success(clock):
     assert after.idempotency_key.startswith(f"conduit-{work.pk}-{after.number}-")
 
 
-def test_i36_17_targets_read_the_idempotency_key_and_it_survives_a_failed_attempt(clock, loop, tmp_path):
+def test_targets_read_the_idempotency_key_and_it_survives_a_failed_attempt(clock, loop, tmp_path):
     marker = tmp_path / "failed-once"
     work = work_of(send(clock, "keyed", "k", marker=str(marker)))
     step_until(loop, lambda: attempts(work) and attempts(work)[0].state == "failed")
@@ -228,7 +228,7 @@ def test_i36_17_targets_read_the_idempotency_key_and_it_survives_a_failed_attemp
     }
 
 
-def test_i36_17_an_executor_whose_start_takes_no_key_still_runs(clock, settings, monkeypatch):
+def test_an_executor_whose_start_takes_no_key_still_runs(clock, settings, monkeypatch):
     """Executors written before the idempotency key (``start`` without it) are called without it."""
     settings.CONDUIT_EXECUTORS = {
         **settings.CONDUIT_EXECUTORS,

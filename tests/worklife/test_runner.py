@@ -488,7 +488,7 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
 # --- each pass's hygiene, as the route loop's (issue 35 item 4) -------------------------------------
 
 
-def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):
+def test_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):
     """With ``DEBUG`` on, Django logs every query a connection runs; a work loop that runs for
     days would keep them all. Each pass empties the log after it, as the route loop does."""
     from django.db import connection
@@ -500,7 +500,7 @@ def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, setti
         assert len(connection.queries_log) == 0
 
 
-def test_i35_each_pass_drops_a_connection_past_its_age_first(clock, loop):
+def test_each_pass_drops_a_connection_past_its_age_first(clock, loop):
     """A connection past ``CONN_MAX_AGE`` (or broken) is dropped before a pass, as the route
     loop drops it: a work loop does not hold one connection for its whole life."""
     from django.db import connection
@@ -513,7 +513,7 @@ def test_i35_each_pass_drops_a_connection_past_its_age_first(clock, loop):
     assert connection.connection is not None and connection.connection is not held
 
 
-def test_i9_1_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
+def test_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
     from worklife.executors.process import parse_call
 
     assert parse_call(b"[" * 100_000 + b"]" * 100_000) is None

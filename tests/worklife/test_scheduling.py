@@ -29,7 +29,7 @@ RETRY_CASES = [
 
 
 @pytest.mark.parametrize(("case", "fields", "retryable"), RETRY_CASES, ids=[c[0] for c in RETRY_CASES])
-def test_i35_the_retry_write_takes_exactly_the_work_the_retry_rule_calls_retryable(
+def test_the_retry_write_takes_exactly_the_work_the_retry_rule_calls_retryable(
     clock, case, fields, retryable
 ):
     work = WorkFactory(**fields)

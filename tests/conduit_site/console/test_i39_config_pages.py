@@ -19,7 +19,7 @@ def admin(client):
     return client
 
 
-def test_i39_10_a_apply_leads_to_the_generation_and_the_candidate_address_follows_it(admin):
+def test_apply_leads_to_the_generation_and_the_candidate_address_follows_it(admin):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     page = reverse("candidate-detail", args=[candidate.pk])
@@ -45,7 +45,7 @@ def test_i39_10_a_apply_leads_to_the_generation_and_the_candidate_address_follow
     assert (again.status_code, again["Location"]) == (302, url)
 
 
-def test_i39_10_a_a_discarded_candidates_address_is_still_not_found(admin):
+def test_a_discarded_candidates_address_is_still_not_found(admin):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     admin.post(reverse("candidate-discard", args=[candidate.pk]))

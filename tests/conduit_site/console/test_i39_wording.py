@@ -21,7 +21,7 @@ BARE_COUNT = re.compile(
 )
 
 
-def test_i39_10_g_the_events_list_counts_one_event_in_the_singular(client):
+def test_the_events_list_counts_one_event_in_the_singular(client):
     client.force_login(UserFactory())
     EventFactory()
 
@@ -31,7 +31,7 @@ def test_i39_10_g_the_events_list_counts_one_event_in_the_singular(client):
     assert total == "1 Event"
 
 
-def test_i39_10_g_no_template_prints_a_count_before_a_plural_noun_unchecked():
+def test_no_template_prints_a_count_before_a_plural_noun_unchecked():
     bare = [
         f"{path.relative_to(TEMPLATES)}: {match.group(0)}"
         for path in sorted(TEMPLATES.rglob("*.html"))
@@ -40,7 +40,7 @@ def test_i39_10_g_no_template_prints_a_count_before_a_plural_noun_unchecked():
     assert bare == []
 
 
-def test_i39_10_h_every_doctor_check_has_a_label_people_read():
+def test_every_doctor_check_has_a_label_people_read():
     from conduit_site.api.openapi.controls import SCHEMAS
     from conduit_site.doctor import CHECK_LABELS, Check
 
@@ -50,7 +50,7 @@ def test_i39_10_h_every_doctor_check_has_a_label_people_read():
     assert all("_" not in label for label in CHECK_LABELS.values())
 
 
-def test_i39_10_h_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
+def test_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
     from datetime import timedelta
 
     from conduit_site.console.views import doctor as doctor_views
@@ -71,7 +71,7 @@ def test_i39_10_h_the_home_card_names_doctors_warnings_in_words(client, clock, m
     assert "Parked Work</a></p>" in card and "parked_work<" not in card
 
 
-def test_i39_10_b_the_configuration_page_names_each_configuration_once(client):
+def test_the_configuration_page_names_each_configuration_once(client):
     from tests.routing.factories import GenerationFactory
 
     client.force_login(UserFactory())
@@ -95,7 +95,7 @@ def test_i39_10_b_the_configuration_page_names_each_configuration_once(client):
     assert client.get("/config/", {"candidate": second.pk}).status_code == 404
 
 
-def test_i39_10_e_create_work_and_rebind_suggest_the_live_bindings(client, clock, test_handlers):
+def test_create_work_and_rebind_suggest_the_live_bindings(client, clock, test_handlers):
     from tests.routing.controls.test_work import CONTROLS, grant
     from tests.routing.routerkit import apply
     from tests.worklife.factories import WorkFactory
@@ -120,7 +120,7 @@ def test_i39_10_e_create_work_and_rebind_suggest_the_live_bindings(client, clock
     assert '<option value="inbox">queue-only, from acme</option>' in rebind
 
 
-def test_i39_10_i_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypatch):
+def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypatch):
     from datetime import UTC, datetime, timedelta
 
     from conduit_site.console.views import doctor as doctor_views

@@ -269,7 +269,7 @@ def test_d4_event_page_without_a_record_says_why_and_htmx_gets_the_route_partial
     assert "conflicting identity: key owned by Work 3" in body
 
 
-def test_i37_3_the_event_page_says_binary_data_is_shown_as_base64(console):
+def test_the_event_page_says_binary_data_is_shown_as_base64(console):
     binary = EventFactory(data="AP8=", binary_data=True, datacontenttype="image/png")
     page = text(console.get(reverse("event-detail", args=[binary.seq])))
     assert 'id="event-binary-data"' in page and "AP8=" in page

@@ -76,7 +76,7 @@ def test_r37_trace_filter_limits_the_routes_evaluated_on_the_page(console):
     )
 
 
-def test_i39_5_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was_routed(console, clock):
+def test_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was_routed(console, clock):
     event = accept(clock)
     route(clock, event)
     record = RouteRecord.objects.get(event=event)
@@ -97,7 +97,7 @@ def test_i39_5_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was
     assert "decides an Event once (I1)" not in html  # no longer a footnote
 
 
-def test_i39_5_trace_this_event_against_a_candidate_traces_it_as_new_not_a_duplicate(console, clock):
+def test_trace_this_event_against_a_candidate_traces_it_as_new_not_a_duplicate(console, clock):
     event = accept(clock)
     route(clock, event)
     candidate = apply_config(CHANGED, candidate=True)
@@ -116,7 +116,7 @@ def test_i39_5_trace_this_event_against_a_candidate_traces_it_as_new_not_a_dupli
     assert verdict_rows(again)[0] == ("match", "prs")
 
 
-def test_i39_5_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(console, clock):
+def test_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(console, clock):
     event = accept(clock)
 
     html = console.get(reverse("trace"), {"event": event.seq, "filter": "noise,prs"}).content.decode()
@@ -128,7 +128,7 @@ def test_i39_5_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(c
     assert 'name="filter" id="id_filter" value="noise,prs"' in html
 
 
-def test_i39_5_the_candidate_pages_trace_of_a_routed_event_is_traced_as_new_not_a_duplicate(console, clock):
+def test_the_candidate_pages_trace_of_a_routed_event_is_traced_as_new_not_a_duplicate(console, clock):
     event = accept(clock)
     route(clock, event)
     candidate = apply_config(CHANGED, candidate=True)

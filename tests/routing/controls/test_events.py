@@ -728,7 +728,7 @@ def controls_swap_409(body: str, seq: int) -> bool:
 
 
 @pytest.mark.django_db
-def test_i11_1_event_page_skip_and_reroute_refusals_show_the_message_with_and_without_javascript(
+def test_event_page_skip_and_reroute_refusals_show_the_message_with_and_without_javascript(
     console, clock, live
 ):
     sample_handlers.BROKEN.add("refused")
@@ -760,7 +760,7 @@ def test_i11_1_event_page_skip_and_reroute_refusals_show_the_message_with_and_wi
 
 
 @pytest.mark.django_db
-def test_i11_1_work_page_row_refusals_show_the_message_with_and_without_javascript(console, clock, live):
+def test_work_page_row_refusals_show_the_message_with_and_without_javascript(console, clock, live):
     r = router(clock)
     work_id, stuck, later = holding_work(clock, r)
     r.close()

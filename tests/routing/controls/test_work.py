@@ -796,7 +796,7 @@ def test_d4_w5_console_retry_with_and_without_javascript(console, clock, live):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("case", "fields", "retryable"), RETRY_CASES, ids=[c[0] for c in RETRY_CASES])
-def test_i35_the_console_offers_retry_exactly_where_the_retry_control_takes_it(
+def test_the_console_offers_retry_exactly_where_the_retry_control_takes_it(
     console, clock, live, case, fields, retryable
 ):
     """One retry rule: the Work page's Retry button, the console's confirmation page and the
@@ -982,7 +982,7 @@ def test_r48_r49_concurrent_cancel_and_send_never_leave_input_sent_after_the_can
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("levels", [65, 10_000])
-def test_i9_2_operator_input_refuses_deep_json_with_400_not_500(console, clock, live, levels):
+def test_operator_input_refuses_deep_json_with_400_not_500(console, clock, live, levels):
     work = running_work(clock)
     before = stored()
     deep = "[" * levels + "]" * levels

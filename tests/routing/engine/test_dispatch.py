@@ -83,7 +83,7 @@ def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
         attempt_dispatch(work_id=work_id, clock=clock)
 
 
-def test_i35_the_runners_dispatcher_declares_what_it_calls_and_routing_implements(clock, work_id):
+def test_the_runners_dispatcher_declares_what_it_calls_and_routing_implements(clock, work_id):
     """``worklife.runner.Dispatcher`` is true: it declares the dispatcher methods the runner
     calls and no other, ``RoutingDispatcher`` implements each with the same parameters, and
     what it returns has what the runner reads (``Dispatched``: the attempt and its settings)."""
@@ -130,9 +130,7 @@ def test_i35_the_runners_dispatcher_declares_what_it_calls_and_routing_implement
 # --- issue 36 item 15: a refused dispatch leaves no attempt running ---------------------------
 
 
-def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_the_work(
-    clock, work_id, monkeypatch
-):
+def test_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_the_work(clock, work_id, monkeypatch):
     """The pinned check refuses an attempt that exists already: it ends (failed, with the
     reason) and the Work is ready, held until the recheck, not ``running`` with no process."""
     from routing.engine import dispatch
@@ -160,7 +158,7 @@ def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_t
         assert claimable_work_in_tx(now=clock(), limit=5) == [work_id]  # looked at again
 
 
-def test_i36_15_an_executor_that_cannot_be_loaded_is_refused_before_any_attempt(clock, work_id, settings):
+def test_an_executor_that_cannot_be_loaded_is_refused_before_any_attempt(clock, work_id, settings):
     from worklife.models import Attempt, Work
     from worklife.runner import WorkRunner
 
