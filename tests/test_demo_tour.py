@@ -16,7 +16,7 @@ from django.core.management import call_command
 from causal.models import Event
 from routing.models import RouteRecord
 from tests.routing.factories import UserFactory, apply_config
-from tests.test_setup import demo_send_module
+from tests.support import demo_send_module
 from worklife.models import Attempt, Work
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

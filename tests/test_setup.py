@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import io
 import json
 import os
@@ -37,7 +35,7 @@ from routing.models import RouteRecord
 from routing.receivers.services import delivery_map
 from routing.receivers.verify import Delivery
 from tests.routing.factories import UserFactory, apply_config
-from tests.support import child_env
+from tests.support import child_env, demo_send_module, free_port
 
 ROOT = Path(settings.BASE_DIR)
 FIND_PYTHON = ROOT / "scripts" / "find-python"
@@ -313,12 +311,6 @@ def test_operator_create_refuses_both_a_file_and_a_reset(tmp_path):
 
 
 # --- manage.py serve -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_serve_fails_clearly_when_route_loop_is_missing(monkeypatch):
@@ -807,15 +799,6 @@ def test_demo_events_are_accepted_and_routed_by_the_demo_configuration(clock):
 
 
 # --- demo/deliveries and demo/send: the tour through the receivers (issue 37 item 6) -------------
-
-
-def demo_send_module():
-    """``demo/send`` (a script without a suffix) as a module."""
-    loader = importlib.machinery.SourceFileLoader("demo_send", str(ROOT / "demo" / "send"))
-    spec = importlib.util.spec_from_loader("demo_send", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 def demo_deliveries() -> dict[str, Path]:

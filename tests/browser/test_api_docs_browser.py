@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from conduit_site.api.openapi import openapi_schema
-from tests.browser.test_csp_browser import RECORD_VIOLATIONS
+from tests.browser.browserkit import RECORD_VIOLATIONS
 from tests.routing.factories import UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

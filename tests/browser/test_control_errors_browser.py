@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from routing.controls import events as controls
-from tests.routing.controls.test_events import holding_work
+from tests.routing.controlkit import holding_work
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply, router
 

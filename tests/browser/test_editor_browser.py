@@ -12,7 +12,7 @@ from axe_playwright_python.sync_playwright import Axe
 from django.urls import reverse
 
 from routing.models import Generation, GenerationKind
-from tests.browser.test_accessibility_browser import serious
+from tests.browser.browserkit import serious, set_document
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -65,21 +65,6 @@ def open_page(browser, live_server, *, javascript: bool = True, width: int = 128
     page.click("button[type=submit]")
     page.wait_for_url(live_server.url + reverse("setup"))
     return context, page
-
-
-def set_document(page, text: str) -> None:
-    """Replace the editor's whole document, as a paste would."""
-    content = page.locator("#setup-editor .cm-content")
-    content.click()
-    page.keyboard.press("Control+a")
-    content.evaluate(
-        """(element, text) => {
-          const data = new DataTransfer();
-          data.setData("text/plain", text);
-          element.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
-        }""",
-        text,
-    )
 
 
 def save_broken(page, live_server) -> None:

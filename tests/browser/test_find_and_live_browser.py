@@ -18,18 +18,18 @@ from django.db import connection, transaction
 from django.urls import reverse
 
 from routing.engine.live import publish_routed
+from tests.browser.browserkit import operator, signed_in
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
-from tests.routing.engine.test_live import route_pass
-from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.routing.factories import RouteRecordFactory
+from tests.routing.livekit import route_pass
 from tests.routing.routerkit import accept, apply
-from tests.test_setup import free_port
+from tests.support import free_port
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
 from worklife.attempts import attempt_fail
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "browser-find-password-11"
 ROOT = Path(settings.BASE_DIR)
 
 
@@ -85,31 +85,6 @@ def asgi_server(tmp_path, settings):
     finally:
         server.terminate()
         server.wait(timeout=10)
-
-
-def operator() -> None:
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
-        )
-    )
-
-
-def signed_in(browser, base: str):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.on("dialog", lambda dialog: dialog.accept())
-    page.goto(base + reverse("login"))
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + reverse("console-home"))
-    return page
 
 
 def test_event_page_updates_whole_after_skip_and_live_when_routed(

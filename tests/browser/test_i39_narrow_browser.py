@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from tests.browser.test_accessibility_browser import PAGES, serious, sign_in, world  # noqa: F401
+from tests.browser.browserkit import PAGES, serious, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -66,9 +66,8 @@ def test_after_apply_reload_and_back_show_the_applied_generation(live_server, br
     from django.urls import reverse
 
     from routing.config.selectors import live_generation
-    from tests.browser.test_setup_browser import PASSWORD
-    from tests.routing.factories import apply_config, user_with_role
-    from tests.routing.setup.test_candidates import CHANGED
+    from tests.browser.browserkit import PASSWORD
+    from tests.routing.factories import CHANGED, apply_config, user_with_role
 
     user = user_with_role("admin", username="ada")
     user.set_password(PASSWORD)

@@ -15,10 +15,9 @@ from playwright.sync_api import expect
 
 from causal.models import Event
 from routing.models import ImpactRun
-from tests.browser.test_accessibility_browser import BLOCKING
+from tests.browser.browserkit import BLOCKING
 from tests.causal.factories import EventFactory
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

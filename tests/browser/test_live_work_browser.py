@@ -16,8 +16,7 @@ from django.db import connection
 from django.urls import reverse
 
 from tests.browser import test_find_and_live_browser as live_kit
-from tests.browser.test_accessibility_browser import serious
-from tests.browser.test_find_and_live_browser import operator, signed_in
+from tests.browser.browserkit import operator, serious, signed_in
 from tests.routing.routerkit import apply
 from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.attempts import attempt_fail

@@ -13,9 +13,8 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from tests.browser.test_editor_browser import set_document
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.browser.browserkit import set_document
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from routing.acceptance.services import event_accept
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
-from tests.browser.test_accessibility_browser import serious
+from tests.browser.browserkit import serious
 from tests.routing.factories import apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

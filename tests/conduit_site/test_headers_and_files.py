@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from asgiref.testing import ApplicationCommunicator
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.test import Client
@@ -26,7 +25,7 @@ from infra.layers import SQLiteChannelLayer
 from infra.private_files import private_directory, private_file
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
-from tests.support import child_env
+from tests.support import asgi_get, child_env
 from tests.worklife.factories import WorkFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,34 +131,6 @@ def test_pages_and_api_answers_are_no_store(admin, client):
 
 
 # --- static files -----------------------------------------------------------------------------------
-
-
-async def asgi_get(path: str) -> tuple[int, dict[bytes, bytes]]:
-    from conduit_site.asgi import application
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"localhost")],
-        "client": ("127.0.0.1", 1),
-        "server": ("localhost", 80),
-    }
-    communicator = ApplicationCommunicator(application, scope)
-    await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
-    start = await communicator.receive_output(timeout=10)
-    while True:
-        message = await communicator.receive_output(timeout=10)
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            break
-    await communicator.wait(timeout=10)
-    return start["status"], {name.lower(): value for name, value in start["headers"]}
 
 
 def test_static_files_are_served_with_nosniff():

@@ -16,10 +16,9 @@ from conduit_site.retention import site_prune
 from routing.acceptance.services import events_accept
 from routing.models import RouteRecord
 from tests.causal.factories import EventFactory, KVFactory
-from tests.routing.engine.test_loop import drain_loop
 from tests.routing.factories import RouteRecordFactory
 from tests.routing.history import history_payloads, history_violations
-from tests.routing.routerkit import MATCH_ONLY, apply
+from tests.routing.routerkit import MATCH_ONLY, apply, drain_loop
 from tests.worklife.factories import (
     T0,
     AttemptFactory,

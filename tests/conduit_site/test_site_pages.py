@@ -17,8 +17,8 @@ from django.templatetags.static import static
 from django.test import Client
 from django.urls import reverse
 
-from tests.conduit_site.test_headers_and_files import asgi_get
 from tests.routing.factories import UserFactory
+from tests.support import asgi_get
 
 ROOT = Path(__file__).resolve().parents[2]
 

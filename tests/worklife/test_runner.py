@@ -409,7 +409,7 @@ def test_w2_every_call_of_a_stale_attempt_is_refused_by_its_epoch(clock):
 
     seq = send(clock, "py", "stale")
     work = work_of(seq)
-    from tests.routing.engine.test_dispatch import attempt_dispatch
+    from tests.routing.routerkit import attempt_dispatch
 
     attempt = attempt_dispatch(work_id=work.pk, clock=clock)
     old = attempt.lease_epoch

@@ -16,13 +16,13 @@ from conduit_site.console.consumers import CLOSE_NOT_FOUND
 from infra.live import group_name_for_event, group_name_for_work, publish_on_commit
 from routing.controls import events as controls
 from routing.engine.live import send_routed
-from tests.routing.engine.test_live import headers, join, layer_path, route_pass, waiting
 from tests.routing.factories import UserFactory
+from tests.routing.livekit import headers, join, route_pass, waiting
 from tests.routing.routerkit import accept, apply
 from tests.worklife.factories import WorkFactory, WorkInputFactory
 
 # A private channel layer file for each test (test_live_routing's fixture).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(layer_path.__name__)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer_path")]
 
 
 @pytest.fixture(autouse=True)

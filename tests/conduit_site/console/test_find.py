@@ -23,7 +23,7 @@ from routing.engine.decide import Effect
 from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing import sample_handlers
-from tests.routing.controls.test_events import holding_work
+from tests.routing.controlkit import holding_work
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory, WorkInputFactory

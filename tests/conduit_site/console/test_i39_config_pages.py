@@ -7,8 +7,7 @@ import pytest
 from django.urls import reverse
 
 from routing.config.selectors import live_generation
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 

@@ -30,15 +30,15 @@ from infra.live import (
     work_publisher,
 )
 from routing.controls import work as controls
-from tests.routing.engine.test_live import headers, join, layer_path, route_pass
 from tests.routing.factories import UserFactory
+from tests.routing.livekit import headers, join, route_pass
 from tests.routing.routerkit import accept, apply
 from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.attempts import attempt_fail
 from worklife.models import Work
 
 # A private channel layer file for each test (test_live_routing's fixture).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(layer_path.__name__)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer_path")]
 
 
 def messages_of(path, channels: dict[str, str]) -> dict[str, list[dict]]:

@@ -15,8 +15,7 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 

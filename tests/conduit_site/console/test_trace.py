@@ -15,8 +15,7 @@ from routing.acceptance.services import event_accept
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 

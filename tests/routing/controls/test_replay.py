@@ -484,8 +484,7 @@ def test_the_event_pages_queries_do_not_grow_with_replays(console, clock, live):
 def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monkeypatch):
     from conduit_site.console.views import impact as impact_views
     from routing.setup.impact_runs import impact_run_execute
-    from tests.routing.factories import apply_config
-    from tests.routing.setup.test_candidates import CHANGED
+    from tests.routing.factories import CHANGED, apply_config
 
     monkeypatch.setattr(
         impact_views, "launch", lambda run_id, clock: impact_run_execute(run_id=run_id, clock=clock)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import transaction
 
 from routing.engine.dispatch import DispatchRefused, RoutingDispatcher, dispatch_check
 from routing.models import RouteRecord
-from tests.routing.routerkit import DOCUMENT, accept, apply, router
-from worklife.errors import WorkError
+from tests.routing.routerkit import DOCUMENT, accept, apply, attempt_dispatch, router
 
 pytestmark = pytest.mark.django_db
 
@@ -20,17 +17,6 @@ class OtherPython:
 
     def start(self, **kwargs):
         return None
-
-
-def attempt_dispatch(*, work_id, clock):
-    """The Work's next attempt, started as the work loop starts it (RoutingDispatcher)."""
-    with transaction.atomic():
-        result = RoutingDispatcher().dispatch_many_in_tx(
-            work_ids=[work_id], clock=clock, lease_until=clock() + timedelta(seconds=30), lease_owner="test"
-        )[work_id]
-    if isinstance(result, WorkError):
-        raise result
-    return result.attempt
 
 
 @pytest.fixture(autouse=True)

@@ -25,8 +25,7 @@ from routing.setup.impact import (
     recent_events,
 )
 from routing.setup.trace import TraceRefused, trace, trace_candidate
-from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, apply_config
 
 pytestmark = pytest.mark.django_db
 

@@ -19,12 +19,12 @@ from routing.setup.candidates import candidate_apply
 from routing.setup.impact import ImpactInvalid, impact_preview
 from tests.causal.factories import EventFactory
 from tests.routing.factories import (
+    CHANGED,
     ImpactRunChangeFactory,
     ImpactRunFactory,
     apply_config,
     user_with_role,
 )
-from tests.routing.setup.test_candidates import CHANGED
 
 pytestmark = pytest.mark.django_db
 

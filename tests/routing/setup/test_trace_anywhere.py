@@ -17,8 +17,7 @@ from routing.acceptance.envelopes import parse_envelope
 from routing.acceptance.raw import raw_envelope
 from routing.acceptance.services import event_accept
 from routing.models import Disposition
-from tests.routing.factories import RouteRecordFactory, apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, RouteRecordFactory, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 
