@@ -286,7 +286,7 @@ def test_an_emits_id_is_conduits_and_the_same_for_the_same_hint(clock):
 
 
 def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict]:
-    """Run one Work whose Python target makes ``calls`` (``i36_targets.emits_as``) through the
+    """Run one Work whose Python target makes ``calls`` (``targets.emits_as``) through the
     work loop, with real worker processes; returns the Work's id and the target's result."""
     import json
 
@@ -294,7 +294,7 @@ def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict
     from tests.worklife.enginekit import runner, step_until
     from worklife.models import Attempt
 
-    settings = {"target": "tests.worklife.i36_targets:emits_as", "params": {"calls": list(calls.items())}}
+    settings = {"target": "tests.worklife.targets:emits_as", "params": {"calls": list(calls.items())}}
     if emit_sources:
         settings["emit_sources"] = emit_sources
     binding = {"executor": "python", "settings": settings}
@@ -430,7 +430,7 @@ def test_a_work_refused_in_a_loop_writes_a_record_not_a_row_a_refusal(clock, tes
     from tests.worklife.enginekit import runner, step_until
     from worklife.models import Attempt
 
-    settings = {"target": "tests.worklife.i36_targets:emits_many", "params": {"count": 100}}
+    settings = {"target": "tests.worklife.targets:emits_many", "params": {"count": 100}}
     route = {
         "slot": "loop",
         "handler": "match",

@@ -20,7 +20,7 @@ from worklife.models import Attempt, DependencySubscription, Wait, Work
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TARGETS = "tests.worklife.i36_dependency_targets"
+TARGETS = "tests.worklife.targets"
 # A command that makes one call (the JSON in argv[1], id 1), reads its reply and completes
 # with it.
 CALLS_ONCE = r"""

@@ -21,7 +21,7 @@ from worklife.selectors import work_why_not_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TARGETS = "tests.worklife.i36_engine_targets"
+TARGETS = "tests.worklife.targets"
 # Completes with the idempotency key its environment carries.
 PRINTS_KEY = (
     "import json, os; print('@conduit ' + json.dumps("

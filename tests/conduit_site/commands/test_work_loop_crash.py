@@ -122,7 +122,7 @@ def test_w1_w4_work_loop_killed_20_times_completes_every_work_exactly_once(test_
 
 # --- issue 36 item 17: recovery after a crash -----------------------------------------------------
 
-TARGETS = "tests.worklife.i36_engine_targets"
+TARGETS = "tests.worklife.targets"
 ROUNDS = 6
 SLOTS = 4
 
