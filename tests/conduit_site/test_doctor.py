@@ -512,3 +512,13 @@ def test_a_failing_pass_is_logged_once_with_a_count_and_doctor_names_its_events(
         assert check(doctor.doctor(clock=clock), "route_loop").ok
     finally:
         loop.close()
+
+
+def test_every_doctor_check_has_a_label_people_read():
+    from conduit_site.api.openapi.controls import SCHEMAS
+    from conduit_site.doctor import CHECK_LABELS, Check
+
+    names = SCHEMAS["DoctorCheck"]["properties"]["name"]["enum"]
+    assert sorted(CHECK_LABELS) == sorted(names)
+    assert Check("parked_work", "warn", "").label == "Parked Work"
+    assert all("_" not in label for label in CHECK_LABELS.values())

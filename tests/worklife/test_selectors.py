@@ -198,3 +198,20 @@ def test_work_counts_by_status_and_parked_in_one_query(django_assert_num_queries
         counts = work_counts()
     assert (counts.running, counts.parked) == (2, 1)
     assert counts.by_status == {"ready": 1, "running": 2, "waiting": 0, "completed": 1, "cancelled": 0}
+
+
+def test_the_work_key_filter_takes_the_start_of_a_key():
+    web42 = WorkFactory(scope="acme/web")
+    CorrelationKeyFactory(work=web42, key="pr:acme/web#42")
+    web43 = WorkFactory(scope="acme/web")
+    CorrelationKeyFactory(work=web43, key="pr:acme/web#43")
+    api = WorkFactory(scope="acme/api")
+    CorrelationKeyFactory(work=api, key="pr:acme/api#1")
+
+    def ids(**filters):
+        return sorted(work_filtered(WorkFilter(**filters)).values_list("pk", flat=True))
+
+    assert ids(key="pr:acme/web#") == [web42.pk, web43.pk]
+    assert ids(key="pr:acme/web#42") == [web42.pk]
+    assert ids(key="pr:", scope="acme/api") == [api.pk]
+    assert ids(key="acme") == []

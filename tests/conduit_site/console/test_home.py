@@ -270,3 +270,51 @@ def test_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypa
     assert '<p class="muted chart-note">The 41 oldest buckets are not ranked yet' in latency
     latency = chart(console.get(reverse("console-home")).content.decode(), "chart-latency-hour")
     assert '<p class="muted chart-note">The 40 oldest buckets are not ranked yet' in latency
+
+
+def test_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
+    from datetime import timedelta
+
+    from conduit_site.console.views import doctor as doctor_views
+    from conduit_site.console.views import home as home_views
+    from tests.worklife.factories import WorkFactory
+
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    both_loops_alive()
+    WorkFactory(parked_at=NOW - timedelta(minutes=3), failures=5)
+    client.force_login(UserFactory())
+
+    card = client.get("/").content.decode()
+    card = card[card.index('id="attention-summary"') :]
+    card = card[: card.index("</section>")]
+    assert "Parked Work</a></p>" in card and "parked_work<" not in card
+
+
+def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypatch):
+    from datetime import UTC, datetime, timedelta
+
+    from conduit_site.console.views import doctor as doctor_views
+    from conduit_site.console.views import home as home_views
+
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    both_loops_alive()
+    minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
+    EventFactory.create_batch(3, accepted_at=minute + timedelta(seconds=5))
+    client.force_login(UserFactory())
+
+    body = client.get("/").content.decode()
+
+    events = chart(body, "chart-events-hour")
+    titles = re.findall(r'<rect class="chart-hit" [^>]*><title>([^<]*)</title></rect>', events)
+    assert len(titles) == 60
+    # The bucket of 12:25, five before the current one (12:30), by its age as the axis says it.
+    assert "−5 min: accepted 3, routed 0, unmatched 0, dead-lettered 0 (Events per minute)" in titles
+    assert titles[-1].startswith("now: ")
+    days = re.findall(r'<rect class="chart-hit"', chart(body, "chart-backlog-day"))
+    assert len(days) == 72
+    # The same figures stay in the span's table for screen readers.
+    assert '<table id="trends-hour-table">' in body

@@ -305,3 +305,43 @@ def test_the_candidate_pages_queries_do_not_grow_with_history(admin, clock):
     few = queries()
     accept(30, 2)
     assert queries() == few
+
+
+# --- after apply: the applied generation's page ------------------------------------------------
+
+
+def test_apply_leads_to_the_generation_and_the_candidate_address_follows_it(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    page = reverse("candidate-detail", args=[candidate.pk])
+    assert admin.get(page).status_code == 200
+
+    applied = admin.post(
+        reverse("candidate-apply", args=[candidate.pk]),
+        {"expected_live": "1"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="candidate-actions",
+    )
+
+    generation = live_generation()
+    url = f"/config/?generation={generation.number}#document"
+    assert applied["HX-Redirect"] == url
+    shown = admin.get(url)
+    assert (
+        shown.status_code == 200
+        and f"Live document: generation {generation.number}" in shown.content.decode()
+    )
+    # Reloading (or going back to) the candidate's address: the generation it became.
+    again = admin.get(page)
+    assert (again.status_code, again["Location"]) == (302, url)
+
+
+def test_a_discarded_candidates_address_is_still_not_found(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    admin.post(reverse("candidate-discard", args=[candidate.pk]))
+    # Another candidate applied meanwhile does not claim the discarded one's address.
+    other = apply_config(CHANGED + "\n# other\n", candidate=True)
+    admin.post(reverse("candidate-apply", args=[other.pk]))
+
+    assert admin.get(reverse("candidate-detail", args=[candidate.pk])).status_code == 404
