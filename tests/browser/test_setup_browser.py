@@ -145,3 +145,37 @@ def test_trace_this_event_and_a_refusal_replaces_the_result(page, live_server, d
     assert "Refused (scope)" in page.locator("#trace-result").inner_text()
     assert page.locator("#trace-result .badge-effect").count() == 0
     assert page.errors == [] and page.console_errors == []
+
+
+def test_after_apply_reload_and_back_show_the_applied_generation(live_server, browser, clock):
+    from django.urls import reverse
+
+    from routing.config.selectors import live_generation
+    from tests.routing.factories import CHANGED, apply_config, user_with_role
+
+    user = user_with_role("admin", username="ada")
+    user.set_password(PASSWORD)
+    user.save()
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    sign_in_as = live_server.url + reverse("login")
+    page.goto(sign_in_as)
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server.url + reverse("console-home"))
+    page.goto(live_server.url + reverse("candidate-detail", args=[candidate.pk]))
+
+    page.click("#candidate-apply")
+    page.wait_for_url("**/config/?generation=2#document")
+    assert live_generation().number == 2
+    for _ in ("reload", "back"):
+        if _ == "reload":
+            response = page.reload()
+        else:
+            response = page.go_back()
+            page.wait_for_url("**/config/?generation=2#document")
+        assert response is not None and response.status == 200
+        assert "Live document: generation 2" in page.locator("#document").inner_text()
