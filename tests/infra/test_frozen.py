@@ -167,7 +167,7 @@ def test_fast_init_refuses_a_class_it_cannot_serve():
             fast_init(cls)
 
 
-def test_the_routers_per_event_records_use_it():
+def test_the_routers_per_event_records_are_frozen_with_the_fast_init():
     from routing.engine.decide import Decision, WorkView
     from routing.engine.evaluate import Evaluation, RouteVerdict
     from routing.engine.handler_pool import CallOutcome

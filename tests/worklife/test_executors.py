@@ -267,7 +267,7 @@ def test_r2_an_executor_without_start_cannot_be_built():
 
 
 @pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
-def test_emit_sources_are_sources_none_reserved(executor):
+def test_the_emit_sources_setting_is_a_list_of_sources_none_reserved(executor):
     base = {"argv": ["true"]} if executor is CommandExecutor else {"target": "a.b:c"}
     assert (
         list(executor.validate_settings({**base, "emit_sources": ["acme.bot", "github.com/acme/web"]})) == []
