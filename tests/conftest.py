@@ -108,3 +108,16 @@ def empty_cache():
     cache.clear()
     CONFIGURATIONS_KEPT.clear()
     RECEIVERS_KEPT.clear()
+
+
+@pytest.fixture
+def layer_path(settings, tmp_path):
+    """A private SQLite channel layer file for each test."""
+    path = tmp_path / "channels.sqlite3"
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "infra.layers.SQLiteChannelLayer",
+            "CONFIG": {"path": str(path), "poll_interval": 0.01},
+        }
+    }
+    return path

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
+from asgiref.testing import ApplicationCommunicator
 from django.conf import settings
 from django.db import connection
 
+ROOT = Path(settings.BASE_DIR)
 CHILD_ENV_DROP = frozenset({"TEST_DATABASE_NAME", "PYTEST_CURRENT_TEST"})
 
 
@@ -61,3 +66,46 @@ def query_plan(cursor, sql: str, params) -> str:
     explain = "EXPLAIN " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
     cursor.execute(explain + sql, params)
     return "\n".join(str(row[-1]) for row in cursor.fetchall())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def demo_send_module():
+    """``demo/send`` (a script without a suffix) as a module."""
+    loader = importlib.machinery.SourceFileLoader("demo_send", str(ROOT / "demo" / "send"))
+    spec = importlib.util.spec_from_loader("demo_send", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+async def asgi_get(path: str) -> tuple[int, dict[bytes, bytes]]:
+    from conduit_site.asgi import application
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"localhost")],
+        "client": ("127.0.0.1", 1),
+        "server": ("localhost", 80),
+    }
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
+    start = await communicator.receive_output(timeout=10)
+    while True:
+        message = await communicator.receive_output(timeout=10)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            break
+    await communicator.wait(timeout=10)
+    return start["status"], {name.lower(): value for name, value in start["headers"]}

@@ -66,7 +66,7 @@ def _imports(
     return found
 
 
-def test_i35_imports_run_one_way_from_the_top_floor_down():
+def test_imports_run_one_way_from_the_top_floor_down():
     floor = {package: index for index, package in enumerate(FLOORS)}
     upward = []
     for module, path in _modules().items():
@@ -78,7 +78,7 @@ def test_i35_imports_run_one_way_from_the_top_floor_down():
     assert not upward, "imports against the direction " + " → ".join(FLOORS) + ":\n" + "\n".join(upward)
 
 
-def test_i35_no_import_circle():
+def test_no_import_circle():
     """Type-only imports count here: a circle of types is a circle of ideas."""
     modules = _modules()
     graph = {
@@ -144,7 +144,7 @@ def _strongly_connected(graph: dict[str, list[str]]) -> list[set[str]]:
     return components
 
 
-def test_i35_the_checks_see_an_upward_import_and_a_circle(tmp_path):
+def test_the_checks_see_an_upward_import_and_a_circle(tmp_path):
     """The walk itself: an upward import and a two-module circle are found."""
     low = tmp_path / "low.py"
     low.write_text("from high import thing\n\ndef f():\n    import high\n")

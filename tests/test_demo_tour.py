@@ -16,7 +16,7 @@ from django.core.management import call_command
 from causal.models import Event
 from routing.models import RouteRecord
 from tests.routing.factories import UserFactory, apply_config
-from tests.test_setup import demo_send_module
+from tests.support import demo_send_module
 from worklife.models import Attempt, Work
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -63,7 +63,7 @@ def demo(clock, monkeypatch):
     apply_config((ROOT / "demo" / "conduit.yaml").read_text(encoding="utf-8"), clock)
 
 
-def test_i39_9_tour_text_matches(demo, client, monkeypatch):
+def test_the_tours_three_deliveries_start_one_work_that_completes_as_the_tour_says(demo, client, monkeypatch):
     """The pull request's three deliveries, sent together as the tour sends them, start one Work;
     one or two attempts of triage handle the three Events and the Work completes."""
     paths = tour_send_command()
@@ -83,9 +83,7 @@ def test_i39_9_tour_text_matches(demo, client, monkeypatch):
     assert handled == [f"{type} #{seq}" for type, seq in zip(types, seqs, strict=True)]
 
 
-def test_i39_9_tour_input_sent_after_the_work_completed_is_dropped_as_the_tour_quotes(
-    demo, client, monkeypatch
-):
+def test_tour_input_sent_after_the_work_completed_is_dropped_as_the_tour_quotes(demo, client, monkeypatch):
     """Sent after the pull request's Work completed, its later delivery is dropped, and its
     Event page says so in the words the tour quotes."""
     quoted = re.search(r'"(Work #1 had already completed at …, so this input [^"]+)"', " ".join(TOUR.split()))

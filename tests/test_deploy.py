@@ -61,7 +61,7 @@ def conduit_services(compose: dict) -> dict[str, dict]:
     return {name: s for name, s in compose["services"].items() if s.get("image") == "conduit:latest"}
 
 
-def test_i38_8_compose_runs_postgres_redis_web_two_route_and_two_work_loops_behind_caddy(compose):
+def test_compose_runs_postgres_redis_web_two_route_and_two_work_loops_behind_caddy(compose):
     services = compose["services"]
     assert {"postgres", "redis", "migrate", "web", "caddy"} <= set(services)
     conduit = conduit_services(compose)
@@ -77,7 +77,7 @@ def test_i38_8_compose_runs_postgres_redis_web_two_route_and_two_work_loops_behi
             assert service["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}, name
 
 
-def test_i38_8_each_compose_container_has_a_hostname_of_its_own(compose):
+def test_each_compose_container_has_a_hostname_of_its_own(compose):
     conduit = conduit_services(compose)
     names = [s["environment"]["CONDUIT_HOSTNAME"] for s in conduit.values()]
     assert len(set(names)) == len(names) == len(conduit)
@@ -85,7 +85,7 @@ def test_i38_8_each_compose_container_has_a_hostname_of_its_own(compose):
         assert service["hostname"] == service["environment"]["CONDUIT_HOSTNAME"], name
 
 
-def test_i38_8_compose_sets_only_conduit_s_settings_and_names_its_own_services(compose):
+def test_compose_sets_only_conduit_s_settings_and_names_its_own_services(compose):
     services = compose["services"]
     for service in conduit_services(compose).values():
         environment = service["environment"]
@@ -112,7 +112,7 @@ def caddy_upstreams() -> list[str]:
     return [word for line in lines if line.startswith("reverse_proxy") for word in line.split()[1:]]
 
 
-def test_i38_8_caddy_proxies_to_the_web_service_on_its_port(compose):
+def test_caddy_proxies_to_the_web_service_on_its_port(compose):
     serve = compose["services"]["web"]["command"]
     port = serve[serve.index("--port") + 1]
     assert caddy_upstreams() == [f"web:{port}"]
@@ -121,7 +121,7 @@ def test_i38_8_caddy_proxies_to_the_web_service_on_its_port(compose):
     assert (ROOT / "deploy" / "Caddyfile").exists()
 
 
-def test_i38_8_the_trusted_proxy_setting_names_caddy_and_no_other_container(compose):
+def test_the_trusted_proxy_setting_names_caddy_and_no_other_container(compose):
     caddy = compose["services"]["caddy"]["networks"]["conduit"]["ipv4_address"]
     subnet = ipaddress.ip_network(compose["networks"]["conduit"]["ipam"]["config"][0]["subnet"])
     assert ipaddress.ip_address(caddy) in subnet
@@ -159,7 +159,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_i38_8_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_inside(tmp_path):
+def test_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_inside(tmp_path):
     """deploy/Caddyfile run by Caddy, its listener and upstream moved to loopback ports: a client
     (at 127.0.0.2) that forges X-Forwarded-For is still seen at its own address by
     ``client_ip`` with Caddy's address trusted, and /metrics is answered 404 by Caddy."""
@@ -230,7 +230,7 @@ def test_i38_8_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_in
         assert client_ip(request) == "127.0.0.2", forwarded
 
 
-def test_i38_8_the_systemd_web_listens_where_the_local_proxy_is_trusted():
+def test_the_systemd_web_listens_where_the_local_proxy_is_trusted():
     environment = env_file()
     web = unit("conduit-web.service")["Service"]["ExecStart"][0]
     argv = shlex.split(web)
@@ -249,7 +249,7 @@ def env_file() -> dict[str, str]:
     return out
 
 
-def test_i38_8_the_environment_file_sets_only_conduit_s_settings():
+def test_the_environment_file_sets_only_conduit_s_settings():
     environment = env_file()
     assert environment["CONDUIT_ENV"] == "production"
     for name in environment:
@@ -284,7 +284,7 @@ UNIT_COMMANDS = {
 }
 
 
-def test_i38_8_the_units_run_manage_py_commands_and_restart_always():
+def test_the_units_run_manage_py_commands_and_restart_always():
     python = f"{INSTALLED}/.venv/bin/python"
     migrate = unit("conduit-migrate.service")
     assert [shlex.split(c)[2] for c in migrate["Service"]["ExecStart"]] == ["migrate", "collectstatic"]
@@ -306,7 +306,7 @@ def test_i38_8_the_units_run_manage_py_commands_and_restart_always():
     assert sorted(wanted) == sorted(p.name for p in UNITS.glob("*.service"))
 
 
-def test_i38_8_systemd_analyze_verifies_the_units(tmp_path):
+def test_systemd_analyze_verifies_the_units(tmp_path):
     """The units as installed at ``/srv/conduit``, pointed at this checkout and this Python."""
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is missing: install Debian's systemd package (.ci/run does)"
@@ -335,7 +335,7 @@ def dockerfile() -> list[tuple[str, str]]:
     return out
 
 
-def test_i38_8_the_dockerfile_copies_what_exists_and_every_package_conduit_imports():
+def test_the_dockerfile_copies_what_exists_and_every_package_conduit_imports():
     instructions = dockerfile()
     ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()]
     copied = []
@@ -360,7 +360,7 @@ def test_i38_8_the_dockerfile_copies_what_exists_and_every_package_conduit_impor
     assert re.match(r"python:3\.1[23]-", base), base
 
 
-def test_i38_8_the_image_s_entry_point_runs_a_manage_py_command():
+def test_the_image_s_entry_point_runs_a_manage_py_command():
     instructions = dict(dockerfile())
     entry = yaml.safe_load(instructions["ENTRYPOINT"])
     command = yaml.safe_load(instructions["CMD"])
@@ -374,7 +374,7 @@ def test_i38_8_the_image_s_entry_point_runs_a_manage_py_command():
             assert_setting(name)
 
 
-def test_i38_8_the_image_s_files_collect_its_static_files(tmp_path):
+def test_the_image_s_files_collect_its_static_files(tmp_path):
     """The Dockerfile's build steps that run Conduit (collectstatic), with its ENV, in a folder
     holding only what it copies: the image's files are enough for production's settings."""
     instructions = dockerfile()
@@ -410,7 +410,7 @@ def test_i38_8_the_image_s_files_collect_its_static_files(tmp_path):
 # --- the guide -----------------------------------------------------------------------------------
 
 
-def test_i38_8_the_guide_names_files_commands_and_settings_that_exist():
+def test_the_guide_names_files_commands_and_settings_that_exist():
     guide = (ROOT / "docs" / "deploy.md").read_text()
     for link in re.findall(r"\]\((\.\./[^)#]+)", guide):
         assert (ROOT / "docs" / link).resolve().exists(), link

@@ -102,7 +102,7 @@ def test_pytest_runs_in_a_fresh_clone_without_var(tmp_path):
     assert (clone / "var").is_dir()
 
 
-def test_i11_browser_screenshots_are_kept_as_ci_artifacts(tmp_path):
+def test_browser_screenshots_are_kept_as_ci_artifacts(tmp_path):
     """Evidence: a browser test's screenshots are copied to ``$CONDUIT_SCREENSHOTS``,
     one folder per test, which ``.ci/run`` sets; unset, nothing is copied."""
     shots = tmp_path / "test"

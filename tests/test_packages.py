@@ -45,7 +45,7 @@ def pins(path: Path) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("lock", LOCKS)
-def test_i38_10_every_locked_package_is_pinned_with_hashes(lock):
+def test_every_locked_package_is_pinned_with_hashes(lock):
     entries = requirements(ROOT / lock)
     assert len(entries) > 20, f"{lock} locks only {len(entries)} packages"
     for head, options in entries:
@@ -57,7 +57,7 @@ def test_i38_10_every_locked_package_is_pinned_with_hashes(lock):
 
 
 @pytest.mark.parametrize("lock", LOCKS)
-def test_i38_10_the_locks_name_no_index(lock):
+def test_the_locks_name_no_index(lock):
     text = (ROOT / lock).read_text()
     for option in ("--index-url", "--extra-index-url", "--find-links", "-i ", "-f ", "--trusted-host"):
         assert not any(line.lstrip().startswith(option) for line in text.splitlines()), (lock, option)
@@ -68,7 +68,7 @@ def test_i38_10_the_locks_name_no_index(lock):
     ("source", "lock"),
     [("requirements.in", "requirements.txt"), ("requirements-dev.in", "requirements-dev.txt")],
 )
-def test_i38_10_each_lock_holds_its_inputs_pins(source, lock):
+def test_each_lock_holds_its_inputs_pins(source, lock):
     """A pin changed in a ``.in`` file without ``make lock`` leaves the lock stale: caught here."""
     locked = pins(ROOT / lock)
     wanted = pins(ROOT / source)
@@ -79,7 +79,7 @@ def test_i38_10_each_lock_holds_its_inputs_pins(source, lock):
         assert locked.get(name) == versions, f"{source} pins {name} {versions}, {lock} {locked.get(name)}"
 
 
-def test_i38_10_development_installs_production_s_locked_versions():
+def test_development_installs_production_s_locked_versions():
     production, development = pins(ROOT / "requirements.txt"), pins(ROOT / "requirements-dev.txt")
     for name, versions in production.items():
         assert development.get(name) == versions, name

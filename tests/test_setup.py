@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import io
 import json
 import os
@@ -37,7 +35,7 @@ from routing.models import RouteRecord
 from routing.receivers.services import delivery_map
 from routing.receivers.verify import Delivery
 from tests.routing.factories import UserFactory, apply_config
-from tests.support import child_env
+from tests.support import child_env, demo_send_module, free_port
 
 ROOT = Path(settings.BASE_DIR)
 FIND_PYTHON = ROOT / "scripts" / "find-python"
@@ -256,7 +254,7 @@ def test_operator_create_refuses_bad_input_naming_the_field_and_stores_nothing(
         ("admin", True, True, True, True, True),
     ],
 )
-def test_i9p3_operator_create_gives_the_role_its_permissions_and_never_superuser(
+def test_operator_create_gives_the_role_its_permissions_and_never_superuser(
     role, staff, can_read, can_skip, can_apply, can_manage_logins
 ):
     run_operator("someone", "--role", role)
@@ -282,7 +280,7 @@ def test_i9p3_operator_create_gives_the_role_its_permissions_and_never_superuser
 
 
 @pytest.mark.django_db
-def test_i9p3_operator_create_with_a_role_changes_an_existing_logins_role_idempotently():
+def test_operator_create_with_a_role_changes_an_existing_logins_role_idempotently():
     UserFactory(username="legacy", is_staff=True, is_superuser=True, permissions=())  # the old rule
 
     _, note = run_operator("legacy", "--role", "viewer")
@@ -313,12 +311,6 @@ def test_operator_create_refuses_both_a_file_and_a_reset(tmp_path):
 
 
 # --- manage.py serve -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_serve_fails_clearly_when_route_loop_is_missing(monkeypatch):
@@ -475,7 +467,7 @@ def python_child(name: str, code: str) -> Child:
     return Child(name=name, argv=[sys.executable, "-c", code])
 
 
-def test_i38_1_serve_supervisor_stops_when_a_child_cannot_start():
+def test_serve_supervisor_stops_when_a_child_cannot_start():
     """A child that exits with a status within a second of each of its first starts cannot
     start (bad configuration): serve stops the others and fails with its status."""
     command = Quiet()
@@ -499,7 +491,7 @@ def test_i38_1_serve_supervisor_stops_when_a_child_cannot_start():
     )
 
 
-def test_i38_1_restart_backoff_doubles_to_30_s_and_resets_after_a_minute_up():
+def test_restart_backoff_doubles_to_30_s_and_resets_after_a_minute_up():
     child = python_child("loop", "")
     delays = []
     now = 100.0
@@ -515,7 +507,7 @@ def test_i38_1_restart_backoff_doubles_to_30_s_and_resets_after_a_minute_up():
     assert not child.cannot_start()  # killed by a signal: not a configuration failure
 
 
-def test_i38_1_a_child_that_once_ran_is_always_restarted():
+def test_a_child_that_once_ran_is_always_restarted():
     child = python_child("loop", "")
     child.started_at, child.returncode = 0.0, 1
     child.exited(serve_module.STARTUP_SECONDS + 1)
@@ -633,7 +625,7 @@ def _child_pid(parent: int, name: str) -> int | None:
 
 
 @pytest.mark.slow
-def test_i38_1_serve_restarts_killed_loops_while_the_web_keeps_answering(tmp_path):
+def test_serve_restarts_killed_loops_while_the_web_keeps_answering(tmp_path):
     """kill -9 of the work loop and the route loop under a real serve: /healthz keeps
     answering, both loops are back within the first backoff, and the restarts are logged and
     recorded for doctor and the banner."""
@@ -809,20 +801,11 @@ def test_demo_events_are_accepted_and_routed_by_the_demo_configuration(clock):
 # --- demo/deliveries and demo/send: the tour through the receivers -------------------------------
 
 
-def demo_send_module():
-    """``demo/send`` (a script without a suffix) as a module."""
-    loader = importlib.machinery.SourceFileLoader("demo_send", str(ROOT / "demo" / "send"))
-    spec = importlib.util.spec_from_loader("demo_send", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 def demo_deliveries() -> dict[str, Path]:
     return {path.stem: path for path in sorted((ROOT / "demo" / "deliveries").glob("*/*.json"))}
 
 
-def test_i37_6_each_demo_delivery_maps_to_its_demo_event():
+def test_each_demo_delivery_maps_to_its_demo_event():
     """demo/deliveries/ hold deliveries in the providers' documented shapes; each maps, through its
     receiver of the demo configuration, to the Event of the same name in demo/events/ (what the
     tour sends without HTTP)."""
@@ -840,7 +823,7 @@ def test_i37_6_each_demo_delivery_maps_to_its_demo_event():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i37_6_demo_deliveries_signed_by_demo_send_are_accepted_and_routed(clock, monkeypatch, client):
+def test_demo_deliveries_signed_by_demo_send_are_accepted_and_routed(clock, monkeypatch, client):
     """The tour through the receivers: each delivery, signed by demo/send's signer with the demo
     secret, is accepted by the demo configuration's receivers and routed as the README says."""
     secret = "demo-secret-for-the-test"
@@ -914,7 +897,7 @@ def test_the_readme_says_metrics_answer_404_until_turned_on(client, settings):
     )
 
 
-def test_i35_9_the_readme_is_for_users_short_and_its_links_resolve():
+def test_the_readme_is_for_users_short_and_its_links_resolve():
     """At most 450 lines, no benchmark diary (figures live in docs/performance.md), and every
     relative link it makes names a file of the repository."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -7,8 +7,30 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.browser.browserkit import PASSWORD, RECEIVERS
+from tests.causal.factories import CausalDiagnosticFactory, EventFactory
+from tests.routing.factories import (
+    CHANGED,
+    DEFAULT_TEST_CONFIG,
+    ApiTokenFactory,
+    ReceiverCountFactory,
+    RouteRecordFactory,
+    UserFactory,
+    apply_config,
+)
+from tests.worklife.factories import (
+    AttemptFactory,
+    CorrelationKeyFactory,
+    IntentFactory,
+    TimerFactory,
+    WaitFactory,
+    WorkFactory,
+    WorkInputFactory,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 ENABLE_HINT = "install it (Debian: apt-get install chromium) to run the browser tests"
@@ -107,3 +129,76 @@ def browser(allow_async_unsafe):
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture
+def world() -> dict[str, Any]:
+    """An admin and something on every page: the test configuration, routed, unrouted, failed
+    and skipped Events, a causal chain with refusals, running and parked Work, an API token."""
+    admin = UserFactory(username="admin", is_staff=True, is_superuser=True)
+    admin.set_password(PASSWORD)
+    admin.save()
+    apply_config(DEFAULT_TEST_CONFIG + RECEIVERS)
+    candidate = apply_config(CHANGED, candidate=True)
+    work = WorkFactory(scope="acme", status="running", binding="agent")
+    CorrelationKeyFactory(work=work, key="pr:acme/web#42")
+    failed_attempt = AttemptFactory(
+        work=work,
+        number=1,
+        binding="agent",
+        state="failed",
+        exit_status=1,
+        error="exit status 1: the agent crashed",
+        stderr_tail='Traceback (most recent call last):\n  File "agent.py", line 1\nRuntimeError: crashed',
+    )
+    running = AttemptFactory(work=work, number=2, binding="agent", state="running")
+    opened = EventFactory(
+        scope="acme",
+        type="github.pull_request.review_comment.created",
+        source="github",
+        data={"repository": "acme/web", "number": 42, "body": "x" * 400},
+        correlation=["pr:acme/web#42"],
+        route_state="routed",
+    )
+    WorkInputFactory(work=work, event=opened, binding="agent")
+    RouteRecordFactory(event=opened, work=work, policy="start", route="prs", reason="matched")
+    chat = EventFactory(
+        scope="acme", type="chat.message", route_state="routed", parent=opened, root=opened, depth=1
+    )
+    IntentFactory(attempt=running, work=work, event=chat)
+    WaitFactory(work=work, match={"type": "chat.message"})
+    TimerFactory(work=work)
+    failed = EventFactory(scope="acme", type="x.crash", route_state="failed")
+    RouteRecordFactory(
+        event=failed,
+        work=work,
+        policy="failed",
+        reason="handler_failed",
+        disposition="failed",
+        error="route prs: the handler raised\nTraceback (most recent call last): ...",
+        attempts=5,
+    )
+    skipped = EventFactory(scope="acme", type="x.skip", route_state="skipped")
+    RouteRecordFactory(event=skipped, policy="skipped", reason="skipped", disposition="skipped")
+    unrouted = EventFactory(scope="acme", type="deploy.requested", data={"service": "web"})
+    CausalDiagnosticFactory(root_seq=opened.seq, parent_seq=chat.seq)
+    CausalDiagnosticFactory(kind="rate_exceeded", root_seq=opened.seq, parent_seq=opened.seq)
+    parked = WorkFactory(scope="acme", status="parked", binding="agent")
+    AttemptFactory(work=parked, number=1, binding="agent", state="failed", error="exit status 2")
+    token = ApiTokenFactory(user=admin, name="webhooks")
+    EventFactory(scope="acme", type="github.pull_request.opened", accepted_by="receiver:github")
+    ReceiverCountFactory(receiver="github", outcome="signature_invalid", count=3)
+    ReceiverCountFactory(
+        receiver="slack", outcome="handshake", last_message="answered Slack's url_verification challenge"
+    )
+    del failed_attempt
+    return {
+        "opened": opened,
+        "root": opened,
+        "unrouted": unrouted,
+        "failed": failed,
+        "work": work,
+        "parked": parked,
+        "token": token,
+        "candidate": candidate,
+    }

@@ -7,193 +7,20 @@ data to the page's URL (and, if the page needs it, a step to run before the chec
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from django.urls import reverse
 
-from tests.causal.factories import CausalDiagnosticFactory, EventFactory
-from tests.routing.factories import (
-    DEFAULT_TEST_CONFIG,
-    ApiTokenFactory,
-    ReceiverCountFactory,
-    RouteRecordFactory,
-    UserFactory,
-    apply_config,
-)
-from tests.routing.setup.test_candidates import CHANGED
-from tests.worklife.factories import (
-    AttemptFactory,
-    CorrelationKeyFactory,
-    IntentFactory,
-    TimerFactory,
-    WaitFactory,
-    WorkFactory,
-    WorkInputFactory,
-)
+from tests.browser.browserkit import PAGES, serious, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PASSWORD = "browser-a11y-password-5"
-# Receivers on the Receivers page: one whose secret the server has, one whose file is missing.
-RECEIVERS = """\
-receivers:
-  github: {kind: github, scope: acme, secret: {env: PATH}}
-  slack: {kind: slack, scope: acme, secret: {file: /nonexistent/slack-signing-secret}}
-"""
-# The impacts that fail the test (axe also reports "minor" and "moderate").
-BLOCKING = {"serious", "critical"}
-
-
-@dataclass(frozen=True)
-class Page:
-    """A console page to check: its label, its URL from the world's data, and an optional step
-    (on the Playwright page) that brings it to the state to check."""
-
-    label: str
-    url: Callable[[dict[str, Any]], str]
-    step: Callable[[Any], None] | None = None
-
-
-def run_trace(page) -> None:
-    page.click(".trace-form button[type=submit]")
-    page.wait_for_selector("#trace-result :is(table, ol, ul, p)")
-
-
-def open_operations(page) -> None:
-    """Swagger UI with an operation of each method open and a schema expanded."""
-    page.wait_for_selector(".swagger-ui .opblock")
-    page.locator(".opblock-get .opblock-summary-control").first.click()
-    page.locator(".opblock-post .opblock-summary-control").first.click()
-    page.wait_for_selector(".opblock.is-open .responses-wrapper")
-    page.locator(".models button.json-schema-2020-12-accordion").first.click()
-
-
-PAGES: list[Page] = [
-    Page("home", lambda d: reverse("console-home")),
-    Page("events", lambda d: reverse("event-list")),
-    Page("event routed", lambda d: reverse("event-detail", args=[d["opened"].seq])),
-    Page("event unrouted", lambda d: reverse("event-detail", args=[d["unrouted"].seq])),
-    Page("event failed", lambda d: reverse("event-detail", args=[d["failed"].seq])),
-    Page("work list", lambda d: reverse("work-list")),
-    Page("work running", lambda d: reverse("work-detail", args=[d["work"].pk])),
-    Page("work parked", lambda d: reverse("work-detail", args=[d["parked"].pk])),
-    Page("work create", lambda d: reverse("work-create")),
-    Page("dead letters", lambda d: reverse("dead-letters")),
-    Page("configuration", lambda d: reverse("config-list")),
-    Page("configuration setup", lambda d: reverse("setup")),
-    Page("candidate", lambda d: reverse("candidate-detail", args=[d["candidate"].pk])),
-    Page("trace", lambda d: reverse("trace") + "?scope=acme&sample=0"),
-    Page("trace result", lambda d: reverse("trace") + "?scope=acme&sample=0", run_trace),
-    Page("trace an event", lambda d: reverse("trace") + f"?event={d['opened'].seq}", run_trace),
-    Page("causal root", lambda d: reverse("causal-root", args=[d["root"].seq])),
-    Page("causal refusals", lambda d: reverse("causal-diagnostics")),
-    Page("receivers", lambda d: reverse("receivers")),
-    Page("doctor", lambda d: reverse("doctor")),
-    Page("api docs", lambda d: reverse("api-docs"), open_operations),
-    Page("api tokens", lambda d: reverse("admin:routing_apitoken_changelist")),
-    Page("api token add", lambda d: reverse("admin:routing_apitoken_add")),
-    Page("api token", lambda d: reverse("admin:routing_apitoken_change", args=[d["token"].pk])),
-]
-
-
-@pytest.fixture
-def world() -> dict[str, Any]:
-    """An admin and something on every page: the test configuration, routed, unrouted, failed
-    and skipped Events, a causal chain with refusals, running and parked Work, an API token."""
-    admin = UserFactory(username="admin", is_staff=True, is_superuser=True)
-    admin.set_password(PASSWORD)
-    admin.save()
-    apply_config(DEFAULT_TEST_CONFIG + RECEIVERS)
-    candidate = apply_config(CHANGED, candidate=True)
-    work = WorkFactory(scope="acme", status="running", binding="agent")
-    CorrelationKeyFactory(work=work, key="pr:acme/web#42")
-    failed_attempt = AttemptFactory(
-        work=work,
-        number=1,
-        binding="agent",
-        state="failed",
-        exit_status=1,
-        error="exit status 1: the agent crashed",
-        stderr_tail='Traceback (most recent call last):\n  File "agent.py", line 1\nRuntimeError: crashed',
-    )
-    running = AttemptFactory(work=work, number=2, binding="agent", state="running")
-    opened = EventFactory(
-        scope="acme",
-        type="github.pull_request.review_comment.created",
-        source="github",
-        data={"repository": "acme/web", "number": 42, "body": "x" * 400},
-        correlation=["pr:acme/web#42"],
-        route_state="routed",
-    )
-    WorkInputFactory(work=work, event=opened, binding="agent")
-    RouteRecordFactory(event=opened, work=work, policy="start", route="prs", reason="matched")
-    chat = EventFactory(
-        scope="acme", type="chat.message", route_state="routed", parent=opened, root=opened, depth=1
-    )
-    IntentFactory(attempt=running, work=work, event=chat)
-    WaitFactory(work=work, match={"type": "chat.message"})
-    TimerFactory(work=work)
-    failed = EventFactory(scope="acme", type="x.crash", route_state="failed")
-    RouteRecordFactory(
-        event=failed,
-        work=work,
-        policy="failed",
-        reason="handler_failed",
-        disposition="failed",
-        error="route prs: the handler raised\nTraceback (most recent call last): ...",
-        attempts=5,
-    )
-    skipped = EventFactory(scope="acme", type="x.skip", route_state="skipped")
-    RouteRecordFactory(event=skipped, policy="skipped", reason="skipped", disposition="skipped")
-    unrouted = EventFactory(scope="acme", type="deploy.requested", data={"service": "web"})
-    CausalDiagnosticFactory(root_seq=opened.seq, parent_seq=chat.seq)
-    CausalDiagnosticFactory(kind="rate_exceeded", root_seq=opened.seq, parent_seq=opened.seq)
-    parked = WorkFactory(scope="acme", status="parked", binding="agent")
-    AttemptFactory(work=parked, number=1, binding="agent", state="failed", error="exit status 2")
-    token = ApiTokenFactory(user=admin, name="webhooks")
-    EventFactory(scope="acme", type="github.pull_request.opened", accepted_by="receiver:github")
-    ReceiverCountFactory(receiver="github", outcome="signature_invalid", count=3)
-    ReceiverCountFactory(
-        receiver="slack", outcome="handshake", last_message="answered Slack's url_verification challenge"
-    )
-    del failed_attempt
-    return {
-        "opened": opened,
-        "root": opened,
-        "unrouted": unrouted,
-        "failed": failed,
-        "work": work,
-        "parked": parked,
-        "token": token,
-        "candidate": candidate,
-    }
-
-
-def serious(results) -> list[str]:
-    """One line per serious or critical violation: rule, impact, and the nodes' selectors."""
-    return [
-        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:5]}"
-        for v in results.response["violations"]
-        if v["impact"] in BLOCKING
-    ]
-
-
-def sign_in(page, base: str) -> None:
-    page.goto(base + reverse("login"))
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(re.compile(re.escape(base + reverse("console-home"))))
 
 
 # Wide, and as narrow as the console is laid out for (tables scroll sideways, lists stack).
 @pytest.mark.parametrize("width", [1280, 800])
-def test_i11_9_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path, width):
+def test_axe_finds_no_serious_violation_on_any_page(live_server, world, browser, tmp_path, width):
     base = live_server.url
     axe = Axe()
     found: dict[str, list[str]] = {}
@@ -230,7 +57,7 @@ def active(page) -> dict[str, Any]:
     )
 
 
-def test_i11_9_the_skip_link_is_the_first_tab_stop_and_moves_focus_to_the_content(
+def test_the_skip_link_is_the_first_tab_stop_and_moves_focus_to_the_content(
     live_server, world, browser, tmp_path
 ):
     base = live_server.url
@@ -255,7 +82,7 @@ def test_i11_9_the_skip_link_is_the_first_tab_stop_and_moves_focus_to_the_conten
     context.close()
 
 
-def test_i11_9_enter_on_skip_keeps_the_focus_in_the_route_section(live_server, world, browser, tmp_path):
+def test_enter_on_skip_keeps_the_focus_in_the_route_section(live_server, world, browser, tmp_path):
     base = live_server.url
     unrouted = world["unrouted"]
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -282,7 +109,7 @@ def test_i11_9_enter_on_skip_keeps_the_focus_in_the_route_section(live_server, w
     context.close()
 
 
-def test_i11_9_a_refreshed_region_gives_the_focus_back_to_its_control(live_server, world, browser):
+def test_a_refreshed_region_gives_the_focus_back_to_its_control(live_server, world, browser):
     base = live_server.url
     root = world["root"]
     context = browser.new_context()
@@ -301,7 +128,7 @@ def test_i11_9_a_refreshed_region_gives_the_focus_back_to_its_control(live_serve
     context.close()
 
 
-def test_i11_9_scrollable_data_is_reached_and_scrolled_by_keyboard(live_server, world, browser):
+def test_scrollable_data_is_reached_and_scrolled_by_keyboard(live_server, world, browser):
     base = live_server.url
     context = browser.new_context(viewport={"width": 800, "height": 900})
     page = context.new_page()
@@ -346,7 +173,7 @@ def lines_of(page, selector: str) -> list[str]:
     )
 
 
-def test_i11_9_long_type_names_wrap_at_dots_not_inside_a_word(live_server, world, browser, tmp_path):
+def test_long_type_names_wrap_at_dots_not_inside_a_word(live_server, world, browser, tmp_path):
     base = live_server.url
     opened = world["opened"]
     context = browser.new_context(viewport={"width": 420, "height": 900})
@@ -384,7 +211,7 @@ Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
 """
 
 
-def test_i11_9_a_live_update_keeps_the_focus_on_the_same_link(live_server, world, browser):
+def test_a_live_update_keeps_the_focus_on_the_same_link(live_server, world, browser):
     """A websocket message swaps sections out of band: a link focused in a replaced section is
     focused again in its new copy, not dropped to <body>."""
     base = live_server.url

@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from conduit_site.api.openapi import openapi_schema
-from tests.browser.test_csp_browser import RECORD_VIOLATIONS
+from tests.browser.browserkit import RECORD_VIOLATIONS
 from tests.routing.factories import UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -28,9 +28,7 @@ def operator():
     return user
 
 
-def test_i11_8_api_docs_show_every_operation_from_the_console_itself(
-    live_server, operator, browser, tmp_path
-):
+def test_api_docs_show_every_operation_from_the_console_itself(live_server, operator, browser, tmp_path):
     operations = sorted(
         (method.upper(), path)
         for path, item in openapi_schema(server_url="http://testserver/")["paths"].items()

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from routing.controls import events as controls
-from tests.routing.controls.test_events import holding_work
+from tests.routing.controlkit import holding_work
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply, router
 
@@ -64,7 +64,7 @@ def refused_in_place(page, click: str, alert: str, status: int = 409) -> str:
     return page.locator(alert).inner_text()
 
 
-def test_i11_1_work_page_row_skip_refused_shows_the_servers_message(live_server, data, page, clock):
+def test_work_page_row_skip_refused_shows_the_servers_message(live_server, data, page, clock):
     later = data["later"]
     page.goto(live_server.url + reverse("work-detail", args=[data["work_id"]]))
     # Someone else settles the Event after the page was rendered.
@@ -76,7 +76,7 @@ def test_i11_1_work_page_row_skip_refused_shows_the_servers_message(live_server,
     assert page.errors == []
 
 
-def test_i11_1_event_page_skip_and_reroute_refused_show_the_servers_message(live_server, data, page, clock):
+def test_event_page_skip_and_reroute_refused_show_the_servers_message(live_server, data, page, clock):
     stuck = data["stuck"]
     url = live_server.url + reverse("event-detail", args=[stuck.seq])
     page.goto(url)
@@ -92,7 +92,7 @@ def test_i11_1_event_page_skip_and_reroute_refused_show_the_servers_message(live
     assert page.errors == []
 
 
-def test_i11_1_dead_letters_reroute_bad_selection_shows_the_servers_message(live_server, data, page, clock):
+def test_dead_letters_reroute_bad_selection_shows_the_servers_message(live_server, data, page, clock):
     controls.event_skip(seq=data["stuck"].seq, user="alice", clock=clock)
     page.goto(live_server.url + reverse("dead-letters"))
     message = refused_in_place(

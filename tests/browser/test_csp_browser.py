@@ -9,6 +9,7 @@ import re
 import pytest
 from django.urls import reverse
 
+from tests.browser.browserkit import RECORD_VIOLATIONS
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, live_scopes
 from tests.worklife.factories import WorkFactory
@@ -16,13 +17,6 @@ from tests.worklife.factories import WorkFactory
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "browser-csp-password-4"
-# Recorded before any page script runs; DevTools' init scripts are not subject to the policy.
-RECORD_VIOLATIONS = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (e) => {
-  window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`);
-});
-"""
 
 
 @pytest.fixture
@@ -37,7 +31,7 @@ def data():
     return {"user": user, "root": root, "work": work}
 
 
-def test_i9_9_no_page_violates_the_content_security_policy(live_server, data, browser):
+def test_no_page_violates_the_content_security_policy(live_server, data, browser):
     base = live_server.url
     context = browser.new_context()
     context.add_init_script(RECORD_VIOLATIONS)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.test_setup import free_port
+from tests.support import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

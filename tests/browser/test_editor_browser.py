@@ -12,7 +12,7 @@ from axe_playwright_python.sync_playwright import Axe
 from django.urls import reverse
 
 from routing.models import Generation, GenerationKind
-from tests.browser.test_accessibility_browser import serious
+from tests.browser.browserkit import serious, set_document
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -67,21 +67,6 @@ def open_page(browser, live_server, *, javascript: bool = True, width: int = 128
     return context, page
 
 
-def set_document(page, text: str) -> None:
-    """Replace the editor's whole document, as a paste would."""
-    content = page.locator("#setup-editor .cm-content")
-    content.click()
-    page.keyboard.press("Control+a")
-    content.evaluate(
-        """(element, text) => {
-          const data = new DataTransfer();
-          data.setData("text/plain", text);
-          element.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
-        }""",
-        text,
-    )
-
-
 def save_broken(page, live_server) -> None:
     page.goto(live_server.url + reverse("setup"))
     page.locator("#setup-editor .cm-editor").wait_for()
@@ -114,7 +99,7 @@ def in_view(page, selector: str) -> bool:
     )
 
 
-def test_i39_7_the_editors_error_link_moves_the_cursor(browser, live_server, admin, tmp_path):
+def test_the_editors_error_link_moves_the_cursor(browser, live_server, admin, tmp_path):
     context, page = open_page(browser, live_server)
     save_broken(page, live_server)
     assert not Generation.objects.filter(kind=GenerationKind.CANDIDATE).exists()
@@ -163,7 +148,7 @@ def test_i39_7_the_editors_error_link_moves_the_cursor(browser, live_server, adm
     context.close()
 
 
-def test_i39_7_editor_without_javascript_still_submits(browser, live_server, admin, tmp_path):
+def test_editor_without_javascript_still_submits(browser, live_server, admin, tmp_path):
     context, page = open_page(browser, live_server, javascript=False)
     page.goto(live_server.url + reverse("setup"))
     assert page.locator(".cm-editor").count() == 0
@@ -189,7 +174,7 @@ def test_i39_7_editor_without_javascript_still_submits(browser, live_server, adm
     context.close()
 
 
-def test_i39_7_the_editor_runs_under_the_strict_policy(browser, live_server, admin):
+def test_the_editor_runs_under_the_strict_policy(browser, live_server, admin):
     context, page = open_page(browser, live_server)
     response = page.goto(live_server.url + reverse("setup"))
     policy = response.headers["content-security-policy"]
@@ -217,7 +202,7 @@ def test_i39_7_the_editor_runs_under_the_strict_policy(browser, live_server, adm
 
 
 @pytest.mark.parametrize("width", [1280, 400])
-def test_i39_7_axe_finds_no_serious_violation_in_the_editor(browser, live_server, admin, tmp_path, width):
+def test_axe_finds_no_serious_violation_in_the_editor(browser, live_server, admin, tmp_path, width):
     context, page = open_page(browser, live_server, width=width)
     axe = Axe()
     page.goto(live_server.url + reverse("setup"))

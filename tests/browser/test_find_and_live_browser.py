@@ -18,18 +18,18 @@ from django.db import connection, transaction
 from django.urls import reverse
 
 from routing.engine.live import publish_routed
+from tests.browser.browserkit import operator, signed_in
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
-from tests.routing.engine.test_live import route_pass
-from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.routing.factories import RouteRecordFactory
+from tests.routing.livekit import route_pass
 from tests.routing.routerkit import accept, apply
-from tests.test_setup import free_port
+from tests.support import free_port
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
 from worklife.attempts import attempt_fail
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "browser-find-password-11"
 ROOT = Path(settings.BASE_DIR)
 
 
@@ -87,32 +87,7 @@ def asgi_server(tmp_path, settings):
         server.wait(timeout=10)
 
 
-def operator() -> None:
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
-        )
-    )
-
-
-def signed_in(browser, base: str):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.on("dialog", lambda dialog: dialog.accept())
-    page.goto(base + reverse("login"))
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + reverse("console-home"))
-    return page
-
-
-def test_i11_2_event_page_updates_whole_after_skip_and_live_when_routed(
+def test_event_page_updates_whole_after_skip_and_live_when_routed(
     asgi_server, browser, clock, test_handlers, tmp_path
 ):
     operator()
@@ -160,7 +135,7 @@ def test_i11_2_event_page_updates_whole_after_skip_and_live_when_routed(
     assert page.errors == []
 
 
-def test_i11_4_5_find_count_and_page_both_ways(live_server, browser, tmp_path):
+def test_find_count_and_page_both_ways(live_server, browser, tmp_path):
     operator()
     pushes = [EventFactory(scope="acme/web", type="github.push").seq for _ in range(60)]
     EventFactory(scope="ops", type="ops.alert", envelope_id="alert-7")
@@ -213,9 +188,7 @@ def test_i11_4_5_find_count_and_page_both_ways(live_server, browser, tmp_path):
     page.screenshot(path=str(tmp_path / "work-input-newest.png"), full_page=True)
 
 
-def test_i11_3_work_page_offers_retry_live_when_its_work_parks(
-    asgi_server, browser, clock, settings, tmp_path
-):
+def test_work_page_offers_retry_live_when_its_work_parks(asgi_server, browser, clock, settings, tmp_path):
     settings.CONDUIT_MAX_ATTEMPTS = 1
     operator()
     User.objects.get(username="operator").user_permissions.add(

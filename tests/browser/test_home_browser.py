@@ -68,7 +68,7 @@ def local(moment: datetime) -> str:
     return moment.astimezone(ZoneInfo(ZONE)).strftime("%Y-%m-%d %H:%M:%S") + " GMT+5:30"
 
 
-def test_i11_7_times_show_in_the_browsers_zone_named_with_ages_in_lists(live_server, browser, data, tmp_path):
+def test_times_show_in_the_browsers_zone_named_with_ages_in_lists(live_server, browser, data, tmp_path):
     beating()
     context, page = signed_in(live_server, browser, timezone_id=ZONE)
     event = data["event"]
@@ -86,7 +86,7 @@ def test_i11_7_times_show_in_the_browsers_zone_named_with_ages_in_lists(live_ser
     context.close()
 
 
-def test_i11_7_times_read_utc_without_javascript(live_server, browser, data):
+def test_times_read_utc_without_javascript(live_server, browser, data):
     beating()
     context, page = signed_in(live_server, browser, timezone_id=ZONE, java_script_enabled=False)
     page.goto(live_server.url + reverse("event-list"))
@@ -95,7 +95,7 @@ def test_i11_7_times_read_utc_without_javascript(live_server, browser, data):
     context.close()
 
 
-def test_i11_6_home_draws_the_charts(live_server, browser, data, tmp_path):
+def test_home_draws_the_charts(live_server, browser, data, tmp_path):
     beating()
     context, page = signed_in(live_server, browser, timezone_id=ZONE)
     charts = page.locator("figure.chart svg[role=img]")
@@ -117,7 +117,7 @@ def test_i11_6_home_draws_the_charts(live_server, browser, data, tmp_path):
     context.close()
 
 
-def test_i11_6_banner_without_heartbeats_links_to_doctor_which_polls(live_server, browser, data, tmp_path):
+def test_banner_without_heartbeats_links_to_doctor_which_polls(live_server, browser, data, tmp_path):
     context, page = signed_in(live_server, browser)
     banner = page.locator("#heartbeat-banner")
     assert banner.is_visible()

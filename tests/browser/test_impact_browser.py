@@ -15,10 +15,9 @@ from playwright.sync_api import expect
 
 from causal.models import Event
 from routing.models import ImpactRun
-from tests.browser.test_accessibility_browser import BLOCKING
+from tests.browser.browserkit import BLOCKING
 from tests.causal.factories import EventFactory
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -72,7 +71,7 @@ def serious(page) -> list[str]:
     ]
 
 
-def test_i39_6_impact_progress_rollup_and_paging(page, live_server, data, tmp_path):
+def test_impact_progress_rollup_and_paging(page, live_server, data, tmp_path):
     candidate = data["candidate"]
     url = live_server.url + reverse("candidate-detail", args=[candidate.pk])
     page.goto(url)

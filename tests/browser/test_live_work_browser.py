@@ -16,8 +16,7 @@ from django.db import connection
 from django.urls import reverse
 
 from tests.browser import test_find_and_live_browser as live_kit
-from tests.browser.test_accessibility_browser import serious
-from tests.browser.test_find_and_live_browser import operator, signed_in
+from tests.browser.browserkit import operator, serious, signed_in
 from tests.routing.routerkit import apply
 from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.attempts import attempt_fail
@@ -62,7 +61,7 @@ def park_elsewhere(work, clock) -> float:
     return committed[0]
 
 
-def test_i39_1_live_work_list_shows_a_parked_work_within_2_s(asgi_server, browser, clock, settings, tmp_path):
+def test_live_work_list_shows_a_parked_work_within_2_s(asgi_server, browser, clock, settings, tmp_path):
     settings.CONDUIT_MAX_ATTEMPTS = 1
     work_operator()
     work = WorkFactory(scope="acme", status="running")
@@ -85,7 +84,7 @@ def test_i39_1_live_work_list_shows_a_parked_work_within_2_s(asgi_server, browse
     assert page.errors == []
 
 
-def test_i39_1_live_work_list_keeps_ticked_boxes_and_home_counts_follow(
+def test_live_work_list_keeps_ticked_boxes_and_home_counts_follow(
     asgi_server, browser, clock, settings, tmp_path
 ):
     settings.CONDUIT_MAX_ATTEMPTS = 1
@@ -116,7 +115,7 @@ def test_i39_1_live_work_list_keeps_ticked_boxes_and_home_counts_follow(
     assert page.errors == []
 
 
-def test_i39_8_stale_controls_go_when_work_is_cancelled_elsewhere(asgi_server, browser, clock, tmp_path):
+def test_stale_controls_go_when_work_is_cancelled_elsewhere(asgi_server, browser, clock, tmp_path):
     work_operator()
     work = WorkFactory(scope="acme", status="ready")
     watching = signed_in(browser, asgi_server)
@@ -145,7 +144,7 @@ def test_i39_8_stale_controls_go_when_work_is_cancelled_elsewhere(asgi_server, b
     assert watching.errors == []
 
 
-def test_i39_4_backoff_countdown_ticks(live_server, browser, tmp_path):
+def test_backoff_countdown_ticks(live_server, browser, tmp_path):
     """The next try counts down in the page, a second at a time, with no request, and says
     "now" when it is due."""
     work_operator()
@@ -176,7 +175,7 @@ def test_i39_4_backoff_countdown_ticks(live_server, browser, tmp_path):
 
 
 @pytest.mark.parametrize("width", [1280, 400])
-def test_i39_1_live_work_list_home_and_work_page_pass_axe(
+def test_live_work_list_home_and_work_page_pass_axe(
     live_server, browser, clock, test_handlers, tmp_path, width
 ):
     work_operator()

@@ -14,8 +14,7 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 from worklife.models import Work
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -71,7 +70,7 @@ def page(live_server, browser, data):
     context.close()
 
 
-def test_i39_3_replay_after_apply_starts_the_work(page, live_server, data, clock):
+def test_replay_after_apply_starts_the_work(page, live_server, data, clock):
     alert = data["alert"]
     # Apply the candidate that adds a route for alerts.
     page.goto(live_server.url + reverse("candidate-detail", args=[data["candidate"].pk]))

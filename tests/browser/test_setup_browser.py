@@ -13,9 +13,8 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from tests.browser.test_editor_browser import set_document
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.browser.browserkit import set_document
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -73,7 +72,7 @@ def page(live_server, browser, data):
     context.close()
 
 
-def test_i10_browser_edit_see_inline_error_fix_preview_impact_and_apply(page, live_server):
+def test_edit_see_inline_error_fix_preview_impact_and_apply(page, live_server):
     page.goto(live_server.url + reverse("setup"))
     page.locator("#setup-editor .cm-editor").wait_for()
     assert "- slot: deploys" in page.locator("#id_document").input_value()  # starts from live
@@ -131,7 +130,7 @@ def test_i10_browser_edit_see_inline_error_fix_preview_impact_and_apply(page, li
     assert page.errors == [] and page.console_errors == []
 
 
-def test_i10p6_browser_trace_this_event_and_a_refusal_replaces_the_result(page, live_server, data):
+def test_trace_this_event_and_a_refusal_replaces_the_result(page, live_server, data):
     page.goto(live_server.url + reverse("event-detail", args=[data["ping"]]))
     assert '"type": "x.ping"' in page.locator("#event-raw-envelope").inner_text()
     page.click("#trace-this-event")
@@ -146,3 +145,37 @@ def test_i10p6_browser_trace_this_event_and_a_refusal_replaces_the_result(page, 
     assert "Refused (scope)" in page.locator("#trace-result").inner_text()
     assert page.locator("#trace-result .badge-effect").count() == 0
     assert page.errors == [] and page.console_errors == []
+
+
+def test_after_apply_reload_and_back_show_the_applied_generation(live_server, browser, clock):
+    from django.urls import reverse
+
+    from routing.config.selectors import live_generation
+    from tests.routing.factories import CHANGED, apply_config, user_with_role
+
+    user = user_with_role("admin", username="ada")
+    user.set_password(PASSWORD)
+    user.save()
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    sign_in_as = live_server.url + reverse("login")
+    page.goto(sign_in_as)
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server.url + reverse("console-home"))
+    page.goto(live_server.url + reverse("candidate-detail", args=[candidate.pk]))
+
+    page.click("#candidate-apply")
+    page.wait_for_url("**/config/?generation=2#document")
+    assert live_generation().number == 2
+    for _ in ("reload", "back"):
+        if _ == "reload":
+            response = page.reload()
+        else:
+            response = page.go_back()
+            page.wait_for_url("**/config/?generation=2#document")
+        assert response is not None and response.status == 200
+        assert "Live document: generation 2" in page.locator("#document").inner_text()

@@ -11,7 +11,7 @@ from django.urls import reverse
 from routing.acceptance.services import event_accept
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
-from tests.browser.test_accessibility_browser import serious
+from tests.browser.browserkit import serious
 from tests.routing.factories import apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -61,7 +61,7 @@ def trace_from_the_event_page(page, live_server, seq: int) -> None:
     page.wait_for_selector(".trace-verdicts")
 
 
-def test_i39_5_trace_of_a_routed_event_shows_the_verdict_table(live_server, browser, routed, tmp_path):
+def test_trace_of_a_routed_event_shows_the_verdict_table(live_server, browser, routed, tmp_path):
     context, page = signed_in(browser, live_server, 1280)
     try:
         trace_from_the_event_page(page, live_server, routed)
@@ -102,7 +102,7 @@ def test_r37_trace_filter_limits_the_routes_evaluated_in_the_browser(live_server
 
 
 @pytest.mark.parametrize("width", [1280, 400])
-def test_i39_5_axe_finds_no_serious_violation_on_the_trace_of_a_routed_event(
+def test_axe_finds_no_serious_violation_on_the_trace_of_a_routed_event(
     live_server, browser, routed, tmp_path, width
 ):
     context, page = signed_in(browser, live_server, width)

@@ -411,7 +411,7 @@ def test_r52_accepted_at_is_the_trusted_clock(causal, root, clock):
 
 
 @pytest.mark.django_db
-def test_i36_8_refusals_are_counted_on_one_record_per_root_kind_and_minute(clock, root):
+def test_refusals_are_counted_on_one_record_per_root_kind_and_minute(clock, root):
     from causal.selectors import roots_refused_since
 
     refusing = Causal(clock, Limits(max_depth=1, rate_per_minute=0))

@@ -67,7 +67,7 @@ def writes():
 
 @sqlite_only
 @pytest.mark.django_db(transaction=True)
-def test_i38_6_a_backup_under_writes_passes_integrity_check_and_shows_the_same_events(tmp_path, writes):
+def test_a_backup_under_writes_passes_integrity_check_and_shows_the_same_events(tmp_path, writes):
     accept(200, "a")
     while len(writes) < 20:  # the writer is under way
         threading.Event().wait(0.01)
@@ -81,7 +81,7 @@ def test_i38_6_a_backup_under_writes_passes_integrity_check_and_shows_the_same_e
 
 @sqlite_only
 @pytest.mark.django_db(transaction=True)
-def test_i38_6_a_restored_copy_shows_the_events_of_the_backup(tmp_path):
+def test_a_restored_copy_shows_the_events_of_the_backup(tmp_path):
     accept(30, "a")
     before = seqs()
     call_command("backup", str(tmp_path / "copy.sqlite3"), stdout=StringIO())
@@ -98,7 +98,7 @@ def test_i38_6_a_restored_copy_shows_the_events_of_the_backup(tmp_path):
 
 @sqlite_only
 @pytest.mark.django_db(transaction=True)
-def test_i38_6_restore_is_refused_while_a_loop_beats(tmp_path):
+def test_restore_is_refused_while_a_loop_beats(tmp_path):
     accept(5, "a")
     call_command("backup", str(tmp_path / "copy.sqlite3"), stdout=StringIO())
     accept(5, "b")
@@ -124,7 +124,7 @@ def test_i38_6_restore_is_refused_while_a_loop_beats(tmp_path):
 
 @sqlite_only
 @pytest.mark.django_db(transaction=True)
-def test_i38_6_restore_refuses_a_damaged_file_and_a_foreign_database(tmp_path):
+def test_restore_refuses_a_damaged_file_and_a_foreign_database(tmp_path):
     accept(5, "a")
     junk = tmp_path / "junk.sqlite3"
     junk.write_bytes(b"SQLite format 3\x00" + b"\xff" * 5000)
@@ -142,7 +142,7 @@ def test_i38_6_restore_refuses_a_damaged_file_and_a_foreign_database(tmp_path):
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 @pytest.mark.django_db
-def test_i38_6_on_postgresql_backup_prints_the_pg_dump_line_and_writes_nothing(tmp_path):
+def test_on_postgresql_backup_prints_the_pg_dump_line_and_writes_nothing(tmp_path):
     out = StringIO()
     call_command("backup", str(tmp_path / "dump"), stdout=out)
     assert "pg_dump --format=custom" in out.getvalue()

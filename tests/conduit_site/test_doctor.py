@@ -202,7 +202,7 @@ def test_r23_doctor_reads_a_fixed_number_of_queries(clock, live, django_assert_m
     assert check(report, "parked_work").total == 30 and check(report, "work_loop").total == 10
 
 
-def test_i8p9_work_loop_check_warns_when_no_work_loop_beats_while_work_is_ready(clock, live):
+def test_work_loop_check_warns_when_no_work_loop_beats_while_work_is_ready(clock, live):
     # Nothing ready to run and no work_loop ever: nothing to warn about.
     assert check(doctor.doctor(clock=clock), "work_loop").ok
     # Its binding is not in the configuration: the work_loop's dispatch is refused.
@@ -311,7 +311,7 @@ def test_r23_cli_doctor_exits_non_zero_when_a_check_warns(clock, live, monkeypat
     assert body["ok"] is False and body["checks"][0]["items"][0]["seq"] == stuck.seq
 
 
-def test_i38_2_doctor_exit_code_is_0_when_all_pass_and_1_when_a_check_warns(clock, live, monkeypatch):
+def test_doctor_exit_code_is_0_when_all_pass_and_1_when_a_check_warns(clock, live, monkeypatch):
     from conduit_site.management.commands import doctor as doctor_command
 
     monkeypatch.setattr(doctor_command, "system_clock", clock)
@@ -332,7 +332,7 @@ def test_i38_2_doctor_exit_code_is_0_when_all_pass_and_1_when_a_check_warns(cloc
         ("sqlite:///{tmp}/never-migrated.sqlite3", "no such table"),
     ],
 )
-def test_i38_2_doctor_exit_code_is_2_when_it_cannot_read_the_database(tmp_path, database_url, reason):
+def test_doctor_exit_code_is_2_when_it_cannot_read_the_database(tmp_path, database_url, reason):
     env = {
         **os.environ,
         "DATABASE_URL": database_url.format(tmp=tmp_path),
@@ -401,7 +401,7 @@ def test_r23_doctor_page_shows_the_checks(client, clock, live):
     assert partial.strip().startswith('<section id="doctor-checks"')
 
 
-def test_i8p9_doctor_cli_api_and_page_show_work_loops_and_parked_work(client, clock, live, monkeypatch):
+def test_doctor_cli_api_and_page_show_work_loops_and_parked_work(client, clock, live, monkeypatch):
     from conduit_site.management.commands import doctor as doctor_command
 
     monkeypatch.setattr(doctor_command, "system_clock", clock)
@@ -461,7 +461,7 @@ def test_r23_heartbeats_keep_what_doctor_reads(clock, live):
 # --- doctor names what keeps failing; the log says it once ------------------------------------
 
 
-def test_i9_1_doctor_names_an_event_whose_route_keeps_failing_at_once(clock):
+def test_doctor_names_an_event_whose_route_keeps_failing_at_once(clock):
     apply(clock, SCRIPTED_ONLY)
     event = accept(clock, "x", {"behaviour": "fail"})
     r = router(clock)
@@ -477,9 +477,7 @@ def test_i9_1_doctor_names_an_event_whose_route_keeps_failing_at_once(clock):
     )
 
 
-def test_i9_1_a_failing_pass_is_logged_once_with_a_count_and_doctor_names_its_events(
-    clock, caplog, monkeypatch
-):
+def test_a_failing_pass_is_logged_once_with_a_count_and_doctor_names_its_events(clock, caplog, monkeypatch):
     apply(clock, SCRIPTED_ONLY)
     event = accept(clock, "x", {"behaviour": "ok"})
     loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
@@ -514,3 +512,13 @@ def test_i9_1_a_failing_pass_is_logged_once_with_a_count_and_doctor_names_its_ev
         assert check(doctor.doctor(clock=clock), "route_loop").ok
     finally:
         loop.close()
+
+
+def test_every_doctor_check_has_a_label_people_read():
+    from conduit_site.api.openapi.controls import SCHEMAS
+    from conduit_site.doctor import CHECK_LABELS, Check
+
+    names = SCHEMAS["DoctorCheck"]["properties"]["name"]["enum"]
+    assert sorted(CHECK_LABELS) == sorted(names)
+    assert Check("parked_work", "warn", "").label == "Parked Work"
+    assert all("_" not in label for label in CHECK_LABELS.values())

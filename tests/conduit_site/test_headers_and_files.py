@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from asgiref.testing import ApplicationCommunicator
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.test import Client
@@ -26,7 +25,7 @@ from infra.layers import SQLiteChannelLayer
 from infra.private_files import private_directory, private_file
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
-from tests.support import child_env
+from tests.support import asgi_get, child_env
 from tests.worklife.factories import WorkFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +65,7 @@ def console_urls() -> list[str]:
 
 
 @pytest.mark.django_db
-def test_i9_9_every_page_has_a_content_security_policy_without_unsafe_inline(admin):
+def test_every_page_has_a_content_security_policy_without_unsafe_inline(admin):
     anonymous = Client()
     for url in [*console_urls(), reverse("login"), "/api/openapi.json"]:
         response = (anonymous if url == reverse("login") else admin).get(url)
@@ -87,7 +86,7 @@ INLINE = [
 ]
 
 
-def test_i9_9_no_template_has_inline_script_style_or_handlers():
+def test_no_template_has_inline_script_style_or_handlers():
     found = []
     for template in sorted((ROOT / "templates").rglob("*.html")):
         text = template.read_text(encoding="utf-8")
@@ -98,7 +97,7 @@ def test_i9_9_no_template_has_inline_script_style_or_handlers():
     assert found == []
 
 
-def test_i9_9_htmx_injects_no_style_and_evaluates_no_attribute():
+def test_htmx_injects_no_style_and_evaluates_no_attribute():
     base = (ROOT / "templates" / "base.html").read_text(encoding="utf-8")
     config = re.search(r"<meta name=\"htmx-config\" content='([^']*)'>", base)
     assert config is not None
@@ -111,7 +110,7 @@ def test_i9_9_htmx_injects_no_style_and_evaluates_no_attribute():
 
 
 @pytest.mark.django_db
-def test_i9_9_pages_and_api_answers_are_no_store(admin, client):
+def test_pages_and_api_answers_are_no_store(admin, client):
     for url in console_urls():
         assert "no-store" in admin.get(url)["Cache-Control"], url
     event, work = EventFactory(), WorkFactory()
@@ -134,35 +133,7 @@ def test_i9_9_pages_and_api_answers_are_no_store(admin, client):
 # --- static files -----------------------------------------------------------------------------------
 
 
-async def asgi_get(path: str) -> tuple[int, dict[bytes, bytes]]:
-    from conduit_site.asgi import application
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"localhost")],
-        "client": ("127.0.0.1", 1),
-        "server": ("localhost", 80),
-    }
-    communicator = ApplicationCommunicator(application, scope)
-    await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
-    start = await communicator.receive_output(timeout=10)
-    while True:
-        message = await communicator.receive_output(timeout=10)
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            break
-    await communicator.wait(timeout=10)
-    return start["status"], {name.lower(): value for name, value in start["headers"]}
-
-
-def test_i9_9_static_files_are_served_with_nosniff():
+def test_static_files_are_served_with_nosniff():
     status, headers = asyncio.run(asgi_get("/static/css/console.css"))
     assert status == 200
     assert headers[b"x-content-type-options"] == b"nosniff"
@@ -173,7 +144,7 @@ def test_i9_9_static_files_are_served_with_nosniff():
     assert status == 404 and headers[b"x-content-type-options"] == b"nosniff"
 
 
-def test_i12_1_the_asgi_application_runs_each_request_in_a_thread_of_a_fixed_pool():
+def test_the_asgi_application_runs_each_request_in_a_thread_of_a_fixed_pool():
     """Under daphne the whole chain and the view run synchronously in one thread of a pool
     whose threads keep their database connections: Django's async chain hopped to a thread
     and back for each middleware, and it served each request in a new thread with a new
@@ -194,7 +165,7 @@ def test_i12_1_the_asgi_application_runs_each_request_in_a_thread_of_a_fixed_poo
     assert 1 <= len(served) <= settings.CONDUIT_REQUEST_THREADS
 
 
-def test_i12_1_api_answers_served_through_asgi_are_no_store():
+def test_api_answers_served_through_asgi_are_no_store():
     """Through the ASGI application, as daphne serves: the synchronous chain adds its headers."""
     status, headers = asyncio.run(asgi_get("/api/events/1"))  # no token: 401 before any read
     assert status == 401 and b"no-store" in headers[b"cache-control"]
@@ -205,7 +176,7 @@ def test_i12_1_api_answers_served_through_asgi_are_no_store():
 # --- private files -------------------------------------------------------------------------------------
 
 
-def test_i9_9_private_directory_and_file_are_owner_only(tmp_path):
+def test_private_directory_and_file_are_owner_only(tmp_path):
     old = os.umask(0o022)
     try:
         folder = private_directory(tmp_path / "var" / "deeper")
@@ -223,7 +194,7 @@ def test_i9_9_private_directory_and_file_are_owner_only(tmp_path):
         os.umask(old)
 
 
-def test_i9_9_the_channel_layer_file_is_created_0600_in_a_0700_folder(tmp_path):
+def test_the_channel_layer_file_is_created_0600_in_a_0700_folder(tmp_path):
     layer = SQLiteChannelLayer(path=tmp_path / "var" / "channels.sqlite3", poll_interval=0.01)
     old = os.umask(0o022)
     try:
@@ -236,7 +207,7 @@ def test_i9_9_the_channel_layer_file_is_created_0600_in_a_0700_folder(tmp_path):
         assert mode(path) == 0o600, path
 
 
-def test_i9_9_the_database_and_var_are_private_after_migrate(tmp_path):
+def test_the_database_and_var_are_private_after_migrate(tmp_path):
     var_dir = tmp_path / "fresh-var"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TEST_DATABASE_NAME")}
     env["CONDUIT_VAR_DIR"] = str(var_dir)
@@ -253,7 +224,7 @@ def test_i9_9_the_database_and_var_are_private_after_migrate(tmp_path):
     assert {path.name: mode(path) for path in files} == {path.name: 0o600 for path in files}
 
 
-def test_i9_9_make_creates_var_0700_and_the_password_file_0600():
+def test_make_creates_var_0700_and_the_password_file_0600():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "mkdir -p -m 700 $@" in makefile
     assert "(umask 077; printf '%s\\n' \"$$password\" > $(VAR)/operator-password)" in makefile
@@ -264,24 +235,24 @@ def test_i9_9_make_creates_var_0700_and_the_password_file_0600():
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
-def test_i9_9_serve_on_loopback_leaves_debug_alone(host):
+def test_serve_on_loopback_leaves_debug_alone(host):
     assert is_loopback(host)
     assert debug_for_host(host, {}) == ({}, None)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "conduit.example.com"])
-def test_i9_9_serve_elsewhere_turns_an_unset_debug_off(host):
+def test_serve_elsewhere_turns_an_unset_debug_off(host):
     assert debug_for_host(host, {}) == ({"DEBUG": "false"}, None)
     assert debug_for_host(host, {"DEBUG": "false"}) == ({}, None)
 
 
-def test_i9_9_serve_elsewhere_keeps_an_explicit_debug_with_a_warning():
+def test_serve_elsewhere_keeps_an_explicit_debug_with_a_warning():
     updates, warning = debug_for_host("0.0.0.0", {"DEBUG": "true"})
     assert updates == {}
     assert warning is not None and "DEBUG is on" in warning and "0.0.0.0" in warning
 
 
-def test_i9_9_serve_children_get_debug_off(tmp_path, monkeypatch):
+def test_serve_children_get_debug_off(tmp_path, monkeypatch):
     monkeypatch.delenv("DEBUG", raising=False)
     seen = tmp_path / "debug"
     code = (
@@ -303,7 +274,7 @@ def test_i9_9_serve_children_get_debug_off(tmp_path, monkeypatch):
 # --- the deploy check -----------------------------------------------------------------------------------
 
 
-def test_i9_9_production_deploy_check_is_clean(tmp_path):
+def test_production_deploy_check_is_clean(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DATABASE_URL", "TEST_DATABASE_NAME")}
     env.update(
         CONDUIT_ENV="production",
@@ -323,12 +294,12 @@ def test_i9_9_production_deploy_check_is_clean(tmp_path):
     assert "System check identified no issues" in result.stdout
 
 
-def test_i9_9_settings_enable_the_csp_middleware():
+def test_settings_enable_the_csp_middleware():
     assert "django.middleware.csp.ContentSecurityPolicyMiddleware" in settings.MIDDLEWARE
     assert "conduit_site.headers.NoStoreMiddleware" in settings.MIDDLEWARE
 
 
-def test_i38_8_static_files_are_cached_and_compressed(tmp_path):
+def test_static_files_are_cached_and_compressed(tmp_path):
     """WhiteNoise serves static files with a max-age and gzip (from the source folders here; in
     production the collected, hashed and compressed copies)."""
     status, headers = asyncio.run(asgi_get("/static/css/console.css"))
@@ -338,7 +309,7 @@ def test_i38_8_static_files_are_cached_and_compressed(tmp_path):
     assert headers[b"x-content-type-options"] == b"nosniff"
 
 
-def test_i38_8_production_collects_hashed_gzipped_static_files(tmp_path):
+def test_production_collects_hashed_gzipped_static_files(tmp_path):
     env = {
         **child_env(),
         "CONDUIT_ENV": "production",

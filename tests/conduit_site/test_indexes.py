@@ -68,12 +68,12 @@ def redundant_indexes() -> list[str]:
 
 
 @pytest.mark.django_db
-def test_i12_no_index_leads_another_on_the_same_table():
+def test_no_index_leads_another_on_the_same_table():
     assert redundant_indexes() == []
 
 
 @pytest.mark.django_db
-def test_i12_the_check_finds_a_redundant_index():
+def test_the_check_finds_a_redundant_index():
     """The check itself: an index on a column another index already leads is reported."""
     with connection.cursor() as cursor:
         cursor.execute('CREATE INDEX "i12_redundant" ON "causal_event" ("type")')
@@ -82,7 +82,7 @@ def test_i12_the_check_finds_a_redundant_index():
 
 
 @pytest.mark.django_db
-def test_i12_every_declared_constraint_and_index_exists_in_the_database():
+def test_every_declared_constraint_and_index_exists_in_the_database():
     """Dropping the led indexes kept every constraint and index the models declare: on
     PostgreSQL a conditional unique constraint is a unique partial index on the same column,
     which Django's own AlterField(db_index=False) would have dropped too."""
@@ -133,7 +133,7 @@ LOOKUPS = [
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("what", "query", "index"), LOOKUPS, ids=[what for what, _, _ in LOOKUPS])
-def test_i12_lookups_use_the_indexes_that_hold_only_the_rows_they_need(what, query, index):
+def test_lookups_use_the_indexes_that_hold_only_the_rows_they_need(what, query, index):
     """The partial indexes (an Event's explicit Work, parent and root, a Work's parent, an
     input's attempt: most rows have none, and a row such an index does not hold costs it
     nothing when written) still serve the lookups, whose ``= x`` and ``IN (...)`` imply IS NOT

@@ -41,7 +41,7 @@ def test_a_plain_record_is_unchanged():
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"  # the settings' for both formatters
 
 
-def test_i38_4_a_json_line_has_the_fields_of_the_key_value_line():
+def test_a_json_line_has_the_fields_of_the_key_value_line():
     record = logging.LogRecord("conduit.routing", logging.WARNING, __file__, 1, "route.gave_up", (), None)
     record.__dict__.update({"event": 12, "code": "handler_timeout", "route.refusals": [{"route": "a"}]})
 
@@ -58,7 +58,7 @@ def test_i38_4_a_json_line_has_the_fields_of_the_key_value_line():
     assert text.startswith(f"{line['asctime']} WARNING conduit.routing route.gave_up event=12 ")
 
 
-def test_i38_4_a_json_line_keeps_the_traceback_and_writes_what_json_cannot_hold_as_text():
+def test_a_json_line_keeps_the_traceback_and_writes_what_json_cannot_hold_as_text():
     from datetime import UTC, datetime
 
     try:
@@ -96,7 +96,7 @@ def run_logging(log_format: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_i38_4_log_format_json_writes_each_record_as_one_json_object():
+def test_log_format_json_writes_each_record_as_one_json_object():
     result = run_logging("json")
 
     assert result.returncode == 0, result.stderr
@@ -111,7 +111,7 @@ def test_i38_4_log_format_json_writes_each_record_as_one_json_object():
     assert "asctime" in line
 
 
-def test_i38_4_log_format_text_is_the_default_and_an_unknown_one_is_refused():
+def test_log_format_text_is_the_default_and_an_unknown_one_is_refused():
     text = run_logging("text")
     unknown = run_logging("yaml")
 
@@ -133,7 +133,7 @@ def json_lines():
 
 
 @pytest.mark.django_db
-def test_i38_4_a_web_request_gets_an_id_in_its_answer_and_its_log_lines(client, json_lines):
+def test_a_web_request_gets_an_id_in_its_answer_and_its_log_lines(client, json_lines):
     user = UserFactory(username="operator")
     user.set_password("a-long-console-password-1")
     user.save()
@@ -152,7 +152,7 @@ def test_i38_4_a_web_request_gets_an_id_in_its_answer_and_its_log_lines(client, 
 
 
 @pytest.mark.django_db
-def test_i38_4_djangos_own_request_lines_carry_the_request_id_and_other_lines_none(client, json_lines):
+def test_djangos_own_request_lines_carry_the_request_id_and_other_lines_none(client, json_lines):
     client.get("/no-such-page/", headers={"x-request-id": "req-404"})
     logging.getLogger("conduit.routing").warning("route.gave_up")
 

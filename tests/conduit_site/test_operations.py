@@ -134,7 +134,7 @@ def fresh_heartbeats(*, route_age: float = 1.0, work_age: float = 1.0) -> None:
 # --- /healthz --------------------------------------------------------------------------------
 
 
-def test_i38_2_healthz_answers_with_no_database_session_or_allowed_host(client):
+def test_healthz_answers_with_no_database_session_or_allowed_host(client):
     # No django_db mark: any database access here would raise.
     response = client.get("/healthz", headers={"host": "10.1.2.3:8000"})  # not in ALLOWED_HOSTS
 
@@ -146,20 +146,20 @@ def test_i38_2_healthz_answers_with_no_database_session_or_allowed_host(client):
     assert "Content-Security-Policy" not in response  # answered before the CSP middleware
 
 
-def test_i38_2_healthz_is_not_redirected_to_https_in_production(client, settings):
+def test_healthz_is_not_redirected_to_https_in_production(client, settings):
     settings.SECURE_SSL_REDIRECT = True
 
     assert client.get("/healthz").status_code == 200
     assert client.get("/login/").status_code == 301  # the rest still is
 
 
-def test_i38_2_post_to_an_operations_endpoint_is_refused(client):
+def test_post_to_an_operations_endpoint_is_refused(client):
     response = client.post("/healthz")
 
     assert response.status_code == 405 and response["Allow"] == "GET, HEAD"
 
 
-def test_i38_2_healthz_answers_and_readyz_names_the_database_when_the_database_is_down():
+def test_healthz_answers_and_readyz_names_the_database_when_the_database_is_down():
     """In a process whose database does not answer (nothing listens on its port)."""
     script = textwrap.dedent(
         """
@@ -200,7 +200,7 @@ def test_i38_2_healthz_answers_and_readyz_names_the_database_when_the_database_i
 
 
 @pytest.mark.django_db
-def test_i38_2_readyz_is_ready_with_a_live_configuration_and_fresh_loop_heartbeats(client, clock):
+def test_readyz_is_ready_with_a_live_configuration_and_fresh_loop_heartbeats(client, clock):
     config_apply(document=DOCUMENT, clock=clock)
     fresh_heartbeats()
 
@@ -224,7 +224,7 @@ def test_i38_2_readyz_is_ready_with_a_live_configuration_and_fresh_loop_heartbea
     ("route_age", "work_age", "failing"),
     [(61, 1, "route_loop"), (1, 61, "work_loop"), (3600, 3600, "route_loop,work_loop")],
 )
-def test_i38_2_readyz_turns_503_when_a_loops_heartbeat_is_stale(client, clock, route_age, work_age, failing):
+def test_readyz_turns_503_when_a_loops_heartbeat_is_stale(client, clock, route_age, work_age, failing):
     config_apply(document=DOCUMENT, clock=clock)
     fresh_heartbeats(route_age=route_age, work_age=work_age)
 
@@ -240,7 +240,7 @@ def test_i38_2_readyz_turns_503_when_a_loops_heartbeat_is_stale(client, clock, r
 
 
 @pytest.mark.django_db
-def test_i38_2_readyz_turns_503_when_a_stopped_work_loop_left_the_only_heartbeat(client, clock):
+def test_readyz_turns_503_when_a_stopped_work_loop_left_the_only_heartbeat(client, clock):
     config_apply(document=DOCUMENT, clock=clock)
     KVFactory(namespace=HEARTBEATS_NAMESPACE, key="h:1", updated_at=timezone.now())
     KVFactory(
@@ -253,7 +253,7 @@ def test_i38_2_readyz_turns_503_when_a_stopped_work_loop_left_the_only_heartbeat
 
 
 @pytest.mark.django_db
-def test_i38_2_readyz_without_a_configuration_and_with_an_excluded_check(client):
+def test_readyz_without_a_configuration_and_with_an_excluded_check(client):
     KVFactory(namespace=HEARTBEATS_NAMESPACE, key="h:1", updated_at=timezone.now())
 
     unready = client.get("/readyz")
@@ -271,7 +271,7 @@ def test_i38_2_readyz_without_a_configuration_and_with_an_excluded_check(client)
 
 
 @pytest.mark.django_db
-def test_i38_2_readyz_counts_unapplied_migrations(client, clock, monkeypatch):
+def test_readyz_counts_unapplied_migrations(client, clock, monkeypatch):
     config_apply(document=DOCUMENT, clock=clock)
     fresh_heartbeats()
     from django.db.migrations.executor import MigrationExecutor
@@ -291,14 +291,14 @@ def test_i38_2_readyz_counts_unapplied_migrations(client, clock, monkeypatch):
 
 
 @pytest.mark.django_db
-def test_i38_3_metrics_are_off_by_default_a_404(client):
+def test_metrics_are_off_by_default_a_404(client):
     response = client.get("/metrics")
 
     assert response.status_code == 404
 
 
 @pytest.mark.django_db
-def test_i38_3_metrics_with_a_token_refuse_a_scrape_without_it(client, metrics_on):
+def test_metrics_with_a_token_refuse_a_scrape_without_it(client, metrics_on):
     missing = client.get("/metrics")
     wrong = client.get("/metrics", headers={"authorization": "Bearer not-the-token"})
     basic = client.get("/metrics", headers={"authorization": f"Basic {TOKEN}"})
@@ -311,7 +311,7 @@ def test_i38_3_metrics_with_a_token_refuse_a_scrape_without_it(client, metrics_o
 
 
 @pytest.mark.django_db
-def test_i38_3_metrics_on_without_a_token_are_open(client, settings):
+def test_metrics_on_without_a_token_are_open(client, settings):
     settings.CONDUIT_METRICS = True
     settings.CONDUIT_METRICS_TOKEN = ""
 
@@ -319,7 +319,7 @@ def test_i38_3_metrics_on_without_a_token_are_open(client, settings):
 
 
 @pytest.mark.django_db
-def test_i38_3_metrics_gauges_read_the_backlog_heartbeats_and_parked_work(client, clock, metrics_on):
+def test_metrics_gauges_read_the_backlog_heartbeats_and_parked_work(client, clock, metrics_on):
     config_apply(document=DOCUMENT, clock=clock)
     for n in range(3):
         accept(clock, "ops.none", {"n": n}, scope="ops")
@@ -340,9 +340,7 @@ def test_i38_3_metrics_gauges_read_the_backlog_heartbeats_and_parked_work(client
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i38_3_metrics_count_real_routed_events_and_attempts(
-    client, clock, settings, metrics_on, test_handlers
-):
+def test_metrics_count_real_routed_events_and_attempts(client, clock, settings, metrics_on, test_handlers):
     settings.CONDUIT_MAX_ATTEMPTS = 1  # boom's first failure parks its Work
     config_apply(document=DOCUMENT, clock=clock)
     before = scrape(client)
@@ -396,7 +394,7 @@ def test_i38_3_metrics_count_real_routed_events_and_attempts(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i38_3_causal_refusals_are_counted_by_kind(client, clock, settings, metrics_on):
+def test_causal_refusals_are_counted_by_kind(client, clock, settings, metrics_on):
     from causal.limits import Causal, CausalRefused, Limits
     from causal.services import Envelope
 
@@ -422,7 +420,7 @@ def test_i38_3_causal_refusals_are_counted_by_kind(client, clock, settings, metr
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i38_3_metrics_add_up_every_process_of_the_multiprocess_folder(
+def test_metrics_add_up_every_process_of_the_multiprocess_folder(
     client, clock, metrics_on, tmp_path, monkeypatch
 ):
     config_apply(document=PLAIN_DOCUMENT, clock=clock)
@@ -450,7 +448,7 @@ def test_i38_3_metrics_add_up_every_process_of_the_multiprocess_folder(
     assert value(found, "conduit_events_unrouted") == 0
 
 
-def test_i38_3_serve_empties_its_metrics_folder_and_keeps_one_given_to_it(tmp_path, settings, monkeypatch):
+def test_serve_empties_its_metrics_folder_and_keeps_one_given_to_it(tmp_path, settings, monkeypatch):
     from infra.metrics import MULTIPROC_ENV, prepare_children_directory
 
     settings.CONDUIT_METRICS = False
@@ -492,7 +490,7 @@ def http(url: str, *, data: bytes | None = None, headers: dict | None = None) ->
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_i38_3_a_real_serve_adds_up_its_web_processes_and_loops(tmp_path, clock):
+def test_a_real_serve_adds_up_its_web_processes_and_loops(tmp_path, clock):
     """``serve --workers 2`` with a metrics token: Events posted to the API (either web process
     answers), routed by the route loop and run by the work loop; every scrape, whichever web
     process answers it, shows every process's counts; /healthz and /readyz answer."""
@@ -545,7 +543,7 @@ def test_i38_3_a_real_serve_adds_up_its_web_processes_and_loops(tmp_path, clock)
     assert list((tmp_path / "metrics").glob("counter_*.db"))  # serve's folder, under the var folder
 
 
-def test_i38_3_check_deploy_warns_about_metrics_served_without_a_token(settings):
+def test_check_deploy_warns_about_metrics_served_without_a_token(settings):
     from django.core import checks
 
     settings.CONDUIT_METRICS, settings.CONDUIT_METRICS_TOKEN = True, ""
@@ -565,7 +563,7 @@ def test_i38_3_check_deploy_warns_about_metrics_served_without_a_token(settings)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i38_8_hosts_sharing_a_metrics_folder_each_write_files_of_their_own(
+def test_hosts_sharing_a_metrics_folder_each_write_files_of_their_own(
     client, clock, metrics_on, tmp_path, monkeypatch
 ):
     """Containers share one metrics volume (compose.yaml) and each one's first process may have

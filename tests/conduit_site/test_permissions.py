@@ -140,7 +140,7 @@ def _patterns(urlconf: str) -> set[str]:
     return {p.name for p in get_resolver(urlconf).url_patterns if isinstance(p, URLPattern)}
 
 
-def test_i9p3_the_matrix_names_every_api_route_and_method():
+def test_the_matrix_names_every_api_route_and_method():
     routes = {
         (pattern.name, method)
         for pattern in get_resolver("conduit_site.api.urls").url_patterns
@@ -149,11 +149,11 @@ def test_i9p3_the_matrix_names_every_api_route_and_method():
     assert routes == set(API)
 
 
-def test_i9p3_the_matrix_names_every_console_route():
+def test_the_matrix_names_every_console_route():
     assert _patterns("conduit_site.console.urls") == {name for name, _ in CONSOLE}
 
 
-def test_i9p3_an_api_endpoint_must_name_its_permission():
+def test_an_api_endpoint_must_name_its_permission():
     with pytest.raises(ValueError, match="needs a permission for each of GET, POST"):
         api_view(["GET", "POST"], permission={"GET": "routing.view_event"})
 
@@ -213,7 +213,7 @@ def allowed(who: str, scope: str | None) -> bool:
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", PRINCIPALS)
 @pytest.mark.parametrize(("name", "method"), sorted(API))
-def test_i9p3_api_matrix(world, name, method, who):
+def test_each_principal_gets_each_api_route_and_method_as_the_matrix_says(world, name, method, who):
     secret = principal_token(who)
     headers = {"Authorization": f"Bearer {secret}"} if secret else {}
     url = url_for(name, world)
@@ -241,7 +241,7 @@ def test_i9p3_api_matrix(world, name, method, who):
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", PRINCIPALS)
 @pytest.mark.parametrize(("name", "method"), sorted({**CONSOLE, **ADMIN_SITE}))
-def test_i9p3_console_matrix(world, name, method, who):
+def test_each_principal_gets_each_console_page_as_the_matrix_says(world, name, method, who):
     client = Client()
     headers = {}
     if who == "narrowed":
@@ -277,7 +277,7 @@ def test_i9p3_console_matrix(world, name, method, who):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("who", PRINCIPALS)
 @pytest.mark.parametrize("name", sorted(WEBSOCKETS))
-def test_i9p3_websocket_matrix(settings, tmp_path, name, who):
+def test_each_principal_joins_each_websocket_as_the_matrix_says(settings, tmp_path, name, who):
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "infra.layers.SQLiteChannelLayer",
@@ -323,7 +323,7 @@ def test_i9p3_websocket_matrix(settings, tmp_path, name, who):
 MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len(WEBSOCKETS))
 
 
-def test_i9p3_matrix_size():
+def test_the_matrix_covers_five_principals_on_every_route():
     # 5 principals x (routes and methods of the API, the console, the admin site and 4 websockets).
     assert MATRIX_SIZE == 5 * 78 == 390
 
@@ -332,7 +332,7 @@ def test_i9p3_matrix_size():
 
 
 @pytest.mark.django_db
-def test_i9p3_api_token_create_only_accept_makes_a_webhook_token_that_cannot_read():
+def test_api_token_create_only_accept_makes_a_webhook_token_that_cannot_read():
     apply_config()
     user_with_role("operator", username="hooks")
     out, err = io.StringIO(), io.StringIO()
@@ -359,7 +359,7 @@ def test_i9p3_api_token_create_only_accept_makes_a_webhook_token_that_cannot_rea
 
 
 @pytest.mark.django_db
-def test_i9p3_a_narrowed_token_never_exceeds_its_users_permissions():
+def test_a_narrowed_token_never_exceeds_its_users_permissions():
     apply_config()
     viewer = user_with_role("viewer", username="reader")
     secret = api_token_create(user=viewer, name="t", clock=lambda: T0, scopes=["accept", "read"]).secret
@@ -376,7 +376,7 @@ def test_i9p3_a_narrowed_token_never_exceeds_its_users_permissions():
 @pytest.mark.parametrize(
     ("only", "message"), [("write", "unknown scope 'write'"), (",", "name at least one scope")]
 )
-def test_i9p3_api_token_create_refuses_unknown_scopes_and_stores_nothing(only, message):
+def test_api_token_create_refuses_unknown_scopes_and_stores_nothing(only, message):
     UserFactory(username="someone")
     with pytest.raises(Exception, match=message):
         call_command(
@@ -386,7 +386,7 @@ def test_i9p3_api_token_create_refuses_unknown_scopes_and_stores_nothing(only, m
 
 
 @pytest.mark.django_db
-def test_i9p3_an_admin_narrows_a_token_in_the_admin_site():
+def test_an_admin_narrows_a_token_in_the_admin_site():
     client = Client()
     client.force_login(user_with_role("admin", username="boss"))
     owner = user_with_role("operator", username="sender")

@@ -37,7 +37,7 @@ def address(meta: dict[str, str]) -> str | None:
     return client_ip(RequestFactory().get("/", **meta))
 
 
-def test_i38_7_client_address_is_read_from_the_right_behind_trusted_proxies_only(settings):
+def test_client_address_is_read_from_the_right_behind_trusted_proxies_only(settings):
     settings.CONDUIT_TRUSTED_PROXIES = ["10.0.0.0/24", "::1"]
     forged = {"HTTP_X_FORWARDED_FOR": f"1.2.3.4, {VICTIM}"}
     assert address({"REMOTE_ADDR": PROXY, **forged}) == VICTIM
@@ -51,7 +51,7 @@ def test_i38_7_client_address_is_read_from_the_right_behind_trusted_proxies_only
     assert address({"REMOTE_ADDR": PROXY, **forged}) == PROXY
 
 
-def test_i38_7_forged_forwarded_for_from_an_untrusted_peer_changes_nothing(client, operator, settings):
+def test_forged_forwarded_for_from_an_untrusted_peer_changes_nothing(client, operator, settings):
     """Five wrong passwords from one peer under five forged addresses lock out that peer only."""
     settings.CONDUIT_TRUSTED_PROXIES = [PROXY]
     for n in range(settings.AXES_FAILURE_LIMIT):
@@ -63,7 +63,7 @@ def test_i38_7_forged_forwarded_for_from_an_untrusted_peer_changes_nothing(clien
     assert sign_in(client, PASSWORD, peer=PROXY, forwarded=VICTIM).status_code == 302
 
 
-def test_i38_7_behind_the_proxy_the_real_client_is_locked_out_alone(client, operator, settings):
+def test_behind_the_proxy_the_real_client_is_locked_out_alone(client, operator, settings):
     settings.CONDUIT_TRUSTED_PROXIES = [PROXY]
     for n in range(settings.AXES_FAILURE_LIMIT):
         # The attacker's own left-hand entries vary; the proxy appends the real peer.

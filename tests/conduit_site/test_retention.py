@@ -16,10 +16,9 @@ from conduit_site.retention import site_prune
 from routing.acceptance.services import events_accept
 from routing.models import RouteRecord
 from tests.causal.factories import EventFactory, KVFactory
-from tests.routing.engine.test_loop import drain_loop
 from tests.routing.factories import RouteRecordFactory
 from tests.routing.history import history_payloads, history_violations
-from tests.routing.routerkit import MATCH_ONLY, apply
+from tests.routing.routerkit import MATCH_ONLY, apply, drain_loop
 from tests.worklife.factories import (
     T0,
     AttemptFactory,
@@ -105,7 +104,7 @@ def kept_events(r) -> set[int]:
     }
 
 
-def test_i38_5_prune_deletes_exactly_old_terminal_work_and_the_events_nothing_keeps(rows):
+def test_prune_deletes_exactly_old_terminal_work_and_the_events_nothing_keeps(rows):
     counts = site_prune(clock=lambda: NOW, days=30, batch=1)
 
     assert set(Work.objects.values_list("pk", flat=True)) == {rows["young"].pk, rows["live"].pk}
@@ -132,7 +131,7 @@ def test_i38_5_prune_deletes_exactly_old_terminal_work_and_the_events_nothing_ke
     assert counts.conflicts == 0
 
 
-def test_i38_5_prune_deletes_impact_previews_last_written_before_the_cutoff():
+def test_prune_deletes_impact_previews_last_written_before_the_cutoff():
     from routing.models import ImpactRun, ImpactRunChange
     from tests.routing.factories import ImpactRunChangeFactory, ImpactRunFactory
 
@@ -150,7 +149,7 @@ def test_i38_5_prune_deletes_impact_previews_last_written_before_the_cutoff():
     assert "2 impact previews" in counts.line()
 
 
-def test_i38_5_dry_run_counts_the_same_and_deletes_nothing(rows):
+def test_dry_run_counts_the_same_and_deletes_nothing(rows):
     works, events = Work.objects.count(), Event.objects.count()
     dry = site_prune(clock=lambda: NOW, days=30, dry_run=True)
     assert (Work.objects.count(), Event.objects.count()) == (works, events)
@@ -159,14 +158,14 @@ def test_i38_5_dry_run_counts_the_same_and_deletes_nothing(rows):
     assert dry.line().startswith("would delete") and real.line().startswith("deleted")
 
 
-def test_i38_5_zero_days_keeps_everything(rows, settings):
+def test_zero_days_keeps_everything(rows, settings):
     settings.CONDUIT_RETENTION_DAYS = 0
     works, events = Work.objects.count(), Event.objects.count()
     assert site_prune(clock=lambda: NOW).cutoff is None
     assert (Work.objects.count(), Event.objects.count()) == (works, events)
 
 
-def test_i38_5_prune_command_prints_counts_and_dry_run_deletes_nothing(rows, settings):
+def test_prune_command_prints_counts_and_dry_run_deletes_nothing(rows, settings):
     settings.CONDUIT_RETENTION_DAYS = 1
     out = StringIO()
     call_command("prune", "--dry-run", stdout=out)
@@ -178,7 +177,7 @@ def test_i38_5_prune_command_prints_counts_and_dry_run_deletes_nothing(rows, set
     assert not Work.objects.filter(pk=rows["done"].pk).exists()
 
 
-def test_i38_5_the_work_loop_prunes_on_its_first_pass(rows, settings):
+def test_the_work_loop_prunes_on_its_first_pass(rows, settings):
     settings.CONDUIT_RETENTION_DAYS = 1
     call_command("work_loop", "--once", stdout=StringIO())
     assert not Work.objects.filter(pk=rows["done"].pk).exists()
@@ -186,7 +185,7 @@ def test_i38_5_the_work_loop_prunes_on_its_first_pass(rows, settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i38_5_a_routing_history_stays_clean_after_prune():
+def test_a_routing_history_stays_clean_after_prune():
     """Route a history (its Work stays live: nothing runs it), prune as if 31 days had passed:
     every keyed Event is a live Work's trigger or input and stays, every targetless one goes, and
     the history checker finds nothing lost, duplicated or out of order in what is left."""

@@ -17,15 +17,15 @@ from django.templatetags.static import static
 from django.test import Client
 from django.urls import reverse
 
-from tests.conduit_site.test_headers_and_files import asgi_get
 from tests.routing.factories import UserFactory
+from tests.support import asgi_get
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db
 
 
-def test_i11_9_favicon_ico_redirects_to_a_static_icon(client):
+def test_favicon_ico_redirects_to_a_static_icon(client):
     response = client.get("/favicon.ico")
     assert response.status_code == 301
     assert response["Location"] == static("favicon.ico")
@@ -33,13 +33,13 @@ def test_i11_9_favicon_ico_redirects_to_a_static_icon(client):
     assert icon[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
 
 
-def test_i11_9_the_favicon_is_served_where_the_redirect_points():
+def test_the_favicon_is_served_where_the_redirect_points():
     status, headers = asyncio.run(asgi_get(static("favicon.ico")))
     assert status == 200
     assert headers[b"content-type"] in (b"image/x-icon", b"image/vnd.microsoft.icon")
 
 
-def test_i11_9_console_pages_and_the_admin_link_the_favicon(client):
+def test_console_pages_and_the_admin_link_the_favicon(client):
     client.force_login(UserFactory(is_staff=True, is_superuser=True))
     page = client.get(reverse("console-home")).content.decode()
     assert f'<link rel="icon" href="{static("favicon.ico")}">' in page
@@ -48,7 +48,7 @@ def test_i11_9_console_pages_and_the_admin_link_the_favicon(client):
     assert client.get("/favicon.ico", follow=False).status_code == 301
 
 
-def test_i11_9_debug_404_is_djangos_debug_page_for_the_console_and_json_for_the_api(client, settings):
+def test_debug_404_is_djangos_debug_page_for_the_console_and_json_for_the_api(client, settings):
     settings.DEBUG = True
     page = client.get("/no-such-page/")
     assert page.status_code == 404
@@ -61,7 +61,7 @@ def test_i11_9_debug_404_is_djangos_debug_page_for_the_console_and_json_for_the_
     assert api.json() == {"error": "not_found", "message": "no such URL: /api/no-such-endpoint"}
 
 
-def test_i36_10_with_debug_an_api_url_with_a_newline_is_a_json_404_too(client, settings):
+def test_with_debug_an_api_url_with_a_newline_is_a_json_404_too(client, settings):
     """schemathesis found a path parameter with a newline answered with Django's debug page."""
     settings.DEBUG = True
     for path in ("/api/work/%0A%C3%97/rebind", "/hooks/a%0Ab/c"):
@@ -69,7 +69,7 @@ def test_i36_10_with_debug_an_api_url_with_a_newline_is_a_json_404_too(client, s
         assert response.status_code == 404 and response.json()["error"] == "not_found", path
 
 
-def test_i11_9_without_debug_the_404_is_the_consoles_page_and_json_for_the_api(client, settings):
+def test_without_debug_the_404_is_the_consoles_page_and_json_for_the_api(client, settings):
     settings.DEBUG = False
     client.force_login(UserFactory())
     page = client.get("/no-such-page/")
@@ -82,7 +82,7 @@ def test_i11_9_without_debug_the_404_is_the_consoles_page_and_json_for_the_api(c
     assert api.status_code == 404 and api.json()["error"] == "not_found"
 
 
-def test_i11_9_api_docs_without_a_slash_redirects_to_the_page(client):
+def test_api_docs_without_a_slash_redirects_to_the_page(client):
     response = client.get("/api/docs")
     assert response.status_code == 301 and response["Location"] == reverse("api-docs")
 
@@ -106,14 +106,14 @@ def debug_setting(**environ: str) -> bool:
     return json.loads(done.stdout)
 
 
-def test_i11_9_debug_is_on_in_development_and_follows_the_environment():
+def test_debug_is_on_in_development_and_follows_the_environment():
     assert debug_setting() is True  # development: the debug 404 page above
     assert debug_setting(DEBUG="false") is False
     assert debug_setting(CONDUIT_ENV="production", SECRET_KEY="x" * 50, ALLOWED_HOSTS="example.com") is False
     assert debug_setting(CONDUIT_ENV="production", SECRET_KEY="x" * 50, DEBUG="true") is True
 
 
-def test_i11_9_a_post_to_an_unknown_api_url_is_a_json_404_not_a_csrf_refusal(settings):
+def test_a_post_to_an_unknown_api_url_is_a_json_404_not_a_csrf_refusal(settings):
     settings.DEBUG = True
     response = Client(enforce_csrf_checks=True).post(
         "/api/work/x/retry", data="{}", content_type="application/json"

@@ -41,7 +41,7 @@ def both_loops_alive():
     )
 
 
-def test_i38_1_a_restart_is_recorded_once_a_child_and_counted(clock):
+def test_a_restart_is_recorded_once_a_child_and_counted(clock):
     restart_record(child="work_loop", status=-9, restarts=1, clock=clock, host="web-1")
     clock.advance(5)
     restart_record(child="work_loop", status=-9, restarts=2, clock=clock, host="web-1")
@@ -54,7 +54,7 @@ def test_i38_1_a_restart_is_recorded_once_a_child_and_counted(clock):
     assert restarts_recent(now=clock() + timedelta(minutes=16)) == []
 
 
-def test_i38_1_doctor_warns_about_recent_restarts(clock):
+def test_doctor_warns_about_recent_restarts(clock):
     assert check_supervision(now=clock()).ok
     restart_record(child="work_loop", status=-9, restarts=1, clock=clock, host="web-1")
 
@@ -65,7 +65,7 @@ def test_i38_1_doctor_warns_about_recent_restarts(clock):
     assert check_supervision(now=clock() + timedelta(minutes=16)).ok
 
 
-def test_i38_1_banner_names_restarted_children_in_the_same_query(clock, django_assert_num_queries):
+def test_banner_names_restarted_children_in_the_same_query(clock, django_assert_num_queries):
     both_loops_alive()
     with django_assert_num_queries(1):
         assert loops_alive(now=NOW).restarted == 0
@@ -74,7 +74,7 @@ def test_i38_1_banner_names_restarted_children_in_the_same_query(clock, django_a
         assert loops_alive(now=NOW).restarted == 1
 
 
-def test_i38_1_banner_shows_a_restart_on_pages_and_on_its_polled_url(console, clock):
+def test_banner_shows_a_restart_on_pages_and_on_its_polled_url(console, clock):
     both_loops_alive()
     body = console.get(reverse("event-list")).content.decode()
     assert 'id="restart-banner"' not in body
@@ -90,6 +90,6 @@ def test_i38_1_banner_shows_a_restart_on_pages_and_on_its_polled_url(console, cl
         assert "<code>route_loop</code> on web-1 (2 times, last exit signal 9)" in banner.group(1)
 
 
-def test_i38_1_banner_url_needs_a_sign_in(client):
+def test_banner_url_needs_a_sign_in(client):
     response = client.get(reverse("console-health"))
     assert response.status_code == 302

@@ -128,7 +128,7 @@ def test_r7_issue12_window_insert_of_a_json_value_every_row_shares():
     ] * 2
 
 
-def test_i12_3_window_insert_stores_awkward_text_and_json_values_exactly_in_row_order():
+def test_window_insert_stores_awkward_text_and_json_values_exactly_in_row_order():
     """On PostgreSQL the varying text and integer columns go as array literals and each JSON
     column as one JSON document (infra.queries.array_text, json_array_text): whatever
     a value holds (the literal's own quote and backslash, separators, braces, the word NULL,
@@ -191,7 +191,7 @@ def bound(model) -> int:
     return 1 + sum(1 for field in model._meta.concrete_fields if not field.primary_key)
 
 
-def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limit_allows():
+def test_window_insert_binds_as_many_rows_a_statement_as_the_variable_limit_allows():
     """SQLite: a window's rows go in multi-row statements, as many rows each as the
     connection's bound-variable limit allows (one statement for a window under the usual
     limit), and the keys come back in row order across statements. PostgreSQL: one statement
@@ -224,7 +224,7 @@ def test_i12_2_window_insert_binds_as_many_rows_a_statement_as_the_variable_limi
     assert [Work.objects.get(pk=pk).trigger_id for pk in ids] == [event.seq for event in triggers]
 
 
-def test_i12_2_window_inserts_of_nearby_row_counts_run_one_statement():
+def test_window_inserts_of_nearby_row_counts_run_one_statement():
     """SQLite pads a statement's rows to a few lengths (infra.queries.padded_length)
     with rows it leaves out: windows of 9 and 10 rows run the same statement (prepared once,
     and few kept), and store exactly their own rows. PostgreSQL's statement has one shape."""

@@ -29,7 +29,7 @@ def _orm_work_views(ids):
 
 
 @pytest.mark.django_db
-def test_i12_work_views_compiled_once_equal_the_orm_for_every_shape():
+def test_work_views_compiled_once_equal_the_orm_for_every_shape():
     works = WorkFactory.create_batch(4)
     WorkInputFactory(work=works[0])
     WorkInputFactory(work=works[0], binding="reviewer", state="pending", kind="queue")  # the latest
@@ -66,7 +66,7 @@ def test_i12_work_views_compiled_once_equal_the_orm_for_every_shape():
 
 
 @pytest.mark.django_db
-def test_i12_a_shape_is_built_once_then_only_run():
+def test_a_shape_is_built_once_then_only_run():
     works = WorkFactory.create_batch(3)
     built = []
 
@@ -83,7 +83,7 @@ def test_i12_a_shape_is_built_once_then_only_run():
 
 
 @pytest.mark.django_db
-def test_i12_empty_lists_and_values_the_orm_rewrites_go_through_the_orm():
+def test_empty_lists_and_values_the_orm_rewrites_go_through_the_orm():
     work = WorkFactory(scope="Acme")
     built = []
 
@@ -100,7 +100,7 @@ def test_i12_empty_lists_and_values_the_orm_rewrites_go_through_the_orm():
 
 
 @pytest.mark.django_db
-def test_i12_failures_read_compiled_once_equals_the_orm():
+def test_failures_read_compiled_once_equals_the_orm():
     KVFactory(namespace=FAILURES_NAMESPACE, key="11", value={"count": 2, "code": "handler_failed"})
     KVFactory(namespace=FAILURES_NAMESPACE, key="12", value=["not", "a", "dict"])
     KVFactory(namespace="elsewhere", key="13", value={"count": 1})
@@ -116,7 +116,7 @@ def test_i12_failures_read_compiled_once_equals_the_orm():
 @pytest.mark.parametrize(
     "counted", [0, 1, failures_module.FEW_FAILURES, failures_module.FEW_FAILURES + 1, 150]
 )
-def test_i12_failures_read_answers_alike_with_few_and_many_failures(counted):
+def test_failures_read_answers_alike_with_few_and_many_failures(counted):
     """While few failures are counted, all of them are read at once; past
     :data:`FEW_FAILURES`, each Event's is looked up. Either way the answer is the failures of
     the Events asked about, no other (fails when the read of all of them is not filtered)."""
@@ -134,7 +134,7 @@ def test_i12_failures_read_answers_alike_with_few_and_many_failures(counted):
 
 
 @pytest.mark.django_db
-def test_i12_subscriptions_compiled_once_equal_the_orm():
+def test_subscriptions_compiled_once_equal_the_orm():
     at = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     wait = WaitFactory(name="deps", match={"type": "build.done"}, timeout_at=at, blocked_reason="")
     sub = DependencySubscriptionFactory(wait=wait, scope="ci", match={"data.ok": True})
@@ -160,7 +160,7 @@ def test_i12_subscriptions_compiled_once_equal_the_orm():
 
 
 @pytest.mark.django_db
-def test_i12_the_live_generation_id_compiled_once_follows_applies(clock):
+def test_the_live_generation_id_compiled_once_follows_applies(clock):
     from routing.config.selectors import live_generation, live_generation_id
     from routing.config.services import config_apply
 
@@ -173,7 +173,7 @@ def test_i12_the_live_generation_id_compiled_once_follows_applies(clock):
 
 
 @pytest.mark.django_db
-def test_i12_key_owners_compiled_once_equal_the_orm():
+def test_key_owners_compiled_once_equal_the_orm():
     from tests.worklife.factories import CorrelationKeyFactory
 
     a = CorrelationKeyFactory(scope="acme", key="pr:1")
@@ -192,7 +192,7 @@ def test_i12_key_owners_compiled_once_equal_the_orm():
     }
 
 
-def test_i12p2_lists_are_padded_to_a_few_lengths_at_most_a_quarter_longer():
+def test_lists_are_padded_to_a_few_lengths_at_most_a_quarter_longer():
     lengths = {padded_length(n) for n in range(1, 1025)}
     assert len(lengths) <= 40
     for n in range(1, 5000):
@@ -200,7 +200,7 @@ def test_i12p2_lists_are_padded_to_a_few_lengths_at_most_a_quarter_longer():
 
 
 @pytest.mark.django_db
-def test_i12p2_windows_of_many_sizes_share_few_compiled_statements_and_read_what_the_orm_reads():
+def test_windows_of_many_sizes_share_few_compiled_statements_and_read_what_the_orm_reads():
     works = WorkFactory.create_batch(40)
     built = []
 
@@ -220,7 +220,7 @@ def test_i12p2_windows_of_many_sizes_share_few_compiled_statements_and_read_what
 
 
 @pytest.mark.django_db
-def test_i12p2_a_time_among_the_values_is_passed_as_the_backend_takes_it():
+def test_a_time_among_the_values_is_passed_as_the_backend_takes_it():
     at = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
     early, late = WorkFactory(), WorkFactory()
     Work.objects.filter(pk=early.pk).update(updated_at=at)
@@ -244,7 +244,7 @@ def test_i12p2_a_time_among_the_values_is_passed_as_the_backend_takes_it():
 
 
 @pytest.mark.django_db
-def test_i12p2_update_rows_writes_what_the_orms_update_writes():
+def test_update_rows_writes_what_the_orms_update_writes():
     works = WorkFactory.create_batch(12)
     at = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
     chosen = [w.pk for w in works[:9]]  # nine keys: padded to ten by repeating the last
@@ -260,7 +260,7 @@ def test_i12p2_update_rows_writes_what_the_orms_update_writes():
 
 
 @pytest.mark.django_db
-def test_i12_2_json_columns_read_as_the_orm_reads_them_empty_ones_each_a_new_value():
+def test_json_columns_read_as_the_orm_reads_them_empty_ones_each_a_new_value():
     """Empty arrays and objects skip the decoder (most Events' correlation and extensions); what
     comes back is what the ORM returns, and no two rows share a list or dict."""
     events = [
@@ -299,7 +299,7 @@ def test_i12_2_json_columns_read_as_the_orm_reads_them_empty_ones_each_a_new_val
         "",
     ],
 )
-def test_i12_2_json_text_decodes_as_djangos_json_field_decodes_it(text):
+def test_json_text_decodes_as_djangos_json_field_decodes_it(text):
     """The quicker conversion (the decoder called directly) returns what ``JSONField.from_db_value``
     returns for any text: values, ``null``, and text ``json.loads`` refuses (returned as it is)."""
     from django.db import connection
@@ -314,7 +314,7 @@ def test_i12_2_json_text_decodes_as_djangos_json_field_decodes_it(text):
 
 
 @pytest.mark.django_db
-def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
+def test_a_statement_run_again_converts_as_it_did_the_first_time():
     """SQLite's cursor remembers each statement's ``?`` form; ``%%`` stays a literal ``%``."""
     from django.db import connection
 
@@ -325,7 +325,7 @@ def test_i12p2_a_statement_run_again_converts_as_it_did_the_first_time():
 
 
 @pytest.mark.django_db
-def test_i12_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
+def test_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
     """For a window of consecutive seqs the commit reads the unrouted Events
     before its first one, without the window's list; that is exactly the list read (unrouted,
     before the window's last Event, outside the window). A window with a gap still reads with
@@ -343,7 +343,7 @@ def test_i12_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
     assert [row[0] for row in with_gap] == [seqs[i] for i in (1, 3, 6, 8, 14)]
 
 
-def test_i12_work_views_are_built_by_position_in_the_fields_order():
+def test_work_views_are_built_by_position_in_the_fields_order():
     """read_work_views builds each WorkView by position: WORK_VIEW_FIELDS are its first fields
     in its order, then its attempts, its wait and the two input annotations."""
     import dataclasses
@@ -361,7 +361,7 @@ def test_i12_work_views_are_built_by_position_in_the_fields_order():
     ]
 
 
-def test_i12_settlements_are_built_by_position_in_the_fields_order():
+def test_settlements_are_built_by_position_in_the_fields_order():
     """Settlement.settled_by builds a settlement by position: its fields in this order."""
     import dataclasses
 
@@ -385,7 +385,7 @@ def test_i12_settlements_are_built_by_position_in_the_fields_order():
     ]
 
 
-def test_i12_queued_decisions_are_built_by_position_in_the_fields_order():
+def test_queued_decisions_are_built_by_position_in_the_fields_order():
     """routing.engine.decide._queued builds a decision by position: Decision's fields in this order."""
     import dataclasses
 
@@ -414,7 +414,7 @@ def test_i12_queued_decisions_are_built_by_position_in_the_fields_order():
 
 
 @pytest.mark.django_db
-def test_i12_3_a_compiled_in_list_of_awkward_strings_selects_exactly_their_rows():
+def test_a_compiled_in_list_of_awkward_strings_selects_exactly_their_rows():
     """On PostgreSQL a compiled statement's IN list is one array literal written by
     infra.queries.array_text: a value holding the literal's quote, backslash, separator,
     braces or the word NULL matches its own row and no other."""

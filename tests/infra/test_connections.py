@@ -38,7 +38,7 @@ class FakeClock:
         self.now += seconds
 
 
-def test_i38_9_a_starting_loop_waits_for_a_database_that_is_restarting(monkeypatch):
+def test_a_starting_loop_waits_for_a_database_that_is_restarting(monkeypatch):
     refused = Restarting(times=3)
     monkeypatch.setattr(connection, "ensure_connection", refused)
     monkeypatch.setattr(connection, "close", lambda: None)
@@ -48,7 +48,7 @@ def test_i38_9_a_starting_loop_waits_for_a_database_that_is_restarting(monkeypat
     assert clock.waits == [module.RETRY_SECONDS] * 3
 
 
-def test_i38_9_a_database_still_down_after_the_wait_ends_the_start(monkeypatch):
+def test_a_database_still_down_after_the_wait_ends_the_start(monkeypatch):
     """An unreachable database (a bad setting) still ends the loop, soon enough for serve's
     supervisor to take it for a child that cannot start (10 s)."""
     monkeypatch.setattr(connection, "ensure_connection", Restarting(times=10**6))
@@ -62,7 +62,7 @@ def test_i38_9_a_database_still_down_after_the_wait_ends_the_start(monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("command", ["route_loop", "work_loop"])
-def test_i38_9_route_and_work_loops_start_once_the_database_is_back(monkeypatch, command):
+def test_route_and_work_loops_start_once_the_database_is_back(monkeypatch, command):
     """The server refuses the first connections as the loop starts; the loop waits, then runs
     its pass (before, its first query raised and the process exited)."""
     connection.close()

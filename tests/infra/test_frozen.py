@@ -44,7 +44,7 @@ def _state(obj) -> dict:
         ((2,), {"tags": ("t",)}),
     ],
 )
-def test_i12p2_a_record_is_built_as_its_dataclass_is(args, kwargs):
+def test_a_record_is_built_as_its_dataclass_is(args, kwargs):
     stock, fast = _pair(BODY, FIELDS)
     a, b = stock(*args, **kwargs), fast(*args, **kwargs)
     assert _state(a) == _state(b)
@@ -57,7 +57,7 @@ def _parameters(cls) -> list[tuple]:
     return [(p.name, p.kind, p.default) for p in parameters]
 
 
-def test_i12p2_a_record_refuses_what_its_dataclass_refuses():
+def test_a_record_refuses_what_its_dataclass_refuses():
     stock, fast = _pair(BODY, FIELDS)
     for cls in (stock, fast):
         with pytest.raises(TypeError):
@@ -76,7 +76,7 @@ class Point:
     y: int = 0
 
 
-def test_i12p2_a_record_stays_frozen_equal_hashable_and_picklable():
+def test_a_record_stays_frozen_equal_hashable_and_picklable():
     fast = Point
     point = fast(1, 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -91,7 +91,7 @@ def test_i12p2_a_record_stays_frozen_equal_hashable_and_picklable():
     assert not hasattr(point, "__dict__")
 
 
-def test_i12p2_each_record_gets_its_own_default_from_a_factory():
+def test_each_record_gets_its_own_default_from_a_factory():
     fast = frozen(
         type("Bag", (), {"__annotations__": {"items": "list"}, "items": field(default_factory=list)})
     )
@@ -101,7 +101,7 @@ def test_i12p2_each_record_gets_its_own_default_from_a_factory():
     assert fast(given).items is given
 
 
-def test_i12p2_post_init_runs_after_the_fields_are_set():
+def test_post_init_runs_after_the_fields_are_set():
     seen = []
 
     def __post_init__(self):
@@ -122,7 +122,7 @@ def test_i12p2_post_init_runs_after_the_fields_are_set():
         fast(-1)
 
 
-def test_i12p2_a_subclass_record_sets_its_parents_slots_too():
+def test_a_subclass_record_sets_its_parents_slots_too():
     base = frozen(type("Base", (), {"__annotations__": {"a": "int"}}))
     child = frozen(type("Child", (base,), {"__annotations__": {"b": "int"}, "b": 0}))
     made = child(1, 2)
@@ -130,7 +130,7 @@ def test_i12p2_a_subclass_record_sets_its_parents_slots_too():
     assert isinstance(made, base)
 
 
-def test_i12p2_field_names_do_not_clash_with_the_generated_code():
+def test_field_names_do_not_clash_with_the_generated_code():
     # Names the generated function might use for itself.
     annotations = {"self": "int", "cls": "int", "_MISSING": "int", "object": "int"}
     fast = frozen(type("Odd", (), {"__annotations__": annotations}))
@@ -139,7 +139,7 @@ def test_i12p2_field_names_do_not_clash_with_the_generated_code():
     assert fast(self=1, cls=2, _MISSING=3, object=4) == made
 
 
-def test_i12p2_init_var_keeps_the_dataclass_init():
+def test_init_var_keeps_the_dataclass_init():
     @dataclass(frozen=True, slots=True)
     class WithInitVar:
         a: int
@@ -153,7 +153,7 @@ def test_i12p2_init_var_keeps_the_dataclass_init():
     assert WithInitVar(2, 3).a == 6
 
 
-def test_i12p2_fast_init_refuses_a_class_it_cannot_serve():
+def test_fast_init_refuses_a_class_it_cannot_serve():
     @dataclass(slots=True)
     class NotFrozen:
         a: int
@@ -167,7 +167,7 @@ def test_i12p2_fast_init_refuses_a_class_it_cannot_serve():
             fast_init(cls)
 
 
-def test_i12p2_the_routers_per_event_records_use_it():
+def test_the_routers_per_event_records_are_frozen_with_the_fast_init():
     from routing.engine.decide import Decision
     from routing.engine.evaluate import Evaluation, RouteVerdict
     from routing.engine.handler_pool import CallOutcome

@@ -23,7 +23,7 @@ def synchronous_level() -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_a_lease_commits_without_waiting_for_the_disk_and_later_commits_are_durable_again():
+def test_a_lease_commits_without_waiting_for_the_disk_and_later_commits_are_durable_again():
     durable = synchronous_level()
     assert durable in {"FULL", "on"}
     with lease_transaction():
@@ -37,7 +37,7 @@ def test_i12_a_lease_commits_without_waiting_for_the_disk_and_later_commits_are_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_a_lease_that_fails_rolls_back_and_leaves_commits_durable():
+def test_a_lease_that_fails_rolls_back_and_leaves_commits_durable():
     durable = synchronous_level()
     with pytest.raises(RuntimeError), lease_transaction():
         kv_put_in_tx(namespace="test", key="lease", value={"n": 2}, clock=system_clock)
@@ -47,7 +47,7 @@ def test_i12_a_lease_that_fails_rolls_back_and_leaves_commits_durable():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_a_lease_inside_a_transaction_is_part_of_it_and_as_durable():
+def test_a_lease_inside_a_transaction_is_part_of_it_and_as_durable():
     durable = synchronous_level()
     with transaction.atomic():
         with lease_transaction():
@@ -58,7 +58,7 @@ def test_i12_a_lease_inside_a_transaction_is_part_of_it_and_as_durable():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_a_route_loops_claim_is_a_lease():
+def test_a_route_loops_claim_is_a_lease():
     from django.test.utils import CaptureQueriesContext
 
     from routing.engine.claims import claim_window
@@ -80,7 +80,7 @@ def test_i12_a_route_loops_claim_is_a_lease():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_kv_replace_creates_then_replaces_a_value_in_one_statement(clock):
+def test_kv_replace_creates_then_replaces_a_value_in_one_statement(clock):
     """A heartbeat's or a published window's KV entry is written by one upsert: created at
     version 1, then replaced with its version bumped and its time moved; other keys untouched."""
     with transaction.atomic():

@@ -24,7 +24,7 @@ from tests.causal.factories import EventFactory, KVFactory
 
 
 @pytest.mark.django_db
-def test_i12_2_listed_selects_excludes_and_updates_the_rows_a_plain_list_does():
+def test_listed_selects_excludes_and_updates_the_rows_a_plain_list_does():
     events = EventFactory.create_batch(6, correlation=["k"])
     seqs = [e.seq for e in events]
     chosen = [seqs[4], seqs[1], seqs[1], seqs[3]]  # out of order, one twice
@@ -48,7 +48,7 @@ def test_i12_2_listed_selects_excludes_and_updates_the_rows_a_plain_list_does():
 
 
 @pytest.mark.django_db
-def test_i12_2_listed_leaves_out_none_and_an_empty_list_matches_nothing():
+def test_listed_leaves_out_none_and_an_empty_list_matches_nothing():
     events = EventFactory.create_batch(3)
     seqs = [e.seq for e in events]
     assert list(Event.objects.filter(seq__in=Listed([None, seqs[0]])).values_list("seq", flat=True)) == [
@@ -61,7 +61,7 @@ def test_i12_2_listed_leaves_out_none_and_an_empty_list_matches_nothing():
 
 
 @pytest.mark.django_db
-def test_i12_2_listed_strings_select_the_keys_a_plain_list_does():
+def test_listed_strings_select_the_keys_a_plain_list_does():
     for key in ("1", "2", "10", "x'; --"):
         KVFactory(namespace="n", key=key)
     wanted = ["10", "x'; --", "absent"]
@@ -71,7 +71,7 @@ def test_i12_2_listed_strings_select_the_keys_a_plain_list_does():
 
 
 @pytest.mark.django_db
-def test_i12_3_in_lists_are_one_array_parameter_on_postgresql_and_a_parameter_per_value_elsewhere():
+def test_in_lists_are_one_array_parameter_on_postgresql_and_a_parameter_per_value_elsewhere():
     """A window's IN lists (Listed, update_rows) are one array on PostgreSQL, read with an index
     probe per value and planned alike for any length; elsewhere one parameter per value. Both
     select and update exactly the listed rows, for keys and strings."""
@@ -104,7 +104,7 @@ def test_i12_3_in_lists_are_one_array_parameter_on_postgresql_and_a_parameter_pe
     assert in_list_sql(connection, [True, False]) == ("(%s, %s)", [True, False])
 
 
-def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays():
+def test_unnest_select_passes_shared_columns_once_and_the_others_as_arrays():
     columns = [[1, 2, 3], ["a", "a", "a"], [None, None, None]]
     shared = shared_columns(columns)
     assert shared == [False, True, True]
@@ -119,7 +119,7 @@ def test_i12_3_unnest_select_passes_shared_columns_once_and_the_others_as_arrays
 
 
 @pytest.mark.django_db
-def test_i12_2_json_preparer_writes_lists_of_strings_as_json_dumps_does():
+def test_json_preparer_writes_lists_of_strings_as_json_dumps_does():
     """The fast path for lists of plain strings gives ``json.dumps``'s text exactly: quotes,
     backslashes, controls, non-ASCII and lone surrogates escaped alike; anything else (other
     items, str subclasses) goes to ``prepare``. Only where the backend's adapter is
@@ -174,7 +174,7 @@ def test_i12_2_json_preparer_writes_lists_of_strings_as_json_dumps_does():
     assert dumps_json_text(connection.alias, None) is (connection.vendor == "sqlite")
 
 
-def test_i12_1_json_preparer_prepares_an_empty_object_or_array_once_and_the_rest_each_time():
+def test_json_preparer_prepares_an_empty_object_or_array_once_and_the_rest_each_time():
     calls = []
 
     def prepare(value):
@@ -203,7 +203,7 @@ def test_i12_1_json_preparer_prepares_an_empty_object_or_array_once_and_the_rest
 AWKWARD = ['a"b', "back\\slash\\", "x,y", "{z}", " pad ", "NULL", "", "it's", '\\"', "é ✓ 日本"]
 
 
-def test_i12_3_array_text_writes_integers_and_strings_as_an_array_literal():
+def test_array_text_writes_integers_and_strings_as_an_array_literal():
     assert array_text([3, 1, 2]) == "{3,1,2}"
     assert array_text([1, None]) == "{1,NULL}"
     assert array_text(['a"b', "c\\d", None]) == '{"a\\"b","c\\\\d",NULL}'
@@ -213,7 +213,7 @@ def test_i12_3_array_text_writes_integers_and_strings_as_an_array_literal():
     assert array_text([1, "a"]) == [1, "a"]
 
 
-def test_i12_3_json_array_text_writes_a_jsonb_column_as_one_document():
+def test_json_array_text_writes_a_jsonb_column_as_one_document():
     """PostgreSQL's path (infra.queries.unnest_select); no database needed to check the
     text: each value by its wrapper's own ``dumps``, SQL NULL as ``null``, a shared wrapper
     written once."""

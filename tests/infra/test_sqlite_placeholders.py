@@ -23,11 +23,11 @@ STATEMENTS = [
 
 
 @pytest.mark.parametrize("statement", STATEMENTS)
-def test_i12_2_placeholders_convert_as_djangos_sqlite_backend_converts_them(statement):
+def test_placeholders_convert_as_djangos_sqlite_backend_converts_them(statement):
     assert _qmark_style(statement) == FORMAT_QMARK_REGEX.sub("?", statement).replace("%%", "%")
 
 
-def test_i12_2_a_window_statement_converts_every_placeholder():
+def test_a_window_statement_converts_every_placeholder():
     rows = ", ".join(["(%s, %s, %s)"] * 500)
     converted = _qmark_style(f"INSERT INTO t (a, b, c) VALUES {rows}")
     assert converted.count("?") == 1500

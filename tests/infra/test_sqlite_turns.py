@@ -83,7 +83,7 @@ def rows(wrapper: DatabaseWrapper) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_i12_a_write_transaction_holds_the_turn_until_it_commits_or_rolls_back(database):
+def test_a_write_transaction_holds_the_turn_until_it_commits_or_rolls_back(database):
     writer = connect(database)
     try:
         begin(writer)
@@ -101,7 +101,7 @@ def test_i12_a_write_transaction_holds_the_turn_until_it_commits_or_rolls_back(d
         writer.close()
 
 
-def test_i12_the_lock_file_lies_beside_the_database_readable_by_its_owner_only(database):
+def test_the_lock_file_lies_beside_the_database_readable_by_its_owner_only(database):
     writer = connect(database)
     try:
         begin(writer)
@@ -111,7 +111,7 @@ def test_i12_the_lock_file_lies_beside_the_database_readable_by_its_owner_only(d
     assert stat.S_IMODE(Path(f"{database}.writers").stat().st_mode) == 0o600
 
 
-def test_i12_a_writer_waits_for_its_turn_and_fails_as_sqlite_would_after_the_busy_timeout(database):
+def test_a_writer_waits_for_its_turn_and_fails_as_sqlite_would_after_the_busy_timeout(database):
     holder = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(holder, fcntl.LOCK_EX)
     impatient = connect(database, timeout=0.3)
@@ -129,7 +129,7 @@ def test_i12_a_writer_waits_for_its_turn_and_fails_as_sqlite_would_after_the_bus
         os.close(holder)
 
 
-def test_i12_a_writer_waiting_for_its_turn_goes_once_the_holder_commits(database):
+def test_a_writer_waiting_for_its_turn_goes_once_the_holder_commits(database):
     order: list[str] = []
     holding, release = threading.Event(), threading.Event()
 
@@ -172,7 +172,7 @@ def test_i12_a_writer_waiting_for_its_turn_goes_once_the_holder_commits(database
         reader.close()
 
 
-def test_i12_threads_of_one_process_queue_for_the_turn_within_the_busy_timeout(database):
+def test_threads_of_one_process_queue_for_the_turn_within_the_busy_timeout(database):
     """A thread waits on its process's lock behind another thread of the process that holds
     the turn (not polling the file), fails after the busy timeout as SQLite would, and has
     its turn once the holder commits."""
@@ -210,7 +210,7 @@ def test_i12_threads_of_one_process_queue_for_the_turn_within_the_busy_timeout(d
         holder.close()
 
 
-def test_i12_a_deferred_transaction_takes_no_turn(database):
+def test_a_deferred_transaction_takes_no_turn(database):
     holder = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(holder, fcntl.LOCK_EX)
     reader = connect(database, timeout=0.3)
@@ -226,7 +226,7 @@ def test_i12_a_deferred_transaction_takes_no_turn(database):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_a_read_snapshot_on_a_new_connection_takes_no_write_lock():
+def test_a_read_snapshot_on_a_new_connection_takes_no_write_lock():
     """On the run's database: SQLite begins it ``DEFERRED`` (no turn, no write lock, even on a
     connection not opened yet, whose connecting sets the configured mode again); PostgreSQL
     runs it ``REPEATABLE READ``."""

@@ -23,5 +23,5 @@ from infra.words import counted
         (ListTotal(count=10_000, capped=True), "Events", "10,000+ Events"),
     ],
 )
-def test_i39_10_g_a_count_takes_its_noun_in_the_right_number(count, noun, said):
+def test_a_count_takes_its_noun_in_the_right_number(count, noun, said):
     assert counted(count, noun) == said

@@ -283,3 +283,35 @@ class ImpactRunChangeFactory(factory.django.DjangoModelFactory):
     candidate = factory.LazyFunction(
         lambda: {"result": {"effect": "start", "route": "alerts", "verdicts": []}}
     )
+
+
+# The default test configuration, changed: acme's ``chat`` queues (no fallback), ``noise`` gives
+# its place to a new ``alerts`` route, acme/web's ``deploys`` runs on ``shell``, and ``inbox``
+# becomes a command binding.
+CHANGED = (
+    DEFAULT_TEST_CONFIG.replace(
+        """        policy: inject
+        fallback: queue""",
+        """        policy: queue""",
+    )
+    .replace(
+        """      - slot: noise
+        handler: match
+        params: {type: "*.ping"}
+        policy: drop
+""",
+        """      - slot: alerts
+        handler: match
+        params: {type: "alert.*", keys: ["alert:{data.id}"]}
+        binding: agent
+        policy: queue
+""",
+    )
+    .replace(
+        """        params: {type: "deploy.*", keys: ["deploy:{data.service}"]}
+        binding: agent""",
+        """        params: {type: "deploy.*", keys: ["deploy:{data.service}"]}
+        binding: shell""",
+    )
+    .replace("      inbox: {}\n", '      inbox: {executor: command, settings: {argv: ["true"]}}\n')
+)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
+
+from causal.clock import system_clock
 from causal.models import Event
 from routing.acceptance.services import event_accept
 from routing.config.services import config_apply
+from routing.engine.configurations import LiveConfigurations
+from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
+from worklife.dispatch import dispatch_many_in_tx
+from worklife.errors import WorkError
 
 HANDLERS = {
     "match": "routing.handlers.Match",
@@ -213,3 +221,31 @@ def models_outer_ref():
     from django.db.models import OuterRef
 
     return OuterRef("event")
+
+
+def drain_loop(clock=system_clock, **options) -> int:
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=5.0, **options))
+    routed = 0
+    try:
+        while True:
+            result = loop.step()
+            routed += result.settled
+            if result.empty:
+                return routed
+    finally:
+        loop.close()
+
+
+def attempt_dispatch(*, work_id, clock):
+    """The Work's next attempt, started as the work loop starts it (routing's configuration)."""
+    with transaction.atomic():
+        result = dispatch_many_in_tx(
+            work_ids=[work_id],
+            configurations=LiveConfigurations(),
+            clock=clock,
+            lease_until=clock() + timedelta(seconds=30),
+            lease_owner="test",
+        )[work_id]
+    if isinstance(result, WorkError):
+        raise result
+    return result.attempt

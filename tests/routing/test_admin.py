@@ -169,7 +169,7 @@ def change_user(client, user, **fields):
     return client.post(admin_url(user, "change", user.pk), data)
 
 
-def test_i36_9_the_admin_role_cannot_make_a_login_superuser_or_staff_beyond_its_role(client, admin_role):
+def test_the_admin_role_cannot_make_a_login_superuser_or_staff_beyond_its_role(client, admin_role):
     from routing.access.roles import Role, user_role
 
     other = UserFactory(username="someone", permissions=())
@@ -185,7 +185,7 @@ def test_i36_9_the_admin_role_cannot_make_a_login_superuser_or_staff_beyond_its_
     assert not admin_role.user_permissions.exists()
 
 
-def test_i36_9_no_role_takes_every_group_and_staff_away(client, admin_role):
+def test_no_role_takes_every_group_and_staff_away(client, admin_role):
     from django.db import transaction
 
     from routing.access.roles import Role, role_assign_in_tx
@@ -198,7 +198,7 @@ def test_i36_9_no_role_takes_every_group_and_staff_away(client, admin_role):
     assert (other.is_staff, other.is_superuser, other.groups.count()) == (False, False, 0)
 
 
-def test_i36_9_role_groups_are_read_only_in_the_admin(client, admin_role):
+def test_role_groups_are_read_only_in_the_admin(client, admin_role):
     from django.contrib.auth.models import Group, Permission
 
     group = Group.objects.get(name="viewer")
@@ -213,7 +213,7 @@ def test_i36_9_role_groups_are_read_only_in_the_admin(client, admin_role):
     assert client.get(admin_url(Group, "add")).status_code == 403
 
 
-def test_i36_9_adding_a_login_gives_it_the_chosen_role(client, admin_role):
+def test_adding_a_login_gives_it_the_chosen_role(client, admin_role):
     from django.contrib.auth import get_user_model
 
     from routing.access.roles import Role, user_role

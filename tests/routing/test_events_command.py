@@ -79,7 +79,7 @@ def test_events_accept_duplicate_says_duplicate(acme):
 
 
 @pytest.mark.django_db
-def test_i9_5_events_accept_refuses_the_same_id_with_another_body(acme):
+def test_events_accept_refuses_the_same_id_with_another_body(acme):
     accept("-", stdin=json.dumps(cloud_event()))
     with pytest.raises(CommandError) as info:
         accept("-", stdin=json.dumps(cloud_event(data={"changed": 1})))
@@ -283,21 +283,21 @@ def nested_event_text(levels: int, **overrides) -> str:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("levels", [65, 10_000])
-def test_i9_1_events_accept_refuses_a_deeply_nested_event(acme, levels):
+def test_events_accept_refuses_a_deeply_nested_event(acme, levels):
     refused("-", stdin=nested_event_text(levels), field_text="more than 64 levels deep")
     lines = json.dumps(cloud_event(id="ok")) + "\n" + nested_event_text(levels, id="deep") + "\n"
     refused("-", stdin=lines, field_text="64 levels")
 
 
 @pytest.mark.django_db
-def test_i9_5_events_accept_refuses_an_object_with_a_duplicate_key(acme):
+def test_events_accept_refuses_an_object_with_a_duplicate_key(acme):
     text = json.dumps(cloud_event()).replace('"id": "evt-1"', '"id": "evt-1", "id": "evt-2"')
     refused("-", stdin=text, field_text="'id' twice")
     refused("-", stdin=json.dumps(cloud_event(id="ok")) + "\n" + text + "\n", field_text="'id' twice")
 
 
 @pytest.mark.django_db
-def test_i9_4_events_accept_refuses_identities_the_system_writes(acme):
+def test_events_accept_refuses_identities_the_system_writes(acme):
     refused(
         "-", stdin=json.dumps(cloud_event(id="reroute/evt-1")), field_text="id: ids starting with 'reroute/'"
     )
@@ -382,7 +382,7 @@ def test_issue12_5_events_get_imports_only_what_it_reads():
 
 
 @pytest.mark.django_db
-def test_i36_5_events_accept_may_name_a_work_as_trusted_host_access():
+def test_events_accept_may_name_a_work_as_trusted_host_access():
     """The CLI checks no permission: an Event naming its Work is accepted (through the API it
     needs the send permission)."""
     live_scopes("acme")

@@ -64,7 +64,7 @@ def saved(tmp_path, body: bytes, headers: dict[str, str]) -> tuple[str, str]:
     return str(body_file), str(headers_file)
 
 
-def test_i37_2_receivers_list_shows_url_secret_reference_last_delivery_and_refusals(receivers):
+def test_receivers_list_shows_url_secret_reference_last_delivery_and_refusals(receivers):
     event = EventFactory(accepted_by="receiver:github", type="github.pull_request.opened")
     ReceiverCountFactory(receiver="github", outcome="signature_invalid", count=2)
 
@@ -80,7 +80,7 @@ def test_i37_2_receivers_list_shows_url_secret_reference_last_delivery_and_refus
     assert GITHUB_SECRET not in text
 
 
-def test_i37_2_receivers_list_json(receivers):
+def test_receivers_list_json_names_each_receiver_with_its_kind_url_and_secret(receivers):
     listed = json.loads(run("list", "--json"))
 
     assert listed["generation"] == 1
@@ -90,7 +90,7 @@ def test_i37_2_receivers_list_json(receivers):
     ]
 
 
-def test_i37_2_receivers_test_verifies_maps_and_traces_a_saved_github_delivery_accepting_nothing(
+def test_receivers_test_verifies_maps_and_traces_a_saved_github_delivery_accepting_nothing(
     receivers, tmp_path
 ):
     body = body_of(github_pull_request("opened", 42))
@@ -106,7 +106,7 @@ def test_i37_2_receivers_test_verifies_maps_and_traces_a_saved_github_delivery_a
     assert Event.objects.count() == 0 and ReceiverCount.objects.count() == 0
 
 
-def test_i37_2_receivers_test_takes_headers_on_the_command_line_and_prints_json(receivers, tmp_path):
+def test_receivers_test_takes_headers_on_the_command_line_and_prints_json(receivers, tmp_path):
     body = body_of(github_pull_request("closed", 7))
     headers = github_headers(body)
     body_file, _ = saved(tmp_path, body, {})
@@ -120,7 +120,7 @@ def test_i37_2_receivers_test_takes_headers_on_the_command_line_and_prints_json(
     ]
 
 
-def test_i37_2_receivers_test_refuses_a_wrong_signature(receivers, tmp_path):
+def test_receivers_test_refuses_a_wrong_signature(receivers, tmp_path):
     body = body_of(github_pull_request())
     body_file, headers_file = saved(tmp_path, body, github_headers(body, secret="other"))
 
@@ -131,7 +131,7 @@ def test_i37_2_receivers_test_refuses_a_wrong_signature(receivers, tmp_path):
     assert ReceiverCount.objects.count() == 0
 
 
-def test_i37_2_receivers_test_without_the_secret_says_so_and_maps_with_no_verify(receivers, tmp_path):
+def test_receivers_test_without_the_secret_says_so_and_maps_with_no_verify(receivers, tmp_path):
     body = body_of(slack_message())
     body_file, headers_file = saved(tmp_path, body, slack_headers(body, timestamp=1767615300, secret="x"))
 
@@ -146,7 +146,7 @@ def test_i37_2_receivers_test_without_the_secret_says_so_and_maps_with_no_verify
     assert "effect: unmatched" in text
 
 
-def test_i37_2_receivers_test_of_an_old_slack_delivery_notes_its_age(receivers, tmp_path, monkeypatch):
+def test_receivers_test_of_an_old_slack_delivery_notes_its_age(receivers, tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_CMD_SLACK", "slack-secret")
     body = body_of(slack_message())
     signed_at = int(time.time()) - 3 * 3600
@@ -160,9 +160,7 @@ def test_i37_2_receivers_test_of_an_old_slack_delivery_notes_its_age(receivers, 
     assert "note: the request was signed 3 h ago, outside Slack's 5-minute replay window" in text
 
 
-def test_i37_2_receivers_test_of_a_slack_challenge_says_what_would_be_answered(
-    receivers, tmp_path, monkeypatch
-):
+def test_receivers_test_of_a_slack_challenge_says_what_would_be_answered(receivers, tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_CMD_SLACK", "slack-secret")
     body = body_of({"type": "url_verification", "challenge": "c-123"})
     body_file, headers_file = saved(
@@ -174,7 +172,7 @@ def test_i37_2_receivers_test_of_a_slack_challenge_says_what_would_be_answered(
     assert 'handshake: answered {"challenge": "c-123"}; nothing would be accepted' in text
 
 
-def test_i37_2_receivers_test_of_an_unknown_receiver_or_generation_fails(receivers, tmp_path):
+def test_receivers_test_of_an_unknown_receiver_or_generation_fails(receivers, tmp_path):
     body_file, _ = saved(tmp_path, b"{}", {})
     with pytest.raises(CommandError, match="no receiver named 'gitlab' in generation 1"):
         run("test", "gitlab", body_file)

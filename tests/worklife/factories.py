@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import factory
 
@@ -15,6 +15,7 @@ from worklife.models import (
     Wait,
     Work,
     WorkInput,
+    WorkStatus,
 )
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -123,3 +124,16 @@ class DependencySubscriptionFactory(factory.django.DjangoModelFactory):
     scope = "acme"
     match = factory.LazyFunction(dict)
     created_at = T0
+
+
+# (what the Work is, its fields, whether Retry applies): the retry rule's cases.
+RETRY_CASES = [
+    ("parked", {"failures": 5, "parked_at": T0, "pending_run": True}, True),
+    ("backing off", {"failures": 1, "retry_at": T0 + timedelta(minutes=1), "pending_run": True}, True),
+    ("a refused dispatch looked at again later", {"retry_at": T0 + timedelta(seconds=30)}, True),
+    ("ready with nothing holding it", {}, False),
+    ("running", {"status": WorkStatus.RUNNING, "failures": 1}, False),
+    ("waiting", {"status": WorkStatus.WAITING, "retry_at": T0}, False),
+    ("completed", {"status": WorkStatus.COMPLETED, "parked_at": T0}, False),
+    ("cancelled", {"status": WorkStatus.CANCELLED, "retry_at": T0}, False),
+]

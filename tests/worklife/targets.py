@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
+
+from worklife.child import CallRefused
 
 
 def echo(run):
@@ -82,3 +86,228 @@ def brief(run):
 def traced(run):
     """What the attempt got of its trigger's trace context: run.traceparent and TRACEPARENT."""
     return {"run": run.traceparent, "env": os.environ.get("TRACEPARENT")}
+
+
+def environment(run):
+    """The worker's environment, as the target sees it."""
+    return dict(os.environ)
+
+
+def floods_stdout(run):
+    """Write ``run.params["bytes"]`` bytes and a newline straight to file descriptor 1 (past
+    ``sys.stdout``), then give the loop a moment to read them before the result."""
+    size = int(run.params["bytes"])
+    block = b"y" * (1024 * 1024)
+    for _ in range(size // len(block)):
+        os.write(1, block)
+    os.write(1, b"y" * (size % len(block)) + b"\n")
+    time.sleep(1.0)
+    return "flooded"
+
+
+def prints_once(run):
+    """One ``print`` of ``run.params["bytes"]`` characters, then a short last line."""
+    print("z" * int(run.params["bytes"]))
+    print("the end")
+    return "printed"
+
+
+def huge_result(run):
+    return "r" * int(run.params["bytes"])
+
+
+def leaves_a_daemon(run):
+    """Start ``sleep`` in a session of its own (``setsid``), write its pid, then return at
+    once or run until ended."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(run.params["pidfile"], "w") as handle:
+        handle.write(str(child.pid))
+    if run.params.get("returns"):
+        return child.pid
+    while True:
+        time.sleep(0.05)
+
+
+def emits_as(run):
+    """Make the emit calls of ``run.params["calls"]`` in order (``[name, the call's fields]``
+    pairs: a list, as jsonb keeps no key order; a field ``<name>_chars: n`` becomes ``<name>``
+    of n characters) and return, by name, the seq the loop answered or its refusal."""
+    from worklife.child import CallRefused
+
+    results = {}
+    for name, fields in run.params["calls"]:
+        call = {"op": "emit"}
+        for key, value in fields.items():
+            if key.endswith("_chars"):
+                call[key[: -len("_chars")]] = "x" * value
+            else:
+                call[key] = value
+        try:
+            results[name] = {"seq": run._call(call)}
+        except CallRefused as refused:
+            results[name] = {"refused": str(refused)}
+    return results
+
+
+def emits_many(run):
+    """Emit ``run.params["count"]`` Events, one call after the other; return how many the loop
+    accepted and refused."""
+    from worklife.child import CallRefused
+
+    counts = {"accepted": 0, "refused": 0}
+    for n in range(run.params["count"]):
+        try:
+            run.emit("t.loop", {"n": n})
+        except CallRefused:
+            counts["refused"] += 1
+        else:
+            counts["accepted"] += 1
+    return counts
+
+
+def patches_json(run):
+    """Wrap ``json.dumps`` so that it keeps what it dumps in a builtin: a spy on whatever runs
+    next in this process."""
+    import builtins
+    import json
+
+    original = json.dumps
+    builtins.conduit_spy = []
+
+    def spying(obj, *args, **kwargs):
+        builtins.conduit_spy.append(obj)
+        return original(obj, *args, **kwargs)
+
+    json.dumps = spying
+    return "patched"
+
+
+def reports_patches(run):
+    """What this process's ``json.dumps`` is, and whether a spy was left in the builtins."""
+    import builtins
+    import json
+
+    return {
+        "json.dumps": f"{json.dumps.__module__}.{json.dumps.__qualname__}",
+        "spy": hasattr(builtins, "conduit_spy"),
+    }
+
+
+def forger_or_victim(run):
+    """A victim (the first input's ``role``) runs a while and returns ``"victim's own"``. A
+    forger writes lines on the call descriptor as the worker's own would be, by ``mode``:
+
+    - ``unsigned``: a result and an emit of this attempt without its secret, then a result for
+      the next attempt (its id guessed) from a thread that outlives the attempt; returns ``"own"``;
+    - ``next_only``: only the next attempt's result, from the thread;
+    - ``own_then_next``: a result of its own, signed with its secret (it has it), saying the
+      worker is fit for reuse; then, still running while the loop starts the next attempt in
+      this worker, a result for that attempt; returns later.
+    """
+    import json
+    import threading
+
+    if run.inputs[0]["role"] == "victim":
+        time.sleep(1.5)
+        return "victim's own"
+    fd = int(os.environ["CONDUIT_CALL_FD"])
+    mode = run.inputs[0]["mode"]
+
+    def forge(**fields):
+        os.write(fd, (json.dumps(fields) + "\n").encode())
+
+    if mode == "own_then_next":
+        forge(
+            op="result",
+            ok=True,
+            value="own",
+            attempt=run.attempt_id,
+            token=getattr(run, "_token", ""),
+            reusable=True,
+        )
+        time.sleep(0.5)
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id + 1)
+        return "own, later"
+    if mode == "unsigned":
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id)
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id, token="0" * 32)
+        forge(op="emit", type="t.forged", id=1, attempt=run.attempt_id)
+
+    def later():
+        time.sleep(0.5)
+        forge(op="result", ok=True, value="forged", attempt=run.attempt_id + 1)
+
+    threading.Thread(target=later, daemon=True).start()
+    time.sleep(0.3)
+    return "own"
+
+
+def leaves_a_thread(run):
+    """Return at once, leaving a thread running in the worker."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    return "left one"
+
+
+def receives(run):
+    """Block in ``run.receive`` far longer than any test: only an interrupt ends it in time."""
+    started = time.monotonic()
+    item = run.receive(timeout=600)
+    return {
+        "item": item,
+        "interrupted": run.interrupted.is_set(),
+        "reason": run.interrupt_reason,
+        "blocked": round(time.monotonic() - started, 3),
+    }
+
+
+def keyed(run):
+    """What an executor makes its side effects exactly-once with: the idempotency key, as
+    ``run`` and the environment carry it. Fails once first when its input names a ``marker``
+    file that does not exist yet (and creates it)."""
+    marker = (run.inputs[0].get("data") or {}).get("marker") if run.inputs else None
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError(f"failing once with key {run.idempotency_key}")
+    return {"key": run.idempotency_key, "env": os.environ.get("CONDUIT_IDEMPOTENCY_KEY")}
+
+
+def kills_its_loop(run):
+    """End the work loop that runs it (the worker's parent), as a target that exhausts the
+    machine's memory gets its loop killed."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(30)
+
+
+def sleeps(run):
+    """A piece of work long enough for a kill of its loop to land while it runs."""
+    time.sleep(float(run.params.get("seconds", 2)))
+    return {"seen": [item["seq"] for item in run.inputs]}
+
+
+def waits_on_scope(run):
+    """Wait for a ``ci.build.*`` Event of the scope in ``params`` and say what came."""
+    came = run.wait(type="ci.build.*", scope=run.params["scope"], timeout=60, name="build")
+    return {"came": came["seq"] if came else None, "scope": came["scope"] if came else None}
+
+
+def refused_waits(run):
+    """Wait on each scope of ``params`` in turn: each must be refused."""
+    refusals = []
+    for scope in run.params["scopes"]:
+        try:
+            run.wait(type="ci.build.*", scope=scope, timeout=60)
+        except CallRefused as refused:
+            refusals.append(str(refused))
+        else:
+            refusals.append(None)
+    return {"refusals": refusals}
+
+
+def child_on(run):
+    """Create a child on the binding in ``params``: its id, or why it was refused."""
+    try:
+        return {"child": run.create_child(run.params["binding"], keys=[f"kid-{run.work_id}"])}
+    except CallRefused as refused:
+        return {"refused": str(refused)}

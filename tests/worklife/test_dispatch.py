@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import transaction
 
 from routing.engine.configurations import LiveConfigurations
 from routing.models import RouteRecord
-from tests.routing.routerkit import DOCUMENT, accept, apply, router
-from worklife.dispatch import DispatchRefused, dispatch_check, dispatch_many_in_tx
-from worklife.errors import WorkError
+from tests.routing.routerkit import DOCUMENT, accept, apply, attempt_dispatch, router
+from worklife.dispatch import DispatchRefused, dispatch_check
 
 pytestmark = pytest.mark.django_db
 
@@ -21,21 +18,6 @@ class OtherPython:
 
     def start(self, **kwargs):
         return None
-
-
-def attempt_dispatch(*, work_id, clock):
-    """The Work's next attempt, started as the work loop starts it (routing's configuration)."""
-    with transaction.atomic():
-        result = dispatch_many_in_tx(
-            work_ids=[work_id],
-            configurations=LiveConfigurations(),
-            clock=clock,
-            lease_until=clock() + timedelta(seconds=30),
-            lease_owner="test",
-        )[work_id]
-    if isinstance(result, WorkError):
-        raise result
-    return result.attempt
 
 
 @pytest.fixture(autouse=True)
@@ -88,7 +70,7 @@ def test_r36_dispatch_on_a_binding_not_in_the_scope_is_refused(clock, work_id):
         attempt_dispatch(work_id=work_id, clock=clock)
 
 
-def test_i35_the_loops_configuration_reader_declares_what_it_is_asked_and_routing_implements(clock, work_id):
+def test_the_loops_configuration_reader_declares_what_it_is_asked_and_routing_implements(clock, work_id):
     """``worklife.dispatch.Configurations`` is true: it declares the reads the work loop asks of
     the configuration and no other, ``LiveConfigurations`` implements each with the same
     parameters, and what it returns has what dispatch reads (the number and the configuration)."""
@@ -132,9 +114,7 @@ def test_i35_the_loops_configuration_reader_declares_what_it_is_asked_and_routin
 # --- a refused dispatch leaves no attempt running ---------------------------------------------
 
 
-def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_the_work(
-    clock, work_id, monkeypatch
-):
+def test_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_the_work(clock, work_id, monkeypatch):
     """The pinned check refuses an attempt that exists already: it ends (failed, with the
     reason) and the Work is ready, held until the recheck, not ``running`` with no process."""
     from worklife import dispatch
@@ -164,7 +144,7 @@ def test_i36_15_a_dispatch_refused_after_its_attempt_started_ends_it_and_holds_t
         assert claimable_work_in_tx(now=clock(), limit=5) == [work_id]  # looked at again
 
 
-def test_i36_15_an_executor_that_cannot_be_loaded_is_refused_before_any_attempt(clock, work_id, settings):
+def test_an_executor_that_cannot_be_loaded_is_refused_before_any_attempt(clock, work_id, settings):
     from worklife.models import Attempt, Work
     from worklife.runner import WorkRunner
 

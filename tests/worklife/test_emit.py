@@ -217,7 +217,7 @@ def test_r51_emit_checks_its_arguments(causal, attempt):
 
 
 @pytest.mark.django_db
-def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock, settings):
+def test_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock, settings):
     # As acceptance counts: the Event is the first level, its data the second.
     settings.CONDUIT_MAX_JSON_DEPTH = 4
     work = WorkFactory(scope="t")
@@ -233,7 +233,7 @@ def test_i9_1_an_attempt_cannot_emit_data_nested_past_the_acceptance_limit(clock
 
 
 @pytest.mark.django_db
-def test_i36_2_emit_refuses_a_source_neither_the_works_own_nor_spoken_for(causal, attempt):
+def test_emit_refuses_a_source_neither_the_works_own_nor_spoken_for(causal, attempt):
     own = f"conduit.work/{attempt.work_id}"
     refusals = {
         "another-work": f"conduit.work/{attempt.work_id + 1}",
@@ -260,7 +260,7 @@ def test_i36_2_emit_refuses_a_source_neither_the_works_own_nor_spoken_for(causal
 
 
 @pytest.mark.django_db
-def test_i36_2_emit_refuses_an_id_conduit_writes_itself(causal, attempt):
+def test_emit_refuses_an_id_conduit_writes_itself(causal, attempt):
     for event_id in ("reroute/gh-1", "Timer/7", "wait-woken/3", f"emit/{attempt.work_id + 1}/id/x"):
         refused = refusal_of(causal, attempt_id=attempt.pk, lease_epoch=3, envelope=envelope(event_id))
         assert refused.kind == DiagnosticKind.RESERVED_ID, event_id
@@ -269,7 +269,7 @@ def test_i36_2_emit_refuses_an_id_conduit_writes_itself(causal, attempt):
 
 
 @pytest.mark.django_db
-def test_i36_2_an_emits_id_is_conduits_and_the_same_for_the_same_hint(clock):
+def test_an_emits_id_is_conduits_and_the_same_for_the_same_hint(clock):
     work = WorkFactory(scope="t")
     first = emit_envelope(work=work, attempt_id=8, message={"type": "t.x"}, ordinal=1)
     second = emit_envelope(work=work, attempt_id=8, message={"type": "t.x"}, ordinal=2)
@@ -286,7 +286,7 @@ def test_i36_2_an_emits_id_is_conduits_and_the_same_for_the_same_hint(clock):
 
 
 def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict]:
-    """Run one Work whose Python target makes ``calls`` (``i36_targets.emits_as``) through the
+    """Run one Work whose Python target makes ``calls`` (``targets.emits_as``) through the
     work loop, with real worker processes; returns the Work's id and the target's result."""
     import json
 
@@ -294,7 +294,7 @@ def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict
     from tests.worklife.enginekit import runner, step_until
     from worklife.models import Attempt
 
-    settings = {"target": "tests.worklife.i36_targets:emits_as", "params": {"calls": list(calls.items())}}
+    settings = {"target": "tests.worklife.targets:emits_as", "params": {"calls": list(calls.items())}}
     if emit_sources:
         settings["emit_sources"] = emit_sources
     binding = {"executor": "python", "settings": settings}
@@ -320,7 +320,7 @@ def run_emits(clock, calls: dict, *, emit_sources: list[str]) -> tuple[int, dict
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i36_2_a_work_emits_as_itself_never_as_another_work_or_a_sender(clock, test_handlers):
+def test_a_work_emits_as_itself_never_as_another_work_or_a_sender(clock, test_handlers):
     from routing.acceptance.services import event_accept
 
     calls = {
@@ -367,7 +367,7 @@ def test_i36_2_a_work_emits_as_itself_never_as_another_work_or_a_sender(clock, t
 
 
 @pytest.mark.django_db
-def test_i36_7_an_emit_past_a_field_limit_is_refused_naming_the_field_never_cut(clock, settings):
+def test_an_emit_past_a_field_limit_is_refused_naming_the_field_never_cut(clock, settings):
     work = WorkFactory(scope="t")
     limit = settings.CONDUIT_MAX_EVENT_BYTES
     refusals = {
@@ -402,7 +402,7 @@ def _refusal(work, message) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i36_7_the_attempt_is_told_which_field_of_its_emit_is_past_the_limits(clock, test_handlers):
+def test_the_attempt_is_told_which_field_of_its_emit_is_past_the_limits(clock, test_handlers):
     calls = {
         "data": {"type": "t.big", "data_chars": 1_000_000},
         "subject": {"type": "t.x", "subject_chars": 100_000},
@@ -423,14 +423,14 @@ def test_i36_7_the_attempt_is_told_which_field_of_its_emit_is_past_the_limits(cl
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i36_8_a_work_refused_in_a_loop_writes_a_record_not_a_row_a_refusal(clock, test_handlers):
+def test_a_work_refused_in_a_loop_writes_a_record_not_a_row_a_refusal(clock, test_handlers):
     import json
 
     from tests.routing.routerkit import accept, apply, router
     from tests.worklife.enginekit import runner, step_until
     from worklife.models import Attempt
 
-    settings = {"target": "tests.worklife.i36_targets:emits_many", "params": {"count": 100}}
+    settings = {"target": "tests.worklife.targets:emits_many", "params": {"count": 100}}
     route = {
         "slot": "loop",
         "handler": "match",

@@ -258,7 +258,7 @@ def test_r2_an_executor_without_start_cannot_be_built():
 
 
 @pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
-def test_i36_2_emit_sources_are_sources_none_reserved(executor):
+def test_the_emit_sources_setting_is_a_list_of_sources_none_reserved(executor):
     base = {"argv": ["true"]} if executor is CommandExecutor else {"target": "a.b:c"}
     assert (
         list(executor.validate_settings({**base, "emit_sources": ["acme.bot", "github.com/acme/web"]})) == []
@@ -292,13 +292,13 @@ def run_target(executor, attempt_id: int, settings: dict, inputs=()):
     return execution, outcome
 
 
-def test_i36_3_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_another_binding():
+def test_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_another_binding():
     executor = PythonExecutor()
-    patching = {"target": "tests.worklife.i36_targets:patches_json"}
+    patching = {"target": "tests.worklife.targets:patches_json"}
     try:
         patched, outcome = run_target(executor, 801, patching)
         assert outcome.ok and outcome.result == "patched"
-        other, outcome = run_target(executor, 802, {"target": "tests.worklife.i36_targets:reports_patches"})
+        other, outcome = run_target(executor, 802, {"target": "tests.worklife.targets:reports_patches"})
         assert outcome.result == {"json.dumps": "json.dumps", "spy": False}
         assert other.pid != patched.pid
         # The same binding's next Work does run in the worker (that is the reuse it pays for).
@@ -321,9 +321,9 @@ FORGERIES = {
 
 
 @pytest.mark.parametrize("mode", list(FORGERIES))
-def test_i36_3_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog, mode):
+def test_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog, mode):
     executor = PythonExecutor()
-    settings = {"target": "tests.worklife.i36_targets:forger_or_victim"}
+    settings = {"target": "tests.worklife.targets:forger_or_victim"}
     try:
         with caplog.at_level(logging.WARNING, logger="conduit.worklife.executors"):
             forger = executor.start(
@@ -354,14 +354,14 @@ def test_i36_3_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog
         executor.close()
 
 
-def test_i36_3_a_worker_is_replaced_after_a_failed_attempt_and_when_its_target_leaves_a_thread():
+def test_a_worker_is_replaced_after_a_failed_attempt_and_when_its_target_leaves_a_thread():
     executor = PythonExecutor()
     try:
         failed, outcome = run_target(executor, 811, {"target": "tests.worklife.ext_executors:boom"})
         assert not outcome.ok
         after, _ = run_target(executor, 812, {"target": "tests.worklife.ext_executors:boom"})
         assert after.pid != failed.pid
-        threads = {"target": "tests.worklife.i36_targets:leaves_a_thread"}
+        threads = {"target": "tests.worklife.targets:leaves_a_thread"}
         left, outcome = run_target(executor, 813, threads)
         assert outcome.ok
         next_one, _ = run_target(executor, 814, threads)

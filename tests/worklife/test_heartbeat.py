@@ -23,7 +23,7 @@ from worklife.runner import WorkRunner
 pytestmark = pytest.mark.django_db
 
 
-def test_i8p9_work_loop_heartbeats_read_what_the_runner_writes(clock):
+def test_work_loop_heartbeats_read_what_the_runner_writes(clock):
     runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=3, lease_seconds=30)
     runner.step()
     KVFactory(
@@ -42,7 +42,7 @@ def test_i8p9_work_loop_heartbeats_read_what_the_runner_writes(clock):
     assert work_loop_heartbeats(limit=1)[0].stopped is True
 
 
-def test_i35_a_work_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_read(clock):
+def test_a_work_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_read(clock):
     """The beat's shape is one module's: the runner writes exactly these keys, and a beat
     written and read back is the same beat."""
     runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=2, lease_seconds=30)
@@ -75,7 +75,7 @@ def test_i35_a_work_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_
     assert beat in work_loop_heartbeats()
 
 
-def test_i35_beating_since_leaves_out_stale_and_stopped_work_loops(clock):
+def test_beating_since_leaves_out_stale_and_stopped_work_loops(clock):
     for loop, age, stopped in (("fresh", 0, False), ("stale", 120, False), ("stopped", 0, True)):
         KVFactory(
             namespace=HEARTBEATS_NAMESPACE,

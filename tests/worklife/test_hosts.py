@@ -24,13 +24,13 @@ pytestmark = pytest.mark.django_db
 DEAD_PID = 2**22 + 1
 
 
-def test_i38_9_loop_identity_carries_conduit_hostname(settings):
+def test_loop_identity_carries_conduit_hostname(settings):
     settings.CONDUIT_HOSTNAME = "host-a"
     assert loop_identity().startswith("host-a:")
 
 
 @pytest.mark.parametrize(("me", "released"), [("host-b", 0), ("host-a", 1)])
-def test_i38_9_a_loop_judges_dead_only_the_loops_of_its_own_host_name(clock, settings, me, released):
+def test_a_loop_judges_dead_only_the_loops_of_its_own_host_name(clock, settings, me, released):
     """A dead pid of another host name is not this host's process: its attempts wait for the lease."""
     settings.CONDUIT_HOSTNAME = me
     work = WorkFactory(status="running")
@@ -45,7 +45,7 @@ def test_i38_9_a_loop_judges_dead_only_the_loops_of_its_own_host_name(clock, set
 
 @pytest.mark.slow
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
-def test_i38_9_two_hosts_one_killed_by_sigkill_the_other_takes_over():
+def test_two_hosts_one_killed_by_sigkill_the_other_takes_over():
     """bench/takeover.py, small: host A's every process killed mid-load; host B routes A's claimed
     Events and reruns A's Work after the claim and lease times; it exits 0 only when the history
     checker is clean and no two attempts of one Work overlapped."""

@@ -13,6 +13,7 @@ import pytest
 from django.db import transaction
 
 from causal.models import Event
+from tests.worklife import enginekit
 from tests.worklife.attemptkit import attempt_renew_lease
 from tests.worklife.enginekit import route_all, runner, send, setup, status, step_until, work_of
 from worklife.lifecycle import work_cancel
@@ -409,7 +410,7 @@ def test_w2_every_call_of_a_stale_attempt_is_refused_by_its_epoch(clock):
 
     seq = send(clock, "py", "stale")
     work = work_of(seq)
-    from tests.worklife.test_dispatch import attempt_dispatch
+    from tests.routing.routerkit import attempt_dispatch
 
     attempt = attempt_dispatch(work_id=work.pk, clock=clock)
     old = attempt.lease_epoch
@@ -488,7 +489,7 @@ def test_r9_two_work_loops_share_one_database_and_run_each_work_once(clock, test
 # --- each pass's hygiene, as the route loop's -------------------------------------------------------
 
 
-def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):
+def test_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, settings):
     """With ``DEBUG`` on, Django logs every query a connection runs; a work loop that runs for
     days would keep them all. Each pass empties the log after it, as the route loop does."""
     from django.db import connection
@@ -500,7 +501,7 @@ def test_i35_each_pass_empties_the_query_log_that_debug_keeps(clock, loop, setti
         assert len(connection.queries_log) == 0
 
 
-def test_i35_each_pass_drops_a_connection_past_its_age_first(clock, loop):
+def test_each_pass_drops_a_connection_past_its_age_first(clock, loop):
     """A connection past ``CONN_MAX_AGE`` (or broken) is dropped before a pass, as the route
     loop drops it: a work loop does not hold one connection for its whole life."""
     from django.db import connection
@@ -513,8 +514,84 @@ def test_i35_each_pass_drops_a_connection_past_its_age_first(clock, loop):
     assert connection.connection is not None and connection.connection is not held
 
 
-def test_i9_1_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
+def test_a_hostile_call_line_does_not_stop_the_attempt_talking_to_its_loop():
     from worklife.executors.process import parse_call
 
     assert parse_call(b"[" * 100_000 + b"]" * 100_000) is None
     assert parse_call(b'{"op": "complete"}') == {"op": "complete"}
+
+
+# --- an interrupt wakes a target blocked in receive; waiting Work holds no slot ----------------
+
+RECEIVES = {
+    "executor": "python",
+    "settings": {"target": "tests.worklife.targets:receives", "interrupt_grace": 60},
+    "controls": ["inject", "interrupt"],
+}
+
+
+@pytest.fixture
+def receiving(clock, monkeypatch):
+    """The engine's configuration with a binding whose target blocks in ``run.receive``."""
+    monkeypatch.setitem(enginekit.BINDINGS, "receives", RECEIVES)
+    enginekit.setup(clock)
+
+
+@pytest.mark.usefixtures("receiving")
+def test_an_interrupt_wakes_a_target_blocked_in_receive(clock, loop):
+    """Blocked in ``run.receive(timeout=600)`` with a 60 s grace: the interrupt returns
+    ``None`` at once with ``run.interrupted`` set, and the attempt ends as the target says
+    (before, it stayed blocked until SIGTERM after the grace, and failed)."""
+    seq = send(clock, "receives", "r")
+    work = work_of(seq)
+    step_until(loop, lambda: status(work) == "running" and bool(loop.running))
+    send(clock, "receives", "r", "stop", reason="enough")
+    step_until(loop, lambda: status(work) == "completed", timeout=15)
+    (attempt,) = attempts(work)
+    assert attempt.state == "succeeded"
+    assert attempt.result["item"] is None and attempt.result["interrupted"] is True
+    assert attempt.result["reason"] == "enough"
+    assert attempt.result["blocked"] < 15
+
+
+def test_with_2_slots_and_10_works_waiting_new_work_starts_in_the_next_passes(clock):
+    loop = runner(clock, slots=2)
+    try:
+        waiting = [work_of(send(clock, "waits", f"w{n}")) for n in range(10)]
+        step_until(loop, lambda: all(status(w) == "waiting" for w in waiting), timeout=60)
+        assert loop.parked() == 10 and loop.occupied() == 0
+        new = work_of(send(clock, "noop", "n"))
+        for _ in range(3):  # the next passes, not a wall clock
+            loop.step()
+            if attempts(new):
+                break
+        assert attempts(new), "new Work did not start while 10 Works wait with 2 slots"
+        step_until(loop, lambda: status(new) == "completed")
+        # Every wait woken at once: they resume as slots free, never more than 2 running.
+        for n in range(10):
+            send(clock, "answer", f"w{n}")
+        most = []
+        step_until(
+            loop,
+            lambda: all(status(w) == "completed" for w in waiting),
+            timeout=60,
+            between=lambda: most.append(loop.occupied()),
+        )
+        assert max(most) <= 2
+        assert all(attempts(w)[0].result["came"] is not None for w in waiting)
+    finally:
+        loop.shutdown(grace=0)
+
+
+def test_parked_attempts_past_the_wait_bound_hold_slots_again(clock):
+    loop = runner(clock, slots=2, wait_slots=1)
+    try:
+        waiting = [work_of(send(clock, "waits", f"b{n}")) for n in range(4)]
+        step_until(loop, lambda: sum(status(w) == "waiting" for w in waiting) == 3, timeout=60)
+        for _ in range(5):
+            loop.step()
+        # One parked attempt beside the slots, two holding them: the fourth Work waits its turn.
+        assert loop.parked() == 3 and loop.occupied() == 2
+        assert [len(attempts(w)) for w in waiting] == [1, 1, 1, 0]
+    finally:
+        loop.shutdown(grace=0)

@@ -3,33 +3,18 @@ and the console share."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import transaction
 
-from tests.worklife.factories import T0, WorkFactory
+from tests.worklife.factories import RETRY_CASES, WorkFactory
 from worklife.errors import WorkError
-from worklife.models import WorkStatus
 from worklife.scheduling import work_retry_in_tx
 
 pytestmark = pytest.mark.django_db
 
-# (what the Work is, its fields, whether Retry applies): the retry rule's cases.
-RETRY_CASES = [
-    ("parked", {"failures": 5, "parked_at": T0, "pending_run": True}, True),
-    ("backing off", {"failures": 1, "retry_at": T0 + timedelta(minutes=1), "pending_run": True}, True),
-    ("a refused dispatch looked at again later", {"retry_at": T0 + timedelta(seconds=30)}, True),
-    ("ready with nothing holding it", {}, False),
-    ("running", {"status": WorkStatus.RUNNING, "failures": 1}, False),
-    ("waiting", {"status": WorkStatus.WAITING, "retry_at": T0}, False),
-    ("completed", {"status": WorkStatus.COMPLETED, "parked_at": T0}, False),
-    ("cancelled", {"status": WorkStatus.CANCELLED, "retry_at": T0}, False),
-]
-
 
 @pytest.mark.parametrize(("case", "fields", "retryable"), RETRY_CASES, ids=[c[0] for c in RETRY_CASES])
-def test_i35_the_retry_write_takes_exactly_the_work_the_retry_rule_calls_retryable(
+def test_the_retry_write_takes_exactly_the_work_the_retry_rule_calls_retryable(
     clock, case, fields, retryable
 ):
     work = WorkFactory(**fields)

@@ -61,7 +61,7 @@ def refuse(clock, work: Work) -> WorkRunner:
 # --- why a Work is not running ------------------------------------------------------------------
 
 
-def test_i8p9_terminal_running_and_waiting_work_say_so(clock):
+def test_terminal_running_and_waiting_work_say_so(clock):
     assert why(WorkFactory(status="completed"), clock).text == "completed"
     assert why(WorkFactory(status="cancelled"), clock).reason == NotRunning.CANCELLED
 
@@ -80,7 +80,7 @@ def test_i8p9_terminal_running_and_waiting_work_say_so(clock):
     assert line.text == "waiting on wait approval (blocked: rate_exceeded)"
 
 
-def test_i8p9_work_with_nothing_to_run_has_no_input_or_is_held_by_an_unrouted_event(clock):
+def test_work_with_nothing_to_run_has_no_input_or_is_held_by_an_unrouted_event(clock):
     work = WorkFactory()
     assert why(work, clock).reason == NotRunning.NO_INPUT
     assert why(work, clock).text == "no input: nothing is queued for it"
@@ -95,7 +95,7 @@ def test_i8p9_work_with_nothing_to_run_has_no_input_or_is_held_by_an_unrouted_ev
     assert line.text == f"held by unrouted #{held.seq}: its later input waits until that Event is routed"
 
 
-def test_i8p9_work_with_input_and_no_obstacle_waits_for_a_work_loop(clock):
+def test_work_with_input_and_no_obstacle_waits_for_a_work_loop(clock):
     work = WorkFactory()
     WorkInputFactory(work=work)
     line = why(work, clock)
@@ -130,7 +130,7 @@ def test_w5_failed_work_backs_off_then_is_ready_and_is_parked_after_the_bound(cl
     assert list(work_parked()) == [work]
 
 
-def test_i8p9_a_queue_only_binding_is_named_from_a_real_refused_dispatch(clock, test_handlers):
+def test_a_queue_only_binding_is_named_from_a_real_refused_dispatch(clock, test_handlers):
     apply(clock)
     work = WorkFactory(scope="acme", binding="inbox")
     WorkInputFactory(work=work, binding="inbox")
@@ -141,7 +141,7 @@ def test_i8p9_a_queue_only_binding_is_named_from_a_real_refused_dispatch(clock, 
     assert line.text.endswith("(checked again at 2026-01-05 12:05:00 UTC)")
 
 
-def test_i8p9_a_refused_dispatch_is_named_even_after_failures(clock, test_handlers):
+def test_a_refused_dispatch_is_named_even_after_failures(clock, test_handlers):
     apply(clock)
     work = WorkFactory(scope="acme", binding="gone")
     WorkInputFactory(work=work, binding="gone")
@@ -164,7 +164,7 @@ def test_i8p9_a_refused_dispatch_is_named_even_after_failures(clock, test_handle
     assert line.text.startswith("dispatch refused: executor 'python' changed (checked again at")
 
 
-def test_i8p9_why_not_running_reads_at_most_two_queries(clock, django_assert_max_num_queries):
+def test_why_not_running_reads_at_most_two_queries(clock, django_assert_max_num_queries):
     work = WorkFactory(status="waiting")
     for number in range(1, 30):
         AttemptFactory(work=work, number=number, state="failed")
@@ -180,7 +180,7 @@ def test_i8p9_why_not_running_reads_at_most_two_queries(clock, django_assert_max
 # --- the Work list, home and doctor's reads ------------------------------------------------------
 
 
-def test_i8p9_status_filter_parked_is_ready_work_with_parked_at(clock):
+def test_status_filter_parked_is_ready_work_with_parked_at(clock):
     parked = WorkFactory(parked_at=T0, failures=5)
     WorkFactory()
     WorkFactory(status="cancelled", parked_at=T0)  # cancelled while parked: not parked any more
@@ -189,7 +189,7 @@ def test_i8p9_status_filter_parked_is_ready_work_with_parked_at(clock):
         WorkFilter(status="sleeping")
 
 
-def test_i8p9_work_counts_by_status_and_parked_in_one_query(django_assert_num_queries):
+def test_work_counts_by_status_and_parked_in_one_query(django_assert_num_queries):
     WorkFactory.create_batch(2, status="running")
     WorkFactory(parked_at=T0)
     WorkFactory()
@@ -198,3 +198,20 @@ def test_i8p9_work_counts_by_status_and_parked_in_one_query(django_assert_num_qu
         counts = work_counts()
     assert (counts.running, counts.parked) == (2, 1)
     assert counts.by_status == {"ready": 1, "running": 2, "waiting": 0, "completed": 1, "cancelled": 0}
+
+
+def test_the_work_key_filter_takes_the_start_of_a_key():
+    web42 = WorkFactory(scope="acme/web")
+    CorrelationKeyFactory(work=web42, key="pr:acme/web#42")
+    web43 = WorkFactory(scope="acme/web")
+    CorrelationKeyFactory(work=web43, key="pr:acme/web#43")
+    api = WorkFactory(scope="acme/api")
+    CorrelationKeyFactory(work=api, key="pr:acme/api#1")
+
+    def ids(**filters):
+        return sorted(work_filtered(WorkFilter(**filters)).values_list("pk", flat=True))
+
+    assert ids(key="pr:acme/web#") == [web42.pk, web43.pk]
+    assert ids(key="pr:acme/web#42") == [web42.pk]
+    assert ids(key="pr:", scope="acme/api") == [api.pk]
+    assert ids(key="acme") == []

@@ -141,7 +141,7 @@ def test_r56_state_and_event_commit_together_on_both_outcomes(clock, parent):
 
 
 @pytest.mark.django_db
-def test_i36_7_a_timer_is_held_to_acceptances_limits_when_scheduled(clock, settings):
+def test_a_timer_is_held_to_acceptances_limits_when_scheduled(clock, settings):
     from tests.worklife.factories import AttemptFactory
     from worklife.errors import WorkError
     from worklife.models import Timer

@@ -67,14 +67,14 @@ def run_one(clock, loop, binding: str, key: str, **extensions: str) -> Attempt:
     return Attempt.objects.get(work=work)
 
 
-def test_i38_4_a_command_child_prints_the_traceparent_of_its_triggering_event(clock, loop):
+def test_a_command_child_prints_the_traceparent_of_its_triggering_event(clock, loop):
     attempt = run_one(clock, loop, "cmd", "a", traceparent=TRACEPARENT)
 
     assert f"TRACEPARENT={TRACEPARENT}" in attempt.stdout_tail
     assert attempt.result == TRACEPARENT
 
 
-def test_i38_4_a_python_target_reads_run_traceparent_and_its_environment(clock, loop):
+def test_a_python_target_reads_run_traceparent_and_its_environment(clock, loop):
     attempt = run_one(clock, loop, "py", "b", traceparent=TRACEPARENT)
 
     assert attempt.result == {"run": TRACEPARENT, "env": TRACEPARENT}
@@ -83,7 +83,7 @@ def test_i38_4_a_python_target_reads_run_traceparent_and_its_environment(clock, 
 @pytest.mark.parametrize(
     "extensions", [{}, {"traceparent": "00-abc"}, {"traceparent": "x\nTRACEPARENT=forged"}]
 )
-def test_i38_4_without_a_well_formed_traceparent_the_attempt_gets_none(clock, loop, extensions):
+def test_without_a_well_formed_traceparent_the_attempt_gets_none(clock, loop, extensions):
     command = run_one(clock, loop, "cmd", "c", **extensions)
     python = run_one(clock, loop, "py", "d", **extensions)
 
@@ -91,7 +91,7 @@ def test_i38_4_without_a_well_formed_traceparent_the_attempt_gets_none(clock, lo
     assert python.result == {"run": "", "env": None}
 
 
-def test_i38_4_a_reused_python_worker_does_not_keep_the_last_attempts_traceparent(clock, loop):
+def test_a_reused_python_worker_does_not_keep_the_last_attempts_traceparent(clock, loop):
     first = run_one(clock, loop, "py", "e", traceparent=TRACEPARENT)
     second = run_one(clock, loop, "py", "f")
 
@@ -113,5 +113,5 @@ def test_i38_4_a_reused_python_worker_does_not_keep_the_last_attempts_traceparen
         (None, False),
     ],
 )
-def test_i38_4_only_a_well_formed_traceparent_is_carried(value, kept):
+def test_only_a_well_formed_traceparent_is_carried(value, kept):
     assert valid_traceparent(value) == (value if kept else "")

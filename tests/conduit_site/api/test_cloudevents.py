@@ -109,7 +109,7 @@ def seq_of(response) -> int:
 # --- binary mode ----------------------------------------------------------------------------
 
 
-def test_i37_3_binary_sdk_event_is_accepted_and_read_back_equal(client, auth, acme):
+def test_binary_sdk_event_is_accepted_and_read_back_equal(client, auth, acme):
     sent = sdk_event({"action": "opened", "number": 42, "repository": {"full_name": "acme/web"}})
     response = send(client, ce_http.to_binary(sent, JSONFormat()), auth)
     assert response.status_code == 201, response.content
@@ -120,7 +120,7 @@ def test_i37_3_binary_sdk_event_is_accepted_and_read_back_equal(client, auth, ac
     assert_same(read_back(client, auth, event.seq), sent)
 
 
-def test_i37_3_binary_from_the_legacy_sdk_api_is_accepted_too(client, auth, acme):
+def test_binary_from_the_legacy_sdk_api_is_accepted_too(client, auth, acme):
     # Its time is kept as a string: times come out in UTC with a "Z", as it is written here.
     attributes = {"type": "chat.message", "source": "slack/T1", "id": "Ev1", "scope": "acme"}
     sent = ce_legacy.CloudEvent({**attributes, "time": "2026-01-05T12:30:15.250000Z"}, {"text": "hi"})
@@ -135,7 +135,7 @@ def test_i37_3_binary_from_the_legacy_sdk_api_is_accepted_too(client, auth, acme
     assert received == sent
 
 
-def test_i37_3_binary_text_data_is_kept_as_text_with_its_content_type(client, auth, acme):
+def test_binary_text_data_is_kept_as_text_with_its_content_type(client, auth, acme):
     sent = sdk_event("<much wow='xml'/>", datacontenttype="text/xml")
     seq = seq_of(send(client, ce_http.to_binary(sent, JSONFormat()), auth))
     event = Event.objects.get(seq=seq)
@@ -143,7 +143,7 @@ def test_i37_3_binary_text_data_is_kept_as_text_with_its_content_type(client, au
     assert_same(read_back(client, auth, seq), sent)
 
 
-def test_i37_3_binary_data_that_is_not_utf8_is_kept_as_base64(client, auth, acme):
+def test_binary_data_that_is_not_utf8_is_kept_as_base64(client, auth, acme):
     png = b"\x89PNG\r\n\x1a\n\x00\xff\xfe"
     sent = sdk_event(png, datacontenttype="image/png")
     seq = seq_of(send(client, ce_http.to_binary(sent, JSONFormat()), auth))
@@ -154,12 +154,12 @@ def test_i37_3_binary_data_that_is_not_utf8_is_kept_as_base64(client, auth, acme
     assert_same(read_back(client, auth, seq), sent)
 
 
-def test_i37_3_binary_utf8_text_holding_nul_is_kept_as_base64(client, auth, acme):
+def test_binary_utf8_text_holding_nul_is_kept_as_base64(client, auth, acme):
     seq = seq_of(binary(client, auth, b"a\x00b", content_type="application/octet-stream", **CE_HEADERS))
     assert Event.objects.get(seq=seq).data == "YQBi"
 
 
-def test_i37_3_binary_header_values_are_percent_decoded(client, auth, acme):
+def test_binary_header_values_are_percent_decoded(client, auth, acme):
     response = binary(client, auth, b"{}", **CE_HEADERS, ce_subject="caf%C3%A9%20%22x%22%25")
     event = Event.objects.get(seq=seq_of(response))
     assert event.subject == 'café "x"%'
@@ -171,14 +171,14 @@ def test_i37_3_binary_header_values_are_percent_decoded(client, auth, acme):
     assert event.subject == "résumé"
 
 
-def test_i37_3_binary_without_content_type_is_json_data_and_empty_body_is_no_data(client, auth, acme):
+def test_binary_without_content_type_is_json_data_and_empty_body_is_no_data(client, auth, acme):
     seq = seq_of(binary(client, auth, b"", content_type="", **CE_HEADERS))
     event = Event.objects.get(seq=seq)
     assert (event.data, event.datacontenttype) == (None, "application/json")
     assert "data" not in client.get(f"{EVENTS_URL}/{seq}", headers=auth).json()["event"]
 
 
-def test_i37_3_binary_content_type_parameters_are_kept_in_datacontenttype(client, auth, acme):
+def test_binary_content_type_parameters_are_kept_in_datacontenttype(client, auth, acme):
     seq = seq_of(
         binary(client, auth, b'{"a": 1}', content_type="application/json; charset=utf-8", **CE_HEADERS)
     )
@@ -186,7 +186,7 @@ def test_i37_3_binary_content_type_parameters_are_kept_in_datacontenttype(client
     assert (event.data, event.datacontenttype) == ({"a": 1}, "application/json; charset=utf-8")
 
 
-def test_i37_3_binary_duplicate_is_200_and_conflict_is_409(client, auth, acme):
+def test_binary_duplicate_is_200_and_conflict_is_409(client, auth, acme):
     first = binary(client, auth, b'{"n": 1}', **CE_HEADERS)
     again = binary(client, auth, b'{"n":1}', **CE_HEADERS)
     conflict = binary(client, auth, b'{"n": 2}', **CE_HEADERS)
@@ -239,7 +239,7 @@ def nested(levels: int) -> bytes:
         ({}, b"\xff" * 3500, "application/octet-stream", 413, None),
     ],
 )
-def test_i37_3_binary_mode_gets_every_check_structured_mode_gets(
+def test_binary_mode_gets_every_check_structured_mode_gets(
     client, auth, acme, settings, headers, body, content_type, status, field
 ):
     settings.CONDUIT_MAX_EVENT_BYTES = 4096
@@ -250,7 +250,7 @@ def test_i37_3_binary_mode_gets_every_check_structured_mode_gets(
     assert Event.objects.count() == 0
 
 
-def test_i37_3_binary_json_data_is_as_deep_as_structured_data_may_be(client, auth, acme):
+def test_binary_json_data_is_as_deep_as_structured_data_may_be(client, auth, acme):
     # The Event is the first level: its data may nest one level less than the limit (64).
     assert binary(client, auth, nested(63), **CE_HEADERS).status_code == 201
     structured = {**{k[3:]: v for k, v in CE_HEADERS.items()}, "id": "s-1", "data": "@"}
@@ -264,7 +264,7 @@ def test_i37_3_binary_json_data_is_as_deep_as_structured_data_may_be(client, aut
     )
 
 
-def test_i37_3_binary_data_counts_in_its_structured_size(client, auth, acme, settings):
+def test_binary_data_counts_in_its_structured_size(client, auth, acme, settings):
     # Binary data is stored as base64: its Event is a third larger than its body.
     settings.CONDUIT_MAX_EVENT_BYTES = 4096
     response = binary(client, auth, b"\xff" * 3400, content_type="application/octet-stream", **CE_HEADERS)
@@ -277,7 +277,7 @@ def test_i37_3_binary_data_counts_in_its_structured_size(client, auth, acme, set
     )
 
 
-def test_i37_3_structured_mode_ignores_ce_headers(client, auth, acme):
+def test_structured_mode_ignores_ce_headers(client, auth, acme):
     structured = {
         "specversion": "1.0",
         "id": "s-1",
@@ -295,7 +295,7 @@ def test_i37_3_structured_mode_ignores_ce_headers(client, auth, acme):
     assert (event.envelope_id, event.scope) == ("s-1", "acme")
 
 
-def test_i37_3_a_body_that_is_not_json_without_ce_headers_is_415_naming_binary_mode(client, auth, acme):
+def test_a_body_that_is_not_json_without_ce_headers_is_415_naming_binary_mode(client, auth, acme):
     response = client.post(EVENTS_URL, "hello", content_type="text/plain", headers=auth)
     assert response.status_code == 415
     assert "ce-* headers" in response.json()["message"]
@@ -305,7 +305,7 @@ def test_i37_3_a_body_that_is_not_json_without_ce_headers_is_415_naming_binary_m
 # --- data_base64 and batch --------------------------------------------------------------------
 
 
-def test_i37_3_structured_data_base64_from_the_sdk_round_trips(client, auth, acme):
+def test_structured_data_base64_from_the_sdk_round_trips(client, auth, acme):
     sent = sdk_event(b"\x00\x01\xfe\xff", datacontenttype="application/octet-stream")
     message = ce_http.to_structured(sent, JSONFormat())
     assert b'"data_base64"' in message.body
@@ -314,7 +314,7 @@ def test_i37_3_structured_data_base64_from_the_sdk_round_trips(client, auth, acm
     assert_same(read_back(client, auth, seq), sent)
 
 
-def test_i37_3_batch_from_the_sdk_round_trips(client, auth, acme):
+def test_batch_from_the_sdk_round_trips(client, auth, acme):
     sent = [
         sdk_event({"n": 1}, id="batch-1"),
         sdk_event("plain text", id="batch-2", datacontenttype="text/plain"),
@@ -334,7 +334,7 @@ def test_i37_3_batch_from_the_sdk_round_trips(client, auth, acme):
         assert_same(got, event)
 
 
-def test_i37_3_batch_media_type_holds_an_array(client, auth, acme):
+def test_batch_media_type_holds_an_array(client, auth, acme):
     one = {"specversion": "1.0", "id": "s-1", "source": "tests", "type": "chat.message", "scope": "acme"}
     response = client.post(EVENTS_URL, one, content_type="application/cloudevents-batch+json", headers=auth)
     assert response.status_code == 400 and "JSON array" in response.json()["message"]
@@ -344,7 +344,7 @@ def test_i37_3_batch_media_type_holds_an_array(client, auth, acme):
 # --- the webhook validation handshake ----------------------------------------------------------
 
 
-def test_i37_3_webhook_validation_answers_the_origin_and_rate_without_a_token(client):
+def test_webhook_validation_answers_the_origin_and_rate_without_a_token(client):
     response = client.options(EVENTS_URL, headers={"WebHook-Request-Origin": "eventemitter.example.com"})
     assert response.status_code == 200
     assert response["WebHook-Allowed-Origin"] == "eventemitter.example.com"
@@ -356,14 +356,14 @@ def test_i37_3_webhook_validation_answers_the_origin_and_rate_without_a_token(cl
     assert rated.status_code == 200 and rated["WebHook-Allowed-Rate"] == "*"
 
 
-def test_i37_3_a_plain_options_answers_allow_only(client):
+def test_a_plain_options_answers_allow_only(client):
     response = client.options(EVENTS_URL)
     assert response.status_code == 200
     assert response["Allow"] == "GET, POST, OPTIONS"
     assert not response.has_header("WebHook-Allowed-Origin")
 
 
-def test_i37_3_webhook_validation_refuses_an_origin_that_is_no_host_name(client):
+def test_webhook_validation_refuses_an_origin_that_is_no_host_name(client):
     response = client.options(EVENTS_URL, headers={"WebHook-Request-Origin": "two words"})
     assert response.status_code == 400
     assert response.json()["field"] == "WebHook-Request-Origin"
@@ -384,7 +384,7 @@ def post_structured(client, body, auth):
 DEFAULTED_CONFIG = DEFAULT_TEST_CONFIG.replace("version: 1\n", "version: 1\ndefault_scope: acme\n", 1)
 
 
-def test_i37_4_an_event_without_scope_and_without_default_is_400_saying_how_to_set_one(client, auth, acme):
+def test_an_event_without_scope_and_without_default_is_400_saying_how_to_set_one(client, auth, acme):
     response = post_structured(client, without_scope(), auth)
     assert response.status_code == 400
     body = response.json()
@@ -393,7 +393,7 @@ def test_i37_4_an_event_without_scope_and_without_default_is_400_saying_how_to_s
     assert Event.objects.count() == 0
 
 
-def test_i37_4_the_tokens_default_scope_is_taken(client, acme):
+def test_the_tokens_default_scope_is_taken(client, acme):
     _, secret = api_token_with_secret(default_scope="acme/web")
     auth = {"Authorization": f"Bearer {secret}"}
     event = Event.objects.get(seq=seq_of(post_structured(client, without_scope(), auth)))
@@ -410,7 +410,7 @@ def test_i37_4_the_tokens_default_scope_is_taken(client, acme):
     assert [r["event"]["scope"] for r in response.json()["results"]] == ["acme/web", "acme"]
 
 
-def test_i37_4_the_configurations_default_scope_is_taken_after_the_tokens(client, auth):
+def test_the_configurations_default_scope_is_taken_after_the_tokens(client, auth):
     apply_config(DEFAULTED_CONFIG)
     assert Event.objects.get(seq=seq_of(post_structured(client, without_scope(), auth))).scope == "acme"
     _, secret = api_token_with_secret(default_scope="acme/web")
@@ -423,13 +423,13 @@ def test_i37_4_the_configurations_default_scope_is_taken_after_the_tokens(client
     assert Event.objects.get(seq=seq_of(own)).scope == "acme"
 
 
-def test_i37_4_a_token_default_not_in_the_live_configuration_is_refused_as_an_unknown_scope(client, acme):
+def test_a_token_default_not_in_the_live_configuration_is_refused_as_an_unknown_scope(client, acme):
     _, secret = api_token_with_secret(default_scope="gone")
     response = post_structured(client, without_scope(), {"Authorization": f"Bearer {secret}"})
     assert response.status_code == 400 and "unknown scope 'gone'" in response.json()["message"]
 
 
-def test_i37_4_trace_takes_the_same_default_scope(client):
+def test_trace_takes_the_same_default_scope(client):
     apply_config(DEFAULTED_CONFIG)
     _, secret = api_token_with_secret(default_scope="acme/web", user__is_superuser=True)
     event = {"source": "tests", "type": "chat.message", "data": {"thread": "t"}}
@@ -443,7 +443,7 @@ def test_i37_4_trace_takes_the_same_default_scope(client):
     assert traced.json()["scope"] == "acme/web"
 
 
-def test_i37_4_api_token_create_takes_a_default_scope(acme, capsys):
+def test_api_token_create_takes_a_default_scope(acme, capsys):
     from tests.routing.factories import UserFactory
 
     UserFactory(username="sender")
@@ -458,7 +458,7 @@ def test_i37_4_api_token_create_takes_a_default_scope(acme, capsys):
 # --- CloudEvents out ---------------------------------------------------------------------------
 
 
-def test_i37_5_an_event_comes_out_as_a_cloudevent_with_conduits_fields_beside_it(client, auth, acme):
+def test_an_event_comes_out_as_a_cloudevent_with_conduits_fields_beside_it(client, auth, acme):
     structured = {
         "specversion": "1.0",
         "id": "o-1",
@@ -491,7 +491,7 @@ def test_i37_5_an_event_comes_out_as_a_cloudevent_with_conduits_fields_beside_it
     assert json.loads(bare.content) == body["event"]
 
 
-def test_i37_5_every_attribute_name_out_is_lower_case_alphanumeric(client, auth, acme):
+def test_every_attribute_name_out_is_lower_case_alphanumeric(client, auth, acme):
     seq = seq_of(
         post_structured(client, {**without_scope(scope="acme", work_id=3, execution_id=4), "zz9": True}, auth)
     )
@@ -502,7 +502,7 @@ def test_i37_5_every_attribute_name_out_is_lower_case_alphanumeric(client, auth,
     assert received.get_extension("zz9") is True and received.get_extension("scope") == "acme"
 
 
-def test_i37_5_format_must_be_known(client, auth, acme):
+def test_an_unknown_event_format_is_refused_naming_the_field(client, auth, acme):
     seq = seq_of(post_structured(client, without_scope(scope="acme"), auth))
     response = client.get(f"{EVENTS_URL}/{seq}", {"format": "xml"}, headers=auth)
     assert response.status_code == 400 and response.json()["field"] == "format"
@@ -522,7 +522,7 @@ def api_listed(client, auth, **params) -> list[int]:
     return [item["conduit"]["seq"] for item in response.json()["events"]]
 
 
-def test_i37_5_events_list_filters_as_the_cli_lists(client, auth, acme):
+def test_events_list_filters_as_the_cli_lists(client, auth, acme):
     for number, (kind, scope) in enumerate(
         [("github.pull_request.opened", "acme"), ("chat.message", "acme/web"), ("github.push", "acme")] * 2
     ):
@@ -548,7 +548,7 @@ def test_i37_5_events_list_filters_as_the_cli_lists(client, auth, acme):
     assert len(everything) == 6 and everything == sorted(everything, reverse=True)
 
 
-def test_i37_5_events_list_pages_by_keyset(client, auth, acme):
+def test_events_list_pages_by_keyset(client, auth, acme):
     seqs = [seq_of(post_structured(client, without_scope(id=f"p-{n}", scope="acme"), auth)) for n in range(5)]
     first = client.get(EVENTS_URL, {"limit": "2"}, headers=auth).json()
     assert [item["conduit"]["seq"] for item in first["events"]] == seqs[::-1][:2]
@@ -560,7 +560,7 @@ def test_i37_5_events_list_pages_by_keyset(client, auth, acme):
     assert bare["Conduit-Next-After"] == str(seqs[1])
 
 
-def test_i37_5_events_list_query_count_does_not_grow_with_history(
+def test_events_list_query_count_does_not_grow_with_history(
     client, auth, acme, django_assert_max_num_queries
 ):
     for n in range(30):
@@ -587,13 +587,13 @@ def test_i37_5_events_list_query_count_does_not_grow_with_history(
         ({"format": "yaml"}, "format"),
     ],
 )
-def test_i37_5_events_list_refuses_bad_filters_naming_them(client, auth, params, field):
+def test_events_list_refuses_bad_filters_naming_them(client, auth, params, field):
     response = client.get(EVENTS_URL, params, headers=auth)
     assert response.status_code == 400, response.content
     assert response.json()["field"] == field
 
 
-def test_i37_5_events_list_needs_view_event(client, acme):
+def test_events_list_needs_view_event(client, acme):
     _, secret = api_token_with_secret(scopes=["accept"])
     response = client.get(EVENTS_URL, headers={"Authorization": f"Bearer {secret}"})
     assert response.status_code == 403

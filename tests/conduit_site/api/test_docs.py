@@ -16,7 +16,7 @@ from tests.routing.factories import UserFactory
 pytestmark = pytest.mark.django_db
 
 
-def test_i11_8_api_docs_page_loads_swagger_ui_from_static_files(client):
+def test_api_docs_page_loads_swagger_ui_from_static_files(client):
     response = client.get(reverse("api-docs"))
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
@@ -33,7 +33,7 @@ def test_i11_8_api_docs_page_loads_swagger_ui_from_static_files(client):
     assert "'unsafe-inline'" not in response["Content-Security-Policy"]
 
 
-def test_i11_8_the_schema_url_the_page_names_answers_the_openapi_document(client):
+def test_the_schema_url_the_page_names_answers_the_openapi_document(client):
     response = client.get(reverse("api-openapi"))
     assert response.status_code == 200
     document = response.json()
@@ -41,7 +41,7 @@ def test_i11_8_the_schema_url_the_page_names_answers_the_openapi_document(client
     assert "/api/events" in document["paths"]
 
 
-def test_i11_8_the_console_navigation_links_to_the_api_docs(client):
+def test_the_console_navigation_links_to_the_api_docs(client):
     client.force_login(UserFactory())
     page = client.get(reverse("console-home")).content.decode()
     assert f'<a href="{reverse("api-docs")}">API</a>' in page
@@ -89,7 +89,7 @@ def inline_schemas(node):
             yield from inline_schemas(value)
 
 
-def test_i35_6_every_operation_has_a_tag_the_document_declares():
+def test_every_operation_has_a_tag_the_document_declares():
     document = openapi_schema()
     declared = [tag["name"] for tag in document.get("tags", [])]
     assert declared, "the document declares no tags"
@@ -103,7 +103,7 @@ def test_i35_6_every_operation_has_a_tag_the_document_declares():
     assert used == set(declared), "a declared tag no operation has"
 
 
-def test_i35_6_accepting_events_names_the_envelope_schema_by_reference():
+def test_accepting_events_names_the_envelope_schema_by_reference():
     document = openapi_schema()
     operation = document["paths"]["/api/events"]["post"]
     envelope = resolved(document, document["components"]["schemas"]["CloudEventInput"])
@@ -124,7 +124,7 @@ def test_i35_6_accepting_events_names_the_envelope_schema_by_reference():
         assert set(schema) == {"$ref"}, status
 
 
-def test_i35_6_no_structured_schema_is_written_out_twice():
+def test_no_structured_schema_is_written_out_twice():
     document = openapi_schema()
     schemas = list(inline_schemas(document))
     repeated = sorted({schema for schema in schemas if schemas.count(schema) > 1})
@@ -135,7 +135,7 @@ def test_i35_6_no_structured_schema_is_written_out_twice():
     assert sum(envelope <= set(json.loads(schema).get("properties", {})) for schema in schemas) == 1
 
 
-def test_i35_6_no_parameter_is_written_out_twice():
+def test_no_parameter_is_written_out_twice():
     document = openapi_schema()
     parameters = [
         json.dumps(parameter, sort_keys=True)
@@ -147,7 +147,7 @@ def test_i35_6_no_parameter_is_written_out_twice():
     assert not repeated, "name it under components/parameters:\n" + "\n".join(repeated)
 
 
-def test_i38_the_documented_doctor_check_names_are_the_checks_doctor_runs(clock):
+def test_the_documented_doctor_check_names_are_the_checks_doctor_runs(clock):
     """Each check doctor runs is a name the OpenAPI document lists (a new check once answered
     outside its schema)."""
     from conduit_site.doctor import doctor

@@ -99,7 +99,7 @@ def test_api_accept_duplicate_is_200_with_the_first_event(client, auth, acme):
 
 
 @pytest.mark.django_db
-def test_i9_5_the_same_id_with_another_body_is_409_with_both_digests(client, auth, acme):
+def test_the_same_id_with_another_body_is_409_with_both_digests(client, auth, acme):
     first = post(client, cloud_event(), auth)
     again = post(client, cloud_event(data={"changed": True}), auth)
     assert (first.status_code, again.status_code) == (201, 409)
@@ -119,7 +119,7 @@ def test_i9_5_the_same_id_with_another_body_is_409_with_both_digests(client, aut
 
 
 @pytest.mark.django_db
-def test_i9_5_a_batch_with_a_conflicting_duplicate_is_409_and_stores_nothing(client, auth, acme):
+def test_a_batch_with_a_conflicting_duplicate_is_409_and_stores_nothing(client, auth, acme):
     post(client, cloud_event(), auth)
     batch = [cloud_event(id="new"), cloud_event(type="github.pull_request.closed")]
     response = post(client, batch, auth)
@@ -422,27 +422,27 @@ def nested_event_text(levels: int, **overrides) -> str:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("levels", [65, 1_000, 5_000, 10_000])
-def test_i9_1_a_deeply_nested_event_is_refused_and_nothing_stored(client, auth, acme, levels):
+def test_a_deeply_nested_event_is_refused_and_nothing_stored(client, auth, acme, levels):
     body = assert_refused(post(client, nested_event_text(levels), auth), 400, None)
     assert body["error"] == "invalid_event"
     assert "more than 64 levels deep" in body["message"] and "CONDUIT_MAX_JSON_DEPTH" in body["message"]
 
 
 @pytest.mark.django_db
-def test_i9_1_an_event_at_the_depth_limit_is_accepted(client, auth, acme):
+def test_an_event_at_the_depth_limit_is_accepted(client, auth, acme):
     response = post(client, nested_event_text(64), auth)
     assert response.status_code == 201, response.content
 
 
 @pytest.mark.django_db
-def test_i9_1_a_deep_batch_is_refused_and_nothing_stored(client, auth, acme):
+def test_a_deep_batch_is_refused_and_nothing_stored(client, auth, acme):
     batch = "[" + json.dumps(cloud_event(id="ok")) + "," + nested_event_text(64, id="deep") + "]"
     body = assert_refused(post(client, batch, auth), 400, None)
     assert "64 levels" in body["message"]
 
 
 @pytest.mark.django_db
-def test_i9_1_the_depth_limit_is_a_setting(client, auth, acme, settings):
+def test_the_depth_limit_is_a_setting(client, auth, acme, settings):
     settings.CONDUIT_MAX_JSON_DEPTH = 3
     assert post(client, nested_event_text(3), auth).status_code == 201
     response = post(client, nested_event_text(4, id="evt-2"), auth)
@@ -452,7 +452,7 @@ def test_i9_1_the_depth_limit_is_a_setting(client, auth, acme, settings):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("levels", [65, 5_000, 10_000])
-def test_i9_2_a_deeply_nested_trace_is_400_not_500(client, auth, acme, levels):
+def test_a_deeply_nested_trace_is_400_not_500(client, auth, acme, levels):
     event = nested_event_text(levels - 1)
     response = client.post(
         "/api/trace", '{"event": ' + event + "}", content_type="application/json", headers=auth
@@ -462,7 +462,7 @@ def test_i9_2_a_deeply_nested_trace_is_400_not_500(client, auth, acme, levels):
 
 
 @pytest.mark.django_db
-def test_i9_5_an_object_with_a_duplicate_key_is_400_and_nothing_stored(client, auth, acme):
+def test_an_object_with_a_duplicate_key_is_400_and_nothing_stored(client, auth, acme):
     text = json.dumps(cloud_event()).replace('"data": {"number": 7}', '"data": {"number": 7, "number": 8}')
     body = assert_refused(post(client, text, auth), 400, None)
     assert "invalid JSON" in body["message"] and "'number' twice" in body["message"]
@@ -486,13 +486,13 @@ def test_i9_5_an_object_with_a_duplicate_key_is_400_and_nothing_stored(client, a
         ({"source": "core.timer"}, "source"),
     ],
 )
-def test_i9_4_an_api_token_cannot_forge_an_identity_the_system_writes(client, auth, acme, overrides, field):
+def test_an_api_token_cannot_forge_an_identity_the_system_writes(client, auth, acme, overrides, field):
     body = assert_refused(post(client, cloud_event(**overrides), auth), 400, field)
     assert "reserved" in body["message"]
 
 
 @pytest.mark.django_db
-def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme, clock):
+def test_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme, clock):
     from routing.acceptance.services import event_accept
     from routing.controls import events as controls
 
@@ -510,7 +510,7 @@ def test_i9_4_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme
 
 
 @pytest.mark.django_db
-def test_i12_1_an_acceptance_runs_a_fixed_handful_of_queries(client, auth, acme):
+def test_an_acceptance_runs_a_fixed_handful_of_queries(client, auth, acme):
     """Token, its user, permissions (one UNION query), live scope, deduplication, the INSERT,
     and the transaction's two ends; PostgreSQL adds the acceptance lock and the race's savepoint.
     Token, user, permissions, scope and deduplication are raw statements written once (their
@@ -529,7 +529,7 @@ def test_i12_1_an_acceptance_runs_a_fixed_handful_of_queries(client, auth, acme)
 
 
 @pytest.mark.django_db
-def test_i12_1_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acme):
+def test_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acme):
     """The acceptance INSERT is a statement written once from the model (not the ORM's save):
     every field reads back as stored, and equals the instance acceptance returned."""
     from routing.acceptance.services import event_accept
@@ -560,7 +560,7 @@ def test_i12_1_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acm
 
 
 @pytest.mark.django_db
-def test_i12_1_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme):
+def test_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme):
     """A batch's multi-row INSERT: the seqs follow the batch's order, each Event reads back
     as the instance acceptance returned, repeats come back as the Event they repeat."""
     from routing.acceptance.services import event_accept, events_accept
@@ -598,9 +598,7 @@ def bearer(**token) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("target", "field"), [({"work_id": 3}, "work_id"), ({"execution_id": 4}, "execution_id")]
 )
-def test_i36_5_an_accept_only_sender_naming_a_work_is_refused_403_and_nothing_stored(
-    client, acme, target, field
-):
+def test_an_accept_only_sender_naming_a_work_is_refused_403_and_nothing_stored(client, acme, target, field):
     from tests.routing.factories import user_with_role
 
     operator = user_with_role("operator", username="ops")  # may send input itself…

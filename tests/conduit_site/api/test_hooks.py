@@ -92,7 +92,7 @@ def assert_refused(response, status: int, error: str) -> dict:
 # --- GitHub ------------------------------------------------------------------------------------
 
 
-def test_i37_1_github_signed_delivery_is_stored_mapped_and_routed(client, receivers):
+def test_github_signed_delivery_is_stored_mapped_and_routed(client, receivers):
     body = body_of(github_pull_request("opened", 42))
 
     response = deliver(client, "github", body, github_headers(body))
@@ -116,7 +116,7 @@ def test_i37_1_github_signed_delivery_is_stored_mapped_and_routed(client, receiv
     assert (record.route, record.policy, record.keys) == ("prs", "start", ["pr:acme/web#42"])
 
 
-def test_i37_1_github_form_encoded_delivery_is_accepted(client, receivers):
+def test_github_form_encoded_delivery_is_accepted(client, receivers):
     from urllib.parse import urlencode
 
     payload = github_pull_request("synchronize", 7)
@@ -131,7 +131,7 @@ def test_i37_1_github_form_encoded_delivery_is_accepted(client, receivers):
     assert (event.type, event.subject, event.data) == ("github.pull_request.synchronize", "pull/7", payload)
 
 
-def test_i37_1_github_redelivery_of_the_same_delivery_id_is_a_200_duplicate(client, receivers):
+def test_github_redelivery_of_the_same_delivery_id_is_a_200_duplicate(client, receivers):
     body = body_of(github_pull_request())
     first = deliver(client, "github", body, github_headers(body))
 
@@ -153,9 +153,7 @@ def test_i37_1_github_redelivery_of_the_same_delivery_id_is_a_200_duplicate(clie
         ("garbage", "signature_invalid"),
     ],
 )
-def test_i37_1_github_bad_missing_or_altered_signature_is_401_and_stores_nothing(
-    client, receivers, tamper, error
-):
+def test_github_bad_missing_or_altered_signature_is_401_and_stores_nothing(client, receivers, tamper, error):
     body = body_of(github_pull_request())
     headers = github_headers(body)
     if tamper == "missing":
@@ -176,7 +174,7 @@ def test_i37_1_github_bad_missing_or_altered_signature_is_401_and_stores_nothing
     assert refusals("github") == {error: 1}
 
 
-def test_i37_1_github_ping_is_answered_and_stores_nothing(client, receivers):
+def test_github_ping_is_answered_and_stores_nothing(client, receivers):
     body = body_of({"zen": "Design for failure.", "hook_id": 512730861, "hook": {"type": "Repository"}})
 
     response = deliver(client, "github", body, github_headers(body, event="ping"))
@@ -187,7 +185,7 @@ def test_i37_1_github_ping_is_answered_and_stores_nothing(client, receivers):
     assert refusals("github") == {"handshake": 1}
 
 
-def test_i37_1_github_delivery_without_its_event_header_is_400(client, receivers):
+def test_github_delivery_without_its_event_header_is_400(client, receivers):
     body = body_of(github_pull_request())
     headers = github_headers(body)
     del headers["X-GitHub-Event"]
@@ -197,7 +195,7 @@ def test_i37_1_github_delivery_without_its_event_header_is_400(client, receivers
     assert body_json["field"] == "X-GitHub-Event"
 
 
-def test_i37_1_github_refusal_is_counted_logged_and_never_shows_the_secret(client, receivers, caplog):
+def test_github_refusal_is_counted_logged_and_never_shows_the_secret(client, receivers, caplog):
     caplog.set_level(logging.WARNING, logger="conduit.receivers")
     body = body_of(github_pull_request())
 
@@ -217,7 +215,7 @@ def test_i37_1_github_refusal_is_counted_logged_and_never_shows_the_secret(clien
 # --- Slack -------------------------------------------------------------------------------------
 
 
-def test_i37_1_slack_signed_event_callback_is_stored_mapped_and_routed(client, receivers):
+def test_slack_signed_event_callback_is_stored_mapped_and_routed(client, receivers):
     body = body_of(slack_message())
 
     response = deliver(client, "slack", body, slack_headers(body, timestamp=int(NOW.timestamp())))
@@ -237,7 +235,7 @@ def test_i37_1_slack_signed_event_callback_is_stored_mapped_and_routed(client, r
     assert RouteRecord.objects.get(event=event).keys == ["thread:C024BE91L/1767615300.000200"]
 
 
-def test_i37_1_slack_url_verification_challenge_is_answered(client, receivers):
+def test_slack_url_verification_challenge_is_answered(client, receivers):
     body = body_of(
         {
             "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
@@ -253,7 +251,7 @@ def test_i37_1_slack_url_verification_challenge_is_answered(client, receivers):
     assert Event.objects.count() == 0
 
 
-def test_i37_1_slack_unsigned_challenge_is_401(client, receivers):
+def test_slack_unsigned_challenge_is_401(client, receivers):
     body = body_of({"challenge": "abc", "type": "url_verification"})
 
     assert_refused(
@@ -263,7 +261,7 @@ def test_i37_1_slack_unsigned_challenge_is_401(client, receivers):
     )
 
 
-def test_i37_1_slack_retry_is_a_200_duplicate(client, receivers, hook_clock):
+def test_slack_retry_is_a_200_duplicate(client, receivers, hook_clock):
     body = body_of(slack_message())
     first = deliver(client, "slack", body, slack_headers(body, timestamp=int(NOW.timestamp())))
     hook_clock.advance(60)
@@ -278,7 +276,7 @@ def test_i37_1_slack_retry_is_a_200_duplicate(client, receivers, hook_clock):
 
 
 @pytest.mark.parametrize("age", [301, 3600, -301])
-def test_i37_1_slack_replayed_timestamp_outside_five_minutes_is_401(client, receivers, age):
+def test_slack_replayed_timestamp_outside_five_minutes_is_401(client, receivers, age):
     body = body_of(slack_message())
     # Signed correctly, but at a time more than five minutes from now.
     headers = slack_headers(body, timestamp=int(NOW.timestamp()) - age)
@@ -287,7 +285,7 @@ def test_i37_1_slack_replayed_timestamp_outside_five_minutes_is_401(client, rece
     assert refusals("slack") == {"timestamp_stale": 1}
 
 
-def test_i37_1_slack_timestamp_within_five_minutes_is_accepted(client, receivers):
+def test_slack_timestamp_within_five_minutes_is_accepted(client, receivers):
     body = body_of(slack_message())
 
     response = deliver(client, "slack", body, slack_headers(body, timestamp=int(NOW.timestamp()) - 299))
@@ -306,9 +304,7 @@ def test_i37_1_slack_timestamp_within_five_minutes_is_accepted(client, receivers
         ("timestamp not a number", "signature_invalid"),
     ],
 )
-def test_i37_1_slack_bad_missing_or_altered_signature_is_401_and_stores_nothing(
-    client, receivers, tamper, error
-):
+def test_slack_bad_missing_or_altered_signature_is_401_and_stores_nothing(client, receivers, tamper, error):
     now = int(NOW.timestamp())
     body = body_of(slack_message())
     headers = slack_headers(body, timestamp=now)
@@ -331,7 +327,7 @@ def test_i37_1_slack_bad_missing_or_altered_signature_is_401_and_stores_nothing(
 # --- Alertmanager ------------------------------------------------------------------------------
 
 
-def test_i37_1_alertmanager_group_of_three_alerts_is_three_events(client, receivers):
+def test_alertmanager_group_of_three_alerts_is_three_events(client, receivers):
     group = alert_group(
         alert("PaymentsErrorRate", "3c7a1e6f0b9d2c48"),
         alert("PaymentsLatency", "9d0e8f7a6b5c4d3e"),
@@ -361,7 +357,7 @@ def test_i37_1_alertmanager_group_of_three_alerts_is_three_events(client, receiv
     assert [RouteRecord.objects.get(event=e).route for e in events] == ["alerts"] * 3
 
 
-def test_i37_1_alertmanager_firing_then_resolved_are_two_events_and_repeats_are_duplicates(client, receivers):
+def test_alertmanager_firing_then_resolved_are_two_events_and_repeats_are_duplicates(client, receivers):
     firing = body_of(alert_group(alert("PaymentsErrorRate", "3c7a1e6f0b9d2c48")))
     resolved = body_of(
         alert_group(alert("PaymentsErrorRate", "3c7a1e6f0b9d2c48", status="resolved"), status="resolved")
@@ -382,7 +378,7 @@ def test_i37_1_alertmanager_firing_then_resolved_are_two_events_and_repeats_are_
     ]
 
 
-def test_i37_1_alertmanager_repeated_group_with_a_new_alert_stores_only_the_new_one(client, receivers):
+def test_alertmanager_repeated_group_with_a_new_alert_stores_only_the_new_one(client, receivers):
     first = alert("PaymentsErrorRate", "3c7a1e6f0b9d2c48")
     deliver(client, "alertmanager", body_of(alert_group(first)), bearer(ALERTMANAGER_TOKEN))
     changed = {**first, "annotations": {"summary": "worse"}}
@@ -411,7 +407,7 @@ def test_i37_1_alertmanager_repeated_group_with_a_new_alert_stores_only_the_new_
         ),
     ],
 )
-def test_i37_1_alertmanager_missing_or_wrong_credentials_are_401(client, receivers, headers, error):
+def test_alertmanager_missing_or_wrong_credentials_are_401(client, receivers, headers, error):
     body = body_of(alert_group(alert("PaymentsErrorRate", "3c7a1e6f0b9d2c48")))
 
     response = deliver(client, "alertmanager", body, headers)
@@ -420,7 +416,7 @@ def test_i37_1_alertmanager_missing_or_wrong_credentials_are_401(client, receive
     assert response["WWW-Authenticate"] == 'Bearer realm="conduit"'
 
 
-def test_i37_1_alertmanager_basic_auth_with_a_secret_file(client, receivers):
+def test_alertmanager_basic_auth_with_a_secret_file(client, receivers):
     body = body_of(alert_group(alert("PaymentsErrorRate", "3c7a1e6f0b9d2c48")))
 
     wrong_user = deliver(client, "alertmanager-basic", body, basic("prometheus", BASIC_PASSWORD))
@@ -432,7 +428,7 @@ def test_i37_1_alertmanager_basic_auth_with_a_secret_file(client, receivers):
     assert Event.objects.get().accepted_by == "receiver:alertmanager-basic"
 
 
-def test_i37_1_alertmanager_other_payload_versions_are_400(client, receivers):
+def test_alertmanager_other_payload_versions_are_400(client, receivers):
     body = body_of({**alert_group(alert("X", "1")), "version": "3"})
 
     assert_refused(deliver(client, "alertmanager", body, bearer(ALERTMANAGER_TOKEN)), 400, "invalid_payload")
@@ -441,7 +437,7 @@ def test_i37_1_alertmanager_other_payload_versions_are_400(client, receivers):
 # --- CloudEvents and generic HMAC --------------------------------------------------------------
 
 
-def test_i37_1_cloudevents_receiver_takes_the_event_as_sent_in_its_scope(client, receivers):
+def test_cloudevents_receiver_takes_the_event_as_sent_in_its_scope(client, receivers):
     event = {
         "specversion": "1.0",
         "id": "A234-1234-1234",
@@ -459,7 +455,7 @@ def test_i37_1_cloudevents_receiver_takes_the_event_as_sent_in_its_scope(client,
     assert sorted(Event.objects.values_list("scope", flat=True)) == ["acme", "acme/web"]
 
 
-def test_i37_3_cloudevents_receiver_takes_binary_and_batch_mode(client, receivers):
+def test_cloudevents_receiver_takes_binary_and_batch_mode(client, receivers):
     binary = deliver(
         client,
         "events",
@@ -506,7 +502,7 @@ def test_i37_3_cloudevents_receiver_takes_binary_and_batch_mode(client, receiver
     }
 
 
-def test_i37_1_generic_hmac_receiver_maps_with_its_templates(client, receivers):
+def test_generic_hmac_receiver_maps_with_its_templates(client, receivers):
     body = body_of({"id": 820982911946154508, "email": "jon@example.com", "total_price": "409.94"})
 
     response = deliver(client, "shop", body, shop_headers(body))
@@ -522,7 +518,7 @@ def test_i37_1_generic_hmac_receiver_maps_with_its_templates(client, receivers):
     )
 
 
-def test_i37_1_generic_hmac_template_needing_a_missing_field_is_400(client, receivers):
+def test_generic_hmac_template_needing_a_missing_field_is_400(client, receivers):
     body = body_of({"email": "jon@example.com"})
 
     refused = assert_refused(deliver(client, "shop", body, shop_headers(body)), 400, "invalid_payload")
@@ -534,14 +530,14 @@ def test_i37_1_generic_hmac_template_needing_a_missing_field_is_400(client, rece
 # --- every receiver --------------------------------------------------------------------------------
 
 
-def test_i37_1_an_unknown_receiver_is_404_and_other_methods_405(client, receivers):
+def test_an_unknown_receiver_is_404_and_other_methods_405(client, receivers):
     assert client.post("/hooks/nobody", data=b"{}", content_type="application/json").status_code == 404
     assert client.post("/hooks/a/b", data=b"{}", content_type="application/json").status_code == 404
     response = client.get("/hooks/github")
     assert (response.status_code, response["Allow"]) == (405, "POST")
 
 
-def test_i37_1_a_receiver_whose_secret_is_unavailable_answers_503(client, receivers):
+def test_a_receiver_whose_secret_is_unavailable_answers_503(client, receivers):
     body = body_of(github_pull_request())
 
     refused = assert_refused(deliver(client, "unset", body, github_headers(body)), 503, "secret_unavailable")
@@ -549,7 +545,7 @@ def test_i37_1_a_receiver_whose_secret_is_unavailable_answers_503(client, receiv
     assert "TEST_HOOK_NEVER_SET is not set" in refused["message"]
 
 
-def test_i37_1_a_delivery_over_the_size_limit_is_413(client, receivers, settings):
+def test_a_delivery_over_the_size_limit_is_413(client, receivers, settings):
     settings.CONDUIT_MAX_EVENT_BYTES = 200
     body = body_of(github_pull_request())
 
@@ -557,14 +553,14 @@ def test_i37_1_a_delivery_over_the_size_limit_is_413(client, receivers, settings
     assert refusals("github") == {"event_too_large": 1}
 
 
-def test_i37_1_a_media_type_the_sender_never_uses_is_415(client, receivers):
+def test_a_media_type_the_sender_never_uses_is_415(client, receivers):
     body = body_of(slack_message())
     headers = {**slack_headers(body, timestamp=int(NOW.timestamp())), "Content-Type": "text/plain"}
 
     assert_refused(deliver(client, "slack", body, headers), 415, "unsupported_media_type")
 
 
-def test_i37_1_receivers_need_no_session_csrf_or_token(receivers):
+def test_receivers_need_no_session_csrf_or_token(receivers):
     from django.test import Client
 
     strict = Client(enforce_csrf_checks=True)
@@ -573,9 +569,7 @@ def test_i37_1_receivers_need_no_session_csrf_or_token(receivers):
     assert deliver(strict, "github", body, github_headers(body)).status_code == 201
 
 
-def test_i37_1_a_body_nested_as_deep_as_an_event_may_be_is_400_before_it_is_parsed(
-    client, receivers, settings
-):
+def test_a_body_nested_as_deep_as_an_event_may_be_is_400_before_it_is_parsed(client, receivers, settings):
     """Its data would sit one level below the envelope: the body may nest one level less."""
     settings.CONDUIT_MAX_JSON_DEPTH = 5
     fits = body_of({"id": 1, "a": {"b": {"c": {"d": 1}}}})  # 4 levels: the Event holds 5

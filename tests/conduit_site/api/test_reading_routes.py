@@ -786,7 +786,7 @@ scopes:
 """
 
 
-def test_i9_10_route_decided_log_lines_carry_field_names_never_payload_values(clock, caplog):
+def test_route_decided_log_lines_carry_field_names_never_payload_values(clock, caplog):
     apply(clock, GATED)
     event = accept(clock, "x.secret-type", {"action": "s3cr3t-Value, it's mine", "n": 424242})
     with caplog.at_level("INFO", logger="conduit.routing"):
@@ -809,7 +809,7 @@ def test_i9_10_route_decided_log_lines_carry_field_names_never_payload_values(cl
     assert "424242" in refusals[1]["reason"]
 
 
-def test_i9_10_redacted_keeps_field_names_and_words_only():
+def test_redacted_keeps_field_names_and_words_only():
     assert redacted("key pr:{data.repo} needs data.repo, which is {'a': 1}, not a scalar") == (
         "key … needs data.repo, which is …, not a scalar"
     )

@@ -63,7 +63,7 @@ def wsgi_app():
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
 @pytest.mark.parametrize("authenticated", [False, True], ids=["anonymous", "token"])
-def test_i9_11_schemathesis_finds_no_server_error_and_no_schema_violation(
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     wsgi_app, mode, authenticated, monkeypatch
 ):
     # Receivers too, so that /hooks/{name} is fuzzed past its 404.
@@ -166,7 +166,7 @@ def fuzzer_token(wsgi_app):
 
 @every_check.parametrize()
 @settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
-def test_i36_10_schemathesis_with_every_check_finds_nothing(case, fuzzer_token):
+def test_schemathesis_with_every_check_finds_nothing(case, fuzzer_token):
     """Every check schemathesis has (``-c all``: the answers' schema, status codes and headers,
     and that what the document describes is accepted and what it forbids is refused), over the
     examples, coverage and fuzzing phases, positive and negative, as a superuser's token."""
@@ -176,7 +176,7 @@ def test_i36_10_schemathesis_with_every_check_finds_nothing(case, fuzzer_token):
     )
 
 
-def test_i36_10_schemathesis_stateful_with_every_check_finds_nothing(fuzzer_token):
+def test_schemathesis_stateful_with_every_check_finds_nothing(fuzzer_token):
     """The stateful phase: sequences of requests following the document's links (a Work listed,
     then read, cancelled, retried…), every check on each answer."""
 

@@ -13,8 +13,7 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from tests.routing.factories import DEFAULT_TEST_CONFIG, T0, apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, T0, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +32,7 @@ def schema(name):
     return openapi_schema()["components"]["schemas"][name]
 
 
-def test_i10p4_api_stores_a_candidate_with_its_diff(client, auth):
+def test_api_stores_a_candidate_with_its_diff(client, auth):
     apply_config()
 
     response = post(client, "/api/candidates", {"document": CHANGED}, auth)
@@ -56,7 +55,7 @@ def test_i10p4_api_stores_a_candidate_with_its_diff(client, auth):
     }
 
 
-def test_i10p4_api_refuses_an_invalid_document_with_every_problem_and_its_line(client, auth):
+def test_api_refuses_an_invalid_document_with_every_problem_and_its_line(client, auth):
     apply_config()
     broken = DEFAULT_TEST_CONFIG.replace("binding: inbox", "binding: inbx")
     line = broken.splitlines().index("        binding: inbx") + 1
@@ -79,12 +78,12 @@ def test_i10p4_api_refuses_an_invalid_document_with_every_problem_and_its_line(c
 @pytest.mark.parametrize(
     ("body", "field"), [({"document": 3}, "document"), ({"document": "x", "note": "n"}, "note"), ([], None)]
 )
-def test_i10p4_api_refuses_a_malformed_body(client, auth, body, field):
+def test_api_refuses_a_malformed_body(client, auth, body, field):
     response = post(client, "/api/candidates", body, auth)
     assert response.status_code == 400 and response.json()["field"] == field
 
 
-def test_i10p4_api_reads_a_candidates_document_diff_and_tree(client, auth):
+def test_api_reads_a_candidates_document_diff_and_tree(client, auth):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -98,7 +97,7 @@ def test_i10p4_api_reads_a_candidates_document_diff_and_tree(client, auth):
     assert client.get("/api/candidates/999", headers=auth).status_code == 404
 
 
-def test_i10p4_api_traces_against_the_candidate_by_reference(client, auth):
+def test_api_traces_against_the_candidate_by_reference(client, auth):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     event = {"source": "mon", "type": "alert.fired", "scope": "acme", "data": {"id": "a1"}}
@@ -111,7 +110,7 @@ def test_i10p4_api_traces_against_the_candidate_by_reference(client, auth):
     assert (live["effect"], traced["effect"], traced["route"]) == ("unmatched", "start", "alerts")
 
 
-def test_i10p5_api_impact_preview(client, auth, clock):
+def test_api_impact_preview_reports_the_changed_events_and_refuses_a_bad_count(client, auth, clock):
     apply_config()
     event_accept(
         payload={"specversion": "1.0", "id": "p1", "source": "mon", "type": "x.ping", "scope": "acme"},
@@ -139,7 +138,7 @@ def test_i10p5_api_impact_preview(client, auth, clock):
         assert refused.status_code == 400 and refused.json()["field"] == "events", bad
 
 
-def test_i10p4_api_applies_a_candidate_recording_the_tokens_user(client, auth):
+def test_api_applies_a_candidate_recording_the_tokens_user(client, auth):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -155,7 +154,7 @@ def test_i10p4_api_applies_a_candidate_recording_the_tokens_user(client, auth):
     assert post(client, f"/api/candidates/{candidate.pk}/apply", {}, auth).status_code == 404
 
 
-def test_i10p4_api_discards_a_candidate(client, auth):
+def test_api_discards_a_candidate(client, auth):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     response = client.post(f"/api/candidates/{candidate.pk}/discard", headers=auth)
@@ -164,7 +163,7 @@ def test_i10p4_api_discards_a_candidate(client, auth):
     assert client.post(f"/api/candidates/{candidate.pk}/discard", headers=auth).status_code == 404
 
 
-def test_i10p4_api_a_control_character_is_a_problem_at_its_line_not_a_server_error(client, auth):
+def test_api_a_control_character_is_a_problem_at_its_line_not_a_server_error(client, auth):
     # Found by schemathesis: PyYAML's reader refused the character before any problem was recorded.
     response = post(client, "/api/candidates", {"document": "version: 1\nscopes:\n  - path: a\u0087\n"}, auth)
     assert response.status_code == 400

@@ -250,7 +250,7 @@ def test_api_token_admin_add_shows_the_secret_once_and_revokes(client):
 
 
 @pytest.mark.django_db
-def test_i12_1_permissions_read_in_one_statement_equal_djangos_model_backend():
+def test_permissions_read_in_one_statement_equal_djangos_model_backend():
     """routing.access.backend reads a user's permissions with one raw UNION statement; what it
     answers must be what Django's own ModelBackend answers, for every kind of login."""
     from django.contrib.auth.backends import ModelBackend as DjangoModelBackend
@@ -285,7 +285,7 @@ def test_i12_1_permissions_read_in_one_statement_equal_djangos_model_backend():
 
 
 @pytest.mark.django_db
-def test_i12_1_an_authenticated_token_carries_its_user_as_stored(clock):
+def test_an_authenticated_token_carries_its_user_as_stored(clock):
     """The token and its user come from raw statements: every field is converted as the ORM
     converts it (dates, booleans, JSON scopes)."""
     token, secret = api_token_with_secret(scopes=["accept"], last_used_at=T0)
@@ -305,7 +305,7 @@ def test_i12_1_an_authenticated_token_carries_its_user_as_stored(clock):
 
 
 @pytest.mark.django_db
-def test_i37_4_an_admin_gives_a_token_a_default_scope_and_a_bad_path_is_refused(client):
+def test_an_admin_gives_a_token_a_default_scope_and_a_bad_path_is_refused(client):
     from routing.models import ApiToken
     from tests.routing.factories import user_with_role
 

@@ -37,9 +37,7 @@ def test_d3_drain_routes_everything_and_reports_plain_lines_off_a_terminal():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("every", "counts", "lines"), [(0.0, 8, 6), (1e9, 3, 1)])
-def test_i12_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(
-    monkeypatch, every, counts, lines
-):
+def test_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(monkeypatch, every, counts, lines):
     """Counting the backlog reads every unrouted Event, so --drain counts it after its
     first pass and then at most once every PROGRESS_EVERY seconds, not after every pass (a
     drain's time would grow with the square of its backlog, and each of several loops counts)."""
@@ -72,7 +70,7 @@ def test_d3_once_runs_one_pass():
 
 
 @pytest.mark.django_db
-def test_i12_item2_once_asks_the_routes_of_its_own_window_only(test_handlers):
+def test_once_asks_the_routes_of_its_own_window_only(test_handlers):
     """A full window, but one pass: no next window is claimed and asked only to be given back
     (a pass of the running loop would, on SQLite)."""
     from tests.routing import sample_handlers
@@ -93,7 +91,7 @@ def test_i12_item2_once_asks_the_routes_of_its_own_window_only(test_handlers):
 
 
 @pytest.mark.django_db
-def test_i12_2_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monkeypatch):
+def test_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monkeypatch):
     """Passes run with the first generation's threshold raised, start-up's
     objects still frozen (conduit_site.apps); the collector is as it was once the command ends."""
     import gc

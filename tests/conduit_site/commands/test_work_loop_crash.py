@@ -122,7 +122,7 @@ def test_w1_w4_work_loop_killed_20_times_completes_every_work_exactly_once(test_
 
 # --- recovery after a crash -----------------------------------------------------------------------
 
-TARGETS = "tests.worklife.i36_engine_targets"
+TARGETS = "tests.worklife.targets"
 ROUNDS = 6
 SLOTS = 4
 
@@ -172,7 +172,7 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def test_i36_17_a_restarted_loop_runs_the_killed_loops_in_flight_work_again_at_once(crash_bindings):
+def test_a_restarted_loop_runs_the_killed_loops_in_flight_work_again_at_once(crash_bindings):
     """Each round: four Works run (3 s each), their loop is killed with SIGKILL and a new one
     started. Measured: from the new loop's start (and from the kill) to the start of each
     in-flight Work's next attempt, and to its loss being recorded (the new loop's own start-up).
@@ -243,7 +243,7 @@ def test_i36_17_a_restarted_loop_runs_the_killed_loops_in_flight_work_again_at_o
     assert {(w.succeeded, w.lost) for w in per_work} == {(1, 1)}
 
 
-def test_i36_17_a_work_that_kills_its_loop_is_parked_after_3_attempts_lost_in_a_row(crash_bindings):
+def test_a_work_that_kills_its_loop_is_parked_after_3_attempts_lost_in_a_row(crash_bindings):
 
     accepted = events_accept(
         payloads=[

@@ -27,7 +27,7 @@ def current_nav(body: str) -> list[str]:
     return re.findall(r'<a href="[^"]*" aria-current="page">([^<]+)</a>', body)
 
 
-def test_i11_9_causal_pages_highlight_their_place_in_the_navigation(console):
+def test_causal_pages_highlight_their_place_in_the_navigation(console):
     root = EventFactory(type="demo.opened")
     CausalDiagnosticFactory(root_seq=root.seq, parent_seq=root.seq)
     # A root's causal tree is an Event's page; the refusals have their own item.
@@ -36,19 +36,19 @@ def test_i11_9_causal_pages_highlight_their_place_in_the_navigation(console):
     assert current_nav(console.get(reverse("event-list")).content.decode()) == ["Events"]
 
 
-def test_i11_9_every_page_starts_with_a_skip_link_to_the_focusable_main(console):
+def test_every_page_starts_with_a_skip_link_to_the_focusable_main(console):
     body = console.get(reverse("console-home")).content.decode()
     first_link = re.search(r"<a [^>]*>[^<]*</a>", body.split("<body", 1)[1]).group(0)
     assert first_link == '<a class="skip-link" href="#main">Skip to content</a>'
     assert '<main id="main" tabindex="-1">' in body
 
 
-def test_i11_9_wrap_at_dots_breaks_after_each_dot_and_escapes():
+def test_wrap_at_dots_breaks_after_each_dot_and_escapes():
     rendered = Template("{{ value|wrap_at_dots }}").render(Context({"value": "github.pull_request.<b>"}))
     assert rendered == '<span class="type-name">github.<wbr>pull_request.<wbr>&lt;b&gt;</span>'
 
 
-def test_i11_9_event_types_wrap_at_dots_in_the_lists(console):
+def test_event_types_wrap_at_dots_in_the_lists(console):
     live_scopes("acme")
     event = EventFactory(type="github.pull_request.review_comment.created")
     body = console.get(reverse("event-list")).content.decode()
@@ -57,7 +57,7 @@ def test_i11_9_event_types_wrap_at_dots_in_the_lists(console):
     assert "github.<wbr>pull_request.<wbr>review_comment.<wbr>created" in detail
 
 
-def test_i11_9_scrollable_blocks_are_tab_stops_with_a_name(console):
+def test_scrollable_blocks_are_tab_stops_with_a_name(console):
     event = EventFactory(data={"body": "x" * 300}, extensions={"traceparent": "00-abc"})
     body = console.get(reverse("event-detail", args=[event.seq])).content.decode()
     blocks = re.findall(r"<pre [^>]*>", body)
@@ -68,7 +68,7 @@ def test_i11_9_scrollable_blocks_are_tab_stops_with_a_name(console):
         )
 
 
-def test_i11_9_live_regions_are_announced_politely(console):
+def test_live_regions_are_announced_politely(console):
     live_scopes("acme")
     body = console.get(reverse("event-list")).content.decode()
     assert re.search(r'<section id="event-list" aria-live="polite"', body)

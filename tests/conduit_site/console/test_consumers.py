@@ -139,9 +139,7 @@ def test_d4_events_socket_sends_filtered_event_rows_out_of_band(signed_in):
     assert ">acme<" in html and ">other<" not in html
 
 
-def test_i8p9_work_socket_sends_the_engine_partial_when_the_work_loop_publishes(
-    signed_in, clock, monkeypatch
-):
+def test_work_socket_sends_the_engine_partial_when_the_work_loop_publishes(signed_in, clock, monkeypatch):
     monkeypatch.setattr(work_views, "clock", clock)
     work = WorkFactory(status="running")
     attempt = AttemptFactory(work=work, number=1)
@@ -223,7 +221,7 @@ def origin_accepted(origin: bytes, host: bytes = b"testserver", scheme: str = "w
     return async_to_sync(scenario)()
 
 
-def test_i36_10_the_websocket_origin_must_match_scheme_host_and_port(settings):
+def test_the_websocket_origin_must_match_scheme_host_and_port(settings):
     assert origin_accepted(b"http://127.0.0.1:8000", host=b"127.0.0.1:8000")
     # Another service on the same host (another port), or another scheme: refused.
     assert not origin_accepted(b"http://127.0.0.1:9999", host=b"127.0.0.1:8000")
@@ -240,7 +238,7 @@ def test_i36_10_the_websocket_origin_must_match_scheme_host_and_port(settings):
     assert not origin_accepted(b"https://testserver:8444")
 
 
-def test_i36_10_behind_a_tls_proxy_the_forwarded_scheme_counts_when_trusted(settings):
+def test_behind_a_tls_proxy_the_forwarded_scheme_counts_when_trusted(settings):
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     forwarded = [
         (b"origin", b"https://testserver"),

@@ -225,7 +225,7 @@ def test_r20_dead_letters_reroute_needs_sign_in_the_permission_and_csrf(clock):
 
 
 @pytest.mark.django_db
-def test_i11_1_dead_letters_reroute_bad_selection_with_htmx_is_the_list_marked_to_swap_400(console, clock):
+def test_dead_letters_reroute_bad_selection_with_htmx_is_the_list_marked_to_swap_400(console, clock):
     dead_letters(clock)
     page = console.get(URL).content.decode()
     assert '<section id="dead-letter-list" data-swap-statuses="409 400">' in page

@@ -62,7 +62,7 @@ def row(body: str, element_id: str) -> str:
 # --- the Work page ----------------------------------------------------------------------------
 
 
-def test_i8p9_work_page_shows_each_attempt_with_its_lease_outcome_error_and_output(console):
+def test_work_page_shows_each_attempt_with_its_lease_outcome_error_and_output(console):
     work = WorkFactory(status="running")
     failed = AttemptFactory(
         work=work,
@@ -124,7 +124,7 @@ def test_i8p9_work_page_shows_each_attempt_with_its_lease_outcome_error_and_outp
     ]
 
 
-def test_i8p9_work_page_shows_waits_timers_intents_and_children(console):
+def test_work_page_shows_waits_timers_intents_and_children(console):
     work = WorkFactory(status="waiting")
     attempt = AttemptFactory(work=work, number=1, state="waiting", lease_epoch=4)
     woke = EventFactory(type="approval.given")
@@ -182,7 +182,7 @@ def test_r42_work_page_shows_the_scope_a_wait_also_waits_on(console):
     assert "data-subscribed" not in row(body, f"wait-{plain.pk}")
 
 
-def test_i8p9_work_page_says_why_the_work_is_not_running(console, clock):
+def test_work_page_says_why_the_work_is_not_running(console, clock):
     parked = WorkFactory(
         failures=5, parked_at=T0, pending_run=True, last_error="attempt 5 failed: exit status 1"
     )
@@ -217,7 +217,7 @@ def test_i8p9_work_page_says_why_the_work_is_not_running(console, clock):
     assert f'<a href="{reverse("event-detail", args=[event.seq])}">see #{event.seq}</a>' in body
 
 
-def test_i8p9_engine_partial_answers_an_htmx_request_alone(console):
+def test_engine_partial_answers_an_htmx_request_alone(console):
     work = WorkFactory()
     AttemptFactory(work=work, number=1, state="failed", error="only-in-the-engine")
     response = console.get(
@@ -230,7 +230,7 @@ def test_i8p9_engine_partial_answers_an_htmx_request_alone(console):
     assert "work-engine" in work_views.LIVE_PARTIALS
 
 
-def test_i8p9_engine_partial_query_count_is_independent_of_history(console, django_assert_max_num_queries):
+def test_engine_partial_query_count_is_independent_of_history(console, django_assert_max_num_queries):
     work = WorkFactory(status="waiting")
 
     def grow(n):
@@ -263,7 +263,7 @@ def test_i8p9_engine_partial_query_count_is_independent_of_history(console, djan
 # --- the Work list ------------------------------------------------------------------------------
 
 
-def test_i8p9_work_list_shows_parked_and_backing_off_work_and_filters_parked(console, clock):
+def test_work_list_shows_parked_and_backing_off_work_and_filters_parked(console, clock):
     parked = WorkFactory(parked_at=T0, failures=5, last_error="attempt 5 failed: boom")
     backing_off = WorkFactory(failures=2, retry_at=clock() + timedelta(seconds=8))
     retried = WorkFactory(failures=1, retry_at=clock() - timedelta(seconds=1))  # its backoff is over
@@ -291,7 +291,7 @@ def test_i8p9_work_list_shows_parked_and_backing_off_work_and_filters_parked(con
 # --- home ---------------------------------------------------------------------------------------
 
 
-def test_i8p9_home_counts_running_and_parked_work(console, django_assert_max_num_queries):
+def test_home_counts_running_and_parked_work(console, django_assert_max_num_queries):
     WorkFactory.create_batch(3, status="running")
     WorkFactory.create_batch(2, parked_at=T0, failures=5)
     WorkFactory()

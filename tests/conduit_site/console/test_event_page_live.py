@@ -16,13 +16,13 @@ from conduit_site.console.consumers import CLOSE_NOT_FOUND
 from infra.live import group_name_for_event, group_name_for_work, publish_on_commit
 from routing.controls import events as controls
 from routing.engine.live import send_routed
-from tests.routing.engine.test_live import headers, join, layer_path, route_pass, waiting
 from tests.routing.factories import UserFactory
+from tests.routing.livekit import headers, join, route_pass, waiting
 from tests.routing.routerkit import accept, apply
 from tests.worklife.factories import WorkFactory, WorkInputFactory
 
 # A private channel layer file for each test (test_live_routing's fixture).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(layer_path.__name__)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer_path")]
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def live_html(client, path: str, change) -> str:
     return async_to_sync(scenario)()
 
 
-def test_i11_2_an_unrouted_event_page_changes_when_the_router_routes_it(client, clock):
+def test_an_unrouted_event_page_changes_when_the_router_routes_it(client, clock):
     client.force_login(UserFactory())
     apply(clock)
     event = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 5})
@@ -63,7 +63,7 @@ def test_i11_2_an_unrouted_event_page_changes_when_the_router_routes_it(client, 
     assert f'<tr id="chain-{event.seq}" aria-current="true">' in html
 
 
-def test_i11_2_an_open_event_page_follows_a_skip_made_elsewhere(client, clock):
+def test_an_open_event_page_follows_a_skip_made_elsewhere(client, clock):
     operator = UserFactory()
     operator.user_permissions.add(
         *Permission.objects.filter(
@@ -84,7 +84,7 @@ def test_i11_2_an_open_event_page_follows_a_skip_made_elsewhere(client, clock):
     assert f"/events/{event.seq}/reroute/" in html and f"/events/{event.seq}/skip/" not in html
 
 
-def test_i11_2_an_unknown_event_page_socket_is_refused(client):
+def test_an_unknown_event_page_socket_is_refused(client):
     client.force_login(UserFactory())
 
     async def scenario():
@@ -96,7 +96,7 @@ def test_i11_2_an_unknown_event_page_socket_is_refused(client):
     assert async_to_sync(scenario)() == ((True, None), {"type": "websocket.close", "code": CLOSE_NOT_FOUND})
 
 
-def test_i11_2_only_open_event_pages_are_told(settings):
+def test_only_open_event_pages_are_told(settings):
     channels = join(group_name_for_event(300))
     # One Events-list message is not sent (nobody listens); the one open Event page is.
     assert send_routed(list(range(1, 1001)), []) == 1
@@ -108,7 +108,7 @@ def test_i11_2_only_open_event_pages_are_told(settings):
     ] == [{"seq": 300}]
 
 
-def test_i11_5_a_paged_work_page_stays_live_on_its_page(client):
+def test_a_paged_work_page_stays_live_on_its_page(client):
     client.force_login(UserFactory())
     work = WorkFactory()
     inputs = [item.seq for item in WorkInputFactory.create_batch(60, work=work)]

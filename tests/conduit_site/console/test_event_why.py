@@ -33,7 +33,7 @@ def why(client, seq: int) -> str:
     return html_text.unescape(re.sub(r"<[^>]+>", "", match.group(1)))
 
 
-def test_i39_9_late_input_of_completed_work_names_the_work_and_when_it_completed(client):
+def test_late_input_of_completed_work_names_the_work_and_when_it_completed(client):
     work = WorkFactory(status="completed", ended_at=ENDED)
     record = RouteRecordFactory(work=work, policy="drop", reason=Reason.TERMINAL)
     said = (
@@ -48,9 +48,7 @@ def test_i39_9_late_input_of_completed_work_names_the_work_and_when_it_completed
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i39_9_late_input_of_cancelled_work_routed_for_real_says_it_was_cancelled(
-    client, clock, test_handlers
-):
+def test_late_input_of_cancelled_work_routed_for_real_says_it_was_cancelled(client, clock, test_handlers):
     apply(clock)
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 9})
     drain(router(clock))
@@ -64,7 +62,7 @@ def test_i39_9_late_input_of_cancelled_work_routed_for_real_says_it_was_cancelle
     assert text.endswith(", so this input was dropped (policy: drop when terminal).")
 
 
-def test_i39_9_an_unrouted_event_says_what_earlier_input_it_is_held_behind(client):
+def test_an_unrouted_event_says_what_earlier_input_it_is_held_behind(client):
     work = WorkFactory()
     earlier = EventFactory(work_id=work.id)
     event = EventFactory(
@@ -77,7 +75,7 @@ def test_i39_9_an_unrouted_event_says_what_earlier_input_it_is_held_behind(clien
     )
 
 
-def test_i39_9_held_for_a_running_attempt_says_why_it_waits(client):
+def test_held_for_a_running_attempt_says_why_it_waits(client):
     work = WorkFactory(status="running")
     record = RouteRecordFactory(
         work=work,
@@ -134,14 +132,14 @@ def test_i39_9_held_for_a_running_attempt_says_why_it_waits(client):
         ),
     ],
 )
-def test_i39_9_each_route_reason_reads_as_a_sentence_naming_the_work(client, policy, reason, said):
+def test_each_route_reason_reads_as_a_sentence_naming_the_work(client, policy, reason, said):
     work = WorkFactory(status="running")
     record = RouteRecordFactory(work=work, policy=policy, reason=reason)
 
     assert why(client, record.event_id) == said.format(w=work.id)
 
 
-def test_i39_9_a_route_drop_an_unmatched_and_a_no_work_event_say_so(client):
+def test_a_route_drop_an_unmatched_and_a_no_work_event_say_so(client):
     dropped = RouteRecordFactory(
         route="noise", binding="", policy="drop", reason="type a.ping matches *.ping"
     )
@@ -161,7 +159,7 @@ def test_i39_9_a_route_drop_an_unmatched_and_a_no_work_event_say_so(client):
     )
 
 
-def test_i39_9_the_wording_reads_the_codes_decide_writes():
+def test_the_wording_reads_the_codes_decide_writes():
     from routing import explain
     from routing.engine import decide
 
@@ -171,7 +169,7 @@ def test_i39_9_the_wording_reads_the_codes_decide_writes():
         assert getattr(explain.Reason, name) == getattr(decide.Reason, name)
 
 
-def test_i39_9_skipped_and_given_up_events_say_who_and_how_often(client):
+def test_skipped_and_given_up_events_say_who_and_how_often(client):
     skipped = RouteRecordFactory(
         event__route_state="skipped", policy="skipped", disposition="skipped", decided_by="ada"
     )

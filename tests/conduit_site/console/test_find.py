@@ -23,7 +23,7 @@ from routing.engine.decide import Effect
 from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing import sample_handlers
-from tests.routing.controls.test_events import holding_work
+from tests.routing.controlkit import holding_work
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory, WorkInputFactory
@@ -86,7 +86,7 @@ def failing_event(clock, name: str):
 
 
 @pytest.mark.django_db
-def test_i11_2_skip_on_the_event_page_updates_heading_state_route_and_chain_at_once(console, clock):
+def test_skip_on_the_event_page_updates_heading_state_route_and_chain_at_once(console, clock):
     apply(clock)
     event = failing_event(clock, "whole")
     page = text(console.get(reverse("event-detail", args=[event.seq])))
@@ -115,7 +115,7 @@ def test_i11_2_skip_on_the_event_page_updates_heading_state_route_and_chain_at_o
 
 
 @pytest.mark.django_db
-def test_i11_2_a_rerouted_event_links_to_its_copy_instead_of_offering_reroute(console, clock):
+def test_a_rerouted_event_links_to_its_copy_instead_of_offering_reroute(console, clock):
     apply(clock)
     event = failing_event(clock, "copied")
     controls.event_skip(seq=event.seq, user="alice", clock=clock)
@@ -134,7 +134,7 @@ def test_i11_2_a_rerouted_event_links_to_its_copy_instead_of_offering_reroute(co
 
 
 @pytest.mark.django_db
-def test_i11_2_unmatched_and_dropped_events_are_not_shown_as_routed(console):
+def test_unmatched_and_dropped_events_are_not_shown_as_routed(console):
     # The policies named without importing the decision are the decision's own.
     assert set(UNDELIVERED_OUTCOMES) == {Effect.UNMATCHED, Effect.DROP}
     unmatched = EventFactory(route_state=RouteState.ROUTED)
@@ -162,7 +162,7 @@ def cli_seqs(**options) -> list[int]:
 
 
 @pytest.mark.django_db
-def test_i11_4_event_list_filters_as_events_list_does(console):
+def test_event_list_filters_as_events_list_does(console):
     pr = EventFactory(scope="acme/web", type="github.pull_request.opened", accepted_at=T0)
     push = EventFactory(scope="acme", type="github.push", accepted_at=T0 + timedelta(hours=1))
     deep = EventFactory(scope="acme/web/x", type="slack.message", accepted_at=T0 + timedelta(hours=2))
@@ -208,7 +208,7 @@ def test_i11_4_event_list_filters_as_events_list_does(console):
 
 
 @pytest.mark.django_db
-def test_i11_4_bad_filters_name_their_field_and_list_nothing(console):
+def test_bad_filters_name_their_field_and_list_nothing(console):
     response = console.get(reverse("event-list"), {"since": "last week", "route_state": "lost"})
     assert response.status_code == 400
     body = text(response)
@@ -224,7 +224,7 @@ def test_i11_4_bad_filters_name_their_field_and_list_nothing(console):
 
 
 @pytest.mark.django_db
-def test_i11_4_event_list_offers_known_types_scopes_and_policies(console):
+def test_event_list_offers_known_types_scopes_and_policies(console):
     live_scopes("acme", "acme/web")
     EventFactory(scope="ops", type="ops.alert")
     EventFactory.create_batch(3, scope="acme", type="github.push")
@@ -238,7 +238,7 @@ def test_i11_4_event_list_offers_known_types_scopes_and_policies(console):
 
 
 @pytest.mark.django_db
-def test_i11_4_work_list_filters_by_binding_status_parked_and_key(console):
+def test_work_list_filters_by_binding_status_parked_and_key(console):
     agent = WorkFactory(scope="acme", binding="agent")
     WorkFactory(scope="acme", binding="shell")
     parked = WorkFactory(scope="acme", binding="agent", status="ready", parked_at=T0)
@@ -268,7 +268,7 @@ def test_i11_4_work_list_filters_by_binding_status_parked_and_key(console):
 
 
 @pytest.mark.django_db
-def test_i11_5_totals_are_exact_up_to_the_cap_then_say_plus():
+def test_totals_are_exact_up_to_the_cap_then_say_plus():
     EventFactory.create_batch(7)
     from causal.models import Event
 
@@ -279,7 +279,7 @@ def test_i11_5_totals_are_exact_up_to_the_cap_then_say_plus():
 
 
 @pytest.mark.django_db
-def test_i11_5_event_list_shows_its_total_and_jumps_to_newest_and_oldest(console):
+def test_event_list_shows_its_total_and_jumps_to_newest_and_oldest(console):
     events = EventFactory.create_batch(120, scope="acme")
     seqs = [e.seq for e in events]
     EventFactory(scope="elsewhere")
@@ -304,7 +304,7 @@ def test_i11_5_event_list_shows_its_total_and_jumps_to_newest_and_oldest(console
 
 
 @pytest.mark.django_db
-def test_i11_5_work_list_shows_its_total_and_jumps_to_the_oldest(console):
+def test_work_list_shows_its_total_and_jumps_to_the_oldest(console):
     works = WorkFactory.create_batch(55, scope="acme")
     body = text(console.get(reverse("work-list"), {"scope": "acme"}))
     assert "55 Work</span>" in body and rows(body, "work") == [w.pk for w in works][::-1][:50]
@@ -315,7 +315,7 @@ def test_i11_5_work_list_shows_its_total_and_jumps_to_the_oldest(console):
 
 
 @pytest.mark.django_db
-def test_i11_5_work_page_input_reads_newest_first_with_its_total_and_stays_live_paged(console):
+def test_work_page_input_reads_newest_first_with_its_total_and_stays_live_paged(console):
     work = WorkFactory()
     inputs = [item.seq for item in WorkInputFactory.create_batch(60, work=work)]
     url = reverse("work-detail", args=[work.pk])
@@ -344,7 +344,7 @@ def count_queries(client, url, params=None) -> int:
 
 
 @pytest.mark.django_db
-def test_i11_5_filtered_list_query_counts_are_pinned_and_do_not_grow(console, django_assert_max_num_queries):
+def test_filtered_list_query_counts_are_pinned_and_do_not_grow(console, django_assert_max_num_queries):
     events = {
         "q": "subject 1",
         "scope": "acme",
@@ -377,7 +377,7 @@ def test_i11_5_filtered_list_query_counts_are_pinned_and_do_not_grow(console, dj
 
 
 @pytest.mark.django_db
-def test_i11_2_the_work_page_history_links_a_rerouted_event_to_its_copy(console, clock):
+def test_the_work_page_history_links_a_rerouted_event_to_its_copy(console, clock):
     apply(clock)
     r = router(clock)
     try:
@@ -416,7 +416,7 @@ def newest_and_oldest(console, url_name: str, prefix: str, keys: list[int], noun
 
 
 @pytest.mark.django_db
-def test_i11_5_dead_letters_show_their_total_and_jump_to_the_oldest(console):
+def test_dead_letters_show_their_total_and_jump_to_the_oldest(console):
     records = [
         RouteRecordFactory(event__scope="acme", disposition="failed", reason="handler_failed")
         for _ in range(55)
@@ -431,7 +431,7 @@ def test_i11_5_dead_letters_show_their_total_and_jump_to_the_oldest(console):
 
 
 @pytest.mark.django_db
-def test_i11_5_causal_refusals_show_their_total_and_jump_to_the_oldest(console):
+def test_causal_refusals_show_their_total_and_jump_to_the_oldest(console):
     ids = [d.pk for d in CausalDiagnosticFactory.create_batch(55, kind="rate_exceeded", root_seq=7)]
     CausalDiagnosticFactory(kind="depth_exceeded", root_seq=8)
     newest_and_oldest(console, "causal-diagnostics", "diagnostic", ids, "refusals", {"kind": "rate_exceeded"})
@@ -440,7 +440,7 @@ def test_i11_5_causal_refusals_show_their_total_and_jump_to_the_oldest(console):
 
 
 @pytest.mark.django_db
-def test_i11_5_configuration_generations_show_their_total_and_jump_to_the_oldest(console):
+def test_configuration_generations_show_their_total_and_jump_to_the_oldest(console):
     ids = [g.pk for g in GenerationFactory.create_batch(55)]
     newest_and_oldest(console, "config-list", "generation", ids, "generations")
     assert generations_total(cap=5) == ListTotal(5, capped=True)

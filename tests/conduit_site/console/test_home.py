@@ -78,7 +78,7 @@ def table_rows(body: str, span: str) -> int:
 # --- trends -------------------------------------------------------------------------------------
 
 
-def test_i11_6_home_draws_eight_accessible_charts_with_their_data(console):
+def test_home_draws_eight_accessible_charts_with_their_data(console):
     both_loops_alive()
     minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
     EventFactory.create_batch(3, accepted_at=minute + timedelta(seconds=5))
@@ -151,7 +151,7 @@ def test_i11_6_home_draws_eight_accessible_charts_with_their_data(console):
     assert "Events per minute, averaged over 20 minutes, in the last day" in chart(body, "chart-events-day")
 
 
-def test_i11_6_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
+def test_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
     both_loops_alive()
     for _ in range(2):
         RouteRecordFactory(event=EventFactory(route_state="failed"), policy="failed", disposition="failed")
@@ -167,7 +167,7 @@ def test_i11_6_home_counts_dead_letters_parked_work_and_doctor_warnings(console)
     assert f'<p class="muted"><a href="{reverse("doctor")}#check-parked_work">Parked Work</a></p>' in body
 
 
-def test_i11_6_dead_letters_count_is_capped(console, monkeypatch):
+def test_dead_letters_count_is_capped(console, monkeypatch):
     from conduit_site.console import trends
 
     both_loops_alive()
@@ -187,14 +187,14 @@ PAGES = ("console-home", "event-list", "work-list", "dead-letters", "config-list
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_i11_6_no_banner_while_both_loops_beat(console, page):
+def test_no_banner_while_both_loops_beat(console, page):
     both_loops_alive(at=NOW - timedelta(seconds=59))
     body = console.get(reverse(page)).content.decode()
     assert 'id="heartbeat-banner"' not in body
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_i11_6_banner_on_every_page_without_a_route_loop_heartbeat(console, page):
+def test_banner_on_every_page_without_a_route_loop_heartbeat(console, page):
     beat(WORK_HEARTBEATS, slots=2, stopped=False)
     beat(ROUTE_HEARTBEATS, at=NOW - timedelta(seconds=61))  # too old
     body = console.get(reverse(page)).content.decode()
@@ -209,14 +209,14 @@ def test_i11_6_banner_on_every_page_without_a_route_loop_heartbeat(console, page
     assert "work loop" not in banner.group(1)
 
 
-def test_i11_6_banner_names_a_stopped_or_missing_work_loop(console):
+def test_banner_names_a_stopped_or_missing_work_loop(console):
     beat(ROUTE_HEARTBEATS)
     beat(WORK_HEARTBEATS, slots=2, stopped=True)  # fresh, but it said it stopped
     body = console.get(reverse("event-list")).content.decode()
     assert "No work loop heartbeat in the last 60 s: Work is not being run." in body
 
 
-def test_i11_6_banner_names_both_loops_when_neither_beats(console):
+def test_banner_names_both_loops_when_neither_beats(console):
     body = console.get(reverse("work-list")).content.decode()
     assert (
         "No route loop and no work loop heartbeat in the last 60 s: accepted Events are not being "
@@ -224,12 +224,12 @@ def test_i11_6_banner_names_both_loops_when_neither_beats(console):
     )
 
 
-def test_i11_6_no_banner_before_sign_in(client):
+def test_no_banner_before_sign_in(client):
     body = client.get(reverse("login")).content.decode()
     assert "heartbeat-banner" not in body
 
 
-def test_i11_6_banner_costs_one_query(console, django_assert_num_queries):
+def test_banner_costs_one_query(console, django_assert_num_queries):
     from conduit_site.doctor import loops_alive
 
     both_loops_alive()
@@ -240,7 +240,7 @@ def test_i11_6_banner_costs_one_query(console, django_assert_num_queries):
 # --- Doctor refreshes itself ---------------------------------------------------------------------
 
 
-def test_i11_6_doctor_checks_poll_themselves(console):
+def test_doctor_checks_poll_themselves(console):
     body = console.get(reverse("doctor")).content.decode()
     assert re.search(
         r'<section id="doctor-checks" hx-get="/doctor/" hx-trigger="every 10s" hx-target="this" hx-swap="outerHTML">',
@@ -253,7 +253,7 @@ def test_i11_6_doctor_checks_poll_themselves(console):
     assert partial.lstrip().startswith('<section id="doctor-checks"') and "<html" not in partial
 
 
-def test_i11_6_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypatch):
+def test_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypatch):
     from conduit_site.console import trends
 
     both_loops_alive()
@@ -270,3 +270,51 @@ def test_i11_6_home_says_which_latency_buckets_wait_for_a_later_page(console, mo
     assert '<p class="muted chart-note">The 41 oldest buckets are not ranked yet' in latency
     latency = chart(console.get(reverse("console-home")).content.decode(), "chart-latency-hour")
     assert '<p class="muted chart-note">The 40 oldest buckets are not ranked yet' in latency
+
+
+def test_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
+    from datetime import timedelta
+
+    from conduit_site.console.views import doctor as doctor_views
+    from conduit_site.console.views import home as home_views
+    from tests.worklife.factories import WorkFactory
+
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    both_loops_alive()
+    WorkFactory(parked_at=NOW - timedelta(minutes=3), failures=5)
+    client.force_login(UserFactory())
+
+    card = client.get("/").content.decode()
+    card = card[card.index('id="attention-summary"') :]
+    card = card[: card.index("</section>")]
+    assert "Parked Work</a></p>" in card and "parked_work<" not in card
+
+
+def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypatch):
+    from datetime import UTC, datetime, timedelta
+
+    from conduit_site.console.views import doctor as doctor_views
+    from conduit_site.console.views import home as home_views
+
+    clock.set(NOW)
+    monkeypatch.setattr(home_views, "clock", clock)
+    monkeypatch.setattr(doctor_views, "clock", clock)
+    both_loops_alive()
+    minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
+    EventFactory.create_batch(3, accepted_at=minute + timedelta(seconds=5))
+    client.force_login(UserFactory())
+
+    body = client.get("/").content.decode()
+
+    events = chart(body, "chart-events-hour")
+    titles = re.findall(r'<rect class="chart-hit" [^>]*><title>([^<]*)</title></rect>', events)
+    assert len(titles) == 60
+    # The bucket of 12:25, five before the current one (12:30), by its age as the axis says it.
+    assert "−5 min: accepted 3, routed 0, unmatched 0, dead-lettered 0 (Events per minute)" in titles
+    assert titles[-1].startswith("now: ")
+    days = re.findall(r'<rect class="chart-hit"', chart(body, "chart-backlog-day"))
+    assert len(days) == 72
+    # The same figures stay in the span's table for screen readers.
+    assert '<table id="trends-hour-table">' in body

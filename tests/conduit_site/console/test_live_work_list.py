@@ -30,15 +30,15 @@ from infra.live import (
     work_publisher,
 )
 from routing.controls import work as controls
-from tests.routing.engine.test_live import headers, join, layer_path, route_pass
 from tests.routing.factories import UserFactory
+from tests.routing.livekit import headers, join, route_pass
 from tests.routing.routerkit import accept, apply
 from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.attempts import attempt_fail
 from worklife.models import Work
 
 # A private channel layer file for each test (test_live_routing's fixture).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(layer_path.__name__)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer_path")]
 
 
 def messages_of(path, channels: dict[str, str]) -> dict[str, list[dict]]:
@@ -90,9 +90,7 @@ def live(client, path: str, change=None, *, seconds: float = 5.0) -> list[str]:
 # --- the publisher --------------------------------------------------------------------------------
 
 
-def test_i39_1_live_work_list_a_parked_work_publishes_on_commit_never_on_rollback(
-    layer_path, clock, settings
-):
+def test_live_work_list_a_parked_work_publishes_on_commit_never_on_rollback(layer_path, clock, settings):
     settings.CONDUIT_MAX_ATTEMPTS = 1
     work, kept = WorkFactory(status="running"), WorkFactory(status="running")
     channels = join(WORK_GROUP, group_name_for_work(work.pk))
@@ -109,7 +107,7 @@ def test_i39_1_live_work_list_a_parked_work_publishes_on_commit_never_on_rollbac
     assert [m["payload"]["works"] for m in found[WORK_GROUP]] == [1]
 
 
-def test_i39_1_live_work_list_10000_changes_send_a_handful_of_messages(layer_path):
+def test_live_work_list_10000_changes_send_a_handful_of_messages(layer_path):
     """Each change's commit hands its Work to the publisher; while a batch is sent, and for a
     quarter second after, the next changes gather into one batch."""
     join(WORK_GROUP, group_name_for_work(7))
@@ -128,7 +126,7 @@ def test_i39_1_live_work_list_10000_changes_send_a_handful_of_messages(layer_pat
     assert publisher.messages < 20
 
 
-def test_i39_1_live_work_list_nobody_listening_costs_no_message(layer_path):
+def test_live_work_list_nobody_listening_costs_no_message(layer_path):
     publisher = WorkPublisher()
     publisher.put(range(1, 1001))
     assert publisher.drain(10)
@@ -138,7 +136,7 @@ def test_i39_1_live_work_list_nobody_listening_costs_no_message(layer_path):
 # --- the consumers --------------------------------------------------------------------------------
 
 
-def test_i39_1_live_work_list_sends_its_filter_and_page(client, clock, settings):
+def test_live_work_list_sends_its_filter_and_page(client, clock, settings):
     settings.CONDUIT_MAX_ATTEMPTS = 1
     client.force_login(UserFactory())
     running = WorkFactory(status="running")
@@ -152,7 +150,7 @@ def test_i39_1_live_work_list_sends_its_filter_and_page(client, clock, settings)
     assert "status=parked" in html
 
 
-def test_i39_1_live_work_list_shows_work_the_router_starts(client, clock, test_handlers):
+def test_live_work_list_shows_work_the_router_starts(client, clock, test_handlers):
     client.force_login(UserFactory())
     apply(clock)
     accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 7})
@@ -162,7 +160,7 @@ def test_i39_1_live_work_list_shows_work_the_router_starts(client, clock, test_h
     assert re.findall(r'<tr id="work-(\d+)">', html) == [str(started)]
 
 
-def test_i39_1_live_work_list_a_bad_filter_is_refused(client):
+def test_live_work_list_a_bad_filter_is_refused(client):
     client.force_login(UserFactory())
 
     async def scenario():
@@ -175,7 +173,7 @@ def test_i39_1_live_work_list_a_bad_filter_is_refused(client):
     assert async_to_sync(scenario)() == {"type": "websocket.close", "code": consumers.CLOSE_BAD_REQUEST}
 
 
-def test_i39_1_live_work_list_home_counts_follow_a_parked_work(client, clock, settings):
+def test_live_work_list_home_counts_follow_a_parked_work(client, clock, settings):
     settings.CONDUIT_MAX_ATTEMPTS = 1
     client.force_login(UserFactory())
     running = WorkFactory(status="running")
@@ -205,7 +203,7 @@ def renders(monkeypatch):
     return counted
 
 
-def test_i39_1_live_work_list_and_home_query_nothing_at_rest_and_once_a_second_at_most(
+def test_live_work_list_and_home_query_nothing_at_rest_and_once_a_second_at_most(
     client, clock, settings, renders
 ):
     """At rest a page is told nothing and queries nothing (its banner polls once in 15 s, one
@@ -256,7 +254,7 @@ async def asyncio_sleep(seconds: float) -> None:
 # --- the Work page's controls ---------------------------------------------------------------------
 
 
-def test_i39_8_stale_controls_forms_go_in_the_live_update_when_the_work_ends(client, clock):
+def test_stale_controls_forms_go_in_the_live_update_when_the_work_ends(client, clock):
     user = UserFactory(is_superuser=True)
     client.force_login(user)
     work = WorkFactory(status="ready")
@@ -271,7 +269,7 @@ def test_i39_8_stale_controls_forms_go_in_the_live_update_when_the_work_ends(cli
     assert "Cancel Work" not in html[html.index('id="work-control-buttons"') :]
 
 
-def test_i39_8_stale_controls_live_update_leaves_the_forms_of_a_live_work_as_typed(client, clock):
+def test_stale_controls_live_update_leaves_the_forms_of_a_live_work_as_typed(client, clock):
     client.force_login(UserFactory(is_superuser=True))
     work = WorkFactory(status="running")
     attempt = AttemptFactory(work=work, number=1)
@@ -298,7 +296,7 @@ def queue_only_work(clock):
     )
 
 
-def test_i39_8_retry_message_says_what_will_happen_for_a_queue_only_binding(client, clock, test_handlers):
+def test_retry_message_says_what_will_happen_for_a_queue_only_binding(client, clock, test_handlers):
     work = queue_only_work(clock)
     client.force_login(UserFactory(is_superuser=True))
     page = client.get(reverse("work-detail", args=[work.pk])).content.decode()
@@ -317,7 +315,7 @@ def test_i39_8_retry_message_says_what_will_happen_for_a_queue_only_binding(clie
     assert "runs again at once" not in result.message
 
 
-def test_i39_8_retry_message_on_a_binding_with_an_executor_still_runs_at_once(clock, test_handlers):
+def test_retry_message_on_a_binding_with_an_executor_still_runs_at_once(clock, test_handlers):
     apply(clock)
     work = WorkFactory(scope="acme", binding="plain", status="ready", retry_at=clock() + timedelta(seconds=8))
     result = controls.work_retry(work_id=work.pk, user="alice", clock=clock)

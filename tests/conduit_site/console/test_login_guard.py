@@ -31,9 +31,7 @@ def failure_records(caplog) -> list[logging.LogRecord]:
     return [record for record in caplog.records if record.getMessage() == "auth.login_failed"]
 
 
-def test_i9_8_repeated_wrong_passwords_lock_out_the_login_from_that_address(
-    client, operator, settings, caplog
-):
+def test_repeated_wrong_passwords_lock_out_the_login_from_that_address(client, operator, settings, caplog):
     caplog.set_level(logging.WARNING, logger="conduit.auth")
     limit = settings.AXES_FAILURE_LIMIT
     for _ in range(limit - 1):
@@ -56,7 +54,7 @@ def test_i9_8_repeated_wrong_passwords_lock_out_the_login_from_that_address(
     assert client.session["_auth_user_id"] == str(operator.pk)
 
 
-def test_i9_8_every_failed_sign_in_is_logged_without_the_password(client, operator, settings, caplog):
+def test_every_failed_sign_in_is_logged_without_the_password(client, operator, settings, caplog):
     caplog.set_level(logging.WARNING, logger="conduit.auth")
     limit = settings.AXES_FAILURE_LIMIT
     for _ in range(limit + 1):
@@ -75,7 +73,7 @@ def test_i9_8_every_failed_sign_in_is_logged_without_the_password(client, operat
         assert WRONG not in fields and PASSWORD not in fields
 
 
-def test_i9_8_a_successful_sign_in_resets_the_count(client, operator, settings):
+def test_a_successful_sign_in_resets_the_count(client, operator, settings):
     limit = settings.AXES_FAILURE_LIMIT
     for _ in range(limit - 1):
         sign_in(client, WRONG)
@@ -86,7 +84,7 @@ def test_i9_8_a_successful_sign_in_resets_the_count(client, operator, settings):
     assert sign_in(client, PASSWORD).status_code == 302
 
 
-def test_i9_8_the_admin_sign_in_is_locked_out_too(client, settings):
+def test_the_admin_sign_in_is_locked_out_too(client, settings):
     admin = UserFactory(username="root", is_staff=True, is_superuser=True)
     admin.set_password(PASSWORD)
     admin.save()

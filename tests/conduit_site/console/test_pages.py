@@ -4,8 +4,10 @@ page and the home page (D4, D6, D8)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -269,7 +271,7 @@ def test_d4_event_page_without_a_record_says_why_and_htmx_gets_the_route_partial
     assert "conflicting identity: key owned by Work 3" in body
 
 
-def test_i37_3_the_event_page_says_binary_data_is_shown_as_base64(console):
+def test_the_event_page_says_binary_data_is_shown_as_base64(console):
     binary = EventFactory(data="AP8=", binary_data=True, datacontenttype="image/png")
     page = text(console.get(reverse("event-detail", args=[binary.seq])))
     assert 'id="event-binary-data"' in page and "AP8=" in page
@@ -483,3 +485,21 @@ def test_d4_list_pages_and_home_query_counts_are_independent_of_history(console)
     WorkFactory.create_batch(55)
     GenerationFactory.create_batch(55)
     assert counts() == small
+
+
+TEMPLATES = Path(settings.BASE_DIR) / "templates"
+
+
+# A count printed right before a plural noun, without pluralize or counted.
+BARE_COUNT = re.compile(
+    r"\{\{[^}|]*\}\} (Events|passes|slots|failures|attempts|descendants|records|inputs|refusals|receivers)\b"
+)
+
+
+def test_no_template_prints_a_count_before_a_plural_noun_unchecked():
+    bare = [
+        f"{path.relative_to(TEMPLATES)}: {match.group(0)}"
+        for path in sorted(TEMPLATES.rglob("*.html"))
+        for match in BARE_COUNT.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert bare == []

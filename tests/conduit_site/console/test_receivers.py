@@ -41,7 +41,7 @@ def viewer(client):
     return client
 
 
-def test_i37_2_receivers_page_lists_url_secret_reference_last_delivery_and_refusals(viewer, receivers):
+def test_receivers_page_lists_url_secret_reference_last_delivery_and_refusals(viewer, receivers):
     older = EventFactory(accepted_by="receiver:github", type="github.push")
     newest = EventFactory(
         accepted_by="receiver:github",
@@ -78,7 +78,7 @@ def test_i37_2_receivers_page_lists_url_secret_reference_last_delivery_and_refus
     assert "gone" not in page
 
 
-def test_i37_2_receivers_page_reads_in_a_number_of_queries_independent_of_history(
+def test_receivers_page_reads_in_a_number_of_queries_independent_of_history(
     viewer, receivers, django_assert_max_num_queries
 ):
     viewer.get(reverse("receivers"))  # the session and the generation's receivers, read once
@@ -91,27 +91,27 @@ def test_i37_2_receivers_page_reads_in_a_number_of_queries_independent_of_histor
         assert viewer.get(reverse("receivers")).status_code == 200
 
 
-def test_i37_2_receivers_page_needs_a_login_and_the_viewer_permission(client, receivers):
+def test_receivers_page_needs_a_login_and_the_viewer_permission(client, receivers):
     anonymous = client.get(reverse("receivers"))
     assert anonymous.status_code == 302 and anonymous["Location"].startswith(reverse("login"))
     client.force_login(UserFactory(permissions=()))
     assert client.get(reverse("receivers")).status_code == 403
 
 
-def test_i37_2_receivers_page_without_receivers_says_so(viewer):
+def test_receivers_page_without_receivers_says_so(viewer):
     assert "No configuration has been applied yet." in viewer.get(reverse("receivers")).content.decode()
     apply_config()
     assert "declares no receivers" in viewer.get(reverse("receivers")).content.decode()
 
 
-def test_i37_2_the_navigation_links_the_receivers_page(viewer, receivers):
+def test_the_navigation_links_the_receivers_page(viewer, receivers):
     home = viewer.get(reverse("console-home")).content.decode()
     assert f'<a href="{reverse("receivers")}">Receivers</a>' in home
     page = viewer.get(reverse("receivers")).content.decode()
     assert f'<a href="{reverse("receivers")}" aria-current="page">Receivers</a>' in page
 
 
-def test_i37_2_receivers_page_refreshes_its_list_as_an_htmx_partial(viewer, receivers):
+def test_receivers_page_refreshes_its_list_as_an_htmx_partial(viewer, receivers):
     response = viewer.get(reverse("receivers"), headers={"HX-Request": "true", "HX-Target": "receiver-list"})
 
     page = response.content.decode()
@@ -119,7 +119,7 @@ def test_i37_2_receivers_page_refreshes_its_list_as_an_htmx_partial(viewer, rece
     assert "<nav" not in page
 
 
-def test_i37_1_event_page_names_the_receiver_that_accepted_it(viewer, receivers):
+def test_event_page_names_the_receiver_that_accepted_it(viewer, receivers):
     by_receiver = EventFactory(accepted_by="receiver:github")
     by_user = EventFactory(accepted_by="erin")
 

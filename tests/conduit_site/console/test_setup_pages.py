@@ -15,8 +15,7 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
-from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 
@@ -43,7 +42,7 @@ def candidates():
     return Generation.objects.filter(kind=GenerationKind.CANDIDATE)
 
 
-def test_i10p4_the_editor_starts_from_the_live_document(admin):
+def test_the_editor_starts_from_the_live_document(admin):
     apply_config()
     response = admin.get(reverse("setup"))
     assert response.status_code == 200
@@ -61,7 +60,7 @@ def test_the_document_s_help_is_plain_text_without_markdown_backticks(admin):
     assert "`" not in help_text.group(1)
 
 
-def test_i10p4_an_invalid_document_is_shown_with_each_problem_at_its_line_and_nothing_stored(admin):
+def test_an_invalid_document_is_shown_with_each_problem_at_its_line_and_nothing_stored(admin):
     apply_config()
     broken = DEFAULT_TEST_CONFIG.replace("policy: drop", "policy: dropp", 1)
     line = broken.splitlines().index("        policy: dropp") + 1
@@ -85,7 +84,7 @@ def problems_json(page: str) -> list[dict]:
     return json.loads(found.group(1))
 
 
-def test_i39_7_each_problem_links_to_its_line_and_is_given_to_the_editor_as_data(admin):
+def test_each_problem_links_to_its_line_and_is_given_to_the_editor_as_data(admin):
     apply_config()
     broken = "".join(f"# note {n}\n" for n in range(95)) + DEFAULT_TEST_CONFIG.replace(
         "policy: drop", "policy: strat"
@@ -111,7 +110,7 @@ def test_i39_7_each_problem_links_to_its_line_and_is_given_to_the_editor_as_data
     ]
 
 
-def test_i39_7_a_yaml_syntax_error_gives_the_editor_its_column(admin):
+def test_a_yaml_syntax_error_gives_the_editor_its_column(admin):
     response = admin.post(reverse("candidate-create"), {"document": "version: 1\nscopes: [1\nb: 2\n"})
     assert response.status_code == 400
     [problem] = problems_json(response.content.decode())
@@ -119,7 +118,7 @@ def test_i39_7_a_yaml_syntax_error_gives_the_editor_its_column(admin):
     assert problem["message"].startswith("document: not valid YAML")
 
 
-def test_i39_7_only_the_editor_page_uses_a_style_nonce(admin):
+def test_only_the_editor_page_uses_a_style_nonce(admin):
     policy = admin.get(reverse("setup"))["Content-Security-Policy"]
     style_src = re.search(r"style-src ([^;]*)", policy).group(1).split()
     assert style_src[0] == "'self'" and style_src[1].startswith("'nonce-") and len(style_src) == 2
@@ -127,7 +126,7 @@ def test_i39_7_only_the_editor_page_uses_a_style_nonce(admin):
     assert "nonce-" not in admin.get(reverse("event-list"))["Content-Security-Policy"]
 
 
-def test_i10p4_a_valid_document_is_stored_as_a_candidate_by_its_author(admin):
+def test_a_valid_document_is_stored_as_a_candidate_by_its_author(admin):
     apply_config()
     response = admin.post(reverse("candidate-create"), {"document": CHANGED})
     candidate = candidates().get()
@@ -140,7 +139,7 @@ def test_i10p4_a_valid_document_is_stored_as_a_candidate_by_its_author(admin):
     assert again.status_code == 200 and again["HX-Redirect"].startswith("/config/candidates/")
 
 
-def test_i10p4_a_viewer_reads_but_cannot_save_apply_or_discard(viewer):
+def test_a_viewer_reads_but_cannot_save_apply_or_discard(viewer):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     assert viewer.get(reverse("setup")).status_code == 200
@@ -152,7 +151,7 @@ def test_i10p4_a_viewer_reads_but_cannot_save_apply_or_discard(viewer):
     assert live_generation().number == 1 and candidates().count() == 1
 
 
-def test_i10p4_the_candidate_page_shows_its_id_diff_per_scope_and_effective_tree(admin):
+def test_the_candidate_page_shows_its_id_diff_per_scope_and_effective_tree(admin):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -168,7 +167,7 @@ def test_i10p4_the_candidate_page_shows_its_id_diff_per_scope_and_effective_tree
     assert "<td>chat</td><td>acme</td><td>—</td>" in tree
 
 
-def test_i10p4_trace_against_the_candidate_from_a_sample_a_recent_event_or_by_hand(admin, clock):
+def test_trace_against_the_candidate_from_a_sample_a_recent_event_or_by_hand(admin, clock):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     event = event_accept(
@@ -204,7 +203,7 @@ def test_i10p4_trace_against_the_candidate_from_a_sample_a_recent_event_or_by_ha
     assert 'data-swap-statuses="400"' in refused.content.decode()
 
 
-def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, clock, monkeypatch):
+def test_the_impact_preview_page_groups_changes_with_both_traces(admin, clock, monkeypatch):
     from conduit_site.console.views import impact
     from routing.setup.impact_runs import impact_run_execute
 
@@ -241,7 +240,7 @@ def test_i10p5_the_impact_preview_page_groups_changes_with_both_traces(admin, cl
     assert bad.status_code == 400 and "events" in bad.content.decode()
 
 
-def test_i10p4_apply_from_the_page_makes_the_next_generation_with_the_actor(admin):
+def test_apply_from_the_page_makes_the_next_generation_with_the_actor(admin):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -254,7 +253,7 @@ def test_i10p4_apply_from_the_page_makes_the_next_generation_with_the_actor(admi
     assert not candidates().exists()
 
 
-def test_i10p4_apply_with_a_stale_diff_is_refused_409_in_place(admin):
+def test_apply_with_a_stale_diff_is_refused_409_in_place(admin):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     apply_config()
@@ -268,7 +267,7 @@ def test_i10p4_apply_with_a_stale_diff_is_refused_409_in_place(admin):
     assert live_generation().number == 2 and candidates().count() == 1
 
 
-def test_i10p4_discard_from_the_page(admin):
+def test_discard_from_the_page_removes_the_candidate(admin):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     response = admin.post(reverse("candidate-discard", args=[candidate.pk]), **htmx("candidate-actions"))
@@ -277,7 +276,7 @@ def test_i10p4_discard_from_the_page(admin):
     assert admin.get(reverse("candidate-detail", args=[candidate.pk])).status_code == 404
 
 
-def test_i10p4_the_candidate_pages_queries_do_not_grow_with_history(admin, clock):
+def test_the_candidate_pages_queries_do_not_grow_with_history(admin, clock):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -306,3 +305,43 @@ def test_i10p4_the_candidate_pages_queries_do_not_grow_with_history(admin, clock
     few = queries()
     accept(30, 2)
     assert queries() == few
+
+
+# --- after apply: the applied generation's page ------------------------------------------------
+
+
+def test_apply_leads_to_the_generation_and_the_candidate_address_follows_it(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    page = reverse("candidate-detail", args=[candidate.pk])
+    assert admin.get(page).status_code == 200
+
+    applied = admin.post(
+        reverse("candidate-apply", args=[candidate.pk]),
+        {"expected_live": "1"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="candidate-actions",
+    )
+
+    generation = live_generation()
+    url = f"/config/?generation={generation.number}#document"
+    assert applied["HX-Redirect"] == url
+    shown = admin.get(url)
+    assert (
+        shown.status_code == 200
+        and f"Live document: generation {generation.number}" in shown.content.decode()
+    )
+    # Reloading (or going back to) the candidate's address: the generation it became.
+    again = admin.get(page)
+    assert (again.status_code, again["Location"]) == (302, url)
+
+
+def test_a_discarded_candidates_address_is_still_not_found(admin):
+    apply_config()
+    candidate = apply_config(CHANGED, candidate=True)
+    admin.post(reverse("candidate-discard", args=[candidate.pk]))
+    # Another candidate applied meanwhile does not claim the discarded one's address.
+    other = apply_config(CHANGED + "\n# other\n", candidate=True)
+    admin.post(reverse("candidate-apply", args=[other.pk]))
+
+    assert admin.get(reverse("candidate-detail", args=[candidate.pk])).status_code == 404

@@ -15,8 +15,7 @@ from routing.acceptance.services import event_accept
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from tests.routing.factories import apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 
@@ -76,7 +75,7 @@ def test_r37_trace_filter_limits_the_routes_evaluated_on_the_page(console):
     )
 
 
-def test_i39_5_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was_routed(console, clock):
+def test_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was_routed(console, clock):
     event = accept(clock)
     route(clock, event)
     record = RouteRecord.objects.get(event=event)
@@ -97,7 +96,7 @@ def test_i39_5_trace_this_event_traces_a_routed_event_as_new_saying_first_it_was
     assert "already routed: routing decides an Event once" not in html  # no longer a footnote
 
 
-def test_i39_5_trace_this_event_against_a_candidate_traces_it_as_new_not_a_duplicate(console, clock):
+def test_trace_this_event_against_a_candidate_traces_it_as_new_not_a_duplicate(console, clock):
     event = accept(clock)
     route(clock, event)
     candidate = apply_config(CHANGED, candidate=True)
@@ -116,7 +115,7 @@ def test_i39_5_trace_this_event_against_a_candidate_traces_it_as_new_not_a_dupli
     assert verdict_rows(again)[0] == ("match", "prs")
 
 
-def test_i39_5_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(console, clock):
+def test_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(console, clock):
     event = accept(clock)
 
     html = console.get(reverse("trace"), {"event": event.seq, "filter": "noise,prs"}).content.decode()
@@ -128,7 +127,7 @@ def test_i39_5_trace_this_event_of_an_unrouted_event_traces_it_as_routing_will(c
     assert 'name="filter" id="id_filter" value="noise,prs"' in html
 
 
-def test_i39_5_the_candidate_pages_trace_of_a_routed_event_is_traced_as_new_not_a_duplicate(console, clock):
+def test_the_candidate_pages_trace_of_a_routed_event_is_traced_as_new_not_a_duplicate(console, clock):
     event = accept(clock)
     route(clock, event)
     candidate = apply_config(CHANGED, candidate=True)

@@ -26,7 +26,7 @@ def routed(accepted_at, decided_at, **kwargs):
     )
 
 
-def test_i11_6_hour_counts_accepted_and_settled_events_per_minute_bucket():
+def test_hour_counts_accepted_and_settled_events_per_minute_bucket():
     minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
     for second in (0, 10, 59):
         EventFactory(accepted_at=minute + timedelta(seconds=second))
@@ -52,7 +52,7 @@ def test_i11_6_hour_counts_accepted_and_settled_events_per_minute_bucket():
     assert result.day.per_minute([40]) == [2.0]
 
 
-def test_i11_6_day_buckets_roll_up_twenty_minutes():
+def test_day_buckets_roll_up_twenty_minutes():
     EventFactory(accepted_at=datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
     EventFactory(accepted_at=datetime(2026, 1, 5, 9, 19, 59, tzinfo=UTC))
     EventFactory(accepted_at=datetime(2026, 1, 5, 9, 20, tzinfo=UTC))
@@ -67,7 +67,7 @@ def test_i11_6_day_buckets_roll_up_twenty_minutes():
     assert sum(day.accepted) == 3
 
 
-def test_i11_6_route_latency_p50_and_p99_per_bucket_are_nearest_ranks():
+def test_route_latency_p50_and_p99_per_bucket_are_nearest_ranks():
     minute = datetime(2026, 1, 5, 12, 10, tzinfo=UTC)
     # 100 Events decided in one minute with latencies of 1..100 seconds.
     for latency in range(1, 101):
@@ -89,7 +89,7 @@ def test_i11_6_route_latency_p50_and_p99_per_bucket_are_nearest_ranks():
     assert hour.latency_p50[index + 1] is None
 
 
-def test_i11_6_backlog_ends_at_the_unrouted_count_and_walks_back_through_the_flows():
+def test_backlog_ends_at_the_unrouted_count_and_walks_back_through_the_flows():
     minute = datetime(2026, 1, 5, 12, 27, tzinfo=UTC)
     EventFactory.create_batch(4, accepted_at=minute)  # still unrouted
     routed(minute, minute + timedelta(minutes=2))  # accepted 12:27, routed 12:29
@@ -104,7 +104,7 @@ def test_i11_6_backlog_ends_at_the_unrouted_count_and_walks_back_through_the_flo
     assert hour.backlog[index - 1] == 0
 
 
-def test_i11_6_attempts_started_completed_and_failed_per_bucket():
+def test_attempts_started_completed_and_failed_per_bucket():
     minute = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     AttemptFactory(started_at=minute, ended_at=minute + timedelta(minutes=1), state="succeeded")
     AttemptFactory(started_at=minute, ended_at=minute + timedelta(minutes=1), state="failed")
@@ -120,7 +120,7 @@ def test_i11_6_attempts_started_completed_and_failed_per_bucket():
     assert sum(hour.attempts_completed) == 1
 
 
-def test_i11_6_trends_read_five_queries_with_or_without_settled_buckets_cached(django_assert_num_queries):
+def test_trends_read_five_queries_with_or_without_settled_buckets_cached(django_assert_num_queries):
     EventFactory.create_batch(30, accepted_at=NOW - timedelta(minutes=5))
     # The three counting queries and one latency ranking a span; again with the settled
     # buckets cached (the open ones are counted and ranked on every page).
@@ -130,7 +130,7 @@ def test_i11_6_trends_read_five_queries_with_or_without_settled_buckets_cached(d
         trends(now=NOW, unrouted=0)
 
 
-def test_i11_6_settled_buckets_keep_their_figures_and_recent_ones_are_counted_again():
+def test_settled_buckets_keep_their_figures_and_recent_ones_are_counted_again():
     old = datetime(2026, 1, 5, 12, 10, tzinfo=UTC)  # closed 19 minutes before NOW: settled
     recent = datetime(2026, 1, 5, 12, 28, tzinfo=UTC)  # closed 1 minute 20 before NOW: not yet
     routed(old - timedelta(seconds=4), old)
@@ -149,7 +149,7 @@ def test_i11_6_settled_buckets_keep_their_figures_and_recent_ones_are_counted_ag
     assert (second.routed[index_old], second.routed[index_recent]) == (1, 2)
 
 
-def test_i11_6_latency_ranking_is_bounded_newest_first_and_completes_over_pages(monkeypatch):
+def test_latency_ranking_is_bounded_newest_first_and_completes_over_pages(monkeypatch):
     from conduit_site.console import trends as trends_module
 
     # Three settled minutes with 3, 2 and 2 routed Events, newest last.

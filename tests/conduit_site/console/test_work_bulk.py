@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from conduit_site.console.views import work as work_views
 from conduit_site.console.views import work_bulk as bulk_views
-from tests.routing.controls.test_work import control_events, grant, parked_work
+from tests.routing.controlkit import control_events, grant, parked_work
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply
 from tests.worklife.factories import WorkFactory
@@ -37,7 +37,7 @@ def operator(client):
     return client
 
 
-def test_i39_2_bulk_work_list_has_checkboxes_and_select_all_matching(
+def test_bulk_work_list_has_checkboxes_and_select_all_matching(
     operator, clock, django_assert_max_num_queries
 ):
     for _ in range(3):
@@ -49,7 +49,7 @@ def test_i39_2_bulk_work_list_has_checkboxes_and_select_all_matching(
     assert '<input type="hidden" name="status" value="parked">' in body
 
 
-def test_i39_2_bulk_select_all_matching_one_work_says_the_one_work(operator, clock):
+def test_bulk_select_all_matching_one_work_says_the_one_work(operator, clock):
     parked_work(clock)
     body = operator.get(reverse("work-list"), {"status": "parked"}).content.decode()
     assert "Select the one Work matching this filter" in body and "all 1 Work" not in body
@@ -57,7 +57,7 @@ def test_i39_2_bulk_select_all_matching_one_work_says_the_one_work(operator, clo
     assert "the one Work matching this filter" in confirm.content.decode()
 
 
-def test_i39_2_bulk_retry_all_matching_confirms_the_count_then_retries_each(operator, clock):
+def test_bulk_retry_all_matching_confirms_the_count_then_retries_each(operator, clock):
     apply(clock)
     parked = [parked_work(clock) for _ in range(3)]
     WorkFactory(status="running")
@@ -100,7 +100,7 @@ def test_bulk_retry_all_matching_does_nothing_when_the_filter_matches_another_co
     assert 'id="bulk-summary">Retried 3.</p>' in done
 
 
-def test_i39_2_bulk_cancel_selected_summarises_refusals_and_needs_the_permission(client, clock):
+def test_bulk_cancel_selected_summarises_refusals_and_needs_the_permission(client, clock):
     apply(clock)
     live = parked_work(clock)
     done = WorkFactory(status="completed")

@@ -48,7 +48,7 @@ def states(clock):
     }
 
 
-def test_i39_4_work_list_shows_backing_off_with_a_countdown_and_parked_not_ready(console, states):
+def test_work_list_shows_backing_off_with_a_countdown_and_parked_not_ready(console, states):
     body = console.get(reverse("work-list")).content.decode()
     backing = row(body, f"work-{states['backing_off'].pk}")
     assert 'badge-backing_off">backing off</span>' in backing
@@ -63,7 +63,7 @@ def test_i39_4_work_list_shows_backing_off_with_a_countdown_and_parked_not_ready
     assert 'badge-ready">ready</span>' in row(body, f"work-{states['ready'].pk}")
 
 
-def test_i39_4_status_ready_excludes_parked_and_backing_off_with_filters_for_them(console, states, clock):
+def test_status_ready_excludes_parked_and_backing_off_with_filters_for_them(console, states, clock):
     def listed(status: str) -> set[int]:
         body = console.get(reverse("work-list"), {"status": status}).content.decode()
         return {int(pk) for pk in re.findall(r'<tr id="work-(\d+)">', body)}
@@ -80,7 +80,7 @@ def test_i39_4_status_ready_excludes_parked_and_backing_off_with_filters_for_the
     }
 
 
-def test_i39_4_home_card_counts_parked_and_backing_off_apart_from_ready(
+def test_home_card_counts_parked_and_backing_off_apart_from_ready(
     console, states, clock, django_assert_max_num_queries
 ):
     counts = work_counts(now=clock())
@@ -98,7 +98,7 @@ def test_i39_4_home_card_counts_parked_and_backing_off_apart_from_ready(
         ), state
 
 
-def test_i39_4_input_table_says_which_attempts_an_input_was_presented_to(
+def test_input_table_says_which_attempts_an_input_was_presented_to(
     console, clock, django_assert_max_num_queries
 ):
     work = WorkFactory(failures=3, retry_at=clock() + timedelta(seconds=4))

@@ -174,7 +174,7 @@ def test_ingress_extension_values_are_cloudevents_scalars(value):
     refused(cloud_event(ext=value), "ext")
 
 
-def test_i37_3_data_base64_is_kept_as_canonical_base64_binary_data():
+def test_data_base64_is_kept_as_canonical_base64_binary_data():
     envelope = parse_envelope(cloud_event(data=..., data_base64="AP8Q", datacontenttype="image/png"))
     assert (envelope.data, envelope.binary_data, envelope.datacontenttype) == ("AP8Q", True, "image/png")
     # A null data beside it is an absent one (the JSON format), and empty data is data.
@@ -183,16 +183,16 @@ def test_i37_3_data_base64_is_kept_as_canonical_base64_binary_data():
 
 
 @pytest.mark.parametrize("value", ["not base64!", "aGVsbG8", "aGVs\nbG8=", 12, ["aGVsbG8="]])
-def test_i37_3_data_base64_that_is_not_base64_text_is_refused(value):
+def test_data_base64_that_is_not_base64_text_is_refused(value):
     assert "base64" in refused(cloud_event(data=..., data_base64=value), "data_base64").message
 
 
-def test_i37_3_data_and_data_base64_together_are_refused():
+def test_data_and_data_base64_together_are_refused():
     error = refused(cloud_event(data={"a": 1}, data_base64="aGVsbG8="), "data_base64")
     assert "not both" in error.message
 
 
-def test_i37_4_an_event_without_scope_takes_the_default_its_own_first():
+def test_an_event_without_scope_takes_the_default_its_own_first():
     assert parse_envelope(cloud_event(scope=...), default_scope="acme/web").scope == "acme/web"
     assert parse_envelope(cloud_event(scope=None), default_scope="acme/web").scope == "acme/web"
     assert parse_envelope(cloud_event(scope="acme"), default_scope="acme/web").scope == "acme"
@@ -202,7 +202,7 @@ def test_i37_4_an_event_without_scope_takes_the_default_its_own_first():
     assert info.value.field == "scope"
 
 
-def test_i37_4_without_scope_or_default_the_refusal_says_how_to_set_one():
+def test_without_scope_or_default_the_refusal_says_how_to_set_one():
     error = refused(cloud_event(scope=...), "scope")
     assert "api_token create USER --default-scope PATH" in error.message
     assert "default_scope: PATH" in error.message
@@ -261,7 +261,7 @@ def test_r51_trusted_core_code_may_use_core_families():
         ("source", "Conduit.Work/1"),
     ],
 )
-def test_i36_2_reserved_identities_are_refused_in_any_case(field, value):
+def test_reserved_identities_are_refused_in_any_case(field, value):
     refused(cloud_event(**{field: value}), field)
 
 
@@ -337,7 +337,7 @@ def test_event_accept_same_source_and_id_returns_the_first_event(clock):
 
 
 @pytest.mark.django_db
-def test_i9_5_event_accept_same_source_and_id_with_another_body_is_a_conflict(clock):
+def test_event_accept_same_source_and_id_with_another_body_is_a_conflict(clock):
     from routing.acceptance.envelopes import EventConflict
 
     live_scopes("acme")
@@ -511,7 +511,7 @@ def test_event_accept_concurrent_duplicates_store_one_event(clock):
 # --- the depth limit --------------------------------------------------------------------------
 
 
-def test_i9_1_the_depth_scan_ignores_brackets_inside_strings(settings):
+def test_the_depth_scan_ignores_brackets_inside_strings(settings):
     settings.CONDUIT_MAX_JSON_DEPTH = 2
     text = '{"a": {"b": "[[[[{{{{\\"]]]"}}'
     assert parse_json(text) == {"a": {"b": '[[[[{{{{"]]]'}}
@@ -538,7 +538,7 @@ def _nested_documents(seed: int, count: int) -> list[str]:
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 5])
-def test_i12_1_the_depth_scan_agrees_with_the_depth_of_the_decoded_value(limit):
+def test_the_depth_scan_agrees_with_the_depth_of_the_decoded_value(limit):
     """The text scan refuses a document exactly when its decoded value nests deeper than the
     limit: what lets acceptance skip walking a value decoded from a checked text."""
     for text in _nested_documents(limit, 300):
@@ -556,7 +556,7 @@ def test_i12_1_the_depth_scan_agrees_with_the_depth_of_the_decoded_value(limit):
 
 
 @pytest.mark.django_db
-def test_i12_1_a_batch_decoded_from_checked_text_is_not_walked_again_and_still_refused_when_deep(settings):
+def test_a_batch_decoded_from_checked_text_is_not_walked_again_and_still_refused_when_deep(settings):
     """A batch body's text passes the depth scan once; its Events are not walked again
     (``depth_checked``), and a batch too deep is refused before anything is decoded."""
     live_scopes("acme")
@@ -582,14 +582,14 @@ def test_i12_1_a_batch_decoded_from_checked_text_is_not_walked_again_and_still_r
 
 
 @pytest.mark.parametrize("levels", [65, 100_000])
-def test_i9_1_parse_json_refuses_deep_documents_without_recursion(levels):
+def test_parse_json_refuses_deep_documents_without_recursion(levels):
     with pytest.raises(EnvelopeInvalid, match="more than 64 levels deep") as info:
         parse_json("[" * levels + "]" * levels)
     assert info.value.field is None
 
 
 @pytest.mark.django_db
-def test_i9_1_acceptance_refuses_a_decoded_event_deeper_than_the_limit():
+def test_acceptance_refuses_a_decoded_event_deeper_than_the_limit():
     live_scopes("acme")
     data: dict = {}
     for _ in range(2_000):

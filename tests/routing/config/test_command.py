@@ -202,7 +202,7 @@ def test_validate_through_manage_py_in_a_subprocess(bad_file):
     assert "unknown binding 'inbx'" in bad.stderr and bad.stdout == ""
 
 
-def test_i9_6_a_lone_surrogate_is_refused_by_validate_and_apply_with_file_and_line(tmp_path: Path):
+def test_a_lone_surrogate_is_refused_by_validate_and_apply_with_file_and_line(tmp_path: Path):
     path = tmp_path / "surrogate.yaml"
     written = 'type: "github.pull_request.*"'
     path.write_text(DEFAULT_TEST_CONFIG.replace(written, 'type: "\\ud800"', 1), encoding="utf-8")

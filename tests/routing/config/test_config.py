@@ -338,7 +338,7 @@ def test_invalid_regex_in_matches(clock):
     )
 
 
-def test_i9_6_a_pattern_re2_cannot_take_is_refused_at_validation_with_its_place(clock):
+def test_a_pattern_re2_cannot_take_is_refused_at_validation_with_its_place(clock):
     """matches runs on RE2 (linear time): a backreference or lookaround is refused, not applied."""
     document = BASE.replace(
         "          keys:", "          where: [{field: data.title, matches: '(WIP)-\\1'}]\n          keys:"
@@ -422,7 +422,7 @@ ROUTE_TYPE_LINE = BASE.splitlines().index('          type: "github.pull_request.
         (r'"github\0*"', "NUL characters"),
     ],
 )
-def test_i9_6_a_lone_surrogate_is_refused_at_validation_with_its_place(clock, written, fragment):
+def test_a_lone_surrogate_is_refused_at_validation_with_its_place(clock, written, fragment):
     """What acceptance refuses in an Event (lone surrogates, NUL) is refused in a document too:
     applied, it would dead-letter every Event of the scope with handler_panic."""
     document = BASE.replace('type: "github.pull_request.*"', f"type: {written}")
@@ -452,14 +452,14 @@ def test_i9_6_a_lone_surrogate_is_refused_at_validation_with_its_place(clock, wr
         ),
     ],
 )
-def test_i9_6_a_lone_surrogate_anywhere_in_the_document_is_refused_with_its_place(clock, old, new, place):
+def test_a_lone_surrogate_anywhere_in_the_document_is_refused_with_its_place(clock, old, new, place):
     document = BASE.replace(old, new, 1)
     assert document != BASE
     problems = refused(clock, document, place, "a lone surrogate")
     assert all(p.line is not None and str(p).encode("utf-8") for p in problems)
 
 
-def test_i9_6_a_raw_lone_surrogate_in_the_text_is_refused_with_its_line(clock):
+def test_a_raw_lone_surrogate_in_the_text_is_refused_with_its_line(clock):
     document = BASE + "# a comment with \ud800 in it\n"
     problems = refused(clock, document, "document", "a lone surrogate on line")
     assert problems[0].line == len(BASE.splitlines()) + 1
@@ -508,7 +508,7 @@ def test_i9_6_a_raw_lone_surrogate_in_the_text_is_refused_with_its_line(clock):
         ),
     ],
 )
-def test_i9_6_yaml_tags_outside_the_core_schema_are_refused_with_their_line(clock, old, new, place, tag):
+def test_yaml_tags_outside_the_core_schema_are_refused_with_their_line(clock, old, new, place, tag):
     document = BASE.replace(old, new, 1)
     assert document != BASE
     problems = refused(clock, document, place, f"the tag {tag!r} is not in the core schema")
@@ -518,7 +518,7 @@ def test_i9_6_yaml_tags_outside_the_core_schema_are_refused_with_their_line(cloc
     assert [p.line for p in problems if p.place == place] == [changed]
 
 
-def test_i9_6_core_schema_tags_anchors_and_merges_are_still_accepted(clock):
+def test_core_schema_tags_anchors_and_merges_are_still_accepted(clock):
     document = BASE.replace(
         'settings: {argv: ["./bin/triage"]}', 'settings: &argv {argv: !!seq ["./bin/triage"]}'
     )
@@ -904,7 +904,7 @@ def test_r6_demo_events_select_the_documented_route(name, expected):
 # --- the document's default scope --------------------------------------------------------------
 
 
-def test_i37_4_default_scope_is_stored_with_its_generation(clock):
+def test_default_scope_is_stored_with_its_generation(clock):
     generation = config_apply(
         document=BASE.replace("version: 1\n", "version: 1\ndefault_scope: acme\n"), clock=clock
     )
@@ -913,7 +913,7 @@ def test_i37_4_default_scope_is_stored_with_its_generation(clock):
     assert config_apply(document=BASE, clock=clock).default_scope == ""
 
 
-def test_i37_4_default_scope_must_name_a_declared_scope(clock):
+def test_default_scope_must_name_a_declared_scope(clock):
     document = BASE.replace("version: 1\n", "version: 1\ndefault_scope: acme/web\n")
     refused(clock, document, "default_scope", "unknown scope 'acme/web'")
     refused(

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from routing.controls.bulk import BULK_LIMIT, work_bulk, work_bulk_ids
 from routing.controls.work import WorkControl, WorkControlInvalid
-from tests.routing.controls.test_work import api, control_events, grant, parked_work, stored
+from tests.routing.controlkit import api, control_events, grant, parked_work, stored
 from tests.routing.factories import api_token_with_secret
 from tests.routing.routerkit import apply
 from tests.worklife.factories import WorkFactory
@@ -31,7 +31,7 @@ def fake_clocks(clock, monkeypatch):
     monkeypatch.setattr(api_work, "clock", clock)
 
 
-def test_i39_2_bulk_retry_by_filter_retries_each_with_its_own_control_event(clock):
+def test_bulk_retry_by_filter_retries_each_with_its_own_control_event(clock):
     apply(clock)
     parked = [parked_work(clock) for _ in range(3)]
     WorkFactory(scope="acme", binding="other", parked_at=clock(), failures=5)  # another binding
@@ -46,7 +46,7 @@ def test_i39_2_bulk_retry_by_filter_retries_each_with_its_own_control_event(cloc
         assert work.parked_at is None and work.failures == 0
 
 
-def test_i39_2_bulk_ids_refuses_both_neither_and_more_than_the_limit(clock):
+def test_bulk_ids_refuses_both_neither_and_more_than_the_limit(clock):
     with pytest.raises(WorkControlInvalid):
         work_bulk_ids(now=clock())
     with pytest.raises(WorkControlInvalid):
@@ -56,7 +56,7 @@ def test_i39_2_bulk_ids_refuses_both_neither_and_more_than_the_limit(clock):
     assert BULK_LIMIT == 10_000
 
 
-def test_i39_2_api_bulk_cancel_needs_the_cancel_permission_and_returns_outcomes(client, clock):
+def test_api_bulk_cancel_needs_the_cancel_permission_and_returns_outcomes(client, clock):
     apply(clock)
     works = [parked_work(clock) for _ in range(2)]
     done = WorkFactory(status="completed")

@@ -27,6 +27,7 @@ from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
+from tests.routing.controlkit import holding_work, pr
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import accept, apply, drain, router, state
 
@@ -58,10 +59,6 @@ def grant(user, *codenames: str):
     return user
 
 
-def pr(clock, number=1, action="opened", **kw):
-    return accept(clock, f"github.pull_request.{action}", {"repo": "acme/api", "number": number}, **kw)
-
-
 def failure_entry(seq):
     return (
         KV.objects.filter(namespace=FAILURES_NAMESPACE, key=str(seq)).values_list("value", flat=True).first()
@@ -70,19 +67,6 @@ def failure_entry(seq):
 
 def control_events(kind: str):
     return list(Event.objects.filter(source="core.manual", type=f"core.manual.{kind}").order_by("seq"))
-
-
-def holding_work(clock, r, *, event_id="stuck"):
-    """A Work (started by a pull request) and an Event for it that keeps failing (retried, in
-    backoff), and a later Event for the Work waiting behind it."""
-    opened = pr(clock, 1)
-    r.route(opened.seq)
-    work_id = RouteRecord.objects.get(event=opened).work_id
-    sample_handlers.BROKEN.add(event_id)
-    stuck = accept(clock, "x.comment", {"keys": []}, correlation=["pr:acme/api#1"], id=event_id)
-    later = pr(clock, 1, action="edited")
-    drain(r)
-    return work_id, stuck, later
 
 
 # --- skip (R21) ------------------------------------------------------------------------------------
@@ -728,7 +712,7 @@ def controls_swap_409(body: str, seq: int) -> bool:
 
 
 @pytest.mark.django_db
-def test_i11_1_event_page_skip_and_reroute_refusals_show_the_message_with_and_without_javascript(
+def test_event_page_skip_and_reroute_refusals_show_the_message_with_and_without_javascript(
     console, clock, live
 ):
     sample_handlers.BROKEN.add("refused")
@@ -760,7 +744,7 @@ def test_i11_1_event_page_skip_and_reroute_refusals_show_the_message_with_and_wi
 
 
 @pytest.mark.django_db
-def test_i11_1_work_page_row_refusals_show_the_message_with_and_without_javascript(console, clock, live):
+def test_work_page_row_refusals_show_the_message_with_and_without_javascript(console, clock, live):
     r = router(clock)
     work_id, stuck, later = holding_work(clock, r)
     r.close()

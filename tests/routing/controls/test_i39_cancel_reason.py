@@ -15,7 +15,7 @@ from conduit_site.api import work as api_work
 from conduit_site.console.views import work_controls as control_views
 from routing.controls import work as controls
 from routing.controls.work import WorkControlInvalid
-from tests.routing.controls.test_work import CONTROLS, grant, parked_work
+from tests.routing.controlkit import CONTROLS, grant, parked_work
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply
 
@@ -35,7 +35,7 @@ def control_data(seq: int) -> dict:
     return Event.objects.get(seq=seq).data
 
 
-def test_i39_10_j_the_service_keeps_the_reason_with_the_control_event(clock):
+def test_the_cancel_service_keeps_the_reason_with_the_control_event(clock):
     work = parked_work(clock)
 
     result = controls.work_cancel(work_id=work.pk, user="ada", clock=clock, reason=f"  {WHY}\n")
@@ -49,7 +49,7 @@ def test_i39_10_j_the_service_keeps_the_reason_with_the_control_event(clock):
         controls.work_cancel(work_id=parked_work(clock).pk, user="ada", clock=clock, reason="x" * 501)
 
 
-def test_i39_10_j_the_api_takes_an_optional_reason(client, clock):
+def test_the_api_cancel_takes_an_optional_reason(client, clock):
     token, secret = api_token_with_secret(user__username="dave")
     grant(token.user, "cancel_work")
     headers = {"Authorization": f"Bearer {secret}"}
@@ -70,7 +70,7 @@ def test_i39_10_j_the_api_takes_an_optional_reason(client, clock):
     assert wrong.status_code == 400 and wrong.json()["field"] == "why"
 
 
-def test_i39_10_j_the_cli_takes_reason(clock):
+def test_the_cli_cancel_takes_a_reason(clock):
     work = parked_work(clock)
     out = io.StringIO()
 
@@ -79,7 +79,7 @@ def test_i39_10_j_the_cli_takes_reason(clock):
     assert control_data(json.loads(out.getvalue())["control_seq"])["reason"] == WHY
 
 
-def test_i39_10_j_the_console_asks_why_and_the_history_shows_it(client, clock):
+def test_the_console_asks_why_a_work_is_cancelled_and_the_history_shows_it(client, clock):
     client.force_login(grant(UserFactory(username="operator"), *CONTROLS))
     work = parked_work(clock)
     page = client.get(reverse("work-detail", args=[work.pk])).content.decode()
@@ -99,7 +99,7 @@ def test_i39_10_j_the_console_asks_why_and_the_history_shows_it(client, clock):
     assert f"used the control cancel_work on Work #{work.pk}: \u201c{WHY}\u201d" in event_page
 
 
-def test_i39_10_j_the_confirmation_page_without_javascript_has_a_reason_field(client, clock):
+def test_the_cancel_confirmation_page_without_javascript_has_a_reason_field(client, clock):
     client.force_login(grant(UserFactory(username="operator"), *CONTROLS))
     work = parked_work(clock)
     form = client.get(reverse("work-cancel", args=[work.pk])).content.decode()

@@ -84,7 +84,7 @@ def route_all(clock):
 
 
 @pytest.mark.django_db
-def test_i39_3_replay_after_the_fix_accepts_a_copy_that_starts_the_work(clock, live):
+def test_replay_after_the_fix_accepts_a_copy_that_starts_the_work(clock, live):
     alert = unmatched_alert(clock)
     apply(clock, FIXED)
     clock.advance(5)
@@ -134,7 +134,7 @@ def test_i39_3_replay_after_the_fix_accepts_a_copy_that_starts_the_work(clock, l
 
 
 @pytest.mark.django_db
-def test_i39_3_replay_takes_any_settled_event_and_numbers_its_copies(clock, live):
+def test_replay_takes_any_settled_event_and_numbers_its_copies(clock, live):
     sample_handlers.BROKEN.add("broken")
     noise = accept(clock, "noise.ping", id="noise")
     opened = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1}, id="pr")
@@ -162,7 +162,7 @@ def test_i39_3_replay_takes_any_settled_event_and_numbers_its_copies(clock, live
 
 
 @pytest.mark.django_db
-def test_i39_3_replay_lineage_tells_an_events_copies_from_lookalikes(clock, live):
+def test_replay_lineage_tells_an_events_copies_from_lookalikes(clock, live):
     plain = accept(clock, "noise.ping", id="x")
     longer = accept(clock, "noise.ping", id="x/1")
     route_all(clock)
@@ -175,7 +175,7 @@ def test_i39_3_replay_lineage_tells_an_events_copies_from_lookalikes(clock, live
 
 
 @pytest.mark.django_db
-def test_i39_3_replay_refuses_unrouted_and_conduits_own_events_and_unknown_seqs(clock, live):
+def test_replay_refuses_unrouted_and_conduits_own_events_and_unknown_seqs(clock, live):
     waiting = accept(clock, "noise.ping", id="waiting")
     with pytest.raises(controls.ControlRefused, match="is not routed yet"):
         replay.event_replay(seq=waiting.seq, user="cli", clock=clock)
@@ -191,7 +191,7 @@ def test_i39_3_replay_refuses_unrouted_and_conduits_own_events_and_unknown_seqs(
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("envelope_id", ["replay/a1/1", "Replay/x/2", "REPLAY/y"])
-def test_i39_3_replay_ids_are_refused_from_outside(clock, live, envelope_id):
+def test_replay_ids_are_refused_from_outside(clock, live, envelope_id):
     payload = {
         "specversion": "1.0",
         "id": envelope_id,
@@ -206,7 +206,7 @@ def test_i39_3_replay_ids_are_refused_from_outside(clock, live, envelope_id):
 
 
 @pytest.mark.django_db
-def test_i39_3_replay_of_several_reports_each_and_is_bounded(clock, live, django_assert_max_num_queries):
+def test_replay_of_several_reports_each_and_is_bounded(clock, live, django_assert_max_num_queries):
     first = unmatched_alert(clock, id="b1", number=1)
     second = unmatched_alert(clock, id="b2", number=2)
     waiting = accept(clock, "noise.ping", id="w")
@@ -238,7 +238,7 @@ def test_i39_3_replay_of_several_reports_each_and_is_bounded(clock, live, django
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i39_3_concurrent_replays_of_one_event_number_their_copies_apart(clock, live):
+def test_concurrent_replays_of_one_event_number_their_copies_apart(clock, live):
     noise = accept(clock, "noise.ping", id="contested")
     route_all(clock)
     barrier = threading.Barrier(3)
@@ -267,7 +267,7 @@ def test_i39_3_concurrent_replays_of_one_event_number_their_copies_apart(clock, 
 # --- permission -----------------------------------------------------------------------------------
 
 
-def test_i39_3_replay_is_an_operators_permission_and_a_token_scope():
+def test_replay_is_an_operators_permission_and_a_token_scope():
     assert "routing.replay_event" in ROLE_PERMISSIONS[Role.OPERATOR]
     assert "routing.replay_event" in ROLE_PERMISSIONS[Role.ADMIN]
     assert "routing.replay_event" not in ROLE_PERMISSIONS[Role.VIEWER]
@@ -287,7 +287,7 @@ def api_post(client, url, secret=None, body=None):
 
 
 @pytest.mark.django_db
-def test_i39_3_api_replay_one_and_several_need_the_replay_permission(client, clock, live):
+def test_api_replay_one_and_several_need_the_replay_permission(client, clock, live):
     alert = unmatched_alert(clock)
     other = unmatched_alert(clock, id="a2", number=2)
     one, several = reverse("api-event-replay", args=[alert.seq]), reverse("api-events-replay")
@@ -341,7 +341,7 @@ def events_command(*args):
 
 
 @pytest.mark.django_db
-def test_i39_3_cli_events_replay_records_the_actor_and_exits_non_zero_on_a_refusal(clock, live):
+def test_cli_events_replay_records_the_actor_and_exits_non_zero_on_a_refusal(clock, live):
     first = unmatched_alert(clock)
     second = unmatched_alert(clock, id="a2", number=2)
     UserFactory(username="frank")  # no permission: the CLI is trusted host access
@@ -363,7 +363,7 @@ def test_i39_3_cli_events_replay_records_the_actor_and_exits_non_zero_on_a_refus
     assert len(control_events()) == 3
 
 
-def test_i39_3_cli_events_replay_help_says_what_it_does(capsys):
+def test_cli_events_replay_help_says_what_it_does(capsys):
     with pytest.raises(SystemExit):
         call_command("events", "replay", "--help")
     text = capsys.readouterr().out
@@ -386,7 +386,7 @@ def console(client, operator):
 
 
 @pytest.mark.django_db
-def test_i39_3_event_page_replay_with_htmx_shows_the_copy_and_its_lineage(console, clock, live):
+def test_event_page_replay_with_htmx_shows_the_copy_and_its_lineage(console, clock, live):
     alert = unmatched_alert(clock)
     apply(clock, FIXED)
     page = console.get(reverse("event-detail", args=[alert.seq])).content.decode()
@@ -412,7 +412,7 @@ def test_i39_3_event_page_replay_with_htmx_shows_the_copy_and_its_lineage(consol
 
 
 @pytest.mark.django_db
-def test_i39_3_event_page_replay_without_javascript_confirms_then_redirects(console, clock, live):
+def test_event_page_replay_without_javascript_confirms_then_redirects(console, clock, live):
     alert = unmatched_alert(clock)
     url = reverse("event-replay", args=[alert.seq])
     confirm = console.get(url)
@@ -429,7 +429,7 @@ def test_i39_3_event_page_replay_without_javascript_confirms_then_redirects(cons
 
 
 @pytest.mark.django_db
-def test_i39_3_console_replays_several_after_a_confirmation(console, clock, live):
+def test_console_replays_several_after_a_confirmation(console, clock, live):
     first = unmatched_alert(clock)
     second = unmatched_alert(clock, id="a2", number=2)
     url = reverse("events-replay")
@@ -449,7 +449,7 @@ def test_i39_3_console_replays_several_after_a_confirmation(console, clock, live
 
 
 @pytest.mark.django_db
-def test_i39_3_replay_controls_need_their_permission(clock, live):
+def test_replay_controls_need_their_permission(clock, live):
     alert = unmatched_alert(clock)
     viewer = Client()
     viewer.force_login(user_with_role("viewer", username="vic"))
@@ -461,7 +461,7 @@ def test_i39_3_replay_controls_need_their_permission(clock, live):
 
 
 @pytest.mark.django_db
-def test_i39_3_the_event_pages_queries_do_not_grow_with_replays(console, clock, live):
+def test_the_event_pages_queries_do_not_grow_with_replays(console, clock, live):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -481,11 +481,10 @@ def test_i39_3_the_event_pages_queries_do_not_grow_with_replays(console, clock, 
 
 
 @pytest.mark.django_db
-def test_i39_3_impact_preview_groups_offer_to_replay_their_events(client, clock, monkeypatch):
+def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monkeypatch):
     from conduit_site.console.views import impact as impact_views
     from routing.setup.impact_runs import impact_run_execute
-    from tests.routing.factories import apply_config
-    from tests.routing.setup.test_candidates import CHANGED
+    from tests.routing.factories import CHANGED, apply_config
 
     monkeypatch.setattr(
         impact_views, "launch", lambda run_id, clock: impact_run_execute(run_id=run_id, clock=clock)

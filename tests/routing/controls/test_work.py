@@ -9,7 +9,6 @@ import re
 import threading
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
@@ -23,9 +22,11 @@ from routing.controls.work import WorkControlInvalid, WorkControlRefused
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import RouteRecord
+from tests.routing.controlkit import CONTROLS, api, control_events, grant, parked_work, stored
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply, drain, router
 from tests.worklife.factories import (
+    RETRY_CASES,
     AttemptFactory,
     CorrelationKeyFactory,
     TimerFactory,
@@ -33,7 +34,6 @@ from tests.worklife.factories import (
     WorkFactory,
     WorkInputFactory,
 )
-from tests.worklife.test_scheduling import RETRY_CASES
 from worklife.models import (
     AttemptState,
     InputState,
@@ -46,7 +46,6 @@ from worklife.models import (
 from worklife.scheduling import claimable_work_in_tx
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-CONTROLS = ("cancel_work", "retry_work", "send_input", "create_work", "rebind_work")
 
 
 @pytest.fixture(autouse=True)
@@ -67,38 +66,10 @@ def live(clock):
     return apply(clock)
 
 
-def grant(user, *codenames: str):
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="worklife", codename__in=codenames)
-    )
-    return user
-
-
-def control_events(action: str | None = None) -> list[Event]:
-    events = Event.objects.filter(source="core.manual", type__startswith="core.manual.")
-    if action is not None:
-        events = events.filter(type=f"core.manual.{action}")
-    return list(events.order_by("seq"))
-
-
-def stored() -> tuple[int, int, int]:
-    """What a refused control must leave as it was: Events, Work, route records."""
-    return Event.objects.count(), Work.objects.count(), RouteRecord.objects.count()
-
-
 def running_work(clock, **fields) -> Work:
     """A running Work of acme on triage with its first attempt live."""
     work = WorkFactory(scope="acme", binding="triage", status=WorkStatus.RUNNING, **fields)
     AttemptFactory(work=work, number=1, binding="triage", state=AttemptState.RUNNING, started_at=clock())
-    return work
-
-
-def parked_work(clock) -> Work:
-    """A ready Work parked after five failures of its attempt on triage."""
-    work = WorkFactory(
-        scope="acme", binding="triage", failures=5, parked_at=clock(), pending_run=True, last_error="boom"
-    )
-    AttemptFactory(work=work, number=1, binding="triage", state=AttemptState.FAILED, started_at=clock())
     return work
 
 
@@ -357,13 +328,6 @@ def test_r30_rebind_to_an_unknown_binding_or_of_terminal_work_is_refused_and_sto
 
 
 # --- JSON API ----------------------------------------------------------------------------------
-
-
-def api(client, method, url, secret=None, body=None):
-    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
-    if body is None:
-        return client.generic(method, url, headers=headers)
-    return client.generic(method, url, json.dumps(body), content_type="application/json", headers=headers)
 
 
 def api_calls(work_id: int) -> dict[str, tuple[str, dict | None]]:
@@ -796,7 +760,7 @@ def test_d4_w5_console_retry_with_and_without_javascript(console, clock, live):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("case", "fields", "retryable"), RETRY_CASES, ids=[c[0] for c in RETRY_CASES])
-def test_i35_the_console_offers_retry_exactly_where_the_retry_control_takes_it(
+def test_the_console_offers_retry_exactly_where_the_retry_control_takes_it(
     console, clock, live, case, fields, retryable
 ):
     """One retry rule: the Work page's Retry button, the console's confirmation page and the
@@ -982,7 +946,7 @@ def test_r48_r49_concurrent_cancel_and_send_never_leave_input_sent_after_the_can
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("levels", [65, 10_000])
-def test_i9_2_operator_input_refuses_deep_json_with_400_not_500(console, clock, live, levels):
+def test_operator_input_refuses_deep_json_with_400_not_500(console, clock, live, levels):
     work = running_work(clock)
     before = stored()
     deep = "[" * levels + "]" * levels

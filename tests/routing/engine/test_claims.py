@@ -212,7 +212,7 @@ def test_r9_issue12_item3_published_targets_are_known_for_their_claim_only_and_s
 
 
 @pytest.mark.django_db
-def test_i12_item2_a_claim_after_a_seq_takes_only_later_events(clock):
+def test_a_claim_after_a_seq_takes_only_later_events(clock):
     """The window a pass claims ahead of its commit starts after the window it commits."""
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(5)]

@@ -245,7 +245,7 @@ def test_r30_addressed_input_for_a_waiting_work_is_context():
 # --- the router's fast copies and refusal lines ----------------------------------------------
 
 
-def test_i12_2_replace_copies_like_dataclasses_replace_and_leaves_the_original():
+def test_replace_copies_like_dataclasses_replace_and_leaves_the_original():
     import dataclasses
 
     from routing.config.effective import EffectiveRoute as Route
@@ -290,7 +290,7 @@ def test_i12_2_replace_copies_like_dataclasses_replace_and_leaves_the_original()
         "😀" * 200,
     ],
 )
-def test_i12_2_one_line_keeps_what_the_split_and_join_would_give(reason):
+def test_one_line_keeps_what_the_split_and_join_would_give(reason):
     from routing.extension import REFUSAL_MAX_BYTES, one_line
 
     line = " ".join(reason.split())

@@ -552,7 +552,7 @@ scopes:
 
 
 @pytest.mark.django_db
-def test_i11_3_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_the_failing_one(
+def test_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_the_failing_one(
     clock, caplog, client
 ):
     apply(clock, DECLINE_THEN_FAIL)
@@ -574,7 +574,7 @@ def test_i11_3_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_t
 
 
 @pytest.mark.django_db
-def test_i11_3_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock, monkeypatch):
+def test_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock, monkeypatch):
     from routing.engine import settle as settle_module
 
     apply(clock, DECLINE_THEN_FAIL)
@@ -622,7 +622,7 @@ def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_fo
 
 
 @pytest.mark.django_db
-def test_i36_5_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_with_its_reason(clock):
+def test_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_with_its_reason(clock):
     """An Event naming a Work of another scope stays unrouted, saying why (R8), holding that
     Work's later input (I4), and backs off as a retried failure does (R14); once the count
     and the window are reached (R15) it is dead-lettered without a Work, its reason kept, and

@@ -89,7 +89,7 @@ def failure(event) -> dict | None:
 
 
 @pytest.mark.parametrize("raised", TRANSIENT)
-def test_i9_7_a_transient_os_error_is_handler_failed_and_retried_until_the_upstream_is_back(clock, raised):
+def test_a_transient_os_error_is_handler_failed_and_retried_until_the_upstream_is_back(clock, raised):
     apply(clock, DOCUMENT)
     UPSTREAM_DOWN.add(raised)
     event = accept(clock, "x.ping", {"raise": raised})
@@ -121,7 +121,7 @@ def test_i9_7_a_transient_os_error_is_handler_failed_and_retried_until_the_upstr
 
 
 @pytest.mark.parametrize("raised", PROGRAMMING)
-def test_i9_7_a_programming_error_is_handler_panic_dead_lettered_at_once_with_its_stack(clock, raised):
+def test_a_programming_error_is_handler_panic_dead_lettered_at_once_with_its_stack(clock, raised):
     apply(clock, DOCUMENT)
     UPSTREAM_DOWN.add(raised)
     event = accept(clock, "x.ping", {"raise": raised})
@@ -139,7 +139,7 @@ def test_i9_7_a_programming_error_is_handler_panic_dead_lettered_at_once_with_it
     assert "Traceback (most recent call last)" in record.error and "raise RAISED[name]" in record.error
 
 
-def test_i9_7_trace_answers_with_the_same_table(clock):
+def test_trace_classifies_handler_errors_as_routing_does(clock):
     """Trace asks the routes through the same code path: the same error for each exception,
     and the same settlement: a transient one is counted and retried (the Event stays unrouted),
     a programming error is given up on at once (the record says ``failed``)."""

@@ -24,7 +24,7 @@ from tests.causal.factories import KVFactory
 pytestmark = pytest.mark.django_db
 
 
-def test_i35_a_route_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_read(clock):
+def test_a_route_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_read(clock):
     """The beat's shape is one module's: the route loop writes exactly these keys, and a beat
     written and read back is the same beat."""
     loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
@@ -56,7 +56,7 @@ def test_i35_a_route_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows
     assert [b.loop for b in route_loop_heartbeats(since=clock() + timedelta(seconds=1))] == []
 
 
-def test_i35_other_route_loops_are_alive_while_one_beats_and_beating_since_counts_them(clock):
+def test_other_route_loops_are_alive_while_one_beats_and_beating_since_counts_them(clock):
     KVFactory(namespace=HEARTBEATS_NAMESPACE, key="me", value={}, updated_at=clock())
     assert not other_loops_alive(owner="me", now=clock(), within=timedelta(seconds=10))
     KVFactory(

@@ -4,13 +4,10 @@ never stops routing; an open Work page gets the new route as an out-of-band frag
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
@@ -20,7 +17,8 @@ from routing.engine.live import MAX_WORK_MESSAGES, publish_routed, send_routed
 from routing.engine.live import drain as live_drain
 from routing.models import RouteRecord
 from tests.routing.factories import UserFactory
-from tests.routing.routerkit import accept, apply, drain, router
+from tests.routing.livekit import headers, join, route_pass, waiting
+from tests.routing.routerkit import accept, apply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,52 +26,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def handlers(test_handlers):
     """Every test here routes with the test handlers registered (tests/conftest.py)."""
-
-
-@pytest.fixture
-def layer_path(settings, tmp_path):
-    """A private SQLite channel layer file for each test."""
-    path = tmp_path / "channels.sqlite3"
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "infra.layers.SQLiteChannelLayer",
-            "CONFIG": {"path": str(path), "poll_interval": 0.01},
-        }
-    }
-    return path
-
-
-def join(*groups: str) -> dict[str, str]:
-    """A new channel in each group, by group."""
-    layer = get_channel_layer()
-    channels = {}
-    for group in groups:
-        channel = async_to_sync(layer.new_channel)()
-        async_to_sync(layer.group_add)(group, channel)
-        channels[group] = channel
-    return channels
-
-
-def waiting(path, channels: dict[str, str]) -> dict[str, list[dict]]:
-    """The messages waiting on each joined channel, read from the layer's file (once the
-    publisher thread has sent what was committed)."""
-    assert live_drain(), "the publisher did not finish"
-    with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT channel, body FROM channel_message ORDER BY id").fetchall()
-    by_channel = {channel: group for group, channel in channels.items()}
-    messages: dict[str, list[dict]] = {group: [] for group in channels}
-    for channel, body in rows:
-        if channel in by_channel:
-            messages[by_channel[channel]].append(json.loads(body))
-    return messages
-
-
-def route_pass(clock) -> None:
-    r = router(clock)
-    try:
-        drain(r)
-    finally:
-        r.close()
 
 
 def pr(clock, number: int):
@@ -181,14 +133,6 @@ def test_d4_without_a_channel_layer_routing_publishes_nothing_and_goes_on(clock,
 
 
 # --- the consumer: an open Work page gets the route the router decided --------------------------
-
-
-def headers(client) -> list[tuple[bytes, bytes]]:
-    return [
-        (b"origin", b"http://testserver"),
-        (b"host", b"testserver"),
-        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()),
-    ]
 
 
 def test_d4_a_routed_event_reaches_the_open_work_page_as_an_oob_fragment(client, clock, layer_path):

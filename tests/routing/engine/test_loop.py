@@ -23,22 +23,15 @@ from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.models import RouteRecord
 from tests.routing.history import history_payloads, history_violations
-from tests.routing.routerkit import MATCH_ONLY, apply, assert_routing_invariants, conversation_payloads
+from tests.routing.routerkit import (
+    MATCH_ONLY,
+    apply,
+    assert_routing_invariants,
+    conversation_payloads,
+    drain_loop,
+)
 from tests.support import child_env, manage_command, run_manage
 from worklife.models import WorkInput
-
-
-def drain_loop(clock=system_clock, **options) -> int:
-    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=5.0, **options))
-    routed = 0
-    try:
-        while True:
-            result = loop.step()
-            routed += result.settled
-            if result.empty:
-                return routed
-    finally:
-        loop.close()
 
 
 @pytest.mark.django_db(transaction=True)

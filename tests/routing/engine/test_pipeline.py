@@ -46,7 +46,7 @@ def claimed_by(owner: str) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_item2_a_full_window_claims_the_next_and_asks_its_routes_while_it_commits(clock):
+def test_a_full_window_claims_the_next_and_asks_its_routes_while_it_commits(clock):
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n % 2}"]}) for n in range(7)]
     seqs, ids = [e.seq for e in events], [e.envelope_id for e in events]
@@ -86,7 +86,7 @@ def test_i12_item2_a_full_window_claims_the_next_and_asks_its_routes_while_it_co
         )
 
 
-def test_i12_item2_i3_a_backlog_routed_window_after_window_keeps_acceptance_order(clock):
+def test_a_backlog_routed_window_after_window_keeps_acceptance_order_i3(clock):
     """Windows of seven over conversations sharing five keys, decided by their routes (and
     some by explicit keys): every Event settles once, every key has one owner and every
     Work takes its input in acceptance order."""
@@ -106,7 +106,7 @@ def test_i12_item2_i3_a_backlog_routed_window_after_window_keeps_acceptance_orde
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_item2_a_window_claimed_ahead_is_given_back_when_the_router_closes(clock):
+def test_a_window_claimed_ahead_is_given_back_when_the_router_closes(clock):
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(6)]
     r = router(clock, batch_size=3)
@@ -124,7 +124,7 @@ def test_i12_item2_a_window_claimed_ahead_is_given_back_when_the_router_closes(c
     assert_routing_invariants()
 
 
-def test_i12_item2_r7_a_new_generation_discards_the_answers_asked_ahead(clock):
+def test_r7_a_new_generation_discards_the_answers_asked_ahead(clock):
     """Answers asked ahead under generation 1 are never committed under generation 2: the
     commit finds the generation changed, the window claimed ahead of it is given back, and
     the Events left are asked again by a router of the new generation."""
@@ -155,7 +155,7 @@ def test_i12_item2_r7_a_new_generation_discards_the_answers_asked_ahead(clock):
     assert_routing_invariants()
 
 
-def test_i12_item2_r4_a_running_loop_routes_the_rest_of_a_backlog_on_a_new_generation(clock):
+def test_r4_a_running_loop_routes_the_rest_of_a_backlog_on_a_new_generation(clock):
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(7)]
     from routing.engine.options import RouterOptions
@@ -177,7 +177,7 @@ def test_i12_item2_r4_a_running_loop_routes_the_rest_of_a_backlog_on_a_new_gener
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_item2_i4_a_pass_that_gives_its_window_back_gives_the_next_one_back_too(clock):
+def test_a_pass_that_gives_its_window_back_gives_the_next_one_back_too_i4(clock):
     """An earlier Event another loop holds undecided stops the window (acceptance order): the
     pass gives its Events back, and the window it claimed ahead with them, so the next claim
     starts at the oldest unrouted Event again."""

@@ -740,7 +740,7 @@ def _every_scope_routes(clock) -> list:
     ]
 
 
-def test_i9_1_a_poisoned_event_is_dead_lettered_and_every_other_event_still_routes(clock, live):
+def test_a_poisoned_event_is_dead_lettered_and_every_other_event_still_routes(clock, live):
     from causal.models import Event
     from tests.causal.factories import EventFactory
 
@@ -765,7 +765,7 @@ def test_i9_1_a_poisoned_event_is_dead_lettered_and_every_other_event_still_rout
     r.close()
 
 
-def test_i9_1_route_one_poisoned_event_is_dead_lettered(clock, live):
+def test_route_one_poisoned_event_is_dead_lettered(clock, live):
     from tests.causal.factories import EventFactory
 
     bad = EventFactory(type="noise.tick", data=_deep(990))
@@ -775,7 +775,7 @@ def test_i9_1_route_one_poisoned_event_is_dead_lettered(clock, live):
     r.close()
 
 
-def test_i9_1_an_unexpected_error_deciding_one_event_fails_that_event_only(clock, live, monkeypatch):
+def test_an_unexpected_error_deciding_one_event_fails_that_event_only(clock, live, monkeypatch):
     import routing.engine.settle as settle_module
 
     events = [pr(clock, number=50), pr(clock, number=51), *_every_scope_routes(clock)]
@@ -796,7 +796,7 @@ def test_i9_1_an_unexpected_error_deciding_one_event_fails_that_event_only(clock
     r.close()
 
 
-def test_i9_1_an_unexpected_error_writing_one_event_fails_that_event_only(clock, live, monkeypatch):
+def test_an_unexpected_error_writing_one_event_fails_that_event_only(clock, live, monkeypatch):
     import routing.engine.writes as writes_module
 
     events = [pr(clock, number=60), pr(clock, number=61), *_every_scope_routes(clock)]
@@ -822,7 +822,7 @@ def test_i9_1_an_unexpected_error_writing_one_event_fails_that_event_only(clock,
 
 
 @pytest.mark.parametrize("how", ["cancelled", "completed"])
-def test_i9_12_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, live, how):
+def test_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, live, how):
     from django.forms.models import model_to_dict
 
     from worklife.lifecycle import work_cancel
@@ -847,7 +847,7 @@ def test_i9_12_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, l
     r.close()
 
 
-def test_i9_1_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_and_others_route(
+def test_an_event_whose_failure_cannot_even_be_recorded_is_left_with_why_and_others_route(
     clock, live, monkeypatch
 ):
     import routing.engine.writes as writes_module

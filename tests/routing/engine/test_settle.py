@@ -93,7 +93,7 @@ def _waiting(clock, match, number=1):
     return work_id
 
 
-def test_i10_1_r41_a_wake_the_causal_limits_would_refuse_is_predicted_as_context(clock, live, settings):
+def test_r41_a_wake_the_causal_limits_would_refuse_is_predicted_as_context(clock, live, settings):
     """Reproduced: a waiting Work and CONDUIT_CAUSAL_MAX_DEPTH=0; trace said ``wake``, routing
     recorded ``queue`` (context). Trace now asks the causal limits first."""
     work_id = _waiting(clock, {"type": "github.pull_request.review*"})
@@ -110,7 +110,7 @@ def test_i10_1_r41_a_wake_the_causal_limits_would_refuse_is_predicted_as_context
     assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
 
 
-def test_i10_1_r41_an_allowed_wake_is_predicted_and_derives_the_bridge(clock, live):
+def test_r41_an_allowed_wake_is_predicted_and_derives_the_bridge(clock, live):
     work_id = _waiting(clock, {"type": "github.pull_request.review*"})
     payload = pr(1, "review_submitted", id="w2")
     predicted = trace(payload=payload, clock=clock)
@@ -121,7 +121,7 @@ def test_i10_1_r41_an_allowed_wake_is_predicted_and_derives_the_bridge(clock, li
     assert Event.objects.get(type="core.wait.woken").parent_id == event.seq
 
 
-def test_i10_1_r41_an_earlier_unrouted_event_wins_the_wait_first(clock, live):
+def test_r41_an_earlier_unrouted_event_wins_the_wait_first(clock, live):
     """Trace ignored an earlier accepted Event that wins the wait first: now it settles the
     earlier input of the same target first, as routing does."""
     work_id = _waiting(clock, {"type": "github.pull_request.review*"})
@@ -136,7 +136,7 @@ def test_i10_1_r41_an_earlier_unrouted_event_wins_the_wait_first(clock, live):
     assert Work.objects.get(pk=work_id).status == "running"
 
 
-def test_i10_1_r14_a_backing_off_event_is_traced_without_asking_its_handler(clock, live):
+def test_r14_a_backing_off_event_is_traced_without_asking_its_handler(clock, live):
     """Trace called the handler of an Event routing skips because it backs off."""
     sample_handlers.BROKEN.add("b1")
     event = accept(clock, "x.job", {}, id="b1")
@@ -156,7 +156,7 @@ def test_i10_1_r14_a_backing_off_event_is_traced_without_asking_its_handler(cloc
     assert event.unrouted_reason == reason
 
 
-def test_i10_1_r13_a_counted_failure_and_its_backoff_are_predicted(clock, live):
+def test_r13_a_counted_failure_and_its_backoff_are_predicted(clock, live):
     sample_handlers.BROKEN.add("b2")
     event = accept(clock, "x.job", {}, id="b2")
     predicted = trace_event(seq=event.seq, clock=clock)
@@ -166,7 +166,7 @@ def test_i10_1_r13_a_counted_failure_and_its_backoff_are_predicted(clock, live):
     assert predicted.unrouted_reason == event.unrouted_reason
 
 
-def test_i10_1_r16_a_panic_is_predicted_as_failed_as_the_record_says(clock, live):
+def test_r16_a_panic_is_predicted_as_failed_as_the_record_says(clock, live):
     """Trace said ``error`` where the record says ``failed``."""
     payload = {"source": "s", "type": "x.job", "scope": "acme", "data": {"behaviour": "panic"}, "id": "p1"}
     predicted = trace(payload=payload, clock=clock)
@@ -176,7 +176,7 @@ def test_i10_1_r16_a_panic_is_predicted_as_failed_as_the_record_says(clock, live
     assert_agrees(predicted, event)
 
 
-def test_i10_1_r16_giving_up_after_the_count_and_window_is_predicted(clock, live):
+def test_r16_giving_up_after_the_count_and_window_is_predicted(clock, live):
     sample_handlers.BROKEN.add("g1")
     event = accept(clock, "x.job", {}, id="g1")
     r = router(clock, max_route_failures=2, route_failure_window=__import__("datetime").timedelta(0))
@@ -188,7 +188,7 @@ def test_i10_1_r16_giving_up_after_the_count_and_window_is_predicted(clock, live
     assert_agrees(predicted, event)
 
 
-def test_i10_1_r42_a_subscription_wake_goes_through_the_bridge_and_the_limits(clock, live, settings):
+def test_r42_a_subscription_wake_goes_through_the_bridge_and_the_limits(clock, live, settings):
     """Subscription wakes bypassed the bridge and the causal limits."""
     from tests.worklife.factories import DependencySubscriptionFactory
 
@@ -215,7 +215,7 @@ def test_i10_1_r42_a_subscription_wake_goes_through_the_bridge_and_the_limits(cl
     assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
 
 
-def test_i10_1_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
+def test_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
     from tests.worklife.factories import DependencySubscriptionFactory
 
     waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
@@ -238,7 +238,7 @@ def test_i10_1_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
     assert Work.objects.get(pk=waiting_id).status == "running"
 
 
-def test_i10_1_r41_the_rate_limit_counts_the_bridges_one_event_plans(clock, live, settings):
+def test_r41_the_rate_limit_counts_the_bridges_one_event_plans(clock, live, settings):
     """Two bridges from one root in one minute against a rate of one: the second is refused,
     in the trace and in routing alike."""
     from tests.worklife.factories import DependencySubscriptionFactory
@@ -260,7 +260,7 @@ def test_i10_1_r41_the_rate_limit_counts_the_bridges_one_event_plans(clock, live
     assert Event.objects.filter(type="core.wait.woken").count() == 1
 
 
-def test_i10_1_an_event_already_accepted_is_traced_as_a_duplicate(clock, live):
+def test_an_event_already_accepted_is_traced_as_a_duplicate(clock, live):
     """Trace showed ``queue on Work 1`` for an Event whose (source, id) was already accepted."""
     payload = pr(1, id="dup-1")
     first = accept_payload(clock, payload)
@@ -281,7 +281,7 @@ def test_i10_1_an_event_already_accepted_is_traced_as_a_duplicate(clock, live):
     assert again.seq == first.seq and Event.objects.count() == count
 
 
-def test_i10_1_waiting_behind_earlier_input_is_predicted(clock, live):
+def test_waiting_behind_earlier_input_is_predicted(clock, live):
     sample_handlers.BROKEN.add("h1")
     blocker = accept(clock, "x.job", {"keys": ["k:1"]}, id="h1", correlation=["k:1"])
     router(clock).route(blocker.seq)
@@ -293,7 +293,7 @@ def test_i10_1_waiting_behind_earlier_input_is_predicted(clock, live):
     assert_agrees(predicted, event)
 
 
-def test_i10_1_trace_event_of_a_settled_event_is_its_record(clock, live):
+def test_trace_event_of_a_settled_event_is_its_record(clock, live):
     event = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 3})
     router(clock).route(event.seq)
     predicted = trace_event(seq=event.seq, clock=clock)
@@ -301,7 +301,7 @@ def test_i10_1_trace_event_of_a_settled_event_is_its_record(clock, live):
     assert_agrees(predicted, event)
 
 
-def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(clock, live):
+def test_trace_this_event_traces_the_accepted_event_not_a_new_one(clock, live):
     """The console's "Trace this Event" offers the Event's own envelope: it is traced as that
     accepted Event (what routing will do with it), while a plain trace says a duplicate."""
     from routing.setup.trace import trace_offered
@@ -316,7 +316,7 @@ def test_i10_1_i10_6_trace_this_event_traces_the_accepted_event_not_a_new_one(cl
     assert_agrees(offered, event)
 
 
-def test_i39_5_trace_this_event_traces_a_routed_event_as_new_with_what_routing_recorded(clock, live):
+def test_trace_this_event_traces_a_routed_event_as_new_with_what_routing_recorded(clock, live):
     """It said ``unmatched`` with no verdicts ("already routed" in a note): a routed Event is
     traced as if accepted now, every route's verdict shown, its record said first."""
     payload = pr(5, id="own-5")
@@ -334,7 +334,7 @@ def test_i39_5_trace_this_event_traces_a_routed_event_as_new_with_what_routing_r
     assert RouteRecord.objects.count() == 1 and Event.objects.count() == 1  # nothing written
 
 
-def test_i10_1_r5_a_repeat_with_another_body_is_refused_as_acceptance_refuses_it(clock, live):
+def test_r5_a_repeat_with_another_body_is_refused_as_acceptance_refuses_it(clock, live):
     """Trace said ``duplicate`` where acceptance answers 409 (the second body is not stored)."""
     first = accept_payload(clock, {**pr(number=7), "id": "same"})
     other = {**pr(number=8), "id": "same"}

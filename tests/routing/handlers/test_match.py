@@ -64,7 +64,7 @@ def test_r40_type_glob_skip_names_type_and_glob():
     assert decision.reason == "type github.issue does not match github.pull_request.*"
 
 
-def test_i12_2_the_same_refusal_is_one_shared_decision_and_verdict():
+def test_the_same_refusal_is_one_shared_decision_and_verdict():
     """Refusals and verdicts are frozen records, built once per distinct
     reason and shared; each Event still gets its own reason, and each route its own verdict."""
     from routing.config.effective import EffectiveRoute, EffectiveScope
@@ -338,7 +338,7 @@ CATASTROPHIC = "^(a+)+$"  # exponential on a backtracking engine against 'aaaaâ€
         r"end\Z",  # Python's end of string; RE2 writes \z
     ],
 )
-def test_i9_6_patterns_re2_cannot_take_are_refused_with_the_place(pattern):
+def test_patterns_re2_cannot_take_are_refused_with_the_place(pattern):
     params = {
         "type": "*",
         "where": [{"field": "data.a", "equals": 1}, {"field": "data.t", "matches": pattern}],
@@ -349,7 +349,7 @@ def test_i9_6_patterns_re2_cannot_take_are_refused_with_the_place(pattern):
     assert repr(pattern) in problems[0][1]
 
 
-def test_i9_6_a_nested_quantifier_cannot_backtrack_catastrophically():
+def test_a_nested_quantifier_cannot_backtrack_catastrophically():
     """^(a+)+$ against 'aaaaâ€¦b' answers (a skip), and the all-'a' value matches."""
     params = {"type": "*", "where": [{"field": "data.t", "matches": CATASTROPHIC}]}
     hostile = "a" * 100_000 + "b"
@@ -362,7 +362,7 @@ def test_i9_6_a_nested_quantifier_cannot_backtrack_catastrophically():
 
 
 @pytest.mark.django_db
-def test_i9_6_a_catastrophic_pattern_is_decided_within_the_route_deadline_and_no_thread_is_left_busy(clock):
+def test_a_catastrophic_pattern_is_decided_within_the_route_deadline_and_no_thread_is_left_busy(clock):
     """Through routing: each Event is decided (the hostile one skipped with the pattern's refusal,
     the all-'a' one matched) before the route deadline, so no handler call is abandoned: no thread is left burning a
     core on a pattern. On a backtracking engine this Event was a handler_timeout and the

@@ -31,7 +31,7 @@ def problems(receivers: str) -> list[tuple[int | None, str]]:
     return [(problem.line, str(problem)) for problem in raised.value.problems]
 
 
-def test_i37_1_receivers_are_parsed_with_their_kind_scope_secret_and_settings():
+def test_receivers_are_parsed_with_their_kind_scope_secret_and_settings():
     parsed = parse_document(
         BASE
         + """\
@@ -53,7 +53,7 @@ def test_i37_1_receivers_are_parsed_with_their_kind_scope_secret_and_settings():
     assert by_name["alerts"].path == "/hooks/alerts" and by_name["alerts"].accepted_by == "receiver:alerts"
 
 
-def test_i37_1_a_secret_written_in_the_document_is_refused_and_never_repeated():
+def test_a_secret_written_in_the_document_is_refused_and_never_repeated():
     found = problems("  github: {kind: github, scope: acme, secret: hunter2-very-secret}\n")
 
     assert found == [
@@ -66,7 +66,7 @@ def test_i37_1_a_secret_written_in_the_document_is_refused_and_never_repeated():
     assert "hunter2" not in str(found)
 
 
-def test_i37_1_receiver_problems_are_named_with_their_line():
+def test_receiver_problems_are_named_with_their_line():
     found = problems(
         """\
   github:
@@ -132,7 +132,7 @@ def test_i37_1_receiver_problems_are_named_with_their_line():
 
 
 @pytest.mark.django_db
-def test_i37_1_receivers_are_stored_with_their_generation_and_candidates_too(clock):
+def test_receivers_are_stored_with_their_generation_and_candidates_too(clock):
     document = (
         BASE + "  github: {kind: github, scope: acme, secret: {env: GITHUB_SECRET}, type: 'gh.{data.x}'}\n"
     )
@@ -154,7 +154,7 @@ def test_i37_1_receivers_are_stored_with_their_generation_and_candidates_too(clo
 # --- the senders' documented signatures --------------------------------------------------------
 
 
-def test_i37_1_github_signature_matches_githubs_documented_example():
+def test_github_signature_matches_githubs_documented_example():
     """GitHub's documentation: the secret "It's a Secret to Everybody" and the payload
     "Hello, World!" give this X-Hub-Signature-256."""
     expected = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
@@ -165,7 +165,7 @@ def test_i37_1_github_signature_matches_githubs_documented_example():
         check_hmac(delivery, b"It's a Secret to Everybody!", header=github.SIGNATURE_HEADER, prefix="sha256=")
 
 
-def test_i37_1_slack_signature_is_the_hmac_of_v0_timestamp_and_body():
+def test_slack_signature_is_the_hmac_of_v0_timestamp_and_body():
     body = b'{"type":"event_callback"}'
     digest = hmac.new(b"signing-secret", b"v0:1531420618:" + body, hashlib.sha256).hexdigest()
     delivery = Delivery.of(
@@ -197,11 +197,11 @@ def test_i37_1_slack_signature_is_the_hmac_of_v0_timestamp_and_body():
         ("star", {"starred_at": "…"}, ""),
     ],
 )
-def test_i37_1_github_subject_names_what_the_event_is_about(event, payload, subject):
+def test_github_subject_names_what_the_event_is_about(event, payload, subject):
     assert github.subject_of(event, payload) == subject
 
 
-def test_i37_1_github_source_is_the_repository_else_the_organization_else_the_sender():
+def test_github_source_is_the_repository_else_the_organization_else_the_sender():
     assert (
         github.source_of({"repository": {"html_url": "https://github.com/acme/web"}})
         == "https://github.com/acme/web"

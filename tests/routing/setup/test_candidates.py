@@ -21,47 +21,16 @@ from routing.setup.candidates import (
     candidate_discard,
     effective_tree,
 )
-from tests.routing.factories import DEFAULT_TEST_CONFIG, T0, apply_config
+from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, T0, apply_config
 
 pytestmark = pytest.mark.django_db
-
-# The default test configuration, changed: acme's ``chat`` queues (no fallback), ``noise`` gives
-# its place to a new ``alerts`` route, acme/web's ``deploys`` runs on ``shell``, and ``inbox``
-# becomes a command binding.
-CHANGED = (
-    DEFAULT_TEST_CONFIG.replace(
-        """        policy: inject
-        fallback: queue""",
-        """        policy: queue""",
-    )
-    .replace(
-        """      - slot: noise
-        handler: match
-        params: {type: "*.ping"}
-        policy: drop
-""",
-        """      - slot: alerts
-        handler: match
-        params: {type: "alert.*", keys: ["alert:{data.id}"]}
-        binding: agent
-        policy: queue
-""",
-    )
-    .replace(
-        """        params: {type: "deploy.*", keys: ["deploy:{data.service}"]}
-        binding: agent""",
-        """        params: {type: "deploy.*", keys: ["deploy:{data.service}"]}
-        binding: shell""",
-    )
-    .replace("      inbox: {}\n", '      inbox: {executor: command, settings: {argv: ["true"]}}\n')
-)
 
 
 def by_name(items):
     return {item.name: item for item in items}
 
 
-def test_i10p4_diff_per_scope_lists_routes_added_removed_changed_and_bindings_changed():
+def test_diff_per_scope_lists_routes_added_removed_changed_and_bindings_changed():
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -88,7 +57,7 @@ def test_i10p4_diff_per_scope_lists_routes_added_removed_changed_and_bindings_ch
     assert as_json["unchanged"] is False and as_json["scopes"][0]["path"] == "acme"
 
 
-def test_i10p4_diff_of_an_identical_candidate_is_empty_and_a_new_scope_is_added():
+def test_diff_of_an_identical_candidate_is_empty_and_a_new_scope_is_added():
     apply_config()
     same = apply_config(candidate=True)
     assert candidate_diff(same).changed == ()
@@ -100,13 +69,13 @@ def test_i10p4_diff_of_an_identical_candidate_is_empty_and_a_new_scope_is_added(
     assert {item.change for item in diff.changed[0].routes} == {Change.ADDED}
 
 
-def test_i10p4_diff_before_any_apply_is_everything_added():
+def test_diff_before_any_apply_is_everything_added():
     candidate = apply_config(candidate=True)
     diff = candidate_diff(candidate)
     assert diff.live == "" and {s.change for s in diff.scopes} == {Change.ADDED}
 
 
-def test_i10p4_effective_tree_names_each_slots_scope_and_what_it_overrides():
+def test_effective_tree_names_each_slots_scope_and_what_it_overrides():
     candidate = apply_config(candidate=True)
 
     tree = effective_tree(load_configuration(candidate))
@@ -120,7 +89,7 @@ def test_i10p4_effective_tree_names_each_slots_scope_and_what_it_overrides():
     assert tree[1]["bindings"]["agent"]["redefines"] == "acme"
 
 
-def test_i10p4_apply_makes_the_candidate_the_next_generation_records_the_actor_and_removes_it():
+def test_apply_makes_the_candidate_the_next_generation_records_the_actor_and_removes_it():
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -134,7 +103,7 @@ def test_i10p4_apply_makes_the_candidate_the_next_generation_records_the_actor_a
     assert Route.objects.filter(scope__generation=generation, slot="alerts").exists()
 
 
-def test_i10p4_apply_refuses_a_stale_diff_and_stores_nothing():
+def test_apply_refuses_a_stale_diff_and_stores_nothing():
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     apply_config()  # generation 2 lands meanwhile
@@ -146,7 +115,7 @@ def test_i10p4_apply_refuses_a_stale_diff_and_stores_nothing():
     assert Generation.objects.filter(pk=candidate.pk, kind=GenerationKind.CANDIDATE).exists()
 
 
-def test_i10p4_apply_refuses_a_document_no_longer_valid(settings):
+def test_apply_refuses_a_document_no_longer_valid(settings):
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
     settings.CONDUIT_EXECUTORS = {"python": "worklife.executors.PythonExecutor"}  # command unregistered
@@ -158,7 +127,7 @@ def test_i10p4_apply_refuses_a_document_no_longer_valid(settings):
     assert Generation.objects.filter(pk=candidate.pk).exists()
 
 
-def test_i10p4_discard_removes_the_candidate_with_its_scopes_and_only_candidates():
+def test_discard_removes_the_candidate_with_its_scopes_and_only_candidates():
     live = apply_config()
     candidate = apply_config(candidate=True)
 
@@ -177,7 +146,7 @@ def test_i10p4_discard_removes_the_candidate_with_its_scopes_and_only_candidates
 # --- CLI ------------------------------------------------------------------------------------------
 
 
-def test_i10p4_cli_config_diff_prints_changes_per_scope_and_json():
+def test_cli_config_diff_prints_changes_per_scope_and_json():
     apply_config()
     candidate = apply_config(CHANGED, candidate=True)
 
@@ -196,7 +165,7 @@ def test_i10p4_cli_config_diff_prints_changes_per_scope_and_json():
     assert json.loads(out.getvalue())["scopes"][0]["path"] == "acme"
 
 
-def test_i10p4_cli_config_diff_of_an_unknown_candidate_fails():
+def test_cli_config_diff_of_an_unknown_candidate_fails():
     apply_config()
     with pytest.raises(CommandError, match="there is no candidate 99"):
         call_command("config", "diff", "99", stdout=io.StringIO())

@@ -25,8 +25,7 @@ from routing.setup.impact import (
     recent_events,
 )
 from routing.setup.trace import TraceRefused, trace, trace_candidate
-from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, apply_config
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +72,7 @@ def seqs(report):
     return {group: [change.seq for change in changes] for group, changes in report.groups}
 
 
-def test_i10p5_only_changes_are_kept_grouped_with_both_traces(clock, routed):
+def test_an_impact_preview_keeps_only_changes_grouped_with_both_traces(clock, routed):
     candidate = apply_config(CHANGED, candidate=True)
 
     report = impact_preview(candidate=candidate, clock=clock)
@@ -96,7 +95,7 @@ def test_i10p5_only_changes_are_kept_grouped_with_both_traces(clock, routed):
     )
 
 
-def test_i10p5_a_removed_scope_and_a_removed_route_group_as_refused_and_unmatched(clock, routed):
+def test_a_removed_scope_and_a_removed_route_group_as_refused_and_unmatched(clock, routed):
     without_web = DEFAULT_TEST_CONFIG[: DEFAULT_TEST_CONFIG.index("  - path: acme/web")]
     without_prs = DEFAULT_TEST_CONFIG.replace("      - slot: prs\n", "      - slot: prs-old\n", 1).replace(
         'params: {type: "github.pull_request.*", keys', 'params: {type: "github.pull_request.closed", keys', 1
@@ -111,7 +110,7 @@ def test_i10p5_a_removed_scope_and_a_removed_route_group_as_refused_and_unmatche
     assert seqs(other) == {"queue → unmatched": [routed[0].seq]}
 
 
-def test_i10p5_nothing_is_written(clock, routed):
+def test_an_impact_preview_writes_nothing(clock, routed):
     candidate = apply_config(CHANGED, candidate=True)
     before = row_counts()
 
@@ -147,7 +146,7 @@ ONLY_WEB = DEFAULT_TEST_CONFIG.replace(
     ],
     ids=["changed", "only-web", "appended-route", "noise-queues", "web-removed"],
 )
-def test_i10p5_the_shortcuts_give_the_same_report_as_tracing_everything(clock, routed, document, traced):
+def test_the_shortcuts_give_the_same_report_as_tracing_everything(clock, routed, document, traced):
     candidate = apply_config(document, candidate=True)
 
     quick = impact_preview(candidate=candidate, clock=clock)
@@ -159,7 +158,7 @@ def test_i10p5_the_shortcuts_give_the_same_report_as_tracing_everything(clock, r
     assert (quick.traced, full.traced) == (traced, 6)
 
 
-def test_i10p5_the_latest_n_events_newest_first(clock, routed):
+def test_an_impact_preview_examines_the_latest_n_events(clock, routed):
     candidate = apply_config(CHANGED, candidate=True)
     report = impact_preview(candidate=candidate, clock=clock, events=2)
     assert (report.examined, report.first_seq, report.last_seq) == (2, routed[4].seq, routed[5].seq)
@@ -167,14 +166,14 @@ def test_i10p5_the_latest_n_events_newest_first(clock, routed):
 
 
 @pytest.mark.parametrize("events", [0, MAX_EVENTS + 1, -3, "10", True, 2.5])
-def test_i10p5_the_count_is_checked(clock, routed, events):
+def test_an_impact_preview_refuses_a_bad_event_count(clock, routed, events):
     candidate = apply_config(CHANGED, candidate=True)
     with pytest.raises(ImpactInvalid) as refused:
         impact_preview(candidate=candidate, clock=clock, events=events)
     assert refused.value.field == "events"
 
 
-def test_i10p5_needs_a_live_configuration_and_a_candidate(clock):
+def test_an_impact_preview_needs_a_live_configuration_and_a_candidate(clock):
     candidate = apply_config(candidate=True)
     with pytest.raises(ImpactInvalid, match="no configuration has been applied yet"):
         impact_preview(candidate=candidate, clock=clock)
@@ -186,7 +185,7 @@ def test_i10p5_needs_a_live_configuration_and_a_candidate(clock):
 # --- CLI ------------------------------------------------------------------------------------------
 
 
-def test_i10p5_cli_config_preview_prints_the_groups_with_both_sides(clock, routed):
+def test_cli_config_preview_prints_the_groups_with_both_sides(clock, routed):
     candidate = apply_config(CHANGED, candidate=True)
 
     out = io.StringIO()
@@ -209,7 +208,7 @@ def test_i10p5_cli_config_preview_prints_the_groups_with_both_sides(clock, route
 @pytest.mark.parametrize(
     ("args", "message"), [(["--events", "0"], "from 1 to 10000"), ([], "no candidate 99")]
 )
-def test_i10p5_cli_config_preview_refuses_bad_input(clock, routed, args, message):
+def test_cli_config_preview_refuses_bad_input(clock, routed, args, message):
     candidate = apply_config(CHANGED, candidate=True)
     target = "99" if not args else str(candidate.pk)
     with pytest.raises(CommandError, match=message):
@@ -217,7 +216,7 @@ def test_i10p5_cli_config_preview_refuses_bad_input(clock, routed, args, message
 
 
 @pytest.mark.parametrize("document", [CHANGED, ONLY_WEB], ids=["changed", "only-web"])
-def test_i10p5_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, routed, document):
+def test_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, routed, document):
     """The preview's traces share one read snapshot and what they read alike (the earlier
     input, the Works, key owners, subscriptions); each must still equal a trace taken alone."""
     # Unrouted input behind the routed Events: a trace's window now holds earlier Events.
@@ -247,7 +246,7 @@ def test_i10p5_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, r
     } == expected
 
 
-def test_i10p5_shared_reads_hold_with_backlog_failures_and_undecided_input(clock, test_handlers):
+def test_shared_reads_hold_with_backlog_failures_and_undecided_input(clock, test_handlers):
     """The same with earlier input in the windows: a backing-off Event that later input of its
     key waits behind, undecided input that routes first, and Works several Events share."""
     from routing.config.services import config_candidate

@@ -19,12 +19,12 @@ from routing.setup.candidates import candidate_apply
 from routing.setup.impact import ImpactInvalid, impact_preview
 from tests.causal.factories import EventFactory
 from tests.routing.factories import (
+    CHANGED,
     ImpactRunChangeFactory,
     ImpactRunFactory,
     apply_config,
     user_with_role,
 )
-from tests.routing.setup.test_candidates import CHANGED
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +56,7 @@ def admin(client):
     return client
 
 
-def test_i39_6_impact_progress_is_told_as_the_preview_goes(clock, candidate):
+def test_impact_progress_is_told_as_the_preview_goes(clock, candidate):
     events(120)
     told: list[tuple[int, int]] = []
     report = impact_preview(
@@ -67,7 +67,7 @@ def test_i39_6_impact_progress_is_told_as_the_preview_goes(clock, candidate):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i39_6_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monkeypatch):
+def test_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monkeypatch):
     monkeypatch.setattr(impact_runs, "PROGRESS_SECONDS", 0)
     events(300)
     run, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=300, by="ada")
@@ -108,7 +108,7 @@ def test_i39_6_impact_progress_rollup_and_pages_of_a_run(clock, candidate, monke
     assert stored.candidate["result"]["route"] == "alerts" and "event" not in stored.candidate["result"]
 
 
-def test_i39_6_impact_progress_a_run_outlives_its_candidate_and_a_stale_one_is_lost(clock, candidate):
+def test_impact_progress_a_run_outlives_its_candidate_and_a_stale_one_is_lost(clock, candidate):
     events(30)
     run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=30, by="ada")
     assert not impact_runs.impact_run_lost(run, now=clock())
@@ -121,7 +121,7 @@ def test_i39_6_impact_progress_a_run_outlives_its_candidate_and_a_stale_one_is_l
         impact_runs.impact_run_start(candidate=apply_config(), clock=clock, events=10, by="ada")
 
 
-def test_i39_6_impact_progress_starting_answers_the_progress_with_the_button_disabled(
+def test_impact_progress_starting_answers_the_progress_with_the_button_disabled(
     admin, candidate, monkeypatch
 ):
     launched: list[int] = []
@@ -148,7 +148,7 @@ def test_i39_6_impact_progress_starting_answers_the_progress_with_the_button_dis
     assert "Events traced" in admin.get(again["Location"]).content.decode()
 
 
-def test_i39_6_impact_progress_pages_weigh_and_cost_the_same_whatever_the_run(
+def test_impact_progress_pages_weigh_and_cost_the_same_whatever_the_run(
     admin, candidate, django_assert_max_num_queries
 ):
     run = ImpactRunFactory(
@@ -174,7 +174,7 @@ def test_i39_6_impact_progress_pages_weigh_and_cost_the_same_whatever_the_run(
     assert admin.get(reverse("impact-run", args=[run.pk + 1])).status_code == 404
 
 
-def test_i39_6_impact_progress_one_run_of_a_candidate_at_a_time(clock, candidate):
+def test_impact_progress_one_run_of_a_candidate_at_a_time(clock, candidate):
     events(10)
     first, created = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="ada")
     same, again = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=10, by="bob")
@@ -188,9 +188,7 @@ def test_i39_6_impact_progress_one_run_of_a_candidate_at_a_time(clock, candidate
     assert created and third.pk != second.pk
 
 
-def test_i39_6_impact_progress_runs_are_linked_from_the_configuration_page_after_apply(
-    admin, clock, candidate
-):
+def test_impact_progress_runs_are_linked_from_the_configuration_page_after_apply(admin, clock, candidate):
     run = ImpactRunFactory(candidate=candidate, changed=212)
     candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
     page = admin.get(reverse("config-list")).content.decode()
@@ -200,7 +198,7 @@ def test_i39_6_impact_progress_runs_are_linked_from_the_configuration_page_after
     assert 'id="impact-start"' not in run_page
 
 
-def test_i39_6_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, candidate):
+def test_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, candidate):
     run = ImpactRunFactory(
         candidate=candidate,
         changed=1,

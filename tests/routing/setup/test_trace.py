@@ -481,7 +481,7 @@ def _deep_event_text(levels: int) -> str:
 
 
 @pytest.mark.parametrize("levels", [65, 5_000, 10_000])
-def test_i9_2_the_trace_form_refuses_deep_json_with_400_not_500(clock, live, client, levels):
+def test_the_trace_form_refuses_deep_json_with_400_not_500(clock, live, client, levels):
     from tests.routing.factories import UserFactory
 
     client.force_login(UserFactory())
@@ -490,7 +490,7 @@ def test_i9_2_the_trace_form_refuses_deep_json_with_400_not_500(clock, live, cli
     assert "more than 64 levels deep" in response.text
 
 
-def test_i9_2_the_trace_command_refuses_deep_json(clock, live, tmp_path):
+def test_the_trace_command_refuses_deep_json(clock, live, tmp_path):
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
@@ -500,7 +500,7 @@ def test_i9_2_the_trace_command_refuses_deep_json(clock, live, tmp_path):
         call_command("trace", str(path))
 
 
-def test_i9_1_trace_refuses_a_decoded_event_deeper_than_the_limit(clock, live):
+def test_trace_refuses_a_decoded_event_deeper_than_the_limit(clock, live):
     data: dict = {}
     for _ in range(70):
         data = {"a": data}

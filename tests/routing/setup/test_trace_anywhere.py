@@ -17,8 +17,7 @@ from routing.acceptance.envelopes import parse_envelope
 from routing.acceptance.raw import raw_envelope
 from routing.acceptance.services import event_accept
 from routing.models import Disposition
-from tests.routing.factories import RouteRecordFactory, apply_config, user_with_role
-from tests.routing.setup.test_candidates import CHANGED
+from tests.routing.factories import CHANGED, RouteRecordFactory, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
 
@@ -49,14 +48,14 @@ def event(clock):
     return event_accept(payload=payload, clock=clock).event
 
 
-def test_i10p6_the_raw_envelope_offers_the_same_envelope_again(event):
+def test_the_raw_envelope_offers_the_same_envelope_again(event):
     raw = raw_envelope(event)
     assert raw["traceparent"] == "00-abc" and raw["time"] == "2026-01-05T11:00:00Z"
     assert "datacontenttype" not in raw and "work_id" not in raw
     assert parse_envelope(raw) == event_envelope(event)
 
 
-def test_i10p6_the_event_page_shows_the_raw_envelope_and_trace_this_event(console, event):
+def test_the_event_page_shows_the_raw_envelope_and_trace_this_event(console, event):
     page = console.get(reverse("event-detail", args=[event.seq])).content.decode()
 
     assert f'<a href="/trace/?event={event.seq}" id="trace-this-event">Trace this Event</a>' in page
@@ -64,7 +63,7 @@ def test_i10p6_the_event_page_shows_the_raw_envelope_and_trace_this_event(consol
     assert "&quot;id&quot;: &quot;gh-1&quot;" in shown and "ünïcode" in shown
 
 
-def test_i10p6_the_trace_page_is_prefilled_with_the_events_raw_envelope_and_traces_it(console, event):
+def test_the_trace_page_is_prefilled_with_the_events_raw_envelope_and_traces_it(console, event):
     page = console.get(reverse("trace"), {"event": event.seq}).content.decode()
 
     assert f'Prefilled with the raw envelope of <a href="/events/{event.seq}/">Event #{event.seq}</a>' in page
@@ -78,11 +77,11 @@ def test_i10p6_the_trace_page_is_prefilled_with_the_events_raw_envelope_and_trac
 
 
 @pytest.mark.parametrize("seq", ["999", "x1"])
-def test_i10p6_an_unknown_event_to_prefill_is_404(console, event, seq):
+def test_an_unknown_event_to_prefill_is_404(console, event, seq):
     assert console.get(reverse("trace"), {"event": seq}).status_code == 404
 
 
-def test_i10p6_dead_letters_link_each_event_to_its_trace(client, clock):
+def test_dead_letters_link_each_event_to_its_trace(client, clock):
     apply_config()
     client.force_login(user_with_role("operator", username="olga"))
     record = RouteRecordFactory(disposition=Disposition.FAILED, policy="failed", event__route_state="failed")
@@ -92,7 +91,7 @@ def test_i10p6_dead_letters_link_each_event_to_its_trace(client, clock):
     assert f'<a href="/trace/?event={record.event.seq}" class="trace-link"' in page
 
 
-def test_i10p6_a_refused_trace_is_a_400_the_page_swaps_over_the_previous_result(console, event):
+def test_a_refused_trace_is_a_400_the_page_swaps_over_the_previous_result(console, event):
     response = console.post(
         reverse("trace"), {"event": '{"source": "s", "type": "t", "scope": "nowhere"}'}, **HTMX_RESULT
     )
@@ -106,7 +105,7 @@ def test_i10p6_a_refused_trace_is_a_400_the_page_swaps_over_the_previous_result(
     assert "data-swap-statuses" in script and "shouldSwap = true" in script
 
 
-def test_i10p6_a_trace_against_a_candidate_names_the_candidates_id(console, event):
+def test_a_trace_against_a_candidate_names_the_candidates_id(console, event):
     candidate = apply_config(CHANGED, candidate=True)
 
     response = console.post(
@@ -126,7 +125,7 @@ def test_i10p6_a_trace_against_a_candidate_names_the_candidates_id(console, even
     assert "<dd>generation 1</dd>" in live.content.decode()
 
 
-def test_i10p6_verdict_badges_differ_by_verdict(console, event):
+def test_verdict_badges_differ_by_verdict(console, event):
     response = console.post(
         reverse("trace"),
         {"event": '{"source": "m", "type": "chat.message", "scope": "acme", "data": {"thread": "t"}}'},

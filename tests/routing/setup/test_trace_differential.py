@@ -185,7 +185,7 @@ class TraceEqualsRouting(HypothesisTestCase):
         phases=PHASES,
     )
     @given(case=case_st)
-    def test_i10_2_r39_the_trace_taken_before_routing_equals_the_record(self, case):
+    def test_r39_the_trace_taken_before_routing_equals_the_record(self, case):
         clock = FakeClock()
         try:
             config_apply(document=document(case), clock=clock)

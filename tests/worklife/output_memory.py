@@ -1,6 +1,6 @@
 """How much memory reading a flood of output costs the loop.
 
-Run as ``python -m tests.worklife.i36_output_memory BYTES [SCENARIO ...]`` from the project's
+Run as ``python -m tests.worklife.output_memory BYTES [SCENARIO ...]`` from the project's
 directory: each scenario starts an attempt whose child writes about BYTES bytes, waits for it,
 and reports the rise of this process's peak resident set (``VmHWM`` in ``/proc/self/status``,
 reset before each scenario through ``/proc/self/clear_refs``) with what the attempt kept. One
@@ -46,15 +46,15 @@ def scenarios(size: int) -> dict[str, tuple[str, dict]]:
         "command_call_on_stdout": ("command", {"argv": ["sh", "-c", f"printf '@conduit '; {flood}"]}),
         "python_fd1": (
             "python",
-            {"target": "tests.worklife.i36_targets:floods_stdout", "params": {"bytes": size}},
+            {"target": "tests.worklife.targets:floods_stdout", "params": {"bytes": size}},
         ),
         "python_print": (
             "python",
-            {"target": "tests.worklife.i36_targets:prints_once", "params": {"bytes": size}},
+            {"target": "tests.worklife.targets:prints_once", "params": {"bytes": size}},
         ),
         "python_result": (
             "python",
-            {"target": "tests.worklife.i36_targets:huge_result", "params": {"bytes": size}},
+            {"target": "tests.worklife.targets:huge_result", "params": {"bytes": size}},
         ),
     }
 
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     # Warm up: threads, imports and a worker exist before the first measure.
     for name, settings in (
         ("command", {"argv": ["true"]}),
-        ("python", {"target": "tests.worklife.i36_targets:environment"}),
+        ("python", {"target": "tests.worklife.targets:environment"}),
     ):
         warm = executors[name].start(work_id=1, attempt_id=1, binding_settings=settings, inputs=[])
         warm.wait(60)

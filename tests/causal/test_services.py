@@ -50,7 +50,7 @@ def _keyword_row(envelope: Envelope, at: datetime) -> Event:
     )
 
 
-def test_i12_a_root_row_equals_the_keyword_constructor():
+def test_a_root_row_equals_the_keyword_constructor():
     at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     envelope = _envelope(1)
     fast = event_row(envelope, parent=None, accepted_at=at, accepted_by="alice")
@@ -61,7 +61,7 @@ def test_i12_a_root_row_equals_the_keyword_constructor():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_a_batch_stores_what_bulk_create_stores():
+def test_a_batch_stores_what_bulk_create_stores():
     """Each column of each row, read back, equals a row stored by Django's bulk_create."""
     at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     with transaction.atomic():
@@ -98,7 +98,7 @@ def test_i12_a_batch_stores_what_bulk_create_stores():
         assert mine.envelope_id == result.event.envelope_id
 
 
-def test_i12p1_a_root_row_holds_what_the_constructor_holds_and_nothing_else():
+def test_a_root_row_holds_what_the_constructor_holds_and_nothing_else():
     at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     envelope = _envelope(2)
     fast, slow = (
@@ -118,7 +118,7 @@ def test_i12p1_a_root_row_holds_what_the_constructor_holds_and_nothing_else():
             assert value is not getattr(other, column.attname), column.attname
 
 
-def test_i12p1_a_receiver_of_the_model_signals_gets_the_constructor_back():
+def test_a_receiver_of_the_model_signals_gets_the_constructor_back():
     from django.db.models.signals import post_init
 
     seen = []
@@ -138,7 +138,7 @@ def test_i12p1_a_receiver_of_the_model_signals_gets_the_constructor_back():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12p1_empty_objects_and_arrays_are_stored_as_the_field_stores_them():
+def test_empty_objects_and_arrays_are_stored_as_the_field_stores_them():
     """Empty JSON is prepared once per chunk: each row still reads back its own value."""
     at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     shapes = [{}, [], None, {"a": []}, [{}]]
@@ -166,7 +166,7 @@ def test_i12p1_empty_objects_and_arrays_are_stored_as_the_field_stores_them():
     assert second.data == []
 
 
-def test_i12_1_acceptance_reads_an_attribute_where_pre_save_would_only_read_it():
+def test_acceptance_reads_an_attribute_where_pre_save_would_only_read_it():
     """A batch's columns are read from the Event directly unless their field's ``pre_save``
     does more (sets a time on save, or is a field's own): the values stored are those
     ``pre_save`` would have given."""

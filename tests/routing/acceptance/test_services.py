@@ -73,7 +73,7 @@ def accept_in_thread(payload, clock, answers, name, accepted_by):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_1_callers_offering_during_a_commit_share_the_next_one_each_with_its_answer():
+def test_callers_offering_during_a_commit_share_the_next_one_each_with_its_answer():
     apply_config()
     event_accept(payload=offer("earlier"), clock=lambda: T0, accepted_by="setup")
     clock = HoldingClock()
@@ -112,7 +112,7 @@ def test_i12_1_callers_offering_during_a_commit_share_the_next_one_each_with_its
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i12_1_when_a_group_commit_fails_every_caller_of_the_group_raises():
+def test_when_a_group_commit_fails_every_caller_of_the_group_raises():
     apply_config()
     clock = HoldingClock()
     answers: dict[str, object] = {}
@@ -138,7 +138,7 @@ def test_i12_1_when_a_group_commit_fails_every_caller_of_the_group_raises():
 
 
 @pytest.mark.django_db
-def test_i12_1_inside_a_transaction_an_acceptance_is_part_of_it_not_of_a_group():
+def test_inside_a_transaction_an_acceptance_is_part_of_it_not_of_a_group():
     from django.db import transaction
 
     apply_config()

@@ -150,7 +150,7 @@ def test_r55_diagnostics_partial_for_htmx(console):
     assert "HX-Request" in response["Vary"]
 
 
-def test_i36_8_a_record_shows_how_many_refusals_it_counts(console, page_clock):
+def test_a_record_shows_how_many_refusals_it_counts(console, page_clock):
     refusing = Causal(page_clock, Limits(max_depth=5, rate_per_minute=0))
     root = EventFactory(type="test.root")
     for i in range(40):

@@ -1,0 +1,103 @@
+"""Dependency subscriptions made by real attempts (R42): a wait across scopes subscribes and the
+Event wakes it, a wait on a scope it may not name is refused, and an attempt ended while it
+waits ends its subscription. Python workers and commands run by a real work loop, Events
+accepted and routed by the real router."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from causal.models import Event
+from routing.models import RouteRecord
+from routing.setup.trace import trace
+from tests.routing.routerkit import apply
+from tests.worklife.callkit import (
+    document,
+    result,
+    send,
+    work_of,
+)
+from tests.worklife.enginekit import runner, status, step_until
+from worklife.attempts import attempts_end_in_tx
+from worklife.models import Attempt, DependencySubscription, Wait, Work
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def configured(clock, test_handlers):
+    apply(clock, document())
+
+
+@pytest.fixture
+def loop(clock):
+    r = runner(clock)
+    yield r
+    r.shutdown(grace=0)
+
+
+def test_r42_a_wait_across_scopes_subscribes_and_the_event_wakes_it(clock, loop):
+    py = work_of(send(clock, "t.py_waits", key="p"))
+    cmd = work_of(send(clock, "t.cmd_waits", key="c"))
+    step_until(loop, lambda: status(py) == "waiting" and status(cmd) == "waiting")
+    subscriptions = {s.work_id: s for s in DependencySubscription.objects.select_related("wait")}
+    assert set(subscriptions) == {py.pk, cmd.pk}
+    for work_id, sub in subscriptions.items():
+        assert (sub.scope, sub.match, sub.active) == ("ci", {"type": "ci.build.*"}, True)
+        assert (sub.wait.work_id, sub.wait.state) == (work_id, "active")
+
+    # Another scope's Event the subscriptions do not match wakes nothing.
+    lint = send(clock, "ci.lint", scope="ci", n=1)
+    for _ in range(5):
+        loop.step()
+    assert (status(py), status(cmd)) == ("waiting", "waiting")
+    assert RouteRecord.objects.get(event_id=lint.seq).policy == "unmatched"
+
+    payload = {"id": "b2", "source": "ci", "type": "ci.build.done", "scope": "ci", "data": {"n": 2}}
+    predicted = trace(payload=payload, clock=clock)
+    waits = {w.work_id: w for w in Wait.objects.filter(state="active")}
+    for work in (py, cmd):
+        assert any(
+            f"also wakes Work {work.pk}'s wait {waits[work.pk].name or waits[work.pk].pk} in scope t" in note
+            for note in predicted.notes
+        ), predicted.notes
+    build = send(clock, "ci.build.done", scope="ci", n=2)
+    # The handlers' own verdict is kept: the build starts its own Work in scope ci.
+    record = RouteRecord.objects.get(event_id=build.seq)
+    assert (record.route, Work.objects.get(pk=record.work_id).scope) == ("builds", "ci")
+    step_until(loop, lambda: status(py) == "completed" and status(cmd) == "completed")
+    assert result(py) == {"came": build.seq, "scope": "ci"}
+    reply = result(cmd)
+    assert (reply["ok"], reply["value"]["seq"], reply["value"]["scope"]) == (True, build.seq, "ci")
+    assert set(Wait.objects.values_list("state", "woken_by")) == {("woken", build.seq)}
+    assert not DependencySubscription.objects.filter(active=True).exists()
+    bridges = Event.objects.filter(type="core.wait.woken")
+    assert sorted(bridges.values_list("work_id", "parent_id", "scope")) == sorted(
+        [(py.pk, build.seq, "t"), (cmd.pk, build.seq, "t")]
+    )
+
+
+def test_r42_a_wait_on_a_malformed_or_unknown_scope_is_refused_and_subscribes_nothing(clock, loop):
+    py = work_of(send(clock, "t.py_refused", key="r"))
+    cmd = work_of(send(clock, "t.cmd_refused", key="u"))
+    bad = work_of(send(clock, "t.cmd_bad_scope", key="b"))
+    step_until(loop, lambda: {status(py), status(cmd), status(bad)} == {"completed"})
+    unknown, malformed, dots = result(py)["refusals"]
+    assert unknown.startswith("wait refused: unknown scope 'nowhere'") and "live configuration" in unknown
+    assert malformed.startswith("wait refused: 'Not a path!' is not a scope path")
+    assert dots.startswith("wait refused: 't/..' is not a scope path")
+    reply = result(cmd)
+    assert not reply["ok"] and reply["error"].startswith("wait refused: unknown scope 'nowhere'")
+    assert result(bad)["error"].startswith("wait refused: scope must be a scope path")
+    assert not Wait.objects.exists() and not DependencySubscription.objects.exists()
+
+
+def test_r42_an_attempt_ended_while_it_waits_ends_its_subscription(clock, loop):
+    work = work_of(send(clock, "t.py_waits", key="x"))
+    step_until(loop, lambda: status(work) == "waiting")
+    (attempt,) = Attempt.objects.filter(work=work)
+    with transaction.atomic():
+        attempts_end_in_tx(attempts=[attempt], state="failed", now=clock())
+    assert Wait.objects.get(work=work).state == "cancelled"
+    assert not DependencySubscription.objects.filter(active=True).exists()
