@@ -19,9 +19,9 @@ from routing.setup.impact import (
     MAX_EVENTS,
     ImpactInvalid,
     Outcome,
-    _offered,
     change_group,
     impact_preview,
+    offered,
     recent_events,
 )
 from routing.setup.trace import TraceRefused, trace, trace_candidate
@@ -229,7 +229,7 @@ def test_i10p5_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, r
 
     expected: dict[str, list] = {}
     for event in recent_events(DEFAULT_EVENTS):
-        payload, operator = _offered(event)
+        payload, operator = offered(event)
         live = Outcome(result=trace(payload=payload, clock=clock, operator=operator))
         try:
             changed = Outcome(
@@ -275,7 +275,7 @@ def test_i10p5_shared_reads_hold_with_backlog_failures_and_undecided_input(clock
     expected: dict[str, list] = {}
     effects = set()
     for event in recent_events(DEFAULT_EVENTS):
-        payload, operator = _offered(event)
+        payload, operator = offered(event)
         live = Outcome(result=trace(payload=payload, clock=clock, operator=operator))
         changed = Outcome(
             result=trace_candidate(candidate=candidate, payload=payload, clock=clock, operator=operator)
