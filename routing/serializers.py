@@ -14,7 +14,7 @@ from causal.models import DEFAULT_DATACONTENTTYPE, Event
 if TYPE_CHECKING:
     from routing.engine.failures import RouteFailure
     from routing.models import RouteRecord
-    from routing.selectors import EventRoute
+    from routing.records.selectors import EventRoute
     from worklife.models import Attempt, Work
 
 

@@ -9,8 +9,9 @@ import json
 import pytest
 from django.core.management import call_command
 
-from routing import selectors
-from routing.selectors import EventListFilter, events_route_page
+from routing.records import filters
+from routing.records.filters import EventListFilter
+from routing.records.selectors import events_route_page
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory
@@ -51,10 +52,10 @@ def test_i39_10_d_data_search_finds_text_in_the_data_case_sensitively():
 def test_i39_10_d_data_search_reads_only_the_newest_window(monkeypatch):
     old = EventFactory(data={"n": "needle"})
     newer = [EventFactory(data={"n": i}) for i in range(3)]
-    monkeypatch.setattr(selectors, "DATA_SEARCH_WINDOW", 3)
+    monkeypatch.setattr(filters, "DATA_SEARCH_WINDOW", 3)
 
     assert found(data="needle") == []
-    monkeypatch.setattr(selectors, "DATA_SEARCH_WINDOW", 4)
+    monkeypatch.setattr(filters, "DATA_SEARCH_WINDOW", 4)
     assert found(data="needle") == [old.seq]
     assert newer
 

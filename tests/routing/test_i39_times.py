@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import call_command
 
-from routing.selectors import parse_time
+from infra.times import parse_time
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
 

@@ -20,16 +20,13 @@ from routing.controls.events import reroute_copies
 from routing.controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from routing.engine.failures import failures_read
 from routing.receivers.spec import receiver_of
-from routing.selectors import (
-    EventListFilter,
+from routing.records.filters import EventListFilter, known_event_scopes, known_event_types, known_policies
+from routing.records.selectors import (
     event_chain_routes,
     event_outcome,
     event_with_route,
     events_route_page,
     events_route_total,
-    known_event_scopes,
-    known_event_types,
-    known_policies,
 )
 
 LIST_TEMPLATE = "routing/event_list.html"

@@ -18,7 +18,7 @@ from infra.live import work_ws_list_path, work_ws_path
 from routing.access.roles import VIEW_EVENT
 from routing.controls.events import reroute_copies
 from routing.controls.work import retry_outlook
-from routing.selectors import event_routes, work_route_history_page, work_route_history_total
+from routing.records.selectors import event_routes, work_route_history_page, work_route_history_total
 from worklife.models import Work
 from worklife.selectors import (
     ENGINE_LIST_LIMIT,

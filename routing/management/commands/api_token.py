@@ -14,7 +14,7 @@ from causal.clock import system_clock
 from routing.acceptance.services import live_scopes_among
 from routing.access import services
 from routing.access.roles import TOKEN_SCOPES, RoleError, token_scopes_parse
-from routing.selectors import api_tokens_list
+from routing.access.selectors import api_tokens_list
 from routing.serializers import timestamp
 
 DEFAULT_NAME = "api"
