@@ -1,4 +1,5 @@
-"""Moments as people type them: one parser for every filter that takes a time."""
+"""Moments as people type them (one parser for every filter that takes a time) and as JSON writes
+them (RFC 3339, in UTC)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,10 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
         return value.astimezone(UTC)
     except OverflowError:  # 0001-01-01T00:00:00+01:00: before the year 1 in UTC
         raise ValueError(f"{text[:60]!r} is further back than times go") from None
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """An aware datetime as an RFC 3339 UTC timestamp (``2026-01-05T12:00:00Z``), or ``None``."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

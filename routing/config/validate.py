@@ -8,17 +8,16 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from routing.acceptance.envelopes import kind_of
+from causal.checks import kind_of
 from routing.config.document import ParsedBinding, ParsedDocument, ParsedRoute, ParsedScope
 from routing.config.effective import (
     resolve_scopes,
 )
 from routing.config.problems import ConfigInvalid, ConfigProblem
 from routing.config.reader import MAX_DOCUMENT_BYTES, Reader
+from routing.config.receivers import ReceiverSpec, receiver_parse
 from routing.handlers.registry import HandlerMissing, handler_class, registered_handlers
 from routing.models import Route, Scope
-from routing.receivers.kinds import receiver_parse
-from routing.receivers.spec import ReceiverSpec
 from worklife.executors import (
     CONTROLS,
     BindingInvalid,

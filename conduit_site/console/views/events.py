@@ -16,10 +16,10 @@ from conduit_site.console.views.forms import EventFilterForm
 from infra.live import event_ws_path, events_ws_path
 from routing.acceptance.raw import raw_envelope
 from routing.access.roles import VIEW_EVENT
+from routing.config.receivers import receiver_of
 from routing.controls.events import reroute_copies
 from routing.controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from routing.engine.failures import failures_read
-from routing.receivers.spec import receiver_of
 from routing.records.filters import EventListFilter, known_event_scopes, known_event_types, known_policies
 from routing.records.selectors import (
     event_chain_routes,
