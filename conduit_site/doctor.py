@@ -32,7 +32,7 @@ from django.db.models import Count, Max, Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
-from conduit_site.supervision import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
+from conduit_site.supervision.restarts import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
 from infra.times import timestamp
 from infra.words import counted
 from routing.engine import heartbeat as route_heartbeat

@@ -30,7 +30,9 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 
 from conduit_site.management.commands import serve as serve_module
-from conduit_site.management.commands.serve import Child, Supervisor, clean_stop, url_for
+from conduit_site.management.commands.serve import url_for
+from conduit_site.supervision import supervisor as supervisor_module
+from conduit_site.supervision.supervisor import Child, Supervisor, clean_stop
 from routing.acceptance.services import event_accept
 from routing.config.validate import parse_document
 from routing.models import RouteRecord
@@ -494,8 +496,8 @@ def test_i38_1_serve_supervisor_stops_when_a_child_cannot_start():
     assert "crasher exited with status 3 after" in err and "restarting it in 1 s (restart 1)" in err
     assert "restarting it in 2 s (restart 2)" in err
     assert (
-        f"crasher cannot start: it exited with status 3 within {serve_module.STARTUP_SECONDS:g} s "
-        f"of each of its first {serve_module.START_ATTEMPTS} starts; stopping." in err
+        f"crasher cannot start: it exited with status 3 within {supervisor_module.STARTUP_SECONDS:g} s "
+        f"of each of its first {supervisor_module.START_ATTEMPTS} starts; stopping." in err
     )
 
 
@@ -509,7 +511,7 @@ def test_i38_1_restart_backoff_doubles_to_30_s_and_resets_after_a_minute_up():
         now += 1000
     assert delays == [1, 2, 4, 8, 16, 30, 30]
     child.started_at = now
-    assert child.exited(now + serve_module.HEALTHY_SECONDS) == 1  # a minute of health
+    assert child.exited(now + supervisor_module.HEALTHY_SECONDS) == 1  # a minute of health
     child.started_at = now + 100
     assert child.exited(now + 100.5) == 2
     assert not child.cannot_start()  # killed by a signal: not a configuration failure
@@ -518,8 +520,8 @@ def test_i38_1_restart_backoff_doubles_to_30_s_and_resets_after_a_minute_up():
 def test_i38_1_a_child_that_once_ran_is_always_restarted():
     child = python_child("loop", "")
     child.started_at, child.returncode = 0.0, 1
-    child.exited(serve_module.STARTUP_SECONDS + 1)
-    for start in range(serve_module.START_ATTEMPTS + 2):
+    child.exited(supervisor_module.STARTUP_SECONDS + 1)
+    for start in range(supervisor_module.START_ATTEMPTS + 2):
         child.started_at, child.returncode = 1000.0 * (start + 1), 1
         child.exited(child.started_at + 0.1)
     assert not child.cannot_start()
@@ -638,7 +640,7 @@ def test_i38_1_serve_restarts_killed_loops_while_the_web_keeps_answering(tmp_pat
     answering, both loops are back within the first backoff, and the restarts are logged and
     recorded for doctor and the banner."""
     from causal.models import KV
-    from conduit_site.supervision import RESTARTS_NAMESPACE
+    from conduit_site.supervision.restarts import RESTARTS_NAMESPACE
 
     database = tmp_path / "serve.sqlite3"
     env = {
