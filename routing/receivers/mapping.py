@@ -135,8 +135,8 @@ def text_at(value: Any, *path: str) -> str:
 
 
 def render_template(template: Template, *, data: Any, delivery: Delivery, key: str) -> str:
-    """``template`` rendered over ``data`` and the delivery's headers; raises :class:`Refused` naming a field that is missing or not a
-    scalar."""
+    """``template`` rendered over ``data`` and the delivery's headers; raises :class:`Refused`
+    naming a field that is missing or not a scalar."""
     out: list[str] = []
     for part in template.parts:
         if isinstance(part, str):

@@ -14,8 +14,7 @@ from routing.config.receivers import DeclaredKind, SettingsCheck
 # ``replay_window=False`` (a saved delivery tried again) a stale timestamp is a note, not a refusal.
 Verify = Callable[..., tuple[str, ...]]
 # Maps a verified delivery (spec, delivery) to a routing.receivers.mapping.Mapped; raises
-# routing.receivers.verify.Refused. (Typed loosely: the parsed document imports this module, and
-# the mapping reaches the serializers, which reach the document again.)
+# routing.receivers.verify.Refused.
 Map = Callable[..., Any]
 
 
