@@ -53,7 +53,7 @@ class Event(models.Model):
     extensions = models.JSONField(default=dict, blank=True)
 
     # Indexed by event_scope_seq_idx, which also serves the console's scope-subtree filter
-    # (routing.selectors.starts_with): compared by code point, on PostgreSQL too, where a
+    # (infra.queries.starts_with): compared by code point, on PostgreSQL too, where a
     # b-tree of the "C" collation answers LIKE 'prefix%' without an index of its own.
     scope = CodePointCharField(max_length=255)
     correlation = models.JSONField(default=list, blank=True)

@@ -328,11 +328,11 @@ def _prepared_columns() -> tuple[tuple[Any, str, str], ...]:
             kind = _JSON
         else:
             kind = _FIELD
-        columns.append((column, column.attname, kind, _own_pre_save(column)))
+        columns.append((column, column.attname, kind, pre_save_needed(column)))
     return tuple(columns)
 
 
-def _own_pre_save(column: Any) -> bool:
+def pre_save_needed(column: Any) -> bool:
     """Whether a column's ``pre_save`` does more than read its attribute (a time set on
     save, a field of another kind): only then is it called, per row and column."""
     if isinstance(column, models.DateField) and not (column.auto_now or column.auto_now_add):

@@ -32,12 +32,12 @@ from django.db.models import Count, Max, Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
-from conduit_site.supervision import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
+from conduit_site.supervision.restarts import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
+from infra.times import timestamp
 from infra.words import counted
 from routing.engine import heartbeat as route_heartbeat
 from routing.engine.failures import failures_keep_failing, failures_read
 from routing.engine.heartbeat import RouteLoopHeartbeat, route_loop_heartbeats
-from routing.serializers import timestamp
 from worklife import heartbeat as work_heartbeat
 from worklife.heartbeat import WorkLoopHeartbeat, work_loop_heartbeats
 from worklife.selectors import work_parked, work_runnable

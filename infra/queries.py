@@ -190,13 +190,13 @@ class CompiledOnce:
             slots.append((starts[0], len(values)))
         expressions = [column for column, _, _ in compiler.select[: compiler.col_count]]
         converters = [
-            (index, [_quicker(converter) for converter in chain], expression)
+            (index, [quicker(converter) for converter in chain], expression)
             for index, (chain, expression) in compiler.get_converters(expressions).items()
         ]
         return sql, params, slots, self._names(queryset.query), converters
 
 
-def _quicker(converter):
+def quicker(converter):
     """``converter``, or for ``JSONField.from_db_value`` of a field without a decoder the same
     conversion with an empty array or object made at once, and other text decoded by the
     decoder ``json.loads`` itself uses, called directly: most Events' correlation and

@@ -6,23 +6,16 @@ list serialises in the queries its selector made.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from causal.models import DEFAULT_DATACONTENTTYPE, Event
+from infra.times import timestamp
 
 if TYPE_CHECKING:
     from routing.engine.failures import RouteFailure
     from routing.models import RouteRecord
-    from routing.selectors import EventRoute
+    from routing.records.selectors import EventRoute
     from worklife.models import Attempt, Work
-
-
-def timestamp(value: datetime | None) -> str | None:
-    """An aware datetime as an RFC 3339 UTC timestamp (``2026-01-05T12:00:00Z``), or ``None``."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def cloudevent_json(event: Event) -> dict[str, Any]:

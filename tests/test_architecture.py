@@ -157,3 +157,164 @@ def test_the_checks_see_an_upward_import_and_a_circle(tmp_path):
         "typing.TYPE_CHECKING",
     ]
     assert _strongly_connected({"a": ["b"], "b": ["a"], "c": ["a"]}) == [{"a", "b"}]
+
+
+def _parts_of(package: str, module: str) -> str | None:
+    """The part of ``package`` (its submodule or subpackage) that holds ``module``, or ``None``
+    when ``module`` is not inside ``package`` (or is the package itself)."""
+    if not module.startswith(package + "."):
+        return None
+    return package + "." + module[len(package) + 1 :].split(".")[0]
+
+
+def _part_circles(graph: dict[str, list[str]], packages: list[str]) -> list[str]:
+    """Circles between the parts of each package in ``packages`` (its subpackages and modules, a
+    part standing for every module inside it), given the module import ``graph``."""
+    found = []
+    for package in packages:
+        parts: dict[str, set[str]] = {}
+        for module, imported in graph.items():
+            here = _parts_of(package, module)
+            if here is None:
+                continue
+            parts.setdefault(here, set())
+            for other in imported:
+                there = _parts_of(package, other)
+                if there is not None and there != here:
+                    parts[here].add(there)
+        for circle in _strongly_connected(
+            {part: sorted(others) for part, others in parts.items()}
+            | {there: [] for others in parts.values() for there in others if there not in parts}
+        ):
+            found.append(" ↔ ".join(sorted(circle)))
+    return found
+
+
+def _module_graph() -> dict[str, list[str]]:
+    """Every module's imports of the project's modules (each import counted: inside functions
+    and under ``TYPE_CHECKING`` too), less a package's own modules its ``__init__`` imports."""
+    modules = _modules()
+    return {
+        module: sorted(
+            imported
+            for imported in {
+                imported
+                for _, imported in _imports(path, module, top_level_only=False, type_checking=True)
+                if imported in modules
+            }
+            if imported != module and not module.startswith(imported + ".")
+        )
+        for module, path in modules.items()
+    }
+
+
+def test_no_import_circle_between_the_subpackages_of_a_package():
+    """Within every package (``routing``, ``routing.engine``, ``conduit_site.console``…), its
+    subpackages and modules import one way: ``routing.config`` never imports what imports it
+    back, through any module of either."""
+    modules = _modules()
+    packages = sorted(module for module, path in modules.items() if path.name == "__init__.py")
+    circles = _part_circles(_module_graph(), packages)
+    assert not circles, "import circles between the parts of a package:\n" + "\n".join(circles)
+
+
+def _private_imports(path: Path, module: str, modules: set[str]) -> list[str]:
+    """Where ``path`` (the module ``module``) uses a private name (``_name``, not a dunder) of
+    another of ``modules``: ``from other import _name`` or ``other._name``."""
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found = []
+    where = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path.name
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    aliases: dict[str, str] = {}  # a local name bound to another module of ``modules``
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules and alias.name != module:
+                    aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                if whole in modules:
+                    if whole != module:
+                        aliases[alias.asname or alias.name] = whole
+                elif base in modules and base != module and private(alias.name):
+                    found.append(f"{where}:{node.lineno} imports {alias.name} from {base}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            value = node.value
+            # ``name._x`` or ``package.module._x`` where the name (or dotted path) is an imported module.
+            dotted = []
+            while isinstance(value, ast.Attribute):
+                dotted.insert(0, value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                owner = ".".join([aliases[value.id], *dotted])
+                if owner in modules and owner != module:
+                    found.append(f"{where}:{node.lineno} uses {owner}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_a_private_name_of_another():
+    """A name starting with ``_`` belongs to its module: no other module, nor a test, imports it
+    (``from routing.config.reader import _Reader``) or reaches for it (``reader._Reader``). What
+    two modules share is public, or lives with the one that uses it."""
+    modules = _modules()
+    names = set(modules)
+    found = []
+    for module, path in modules.items():
+        found.extend(_private_imports(path, module, names))
+    for path in sorted((REPO_ROOT / "tests").rglob("*.py")):
+        found.extend(
+            _private_imports(path, ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts), names)
+        )
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def test_the_checks_see_a_circle_of_subpackages_and_a_private_import(tmp_path):
+    """The walks themselves: two subpackages importing each other (one inside a function, one
+    under ``TYPE_CHECKING``) are a circle; a private name imported or reached for is found."""
+    graph = {
+        "pkg.config.validate": ["pkg.acceptance.envelopes"],
+        "pkg.acceptance.services": ["pkg.config.selectors"],
+        "pkg.acceptance.envelopes": [],
+        "pkg.config.selectors": [],
+        "pkg.models": [],
+        "pkg.engine.loop": ["pkg.models", "pkg.config.selectors"],
+    }
+    assert _part_circles(graph, ["pkg", "pkg.config"]) == ["pkg.acceptance ↔ pkg.config"]
+    assert _part_circles({**graph, "pkg.acceptance.services": []}, ["pkg"]) == []
+    inner = tmp_path / "inner.py"
+    inner.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.acceptance.services\n\n"
+        "def f():\n    from pkg.acceptance import envelopes\n"
+    )
+    assert [
+        name for _, name in _imports(inner, "pkg.config.inner", top_level_only=False, type_checking=True)
+    ] == [
+        "typing",
+        "typing.TYPE_CHECKING",
+        "pkg.acceptance.services",
+        "pkg.acceptance",
+        "pkg.acceptance.envelopes",
+    ]
+    user = tmp_path / "user.py"
+    user.write_text(
+        "from pkg.config.reader import MAX, _Reader\nfrom pkg.config import reader\n"
+        "import pkg.config.reader as r\n\ndef f():\n    return reader._MISSING, r._same, reader.__name__\n"
+    )
+    modules = {"pkg.config.reader", "pkg.config", "pkg"}
+    found = _private_imports(user, "pkg.user", modules)
+    assert [line.split(" ", 1)[1] for line in found] == [
+        "imports _Reader from pkg.config.reader",
+        "uses pkg.config.reader._MISSING",
+        "uses pkg.config.reader._same",
+    ]
+    assert _private_imports(user, "pkg.config.reader", modules) == []

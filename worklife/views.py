@@ -97,7 +97,7 @@ WORK_VIEW_FIELDS = (
 )
 
 
-def _work_views_query(ids: list[int]):
+def work_views_query(ids: list[int]):
     pending_queue = WorkInput.objects.filter(work=OuterRef("pk"), state="pending", kind="queue").order_by(
         "-seq"
     )
@@ -117,7 +117,7 @@ def _work_views_query(ids: list[int]):
 _ATTEMPT_VIEW_FIELDS = ("pk", "number", "binding", "capabilities", "lease_epoch", "state", "work_id")
 
 # Read on every pass that touches Work: built and compiled once per shape (CompiledOnce).
-_WORK_VIEWS = CompiledOnce(_work_views_query)
+_WORK_VIEWS = CompiledOnce(work_views_query)
 _ATTEMPTS_OF = CompiledOnce(
     lambda attempt_ids, ids: Attempt.objects.filter(
         Q(pk__in=Listed(attempt_ids)) | Q(work_id__in=Listed(ids), state__in=ACTIVE_ATTEMPT_STATES)

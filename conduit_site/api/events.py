@@ -32,12 +32,14 @@ from conduit_site.api.auth import (
 )
 from conduit_site.api.openapi import openapi_schema
 from infra.converters import MAX_ID
+from infra.times import parse_time
 from routing.acceptance import services
 from routing.acceptance.binding import Mode, binary_event, content_mode
 from routing.access.roles import ACCEPT_EVENT, VIEW_EVENT
 from routing.config.problems import GenerationNotFound
-from routing.selectors import MAX_LIST_LIMIT, EventListFilter, EventListInvalid, events_route_page, parse_time
-from routing.selectors import event_route as event_route_get
+from routing.records.filters import MAX_LIST_LIMIT, EventListFilter, EventListInvalid
+from routing.records.selectors import event_route as event_route_get
+from routing.records.selectors import events_route_page
 from routing.serializers import accepted_json, cloudevent_json, event_json, event_route_json
 from routing.setup.trace import TraceRefused, trace
 

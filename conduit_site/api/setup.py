@@ -10,6 +10,7 @@ from django.http import HttpRequest, JsonResponse
 
 from causal.clock import system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
+from infra.times import timestamp
 from routing.acceptance.envelopes import json_whole
 from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
 from routing.config.problems import ConfigInvalid
@@ -17,7 +18,6 @@ from routing.config.reader import MAX_DOCUMENT_BYTES
 from routing.config.selectors import load_configuration
 from routing.config.services import config_candidate
 from routing.models import Generation
-from routing.serializers import timestamp
 from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,

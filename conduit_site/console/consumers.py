@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from causal.models import Event
+from conduit_site.console.forms import EventFilterForm, WorkDetailForm, WorkFilterForm
 from conduit_site.console.views.common import query_string
 from conduit_site.console.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
 from conduit_site.console.views.events import DETAIL_TEMPLATE as EVENT_TEMPLATE
@@ -34,7 +35,6 @@ from conduit_site.console.views.events import (
     event_rows_context,
     page_params,
 )
-from conduit_site.console.views.forms import EventFilterForm, WorkDetailForm, WorkFilterForm
 from conduit_site.console.views.home import HOME_LIVE_PARTIAL, HOME_TEMPLATE, home_summary_context
 from conduit_site.console.views.home import clock as home_clock
 from conduit_site.console.views.work import (

@@ -59,12 +59,13 @@ class CursorWrapper(base.SQLiteCursorWrapper):
 
     def convert_query(self, query, *, param_names=None):
         if param_names is None:
-            return _qmark_style(query)
+            return qmark_style(query)
         return super().convert_query(query, param_names=param_names)
 
 
 @functools.lru_cache(maxsize=512)
-def _qmark_style(query: str) -> str:
+def qmark_style(query: str) -> str:
+    """``query`` with Django's ``%s`` placeholders written as SQLite's ``?``."""
     if "%%" not in query:
         # No escaped percent sign: every "%s" is a placeholder (what the expression finds), in
         # one pass of ``str.replace``. The expression took about a millisecond on a window's

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from causal.models import Event
+from infra.times import timestamp
 from routing.acceptance.envelopes import DEFAULT_DATACONTENTTYPE
-from routing.serializers import timestamp
 
 
 def raw_envelope(event: Event) -> dict[str, Any]:

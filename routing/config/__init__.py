@@ -12,7 +12,8 @@ bindings visible there, a child's redefinition winning (R3).
 
 One idea per module: :mod:`~routing.config.reader` (YAML with places),
 :mod:`~routing.config.validate` (the document's rules, :func:`parse_document`),
-:mod:`~routing.config.document` (the parsed document), :mod:`~routing.config.effective`
+:mod:`~routing.config.document` (the parsed document), :mod:`~routing.config.receivers` (a
+receiver's declaration), :mod:`~routing.config.effective`
 (resolution, R3), :mod:`~routing.config.selectors` (stored generations),
 :mod:`~routing.config.problems`. Import from the module that holds a name: the package imports
 none of them, so a reader of stored configuration (``events get``) does not load the validator.

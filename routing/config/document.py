@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from routing.receivers.spec import ReceiverSpec
+from routing.config.receivers import ReceiverSpec
 
 
 @dataclass(frozen=True, slots=True)

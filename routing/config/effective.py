@@ -122,7 +122,7 @@ def _binding_state(executor: str, controls: Sequence[str]) -> tuple[frozenset[st
     return capabilities, problem
 
 
-def _resolve(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
+def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
     """Resolve declared scopes root to leaf (R3). A scope whose parent is not declared is
     resolved from its nearest declared ancestor (a parsed document never has one)."""
     ordered = sorted(scopes, key=lambda s: (s.path.count("/"), s.path))
@@ -186,7 +186,7 @@ def build_configuration(
     return Configuration(
         generation_id=generation_id,
         label=label,
-        scopes=MappingProxyType(_resolve(scopes)),
+        scopes=MappingProxyType(resolve_scopes(scopes)),
         default_scope=default_scope,
     )
 

@@ -42,7 +42,7 @@ def _text_problem(value: str) -> str | None:
     return None
 
 
-class _Reader:
+class Reader:
     """Builds plain Python values from YAML nodes, recording the line of every place and
     refusing duplicate keys, non-string keys, tags outside the core schema and values JSON
     cannot hold (or that acceptance would refuse: NUL, lone surrogates)."""

@@ -1,11 +1,14 @@
 """Reads of stored configuration: a generation's effective configuration, the live generation,
-a generation by reference."""
+a generation by reference, the list of generations."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from django.db.models import Subquery
+
+from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from infra.kept import KeptPerProcess
 from infra.queries import CompiledOnce
 from routing.config.problems import GenerationNotFound
@@ -162,3 +165,38 @@ def live_scope_paths() -> list[str]:
     """The scopes of the live configuration, sorted (none before the first apply)."""
     live = live_generation()
     return sorted(load_configuration(live).scopes) if live is not None else []
+
+
+# --- the list of generations ------------------------------------------------------------------
+
+
+def live_scope_rows() -> list[str]:
+    """The scope paths of the live generation, sorted, read from its scope rows (one query; its
+    configuration is not loaded, unlike :func:`live_scope_paths`)."""
+    live = Generation.objects.filter(kind=GenerationKind.APPLIED).order_by("-number").values("pk")[:1]
+    return list(
+        Scope.objects.filter(generation_id=Subquery(live)).order_by("path").values_list("path", flat=True)
+    )
+
+
+def generations_page(
+    *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
+) -> KeysetPage:
+    """Configuration generations, applied and candidates, newest first (by id) below
+    ``before``, or oldest first above it (``oldest``). The documents themselves are not read:
+    a list never loads every document."""
+    queryset = Generation.objects.defer("document")
+    return keyset_page(queryset, key="id", cursor=before, limit=limit, descending=not oldest)
+
+
+def generations_total(*, cap: int = COUNT_CAP) -> ListTotal:
+    """How many configuration generations there are, counted up to ``cap`` (one query)."""
+    return count_capped(Generation.objects.all(), cap=cap)
+
+
+def generation_shown(*, number: int | None = None, candidate: int | None = None) -> Generation:
+    """The applied generation ``number`` or the candidate ``candidate`` (by the names people
+    read: "Generation 2", "Candidate 3"), or ``Generation.DoesNotExist``."""
+    if number is not None:
+        return Generation.objects.get(kind=GenerationKind.APPLIED, number=number)
+    return Generation.objects.get(kind=GenerationKind.CANDIDATE, pk=candidate)

@@ -8,17 +8,16 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from routing.acceptance.envelopes import kind_of
+from causal.checks import kind_of
 from routing.config.document import ParsedBinding, ParsedDocument, ParsedRoute, ParsedScope
 from routing.config.effective import (
-    _resolve,
+    resolve_scopes,
 )
 from routing.config.problems import ConfigInvalid, ConfigProblem
-from routing.config.reader import MAX_DOCUMENT_BYTES, _Reader
+from routing.config.reader import MAX_DOCUMENT_BYTES, Reader
+from routing.config.receivers import ReceiverSpec, receiver_parse
 from routing.handlers.registry import HandlerMissing, handler_class, registered_handlers
 from routing.models import Route, Scope
-from routing.receivers.kinds import receiver_parse
-from routing.receivers.spec import ReceiverSpec
 from worklife.executors import (
     CONTROLS,
     BindingInvalid,
@@ -66,7 +65,7 @@ class _Validator:
     def __init__(self, text: str) -> None:
         self.text = text
         self.problems: list[ConfigProblem] = []
-        self.reader = _Reader(self.problems)
+        self.reader = Reader(self.problems)
         self.handlers = registered_handlers()
         self.executors = registered_executors()
         self.invalid_bindings: set[tuple[str, str]] = set()
@@ -426,7 +425,7 @@ class _Validator:
     def effective(self, scopes: list[ParsedScope]) -> None:
         places = {(scope.path, route.slot): route.place for scope in scopes for route in scope.routes}
         seen: set[str] = set()
-        for effective in _resolve(scopes).values():
+        for effective in resolve_scopes(scopes).values():
             for route in effective.routes:
                 if not route.binding:
                     continue

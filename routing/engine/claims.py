@@ -123,7 +123,7 @@ def claim_window(
         window = _claimable(limit).snapshots([after], [now], [now], [owner])
         if held:
             window = [event for event in window if event.seq not in held]
-        window = _unbroken(window, owner=owner, now=now)
+        window = unbroken(window, owner=owner, now=now)
         if sorting is not None:
             # Put back for the rest of an enclosing transaction (a test's, a caller's).
             with connection.cursor() as cursor:
@@ -164,7 +164,7 @@ def _claimable(limit: int) -> SnapshotRead:
     return SnapshotRead(functools.partial(_claimable_query, limit))
 
 
-def _unbroken(window: list[EventSnapshot], *, owner: str, now: datetime) -> list[EventSnapshot]:
+def unbroken(window: list[EventSnapshot], *, owner: str, now: datetime) -> list[EventSnapshot]:
     """``window`` up to the first unrouted Event inside its span that it does not hold and that
     another loop holds or no pass has decided: one the claim passed over (held, or locked by a
     commit that is settling it or giving it back). Events decided for now (backing off,

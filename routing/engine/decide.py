@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from infra.frozen import frozen
-from routing import reasons
+from routing.engine import reasons
 from routing.engine.evaluate import Evaluation
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot

@@ -111,7 +111,7 @@ def failures_read(seqs: Iterable[int]) -> dict[int, RouteFailure]:
     wanted = {str(seq) for seq in seqs}
     if not wanted:
         return {}
-    rows = _FEW_FAILURES.rows()
+    rows = FEW_FAILURES_QUERY.rows()
     if len(rows) > FEW_FAILURES:
         rows = _FAILURES.rows(sorted(wanted))
     return {
@@ -122,7 +122,7 @@ def failures_read(seqs: Iterable[int]) -> dict[int, RouteFailure]:
 
 
 # Both read twice on every pass: built and compiled once (per number of Events) (CompiledOnce).
-_FEW_FAILURES = CompiledOnce(
+FEW_FAILURES_QUERY = CompiledOnce(
     lambda: KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", "value")[: FEW_FAILURES + 1]
 )
 _FAILURES = CompiledOnce(

@@ -110,7 +110,7 @@ class SnapshotReads:
 
     def owners(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The Work owning each (scope, key) that has an owner."""
-        return self._lookup(self._owners, pairs, _read_owners)
+        return self._lookup(self._owners, pairs, read_owners)
 
     def attempt_work(self, attempt_ids: Iterable[int]) -> dict[int, int]:
         """The Work of each attempt that exists."""
@@ -124,9 +124,9 @@ class SnapshotReads:
         """The active dependency subscriptions on ``scopes`` whose wait is active."""
         wanted = frozenset(scopes)
         if not self.remember:
-            return _read_subscriptions(wanted)
+            return read_subscriptions(wanted)
         if wanted not in self._subscriptions:
-            self._subscriptions[wanted] = _read_subscriptions(wanted)
+            self._subscriptions[wanted] = read_subscriptions(wanted)
         return list(self._subscriptions[wanted])
 
     def _lookup(self, known: dict, wanted: Iterable, read) -> dict:
@@ -141,7 +141,7 @@ class SnapshotReads:
         return {item: known[item] for item in wanted if known[item] is not None}
 
 
-def _read_owners(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+def read_owners(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
     by_scope: dict[str, list[str]] = {}
     for scope, key in pairs:
         by_scope.setdefault(scope, []).append(key)
@@ -166,7 +166,7 @@ def _read_attempt_work(attempt_ids: set[int]) -> dict[int, int]:
     return dict(Attempt.objects.filter(pk__in=Listed(attempt_ids)).values_list("pk", "work_id"))
 
 
-def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
+def read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
     if not scopes:
         return []
     return [
@@ -189,13 +189,13 @@ def _read_subscriptions(scopes: frozenset[str]) -> list[SubscriptionView]:
             wait_match,
             timeout_at,
             blocked_reason,
-        ) in _SUBSCRIPTIONS.rows(sorted(scopes))
+        ) in SUBSCRIPTIONS.rows(sorted(scopes))
     ]
 
 
 # The active subscriptions on some scopes whose wait is active, with their wait and their
 # Work's scope: read on every pass, built and compiled once per number of scopes.
-_SUBSCRIPTIONS = CompiledOnce(
+SUBSCRIPTIONS = CompiledOnce(
     lambda scopes: DependencySubscription.objects.filter(
         active=True, scope__in=Listed(scopes), wait__state=WaitState.ACTIVE
     ).values_list(
@@ -239,9 +239,9 @@ def outside_blockers(
         # read without the window's list (a range of the unrouted index instead of every
         # window entry checked against the list: about 0.4 ms a window of 500 on SQLite,
         # 1 ms on PostgreSQL, inside the commit).
-        rows = _EARLIER_UNROUTED_BEFORE.rows([min(window)])
+        rows = EARLIER_UNROUTED_BEFORE.rows([min(window)])
     else:
-        rows = _EARLIER_UNROUTED.rows([last], window)
+        rows = EARLIER_UNROUTED.rows([last], window)
     if len(rows) == BLOCKER_SCAN:
         # More earlier unrouted input than one scan reads (a long backlog behind failing
         # input): of the rest, read what shares a target with the window or is undecided.
@@ -267,7 +267,7 @@ def outside_blockers(
             if seq in published:
                 keys.setdefault(seq, []).extend((scope, key) for key in published[seq][0])
     extra_keys = {k for pairs in keys.values() for k in pairs if k not in world.owners}
-    owners = _read_owners(extra_keys) if extra_keys else {}
+    owners = read_owners(extra_keys) if extra_keys else {}
     # The Work an earlier Event's execution id names is a target of it too (its lane), read
     # for the attempts the window's own Events do not name.
     attempt_work = world.attempt_work
@@ -325,12 +325,12 @@ def _earlier_unrouted(top: list[int], window: list[int]):
 
 
 # Read on every pass: built and compiled once per shape (CompiledOnce).
-_EARLIER_UNROUTED = CompiledOnce(
+EARLIER_UNROUTED = CompiledOnce(
     lambda top, window: (
         _earlier_unrouted(top, window).order_by("seq").values_list(*_BLOCKER_FIELDS)[:BLOCKER_SCAN]
     )
 )
-_EARLIER_UNROUTED_BEFORE = CompiledOnce(
+EARLIER_UNROUTED_BEFORE = CompiledOnce(
     lambda first: _unrouted_before(first).order_by("seq").values_list(*_BLOCKER_FIELDS)[:BLOCKER_SCAN]
 )
 _EVENT_KEYS = CompiledOnce(

@@ -45,14 +45,14 @@ from infra.frozen import frozen
 from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, RouteInfo, Sample, skip
 from routing.handlers.samples import route_sample
 from routing.handlers.values import (
-    _MISSING,
-    _RE2_OPTIONS,
+    MISSING,
+    RE2_OPTIONS,
     FieldPath,
-    _bare,
-    _same,
-    _show,
-    _thaw,
+    bare,
     parse_field,
+    same,
+    show,
+    thaw,
 )
 
 MAX_KEY_LENGTH = 512  # worklife.models.CorrelationKey.key
@@ -118,42 +118,40 @@ def _predicate_check(path: FieldPath, operator: str, operand: Any) -> Check:
 
         def check(event: EventSnapshot) -> str | None:
             value = get(event)
-            if value is _MISSING:
-                return f"{field} is missing, expected {_show(operand)}"
-            return None if _same(value, operand) else f"{field} is {_show(value)}, not {_show(operand)}"
+            if value is MISSING:
+                return f"{field} is missing, expected {show(operand)}"
+            return None if same(value, operand) else f"{field} is {show(value)}, not {show(operand)}"
 
     elif operator == "in":
-        shown = "[" + ", ".join(_bare(item) for item in operand) + "]"
+        shown = "[" + ", ".join(bare(item) for item in operand) + "]"
 
         def check(event: EventSnapshot) -> str | None:
             value = get(event)
-            if value is _MISSING:
+            if value is MISSING:
                 return f"{field} is missing, expected one of {shown}"
-            if any(_same(value, item) for item in operand):
+            if any(same(value, item) for item in operand):
                 return None
-            return f"{field} is {_show(value)}, not one of {shown}"
+            return f"{field} is {show(value)}, not one of {shown}"
 
     elif operator == "exists":
         wanted = bool(operand)
 
         def check(event: EventSnapshot) -> str | None:
             value = get(event)
-            if (value is not _MISSING) == wanted:
+            if (value is not MISSING) == wanted:
                 return None
-            return (
-                f"{field} is missing" if wanted else f"{field} is present ({_show(value)}), expected absent"
-            )
+            return f"{field} is missing" if wanted else f"{field} is present ({show(value)}), expected absent"
 
     else:  # matches
-        search = re2.compile(operand, options=_RE2_OPTIONS).search
+        search = re2.compile(operand, options=RE2_OPTIONS).search
 
         def check(event: EventSnapshot) -> str | None:
             value = get(event)
-            if value is _MISSING:
+            if value is MISSING:
                 return f"{field} is missing, expected to match /{operand}/"
             if not isinstance(value, str):
-                return f"{field} is {_show(value)}, not a string matching /{operand}/"
-            return None if search(value) else f"{field} is {_show(value)}, which does not match /{operand}/"
+                return f"{field} is {show(value)}, not a string matching /{operand}/"
+            return None if search(value) else f"{field} is {show(value)}, which does not match /{operand}/"
 
     return check
 
@@ -166,7 +164,7 @@ def _pattern_problem(pattern: str) -> str | None:
     except re.error as exc:
         return f"invalid regular expression {pattern!r}: {exc}"
     try:
-        re2.compile(pattern, options=_RE2_OPTIONS)
+        re2.compile(pattern, options=RE2_OPTIONS)
     except re2.error as exc:
         why = exc.args[0] if exc.args else exc
         why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
@@ -200,7 +198,7 @@ class KeyTemplate:
                 out.append(value)
             elif kind is int or kind is float:
                 out.append(str(value))
-            elif value is _MISSING:
+            elif value is MISSING:
                 return None, f"key {self.text} needs {part.text}, which is missing"
             elif value is None:
                 return None, f"key {self.text} needs {part.text}, which is null"
@@ -209,7 +207,7 @@ class KeyTemplate:
             elif isinstance(value, str | int | float):
                 out.append(str(value))
             else:
-                return None, f"key {self.text} needs {part.text}, which is {_show(value)}, not a scalar"
+                return None, f"key {self.text} needs {part.text}, which is {show(value)}, not a scalar"
         return "".join(out), ""
 
 
@@ -217,7 +215,7 @@ def parse_key_template(text: Any) -> KeyTemplate:
     """Compile a key template like ``"pr:{data.repository}#{data.number}"``; raises
     ``ValueError`` saying what is wrong."""
     if not isinstance(text, str) or not text:
-        raise ValueError(f"expected a key template string, got {_show(text)}")
+        raise ValueError(f"expected a key template string, got {show(text)}")
     parts: list[str | FieldPath] = []
     try:
         parsed = list(string.Formatter().parse(text))
@@ -281,7 +279,7 @@ def compile_params(params: Any) -> CompiledMatch:
     problem with its place inside params (``where[1].matches``)."""
     problems: list[tuple[str, str]] = []
     if not isinstance(params, Mapping):
-        raise MatchParamsError([("", f"expected a mapping of match params, got {_show(params)}")])
+        raise MatchParamsError([("", f"expected a mapping of match params, got {show(params)}")])
     for key in params:
         if key not in _PARAM_KEYS:
             problems.append((str(key), f"unknown key {key!r} (expected one of: {', '.join(_PARAM_KEYS)})"))
@@ -294,7 +292,7 @@ def compile_params(params: Any) -> CompiledMatch:
                 problems.append(("type", "required: a glob on the Event type, like 'github.pull_request.*'"))
             continue
         if not isinstance(glob, str) or not glob:
-            problems.append((name, f"expected a non-empty glob string, got {_show(glob)}"))
+            problems.append((name, f"expected a non-empty glob string, got {show(glob)}"))
             continue
         globs.append((name, glob))
         if glob != "*":  # "*" matches every value: no check, no cost
@@ -303,7 +301,7 @@ def compile_params(params: Any) -> CompiledMatch:
     predicates: list[tuple[FieldPath, str, Any]] = []
     where = params.get("where", ())
     if not _is_list(where):
-        problems.append(("where", f"expected a list of conditions, got {_show(where)}"))
+        problems.append(("where", f"expected a list of conditions, got {show(where)}"))
         where = ()
     for index, predicate in enumerate(where):
         place = f"where[{index}]"
@@ -311,7 +309,7 @@ def compile_params(params: Any) -> CompiledMatch:
             problems.append(
                 (
                     place,
-                    f"expected a mapping like {{field: data.action, equals: opened}}, got {_show(predicate)}",
+                    f"expected a mapping like {{field: data.action, equals: opened}}, got {show(predicate)}",
                 )
             )
             continue
@@ -344,11 +342,11 @@ def compile_params(params: Any) -> CompiledMatch:
             operand = tuple(operand)
         elif operator == "exists":
             if not isinstance(operand, bool):
-                problems.append((op_place, f"expected true or false, got {_show(operand)}"))
+                problems.append((op_place, f"expected true or false, got {show(operand)}"))
                 continue
         elif operator == "matches":
             if not isinstance(operand, str):
-                problems.append((op_place, f"expected a regular expression string, got {_show(operand)}"))
+                problems.append((op_place, f"expected a regular expression string, got {show(operand)}"))
                 continue
             problem = _pattern_problem(operand)
             if problem is not None:
@@ -361,7 +359,7 @@ def compile_params(params: Any) -> CompiledMatch:
     templates: list[KeyTemplate] = []
     keys = params.get("keys", ())
     if not _is_list(keys):
-        problems.append(("keys", f"expected a list of key templates, got {_show(keys)}"))
+        problems.append(("keys", f"expected a list of key templates, got {show(keys)}"))
         keys = ()
     for index, text in enumerate(keys):
         try:
@@ -387,7 +385,7 @@ _shared_lock = Lock()
 def compiled(params: Any) -> CompiledMatch:
     """The compiled form of ``params``, shared by every route with equal params."""
     try:
-        canonical = json.dumps(_thaw(params), sort_keys=True, default=repr)
+        canonical = json.dumps(thaw(params), sort_keys=True, default=repr)
     except (TypeError, ValueError):
         return compile_params(params)
     found = _shared.get(canonical)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import re2
 
 from routing.extension import Clock, EventSnapshot, Invalid, RouteDecision, Sample, freeze
-from routing.handlers.values import _MISSING, _RE2_OPTIONS, FieldPath, _same, _thaw
+from routing.handlers.values import MISSING, RE2_OPTIONS, FieldPath, same, thaw
 
 FILLER = "sample"
 
@@ -95,7 +95,7 @@ def _examples(pattern: str) -> tuple[str, ...]:
     """The strings tried for ``pattern`` that it finds, preferred first (none: it cannot)."""
     try:
         tried = _sequence(list(sre_parser.parse(pattern)))
-        search = re2.compile(pattern, options=_RE2_OPTIONS).search
+        search = re2.compile(pattern, options=RE2_OPTIONS).search
     except (_Cannot, re2.error, RecursionError, ValueError):
         return ()
     return tuple(dict.fromkeys(text for text in tried if search(text)))
@@ -210,7 +210,7 @@ def route_sample(spec: Conditions, *, scope: str, slot: str, clock: Clock) -> Sa
     unfollowed = [why for path, conditions in fields.values() if (why := _satisfy(event, path, conditions))]
     for template in spec.keys:
         for part in template.parts:
-            if type(part) is FieldPath and _get(event, part) in (_MISSING, None, ""):
+            if type(part) is FieldPath and _get(event, part) in (MISSING, None, ""):
                 _set(event, part, FILLER)
     why = _refusal(spec, event, now)
     if why is None:
@@ -227,7 +227,7 @@ def _satisfy(event: dict[str, Any], path: FieldPath, conditions: list[tuple[str,
         _drop(event, path)
         return ""
     named = [
-        _thaw(value)
+        thaw(value)
         for operator, operand in conditions
         if operator in ("equals", "in")
         for value in (operand if operator == "in" else (operand,))
@@ -239,15 +239,15 @@ def _satisfy(event: dict[str, Any], path: FieldPath, conditions: list[tuple[str,
     elif patterns:
         candidates = [current] + [text for pattern in patterns for text in _examples(pattern)]
     else:
-        candidates = [FILLER if current is _MISSING else current]
-    value = next((v for v in candidates if all(_holds(v, *c) for c in conditions)), _MISSING)
-    if value is not _MISSING:
+        candidates = [FILLER if current is MISSING else current]
+    value = next((v for v in candidates if all(_holds(v, *c) for c in conditions)), MISSING)
+    if value is not MISSING:
         _set(event, path, value)
         return ""
     # None holds for all: the first value named, or the one it has, and the route says why.
     if named:
         _set(event, path, named[0])
-    elif current is _MISSING:
+    elif current is MISSING:
         _set(event, path, FILLER)
     unbuilt = [pattern for pattern in patterns if not _examples(pattern)]
     return "; ".join(f"no value for {path.text} matching /{p}/ could be built" for p in unbuilt)
@@ -258,12 +258,12 @@ def _holds(value: Any, operator: str, operand: Any) -> bool:
     if operator == "glob":
         return isinstance(value, str) and fnmatch.fnmatchcase(value, operand)
     if operator == "equals":
-        return value is not _MISSING and _same(value, operand)
+        return value is not MISSING and same(value, operand)
     if operator == "in":
-        return value is not _MISSING and any(_same(value, item) for item in operand)
+        return value is not MISSING and any(same(value, item) for item in operand)
     if operator == "exists":
-        return (value is not _MISSING) == operand
-    return isinstance(value, str) and re2.compile(operand, options=_RE2_OPTIONS).search(value) is not None
+        return (value is not MISSING) == operand
+    return isinstance(value, str) and re2.compile(operand, options=RE2_OPTIONS).search(value) is not None
 
 
 def _refusal(spec: Conditions, event: dict[str, Any], now) -> str | None:
@@ -294,7 +294,7 @@ def _get(event: dict[str, Any], path: FieldPath) -> Any:
     node: Any = event
     for part in (path.root, *path.parts):
         if not isinstance(node, dict) or part not in node:
-            return _MISSING
+            return MISSING
         node = node[part]
     return node
 

@@ -17,7 +17,7 @@ from routing.extension import EventSnapshot
 FIELD_ROOTS: tuple[str, ...] = ("type", "source", "subject", "scope", "id", "data")
 _SHOW_LIMIT = 80
 
-_MISSING: Any = object()
+MISSING: Any = object()
 _SEGMENT = re.compile(r"^[^.\s{}\[\]]+$")
 
 
@@ -27,13 +27,13 @@ def _re2_options() -> re2.Options:
     return options
 
 
-_RE2_OPTIONS = _re2_options()
+RE2_OPTIONS = _re2_options()
 
 
 # --- values -------------------------------------------------------------------------------
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     """A short, readable rendering of a JSON-like value for a skip reason."""
     if value is None:
         return "null"
@@ -44,33 +44,34 @@ def _show(value: Any) -> str:
     if isinstance(value, str):
         text = value if len(value) <= _SHOW_LIMIT else value[: _SHOW_LIMIT - 1] + "…"
         return f"'{text}'"
-    text = json.dumps(_thaw(value), default=str, separators=(",", ":"))
+    text = json.dumps(thaw(value), default=str, separators=(",", ":"))
     return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 1] + "…"
 
 
-def _bare(value: Any) -> str:
-    """Like :func:`_show` but strings unquoted (list items: ``[opened, synchronize]``)."""
-    return value if isinstance(value, str) else _show(value)
+def bare(value: Any) -> str:
+    """Like :func:`show` but strings unquoted (list items: ``[opened, synchronize]``)."""
+    return value if isinstance(value, str) else show(value)
 
 
-def _thaw(value: Any) -> Any:
+def thaw(value: Any) -> Any:
+    """``value`` as plain JSON-like Python: mappings as dicts with string keys, sequences as lists."""
     if isinstance(value, Mapping):
-        return {str(k): _thaw(v) for k, v in value.items()}
+        return {str(k): thaw(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
     """JSON equality: booleans are not numbers, lists equal tuples, mappings compare by items."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     a_seq = isinstance(a, list | tuple)
     b_seq = isinstance(b, list | tuple)
     if a_seq or b_seq:
-        return a_seq and b_seq and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return a_seq and b_seq and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -91,23 +92,23 @@ class FieldPath:
         for part in self.parts:
             # A snapshot's mappings are proxies: checked by exact type before the abstract class.
             if type(value) is MappingProxyType or isinstance(value, Mapping):
-                value = value.get(part, _MISSING)
-                if value is _MISSING:
-                    return _MISSING
+                value = value.get(part, MISSING)
+                if value is MISSING:
+                    return MISSING
             elif isinstance(value, list | tuple) and part.isdigit():
                 index = int(part)
                 if index >= len(value):
-                    return _MISSING
+                    return MISSING
                 value = value[index]
             else:
-                return _MISSING
+                return MISSING
         return value
 
 
 def parse_field(text: Any) -> FieldPath:
     """Compile a dotted field path; raises ``ValueError`` saying what is wrong."""
     if not isinstance(text, str) or not text:
-        raise ValueError(f"expected a field path like 'data.action', got {_show(text)}")
+        raise ValueError(f"expected a field path like 'data.action', got {show(text)}")
     root, *parts = text.split(".")
     if root not in FIELD_ROOTS:
         raise ValueError(f"field {text!r} must start with one of: {', '.join(FIELD_ROOTS)}")

@@ -6,12 +6,14 @@ never the secret itself). A delivery is checked the way its sender signs it, the
 structured-mode CloudEvent deterministically, then accepted like any other Event
 (``routing.acceptance.services``), recorded as accepted by ``receiver:<name>``.
 
-One idea per module: :mod:`~routing.receivers.spec` (a declared receiver and what every kind
-is made of), :mod:`~routing.receivers.verify` (a delivery, refusals, secrets and the constant-time
-checks), :mod:`~routing.receivers.mapping` (bodies, templates, the CloudEvent built), one module a
-kind (:mod:`~routing.receivers.github`, :mod:`~routing.receivers.slack`,
+One idea per module: the declaration itself (a receiver's name, kind, scope, secret and
+templates, checked) is the configuration's, :mod:`~routing.config.receivers`; here
+:mod:`~routing.receivers.spec` (what every kind is made of), :mod:`~routing.receivers.verify` (a
+delivery, refusals, reading secrets and the constant-time checks),
+:mod:`~routing.receivers.mapping` (bodies, templates rendered, the CloudEvent built), one module
+a kind (:mod:`~routing.receivers.github`, :mod:`~routing.receivers.slack`,
 :mod:`~routing.receivers.alertmanager`, :mod:`~routing.receivers.cloudevents`,
-:mod:`~routing.receivers.generic_hmac`), :mod:`~routing.receivers.kinds` (the kinds by name and
-the validation of a declaration), :mod:`~routing.receivers.selectors` and
-:mod:`~routing.receivers.services`. The package imports none of them.
+:mod:`~routing.receivers.generic_hmac`), :mod:`~routing.receivers.kinds` (the kinds by name),
+:mod:`~routing.receivers.selectors` and :mod:`~routing.receivers.services`. The package imports
+none of them.
 """

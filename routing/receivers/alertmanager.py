@@ -21,24 +21,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from routing.acceptance.envelopes import RFC3339
+from routing.config.receivers import DECLARED_KINDS, ReceiverSpec
 from routing.receivers.mapping import Mapped, cloudevent, invalid, json_object, templated, text_at
-from routing.receivers.spec import Kind, ReceiverSpec
-from routing.receivers.verify import Delivery, auth_settings_problems, check_authorization
+from routing.receivers.spec import Kind
+from routing.receivers.verify import Delivery, check_authorization
 
 VERSION = "4"
 STATUSES = ("firing", "resolved")
 # The group's fields each alert's data carries (those that do not change with the group's members).
 GROUP_FIELDS = ("groupKey", "groupLabels", "receiver", "externalURL")
-
-
-def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``auth`` (bearer or basic) and ``username`` (basic)."""
-    return auth_settings_problems(settings)
 
 
 def verify(
@@ -110,10 +105,8 @@ def map_delivery(spec: ReceiverSpec, delivery: Delivery) -> Mapped:
 
 
 KIND = Kind(
-    name="alertmanager",
+    declared=DECLARED_KINDS["alertmanager"],
     summary="Prometheus Alertmanager webhook (version 4): Bearer or basic auth; one Event per alert",
-    keys=("auth", "username"),
-    check=check,
     verify=verify,
     map=map_delivery,
     repeats_may_differ=True,

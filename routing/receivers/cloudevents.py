@@ -11,34 +11,15 @@ receiver's scope or a scope below it: a receiver's secret opens that part of the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from routing.acceptance.binding import Mode, binary_event, content_mode
 from routing.acceptance.envelopes import EnvelopeInvalid
+from routing.config.receivers import DECLARED_KINDS, DEFAULT_HMAC_HEADER, ReceiverSpec
 from routing.receivers.mapping import Mapped, invalid, json_body, json_object, templated
-from routing.receivers.spec import Kind, ReceiverSpec
-from routing.receivers.verify import (
-    Delivery,
-    auth_settings_problems,
-    check_authorization,
-    check_hmac,
-    hmac_settings_problems,
-)
-
-DEFAULT_HMAC_HEADER = "X-Signature"
-HMAC_KEYS = ("header", "algorithm", "encoding", "prefix")
-
-
-def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``auth`` (bearer, basic or hmac) with ``username`` (basic) or the HMAC's keys (hmac)."""
-    problems = auth_settings_problems(settings, schemes=("bearer", "basic", "hmac"))
-    if settings.get("auth") == "hmac":
-        problems.extend(hmac_settings_problems(settings, default_header=DEFAULT_HMAC_HEADER))
-    else:
-        problems.extend((key, "only used with auth: hmac") for key in HMAC_KEYS if key in settings)
-    return problems
+from routing.receivers.spec import Kind
+from routing.receivers.verify import Delivery, check_authorization, check_hmac
 
 
 def verify(
@@ -98,10 +79,8 @@ def _scoped(spec: ReceiverSpec, event: dict[str, Any]) -> dict[str, Any]:
 
 
 KIND = Kind(
-    name="cloudevents",
+    declared=DECLARED_KINDS["cloudevents"],
     summary="CloudEvents (structured, binary or batch mode): Bearer, basic auth or an HMAC header; scope defaults to the receiver's",
-    keys=("auth", "username", *HMAC_KEYS),
-    check=check,
     verify=verify,
     map=map_delivery,
 )

@@ -15,20 +15,13 @@ default); ``data`` the payload.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
+from routing.config.receivers import DECLARED_KINDS, HOOKS_PATH, ReceiverSpec
+from routing.config.receivers import DEFAULT_HMAC_HEADER as DEFAULT_HEADER
 from routing.receivers.mapping import Mapped, cloudevent, json_body, templated
-from routing.receivers.spec import HOOKS_PATH, Kind, ReceiverSpec
-from routing.receivers.verify import Delivery, check_hmac, hmac_settings_problems
-
-DEFAULT_HEADER = "X-Signature"
-
-
-def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``header``, ``algorithm``, ``encoding`` and ``prefix``."""
-    return hmac_settings_problems(settings, default_header=DEFAULT_HEADER)
+from routing.receivers.spec import Kind
+from routing.receivers.verify import Delivery, check_hmac
 
 
 def verify(
@@ -61,11 +54,8 @@ def map_delivery(spec: ReceiverSpec, delivery: Delivery) -> Mapped:
 
 
 KIND = Kind(
-    name="generic-hmac",
+    declared=DECLARED_KINDS["generic-hmac"],
     summary="any sender signing the body with an HMAC in a header (header, algorithm, encoding, prefix)",
-    keys=("header", "algorithm", "encoding", "prefix"),
-    check=check,
     verify=verify,
     map=map_delivery,
-    templates=("id", "source", "type", "subject"),
 )

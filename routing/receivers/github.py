@@ -19,8 +19,9 @@ import re
 from datetime import datetime
 from typing import Any
 
+from routing.config.receivers import DECLARED_KINDS, ReceiverSpec
 from routing.receivers.mapping import Mapped, cloudevent, dig, invalid, json_object, templated, text_at
-from routing.receivers.spec import Kind, ReceiverSpec, no_settings
+from routing.receivers.spec import Kind
 from routing.receivers.verify import Delivery, check_hmac
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
@@ -133,10 +134,8 @@ def map_delivery(spec: ReceiverSpec, delivery: Delivery) -> Mapped:
 
 
 KIND = Kind(
-    name="github",
+    declared=DECLARED_KINDS["github"],
     summary="GitHub webhooks: X-Hub-Signature-256 (HMAC-SHA256 of the body); JSON or form-encoded",
-    keys=(),
-    check=no_settings,
     verify=verify,
     map=map_delivery,
 )

@@ -11,13 +11,13 @@ A mapping is a pure function of the delivery and the receiver's declaration: the
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
+from infra.times import timestamp
 from routing.acceptance.envelopes import (
     EnvelopeInvalid,
     check_text_depth,
@@ -25,12 +25,11 @@ from routing.acceptance.envelopes import (
     max_json_depth,
     parse_json,
 )
+from routing.config.receivers import Template, parse_template
 from routing.receivers.verify import Delivery, Refusal, Refused
-from routing.serializers import timestamp
 
 JSON_MEDIA_TYPES = frozenset({"application/json", "application/cloudevents+json"})
 FORM_MEDIA_TYPE = "application/x-www-form-urlencoded"
-TEMPLATE_ROOTS: tuple[str, ...] = ("data", "headers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,60 +134,25 @@ def text_at(value: Any, *path: str) -> str:
 # --- templates ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Template:
-    """A receiver's template like ``"shop.{headers.x-shopify-topic}"``: literal text and fields
-    (``data.<key>…`` into the payload, ``headers.<name>`` of the delivery), in order."""
-
-    text: str
-    parts: tuple[str | tuple[str, ...], ...]
-
-    def render(self, *, data: Any, delivery: Delivery, key: str) -> str:
-        """The rendered text; raises :class:`Refused` naming a field that is missing or not a
-        scalar."""
-        out: list[str] = []
-        for part in self.parts:
-            if isinstance(part, str):
-                out.append(part)
-                continue
-            root, *rest = part
-            value: Any = delivery.header(rest[0]) if root == "headers" else dig(data, *rest)
-            shown = ".".join(part)
-            if isinstance(value, bool):
-                out.append("true" if value else "false")
-            elif isinstance(value, str | int | float):
-                out.append(str(value))
-            else:
-                what = "missing" if value is None else f"{kind_of(value)}, not a scalar"
-                raise invalid(f"the receiver's {key} template {self.text} needs {shown}, which is {what}")
-        return "".join(out)
-
-
-def parse_template(text: Any) -> Template:
-    """Compile a template; raises ``ValueError`` saying what is wrong."""
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"expected a template string like 'shop.{{data.kind}}', got {text!r}")
-    parts: list[str | tuple[str, ...]] = []
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError as exc:
-        raise ValueError(f"bad template {text!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
-    for literal, name, format_spec, conversion in parsed:
-        if literal:
-            parts.append(literal)
-        if name is None:
+def render_template(template: Template, *, data: Any, delivery: Delivery, key: str) -> str:
+    """``template`` rendered over ``data`` and the delivery's headers; raises :class:`Refused`
+    naming a field that is missing or not a scalar."""
+    out: list[str] = []
+    for part in template.parts:
+        if isinstance(part, str):
+            out.append(part)
             continue
-        if conversion or format_spec or not name:
-            raise ValueError(f"bad template {text!r}: write fields as {{data.key}} or {{headers.name}}")
-        root, *rest = name.split(".")
-        if root not in TEMPLATE_ROOTS or not rest or not all(rest):
-            raise ValueError(
-                f"bad template {text!r}: field {name!r} must be data.<key>[.<key>…] or headers.<name>"
-            )
-        if root == "headers" and len(rest) != 1:
-            raise ValueError(f"bad template {text!r}: field {name!r}: a header is headers.<name>")
-        parts.append((root, *(part.lower() if root == "headers" else part for part in rest)))
-    return Template(text=text, parts=tuple(parts))
+        root, *rest = part
+        value: Any = delivery.header(rest[0]) if root == "headers" else dig(data, *rest)
+        shown = ".".join(part)
+        if isinstance(value, bool):
+            out.append("true" if value else "false")
+        elif isinstance(value, str | int | float):
+            out.append(str(value))
+        else:
+            what = "missing" if value is None else f"{kind_of(value)}, not a scalar"
+            raise invalid(f"the receiver's {key} template {template.text} needs {shown}, which is {what}")
+    return "".join(out)
 
 
 def templated(
@@ -202,7 +166,7 @@ def templated(
         text = settings_.get(key)
         if text is None:
             continue
-        value = parse_template(text).render(data=event.get("data"), delivery=delivery, key=key)
+        value = render_template(parse_template(text), data=event.get("data"), delivery=delivery, key=key)
         if key == "subject" and not value:
             result.pop("subject", None)
         else:

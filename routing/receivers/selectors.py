@@ -15,9 +15,9 @@ from django.db.models import QuerySet
 from causal.models import RECEIVER_ACCEPTED, Event
 from infra.kept import KeptPerProcess
 from infra.queries import CompiledOnce
+from routing.config.receivers import ReceiverSpec, SecretRef, accepted_by
 from routing.models import Generation, GenerationKind, Receiver, ReceiverCount
-from routing.receivers.spec import ReceiverSpec, accepted_by
-from routing.receivers.verify import SIGNATURE_FAILURES, SecretRef, secret_status
+from routing.receivers.verify import SIGNATURE_FAILURES, secret_status
 
 HANDSHAKE = "handshake"
 RECEIVER_INDEX = "event_receiver_seq_idx"

@@ -25,11 +25,11 @@ from routing.acceptance.envelopes import (
     check_size,
 )
 from routing.acceptance.services import event_accept, events_accept
+from routing.config.receivers import ReceiverSpec
 from routing.models import ReceiverCount
 from routing.receivers.kinds import kind_get
 from routing.receivers.mapping import Mapped
 from routing.receivers.selectors import HANDSHAKE, receiver_find
-from routing.receivers.spec import ReceiverSpec
 from routing.receivers.verify import Delivery, Refusal, Refused, secret_read
 
 logger = logging.getLogger("conduit.receivers")

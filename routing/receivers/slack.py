@@ -17,8 +17,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from routing.config.receivers import DECLARED_KINDS, ReceiverSpec
 from routing.receivers.mapping import Mapped, cloudevent, invalid, json_object, templated, text_at
-from routing.receivers.spec import Kind, ReceiverSpec, no_settings
+from routing.receivers.spec import Kind
 from routing.receivers.verify import Delivery, Refusal, Refused, check_hmac
 
 SIGNATURE_HEADER = "X-Slack-Signature"
@@ -128,10 +129,8 @@ def _event_time(value: Any) -> datetime | None:
 
 
 KIND = Kind(
-    name="slack",
+    declared=DECLARED_KINDS["slack"],
     summary="Slack Events API: X-Slack-Signature (v0) with a 5-minute replay window; url_verification answered",
-    keys=(),
-    check=no_settings,
     verify=verify,
     map=map_delivery,
 )

@@ -1,5 +1,5 @@
-"""A delivery, why one is refused, a receiver's secret, and the constant-time checks every kind
-builds its verification from.
+"""A delivery, why one is refused, reading a receiver's secret, and the constant-time checks every
+kind builds its verification from.
 
 A delivery is verified before anything in its body is read: the signature covers the raw bytes
 as they came. Every comparison of something secret-derived goes through :func:`same`
@@ -12,26 +12,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
+from routing.config.receivers import ALGORITHMS, SecretRef
 
 # The largest secret file read (a signing secret is tens of bytes; a file much larger than this
 # is not one).
 MAX_SECRET_FILE_BYTES = 64 * 1024
-ALGORITHMS: dict[str, Any] = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha512": hashlib.sha512}
-ENCODINGS: tuple[str, ...] = ("hex", "base64")
-AUTH_SCHEMES: tuple[str, ...] = ("bearer", "basic")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HEADER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 REALM = "conduit"
 
 
@@ -98,28 +90,6 @@ class Delivery:
 
 
 # --- secrets -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SecretRef:
-    """Where a receiver's secret is: an environment variable or a file (one of them)."""
-
-    env: str = ""
-    file: str = ""
-
-    def describe(self) -> str:
-        """``env NAME`` or ``file PATH``: what the console and the CLI show (never the secret)."""
-        return f"env {self.env}" if self.env else f"file {self.file}"
-
-    def as_dict(self) -> dict[str, str]:
-        """The reference as the document declares it (``{"env": NAME}`` or ``{"file": PATH}``)."""
-        return {"env": self.env} if self.env else {"file": self.file}
-
-    @property
-    def path(self) -> Path:
-        """The secret file's path; a relative one is taken from the project directory."""
-        path = Path(self.file)
-        return path if path.is_absolute() else Path(settings.BASE_DIR) / path
 
 
 def secret_read(ref: SecretRef) -> bytes:
@@ -249,46 +219,3 @@ def check_authorization(
             field="Authorization",
             challenge=challenge,
         )
-
-
-# --- settings shared by kinds --------------------------------------------------------------------
-
-
-def hmac_settings_problems(settings_: Mapping[str, Any], *, default_header: str) -> list[tuple[str, str]]:
-    """Problems with ``header``, ``algorithm``, ``encoding`` and ``prefix`` (each optional)."""
-    problems: list[tuple[str, str]] = []
-    header = settings_.get("header", default_header)
-    if not isinstance(header, str) or not HEADER_NAME.match(header):
-        problems.append(("header", f"expected a header name like {default_header}, got {header!r}"))
-    algorithm = settings_.get("algorithm", "sha256")
-    if algorithm not in ALGORITHMS:
-        problems.append(
-            ("algorithm", f"unknown algorithm {algorithm!r} (expected one of: {', '.join(ALGORITHMS)})")
-        )
-    encoding = settings_.get("encoding", "hex")
-    if encoding not in ENCODINGS:
-        problems.append(
-            ("encoding", f"unknown encoding {encoding!r} (expected one of: {', '.join(ENCODINGS)})")
-        )
-    prefix = settings_.get("prefix", "")
-    if not isinstance(prefix, str) or not prefix.isascii():
-        problems.append(("prefix", f"expected ASCII text like 'sha256=', got {prefix!r}"))
-    return problems
-
-
-def auth_settings_problems(
-    settings_: Mapping[str, Any], *, schemes: tuple[str, ...] = AUTH_SCHEMES
-) -> list[tuple[str, str]]:
-    """Problems with ``auth`` (one of ``schemes``, default ``bearer``) and ``username`` (for
-    ``basic``, required)."""
-    problems: list[tuple[str, str]] = []
-    auth = settings_.get("auth", "bearer")
-    if auth not in schemes:
-        problems.append(("auth", f"unknown auth {auth!r} (expected one of: {', '.join(schemes)})"))
-    username = settings_.get("username")
-    if auth == "basic":
-        if not isinstance(username, str) or not username or ":" in username:
-            problems.append(("username", "auth: basic needs a username (text without ':')"))
-    elif username is not None:
-        problems.append(("username", "a username is only used with auth: basic"))
-    return problems

@@ -208,7 +208,7 @@ def impact_preview(
         for done, event in enumerate(rows_looked_at):
             if progress is not None:
                 progress(done, total)
-            payload, operator = _offered(event)
+            payload, operator = offered(event)
             if not exhaustive:
                 inputs = before.inputs(payload, operator)
                 if inputs is not None and inputs == after.inputs(payload, operator):
@@ -242,7 +242,8 @@ def impact_preview(
     )
 
 
-def _offered(event: Event) -> tuple[dict[str, Any], bool]:
+def offered(event: Event) -> tuple[dict[str, Any], bool]:
+    """The Event as it is offered again (its raw envelope without its id), and whether an operator sent it."""
     payload = raw_envelope(event)
     del payload["id"]
     return payload, event.source == MANUAL_SOURCE

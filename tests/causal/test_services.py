@@ -172,16 +172,16 @@ def test_acceptance_reads_an_attribute_where_pre_save_would_only_read_it():
     ``pre_save`` would have given."""
     from django.db import models
 
-    from causal.services import _own_pre_save
+    from causal.services import pre_save_needed
 
     class Stamped(models.DateTimeField):
         def pre_save(self, model_instance, add):
             return datetime(2026, 1, 1, tzinfo=UTC)
 
-    assert not _own_pre_save(models.DateTimeField())
-    assert not _own_pre_save(models.JSONField())
-    assert not _own_pre_save(models.CharField())
-    assert _own_pre_save(models.DateTimeField(auto_now=True))
-    assert _own_pre_save(models.DateTimeField(auto_now_add=True))
-    assert _own_pre_save(Stamped())
-    assert not [f.name for f in Event._meta.concrete_fields if _own_pre_save(f)]
+    assert not pre_save_needed(models.DateTimeField())
+    assert not pre_save_needed(models.JSONField())
+    assert not pre_save_needed(models.CharField())
+    assert pre_save_needed(models.DateTimeField(auto_now=True))
+    assert pre_save_needed(models.DateTimeField(auto_now_add=True))
+    assert pre_save_needed(Stamped())
+    assert not [f.name for f in Event._meta.concrete_fields if pre_save_needed(f)]

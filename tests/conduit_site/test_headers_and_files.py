@@ -20,7 +20,8 @@ from django.core.management.base import BaseCommand
 from django.test import Client
 from django.urls import reverse
 
-from conduit_site.management.commands.serve import Child, Supervisor, debug_for_host, is_loopback
+from conduit_site.management.commands.serve import debug_for_host, is_loopback
+from conduit_site.supervision.supervisor import Child, Supervisor
 from infra.layers import SQLiteChannelLayer
 from infra.private_files import private_directory, private_file
 from tests.causal.factories import EventFactory

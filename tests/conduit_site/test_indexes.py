@@ -13,8 +13,8 @@ from django.apps import apps
 from django.db import connection
 
 from causal.models import Event
+from infra.queries import starts_with
 from routing.receivers.selectors import last_event_query
-from routing.selectors import starts_with
 from tests.support import query_plan
 from worklife.models import Work, WorkInput
 

@@ -25,7 +25,7 @@ from worklife.models import Work
 
 
 def _orm_work_views(ids):
-    return [tuple(row.values()) for row in work_views._work_views_query(ids)]
+    return [tuple(row.values()) for row in work_views.work_views_query(ids)]
 
 
 @pytest.mark.django_db
@@ -38,7 +38,7 @@ def test_work_views_compiled_once_equal_the_orm_for_every_shape():
     AttemptFactory(work=works[2], capabilities=["inject"])
     ids = [w.pk for w in works]
     for chosen in ([ids[0]], ids[:2], ids, [ids[3], 10**9]):
-        once = CompiledOnce(work_views._work_views_query)
+        once = CompiledOnce(work_views.work_views_query)
         assert once.rows(chosen) == _orm_work_views(chosen)
         assert once.rows(chosen) == _orm_work_views(chosen)  # the same shape, compiled
     views = work_views.read_work_views(ids)
@@ -107,7 +107,9 @@ def test_failures_read_compiled_once_equals_the_orm():
     read = failures_read([11, 12, 13, 14])
     orm = dict(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", "value"))
     assert set(read) == {11}
-    assert any(shape for shape in failures_module._FEW_FAILURES._shapes.values())  # compiled, not the ORM
+    assert any(
+        shape for shape in failures_module.FEW_FAILURES_QUERY._shapes.values()
+    )  # compiled, not the ORM
     assert orm["11"] == {"count": 2, "code": "handler_failed"}
     assert read[11].count == 2
 
@@ -141,7 +143,7 @@ def test_subscriptions_compiled_once_equal_the_orm():
     DependencySubscriptionFactory(scope="ci", active=False)
     DependencySubscriptionFactory(scope="ci", wait=WaitFactory(state="woken"))
     DependencySubscriptionFactory(scope="other")
-    (found,) = world._read_subscriptions(frozenset({"ci", "nowhere"}))
+    (found,) = world.read_subscriptions(frozenset({"ci", "nowhere"}))
     assert (found.id, found.work_id, found.work_scope, found.scope, found.match) == (
         sub.pk,
         wait.work_id,
@@ -155,8 +157,8 @@ def test_subscriptions_compiled_once_equal_the_orm():
         {"type": "build.done"},
         at,
     )
-    assert world._read_subscriptions(frozenset()) == []
-    assert any(shape for shape in world._SUBSCRIPTIONS._shapes.values())
+    assert world.read_subscriptions(frozenset()) == []
+    assert any(shape for shape in world.SUBSCRIPTIONS._shapes.values())
 
 
 @pytest.mark.django_db
@@ -181,12 +183,12 @@ def test_key_owners_compiled_once_equal_the_orm():
     c = CorrelationKeyFactory(scope="beta", key="pr:1")
     CorrelationKeyFactory(scope="beta", key="pr:9")
     pairs = {("acme", "pr:1"), ("acme", "pr:2"), ("beta", "pr:1"), ("beta", "pr:3"), ("gone", "x")}
-    assert world._read_owners(pairs) == {
+    assert world.read_owners(pairs) == {
         ("acme", "pr:1"): a.work_id,
         ("acme", "pr:2"): b.work_id,
         ("beta", "pr:1"): c.work_id,
     }
-    assert world._read_owners({("beta", "pr:9"), ("acme", "pr:2")}) == {
+    assert world.read_owners({("beta", "pr:9"), ("acme", "pr:2")}) == {
         ("beta", "pr:9"): CorrelationKeyFactory._meta.model.objects.get(key="pr:9").work_id,
         ("acme", "pr:2"): b.work_id,
     }
@@ -305,10 +307,10 @@ def test_json_text_decodes_as_djangos_json_field_decodes_it(text):
     from django.db import connection
     from django.db.models import F
 
-    from infra.queries import _quicker
+    from infra.queries import quicker
 
     field = Event._meta.get_field("data")
-    quick = _quicker(field.from_db_value)
+    quick = quicker(field.from_db_value)
     assert quick is not field.from_db_value
     assert quick(text, F("data"), connection) == field.from_db_value(text, F("data"), connection)
 
@@ -334,12 +336,12 @@ def test_earlier_unrouted_before_a_consecutive_window_is_the_list_read():
     states += ["unrouted", "routed"] * 5
     seqs = [EventFactory(route_state=state).seq for state in states]
     window = seqs[10:20]
-    before = world._EARLIER_UNROUTED_BEFORE.rows([window[0]])
-    listed = world._EARLIER_UNROUTED.rows([window[-1]], window)
+    before = world.EARLIER_UNROUTED_BEFORE.rows([window[0]])
+    listed = world.EARLIER_UNROUTED.rows([window[-1]], window)
     assert before == listed
     assert [row[0] for row in before] == [seqs[i] for i in (1, 3, 6, 8)]
     gapped = [*window[:4], *window[5:]]
-    with_gap = world._EARLIER_UNROUTED.rows([gapped[-1]], gapped)
+    with_gap = world.EARLIER_UNROUTED.rows([gapped[-1]], gapped)
     assert [row[0] for row in with_gap] == [seqs[i] for i in (1, 3, 6, 8, 14)]
 
 

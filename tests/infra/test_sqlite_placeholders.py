@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 
-from infra.sqlite_backend.base import _qmark_style
+from infra.sqlite_backend.base import qmark_style
 
 STATEMENTS = [
     "SELECT 1",
@@ -24,11 +24,11 @@ STATEMENTS = [
 
 @pytest.mark.parametrize("statement", STATEMENTS)
 def test_placeholders_convert_as_djangos_sqlite_backend_converts_them(statement):
-    assert _qmark_style(statement) == FORMAT_QMARK_REGEX.sub("?", statement).replace("%%", "%")
+    assert qmark_style(statement) == FORMAT_QMARK_REGEX.sub("?", statement).replace("%%", "%")
 
 
 def test_a_window_statement_converts_every_placeholder():
     rows = ", ".join(["(%s, %s, %s)"] * 500)
-    converted = _qmark_style(f"INSERT INTO t (a, b, c) VALUES {rows}")
+    converted = qmark_style(f"INSERT INTO t (a, b, c) VALUES {rows}")
     assert converted.count("?") == 1500
     assert "%" not in converted

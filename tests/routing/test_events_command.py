@@ -371,7 +371,7 @@ def test_issue12_5_events_get_imports_only_what_it_reads():
     report = json.loads(done.stderr.strip().splitlines()[-1])
     modules = set(report["modules"])
     # The report is the command's: its module and the reads it made are there.
-    assert {"routing.management.commands.events", "routing.selectors", "causal.models"} <= modules
+    assert {"routing.management.commands.events", "routing.records.selectors", "causal.models"} <= modules
     loaded = sorted(
         name
         for name in modules

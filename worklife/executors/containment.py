@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 CGROUP_PREFIX = "conduit-"
 SWEEP_SECONDS = 30.0
-_cgroup_state: dict[str, Any] = {"broken": False, "swept": None}
+cgroup_state: dict[str, Any] = {"broken": False, "swept": None}
 _cgroup_lock = threading.Lock()
 _own_cgroups: set[str] = set()
 
@@ -69,7 +69,7 @@ def containment_mechanism() -> str:
     """How this process ends an attempt's processes: ``"cgroup"`` (one cgroup v2 per attempt
     process, ended with ``cgroup.kill``) or ``"marker"`` (the processes whose environment
     carries the attempt process's mark, its process group and their descendants)."""
-    if _cgroup_state["broken"] or not _cgroups_wanted() or cgroup_home() is None:
+    if cgroup_state["broken"] or not _cgroups_wanted() or cgroup_home() is None:
         return "marker"
     return "cgroup"
 
@@ -110,9 +110,9 @@ def _remove_own_cgroups() -> None:
 
 def _cgroups_broken(reason: str) -> None:
     with _cgroup_lock:
-        if _cgroup_state["broken"]:
+        if cgroup_state["broken"]:
             return
-        _cgroup_state["broken"] = True
+        cgroup_state["broken"] = True
     logger.warning("executors.cgroups_unusable", extra={"reason": reason})
 
 
@@ -159,9 +159,9 @@ def _sweep_dead_loops(home: str) -> None:
     starts an attempt, at most every :data:`SWEEP_SECONDS`."""
     now = time.monotonic()
     with _cgroup_lock:
-        if _cgroup_state["swept"] is not None and now - _cgroup_state["swept"] < SWEEP_SECONDS:
+        if cgroup_state["swept"] is not None and now - cgroup_state["swept"] < SWEEP_SECONDS:
             return
-        _cgroup_state["swept"] = now
+        cgroup_state["swept"] = now
     try:
         names = os.listdir(home)
     except OSError:

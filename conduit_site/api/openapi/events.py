@@ -24,9 +24,9 @@ from conduit_site.api.openapi.common import (
     ref,
     response_ref,
 )
-from routing.selectors import MAX_LIST_LIMIT, QUERY_MAX_LENGTH
+from routing.records.filters import MAX_LIST_LIMIT, QUERY_MAX_LENGTH
 
-# A time ago or a day, as routing.selectors.parse_time reads them besides ISO 8601.
+# A time ago or a day, as infra.times.parse_time reads them besides ISO 8601.
 MOMENT_WORDS: dict[str, Any] = {
     "type": "string",
     "pattern": "^(-[0-9]{1,6}[smhdw]|today|yesterday)$",
@@ -391,7 +391,7 @@ BINARY_HEADERS = (
     ("scope", "The scope path (else the token's default scope, else the configuration's).", SCOPE_PATH),
 )
 
-# A moment as the list filters read it (routing.selectors.parse_time).
+# A moment as the list filters read it (infra.times.parse_time).
 
 
 # A yes or no a filter takes, in any case.

@@ -11,7 +11,7 @@ from django import template
 
 from causal.clock import Clock, system_clock
 from conduit_site.doctor import HEARTBEAT_STALE, duration, loops_alive
-from conduit_site.supervision import RESTARTS_RECENT, restarts_recent
+from conduit_site.supervision.restarts import RESTARTS_RECENT, restarts_recent
 
 register = template.Library()
 

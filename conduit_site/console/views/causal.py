@@ -20,9 +20,9 @@ from causal.selectors import (
     root_limits_status,
     root_tree,
 )
+from conduit_site.console.forms import KeysetOrderForm
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, query_string, render_console
-from conduit_site.console.views.forms import KeysetOrderForm
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
 

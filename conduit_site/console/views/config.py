@@ -5,13 +5,12 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from conduit_site.console.forms import ConfigListForm
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, render_console
-from conduit_site.console.views.forms import ConfigListForm
 from routing.access.roles import VIEW_EVENT
-from routing.config.selectors import live_generation
+from routing.config.selectors import generation_shown, generations_page, generations_total, live_generation
 from routing.models import Generation
-from routing.selectors import generation_shown, generations_page, generations_total
 from routing.setup.impact_runs import impact_runs_recent
 
 TEMPLATE = "routing/config_list.html"

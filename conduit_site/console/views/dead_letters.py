@@ -18,10 +18,10 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from causal.clock import Clock, system_clock
+from conduit_site.console.forms import KeysetOrderForm, form_errors_text
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, render_console
 from conduit_site.console.views.controls import require_control_permission
-from conduit_site.console.views.forms import KeysetOrderForm, form_errors_text
 from conduit_site.doctor import first_line
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT

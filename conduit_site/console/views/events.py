@@ -10,26 +10,23 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from causal.models import Event, RouteState
+from conduit_site.console.forms import EventFilterForm
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, render_console
-from conduit_site.console.views.forms import EventFilterForm
 from infra.live import event_ws_path, events_ws_path
 from routing.acceptance.raw import raw_envelope
 from routing.access.roles import VIEW_EVENT
+from routing.config.receivers import receiver_of
 from routing.controls.events import reroute_copies
 from routing.controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from routing.engine.failures import failures_read
-from routing.receivers.spec import receiver_of
-from routing.selectors import (
-    EventListFilter,
+from routing.records.filters import EventListFilter, known_event_scopes, known_event_types, known_policies
+from routing.records.selectors import (
     event_chain_routes,
     event_outcome,
     event_with_route,
     events_route_page,
     events_route_total,
-    known_event_scopes,
-    known_event_types,
-    known_policies,
 )
 
 LIST_TEMPLATE = "routing/event_list.html"

@@ -8,14 +8,14 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from causal.clock import Clock, system_clock
+from conduit_site.console.charts import trend_charts, trend_table
+from conduit_site.console.selectors import console_summary
 from conduit_site.console.trends import dead_letters_count, trends
 from conduit_site.console.views.access import permission_needed
-from conduit_site.console.views.charts import trend_charts, trend_table
 from conduit_site.console.views.common import render_console
 from conduit_site.doctor import doctor
 from infra.live import HOME_WS_PATH
 from routing.access.roles import VIEW_EVENT
-from routing.selectors import console_summary
 
 # The trusted clock the trends and checks read "now" from (tests inject a fake one).
 clock: Clock = system_clock

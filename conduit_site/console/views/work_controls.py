@@ -37,8 +37,8 @@ from django.views.decorators.http import require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
 from causal.clock import Clock, system_clock
+from conduit_site.console.forms import form_errors_text
 from conduit_site.console.views.common import HTMX_VARY
-from conduit_site.console.views.forms import form_errors_text
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
 from routing.acceptance.envelopes import loads
 from routing.controls import work as controls

@@ -25,12 +25,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
+from infra.times import timestamp
 from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.controls import work as work_controls
 from routing.controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
 from routing.management.controls import CLI_ACTOR, cli_actor
-from routing.serializers import attempt_json, timestamp, work_json
+from routing.serializers import attempt_json, work_json
 from worklife.models import Work, WorkStatus
 from worklife.selectors import (
     NotRunning,

@@ -11,11 +11,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from infra.times import timestamp
 from routing.acceptance.services import live_scopes_among
 from routing.access import services
 from routing.access.roles import TOKEN_SCOPES, RoleError, token_scopes_parse
-from routing.selectors import api_tokens_list
-from routing.serializers import timestamp
+from routing.access.selectors import api_tokens_list
 
 DEFAULT_NAME = "api"
 

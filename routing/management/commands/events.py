@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE
-from routing.explain import route_why
+from infra.times import parse_time, timestamp
 from routing.management.controls import (
     CLI_ACTOR,
     cli_actor,
@@ -36,23 +36,10 @@ from routing.management.controls import (
     skip_run,
 )
 from routing.models import Disposition
-from routing.selectors import (
-    MAX_LIST_LIMIT,
-    EventListFilter,
-    EventListInvalid,
-    EventRoute,
-    event_chain_routes,
-    event_route,
-    events_route_page,
-    parse_time,
-)
-from routing.serializers import (
-    accepted_json,
-    event_json,
-    event_route_json,
-    refusals_json,
-    timestamp,
-)
+from routing.records.explain import route_why
+from routing.records.filters import MAX_LIST_LIMIT, EventListFilter, EventListInvalid
+from routing.records.selectors import EventRoute, event_chain_routes, event_route, events_route_page
+from routing.serializers import accepted_json, event_json, event_route_json, refusals_json
 
 if TYPE_CHECKING:
     from causal.services import Accepted

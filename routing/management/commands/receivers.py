@@ -17,13 +17,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from infra.times import timestamp
 from routing.config.problems import GenerationNotFound
 from routing.config.selectors import find_generation
 from routing.management.commands.trace import render
 from routing.receivers.selectors import ReceiverOverview, receivers_of, receivers_overview
 from routing.receivers.services import delivery_map
 from routing.receivers.verify import Delivery, Refused
-from routing.serializers import timestamp
 from routing.setup.trace import TraceRefused, trace
 
 

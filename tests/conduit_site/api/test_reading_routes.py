@@ -19,14 +19,8 @@ from causal.services import Envelope
 from conduit_site.api.openapi import openapi_schema
 from routing.engine.logs import redacted
 from routing.models import RouteRecord
-from routing.selectors import (
-    EventListFilter,
-    EventListInvalid,
-    event_chain_routes,
-    event_route,
-    events_route_page,
-    glob_regex,
-)
+from routing.records.filters import EventListFilter, EventListInvalid, glob_regex
+from routing.records.selectors import event_chain_routes, event_route, events_route_page
 from routing.serializers import event_json, route_json
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret

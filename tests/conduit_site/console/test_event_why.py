@@ -160,8 +160,8 @@ def test_a_route_drop_an_unmatched_and_a_no_work_event_say_so(client):
 
 
 def test_the_wording_reads_the_codes_decide_writes():
-    from routing import explain
     from routing.engine import decide
+    from routing.records import explain
 
     for name in ("START", "QUEUE", "INJECT", "INTERRUPT", "HELD", "DROP", "WAKE", "UNMATCHED"):
         assert getattr(explain.Effect, name) == getattr(decide.Effect, name)

@@ -18,9 +18,10 @@ from django.urls import reverse
 from causal.models import RouteState
 from causal.selectors import DiagnosticFilter, ListTotal, count_capped, diagnostics_total
 from conduit_site.console.views import controls as control_views
+from routing.config.selectors import generations_total
 from routing.controls import events as controls
 from routing.engine.decide import Effect
-from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
+from routing.records.selectors import UNDELIVERED_OUTCOMES
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.routing import sample_handlers
 from tests.routing.controlkit import holding_work

@@ -176,17 +176,17 @@ def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(cloc
     from django.test.utils import CaptureQueriesContext
 
     from causal.models import Event
-    from routing.engine.claims import _unbroken
+    from routing.engine.claims import unbroken
     from routing.engine.evaluate import snapshots_isolated
 
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(6)]
     snapshots = snapshots_isolated(Event.objects.filter(seq__in=[e.seq for e in events]).order_by("seq"))
     with CaptureQueriesContext(connection) as queries:
-        assert _unbroken(snapshots, owner="loop-a", now=clock()) == snapshots
+        assert unbroken(snapshots, owner="loop-a", now=clock()) == snapshots
     assert len(queries) == 0
     gapped = [s for s in snapshots if s.seq != events[2].seq]
-    assert [s.seq for s in _unbroken(gapped, owner="loop-a", now=clock())] == [e.seq for e in events[:2]]
+    assert [s.seq for s in unbroken(gapped, owner="loop-a", now=clock())] == [e.seq for e in events[:2]]
 
 
 @pytest.mark.django_db

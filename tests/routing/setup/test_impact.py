@@ -19,9 +19,9 @@ from routing.setup.impact import (
     MAX_EVENTS,
     ImpactInvalid,
     Outcome,
-    _offered,
     change_group,
     impact_preview,
+    offered,
     recent_events,
 )
 from routing.setup.trace import TraceRefused, trace, trace_candidate
@@ -228,7 +228,7 @@ def test_traces_sharing_one_snapshot_equal_traces_each_on_its_own(clock, routed,
 
     expected: dict[str, list] = {}
     for event in recent_events(DEFAULT_EVENTS):
-        payload, operator = _offered(event)
+        payload, operator = offered(event)
         live = Outcome(result=trace(payload=payload, clock=clock, operator=operator))
         try:
             changed = Outcome(
@@ -274,7 +274,7 @@ def test_shared_reads_hold_with_backlog_failures_and_undecided_input(clock, test
     expected: dict[str, list] = {}
     effects = set()
     for event in recent_events(DEFAULT_EVENTS):
-        payload, operator = _offered(event)
+        payload, operator = offered(event)
         live = Outcome(result=trace(payload=payload, clock=clock, operator=operator))
         changed = Outcome(
             result=trace_candidate(candidate=candidate, payload=payload, clock=clock, operator=operator)

@@ -237,7 +237,7 @@ def test_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monke
     leader, cgroup = dying.stdout.split()
     daemon = pid_in(pidfile)
     assert alive(int(leader)) and alive(daemon) and os.path.isdir(cgroup)
-    monkeypatch.setitem(containment._cgroup_state, "swept", None)  # as in a loop just started
+    monkeypatch.setitem(containment.cgroup_state, "swept", None)  # as in a loop just started
     execution = CommandExecutor().start(
         work_id=2, attempt_id=609, binding_settings={"argv": ["true"]}, inputs=[]
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from causal.models import Event, RouteState
-from routing import reasons
+from routing.engine import reasons
 from routing.models import Disposition, RouteRecord
 from worklife.models import WorkStatus
 

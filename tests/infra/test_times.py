@@ -1,7 +1,5 @@
-"""The Event list's reading: one parser of the moments the filters take (ISO 8601, a time ago
-like -10m, -2h or -3d, today and yesterday) and finding Events by part of what people remember
-(an id or subject by its start, text in the data by a bounded scan), alike in the console, the
-API and the CLI."""
+"""One parser of the moments the filters take (ISO 8601, a time ago like -10m, -2h or -3d, today
+and yesterday), alike in the console, the API and the CLI."""
 
 from __future__ import annotations
 
@@ -12,8 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import call_command
 
-from routing import selectors
-from routing.selectors import EventListFilter, events_route_page, parse_time
+from infra.times import parse_time
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
 
@@ -92,66 +89,3 @@ def test_the_events_list_takes_an_offset_its_database_would_not(client):
         "/api/events", {"since": "0841-10-25T20:35:18-19:38"}, headers={"Authorization": f"Bearer {secret}"}
     )
     assert response.status_code == 200, response.content
-
-
-# --- finding Events ----------------------------------------------------------------------------
-
-
-def found(**filters) -> list[int]:
-    return [item.event.seq for item in events_route_page(EventListFilter(**filters))]
-
-
-@pytest.mark.django_db
-def test_find_takes_the_start_of_an_id_or_a_subject():
-    pr42 = EventFactory(envelope_id="pr-42-opened", subject="acme/web#42")
-    pr43 = EventFactory(envelope_id="pr-43-opened", subject="acme/web#43")
-    EventFactory(envelope_id="deploy-1", subject="acme/api")
-
-    assert found(query="pr-4") == [pr43.seq, pr42.seq]
-    assert found(query="pr-42-opened") == [pr42.seq]
-    assert found(query="acme/web#4") == [pr43.seq, pr42.seq]
-    assert found(query="opened") == []  # the start, not anywhere inside
-    assert found(query=f"#{pr42.seq}") == [pr42.seq]
-
-
-@pytest.mark.django_db
-def test_data_search_finds_text_in_the_data_case_sensitively():
-    hit = EventFactory(data={"pull_request": {"title": "Fix the flaky login test", "user": "zoë"}})
-    EventFactory(data={"pull_request": {"title": "Add metrics"}})
-    quoted = EventFactory(data={"text": 'say "hi"'})
-    EventFactory(data=None)
-
-    assert found(data="flaky login") == [hit.seq]
-    assert found(data="Flaky") == []
-    assert found(data="zoë") == [hit.seq]
-    assert found(data='"hi"') == [quoted.seq]
-    assert found(data="pull_request") == [hit.seq + 1, hit.seq]  # a key too
-
-
-@pytest.mark.django_db
-def test_data_search_reads_only_the_newest_window(monkeypatch):
-    old = EventFactory(data={"n": "needle"})
-    newer = [EventFactory(data={"n": i}) for i in range(3)]
-    monkeypatch.setattr(selectors, "DATA_SEARCH_WINDOW", 3)
-
-    assert found(data="needle") == []
-    monkeypatch.setattr(selectors, "DATA_SEARCH_WINDOW", 4)
-    assert found(data="needle") == [old.seq]
-    assert newer
-
-
-@pytest.mark.django_db
-def test_the_console_the_api_and_the_cli_search_data_alike(client):
-    hit = EventFactory(data={"alert": "disk full on db-3"})
-    EventFactory(data={"alert": "cpu high"})
-
-    out = io.StringIO()
-    call_command("events", "list", "--json", "--data", "db-3", stdout=out)
-    assert [item["conduit"]["seq"] for item in json.loads(out.getvalue())["events"]] == [hit.seq]
-    _, secret = api_token_with_secret()
-    api = client.get("/api/events", {"data": "db-3"}, headers={"Authorization": f"Bearer {secret}"})
-    assert [item["conduit"]["seq"] for item in api.json()["events"]] == [hit.seq]
-    client.force_login(UserFactory())
-    page = client.get("/events/", {"data": "db-3"}).content.decode()
-    assert page.count('<tr id="event-') == 1 and f'id="event-{hit.seq}"' in page
-    assert 'name="data"' in page

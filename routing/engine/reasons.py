@@ -1,5 +1,5 @@
 """How a RouteRecord's ``reason`` begins when routing writes a sentence rather than a code: the
-routing decision writes these and the Event page's wording (``routing.explain``) reads them, one
+routing decision writes these and the Event page's wording (``routing.records.explain``) reads them, one
 definition for both. Light on purpose: reading an Event imports this, not the router."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from conduit_site.console.templatetags import console_health
 from conduit_site.doctor import check_supervision, loops_alive
-from conduit_site.supervision import restart_record, restarts_recent
+from conduit_site.supervision.restarts import restart_record, restarts_recent
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import KVFactory
 from tests.routing.factories import UserFactory

@@ -8,7 +8,8 @@ from django import forms
 
 from causal.models import RouteState
 from infra.converters import MAX_ID
-from routing.selectors import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid, parse_time
+from infra.times import parse_time
+from routing.records.filters import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid
 from worklife.models import WorkStatus
 from worklife.selectors import BACKING_OFF, PARKED, WorkFilter
 
