@@ -4,7 +4,6 @@ migrated, a bad argument)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -12,6 +11,7 @@ from django.db import Error as DatabaseError
 
 from causal.clock import system_clock
 from conduit_site.doctor import doctor
+from infra.cli import json_argument, print_json
 
 # The exit statuses (docs/operations.md).
 ALL_PASSED = 0
@@ -30,10 +30,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--json",
-            action="store_true",
-            help='Print the report as JSON ({"ok": …, "at": …, "checks": [...]}, as GET /api/doctor '
+        json_argument(
+            parser,
+            'Print the report as JSON ({"ok": …, "at": …, "checks": [...]}, as GET /api/doctor '
             "answers) on standard output.",
         )
         parser.add_argument(
@@ -55,7 +54,7 @@ class Command(BaseCommand):
                 returncode=CANNOT_RUN,
             ) from error
         if options["json"]:
-            self.stdout.write(json.dumps(report.as_dict(), ensure_ascii=False))
+            print_json(self, report.as_dict())
         else:
             for check in report.checks:
                 self.stdout.write(f"[{check.status}] {check.name}: {check.summary}")
