@@ -2,15 +2,17 @@
 
 Write every endpoint of ``/api`` with :func:`api_view`::
 
-    @api_view(["POST"], permission="routing.skip_event", errors={EventNotUnrouted: (409, "not_unrouted")})
+    @api_view(["POST"], permission="routing.skip_event", errors={controls.ControlRefused: (409, "wrong_state")})
     def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
-        body = request_json(request, allow_empty=True)
-        result = services.event_skip(seq=seq, by=request.user.get_username(), clock=system_clock)
-        return JsonResponse(skip_json(result))
+        result = controls.event_skip(seq=seq, user=request.user, clock=clock)
+        return JsonResponse(result.as_dict())
 
-then add the route to ``conduit_site/api/urls.py`` and describe it in its resource's module of
-``conduit_site/api/openapi/`` (a test walks the URLconf and fails for any route or method the
-schema lacks).
+(the skip endpoint of ``conduit_site/api/controls.py``, written out; a view that reads a body
+calls :func:`request_json`), then add the route to ``conduit_site/api/urls.py`` and describe it in
+its resource's module of ``conduit_site/api/openapi/`` (a test walks the URLconf and fails for
+any route or method the schema lacks). The receivers' webhooks (``conduit_site/api/hooks.py``,
+outside ``/api``) go through the same decorator with ``public=True``: the receiver checks the
+signature.
 
 What the decorator does, in order:
 
@@ -28,7 +30,8 @@ What the decorator does, in order:
    :func:`register_api_error`, most specific class first; ``ObjectDoesNotExist``/``Http404`` →
    404; ``PermissionDenied`` → 403. An exception with a ``details()`` method (like
    :class:`~routing.acceptance.envelopes.EnvelopeInvalid`) supplies the JSON body itself (``error``,
-   ``field``, ``message``…); others give ``{"error": code, "message": str(exc)}``.
+   ``field``, ``message``…); others give ``{"error": code, "message": str(exc)}``. A view that
+   adds to that body or answers another status raises :meth:`ApiError.answering`.
    Anything else is a bug and propagates (500).
 
 The API is CSRF-exempt: it authenticates with a header a browser never adds by itself, not

@@ -38,8 +38,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--exit-code",
             action="store_true",
-            help="Say in a script that it relies on the exit status (0 passed, 1 a check warns, 2 cannot "
-            "run). Doctor always exits so: the flag changes nothing.",
+            help="Accepted and ignored, for scripts that name the exit status they rely on: doctor exits 0 "
+            "(every check passed), 1 (a check warns) or 2 (it cannot run) with or without it.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
