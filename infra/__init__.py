@@ -1,5 +1,5 @@
 """Database and process helpers every app uses: query building, frozen records, lease
 transactions, read snapshots, model fields, wake-ups between processes, connection hygiene
 between a loop's passes, private files, migration operations, URL converters, the SQLite
-backend, the SQLite channel layer and the publishing of live updates. No app logic: nothing
-here imports an app."""
+backend, the SQLite channel layer, the publishing of live updates and the command-line toolkit
+every management command uses (``cli``). No app logic: nothing here imports an app."""

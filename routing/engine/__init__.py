@@ -25,6 +25,8 @@ One idea per module:
 - :mod:`~routing.engine.options` — how a router runs;
 - :mod:`~routing.engine.logs` — the ``route.decided`` log line, redacted;
 - :mod:`~routing.engine.loop` — the route loop's host (a router per generation, heartbeats);
+- :mod:`~routing.engine.heartbeat` — the route loop's heartbeat entry, written and read;
+- :mod:`~routing.engine.metrics` — the route loop's counters and latency histogram;
 - :mod:`~routing.engine.dispatch` — what the Work engine asks before it runs an attempt;
 - :mod:`~routing.engine.live` — live updates of open pages after a window commits.
 """
