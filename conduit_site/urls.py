@@ -1,4 +1,5 @@
-"""URL configuration: the console (sessions), the JSON API (tokens) and the admin."""
+"""URL configuration: the console (sessions), the JSON API (tokens), the receivers' webhooks
+(signatures), the API's documentation page and the admin."""
 
 from django.contrib import admin
 from django.templatetags.static import static

@@ -2,5 +2,5 @@
 transactions, read snapshots, model fields, wake-ups between processes, connection hygiene
 between a loop's passes, private files, migration operations, URL converters, the SQLite
 backend, the SQLite channel layer, the publishing of live updates and the console's websocket
-paths, and the registries of plugins named in settings. No app logic: nothing
-here imports an app."""
+paths, the registries of plugins named in settings, and the command-line toolkit every
+management command uses (``cli``). No app logic: nothing here imports an app."""

@@ -1,4 +1,5 @@
-"""Configuration (generations of scopes, bindings and routes), route records and API tokens."""
+"""Configuration (generations of scopes, bindings, routes and receivers), what receivers refused,
+route records, API tokens and impact preview runs."""
 
 from __future__ import annotations
 

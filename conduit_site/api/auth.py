@@ -2,15 +2,17 @@
 
 Write every endpoint of ``/api`` with :func:`api_view`::
 
-    @api_view(["POST"], permission="routing.skip_event", errors={EventNotUnrouted: (409, "not_unrouted")})
+    @api_view(["POST"], permission="routing.skip_event", errors={controls.ControlRefused: (409, "wrong_state")})
     def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
-        body = request_json(request, allow_empty=True)
-        result = services.event_skip(seq=seq, by=request.user.get_username(), clock=system_clock)
-        return JsonResponse(skip_json(result))
+        result = controls.event_skip(seq=seq, user=request.user, clock=clock)
+        return JsonResponse(result.as_dict())
 
-then add the route to ``conduit_site/api/urls.py`` and describe it in its resource's module of
-``conduit_site/api/openapi/`` (a test walks the URLconf and fails for any route or method the
-schema lacks).
+(the skip endpoint of ``conduit_site/api/controls.py``, written out; a view that reads a body
+calls :func:`request_json`), then add the route to ``conduit_site/api/urls.py`` and describe it in
+its resource's module of ``conduit_site/api/openapi/`` (a test walks the URLconf and fails for
+any route or method the schema lacks). The receivers' webhooks (``conduit_site/api/hooks.py``,
+outside ``/api``) go through the same decorator with ``public=True``: the receiver checks the
+signature.
 
 What the decorator does, in order:
 
@@ -28,7 +30,8 @@ What the decorator does, in order:
    :func:`register_api_error`, most specific class first; ``ObjectDoesNotExist``/``Http404`` →
    404; ``PermissionDenied`` → 403. An exception with a ``details()`` method (like
    :class:`~routing.acceptance.envelopes.EnvelopeInvalid`) supplies the JSON body itself (``error``,
-   ``field``, ``message``…); others give ``{"error": code, "message": str(exc)}``.
+   ``field``, ``message``…); others give ``{"error": code, "message": str(exc)}``. A view that
+   adds to that body or answers another status raises :meth:`ApiError.answering`.
    Anything else is a bug and propagates (500).
 
 The API is CSRF-exempt: it authenticates with a header a browser never adds by itself, not
@@ -68,17 +71,45 @@ JSON_CONTENT_TYPES = frozenset(
 
 
 class ApiError(Exception):
-    """Raise from a view to answer with a JSON error: ``{"error": code, "message": …, **extra}``."""
+    """Raise from a view to answer with a JSON error: ``{"error": code, "message": …, **extra}``,
+    with ``headers`` on the response."""
 
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.extra = extra
+        self.headers = dict(headers or {})
+        self._body: dict[str, Any] | None = None
+
+    @classmethod
+    def answering(
+        cls,
+        exc: BaseException,
+        *,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> ApiError:
+        """``exc``, a domain error, as the API answers it, its JSON body completed with
+        ``extra``: with the status and code the API's error mapping gives its class, or with
+        ``status`` and the code its own ``details()`` name."""
+        if status is None:
+            status, code = _mapped(exc, _ERRORS)
+        else:
+            code = ""
+        body = {**_error_body(exc, code), **extra}
+        error = cls(status, body["error"], body.get("message", ""), headers=headers)
+        error._body = body
+        return error
 
     def details(self) -> dict[str, Any]:
         """The JSON body of the error."""
+        if self._body is not None:
+            return dict(self._body)
         return {"error": self.code, "message": self.message, **self.extra}
 
 
@@ -156,14 +187,26 @@ def api_require(request: HttpRequest, permission: str, *, to: str) -> None:
     raise ApiError(403, "forbidden", message, permission=permission)
 
 
-def _error_response(exc: BaseException, mapping: ErrorMapping) -> JsonResponse:
-    if isinstance(exc, ApiError):
-        return JsonResponse(exc.details(), status=exc.status)
-    status, code = next(mapping[cls] for cls in type(exc).__mro__ if cls in mapping)
+def _mapped(exc: BaseException, mapping: ErrorMapping) -> tuple[int, str]:
+    """The ``(status, code)`` of the most specific class of ``exc`` in ``mapping``."""
+    return next(mapping[cls] for cls in type(exc).__mro__ if cls in mapping)
+
+
+def _error_body(exc: BaseException, code: str) -> dict[str, Any]:
     details = getattr(exc, "details", None)
     body = details() if callable(details) else {"error": code, "message": str(exc) or code}
     body.setdefault("error", code)
-    return JsonResponse(body, status=status)
+    return body
+
+
+def _error_response(exc: BaseException, mapping: ErrorMapping) -> JsonResponse:
+    if isinstance(exc, ApiError):
+        response = JsonResponse(exc.details(), status=exc.status)
+        for name, value in exc.headers.items():
+            response[name] = value
+        return response
+    status, code = _mapped(exc, mapping)
+    return JsonResponse(_error_body(exc, code), status=status)
 
 
 def api_view(
@@ -270,19 +313,25 @@ def request_body(request: HttpRequest, *, max_bytes: int | None = None) -> bytes
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "event_too_large", _too_large(int(declared), limit), field=None)
+    body = request_bytes(request, field=None)
+    if len(body) > limit:
+        raise ApiError(413, "event_too_large", _too_large(len(body), limit), field=None)
+    return body
+
+
+def request_bytes(request: HttpRequest, **extra: Any) -> bytes:
+    """The request's raw body, or 413 when it is larger than Django reads
+    (``DATA_UPLOAD_MAX_MEMORY_SIZE``); ``extra`` completes the error's JSON body."""
     try:
-        body = request.body
+        return request.body
     except RequestDataTooBig as exc:
         raise ApiError(
             413,
             "event_too_large",
             "the request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE "
             f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes)",
-            field=None,
+            **extra,
         ) from exc
-    if len(body) > limit:
-        raise ApiError(413, "event_too_large", _too_large(len(body), limit), field=None)
-    return body
 
 
 def _too_large(size: int, limit: int) -> str:

@@ -10,16 +10,12 @@ receiver's secret cannot be read here; nothing is stored with a 4xx or 5xx.
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt
 
 from causal.clock import Clock, system_clock
-from routing.acceptance.envelopes import EnvelopeInvalid, EventConflict, EventTooLarge
+from conduit_site.api.auth import ApiError, api_view, request_bytes
+from routing.acceptance.envelopes import EnvelopeInvalid
 from routing.receivers import services
 from routing.receivers.selectors import ReceiverNotFound
 from routing.receivers.verify import Delivery, Refusal, Refused
@@ -40,49 +36,22 @@ REFUSAL_STATUS = {
 }
 
 
-def _error(status: int, body: dict[str, Any], **headers: str) -> JsonResponse:
-    response = JsonResponse(body, status=status)
-    for name, value in headers.items():
-        response[name.replace("_", "-")] = value
-    return response
-
-
-@csrf_exempt
+# No token: the receiver checks the delivery's signature. The API's front door answers a method
+# other than POST (405), a body too large to read (413) and an unknown receiver (404).
+@api_view(["POST"], public=True, errors={ReceiverNotFound: (404, "not_found")})
 def receive(request: HttpRequest, name: str) -> JsonResponse:
     """Receive one delivery for receiver ``name`` (see the module's documentation)."""
-    if request.method != "POST":
-        return _error(
-            405,
-            {"error": "method_not_allowed", "message": f"{request.method} is not allowed here; use POST"},
-            Allow="POST",
-        )
-    try:
-        body = request.body
-    except RequestDataTooBig:
-        return _error(
-            413,
-            {
-                "error": "event_too_large",
-                "message": "the request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE "
-                f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes)",
-            },
-        )
-    delivery = Delivery.of(body, request.headers.items())
+    delivery = Delivery.of(request_bytes(request), request.headers.items())
     try:
         result = services.delivery_accept(name=name, delivery=delivery, clock=clock)
-    except ReceiverNotFound as exc:
-        return _error(404, {"error": "not_found", "message": str(exc)})
     except Refused as exc:
-        headers = {"WWW_Authenticate": exc.challenge} if exc.challenge else {}
-        return _error(REFUSAL_STATUS[exc.refusal], {**exc.details(), "receiver": name}, **headers)
+        headers = {"WWW-Authenticate": exc.challenge} if exc.challenge else {}
+        raise ApiError.answering(
+            exc, status=REFUSAL_STATUS[exc.refusal], headers=headers, receiver=name
+        ) from exc
     except EnvelopeInvalid as exc:
-        if isinstance(exc, EventTooLarge):
-            status = 413
-        elif isinstance(exc, EventConflict) or getattr(exc, "code", "") == "conflicting_duplicate":
-            status = 409
-        else:
-            status = 400
-        return _error(status, {**exc.details(), "receiver": name})
+        # Acceptance refused an Event: the status the API gives the same refusal.
+        raise ApiError.answering(exc, receiver=name) from exc
     if result.reply is not None:
         return JsonResponse(result.reply)
     response = JsonResponse(

@@ -375,9 +375,3 @@ def _live_scope_paths_sql(count: int) -> str:
         f"ORDER BY {quote(generation.get_field('number').column)} DESC LIMIT 1) "
         f"AND {quote(scope.get_field('path').column)} IN ({', '.join(['%s'] * count)})"
     )
-
-
-# --- api tokens -----------------------------------------------------------------------------
-
-# last_used_at is a hint for operators, not an audit log: write it at most once a minute per
-# token so that a busy client does not turn every API call into a write.

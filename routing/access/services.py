@@ -17,9 +17,8 @@ from routing.access.tokens import token_digest, token_generate, token_well_forme
 from routing.config.validate import is_scope_path
 from routing.models import ApiToken
 
-# --- acceptance -----------------------------------------------------------------------------
-
-
+# last_used_at is a hint for operators, not an audit log: write it at most once a minute per
+# token so that a busy client does not turn every API call into a write.
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 TOKEN_NAME_MAX = 100
 

@@ -1,7 +1,7 @@
 """Configuration documents: parsing and validation, and the effective configuration.
 
-A document (YAML, see the configuration format design page) declares scopes with named
-bindings and ordered routes. :func:`parse_document` validates all of it and raises
+A document (YAML, see "The configuration document" in ``docs/routing.md``) declares scopes
+with named bindings and ordered routes. :func:`parse_document` validates all of it and raises
 :class:`ConfigInvalid` listing every problem with its place in the document
 (``scopes[1].routes[0].binding: unknown binding 'triag'``); ``routing.config.services`` stores a
 valid document as a Generation.

@@ -22,7 +22,7 @@ def config_apply(*, document: str, clock: Clock, created_by: str = "") -> Genera
     """Validate a YAML configuration document and apply it as the next generation.
 
     The new applied generation (numbered one past the newest) is live for routing once this
-    returns. Raises :class:`~routing.config.ConfigInvalid` listing every problem with its
+    returns. Raises :class:`~routing.config.problems.ConfigInvalid` listing every problem with its
     place; nothing is stored then.
     """
     parsed = parse_document(document)
@@ -39,7 +39,7 @@ def config_apply(*, document: str, clock: Clock, created_by: str = "") -> Genera
 
 def config_candidate(*, document: str, clock: Clock, created_by: str = "") -> Generation:
     """Validate a YAML configuration document and store it as a candidate: never live, for
-    trace previews (R37). Raises :class:`~routing.config.ConfigInvalid`; nothing is stored
+    trace previews (R37). Raises :class:`~routing.config.problems.ConfigInvalid`; nothing is stored
     then."""
     parsed = parse_document(document)
     _check_created_by(created_by)

@@ -27,5 +27,7 @@ One idea per module:
 - :mod:`~routing.engine.loop` — the route loop's host (a router per generation, heartbeats);
 - :mod:`~routing.engine.configurations` — the configuration the work loop dispatches with,
   read for it;
+- :mod:`~routing.engine.heartbeat` — the route loop's heartbeat entry, written and read;
+- :mod:`~routing.engine.metrics` — the route loop's counters and latency histogram;
 - :mod:`~routing.engine.live` — live updates of open pages after a window commits.
 """

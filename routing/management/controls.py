@@ -9,37 +9,30 @@ user) is recorded as the actor, else ``cli``.
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from causal.models import Event
+from infra.cli import (
+    NOTHING_CHANGED,
+    as_user_argument,
+    cli_actor,
+    error_body,
+    json_argument,
+    positive_seq,
+    print_json,
+    refuse,
+)
 
 if TYPE_CHECKING:
     from routing.controls import events as controls
 
-CLI_ACTOR = "cli"
-
-
-def _positive_seq(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an Event seq (a positive integer), got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an Event seq (a positive integer), got {text!r}")
-    return value
-
 
 def _control_arguments(parser: CommandParser, what: str) -> None:
-    parser.add_argument("seq", metavar="SEQ", type=_positive_seq, help=f"The seq of the Event to {what}.")
+    parser.add_argument("seq", metavar="SEQ", type=positive_seq, help=f"The seq of the Event to {what}.")
     _actor_arguments(
         parser, json_help="Print the result (or the refusal) as a JSON object on standard output."
     )
@@ -47,15 +40,8 @@ def _control_arguments(parser: CommandParser, what: str) -> None:
 
 def _actor_arguments(parser: CommandParser, *, json_help: str) -> None:
     """``--as USER`` (the actor recorded) and ``--json``, as every Event control takes them."""
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        metavar="USER",
-        default=None,
-        help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
-        "is trusted host access: no permission is checked.",
-    )
-    parser.add_argument("--json", action="store_true", help=json_help)
+    as_user_argument(parser)
+    json_argument(parser, json_help)
 
 
 def skip_arguments(parser: CommandParser) -> None:
@@ -74,7 +60,7 @@ def replay_arguments(parser: CommandParser) -> None:
         "seqs",
         metavar="SEQ",
         nargs="+",
-        type=_positive_seq,
+        type=positive_seq,
         help="The seqs of the settled Events to replay (routed with any policy, failed or skipped). Each is "
         "accepted again as a copy, id replay/<original id>/<n>, that routes under the live configuration, "
         "with its own core.manual.replay_event control Event. More Events than one replay request takes "
@@ -98,7 +84,7 @@ def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
     except replay.ReplayInvalid as exc:
         _refuse(command, options["json"], exc.details(), f"SEQ: {exc.message}")
     if options["json"]:
-        command.stdout.write(json.dumps(batch.as_dict(), ensure_ascii=False))
+        print_json(command, batch.as_dict())
     else:
         for outcome in batch.outcomes:
             line = (
@@ -127,20 +113,6 @@ def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _run(command, options, controls.event_reroute)
 
 
-def cli_actor(username: str | None) -> str:
-    """Who a command acts as (a control's actor, an acceptance's accepted_by): ``--as USER``
-    (an existing active user) or ``cli``."""
-    if username is None:
-        return CLI_ACTOR
-    user_model = get_user_model()
-    user = user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).first()
-    if user is None:
-        raise CommandError(f"--as: no user named {username!r}")
-    if not user.is_active:
-        raise CommandError(f"--as: user {username!r} is inactive")
-    return user.get_username()
-
-
 def _run(
     command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
 ) -> None:
@@ -155,14 +127,12 @@ def _run(
         _refuse(command, as_json, refused.details(), f"SEQ: {refused.message}")
     except Event.DoesNotExist:
         message = f"no Event has seq {seq}"
-        _refuse(command, as_json, {"error": "not_found", "message": message, "seq": seq}, f"SEQ: {message}")
+        _refuse(command, as_json, {**error_body("not_found", message), "seq": seq}, f"SEQ: {message}")
     if as_json:
-        command.stdout.write(json.dumps(result.as_dict(), ensure_ascii=False))
+        print_json(command, result.as_dict())
     else:
         command.stdout.write(result.message)
 
 
 def _refuse(command: BaseCommand, as_json: bool, body: dict[str, Any], message: str) -> NoReturn:
-    if as_json:
-        command.stdout.write(json.dumps(body, ensure_ascii=False))
-    raise CommandError(f"refused, nothing was changed: {message}")
+    refuse(command, as_json=as_json, body=body, message=NOTHING_CHANGED + message)

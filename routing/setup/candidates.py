@@ -236,7 +236,7 @@ def candidate_apply(
     candidate. With ``expected_live`` (the live generation number the operator's diff was
     made against; 0 before the first apply) a newer live generation refuses the apply with
     :class:`CandidateStale`. Raises :class:`CandidateNotFound`, and
-    :class:`~routing.config.ConfigInvalid` when the document no longer validates against the
+    :class:`~routing.config.problems.ConfigInvalid` when the document no longer validates against the
     handlers and executors registered now; nothing is stored then.
     """
     with transaction.atomic():

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-from argparse import ArgumentTypeError
 from datetime import timedelta
 from typing import Any
 
@@ -17,64 +16,54 @@ from causal.limits import pin_key
 from causal.models import CausalDiagnostic, Event
 from causal.retention import MIN_RETENTION, retention_prune
 from causal.selectors import root_limits_status
+from infra.cli import Subcommand, add_subcommands, domain_errors, run_subcommand, whole_days
 
 DEFAULT_RETENTION_DAYS = 30
 ROOT_RECENT_REFUSALS = 10
 
 
-def positive_days(value: str) -> int:
-    """An argparse type: a whole number of days, at least the minimum retention."""
-    try:
-        days = int(value)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a whole number of days, got {value!r}") from None
-    if days < MIN_RETENTION.days:
-        raise ArgumentTypeError(f"must be at least {MIN_RETENTION.days} day, got {days}")
-    return days
+# An argparse type: a whole number of days, at least the minimum retention.
+positive_days = whole_days(MIN_RETENTION.days)
+
+
+PRUNE_HELP = (
+    "Delete expired token buckets and causal diagnostics older than --older-than days. "
+    "Events (ancestry, deduplication evidence) and pinned limits are always kept."
+)
+ROOT_HELP = "Show a root's limits in force, tokens used this UTC minute and recent refusals."
+
+
+def prune_arguments(parser: CommandParser) -> None:
+    """Arguments of ``causal prune``."""
+    parser.add_argument(
+        "--older-than",
+        type=positive_days,
+        default=DEFAULT_RETENTION_DAYS,
+        metavar="DAYS",
+        help=f"Retention period in whole days, at least {MIN_RETENTION.days} (default {DEFAULT_RETENTION_DAYS}).",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="Only count what would be deleted; delete nothing."
+    )
+
+
+def root_arguments(parser: CommandParser) -> None:
+    """Arguments of ``causal root``."""
+    parser.add_argument("seq", type=int, metavar="SEQ", help="The seq of the root Event.")
 
 
 class Command(BaseCommand):
     help = "Inspect and maintain the causal limits: prune expired buckets and old diagnostics, show a root."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        subparsers = parser.add_subparsers(
-            dest="subcommand", metavar="SUBCOMMAND", required=True, help="What to do."
-        )
-        prune = subparsers.add_parser(
-            "prune",
-            help="Delete expired token buckets and causal diagnostics older than --older-than days. "
-            "Events (ancestry, deduplication evidence) and pinned limits are always kept.",
-            description="Delete expired token buckets and causal diagnostics older than --older-than "
-            "days. Events (ancestry, deduplication evidence) and pinned limits are always kept.",
-        )
-        prune.add_argument(
-            "--older-than",
-            type=positive_days,
-            default=DEFAULT_RETENTION_DAYS,
-            metavar="DAYS",
-            help=f"Retention period in whole days, at least {MIN_RETENTION.days} (default {DEFAULT_RETENTION_DAYS}).",
-        )
-        prune.add_argument(
-            "--dry-run", action="store_true", help="Only count what would be deleted; delete nothing."
-        )
-        root = subparsers.add_parser(
-            "root",
-            help="Show a root's limits in force, tokens used this UTC minute and recent refusals.",
-            description="Show a root's limits in force, tokens used this UTC minute and recent refusals.",
-        )
-        root.add_argument("seq", type=int, metavar="SEQ", help="The seq of the root Event.")
+        add_subcommands(parser, SUBCOMMANDS, help="What to do.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["subcommand"] == "prune":
-            self.prune(days=options["older_than"], dry_run=options["dry_run"])
-        else:
-            self.root(seq=options["seq"])
+        run_subcommand(self, SUBCOMMANDS, options)
 
     def prune(self, *, days: int, dry_run: bool) -> None:
-        try:
+        with domain_errors(ValueError, prefix="--older-than: "):
             report = retention_prune(older_than=timedelta(days=days), clock=system_clock, dry_run=dry_run)
-        except ValueError as error:
-            raise CommandError(f"--older-than: {error}") from error
         verb = "would delete" if report.dry_run else "deleted"
         self.stdout.write(
             f"{verb} {report.buckets} token bucket(s) and {report.diagnostics} diagnostic(s) "
@@ -111,3 +100,13 @@ class Command(BaseCommand):
             for d in refusals
         )
         self.stdout.write("\n".join(lines))
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "prune": Subcommand(
+        PRUNE_HELP,
+        prune_arguments,
+        lambda command, options: command.prune(days=options["older_than"], dry_run=options["dry_run"]),
+    ),
+    "root": Subcommand(ROOT_HELP, root_arguments, lambda command, options: command.root(seq=options["seq"])),
+}

@@ -1,6 +1,5 @@
 """The console's pages: thin views that parse input, call one selector and render.
 
-One module per screen (``home``, ``events``, ``work``, ``config``, ``auth``…); shared helpers
-in ``common``. The filter forms (``conduit_site.console.forms``) and the home page's charts
-(``conduit_site.console.charts``) are the console's, beside the views.
+One module per screen or family of screens, its docstring naming them; helpers the views share
+(rendering partials, paging) in ``common``.
 """

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from conduit_site.backup import BackupError, database_backup, is_sqlite, pg_dump_command
+from infra.cli import domain_errors
 from infra.words import counted
 
 
@@ -23,10 +24,8 @@ class Command(BaseCommand):
             self.stdout.write("PostgreSQL is backed up with pg_dump; run:")
             self.stdout.write(pg_dump_command(options["path"]))
             return
-        try:
+        with domain_errors(BackupError):
             result = database_backup(path=options["path"])
-        except BackupError as exc:
-            raise CommandError(str(exc)) from exc
         self.stdout.write(
             f"backed up {counted(result.events, 'Events')} to {result.path} ({result.bytes} bytes)"
         )

@@ -4,7 +4,6 @@ migrated, a bad argument)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -12,6 +11,7 @@ from django.db import Error as DatabaseError
 
 from causal.clock import system_clock
 from conduit_site.doctor import doctor
+from infra.cli import json_argument, print_json
 
 # The exit statuses (docs/operations.md).
 ALL_PASSED = 0
@@ -30,17 +30,16 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--json",
-            action="store_true",
-            help='Print the report as JSON ({"ok": …, "at": …, "checks": [...]}, as GET /api/doctor '
+        json_argument(
+            parser,
+            'Print the report as JSON ({"ok": …, "at": …, "checks": [...]}, as GET /api/doctor '
             "answers) on standard output.",
         )
         parser.add_argument(
             "--exit-code",
             action="store_true",
-            help="Say in a script that it relies on the exit status (0 passed, 1 a check warns, 2 cannot "
-            "run). Doctor always exits so: the flag changes nothing.",
+            help="Accepted and ignored, for scripts that name the exit status they rely on: doctor exits 0 "
+            "(every check passed), 1 (a check warns) or 2 (it cannot run) with or without it.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -55,7 +54,7 @@ class Command(BaseCommand):
                 returncode=CANNOT_RUN,
             ) from error
         if options["json"]:
-            self.stdout.write(json.dumps(report.as_dict(), ensure_ascii=False))
+            print_json(self, report.as_dict())
         else:
             for check in report.checks:
                 self.stdout.write(f"[{check.status}] {check.name}: {check.summary}")

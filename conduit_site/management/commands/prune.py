@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
 from conduit_site.retention import site_prune
+from infra.cli import domain_errors
 
 
 class Command(BaseCommand):
@@ -30,8 +31,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["days"] is not None and options["days"] < 0:
             raise CommandError("--days cannot be negative")
-        try:
+        with domain_errors(ValueError):
             counts = site_prune(clock=system_clock, days=options["days"], dry_run=options["dry_run"])
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
         self.stdout.write(counts.line())

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
 from conduit_site.backup import BackupError, database_restore, is_sqlite
+from infra.cli import domain_errors
 from infra.words import counted
 
 
@@ -22,10 +23,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not is_sqlite():
             raise CommandError("restore is for SQLite; restore PostgreSQL with pg_restore")
-        try:
+        with domain_errors(BackupError):
             result = database_restore(path=options["path"], clock=system_clock)
-        except BackupError as exc:
-            raise CommandError(str(exc)) from exc
         self.stdout.write(
             f"restored {counted(result.events, 'Events')} from {options['path']} into {result.path}"
         )

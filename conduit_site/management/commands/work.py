@@ -13,24 +13,33 @@ service or selector, print, and raise ``CommandError`` for refused input.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
+from infra.cli import (
+    NOTHING_CHANGED,
+    Subcommand,
+    add_subcommands,
+    as_user_argument,
+    cli_actor,
+    error_body,
+    json_argument,
+    positive_int,
+    print_json,
+    refuse,
+    run_subcommand,
+)
 from infra.times import timestamp
 from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.controls import work as work_controls
 from routing.controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
-from routing.management.controls import CLI_ACTOR, cli_actor
 from routing.serializers import attempt_json, work_json
 from worklife.models import Work, WorkStatus
 from worklife.selectors import (
@@ -47,46 +56,13 @@ from worklife.selectors import (
 MAX_LIST_LIMIT = 200
 
 
-@dataclass(frozen=True, slots=True)
-class Subcommand:
-    """One ``work`` subcommand: its help, how it adds its arguments and how it runs."""
-
-    help: str
-    add_arguments: Callable[[CommandParser], None]
-    run: Callable[[BaseCommand, dict[str, Any]], None]
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a positive integer (a Work id)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _work_id_argument(parser: CommandParser, what: str) -> None:
     parser.add_argument("work_id", metavar="ID", type=positive_int, help=f"The id of the Work to {what}.")
 
 
-def _actor_argument(parser: CommandParser) -> None:
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        metavar="USER",
-        default=None,
-        help=f"The user recorded as the actor (an existing active user; default {CLI_ACTOR!r}). The CLI "
-        "is trusted host access: no permission is checked.",
-    )
-
-
 def _json_argument(parser: CommandParser, what: str) -> None:
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help=f"Print {what} as JSON (as the API answers) and errors as a JSON object on standard output.",
+    json_argument(
+        parser, f"Print {what} as JSON (as the API answers) and errors as a JSON object on standard output."
     )
 
 
@@ -166,8 +142,7 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
         _refuse(command, options, "invalid_input", f"--{exc}")
     page = work_page(filters, before=options["before"], limit=limit)
     if options["json"]:
-        payload = {"work": [work_json(work) for work in page], "next_before": page.next_cursor}
-        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        print_json(command, {"work": [work_json(work) for work in page], "next_before": page.next_cursor})
         return
     lines = [work_line(work) for work in page] or ["No Work matches."]
     if page.has_next:
@@ -197,7 +172,7 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
             "keys": [key.key for key in keys],
             "more_keys": keys.has_next,
         }
-        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        print_json(command, payload)
         return
     lines = [work_line(work)]
     if work.retry_binding or work.rebind_binding:
@@ -254,14 +229,14 @@ def cancel_arguments(parser: CommandParser) -> None:
     parser.add_argument(
         "--reason", metavar="TEXT", help="Why, kept with the control Event and shown in the Work's history."
     )
-    _actor_argument(parser)
+    as_user_argument(parser)
     _json_argument(parser, "the result")
 
 
 def retry_arguments(parser: CommandParser) -> None:
     """Arguments of ``work retry``."""
     _work_id_argument(parser, "retry")
-    _actor_argument(parser)
+    as_user_argument(parser)
     _json_argument(parser, "the result")
 
 
@@ -269,7 +244,7 @@ def send_arguments(parser: CommandParser) -> None:
     """Arguments of ``work send``."""
     _work_id_argument(parser, "send the input to")
     _input_arguments(parser)
-    _actor_argument(parser)
+    as_user_argument(parser)
     _json_argument(parser, "the result")
 
 
@@ -288,7 +263,7 @@ def create_arguments(parser: CommandParser) -> None:
         help="The binding the Work runs on (visible in the scope in the live configuration).",
     )
     _input_arguments(parser)
-    _actor_argument(parser)
+    as_user_argument(parser)
     _json_argument(parser, "the result")
 
 
@@ -300,7 +275,7 @@ def rebind_arguments(parser: CommandParser) -> None:
         metavar="BINDING",
         help="The binding the Work's next attempt runs on (visible in its scope in the live configuration).",
     )
-    _actor_argument(parser)
+    as_user_argument(parser)
     _json_argument(parser, "the result")
 
 
@@ -397,7 +372,7 @@ def _control(command: BaseCommand, options: dict[str, Any], call: Callable[[str]
     except Work.DoesNotExist:
         _refuse(command, options, "not_found", f"ID: no Work has id {options.get('work_id')}")
     if options["json"]:
-        command.stdout.write(json.dumps(result.as_dict(), ensure_ascii=False))
+        print_json(command, result.as_dict())
     else:
         command.stdout.write(result.message)
 
@@ -428,9 +403,12 @@ def _data(command: BaseCommand, options: dict[str, Any]) -> Any:
 def _refuse(
     command: BaseCommand, options: dict[str, Any], code: str, message: str, *, body: dict | None = None
 ) -> NoReturn:
-    if options.get("json"):
-        command.stdout.write(json.dumps(body or {"error": code, "message": message}, ensure_ascii=False))
-    raise CommandError(f"refused, nothing was changed: {message}")
+    refuse(
+        command,
+        as_json=bool(options.get("json")),
+        body=body or error_body(code, message),
+        message=NOTHING_CHANGED + message,
+    )
 
 
 # --- dispatch -------------------------------------------------------------------------------
@@ -485,12 +463,7 @@ class Command(BaseCommand):
     stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:
-        subparsers = parser.add_subparsers(
-            dest="subcommand", metavar="SUBCOMMAND", required=True, help="What to do with Work."
-        )
-        for name, subcommand in SUBCOMMANDS.items():
-            subparser = subparsers.add_parser(name, help=subcommand.help, description=subcommand.help)
-            subcommand.add_arguments(subparser)
+        add_subcommands(parser, SUBCOMMANDS, help="What to do with Work.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        SUBCOMMANDS[options["subcommand"]].run(self, options)
+        run_subcommand(self, SUBCOMMANDS, options)

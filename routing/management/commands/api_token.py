@@ -5,12 +5,12 @@ The secret is printed once, by ``create``; only its SHA-256 digest is stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from causal.clock import system_clock
+from infra.cli import Subcommand, add_subcommands, domain_errors, run_subcommand
 from infra.times import timestamp
 from routing.acceptance.services import live_scopes_among
 from routing.access import services
@@ -47,7 +47,7 @@ def create_arguments(parser: CommandParser) -> None:
 
 def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Create a token and print its secret, the only time it is shown."""
-    try:
+    with domain_errors(services.ApiTokenInvalid, RoleError):
         scopes = None if options.get("only") is None else token_scopes_parse(options["only"])
         issued = services.api_token_create_for_username(
             username=options["username"],
@@ -56,8 +56,6 @@ def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
             scopes=scopes,
             default_scope=options.get("default_scope") or "",
         )
-    except (services.ApiTokenInvalid, RoleError) as exc:
-        raise CommandError(str(exc)) from exc
     token = issued.token
     narrowed = f", narrowed to {', '.join(token.scopes)}" if token.scopes is not None else ""
     if token.default_scope:
@@ -107,17 +105,17 @@ def revoke_arguments(parser: CommandParser) -> None:
 
 def revoke_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Revoke a token: it authenticates nothing from now on."""
-    try:
+    with domain_errors(services.ApiTokenInvalid):
         token = services.api_token_revoke(prefix=options["prefix"], clock=system_clock)
-    except services.ApiTokenInvalid as exc:
-        raise CommandError(str(exc)) from exc
     command.stdout.write(f"Revoked API token {token.prefix} ({token.name!r}) of {token.user.get_username()}.")
 
 
-SUBCOMMANDS: dict[str, tuple[str, Callable[[CommandParser], None], Callable[[BaseCommand, dict], None]]] = {
-    "create": ("Create a token for USERNAME and print its secret once.", create_arguments, create_run),
-    "list": ("List tokens (active ones unless --all).", list_arguments, list_run),
-    "revoke": ("Revoke the token with PREFIX.", revoke_arguments, revoke_run),
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "create": Subcommand(
+        "Create a token for USERNAME and print its secret once.", create_arguments, create_run
+    ),
+    "list": Subcommand("List tokens (active ones unless --all).", list_arguments, list_run),
+    "revoke": Subcommand("Revoke the token with PREFIX.", revoke_arguments, revoke_run),
 }
 
 
@@ -125,11 +123,7 @@ class Command(BaseCommand):
     help = "Manage per-user API tokens for the JSON API (Authorization: Bearer <token>)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        subparsers = parser.add_subparsers(
-            dest="subcommand", metavar="SUBCOMMAND", required=True, help="create, list or revoke."
-        )
-        for name, (help_text, add_arguments, _) in SUBCOMMANDS.items():
-            add_arguments(subparsers.add_parser(name, help=help_text, description=help_text))
+        add_subcommands(parser, SUBCOMMANDS, help="create, list or revoke.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        SUBCOMMANDS[options["subcommand"]][2](self, options)
+        run_subcommand(self, SUBCOMMANDS, options)

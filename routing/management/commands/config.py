@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from infra.cli import Subcommand, add_subcommands, domain_errors, json_argument, print_json, run_subcommand
 from infra.words import counted
 from routing.config.effective import EffectiveScope, effective_scope_as_dict
 from routing.config.problems import ConfigInvalid, GenerationNotFound
@@ -18,6 +19,65 @@ from routing.config.services import config_apply, config_candidate
 from routing.config.validate import CONTROL_POLICIES, parse_document
 from routing.setup.candidates import CandidateNotFound, ConfigDiff, candidate_diff, candidate_get
 from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, ImpactReport, impact_preview
+
+
+def validate_arguments(parser: CommandParser) -> None:
+    """Arguments of ``config validate``."""
+    parser.add_argument("file", metavar="FILE", help="The YAML document, or '-' for standard input.")
+
+
+def apply_arguments(parser: CommandParser) -> None:
+    """Arguments of ``config apply``."""
+    parser.add_argument("file", metavar="FILE", help="The YAML document, or '-' for standard input.")
+    parser.add_argument(
+        "--by", default="", help="Who applies it, recorded on the generation (default: nobody named)."
+    )
+
+
+def candidate_arguments(parser: CommandParser) -> None:
+    """Arguments of ``config candidate``."""
+    parser.add_argument("file", metavar="FILE", help="The YAML document, or '-' for standard input.")
+    parser.add_argument(
+        "--by", default="", help="Who stores it, recorded on the candidate (default: nobody named)."
+    )
+
+
+def diff_arguments(parser: CommandParser) -> None:
+    """Arguments of ``config diff``."""
+    parser.add_argument("candidate", metavar="CANDIDATE", type=int, help="The candidate id.")
+    json_argument(parser, "Print JSON instead of text.")
+
+
+def preview_arguments(parser: CommandParser) -> None:
+    """Arguments of ``config preview``."""
+    parser.add_argument("candidate", metavar="CANDIDATE", type=int, help="The candidate id.")
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=DEFAULT_EVENTS,
+        help=f"How many of the latest accepted Events (default {DEFAULT_EVENTS}, at most {MAX_EVENTS}).",
+    )
+    json_argument(parser, "Print JSON instead of text.")
+
+
+def show_arguments(parser: CommandParser) -> None:
+    """Arguments of ``config show``."""
+    parser.add_argument("scope", metavar="SCOPE", help="The scope path, e.g. acme/web.")
+    parser.add_argument(
+        "--effective",
+        action="store_true",
+        help="Show the effective configuration: routes resolved root to leaf with override slots "
+        "replaced in place, and every binding visible in the scope. Without it, only what "
+        "the scope itself declares.",
+    )
+    json_argument(parser, "Print JSON instead of text.")
+    parser.add_argument(
+        "--generation",
+        metavar="N|candidate:ID",
+        default=None,
+        help="Which generation to read: an applied generation number or candidate:ID "
+        "(default: the live generation).",
+    )
 
 
 class Command(BaseCommand):
@@ -29,87 +89,24 @@ class Command(BaseCommand):
     stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-
-        validate = actions.add_parser(
-            "validate", help="Check a document and print what it declares; stores nothing."
-        )
-        validate.add_argument("file", metavar="FILE", help="The YAML document, or '-' for standard input.")
-
-        apply = actions.add_parser(
-            "apply", help="Validate a document and apply it as the next live generation; prints its number."
-        )
-        apply.add_argument("file", metavar="FILE", help="The YAML document, or '-' for standard input.")
-        apply.add_argument(
-            "--by", default="", help="Who applies it, recorded on the generation (default: nobody named)."
-        )
-
-        candidate = actions.add_parser(
-            "candidate",
-            help="Validate a document and store it as a candidate for trace previews (not applied); "
-            "prints the candidate id.",
-        )
-        candidate.add_argument("file", metavar="FILE", help="The YAML document, or '-' for standard input.")
-        candidate.add_argument(
-            "--by", default="", help="Who stores it, recorded on the candidate (default: nobody named)."
-        )
-
-        diff = actions.add_parser(
-            "diff",
-            help="Show how a candidate differs from the live generation, per scope: routes and bindings "
-            "added, removed or changed (with the fields that changed). Exits 0 either way.",
-        )
-        diff.add_argument("candidate", metavar="CANDIDATE", type=int, help="The candidate id.")
-        diff.add_argument("--json", action="store_true", help="Print JSON instead of text.")
-
-        preview = actions.add_parser(
-            "preview",
-            help="Impact preview: trace the latest Events again against the live generation and the "
-            "candidate, and list only those that would route otherwise, grouped. Writes nothing.",
-        )
-        preview.add_argument("candidate", metavar="CANDIDATE", type=int, help="The candidate id.")
-        preview.add_argument(
-            "--events",
-            type=int,
-            default=DEFAULT_EVENTS,
-            help=f"How many of the latest accepted Events (default {DEFAULT_EVENTS}, at most {MAX_EVENTS}).",
-        )
-        preview.add_argument("--json", action="store_true", help="Print JSON instead of text.")
-
-        show = actions.add_parser("show", help="Show a scope's bindings and routes in one generation.")
-        show.add_argument("scope", metavar="SCOPE", help="The scope path, e.g. acme/web.")
-        show.add_argument(
-            "--effective",
-            action="store_true",
-            help="Show the effective configuration: routes resolved root to leaf with override slots "
-            "replaced in place, and every binding visible in the scope. Without it, only what "
-            "the scope itself declares.",
-        )
-        show.add_argument("--json", action="store_true", help="Print JSON instead of text.")
-        show.add_argument(
-            "--generation",
-            metavar="N|candidate:ID",
-            default=None,
-            help="Which generation to read: an applied generation number or candidate:ID "
-            "(default: the live generation).",
-        )
+        add_subcommands(parser, SUBCOMMANDS, dest="action", metavar="ACTION")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        run_subcommand(self, SUBCOMMANDS, options, dest="action")
+
+    def _candidate(self, options: dict[str, Any]) -> None:
+        """``diff`` and ``preview``: a stored candidate against the live generation."""
+        with domain_errors(CandidateNotFound, ImpactInvalid):
+            candidate = candidate_get(options["candidate"])
+            if options["action"] == "diff":
+                self._diff(candidate_diff(candidate), as_json=options["json"])
+            else:
+                report = impact_preview(candidate=candidate, clock=system_clock, events=options["events"])
+                self._preview(report, as_json=options["json"])
+
+    def _document(self, options: dict[str, Any]) -> None:
+        """``validate``, ``apply`` and ``candidate``: a document read from FILE."""
         action = options["action"]
-        if action == "show":
-            self._show(options)
-            return
-        if action in ("diff", "preview"):
-            try:
-                candidate = candidate_get(options["candidate"])
-                if action == "diff":
-                    self._diff(candidate_diff(candidate), as_json=options["json"])
-                else:
-                    report = impact_preview(candidate=candidate, clock=system_clock, events=options["events"])
-                    self._preview(report, as_json=options["json"])
-            except (CandidateNotFound, ImpactInvalid) as exc:
-                raise CommandError(str(exc)) from None
-            return
         text = self._read(options["file"], options.get("stdin"))
         try:
             if action == "validate":
@@ -176,7 +173,7 @@ class Command(BaseCommand):
                 "effective": bool(options["effective"]),
                 **effective_scope_as_dict(scope),
             }
-            self.stdout.write(json.dumps(payload, indent=2, sort_keys=False))
+            print_json(self, payload, indent=2, ensure_ascii=True)
             return
         self.stdout.write(self._text(scope, f"{generation}", effective=options["effective"]))
 
@@ -221,7 +218,7 @@ class Command(BaseCommand):
 
     def _diff(self, diff: ConfigDiff, *, as_json: bool) -> None:
         if as_json:
-            self.stdout.write(json.dumps(diff.as_dict(), indent=2))
+            print_json(self, diff.as_dict(), indent=2, ensure_ascii=True)
             return
         live = f"generation {diff.live}" if diff.live else "nothing (no generation applied)"
         lines = [f"candidate against {live}"]
@@ -241,7 +238,7 @@ class Command(BaseCommand):
 
     def _preview(self, report: ImpactReport, *, as_json: bool) -> None:
         if as_json:
-            self.stdout.write(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+            print_json(self, report.as_dict(), indent=2)
             return
         span = f" (#{report.first_seq} to #{report.last_seq})" if report.first_seq else ""
         lines = [
@@ -270,3 +267,43 @@ def _outcome(outcome) -> str:
     if result.work_id:
         text += f" (Work {result.work_id})"
     return text
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "validate": Subcommand(
+        "Check a document and print what it declares; stores nothing.",
+        validate_arguments,
+        Command._document,
+        description="",
+    ),
+    "apply": Subcommand(
+        "Validate a document and apply it as the next live generation; prints its number.",
+        apply_arguments,
+        Command._document,
+        description="",
+    ),
+    "candidate": Subcommand(
+        "Validate a document and store it as a candidate for trace previews (not applied); prints the "
+        "candidate id.",
+        candidate_arguments,
+        Command._document,
+        description="",
+    ),
+    "diff": Subcommand(
+        "Show how a candidate differs from the live generation, per scope: routes and bindings added, "
+        "removed or changed (with the fields that changed). Exits 0 either way.",
+        diff_arguments,
+        Command._candidate,
+        description="",
+    ),
+    "preview": Subcommand(
+        "Impact preview: trace the latest Events again against the live generation and the candidate, "
+        "and list only those that would route otherwise, grouped. Writes nothing.",
+        preview_arguments,
+        Command._candidate,
+        description="",
+    ),
+    "show": Subcommand(
+        "Show a scope's bindings and routes in one generation.", show_arguments, Command._show, description=""
+    ),
+}

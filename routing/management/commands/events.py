@@ -10,11 +10,8 @@ non-zero exit) for refused input.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TextIO
@@ -24,10 +21,21 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE
+from infra.cli import (
+    CLI_ACTOR,
+    Subcommand,
+    add_subcommands,
+    as_user_argument,
+    cli_actor,
+    error_body,
+    json_argument,
+    positive_int,
+    print_json,
+    refuse,
+    run_subcommand,
+)
 from infra.times import parse_time, timestamp
 from routing.management.controls import (
-    CLI_ACTOR,
-    cli_actor,
     replay_arguments,
     replay_run,
     reroute_arguments,
@@ -46,15 +54,6 @@ if TYPE_CHECKING:
     from routing.acceptance.envelopes import Document, EnvelopeInvalid
 
 
-@dataclass(frozen=True, slots=True)
-class Subcommand:
-    """One ``events`` subcommand: its help, how it adds its arguments and how it runs."""
-
-    help: str
-    add_arguments: Callable[[CommandParser], None]
-    run: Callable[[BaseCommand, dict[str, Any]], None]
-
-
 # --- accept ---------------------------------------------------------------------------------
 
 
@@ -66,17 +65,13 @@ def accept_arguments(parser: CommandParser) -> None:
         help="A file holding one Event (a JSON object), several (a JSON array) or JSON lines "
         "(one Event per line); '-' reads standard input.",
     )
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        metavar="USER",
-        default=None,
+    as_user_argument(
+        parser,
         help=f"The username recorded as accepted_by (an existing active user; default {CLI_ACTOR!r}).",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="Print the results as JSON ({'results': [{'created': …, 'event': the CloudEvent, 'conduit': "
+    json_argument(
+        parser,
+        "Print the results as JSON ({'results': [{'created': …, 'event': the CloudEvent, 'conduit': "
         "Conduit's fields}]}, as POST /api/events answers a batch) and errors as a JSON object on "
         "standard output.",
     )
@@ -113,9 +108,7 @@ def accept_run(command: BaseCommand, options: dict[str, Any]) -> None:
                 )
             ]
     except EnvelopeInvalid as exc:
-        if as_json:
-            command.stdout.write(json.dumps(exc.details(), ensure_ascii=False))
-        raise CommandError(_describe(exc, documents)) from exc
+        refuse(command, as_json=as_json, body=exc.details(), message=_describe(exc, documents))
     _print_results(command, results, as_json=as_json)
 
 
@@ -146,8 +139,7 @@ def _describe(exc: EnvelopeInvalid, documents: list[Document] | None) -> str:
 
 def _print_results(command: BaseCommand, results: list[Accepted], *, as_json: bool) -> None:
     if as_json:
-        payload = {"results": [accepted_json(r.event, created=r.created) for r in results]}
-        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        print_json(command, {"results": [accepted_json(r.event, created=r.created) for r in results]})
         return
     for result in results:
         event = result.event
@@ -174,17 +166,6 @@ LIST_OPTIONS = {
 }
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a positive integer (a seq, a Work id)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def iso_time(text: str) -> datetime:
     """An argparse type: a moment as :func:`parse_time` reads it (ISO 8601, UTC without an
     offset; -2h; today), as the console's and the API's filters read it."""
@@ -195,10 +176,9 @@ def iso_time(text: str) -> datetime:
 
 
 def _json_argument(parser: CommandParser, what: str) -> None:
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help=f"Print {what} as JSON (each Event as GET /api/events answers it: {{'event': the CloudEvent, "
+    json_argument(
+        parser,
+        f"Print {what} as JSON (each Event as GET /api/events answers it: {{'event': the CloudEvent, "
         "'conduit': Conduit's fields, 'route': as GET /api/events/SEQ/route answers}) and errors as a "
         "JSON object on standard output.",
     )
@@ -321,7 +301,7 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
     except Event.DoesNotExist:
         _refuse(command, options, "not_found", f"SEQ: no Event has seq {options['seq']}")
     if options["json"]:
-        command.stdout.write(json.dumps(_event_route_item(item), ensure_ascii=False))
+        print_json(command, _event_route_item(item))
         return
     # A settled Event's route in the words of its Event page (an unrouted one's lines say why).
     why = [f"  why: {route_why(item.event, item.record)}"] if item.record is not None else []
@@ -335,8 +315,7 @@ def chain_run(command: BaseCommand, options: dict[str, Any]) -> None:
     except Event.DoesNotExist:
         _refuse(command, options, "not_found", f"SEQ: no Event has seq {options['seq']}")
     if options["json"]:
-        payload = {"chain": [_event_route_item(item) for item in chain]}
-        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        print_json(command, {"chain": [_event_route_item(item) for item in chain]})
         return
     command.stdout.write("\n".join(line for item in chain for line in route_text(item, depth=True)))
 
@@ -365,8 +344,9 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
         )
     page = events_route_page(filters)
     if options["json"]:
-        payload = {"events": [_event_route_item(item) for item in page], "next_after": page.next_after}
-        command.stdout.write(json.dumps(payload, ensure_ascii=False))
+        print_json(
+            command, {"events": [_event_route_item(item) for item in page], "next_after": page.next_after}
+        )
         return
     lines = [line for item in page for line in route_text(item)]
     if not lines:
@@ -426,9 +406,7 @@ def _event_route_item(item: EventRoute) -> dict[str, Any]:
 
 
 def _refuse(command: BaseCommand, options: dict[str, Any], code: str, message: str) -> NoReturn:
-    if options.get("json"):
-        command.stdout.write(json.dumps({"error": code, "message": message}, ensure_ascii=False))
-    raise CommandError(message)
+    refuse(command, as_json=bool(options.get("json")), body=error_body(code, message), message=message)
 
 
 # --- dispatch -------------------------------------------------------------------------------
@@ -485,12 +463,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        subparsers = parser.add_subparsers(
-            dest="subcommand", metavar="SUBCOMMAND", required=True, help="What to do with Events."
-        )
-        for name, subcommand in SUBCOMMANDS.items():
-            subparser = subparsers.add_parser(name, help=subcommand.help, description=subcommand.help)
-            subcommand.add_arguments(subparser)
+        add_subcommands(parser, SUBCOMMANDS, help="What to do with Events.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        SUBCOMMANDS[options["subcommand"]].run(self, options)
+        run_subcommand(self, SUBCOMMANDS, options)

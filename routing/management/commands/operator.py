@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError, transaction
 
+from infra.cli import Subcommand, add_subcommands, run_subcommand
 from routing.access.roles import Role, RoleError, role_assign_in_tx, role_parse, user_role
 
 GENERATED_PASSWORD_BYTES = 24
@@ -163,6 +164,40 @@ def read_password_file(path: str) -> str:
     return password
 
 
+CREATE_DESCRIPTION = (
+    "Create the login USERNAME with the permissions of --role unless it exists: viewer "
+    "(reads), operator (also accepts Events and uses the operator controls) or admin "
+    "(also applies configurations and manages logins; staff for the admin site). No "
+    "login is a superuser. Without --password-file a random password is generated and "
+    "printed once on stdout. An existing login keeps its role and its password unless "
+    "--role, --password-file or --reset-password is given."
+)
+
+
+def create_arguments(parser: CommandParser) -> None:
+    """Arguments of ``operator create``."""
+    parser.add_argument("username", metavar="USERNAME", help="The login name, e.g. operator.")
+    parser.add_argument(
+        "--role",
+        metavar="ROLE",
+        default=None,
+        help=f"{' | '.join(Role)}: required for a new login; given for an existing one, it "
+        "becomes the login's only role.",
+    )
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument(
+        "--password-file",
+        metavar="F",
+        help="Read the password from the first line of file F ('-' for stdin) instead of "
+        "generating one; it must pass the password validators. Set on an existing login too.",
+    )
+    how.add_argument(
+        "--reset-password",
+        action="store_true",
+        help="If the login exists, give it a new generated password (printed once on stdout).",
+    )
+
+
 class Command(BaseCommand):
     help = (
         "Manage the local operator login used for the console and the admin. "
@@ -171,42 +206,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-        create = actions.add_parser(
-            "create",
-            help="Create a login with a role unless it exists (idempotent).",
-            description=(
-                "Create the login USERNAME with the permissions of --role unless it exists: viewer "
-                "(reads), operator (also accepts Events and uses the operator controls) or admin "
-                "(also applies configurations and manages logins; staff for the admin site). No "
-                "login is a superuser. Without --password-file a random password is generated and "
-                "printed once on stdout. An existing login keeps its role and its password unless "
-                "--role, --password-file or --reset-password is given."
-            ),
-        )
-        create.add_argument("username", metavar="USERNAME", help="The login name, e.g. operator.")
-        create.add_argument(
-            "--role",
-            metavar="ROLE",
-            default=None,
-            help=f"{' | '.join(Role)}: required for a new login; given for an existing one, it "
-            "becomes the login's only role.",
-        )
-        how = create.add_mutually_exclusive_group()
-        how.add_argument(
-            "--password-file",
-            metavar="F",
-            help="Read the password from the first line of file F ('-' for stdin) instead of "
-            "generating one; it must pass the password validators. Set on an existing login too.",
-        )
-        how.add_argument(
-            "--reset-password",
-            action="store_true",
-            help="If the login exists, give it a new generated password (printed once on stdout).",
-        )
+        add_subcommands(parser, SUBCOMMANDS, dest="action", metavar="ACTION")
 
     def handle(self, *args, **options) -> None:
         # Only one action today; the subcommand keeps room for list/disable later.
+        run_subcommand(self, SUBCOMMANDS, options, dest="action")
+
+    def create(self, options: dict) -> None:
+        """Create a login unless it exists; print a generated password alone on stdout."""
         try:
             password = None
             if options["password_file"] is not None:
@@ -247,3 +254,13 @@ class Command(BaseCommand):
                 changes.append("its password was set")
             summary = "; ".join(changes) if changes else f"nothing changed ({role})"
             self.stderr.write(f"Login {name!r} exists; {summary}.", style_func=note)
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "create": Subcommand(
+        "Create a login with a role unless it exists (idempotent).",
+        create_arguments,
+        Command.create,
+        description=CREATE_DESCRIPTION,
+    ),
+}

@@ -17,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
+from infra.cli import Subcommand, add_subcommands, domain_errors, json_argument, print_json, run_subcommand
 from infra.times import timestamp
 from routing.config.problems import GenerationNotFound
 from routing.config.selectors import find_generation
@@ -35,6 +36,54 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def list_arguments(parser: CommandParser) -> None:
+    """Arguments of ``receivers list``."""
+    parser.add_argument(
+        "--base-url",
+        default="",
+        metavar="URL",
+        help="The server's address (http://127.0.0.1:8000) to print full URLs to paste into senders.",
+    )
+    json_argument(parser, "Print the receivers as JSON.")
+
+
+def test_arguments(parser: CommandParser) -> None:
+    """Arguments of ``receivers test``."""
+    parser.add_argument("name", metavar="NAME", help="The receiver's name (the last segment of /hooks/NAME).")
+    parser.add_argument(
+        "file",
+        metavar="FILE",
+        help="The delivery's body exactly as the sender sent it; '-' reads standard input.",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="A header of the delivery (repeat it): X-GitHub-Event:pull_request, the signature header…",
+    )
+    parser.add_argument(
+        "--headers",
+        metavar="FILE",
+        help="A file of the delivery's headers, one 'Name: value' a line (as a sender's delivery log shows them).",
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="Map without checking the signature (a delivery saved without it, or a secret this shell lacks).",
+    )
+    parser.add_argument(
+        "--no-trace", action="store_true", help="Print the CloudEvents only, without tracing them."
+    )
+    parser.add_argument(
+        "--generation",
+        metavar="REF",
+        default=None,
+        help="Use the receiver of generation REF ('3') or of a candidate ('candidate:12'); default: the live one.",
+    )
+    json_argument(parser, "Print the result as JSON.")
+
+
 class Command(BaseCommand):
     help = (
         "Receivers of real senders' webhooks (POST /hooks/NAME): 'list' shows each receiver of the live "
@@ -44,64 +93,10 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, help="list or test.")
-        listing = actions.add_parser(
-            "list", help="List the live configuration's receivers.", description="List the receivers."
-        )
-        listing.add_argument(
-            "--base-url",
-            default="",
-            metavar="URL",
-            help="The server's address (http://127.0.0.1:8000) to print full URLs to paste into senders.",
-        )
-        listing.add_argument("--json", action="store_true", help="Print the receivers as JSON.")
-        test = actions.add_parser(
-            "test",
-            help="Verify and map a saved delivery, and trace its Events, accepting nothing.",
-            description="Verify a saved delivery with the receiver's secret, map it to CloudEvents and "
-            "trace each through routing. Nothing is accepted, counted or written.",
-        )
-        test.add_argument(
-            "name", metavar="NAME", help="The receiver's name (the last segment of /hooks/NAME)."
-        )
-        test.add_argument(
-            "file",
-            metavar="FILE",
-            help="The delivery's body exactly as the sender sent it; '-' reads standard input.",
-        )
-        test.add_argument(
-            "--header",
-            action="append",
-            default=[],
-            metavar="NAME:VALUE",
-            help="A header of the delivery (repeat it): X-GitHub-Event:pull_request, the signature header…",
-        )
-        test.add_argument(
-            "--headers",
-            metavar="FILE",
-            help="A file of the delivery's headers, one 'Name: value' a line (as a sender's delivery log shows them).",
-        )
-        test.add_argument(
-            "--no-verify",
-            action="store_true",
-            help="Map without checking the signature (a delivery saved without it, or a secret this shell lacks).",
-        )
-        test.add_argument(
-            "--no-trace", action="store_true", help="Print the CloudEvents only, without tracing them."
-        )
-        test.add_argument(
-            "--generation",
-            metavar="REF",
-            default=None,
-            help="Use the receiver of generation REF ('3') or of a candidate ('candidate:12'); default: the live one.",
-        )
-        test.add_argument("--json", action="store_true", help="Print the result as JSON.")
+        add_subcommands(parser, SUBCOMMANDS, dest="action", metavar="ACTION", help="list or test.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["action"] == "list":
-            self._list(options)
-        else:
-            self._test(options)
+        run_subcommand(self, SUBCOMMANDS, options, dest="action")
 
     # --- list ----------------------------------------------------------------------------------
 
@@ -109,11 +104,11 @@ class Command(BaseCommand):
         number, overview = receivers_overview()
         base = options["base_url"].rstrip("/")
         if options["json"]:
-            self.stdout.write(
-                json.dumps(
-                    {"generation": number, "receivers": [_item_json(item, base) for item in overview]},
-                    indent=2,
-                )
+            print_json(
+                self,
+                {"generation": number, "receivers": [_item_json(item, base) for item in overview]},
+                indent=2,
+                ensure_ascii=True,
             )
             return
         if number is None:
@@ -148,10 +143,8 @@ class Command(BaseCommand):
     # --- test ----------------------------------------------------------------------------------
 
     def _test(self, options: dict[str, Any]) -> None:
-        try:
+        with domain_errors(GenerationNotFound):
             generation = find_generation(options["generation"])
-        except GenerationNotFound as exc:
-            raise CommandError(str(exc)) from exc
         spec = receivers_of(generation.pk, generation.digest).get(options["name"])
         if spec is None:
             raise CommandError(f"no receiver named {options['name']!r} in {generation}")
@@ -174,18 +167,18 @@ class Command(BaseCommand):
                         f"acceptance would refuse the Event: {exc.field or 'event'}: {exc.message}"
                     ) from exc
         if options["json"]:
-            self.stdout.write(
-                json.dumps(
-                    {
-                        "receiver": spec.name,
-                        "verified": not options["no_verify"],
-                        "notes": list(mapped.notes),
-                        "reply": mapped.reply,
-                        "events": list(mapped.events),
-                        "traces": [result.as_dict() for result in traces],
-                    },
-                    indent=2,
-                )
+            print_json(
+                self,
+                {
+                    "receiver": spec.name,
+                    "verified": not options["no_verify"],
+                    "notes": list(mapped.notes),
+                    "reply": mapped.reply,
+                    "events": list(mapped.events),
+                    "traces": [result.as_dict() for result in traces],
+                },
+                indent=2,
+                ensure_ascii=True,
             )
             return
         lines = [f"receiver {spec.name} ({spec.kind}, scope {spec.scope}), {generation}"]
@@ -220,10 +213,8 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"cannot read {options['headers']}: {exc.strerror}") from exc
         texts.extend(options["header"])
-        try:
+        with domain_errors(ValueError):
             pairs = [parse_header(text) for text in texts]
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
         if not any(name.lower() == "content-type" for name, _ in pairs):
             pairs.insert(0, ("Content-Type", "application/json"))
         return pairs
@@ -257,3 +248,20 @@ def _item_json(item: ReceiverOverview, base: str) -> dict[str, Any]:
             else None
         ),
     }
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "list": Subcommand(
+        "List the live configuration's receivers.",
+        list_arguments,
+        Command._list,
+        description="List the receivers.",
+    ),
+    "test": Subcommand(
+        "Verify and map a saved delivery, and trace its Events, accepting nothing.",
+        test_arguments,
+        Command._test,
+        description="Verify a saved delivery with the receiver's secret, map it to CloudEvents and "
+        "trace each through routing. Nothing is accepted, counted or written.",
+    ),
+}

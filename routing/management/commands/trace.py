@@ -9,6 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
+from infra.cli import json_argument, print_json
 from routing.acceptance.envelopes import EnvelopeInvalid, loads
 from routing.config.problems import GenerationNotFound
 from routing.setup.trace import TraceRefused, TraceResult, route_filter, samples, trace
@@ -49,7 +50,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--samples", metavar="SCOPE", help="List the sample Events the scope's routes offer."
         )
-        parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
+        json_argument(parser, "Print the result as JSON.")
 
     def handle(self, *args, **options):
         try:
@@ -73,7 +74,7 @@ class Command(BaseCommand):
         except GenerationNotFound as exc:
             raise CommandError(str(exc)) from exc
         if options["json"]:
-            self.stdout.write(json.dumps(result.as_dict(), indent=2))
+            print_json(self, result.as_dict(), indent=2, ensure_ascii=True)
         else:
             self.stdout.write(render(result))
 
@@ -96,11 +97,11 @@ class Command(BaseCommand):
     def _samples(self, options) -> None:
         found = samples(scope=options["samples"], clock=system_clock, generation=options["generation"])
         if options["json"]:
-            self.stdout.write(
-                json.dumps(
-                    [{"route": r, "name": s.name, "event": s.event, "note": s.note} for r, s in found],
-                    indent=2,
-                )
+            print_json(
+                self,
+                [{"route": r, "name": s.name, "event": s.event, "note": s.note} for r, s in found],
+                indent=2,
+                ensure_ascii=True,
             )
             return
         if not found:
