@@ -34,7 +34,15 @@ from routing.config.selectors import live_generation
 
 # Light: the failures module, not the router (reading routes loads neither it nor the decision).
 from routing.engine.failures import RouteFailure, failures_read
-from routing.models import ApiToken, Disposition, Generation, GenerationKind, RouteRecord, Scope
+from routing.models import (
+    CONTROL_POLICY,
+    ApiToken,
+    Disposition,
+    Generation,
+    GenerationKind,
+    RouteRecord,
+    Scope,
+)
 from worklife.selectors import work_counts
 
 # --- console --------------------------------------------------------------------------------
@@ -191,8 +199,7 @@ QUERY_MAX_LENGTH = 512
 
 def known_policies() -> tuple[str, ...]:
     """The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list."""
-    # The controls (and the router they import) only for the pages that offer the list.
-    from routing.controls.common import CONTROL_POLICY
+    # The router's effects only for the pages that offer the list.
     from routing.engine.decide import Effect
 
     return (

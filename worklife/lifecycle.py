@@ -284,7 +284,7 @@ def work_create_successor(
         return Created(work, event)
 
 
-# --- operator Work (the controls in routing.controls.work) ----------------------------------------
+# --- operator Work (the controls in controls.work) ----------------------------------------
 
 
 def work_open_in_tx(*, scope: str, binding: str, created_by: str, now: datetime) -> Work:

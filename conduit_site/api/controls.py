@@ -19,10 +19,10 @@ from django.http import HttpRequest, JsonResponse
 from causal.clock import Clock, system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
 from conduit_site.doctor import doctor
+from controls import events as controls
+from controls import replay
 from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
-from routing.controls import events as controls
-from routing.controls import replay
 
 # The trusted clock the endpoints use (tests inject a fake one).
 clock: Clock = system_clock

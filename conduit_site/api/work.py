@@ -28,13 +28,13 @@ from conduit_site.api.auth import (
     query_whole,
     request_json,
 )
+from controls import bulk
+from controls import work as controls
+from controls.bulk import bulk_action, work_bulk_ids
+from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from infra.converters import MAX_ID
 from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
-from routing.controls import bulk
-from routing.controls import work as controls
-from routing.controls.bulk import bulk_action, work_bulk_ids
-from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from routing.serializers import attempt_json, work_json
 from worklife.models import Work
 from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page

@@ -22,7 +22,7 @@ from causal.models import KV
 from conduit_site import doctor
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import doctor as doctor_views
-from routing.controls import events as controls
+from controls import events as controls
 from routing.engine.dispatch import RoutingDispatcher
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
 from routing.engine.loop import RouteLoop

@@ -36,8 +36,8 @@ from causal.models import Event
 from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.events import DETAIL_PARTIALS, event_detail_context
 from conduit_site.console.views.events import DETAIL_TEMPLATE as EVENT_PAGE
-from routing.controls import events as controls
-from routing.controls import replay
+from controls import events as controls
+from controls import replay
 from routing.models import RouteRecord
 
 CONFIRM_TEMPLATE = "routing/event_control.html"

@@ -4,7 +4,7 @@
 filtered by scope, route, code (the record's reason) and disposition, 50 a page by Event seq.
 Each shows its error (first line; the whole text on expand), attempts and Work, and whether
 it was rerouted already. ``POST dead-letters/reroute/`` reroutes the selected Events, each
-with its own control Event in its own transaction (``routing.controls.events.events_reroute``), and
+with its own control Event in its own transaction (``controls.events.events_reroute``), and
 shows what happened to each one above the list. Rerouting needs ``routing.reroute_event``.
 """
 
@@ -23,9 +23,9 @@ from conduit_site.console.views.common import list_paging_urls, render_console
 from conduit_site.console.views.controls import require_control_permission
 from conduit_site.console.views.forms import KeysetOrderForm, form_errors_text
 from conduit_site.doctor import first_line
+from controls import events as controls
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
-from routing.controls import events as controls
 from routing.errors import RouteErrorCode
 
 TEMPLATE = "routing/dead_letters.html"

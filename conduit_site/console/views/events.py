@@ -13,11 +13,11 @@ from causal.models import Event, RouteState
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, render_console
 from conduit_site.console.views.forms import EventFilterForm
+from controls.events import reroute_copies
+from controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from infra.live import event_ws_path, events_ws_path
 from routing.acceptance.raw import raw_envelope
 from routing.access.roles import VIEW_EVENT
-from routing.controls.events import reroute_copies
-from routing.controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from routing.engine.failures import failures_read
 from routing.receivers.spec import receiver_of
 from routing.selectors import (

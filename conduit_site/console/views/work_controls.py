@@ -40,15 +40,15 @@ from causal.clock import Clock, system_clock
 from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.forms import form_errors_text
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
-from routing.acceptance.envelopes import loads
-from routing.controls import work as controls
-from routing.controls.work import (
+from controls import work as controls
+from controls.work import (
     WorkControl,
     WorkControlInvalid,
     WorkControlRefused,
     WorkControlResult,
     retry_outlook,
 )
+from routing.acceptance.envelopes import loads
 from worklife.models import Work
 from worklife.selectors import work_get
 

@@ -1,7 +1,7 @@
 """``manage.py work SUBCOMMAND``: Work and its operator controls from the command line.
 
 ``list`` and ``get`` read Work; ``cancel``, ``retry``, ``send``, ``create`` and ``rebind`` are the
-operator controls of ``routing.controls.work``. The CLI is trusted operator access on the host:
+operator controls of ``controls.work``. The CLI is trusted operator access on the host:
 whoever can run ``manage.py`` can already change the database, so no permission is checked.
 ``--as USER`` (an existing active user) is recorded as the actor, else ``cli``. A refused
 control exits non-zero with the reason, and nothing is stored.
@@ -25,11 +25,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
+from conduit_site.management.event_controls import CLI_ACTOR, cli_actor
+from controls import work as work_controls
+from controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
 from infra.words import counted
 from routing.acceptance.envelopes import loads
-from routing.controls import work as work_controls
-from routing.controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
-from routing.management.controls import CLI_ACTOR, cli_actor
 from routing.serializers import attempt_json, timestamp, work_json
 from worklife.models import Work, WorkStatus
 from worklife.selectors import (

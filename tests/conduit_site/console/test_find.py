@@ -18,12 +18,12 @@ from django.urls import reverse
 from causal.models import RouteState
 from causal.selectors import DiagnosticFilter, ListTotal, count_capped, diagnostics_total
 from conduit_site.console.views import controls as control_views
-from routing.controls import events as controls
+from controls import events as controls
 from routing.engine.decide import Effect
 from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
+from tests.controls.test_events import holding_work
 from tests.routing import sample_handlers
-from tests.routing.controls.test_events import holding_work
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory, WorkInputFactory

@@ -96,7 +96,7 @@ def test_i39_10_b_the_configuration_page_names_each_configuration_once(client):
 
 
 def test_i39_10_e_create_work_and_rebind_suggest_the_live_bindings(client, clock, test_handlers):
-    from tests.routing.controls.test_work import CONTROLS, grant
+    from tests.controls.test_work import CONTROLS, grant
     from tests.routing.routerkit import apply
     from tests.worklife.factories import WorkFactory
 

@@ -24,8 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE
-from routing.explain import route_why
-from routing.management.controls import (
+from conduit_site.management.event_controls import (
     CLI_ACTOR,
     cli_actor,
     replay_arguments,
@@ -35,6 +34,7 @@ from routing.management.controls import (
     skip_arguments,
     skip_run,
 )
+from routing.explain import route_why
 from routing.models import Disposition
 from routing.selectors import (
     MAX_LIST_LIMIT,

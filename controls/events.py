@@ -47,7 +47,7 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from causal.services import event_accept_in_tx, event_envelope
-from routing.controls.common import (
+from controls.common import (
     actor_name,
     control_event_in_tx,
     live_label,
@@ -62,7 +62,7 @@ logger = logging.getLogger("conduit.routing")
 
 SKIP_EVENT = "skip_event"
 REROUTE_EVENT = "reroute_event"
-# Replay is in routing.controls.replay; its name and permission sit with the others.
+# Replay is in controls.replay; its name and permission sit with the others.
 REPLAY_EVENT = "replay_event"
 COPY_PREFIX = "reroute/"
 PERMISSIONS = {

@@ -21,7 +21,7 @@ from causal.clock import system_clock
 from causal.models import Event
 
 if TYPE_CHECKING:
-    from routing.controls import events as controls
+    from controls import events as controls
 
 CLI_ACTOR = "cli"
 
@@ -90,7 +90,7 @@ def replay_arguments(parser: CommandParser) -> None:
 def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Replay Events: a copy of each, routed under the live configuration; one line per Event.
     Exits non-zero when any was refused (the others are replayed)."""
-    from routing.controls import replay
+    from controls import replay
 
     actor = cli_actor(options["as_user"])
     try:
@@ -114,7 +114,7 @@ def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
 def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Skip an unrouted Event: route it as skipped without asking its routes."""
     # The controls import the router: only the subcommands that use them pay for it.
-    from routing.controls import events as controls
+    from controls import events as controls
 
     _run(command, options, controls.event_skip)
 
@@ -122,7 +122,7 @@ def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
 def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Reroute an Event: forget an unrouted one's failures, or accept a copy of a failed or
     skipped one."""
-    from routing.controls import events as controls
+    from controls import events as controls
 
     _run(command, options, controls.event_reroute)
 
@@ -144,7 +144,7 @@ def cli_actor(username: str | None) -> str:
 def _run(
     command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
 ) -> None:
-    from routing.controls import events as controls
+    from controls import events as controls
 
     as_json = options["json"]
     seq = options["seq"]

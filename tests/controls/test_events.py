@@ -21,7 +21,7 @@ from causal.models import KV, Event, EventKey, RouteState
 from causal.services import Envelope, event_accept_in_tx
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import controls as control_views
-from routing.controls import events as controls
+from controls import events as controls
 from routing.engine.failures import FAILURES_NAMESPACE
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router

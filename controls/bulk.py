@@ -1,6 +1,6 @@
 """Bulk operator controls on Work: retry or cancel several Work at once (issue 39 item 2).
 
-Each Work goes through its own control (:func:`routing.controls.work.work_retry` or
+Each Work goes through its own control (:func:`controls.work.work_retry` or
 ``work_cancel``): one transaction and one control Event per Work, exactly as one at a time, so a
 refusal of one leaves the others done. The Work are named by ids or by a Work list filter
 (:class:`worklife.selectors.WorkFilter`), at most :data:`BULK_LIMIT` of them in one request.
@@ -18,9 +18,9 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from causal.clock import Clock
-from routing.controls import work as controls
-from routing.controls.common import actor_name
-from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
+from controls import work as controls
+from controls.common import actor_name
+from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
 from worklife.selectors import WorkFilter, work_filtered
 

@@ -18,8 +18,8 @@ from django.urls import reverse
 from causal.models import Event, RouteState
 from conduit_site.api import work as api_work
 from conduit_site.console.views import work_controls as control_views
-from routing.controls import work as controls
-from routing.controls.work import WorkControlInvalid, WorkControlRefused
+from controls import work as controls
+from controls.work import WorkControlInvalid, WorkControlRefused
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import RouteRecord

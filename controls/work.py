@@ -52,17 +52,17 @@ from causal.clock import Clock
 from causal.limits import is_reserved
 from causal.models import Event
 from causal.services import Envelope, event_accept_in_tx
-from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
-from routing.acceptance.services import check_event_size
-from routing.config.effective import EffectiveScope
-from routing.config.selectors import live_generation, load_configuration
-from routing.config.validate import NAME_PATTERN
-from routing.controls.common import (
+from controls.common import (
     CONTROL_SOURCE,
     actor_name,
     control_event_in_tx,
     live_label,
 )
+from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
+from routing.acceptance.services import check_event_size
+from routing.config.effective import EffectiveScope
+from routing.config.selectors import live_generation, load_configuration
+from routing.config.validate import NAME_PATTERN
 from routing.engine.decide import addressed_binding
 from routing.engine.live import publish_routed
 from routing.engine.world import read_work_views

@@ -13,9 +13,9 @@ from django.urls import reverse
 from causal.models import Event
 from conduit_site.api import work as api_work
 from conduit_site.console.views import work_controls as control_views
-from routing.controls import work as controls
-from routing.controls.work import WorkControlInvalid
-from tests.routing.controls.test_work import CONTROLS, grant, parked_work
+from controls import work as controls
+from controls.work import WorkControlInvalid
+from tests.controls.test_work import CONTROLS, grant, parked_work
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply
 
