@@ -7,7 +7,7 @@ the Work (policy ``control``), so it never routes through user routes and shows 
 route history.
 
 **Cancel** (R48) cancels the Work's active attempts and waits, removes its timers and its queue
-eligibility and makes it terminal (``worklife.lifecycle.work_cancel``). The work loop holding a
+eligibility and makes it terminal (``worklife.lifecycle.work_cancel_in_tx``). The work loop holding a
 cancelled attempt notices it after the commit and stops its process.
 
 **Retry** unparks a parked Work or ends its backoff (``worklife.scheduling.work_retry_in_tx``):
@@ -235,7 +235,7 @@ def work_cancel(
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
         active = Attempt.objects.filter(work_id=work_id, state__in=ACTIVE_ATTEMPT_STATES).count()
         try:
-            work = lifecycle.work_cancel(work_id=work_id, clock=clock, by=by)
+            work = lifecycle.work_cancel_in_tx(work_id=work_id, clock=clock, by=by)
         except Work.DoesNotExist:
             raise Work.DoesNotExist(f"no Work has id {work_id}") from None
         except WorkError as refused:

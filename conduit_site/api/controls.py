@@ -39,27 +39,27 @@ def _control(request: HttpRequest, seq: int, action: str, service: Callable[...,
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[controls.SKIP_EVENT], errors=CONTROL_ERRORS)
-def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
+def event_skip_view(request: HttpRequest, seq: int) -> JsonResponse:
     """Skip the unrouted Event ``seq``: routed as skipped without asking its routes (R21)."""
     return _control(request, seq, controls.SKIP_EVENT, controls.event_skip)
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[controls.REROUTE_EVENT], errors=CONTROL_ERRORS)
-def event_reroute(request: HttpRequest, seq: int) -> JsonResponse:
+def event_reroute_view(request: HttpRequest, seq: int) -> JsonResponse:
     """Reroute the Event ``seq``: forget an unrouted Event's failures, or accept a copy of a
     failed or skipped one (R22)."""
     return _control(request, seq, controls.REROUTE_EVENT, controls.event_reroute)
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=CONTROL_ERRORS)
-def event_replay(request: HttpRequest, seq: int) -> JsonResponse:
+def event_replay_view(request: HttpRequest, seq: int) -> JsonResponse:
     """Replay the settled Event ``seq``: accept a copy (id ``replay/<id>/<n>``) that routes under
     the live configuration (issue 39)."""
     return _control(request, seq, controls.REPLAY_EVENT, replay.event_replay)
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=REPLAY_ERRORS)
-def events_replay(request: HttpRequest) -> JsonResponse:
+def events_replay_view(request: HttpRequest) -> JsonResponse:
     """Replay several Events: ``{"seqs": [...]}`` (at most ``REPLAY_LIMIT``), each with its own
     control Event in its own transaction; answers each Event's outcome and a summary."""
     body = request_json(request, max_bytes=REPLAY_BODY_BYTES)

@@ -88,7 +88,7 @@ def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
-def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
+def work_cancel_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Cancel the Work (R48); its work loop stops a running attempt's process. An optional JSON
     body ``{"reason": "…"}`` is kept with the control Event; a POST without one (or not JSON, as
     before there was a body) cancels without a reason."""
@@ -99,14 +99,14 @@ def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.RETRY], errors=CONTROL_ERRORS)
-def work_retry(request: HttpRequest, work_id: int) -> JsonResponse:
+def work_retry_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Run a parked or backing-off Work again at once. No body."""
     result = controls.work_retry(work_id=work_id, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.SEND], errors=CONTROL_ERRORS)
-def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
+def work_send_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Send operator input to the Work: ``{"type", "data"?, "subject"?}`` accepted as an
     addressed operator Event (R30)."""
     body = _body(request, SEND_FIELDS)
@@ -122,7 +122,7 @@ def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
 
 
 @api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.REBIND], errors=CONTROL_ERRORS)
-def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
+def work_rebind_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Make ``{"binding"}`` (a binding of the Work's scope in the live configuration) the one
     the Work runs on next."""
     body = _body(request, REBIND_FIELDS)
@@ -133,7 +133,7 @@ def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
 
 
 @api_view(["POST"], permission=VIEW_EVENT, errors=CONTROL_ERRORS)
-def work_bulk(request: HttpRequest) -> JsonResponse:
+def work_bulk_view(request: HttpRequest) -> JsonResponse:
     """Retry or cancel several Work: ``{"action": "retry"|"cancel", "ids": [...]}`` or
     ``{"action", "filter": {"scope", "status", "binding", "key"}}`` (at most
     ``BULK_LIMIT`` Work), each through its own control with its own control Event; needs the

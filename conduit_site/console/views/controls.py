@@ -78,21 +78,21 @@ ACTIONS: dict[str, dict[str, Any]] = {
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def event_skip(request: HttpRequest, seq: int) -> HttpResponse:
+def event_skip_view(request: HttpRequest, seq: int) -> HttpResponse:
     """Skip an unrouted Event: the confirmation page (GET) or the control (POST)."""
     return _control(request, seq, controls.SKIP_EVENT)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def event_reroute(request: HttpRequest, seq: int) -> HttpResponse:
+def event_reroute_view(request: HttpRequest, seq: int) -> HttpResponse:
     """Reroute an Event: the confirmation page (GET) or the control (POST)."""
     return _control(request, seq, controls.REROUTE_EVENT)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def event_replay(request: HttpRequest, seq: int) -> HttpResponse:
+def event_replay_view(request: HttpRequest, seq: int) -> HttpResponse:
     """Replay a settled Event: the confirmation page (GET) or the control (POST)."""
     return _control(request, seq, controls.REPLAY_EVENT)
 

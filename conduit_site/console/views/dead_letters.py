@@ -146,7 +146,7 @@ def dead_letters(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def dead_letters_reroute(request: HttpRequest) -> HttpResponse:
+def dead_letters_reroute_view(request: HttpRequest) -> HttpResponse:
     """Reroute the selected dead letters, each in its own transaction, and show each outcome."""
     require_control_permission(request, controls.REROUTE_EVENT)
     filters_form = DeadLetterFilterForm(request.POST)

@@ -166,7 +166,7 @@ ACTIONS: dict[WorkControl, ControlPage] = {
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_cancel(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_cancel_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Cancel a Work: the confirmation page (GET) or the control (POST)."""
     return _control(
         request,
@@ -184,7 +184,7 @@ def work_cancel(request: HttpRequest, work_id: int) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_retry(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_retry_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Retry a parked or backing-off Work: the confirmation page (GET) or the control (POST)."""
     return _control(
         request,
@@ -196,7 +196,7 @@ def work_retry(request: HttpRequest, work_id: int) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_send(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_send_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Send operator input to a Work: the form (GET) or the control (POST)."""
     return _control(
         request,
@@ -215,7 +215,7 @@ def work_send(request: HttpRequest, work_id: int) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_rebind(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_rebind_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Rebind a Work: the form (GET) or the control (POST)."""
     return _control(
         request,
@@ -365,7 +365,7 @@ def controls_response(
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_create(request: HttpRequest) -> HttpResponse:
+def work_create_view(request: HttpRequest) -> HttpResponse:
     """Create a Work with its first input: the form (GET, ``?scope=&binding=`` fill it in) or the
     control (POST), which goes to the new Work's page."""
     require_permission(request, WorkControl.CREATE)
