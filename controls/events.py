@@ -41,11 +41,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from causal.clock import Clock
 from causal.models import Event, RouteState
-from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from causal.services import event_accept_in_tx, event_envelope
 from controls.common import (
     actor_name,
@@ -427,51 +426,3 @@ def control_logged(result: ControlResult) -> None:
             "work": result.work_id,
         },
     )
-
-
-# --- dead letters (reads) -----------------------------------------------------------------------
-
-DEAD_DISPOSITIONS = (Disposition.FAILED.value, Disposition.SKIPPED.value)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterFilter:
-    """What the dead-letters list is filtered by; empty strings mean "any"."""
-
-    scope: str = ""
-    route: str = ""
-    code: str = ""  # the record's reason: a route error code, or "skipped by <user>"
-    disposition: str = ""  # failed | skipped
-
-    def __post_init__(self) -> None:
-        if self.disposition and self.disposition not in DEAD_DISPOSITIONS:
-            raise ValueError(f"disposition: expected failed or skipped, not {self.disposition!r}")
-
-
-def dead_letters_filtered(filters: DeadLetterFilter) -> QuerySet[RouteRecord]:
-    """The dead letters (RouteRecords of failed and skipped Events) matching ``filters``,
-    unordered."""
-    records = RouteRecord.objects.filter(
-        disposition__in=[filters.disposition] if filters.disposition else DEAD_DISPOSITIONS
-    )
-    if filters.scope:
-        records = records.filter(scope=filters.scope)
-    if filters.route:
-        records = records.filter(route=filters.route)
-    if filters.code:
-        records = records.filter(reason=filters.code)
-    return records
-
-
-def dead_letters_page(
-    filters: DeadLetterFilter, *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
-) -> KeysetPage:
-    """One page of dead letters, newest first below the Event seq ``before`` when given, or
-    oldest first above it (``oldest``); each record with its Event and Work joined. One query."""
-    records = dead_letters_filtered(filters).select_related("event", "work")
-    return keyset_page(records, key="event_id", cursor=before, limit=limit, descending=not oldest)
-
-
-def dead_letters_total(filters: DeadLetterFilter, *, cap: int = COUNT_CAP) -> ListTotal:
-    """How many dead letters match ``filters``, counted up to ``cap`` (one query)."""
-    return count_capped(dead_letters_filtered(filters), cap=cap)

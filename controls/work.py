@@ -48,6 +48,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from causal.checks import check_event_size
 from causal.clock import Clock
 from causal.limits import is_reserved
 from causal.models import Event
@@ -59,13 +60,11 @@ from controls.common import (
     live_label,
 )
 from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
-from routing.acceptance.services import check_event_size
 from routing.config.effective import EffectiveScope
 from routing.config.selectors import live_generation, load_configuration
 from routing.config.validate import NAME_PATTERN
-from routing.engine.decide import addressed_binding
 from routing.engine.live import publish_routed
-from routing.engine.world import read_work_views
+from routing.engine.selectors import work_next_binding
 from worklife import lifecycle
 from worklife.errors import WorkError
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, Work
@@ -295,16 +294,16 @@ def retry_outlook(work_id: int) -> str:
     """What a Retry of the Work leads to when it does not simply run again at once (``""``
     then): the binding it runs on next (R30) only queues input, or cannot run as the live
     configuration declares it. The console's Retry confirmation and the result say it."""
-    view = read_work_views([work_id]).get(work_id)
+    work = work_next_binding(work_id)
     generation = live_generation()
-    if view is None or generation is None:
+    if work is None or generation is None:
         return ""
-    name = addressed_binding(view)
-    scope = load_configuration(generation).scope(view.scope)
+    name = work.binding
+    scope = load_configuration(generation).scope(work.scope)
     binding = scope.bindings.get(name) if scope is not None else None
     if binding is None:
         return (
-            f"Retry makes its input ready again, but its binding {name!r} is not in scope {view.scope} in "
+            f"Retry makes its input ready again, but its binding {name!r} is not in scope {work.scope} in "
             f"the live configuration, so nothing runs until the Work is rebound to a binding there"
         )
     if binding.problem:
@@ -432,18 +431,18 @@ def work_rebind(
     with transaction.atomic():
         # Lock the Work first: the binding it would run on next is read as the rebind leaves it.
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
-        view = read_work_views([work_id]).get(work_id)
-        if view is None:
+        next_binding = work_next_binding(work_id)
+        if next_binding is None:
             raise Work.DoesNotExist(f"no Work has id {work_id}")
-        if view.terminal:
+        if next_binding.terminal:
             raise _wrong_state(
                 WorkControl.REBIND,
                 work_id,
-                f"Work {work_id} is {view.status}: terminal Work cannot be rebound",
-                status=view.status,
+                f"Work {work_id} is {next_binding.status}: terminal Work cannot be rebound",
+                status=next_binding.status,
             )
-        previous = addressed_binding(view)
-        _live_binding_in_tx(WorkControl.REBIND, scope=view.scope, binding=binding, work_id=work_id)
+        previous = next_binding.binding
+        _live_binding_in_tx(WorkControl.REBIND, scope=next_binding.scope, binding=binding, work_id=work_id)
         try:
             rebound = lifecycle.work_rebind_in_tx(work_id=work_id, binding=binding, now=clock())
         except WorkError as refused:

@@ -32,8 +32,8 @@ from django.db.models import Count, F, Func, IntegerField, Q, Window
 from django.db.models.functions import RowNumber
 
 from causal.models import Event, RouteState
-from controls.events import DEAD_DISPOSITIONS
 from infra.queries import SecondsBetween
+from routing.engine.selectors import DEAD_DISPOSITIONS
 from routing.models import Disposition, RouteRecord
 from worklife.models import Attempt, AttemptState
 

@@ -27,4 +27,6 @@ One idea per module:
 - :mod:`~routing.engine.loop` — the route loop's host (a router per generation, heartbeats);
 - :mod:`~routing.engine.dispatch` — what the Work engine asks before it runs an attempt;
 - :mod:`~routing.engine.live` — live updates of open pages after a window commits.
+- :mod:`~routing.engine.selectors` — the public reads above the router: the binding a Work runs
+  on next, the dead letters.
 """

@@ -26,6 +26,7 @@ from conduit_site.doctor import first_line
 from controls import events as controls
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
+from routing.engine.selectors import DeadLetterFilter, dead_letters_page, dead_letters_total
 from routing.errors import RouteErrorCode
 
 TEMPLATE = "routing/dead_letters.html"
@@ -57,10 +58,10 @@ class DeadLetterFilterForm(KeysetOrderForm):
         self.clean_order(data)
         return data
 
-    def filters(self) -> controls.DeadLetterFilter:
+    def filters(self) -> DeadLetterFilter:
         """The validated filters (call after ``is_valid()``)."""
         data = self.cleaned_data
-        return controls.DeadLetterFilter(
+        return DeadLetterFilter(
             scope=data["scope"], route=data["route"], code=data["code"], disposition=data["disposition"]
         )
 
@@ -96,11 +97,11 @@ class RerouteSelectionForm(forms.Form):
 
 
 def dead_letter_list_context(
-    filters: controls.DeadLetterFilter, *, cursor: int | None = None, oldest: bool = False
+    filters: DeadLetterFilter, *, cursor: int | None = None, oldest: bool = False
 ) -> dict[str, Any]:
     """What the ``dead-letter-list`` partial needs: a page of dead letters, each one's copy
     (when rerouted already), their total and the paging links. Three queries."""
-    page = controls.dead_letters_page(filters, before=cursor, oldest=oldest)
+    page = dead_letters_page(filters, before=cursor, oldest=oldest)
     copies = controls.reroute_copies([record.event for record in page])
     params = {
         "scope": filters.scope,
@@ -122,7 +123,7 @@ def dead_letter_list_context(
         "filter_params": params,
         "page": page,
         "rows": rows,
-        "total": controls.dead_letters_total(filters),
+        "total": dead_letters_total(filters),
         "total_noun": "dead letters",
         **list_paging_urls(
             "dead-letters", params, oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
@@ -153,7 +154,7 @@ def dead_letters_reroute_view(request: HttpRequest) -> HttpResponse:
     selection = RerouteSelectionForm(request.POST)
     context: dict[str, Any] = {"section": "dead-letters", "form": filters_form, "codes": list(RouteErrorCode)}
     valid = filters_form.is_valid()
-    filters = filters_form.filters() if valid else controls.DeadLetterFilter()
+    filters = filters_form.filters() if valid else DeadLetterFilter()
     oldest = valid and filters_form.oldest_first()
     if not selection.is_valid():
         context.update(dead_letter_list_context(filters, oldest=oldest), errors=form_errors_text(selection))

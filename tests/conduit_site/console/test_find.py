@@ -20,6 +20,7 @@ from causal.selectors import DiagnosticFilter, ListTotal, count_capped, diagnost
 from conduit_site.console.views import controls as control_views
 from controls import events as controls
 from routing.engine.decide import Effect
+from routing.engine.selectors import DeadLetterFilter, dead_letters_total
 from routing.selectors import UNDELIVERED_OUTCOMES, generations_total
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.controls.test_events import holding_work
@@ -425,9 +426,7 @@ def test_i11_5_dead_letters_show_their_total_and_jump_to_the_oldest(console):
     RouteRecordFactory(event__scope="acme", disposition="queued")  # not a dead letter
     seqs = sorted(r.event_id for r in records)
     newest_and_oldest(console, "dead-letters", "dead", seqs, "dead letters", {"scope": "acme"})
-    assert controls.dead_letters_total(controls.DeadLetterFilter(scope="acme"), cap=10) == ListTotal(
-        10, capped=True
-    )
+    assert dead_letters_total(DeadLetterFilter(scope="acme"), cap=10) == ListTotal(10, capped=True)
 
 
 @pytest.mark.django_db

@@ -629,7 +629,7 @@ def test_i36_5_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_wit
     the Work takes its later input. Before, it was looked at again every minute for ever."""
     from django.core.management import call_command
 
-    from controls.events import DeadLetterFilter, dead_letters_page
+    from routing.engine.selectors import DeadLetterFilter, dead_letters_page
 
     apply(clock)
     r = router(clock)
