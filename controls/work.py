@@ -239,7 +239,7 @@ def work_cancel(
             raise Work.DoesNotExist(f"no Work has id {work_id}") from None
         except WorkError as refused:
             raise _wrong_state(
-                WorkControl.CANCEL, work_id, f"{refused}: only live Work can be cancelled"
+                WorkControl.CANCEL, work_id, f"{refused}: {WRONG_STATE[WorkControl.CANCEL]}"
             ) from refused
         details = {"reason": reason} if reason else None
         control = _control_event_in_tx(WorkControl.CANCEL, work=work, by=by, clock=clock, details=details)
@@ -272,7 +272,7 @@ def work_retry(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> W
             raise Work.DoesNotExist(f"no Work has id {work_id}") from None
         except WorkError as refused:
             raise _wrong_state(
-                WorkControl.RETRY, work_id, f"{refused}: only parked or backing-off Work is retried"
+                WorkControl.RETRY, work_id, f"{refused}: {WRONG_STATE[WorkControl.RETRY]}"
             ) from refused
         control = _control_event_in_tx(WorkControl.RETRY, work=work, by=by, clock=clock)
         outlook = retry_outlook(work.pk)
@@ -347,7 +347,7 @@ def work_input_send(
             raise _wrong_state(
                 WorkControl.SEND,
                 work_id,
-                f"Work {work_id} is {work.status}: terminal Work takes no more input",
+                f"Work {work_id} is {work.status}: {WRONG_STATE[WorkControl.SEND]}",
                 status=work.status,
             )
         sent = _input_accept_in_tx(WorkControl.SEND, envelope, work=work, by=by, clock=clock)
@@ -438,7 +438,7 @@ def work_rebind(
             raise _wrong_state(
                 WorkControl.REBIND,
                 work_id,
-                f"Work {work_id} is {next_binding.status}: terminal Work cannot be rebound",
+                f"Work {work_id} is {next_binding.status}: {WRONG_STATE[WorkControl.REBIND]}",
                 status=next_binding.status,
             )
         previous = next_binding.binding
@@ -600,6 +600,36 @@ def _control_event_in_tx(
         work_id=work.pk,
         generation=live_label(),
     )
+
+
+# --- the Work's state: the rules the controls refuse by, and their words -------------------------
+
+# What a control's refusal says after "Work N is <status>" when the Work's state refuses it:
+# every control refuses terminal Work, and Retry also Work neither parked nor backing off.
+WRONG_STATE = {
+    WorkControl.CANCEL: "only live Work can be cancelled",
+    WorkControl.RETRY: "only parked or backing-off Work is retried",
+    WorkControl.SEND: "terminal Work takes no more input",
+    WorkControl.REBIND: "terminal Work cannot be rebound",
+}
+# What the console says before a click, when the Work's state refuses the control (the same
+# rules; for the controls but Cancel, these shorter words).
+TERMINAL_BLOCKED = "terminal Work takes no more controls"
+NOT_RETRYABLE_BLOCKED = "there is nothing to retry"
+
+
+def wrong_state(work: Work, action: WorkControl) -> str:
+    """Why the control ``action`` cannot apply to ``work`` as it is now (``""`` when it may), as
+    the console's control page says it before a click: terminal Work takes no control, and
+    Retry needs Work that is parked or backing off (:attr:`~worklife.models.Work.is_retryable`,
+    the rule the retry write refuses by)."""
+    if work.is_terminal:
+        if action == WorkControl.CANCEL:
+            return f"Work {work.pk} is already {work.status}: {WRONG_STATE[action]}."
+        return f"Work {work.pk} is {work.status}: {TERMINAL_BLOCKED}."
+    if action == WorkControl.RETRY and not work.is_retryable:
+        return f"Work {work.pk} is {work.status} and neither parked nor backing off: {NOT_RETRYABLE_BLOCKED}."
+    return ""
 
 
 def _wrong_state(action: WorkControl, work_id: int, message: str, *, status: str = "") -> WorkControlRefused:

@@ -47,6 +47,7 @@ from controls.work import (
     WorkControlRefused,
     WorkControlResult,
     retry_outlook,
+    wrong_state,
 )
 from routing.acceptance.envelopes import loads
 from worklife.models import Work
@@ -264,19 +265,6 @@ def _control(
         return controls_response(request, work_id, control=result)
     messages.success(request, result.message)
     return redirect("work-detail", work_id)
-
-
-def wrong_state(work: Work, action: WorkControl) -> str:
-    """Why the control cannot apply to the Work as it is now (``""`` when it may)."""
-    if work.is_terminal:
-        if action == WorkControl.CANCEL:
-            return f"Work {work.pk} is already {work.status}: only live Work can be cancelled."
-        return f"Work {work.pk} is {work.status}: terminal Work takes no more controls."
-    if action == WorkControl.RETRY and not work.is_retryable:
-        return (
-            f"Work {work.pk} is {work.status} and neither parked nor backing off: there is nothing to retry."
-        )
-    return ""
 
 
 def _initial(work: Work, action: WorkControl) -> dict[str, Any]:
