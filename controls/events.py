@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 
 from causal.clock import Clock
@@ -51,7 +51,7 @@ from controls.common import (
     control_event_in_tx,
     live_label,
 )
-from routing.engine.claims import COMMIT_LOCK_ID
+from routing.engine.claims import commit_lock_alone_in_tx
 from routing.engine.failures import RouteFailure, failures_forget_in_tx, failures_read
 from routing.engine.live import publish_routed
 from routing.models import Disposition, RouteRecord
@@ -344,10 +344,8 @@ def reroute_copies(events: Iterable[Event]) -> dict[int, int]:
 
 def locked_event_in_tx(seq: int) -> Event:
     """The Event row, locked, read after every route commit in progress has finished."""
-    if connection.vendor == "postgresql":
-        # The router's commit lock: the state re-checked below is the one route commits leave.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+    # The router's commit lock: the state re-checked below is the one route commits leave.
+    commit_lock_alone_in_tx()
     try:
         return Event.objects.select_for_update().get(seq=seq)
     except Event.DoesNotExist:
