@@ -17,8 +17,8 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+import controls.work
 from causal.clock import Clock
-from controls import work as controls
 from controls.common import actor_name
 from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
@@ -132,7 +132,7 @@ def work_bulk(
     that Work's outcome and the others go on."""
     if action not in _DONE:
         raise WorkControlInvalid("action", f"{action} is not a bulk control")
-    service = controls.work_retry if action == WorkControl.RETRY else controls.work_cancel
+    service = controls.work.work_retry if action == WorkControl.RETRY else controls.work.work_cancel
     result = BulkResult(action=action, by=actor_name(user))
     for work_id in work_ids:
         try:

@@ -21,7 +21,7 @@ from causal.clock import system_clock
 from causal.models import Event
 
 if TYPE_CHECKING:
-    from controls import events as controls
+    import controls.events
 
 CLI_ACTOR = "cli"
 
@@ -114,17 +114,17 @@ def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
 def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Skip an unrouted Event: route it as skipped without asking its routes."""
     # The controls import the router: only the subcommands that use them pay for it.
-    from controls import events as controls
+    import controls.events
 
-    _run(command, options, controls.event_skip)
+    _run(command, options, controls.events.event_skip)
 
 
 def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Reroute an Event: forget an unrouted one's failures, or accept a copy of a failed or
     skipped one."""
-    from controls import events as controls
+    import controls.events
 
-    _run(command, options, controls.event_reroute)
+    _run(command, options, controls.events.event_reroute)
 
 
 def cli_actor(username: str | None) -> str:
@@ -142,16 +142,16 @@ def cli_actor(username: str | None) -> str:
 
 
 def _run(
-    command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
+    command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.events.ControlResult]
 ) -> None:
-    from controls import events as controls
+    import controls.events
 
     as_json = options["json"]
     seq = options["seq"]
     actor = cli_actor(options["as_user"])
     try:
         result = service(seq=seq, user=actor, clock=system_clock)
-    except controls.ControlRefused as refused:
+    except controls.events.ControlRefused as refused:
         _refuse(command, as_json, refused.details(), f"SEQ: {refused.message}")
     except Event.DoesNotExist:
         message = f"no Event has seq {seq}"

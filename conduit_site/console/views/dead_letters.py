@@ -17,13 +17,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET, require_POST
 
+import controls.events
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import list_paging_urls, render_console
 from conduit_site.console.views.controls import require_control_permission
 from conduit_site.console.views.forms import KeysetOrderForm, form_errors_text
 from conduit_site.doctor import first_line
-from controls import events as controls
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
 from routing.engine.selectors import DeadLetterFilter, dead_letters_page, dead_letters_total
@@ -89,8 +89,8 @@ class RerouteSelectionForm(forms.Form):
 
     def clean_seq(self) -> list[int]:
         seqs = self.cleaned_data["seq"]
-        if len(seqs) > controls.MAX_BATCH:
-            raise forms.ValidationError(f"at most {controls.MAX_BATCH} Events can be rerouted at once")
+        if len(seqs) > controls.events.MAX_BATCH:
+            raise forms.ValidationError(f"at most {controls.events.MAX_BATCH} Events can be rerouted at once")
         if any(not 1 <= seq <= MAX_ID for seq in seqs):
             raise forms.ValidationError("an Event seq is a positive integer")
         return seqs
@@ -102,7 +102,7 @@ def dead_letter_list_context(
     """What the ``dead-letter-list`` partial needs: a page of dead letters, each one's copy
     (when rerouted already), their total and the paging links. Three queries."""
     page = dead_letters_page(filters, before=cursor, oldest=oldest)
-    copies = controls.reroute_copies([record.event for record in page])
+    copies = controls.events.reroute_copies([record.event for record in page])
     params = {
         "scope": filters.scope,
         "route": filters.route,
@@ -149,7 +149,7 @@ def dead_letters(request: HttpRequest) -> HttpResponse:
 @require_POST
 def dead_letters_reroute_view(request: HttpRequest) -> HttpResponse:
     """Reroute the selected dead letters, each in its own transaction, and show each outcome."""
-    require_control_permission(request, controls.REROUTE_EVENT)
+    require_control_permission(request, controls.events.REROUTE_EVENT)
     filters_form = DeadLetterFilterForm(request.POST)
     selection = RerouteSelectionForm(request.POST)
     context: dict[str, Any] = {"section": "dead-letters", "form": filters_form, "codes": list(RouteErrorCode)}
@@ -159,6 +159,8 @@ def dead_letters_reroute_view(request: HttpRequest) -> HttpResponse:
     if not selection.is_valid():
         context.update(dead_letter_list_context(filters, oldest=oldest), errors=form_errors_text(selection))
         return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
-    outcomes = controls.events_reroute(seqs=selection.cleaned_data["seq"], user=request.user, clock=clock)
+    outcomes = controls.events.events_reroute(
+        seqs=selection.cleaned_data["seq"], user=request.user, clock=clock
+    )
     context.update(dead_letter_list_context(filters, oldest=oldest), outcomes=outcomes)
     return render_console(request, TEMPLATE, context, partials=PARTIALS)

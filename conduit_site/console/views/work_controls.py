@@ -36,11 +36,11 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
+import controls.work
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.forms import form_errors_text
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
-from controls import work as controls
 from controls.work import (
     WorkControl,
     WorkControlInvalid,
@@ -91,7 +91,7 @@ class InputForm(forms.Form):
 class CancelForm(forms.Form):
     reason = forms.CharField(
         required=False,
-        max_length=controls.CANCEL_REASON_MAX,
+        max_length=controls.work.CANCEL_REASON_MAX,
         help_text="Optional: why, kept with the control Event and shown in the Work's history.",
     )
 
@@ -174,7 +174,7 @@ def work_cancel_view(request: HttpRequest, work_id: int) -> HttpResponse:
         work_id,
         WorkControl.CANCEL,
         # The reason: the confirmation page's field, or what the Work page's prompt asked for.
-        lambda data: controls.work_cancel(
+        lambda data: controls.work.work_cancel(
             work_id=work_id,
             user=request.user,
             clock=clock,
@@ -191,7 +191,7 @@ def work_retry_view(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.RETRY,
-        lambda data: controls.work_retry(work_id=work_id, user=request.user, clock=clock),
+        lambda data: controls.work.work_retry(work_id=work_id, user=request.user, clock=clock),
     )
 
 
@@ -203,7 +203,7 @@ def work_send_view(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.SEND,
-        lambda data: controls.work_input_send(
+        lambda data: controls.work.work_input_send(
             work_id=work_id,
             event_type=data["type"],
             data=data["data"],
@@ -222,7 +222,7 @@ def work_rebind_view(request: HttpRequest, work_id: int) -> HttpResponse:
         request,
         work_id,
         WorkControl.REBIND,
-        lambda data: controls.work_rebind(
+        lambda data: controls.work.work_rebind(
             work_id=work_id, binding=data["binding"], user=request.user, clock=clock
         ),
     )
@@ -230,7 +230,7 @@ def work_rebind_view(request: HttpRequest, work_id: int) -> HttpResponse:
 
 def require_permission(request: HttpRequest, action: WorkControl) -> None:
     """Refuse (403) a user who lacks the permission of the control ``action``."""
-    permission = controls.PERMISSIONS[action]
+    permission = controls.work.PERMISSIONS[action]
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the permission {permission} to {action.value.replace('_', ' ')}.")
 
@@ -367,7 +367,7 @@ def work_create_view(request: HttpRequest) -> HttpResponse:
         return _create_page(request, form, error=form_errors_text(form), status=400)
     data = form.cleaned_data
     try:
-        result = controls.work_create(
+        result = controls.work.work_create(
             scope=data["scope"],
             binding=data["binding"],
             event_type=data["type"],

@@ -23,10 +23,10 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+import controls.work
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
 from conduit_site.management.event_controls import CLI_ACTOR, cli_actor
-from controls import work as work_controls
 from controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
 from infra.words import counted
 from routing.acceptance.envelopes import loads
@@ -309,7 +309,7 @@ def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_cancel(
+        lambda actor: controls.work.work_cancel(
             work_id=options["work_id"], user=actor, clock=system_clock, reason=options.get("reason")
         ),
     )
@@ -320,7 +320,7 @@ def retry_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_retry(work_id=options["work_id"], user=actor, clock=system_clock),
+        lambda actor: controls.work.work_retry(work_id=options["work_id"], user=actor, clock=system_clock),
     )
 
 
@@ -330,7 +330,7 @@ def send_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_input_send(
+        lambda actor: controls.work.work_input_send(
             work_id=options["work_id"],
             event_type=options["event_type"],
             data=data,
@@ -347,7 +347,7 @@ def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_create(
+        lambda actor: controls.work.work_create(
             scope=options["scope"],
             binding=options["binding"],
             event_type=options["event_type"],
@@ -364,7 +364,7 @@ def rebind_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_rebind(
+        lambda actor: controls.work.work_rebind(
             work_id=options["work_id"], binding=options["binding"], user=actor, clock=system_clock
         ),
     )
