@@ -318,6 +318,23 @@ def events_reroute(*, seqs: Iterable[int], user: AbstractBaseUser | str, clock: 
     return outcomes
 
 
+def wrong_state(event: Event, action: str) -> str:
+    """Why the control ``action`` cannot apply to ``event`` as it is now (``""`` when it can), as
+    the console's confirmation page says it before a click: the state rules the controls refuse
+    by (skip: unrouted Events only; reroute: not a normally routed one; replay: settled ones)."""
+    state = event.route_state
+    if action == SKIP_EVENT and state != "unrouted":
+        return f"Event #{event.seq} is already {state}: only an unrouted Event can be skipped."
+    if action == REROUTE_EVENT and state == "routed":
+        return (
+            f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted "
+            "(Replay accepts a copy of it, routed under the live configuration)."
+        )
+    if action == REPLAY_EVENT and state == "unrouted":
+        return f"Event #{event.seq} is not routed yet: only a settled Event can be replayed."
+    return ""
+
+
 def copy_envelope_id(envelope_id: str) -> str:
     """The envelope id of a rerouted Event's copy."""
     return COPY_PREFIX + envelope_id

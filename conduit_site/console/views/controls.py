@@ -110,7 +110,9 @@ def _control(request: HttpRequest, seq: int, action: str) -> HttpResponse:
     next_url = safe_next(request)
     if request.method == "GET":
         event = _event(seq)
-        return _confirmation(request, event, action, next_url, error=_wrong_state(event, action))
+        return _confirmation(
+            request, event, action, next_url, error=controls.events.wrong_state(event, action)
+        )
     service: Callable[..., controls.events.ControlResult] = spec["service"]
     try:
         result = service(seq=seq, user=request.user, clock=clock)
@@ -132,21 +134,6 @@ def _event(seq: int) -> Event:
         return Event.objects.select_related("route_record", "route_record__work").get(seq=seq)
     except Event.DoesNotExist:
         raise Http404(f"No Event with seq {seq}.") from None
-
-
-def _wrong_state(event: Event, action: str) -> str:
-    """Why the control cannot apply to the Event as it is now ("" when it can)."""
-    state = event.route_state
-    if action == controls.events.SKIP_EVENT and state != "unrouted":
-        return f"Event #{event.seq} is already {state}: only an unrouted Event can be skipped."
-    if action == controls.events.REROUTE_EVENT and state == "routed":
-        return (
-            f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted "
-            "(Replay accepts a copy of it, routed under the live configuration)."
-        )
-    if action == controls.events.REPLAY_EVENT and state == "unrouted":
-        return f"Event #{event.seq} is not routed yet: only a settled Event can be replayed."
-    return ""
 
 
 def _confirmation(
