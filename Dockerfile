@@ -18,6 +18,7 @@ RUN useradd --system --home-dir /var/lib/conduit --shell /usr/sbin/nologin condu
     && install -d -o conduit -g conduit -m 0700 /var/lib/conduit /run/conduit/metrics
 COPY manage.py ./
 COPY conduit_site conduit_site/
+COPY controls controls/
 COPY routing routing/
 COPY worklife worklife/
 COPY causal causal/

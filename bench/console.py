@@ -419,7 +419,7 @@ def bulk_cancel(args: argparse.Namespace, setups: dict) -> None:
     from django.test import Client
 
     from causal.clock import system_clock
-    from routing.controls.bulk import work_bulk_ids
+    from controls.bulk import work_bulk_ids
     from tests.routing.factories import api_token_with_secret
     from worklife.selectors import WorkFilter
 

@@ -47,8 +47,8 @@ BIGINT_MAX = 2**63 - 1
 
 # The family of types and sources only core code may use.
 RESERVED_FAMILY = "core"
-# Ids and sources the system writes for itself (reroute copies: routing.controls.events; replay
-# copies: routing.controls.replay; timers: worklife.timers; wait bridges: worklife.waits; emits:
+# Ids and sources the system writes for itself (reroute copies: controls.events; replay
+# copies: controls.replay; timers: worklife.timers; wait bridges: worklife.waits; emits:
 # worklife.emit; successors: worklife.lifecycle). Nobody else may use them.
 RESERVED_ID_PREFIXES = ("reroute/", "replay/", "timer/", "wait-woken/", "work-created/", "emit/")
 RESERVED_SOURCE_PREFIXES = ("conduit.work/",)

@@ -205,6 +205,10 @@ class Disposition(models.TextChoices):
     FAILED = "failed", "failed (dead-lettered)"
 
 
+# The policy of an operator control's own Event: its RouteRecord is written with the control.
+CONTROL_POLICY = "control"
+
+
 class RouteRecord(models.Model):
     """The one decision about an Event, written with marking it routed (R27).
 

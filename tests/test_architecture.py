@@ -1,6 +1,6 @@
 """The house's rules, checked on the source: imports run one way, from the top floor down
-(``conduit_site`` → ``routing`` → ``worklife`` → ``causal`` → ``infra``), and no module imports
-itself back through others (no import circle)."""
+(``conduit_site`` → ``controls`` → ``routing`` → ``worklife`` → ``causal`` → ``infra``), and
+no module imports itself back through others (no import circle)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Top floor first; a package may import only packages at its own floor or below.
-FLOORS = ("conduit_site", "routing", "worklife", "causal", "infra")
+FLOORS = ("conduit_site", "controls", "routing", "worklife", "causal", "infra")
 
 
 def _modules() -> dict[str, Path]:

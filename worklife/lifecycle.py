@@ -180,10 +180,13 @@ def works_complete(
     return results
 
 
-def work_cancel(*, work_id: int, clock: Clock, by: str = "") -> Work:
+def work_cancel_in_tx(*, work_id: int, clock: Clock, by: str = "") -> Work:
     """Cancel a Work atomically (R48): its active attempts and waits are cancelled, its timers
     removed, its pending input leaves the queue, and the Work is terminal. Process cleanup
-    follows the commit, in the scheduler. Needs no derived-Event token."""
+    follows the commit, in the scheduler. Needs no derived-Event token.
+
+    Meant for the cancel control's transaction (``controls.work.work_cancel``); it opens a
+    savepoint of its own, so it also runs alone."""
     with transaction.atomic():
         work = Work.objects.select_for_update().get(pk=work_id)
         if work.is_terminal:
@@ -284,7 +287,7 @@ def work_create_successor(
         return Created(work, event)
 
 
-# --- operator Work (the controls in routing.controls.work) ----------------------------------------
+# --- operator Work (the controls in controls.work) ----------------------------------------
 
 
 def work_open_in_tx(*, scope: str, binding: str, created_by: str, now: datetime) -> Work:

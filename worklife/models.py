@@ -3,6 +3,8 @@ injected), intents, waits, timers and dependency subscriptions."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 
@@ -99,11 +101,25 @@ class Work(models.Model):
     def is_parked(self) -> bool:
         return self.parked_at is not None and not self.is_terminal
 
+    def is_backing_off(self, now: datetime | None) -> bool:
+        """Whether the Work is backing off: ready, not parked, its next try set and after ``now``
+        (``None``: whenever it is, as Retry asks). The one definition the Work pages, the Work
+        list's filter and counts (:func:`backing_off_at`, the same rule as a query) and Retry use."""
+        if self.status != WorkStatus.READY or self.parked_at is not None or self.retry_at is None:
+            return False
+        return now is None or self.retry_at > now
+
     @property
     def is_retryable(self) -> bool:
-        """Whether Retry applies: ready Work that is parked or backing off (the one rule the
-        retry write, ``worklife.scheduling.work_retry_in_tx``, and the console share)."""
-        return self.status == WorkStatus.READY and (self.parked_at is not None or self.retry_at is not None)
+        """Whether Retry applies: ready Work that is parked or backing off (whenever its next
+        try is): the one rule the retry write, ``worklife.scheduling.work_retry_in_tx``, and the
+        console share."""
+        return self.status == WorkStatus.READY and (self.parked_at is not None or self.is_backing_off(None))
+
+
+def backing_off_at(now: datetime) -> Q:
+    """The Work backing off at ``now`` as a query: :meth:`Work.is_backing_off` for many rows."""
+    return Q(status=WorkStatus.READY, parked_at__isnull=True, retry_at__gt=now)
 
 
 class CorrelationKey(models.Model):

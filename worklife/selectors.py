@@ -29,6 +29,7 @@ from worklife.models import (
     Work,
     WorkInput,
     WorkStatus,
+    backing_off_at,
 )
 
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
@@ -73,10 +74,6 @@ class WorkFilter:
                 raise ValueError(f"{name}: at most {most} characters, no NUL")
 
 
-def _backing_off(now: datetime) -> Q:
-    return Q(parked_at__isnull=True, retry_at__gt=now)
-
-
 def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QuerySet[Work]:
     """Work matching ``filters`` (exact scope, status, binding, an owned key's start), unordered. The
     status ``parked`` is ready Work parked after too many failures, ``backing_off`` ready Work
@@ -88,9 +85,11 @@ def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QueryS
     if filters.status == PARKED:
         queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=False)
     elif filters.status == BACKING_OFF:
-        queryset = queryset.filter(_backing_off(now), status=WorkStatus.READY)
+        queryset = queryset.filter(backing_off_at(now))
     elif filters.status == WorkStatus.READY:
-        queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=True).exclude(_backing_off(now))
+        queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=True).exclude(
+            backing_off_at(now)
+        )
     elif filters.status:
         queryset = queryset.filter(status=filters.status)
     if filters.binding:
@@ -163,7 +162,7 @@ def work_counts(*, now: datetime | None = None) -> WorkCounts:
         .annotate(
             n=Count("id"),
             parked=Count("id", filter=Q(parked_at__isnull=False)),
-            backing_off=Count("id", filter=_backing_off(now)),
+            backing_off=Count("id", filter=backing_off_at(now)),
         )
         .order_by()
     )
@@ -435,7 +434,7 @@ def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
     shows beside the status (:func:`work_why_not_running` says the whole why, with queries)."""
     if work.is_parked:
         return NotRunning.PARKED
-    if work.retry_at is not None and work.retry_at > now and not work.is_terminal:
+    if work.is_backing_off(now):
         return NotRunning.BACKING_OFF
     return None
 

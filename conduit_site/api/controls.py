@@ -16,50 +16,58 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, JsonResponse
 
+import controls.events
 from causal.clock import Clock, system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
 from conduit_site.doctor import doctor
+from controls import replay
 from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
-from routing.controls import events as controls
-from routing.controls import replay
 
 # The trusted clock the endpoints use (tests inject a fake one).
 clock: Clock = system_clock
 
-CONTROL_ERRORS = {controls.ControlRefused: (409, "wrong_state")}
+CONTROL_ERRORS = {controls.events.ControlRefused: (409, "wrong_state")}
 REPLAY_ERRORS = {replay.ReplayInvalid: (400, "invalid_replay")}
 # A replay body names at most REPLAY_LIMIT seqs: room for each with its separator.
 REPLAY_BODY_BYTES = replay.REPLAY_LIMIT * 24 + 1024
 
 
-def _control(request: HttpRequest, seq: int, action: str, service: Callable[..., controls.ControlResult]):
+def _control(
+    request: HttpRequest, seq: int, action: str, service: Callable[..., controls.events.ControlResult]
+):
     result = service(seq=seq, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[controls.SKIP_EVENT], errors=CONTROL_ERRORS)
-def event_skip(request: HttpRequest, seq: int) -> JsonResponse:
+@api_view(["POST"], permission=controls.events.PERMISSIONS[controls.events.SKIP_EVENT], errors=CONTROL_ERRORS)
+def event_skip_view(request: HttpRequest, seq: int) -> JsonResponse:
     """Skip the unrouted Event ``seq``: routed as skipped without asking its routes (R21)."""
-    return _control(request, seq, controls.SKIP_EVENT, controls.event_skip)
+    return _control(request, seq, controls.events.SKIP_EVENT, controls.events.event_skip)
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[controls.REROUTE_EVENT], errors=CONTROL_ERRORS)
-def event_reroute(request: HttpRequest, seq: int) -> JsonResponse:
+@api_view(
+    ["POST"], permission=controls.events.PERMISSIONS[controls.events.REROUTE_EVENT], errors=CONTROL_ERRORS
+)
+def event_reroute_view(request: HttpRequest, seq: int) -> JsonResponse:
     """Reroute the Event ``seq``: forget an unrouted Event's failures, or accept a copy of a
     failed or skipped one (R22)."""
-    return _control(request, seq, controls.REROUTE_EVENT, controls.event_reroute)
+    return _control(request, seq, controls.events.REROUTE_EVENT, controls.events.event_reroute)
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=CONTROL_ERRORS)
-def event_replay(request: HttpRequest, seq: int) -> JsonResponse:
+@api_view(
+    ["POST"], permission=controls.events.PERMISSIONS[controls.events.REPLAY_EVENT], errors=CONTROL_ERRORS
+)
+def event_replay_view(request: HttpRequest, seq: int) -> JsonResponse:
     """Replay the settled Event ``seq``: accept a copy (id ``replay/<id>/<n>``) that routes under
     the live configuration."""
-    return _control(request, seq, controls.REPLAY_EVENT, replay.event_replay)
+    return _control(request, seq, controls.events.REPLAY_EVENT, replay.event_replay)
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[controls.REPLAY_EVENT], errors=REPLAY_ERRORS)
-def events_replay(request: HttpRequest) -> JsonResponse:
+@api_view(
+    ["POST"], permission=controls.events.PERMISSIONS[controls.events.REPLAY_EVENT], errors=REPLAY_ERRORS
+)
+def events_replay_view(request: HttpRequest) -> JsonResponse:
     """Replay several Events: ``{"seqs": [...]}`` (at most ``REPLAY_LIMIT``), each with its own
     control Event in its own transaction; answers each Event's outcome and a summary."""
     body = request_json(request, max_bytes=REPLAY_BODY_BYTES)

@@ -17,6 +17,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 
+import controls.work
 from causal.clock import Clock, system_clock
 from causal.selectors import PAGE_SIZE
 from conduit_site.api.auth import (
@@ -28,13 +29,12 @@ from conduit_site.api.auth import (
     query_whole,
     request_json,
 )
+from controls import bulk
+from controls.bulk import bulk_action, work_bulk_ids
+from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from infra.converters import MAX_ID
 from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
-from routing.controls import bulk
-from routing.controls import work as controls
-from routing.controls.bulk import bulk_action, work_bulk_ids
-from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from routing.serializers import attempt_json, work_json
 from worklife.models import Work
 from worklife.selectors import WorkFilter, work_attempts, work_get, work_keys, work_page
@@ -56,7 +56,7 @@ BULK_FIELDS = frozenset({"action", "ids", "filter"})
 
 @api_view(
     ["GET", "POST"],
-    permission={"GET": VIEW_EVENT, "POST": controls.PERMISSIONS[WorkControl.CREATE]},
+    permission={"GET": VIEW_EVENT, "POST": controls.work.PERMISSIONS[WorkControl.CREATE]},
     errors=CONTROL_ERRORS,
 )
 def work_collection(request: HttpRequest) -> JsonResponse:
@@ -87,30 +87,32 @@ def work_detail(request: HttpRequest, work_id: int) -> JsonResponse:
     )
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
-def work_cancel(request: HttpRequest, work_id: int) -> JsonResponse:
+@api_view(["POST"], permission=controls.work.PERMISSIONS[WorkControl.CANCEL], errors=CONTROL_ERRORS)
+def work_cancel_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Cancel the Work (R48); its work loop stops a running attempt's process. An optional JSON
     body ``{"reason": "…"}`` is kept with the control Event; a POST without one (or not JSON, as
     before there was a body) cancels without a reason."""
     json_body = is_json_media_type((request.content_type or "").lower())
     body = _body(request, CANCEL_FIELDS, allow_empty=True) if json_body else {}
-    result = controls.work_cancel(work_id=work_id, user=request.user, clock=clock, reason=body.get("reason"))
+    result = controls.work.work_cancel(
+        work_id=work_id, user=request.user, clock=clock, reason=body.get("reason")
+    )
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.RETRY], errors=CONTROL_ERRORS)
-def work_retry(request: HttpRequest, work_id: int) -> JsonResponse:
+@api_view(["POST"], permission=controls.work.PERMISSIONS[WorkControl.RETRY], errors=CONTROL_ERRORS)
+def work_retry_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Run a parked or backing-off Work again at once. No body."""
-    result = controls.work_retry(work_id=work_id, user=request.user, clock=clock)
+    result = controls.work.work_retry(work_id=work_id, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.SEND], errors=CONTROL_ERRORS)
-def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
+@api_view(["POST"], permission=controls.work.PERMISSIONS[WorkControl.SEND], errors=CONTROL_ERRORS)
+def work_send_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Send operator input to the Work: ``{"type", "data"?, "subject"?}`` accepted as an
     addressed operator Event (R30)."""
     body = _body(request, SEND_FIELDS)
-    result = controls.work_input_send(
+    result = controls.work.work_input_send(
         work_id=work_id,
         event_type=body.get("type"),
         data=body.get("data"),
@@ -121,29 +123,29 @@ def work_send(request: HttpRequest, work_id: int) -> JsonResponse:
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=controls.PERMISSIONS[WorkControl.REBIND], errors=CONTROL_ERRORS)
-def work_rebind(request: HttpRequest, work_id: int) -> JsonResponse:
+@api_view(["POST"], permission=controls.work.PERMISSIONS[WorkControl.REBIND], errors=CONTROL_ERRORS)
+def work_rebind_view(request: HttpRequest, work_id: int) -> JsonResponse:
     """Make ``{"binding"}`` (a binding of the Work's scope in the live configuration) the one
     the Work runs on next."""
     body = _body(request, REBIND_FIELDS)
-    result = controls.work_rebind(
+    result = controls.work.work_rebind(
         work_id=work_id, binding=body.get("binding"), user=request.user, clock=clock
     )
     return JsonResponse(result.as_dict())
 
 
 @api_view(["POST"], permission=VIEW_EVENT, errors=CONTROL_ERRORS)
-def work_bulk(request: HttpRequest) -> JsonResponse:
+def work_bulk_view(request: HttpRequest) -> JsonResponse:
     """Retry or cancel several Work: ``{"action": "retry"|"cancel", "ids": [...]}`` or
     ``{"action", "filter": {"scope", "status", "binding", "key"}}`` (at most
     ``BULK_LIMIT`` Work), each through its own control with its own control Event; needs the
     control's own permission. Answers the per-Work outcomes and a one-line summary."""
-    if not any(api_permitted(request, controls.PERMISSIONS[a]) for a in bulk.BULK_ACTIONS.values()):
+    if not any(api_permitted(request, controls.work.PERMISSIONS[a]) for a in bulk.BULK_ACTIONS.values()):
         # Neither bulk control: refused before the body is read.
-        api_require(request, controls.PERMISSIONS[WorkControl.RETRY], to="retry in bulk")
+        api_require(request, controls.work.PERMISSIONS[WorkControl.RETRY], to="retry in bulk")
     body = _body(request, BULK_FIELDS)
     action = bulk_action(body.get("action"))
-    api_require(request, controls.PERMISSIONS[action], to=f"{action.value.replace('_', ' ')} in bulk")
+    api_require(request, controls.work.PERMISSIONS[action], to=f"{action.value.replace('_', ' ')} in bulk")
     filters = None
     if "filter" in body:
         raw = body["filter"]
@@ -178,7 +180,7 @@ def _create(request: HttpRequest) -> JsonResponse:
         raise WorkControlInvalid(
             f"input.{unknown[0]}", "unknown field: the input takes type, data and subject"
         )
-    result = controls.work_create(
+    result = controls.work.work_create(
         scope=body.get("scope"),
         binding=body.get("binding"),
         event_type=first.get("type"),

@@ -33,7 +33,7 @@ from django.db.models.functions import RowNumber
 
 from causal.models import Event, RouteState
 from infra.queries import SecondsBetween
-from routing.controls.events import DEAD_DISPOSITIONS
+from routing.engine.selectors import DEAD_DISPOSITIONS
 from routing.models import Disposition, RouteRecord
 from worklife.models import Attempt, AttemptState
 

@@ -30,4 +30,6 @@ One idea per module:
 - :mod:`~routing.engine.heartbeat` — the route loop's heartbeat entry, written and read;
 - :mod:`~routing.engine.metrics` — the route loop's counters and latency histogram;
 - :mod:`~routing.engine.live` — live updates of open pages after a window commits.
+- :mod:`~routing.engine.selectors` — the public reads above the router: the binding a Work runs
+  on next, the dead letters.
 """

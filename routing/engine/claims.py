@@ -46,6 +46,15 @@ CLAIM_LOCK_ID = 0x436C616D
 TARGETS_NAMESPACE = "core.routing.window_targets"
 
 
+def commit_lock_alone_in_tx() -> None:
+    """Take the route commit lock alone, in the caller's transaction (PostgreSQL; SQLite runs
+    one write at a time anyway): every route commit in progress has finished, and none starts
+    before the transaction ends. Operator controls take it before they re-check an Event."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+
+
 def release_dead_claims(now: datetime) -> int:
     """Give back the live claims of route loops on this host whose process has gone (a loop
     that crashed or was killed), so a restarted loop routes them at once instead of after the

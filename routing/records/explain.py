@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from causal.models import Event, RouteState
 from routing.engine import reasons
-from routing.models import Disposition, RouteRecord
+from routing.models import CONTROL_POLICY, Disposition, RouteRecord
 from worklife.models import WorkStatus
 
 
@@ -38,9 +38,6 @@ class Reason:
 
     TERMINAL, ADDRESSED, CONTEXT, NO_WORK = "terminal", "addressed", "context", "no_work"
 
-
-# The policy of an operator control's own Event (routing.controls.common.CONTROL_POLICY).
-CONTROL = "control"
 
 # Where ``Why.text`` puts its moment.
 AT = "{at}"
@@ -83,7 +80,7 @@ def route_why(event: Event, record: RouteRecord | None) -> Why:
             f"Routing it failed{route} ({record.reason or 'an error'}) {_times(record.attempts)} and was given "
             "up on: nothing took it (reroute it to try again)."
         )
-    if record.policy == CONTROL:
+    if record.policy == CONTROL_POLICY:
         data = event.data if isinstance(event.data, dict) else {}
         because = f": \u201c{data['reason']}\u201d" if data.get("reason") else ""
         target = f" on {_work(record)}" if record.work_id else ""

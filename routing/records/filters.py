@@ -18,7 +18,7 @@ from causal.selectors import PAGE_SIZE, distinct_values
 from infra.converters import MAX_ID
 from infra.queries import starts_with
 from routing.config.selectors import live_scope_rows
-from routing.models import Disposition
+from routing.models import CONTROL_POLICY, Disposition
 
 # The most Events one list reads (``events list --limit``).
 MAX_LIST_LIMIT = 1000
@@ -39,8 +39,7 @@ QUERY_MAX_LENGTH = 512
 
 def known_policies() -> tuple[str, ...]:
     """The route policies a RouteRecord records (``RouteRecord.policy``), for the filter's list."""
-    # The controls (and the router they import) only for the pages that offer the list.
-    from routing.controls.common import CONTROL_POLICY
+    # The router's effects only for the pages that offer the list.
     from routing.engine.decide import Effect
 
     return (

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from routing.controls import events as controls
-from tests.routing.controlkit import holding_work
+from controls import events as controls
+from tests.controls.controlkit import holding_work
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply, router
 

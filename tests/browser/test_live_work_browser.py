@@ -107,7 +107,7 @@ def test_live_work_list_keeps_ticked_boxes_and_home_counts_follow(
     page.check(f"#work-{other.pk} input[type=checkbox]")
     time.sleep(SOCKET_OPEN)
     AttemptFactory(work=other, number=1, state="succeeded")
-    from routing.controls import work as controls
+    from controls import work as controls
 
     controls.work_cancel(work_id=other.pk, user="elsewhere", clock=clock)
     page.wait_for_selector(f"#work-{other.pk} .badge-cancelled", timeout=2500)

@@ -22,7 +22,7 @@ from causal.models import KV
 from conduit_site import doctor
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import doctor as doctor_views
-from routing.controls import events as controls
+from controls import events as controls
 from routing.engine.configurations import LiveConfigurations
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
 from routing.engine.loop import RouteLoop
@@ -34,7 +34,7 @@ from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
 from worklife.attempts import attempt_fail
 from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
-from worklife.lifecycle import work_cancel
+from worklife.lifecycle import work_cancel_in_tx
 from worklife.models import Work
 from worklife.runner import WorkRunner
 
@@ -241,7 +241,7 @@ def test_work_loop_check_warns_when_no_work_loop_beats_while_work_is_ready(clock
 
     # Once nothing is ready to run a missing loop is no warning.
     for work in Work.objects.filter(status="ready", parked_at__isnull=True):
-        work_cancel(work_id=work.pk, clock=clock)
+        work_cancel_in_tx(work_id=work.pk, clock=clock)
     idle = check(doctor.doctor(clock=clock), "work_loop")
     assert (
         idle.ok

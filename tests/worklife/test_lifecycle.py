@@ -114,7 +114,7 @@ def test_r48_cancel_is_atomic_and_terminal(clock, running):
     work, attempt = running
     wait = attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock)
     timer = TimerFactory(work=work)
-    cancelled = lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    cancelled = lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
     assert cancelled.status == "cancelled"
     attempt.refresh_from_db()
     assert attempt.state == "cancelled"
@@ -122,7 +122,7 @@ def test_r48_cancel_is_atomic_and_terminal(clock, running):
     assert Timer.objects.get(pk=timer.pk).state == "cancelled"
     assert not WorkInput.objects.filter(work=work, state=InputState.PENDING).exists()
     with pytest.raises(WorkTerminal):
-        lifecycle.work_cancel(work_id=work.pk, clock=clock)
+        lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
 
 
 def test_r48_cancel_supersedes_pending_intents_and_ends_dependency_subscriptions(clock, running):
@@ -138,7 +138,7 @@ def test_r48_cancel_supersedes_pending_intents_and_ends_dependency_subscriptions
     subscription = DependencySubscriptionFactory(wait=wait, work=work, scope="acme/web")
     other = DependencySubscriptionFactory(scope="acme/web")  # another Work's stays active
 
-    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
 
     assert set(Intent.objects.filter(work=work).values_list("pk", "state")) == {
         (routed.pk, "superseded"),
@@ -150,7 +150,7 @@ def test_r48_cancel_supersedes_pending_intents_and_ends_dependency_subscriptions
 
 def test_r60_cancellation_checkpoints_later_input_as_terminal(clock, running):
     work, attempt = running
-    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
     late = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
     router(clock).route(late.seq)
     record = RouteRecord.objects.get(event=late)
@@ -202,7 +202,7 @@ def test_r50_successor_requires_a_terminal_predecessor_and_distinct_keys(clock, 
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["next"], clock=clock
         )
-    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
     with pytest.raises(WorkError, match="owned by Work"):
         lifecycle.work_create_successor(
             predecessor_id=work.pk, scope="acme", binding="triage", keys=["pr:acme/api#1"], clock=clock
@@ -222,7 +222,7 @@ def test_r50_successor_requires_a_terminal_predecessor_and_distinct_keys(clock, 
 @pytest.mark.django_db(transaction=True)
 def test_r61_successor_publication_is_atomic_with_its_event(clock, running):
     work, attempt = running
-    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
     refusing = Causal(clock, Limits(max_depth=0, rate_per_minute=128))
     count, events = Work.objects.count(), Event.objects.count()
     with pytest.raises(CausalRefused):
@@ -250,7 +250,7 @@ def test_r61_successor_publication_is_atomic_with_its_event(clock, running):
 @pytest.mark.django_db(transaction=True)
 def test_r61_successor_whose_keys_are_taken_publishes_neither_work_nor_event(clock, running):
     work, attempt = running
-    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
     count, events = Work.objects.count(), Event.objects.count()
     with pytest.raises(WorkError, match="owned by Work"):
         lifecycle.work_create_successor(
@@ -262,7 +262,7 @@ def test_r61_successor_whose_keys_are_taken_publishes_neither_work_nor_event(clo
 
 def test_r60_successor_target_scope(clock, running):
     work, attempt = running
-    lifecycle.work_cancel(work_id=work.pk, clock=clock)
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
     created = lifecycle.work_create_successor(
         predecessor_id=work.pk, scope="acme/web", binding="triage", keys=["thread:next"], clock=clock
     )

@@ -16,7 +16,7 @@ from causal.models import Event
 from tests.worklife import enginekit
 from tests.worklife.attemptkit import attempt_renew_lease
 from tests.worklife.enginekit import route_all, runner, send, setup, status, step_until, work_of
-from worklife.lifecycle import work_cancel
+from worklife.lifecycle import work_cancel_in_tx
 from worklife.models import Attempt, Intent, Timer, Wait, Work, WorkInput
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,7 +194,7 @@ def test_r48_cancel_ends_the_running_process_within_5_seconds(clock, loop, bindi
     work = work_of(seq)
     step_until(loop, lambda: bool(loop.running) and attempts(work)[0].pid is not None)
     pid = attempts(work)[0].pid
-    work_cancel(work_id=work.pk, clock=clock)
+    work_cancel_in_tx(work_id=work.pk, clock=clock)
     started = time.monotonic()
     step_until(loop, lambda: not loop.running, timeout=5)
     assert gone(pid, within=5 - (time.monotonic() - started))

@@ -15,6 +15,8 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from worklife.models import Work
+
 register = template.Library()
 
 # The one precision of the console's timestamps: seconds.
@@ -72,3 +74,10 @@ def countdown(value: datetime | None, now: datetime) -> SafeString | str:
         moment.strftime(DISPLAY_FORMAT),
         in_words(seconds),
     )
+
+
+@register.filter
+def backing_off(work: Work, now: datetime) -> bool:
+    """Whether ``work`` is backing off at ``now`` (:meth:`worklife.models.Work.is_backing_off`)."""
+    # A page rendered without ``now`` shows no backoff, as a template comparison with it would.
+    return isinstance(now, datetime) and work.is_backing_off(now)

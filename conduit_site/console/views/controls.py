@@ -31,13 +31,13 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
+import controls.events
 from causal.clock import Clock, system_clock
 from causal.models import Event
 from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.events import DETAIL_PARTIALS, event_detail_context
 from conduit_site.console.views.events import DETAIL_TEMPLATE as EVENT_PAGE
-from routing.controls import events as controls
-from routing.controls import replay
+from controls import replay
 from routing.models import RouteRecord
 
 CONFIRM_TEMPLATE = "routing/event_control.html"
@@ -51,22 +51,22 @@ _ROW_TARGET = re.compile(r"^(?P<kind>[a-z]+)-(?P<seq>\d+)$")
 clock: Clock = system_clock
 
 ACTIONS: dict[str, dict[str, Any]] = {
-    controls.SKIP_EVENT: {
-        "service": controls.event_skip,
+    controls.events.SKIP_EVENT: {
+        "service": controls.events.event_skip,
         "verb": "Skip",
         "url": "event-skip",
         "explain": "The Event is routed as skipped without asking its routes. Its failures are kept in "
         "its record, and the Work it holds takes its later input.",
     },
-    controls.REROUTE_EVENT: {
-        "service": controls.event_reroute,
+    controls.events.REROUTE_EVENT: {
+        "service": controls.events.event_reroute,
         "verb": "Reroute",
         "url": "event-reroute",
         "explain": "An unrouted Event's failures are forgotten: the router tries it again on its next "
         "pass. A failed or skipped Event is accepted again as a copy (id reroute/…), which routes like "
         "new input.",
     },
-    controls.REPLAY_EVENT: {
+    controls.events.REPLAY_EVENT: {
         "service": replay.event_replay,
         "verb": "Replay",
         "url": "event-replay",
@@ -78,28 +78,28 @@ ACTIONS: dict[str, dict[str, Any]] = {
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def event_skip(request: HttpRequest, seq: int) -> HttpResponse:
+def event_skip_view(request: HttpRequest, seq: int) -> HttpResponse:
     """Skip an unrouted Event: the confirmation page (GET) or the control (POST)."""
-    return _control(request, seq, controls.SKIP_EVENT)
+    return _control(request, seq, controls.events.SKIP_EVENT)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def event_reroute(request: HttpRequest, seq: int) -> HttpResponse:
+def event_reroute_view(request: HttpRequest, seq: int) -> HttpResponse:
     """Reroute an Event: the confirmation page (GET) or the control (POST)."""
-    return _control(request, seq, controls.REROUTE_EVENT)
+    return _control(request, seq, controls.events.REROUTE_EVENT)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def event_replay(request: HttpRequest, seq: int) -> HttpResponse:
+def event_replay_view(request: HttpRequest, seq: int) -> HttpResponse:
     """Replay a settled Event: the confirmation page (GET) or the control (POST)."""
-    return _control(request, seq, controls.REPLAY_EVENT)
+    return _control(request, seq, controls.events.REPLAY_EVENT)
 
 
 def require_control_permission(request: HttpRequest, action: str) -> None:
     """Refuse (403) a user who lacks the permission of the control ``action``."""
-    permission = controls.PERMISSIONS[action]
+    permission = controls.events.PERMISSIONS[action]
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the permission {permission} to {action.replace('_', ' ')}.")
 
@@ -110,19 +110,21 @@ def _control(request: HttpRequest, seq: int, action: str) -> HttpResponse:
     next_url = safe_next(request)
     if request.method == "GET":
         event = _event(seq)
-        return _confirmation(request, event, action, next_url, error=_wrong_state(event, action))
-    service: Callable[..., controls.ControlResult] = spec["service"]
+        return _confirmation(
+            request, event, action, next_url, error=controls.events.wrong_state(event, action)
+        )
+    service: Callable[..., controls.events.ControlResult] = spec["service"]
     try:
         result = service(seq=seq, user=request.user, clock=clock)
     except Event.DoesNotExist:
         raise Http404(f"No Event with seq {seq}.") from None
-    except controls.ControlRefused as refused:
+    except controls.events.ControlRefused as refused:
         if request.htmx:
             return _swapped(request, seq, error=refused.message, copy_seq=refused.copy_seq, status=409)
         return _confirmation(request, _event(seq), action, next_url, error=refused.message, status=409)
     if request.htmx:
         # The rows link a reroute's copy in place of the Reroute button; a replay's is in the message.
-        copy_seq = result.copy_seq if action == controls.REROUTE_EVENT else None
+        copy_seq = result.copy_seq if action == controls.events.REROUTE_EVENT else None
         return _swapped(request, seq, result=result, copy_seq=copy_seq)
     return redirect(next_url or reverse("event-detail", args=[seq]))
 
@@ -132,21 +134,6 @@ def _event(seq: int) -> Event:
         return Event.objects.select_related("route_record", "route_record__work").get(seq=seq)
     except Event.DoesNotExist:
         raise Http404(f"No Event with seq {seq}.") from None
-
-
-def _wrong_state(event: Event, action: str) -> str:
-    """Why the control cannot apply to the Event as it is now ("" when it can)."""
-    state = event.route_state
-    if action == controls.SKIP_EVENT and state != "unrouted":
-        return f"Event #{event.seq} is already {state}: only an unrouted Event can be skipped."
-    if action == controls.REROUTE_EVENT and state == "routed":
-        return (
-            f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted "
-            "(Replay accepts a copy of it, routed under the live configuration)."
-        )
-    if action == controls.REPLAY_EVENT and state == "unrouted":
-        return f"Event #{event.seq} is not routed yet: only a settled Event can be replayed."
-    return ""
 
 
 def _confirmation(
@@ -172,7 +159,7 @@ def _swapped(
     request: HttpRequest,
     seq: int,
     *,
-    result: controls.ControlResult | None = None,
+    result: controls.events.ControlResult | None = None,
     error: str = "",
     copy_seq: int | None = None,
     status: int = 200,

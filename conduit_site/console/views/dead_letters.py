@@ -4,7 +4,7 @@
 filtered by scope, route, code (the record's reason) and disposition, 50 a page by Event seq.
 Each shows its error (first line; the whole text on expand), attempts and Work, and whether
 it was rerouted already. ``POST dead-letters/reroute/`` reroutes the selected Events, each
-with its own control Event in its own transaction (``routing.controls.events.events_reroute``), and
+with its own control Event in its own transaction (``controls.events.events_reroute``), and
 shows what happened to each one above the list. Rerouting needs ``routing.reroute_event``.
 """
 
@@ -17,6 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET, require_POST
 
+import controls.events
 from causal.clock import Clock, system_clock
 from conduit_site.console.forms import KeysetOrderForm, form_errors_text
 from conduit_site.console.views.access import permission_needed
@@ -25,7 +26,7 @@ from conduit_site.console.views.controls import require_control_permission
 from conduit_site.doctor import first_line
 from infra.converters import MAX_ID
 from routing.access.roles import VIEW_EVENT
-from routing.controls import events as controls
+from routing.engine.selectors import DeadLetterFilter, dead_letters_page, dead_letters_total
 from routing.errors import RouteErrorCode
 
 TEMPLATE = "routing/dead_letters.html"
@@ -57,10 +58,10 @@ class DeadLetterFilterForm(KeysetOrderForm):
         self.clean_order(data)
         return data
 
-    def filters(self) -> controls.DeadLetterFilter:
+    def filters(self) -> DeadLetterFilter:
         """The validated filters (call after ``is_valid()``)."""
         data = self.cleaned_data
-        return controls.DeadLetterFilter(
+        return DeadLetterFilter(
             scope=data["scope"], route=data["route"], code=data["code"], disposition=data["disposition"]
         )
 
@@ -88,20 +89,20 @@ class RerouteSelectionForm(forms.Form):
 
     def clean_seq(self) -> list[int]:
         seqs = self.cleaned_data["seq"]
-        if len(seqs) > controls.MAX_BATCH:
-            raise forms.ValidationError(f"at most {controls.MAX_BATCH} Events can be rerouted at once")
+        if len(seqs) > controls.events.MAX_BATCH:
+            raise forms.ValidationError(f"at most {controls.events.MAX_BATCH} Events can be rerouted at once")
         if any(not 1 <= seq <= MAX_ID for seq in seqs):
             raise forms.ValidationError("an Event seq is a positive integer")
         return seqs
 
 
 def dead_letter_list_context(
-    filters: controls.DeadLetterFilter, *, cursor: int | None = None, oldest: bool = False
+    filters: DeadLetterFilter, *, cursor: int | None = None, oldest: bool = False
 ) -> dict[str, Any]:
     """What the ``dead-letter-list`` partial needs: a page of dead letters, each one's copy
     (when rerouted already), their total and the paging links. Three queries."""
-    page = controls.dead_letters_page(filters, before=cursor, oldest=oldest)
-    copies = controls.reroute_copies([record.event for record in page])
+    page = dead_letters_page(filters, before=cursor, oldest=oldest)
+    copies = controls.events.reroute_copies([record.event for record in page])
     params = {
         "scope": filters.scope,
         "route": filters.route,
@@ -122,7 +123,7 @@ def dead_letter_list_context(
         "filter_params": params,
         "page": page,
         "rows": rows,
-        "total": controls.dead_letters_total(filters),
+        "total": dead_letters_total(filters),
         "total_noun": "dead letters",
         **list_paging_urls(
             "dead-letters", params, oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
@@ -146,18 +147,20 @@ def dead_letters(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def dead_letters_reroute(request: HttpRequest) -> HttpResponse:
+def dead_letters_reroute_view(request: HttpRequest) -> HttpResponse:
     """Reroute the selected dead letters, each in its own transaction, and show each outcome."""
-    require_control_permission(request, controls.REROUTE_EVENT)
+    require_control_permission(request, controls.events.REROUTE_EVENT)
     filters_form = DeadLetterFilterForm(request.POST)
     selection = RerouteSelectionForm(request.POST)
     context: dict[str, Any] = {"section": "dead-letters", "form": filters_form, "codes": list(RouteErrorCode)}
     valid = filters_form.is_valid()
-    filters = filters_form.filters() if valid else controls.DeadLetterFilter()
+    filters = filters_form.filters() if valid else DeadLetterFilter()
     oldest = valid and filters_form.oldest_first()
     if not selection.is_valid():
         context.update(dead_letter_list_context(filters, oldest=oldest), errors=form_errors_text(selection))
         return render_console(request, TEMPLATE, context, partials=PARTIALS, status=400)
-    outcomes = controls.events_reroute(seqs=selection.cleaned_data["seq"], user=request.user, clock=clock)
+    outcomes = controls.events.events_reroute(
+        seqs=selection.cleaned_data["seq"], user=request.user, clock=clock
+    )
     context.update(dead_letter_list_context(filters, oldest=oldest), outcomes=outcomes)
     return render_console(request, TEMPLATE, context, partials=PARTIALS)

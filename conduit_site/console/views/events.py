@@ -13,12 +13,12 @@ from causal.models import Event, RouteState
 from conduit_site.console.forms import EventFilterForm
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, render_console
+from controls.events import reroute_copies
+from controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from infra.live import event_ws_path, events_ws_path
 from routing.acceptance.raw import raw_envelope
 from routing.access.roles import VIEW_EVENT
 from routing.config.receivers import receiver_of
-from routing.controls.events import reroute_copies
-from routing.controls.replay import COPIES_SHOWN, replay_copies, replay_original
 from routing.engine.failures import failures_read
 from routing.records.filters import EventListFilter, known_event_scopes, known_event_types, known_policies
 from routing.records.selectors import (

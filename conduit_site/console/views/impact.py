@@ -22,8 +22,8 @@ from django.views.decorators.http import require_GET
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import render_console
+from controls.events import PERMISSIONS, REPLAY_EVENT
 from routing.access.roles import VIEW_EVENT
-from routing.controls.events import PERMISSIONS, REPLAY_EVENT
 from routing.models import GenerationKind, ImpactRun, ImpactRunStatus
 from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS
 from routing.setup.impact_runs import (

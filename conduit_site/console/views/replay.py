@@ -4,7 +4,7 @@ other form the Events' seqs.
 
 Without ``confirm`` the answer is the confirmation page (how many Events, which); with
 ``confirm`` each Event is replayed through its own control
-(:func:`routing.controls.replay.events_replay`) and the page says what happened: "replayed 212,
+(:func:`controls.replay.events_replay`) and the page says what happened: "replayed 212,
 refused 1 (why)", each Event with its copy. Works without JavaScript. Needs the permission
 ``routing.replay_event`` (403 without it).
 """
@@ -21,8 +21,8 @@ from django.views.decorators.http import require_POST
 
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.controls import require_control_permission, safe_next
-from routing.controls.events import REPLAY_EVENT
-from routing.controls.replay import REPLAY_LIMIT, ReplayInvalid, events_replay, replay_seqs
+from controls.events import REPLAY_EVENT
+from controls.replay import REPLAY_LIMIT, ReplayInvalid, events_replay, replay_seqs
 from routing.setup.impact_runs import impact_run_seqs
 
 TEMPLATE = "routing/events_replay.html"

@@ -14,10 +14,10 @@ from causal.models import RouteState
 from conduit_site.console.forms import INPUT_NEWEST, WorkDetailForm, WorkFilterForm
 from conduit_site.console.views.access import permission_needed
 from conduit_site.console.views.common import htmx_partial, list_paging_urls, query_string, render_console
+from controls.events import reroute_copies
+from controls.work import retry_outlook
 from infra.live import work_ws_list_path, work_ws_path
 from routing.access.roles import VIEW_EVENT
-from routing.controls.events import reroute_copies
-from routing.controls.work import retry_outlook
 from routing.records.selectors import event_routes, work_route_history_page, work_route_history_total
 from worklife.models import Work
 from worklife.selectors import (

@@ -3,7 +3,7 @@
 The Work list is a form: a checkbox per Work (or "all matching this filter") and a Retry or
 Cancel button POST here. Without ``confirm`` the answer is the confirmation page, which shows
 how many Work the control will act on and carries the choice on; with ``confirm`` each Work
-goes through its own control (:func:`routing.controls.bulk.work_bulk`), and the page says what
+goes through its own control (:func:`controls.bulk.work_bulk`), and the page says what
 happened: "retried 3, refused 1 (why)". Works without JavaScript. Needs the control's own
 permission (403 without it).
 """
@@ -21,8 +21,8 @@ from django.views.decorators.http import require_POST
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.common import query_string
 from conduit_site.console.views.work_controls import require_permission
-from routing.controls.bulk import BULK_ACTIONS, BULK_LIMIT, bulk_action, work_bulk, work_bulk_ids
-from routing.controls.work import PERMISSIONS, WorkControl, WorkControlInvalid
+from controls.bulk import BULK_ACTIONS, BULK_LIMIT, bulk_action, work_bulk, work_bulk_ids
+from controls.work import PERMISSIONS, WorkControl, WorkControlInvalid
 from worklife.selectors import WorkFilter
 
 TEMPLATE = "worklife/work_bulk.html"

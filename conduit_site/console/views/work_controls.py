@@ -36,19 +36,20 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
+import controls.work
 from causal.clock import Clock, system_clock
 from conduit_site.console.forms import form_errors_text
 from conduit_site.console.views.common import HTMX_VARY
 from conduit_site.console.views.work import DETAIL_TEMPLATE, LIVE_PARTIALS, work_detail_context
-from routing.acceptance.envelopes import loads
-from routing.controls import work as controls
-from routing.controls.work import (
+from controls.work import (
     WorkControl,
     WorkControlInvalid,
     WorkControlRefused,
     WorkControlResult,
     retry_outlook,
+    wrong_state,
 )
+from routing.acceptance.envelopes import loads
 from worklife.models import Work
 from worklife.selectors import work_get
 
@@ -90,7 +91,7 @@ class InputForm(forms.Form):
 class CancelForm(forms.Form):
     reason = forms.CharField(
         required=False,
-        max_length=controls.CANCEL_REASON_MAX,
+        max_length=controls.work.CANCEL_REASON_MAX,
         help_text="Optional: why, kept with the control Event and shown in the Work's history.",
     )
 
@@ -166,14 +167,14 @@ ACTIONS: dict[WorkControl, ControlPage] = {
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_cancel(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_cancel_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Cancel a Work: the confirmation page (GET) or the control (POST)."""
     return _control(
         request,
         work_id,
         WorkControl.CANCEL,
         # The reason: the confirmation page's field, or what the Work page's prompt asked for.
-        lambda data: controls.work_cancel(
+        lambda data: controls.work.work_cancel(
             work_id=work_id,
             user=request.user,
             clock=clock,
@@ -184,25 +185,25 @@ def work_cancel(request: HttpRequest, work_id: int) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_retry(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_retry_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Retry a parked or backing-off Work: the confirmation page (GET) or the control (POST)."""
     return _control(
         request,
         work_id,
         WorkControl.RETRY,
-        lambda data: controls.work_retry(work_id=work_id, user=request.user, clock=clock),
+        lambda data: controls.work.work_retry(work_id=work_id, user=request.user, clock=clock),
     )
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_send(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_send_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Send operator input to a Work: the form (GET) or the control (POST)."""
     return _control(
         request,
         work_id,
         WorkControl.SEND,
-        lambda data: controls.work_input_send(
+        lambda data: controls.work.work_input_send(
             work_id=work_id,
             event_type=data["type"],
             data=data["data"],
@@ -215,13 +216,13 @@ def work_send(request: HttpRequest, work_id: int) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_rebind(request: HttpRequest, work_id: int) -> HttpResponse:
+def work_rebind_view(request: HttpRequest, work_id: int) -> HttpResponse:
     """Rebind a Work: the form (GET) or the control (POST)."""
     return _control(
         request,
         work_id,
         WorkControl.REBIND,
-        lambda data: controls.work_rebind(
+        lambda data: controls.work.work_rebind(
             work_id=work_id, binding=data["binding"], user=request.user, clock=clock
         ),
     )
@@ -229,7 +230,7 @@ def work_rebind(request: HttpRequest, work_id: int) -> HttpResponse:
 
 def require_permission(request: HttpRequest, action: WorkControl) -> None:
     """Refuse (403) a user who lacks the permission of the control ``action``."""
-    permission = controls.PERMISSIONS[action]
+    permission = controls.work.PERMISSIONS[action]
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the permission {permission} to {action.value.replace('_', ' ')}.")
 
@@ -264,19 +265,6 @@ def _control(
         return controls_response(request, work_id, control=result)
     messages.success(request, result.message)
     return redirect("work-detail", work_id)
-
-
-def wrong_state(work: Work, action: WorkControl) -> str:
-    """Why the control cannot apply to the Work as it is now (``""`` when it may)."""
-    if work.is_terminal:
-        if action == WorkControl.CANCEL:
-            return f"Work {work.pk} is already {work.status}: only live Work can be cancelled."
-        return f"Work {work.pk} is {work.status}: terminal Work takes no more controls."
-    if action == WorkControl.RETRY and not work.is_retryable:
-        return (
-            f"Work {work.pk} is {work.status} and neither parked nor backing off: there is nothing to retry."
-        )
-    return ""
 
 
 def _initial(work: Work, action: WorkControl) -> dict[str, Any]:
@@ -365,7 +353,7 @@ def controls_response(
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def work_create(request: HttpRequest) -> HttpResponse:
+def work_create_view(request: HttpRequest) -> HttpResponse:
     """Create a Work with its first input: the form (GET, ``?scope=&binding=`` fill it in) or the
     control (POST), which goes to the new Work's page."""
     require_permission(request, WorkControl.CREATE)
@@ -379,7 +367,7 @@ def work_create(request: HttpRequest) -> HttpResponse:
         return _create_page(request, form, error=form_errors_text(form), status=400)
     data = form.cleaned_data
     try:
-        result = controls.work_create(
+        result = controls.work.work_create(
             scope=data["scope"],
             binding=data["binding"],
             event_type=data["type"],

@@ -1,7 +1,7 @@
 """``manage.py work SUBCOMMAND``: Work and its operator controls from the command line.
 
 ``list`` and ``get`` read Work; ``cancel``, ``retry``, ``send``, ``create`` and ``rebind`` are the
-operator controls of ``routing.controls.work``. The CLI is trusted operator access on the host:
+operator controls of ``controls.work``. The CLI is trusted operator access on the host:
 whoever can run ``manage.py`` can already change the database, so no permission is checked.
 ``--as USER`` (an existing active user) is recorded as the actor, else ``cli``. A refused
 control exits non-zero with the reason, and nothing is stored.
@@ -20,8 +20,10 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
+import controls.work
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
+from controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
 from infra.cli import (
     NOTHING_CHANGED,
     Subcommand,
@@ -38,8 +40,6 @@ from infra.cli import (
 from infra.times import timestamp
 from infra.words import counted
 from routing.acceptance.envelopes import loads
-from routing.controls import work as work_controls
-from routing.controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
 from routing.serializers import attempt_json, work_json
 from worklife.models import Work, WorkStatus
 from worklife.selectors import (
@@ -285,7 +285,7 @@ def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_cancel(
+        lambda actor: controls.work.work_cancel(
             work_id=options["work_id"], user=actor, clock=system_clock, reason=options.get("reason")
         ),
     )
@@ -296,7 +296,7 @@ def retry_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_retry(work_id=options["work_id"], user=actor, clock=system_clock),
+        lambda actor: controls.work.work_retry(work_id=options["work_id"], user=actor, clock=system_clock),
     )
 
 
@@ -306,7 +306,7 @@ def send_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_input_send(
+        lambda actor: controls.work.work_input_send(
             work_id=options["work_id"],
             event_type=options["event_type"],
             data=data,
@@ -323,7 +323,7 @@ def create_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_create(
+        lambda actor: controls.work.work_create(
             scope=options["scope"],
             binding=options["binding"],
             event_type=options["event_type"],
@@ -340,7 +340,7 @@ def rebind_run(command: BaseCommand, options: dict[str, Any]) -> None:
     _control(
         command,
         options,
-        lambda actor: work_controls.work_rebind(
+        lambda actor: controls.work.work_rebind(
             work_id=options["work_id"], binding=options["binding"], user=actor, clock=system_clock
         ),
     )

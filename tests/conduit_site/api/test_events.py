@@ -493,8 +493,8 @@ def test_an_api_token_cannot_forge_an_identity_the_system_writes(client, auth, a
 
 @pytest.mark.django_db
 def test_a_forged_reroute_copy_cannot_block_the_real_one(client, auth, acme, clock):
+    from controls import events as controls
     from routing.acceptance.services import event_accept
-    from routing.controls import events as controls
 
     original = event_accept(payload=cloud_event(id="bad"), clock=clock).event
     Event.objects.filter(pk=original.pk).update(route_state="failed")

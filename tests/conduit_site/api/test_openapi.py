@@ -117,7 +117,7 @@ def test_a_query_parameter_that_is_not_a_whole_number_or_a_time_is_refused(clien
 
 
 def test_a_replay_of_more_seqs_than_allowed_is_refused_repeats_counted(client, auth):
-    from routing.controls.replay import REPLAY_LIMIT
+    from controls.replay import REPLAY_LIMIT
 
     response = post(client, "/api/events/replay", {"seqs": [7] * (REPLAY_LIMIT + 1)}, auth)
     assert response.status_code == 400 and response.json()["field"] == "seqs"

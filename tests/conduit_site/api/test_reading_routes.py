@@ -519,7 +519,7 @@ def test_r29_event_list_filter_validates_its_fields():
 
 
 def test_r29_every_events_subcommand_argument_has_help():
-    from routing.management.commands.events import Command
+    from conduit_site.management.commands.events import Command
 
     parser = Command().create_parser("manage.py", "events")
     subparsers = next(a for a in parser._actions if a.dest == "subcommand")

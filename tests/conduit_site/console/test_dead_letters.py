@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from causal.models import Event
 from conduit_site.console.views import dead_letters as dead_letter_views
-from routing.controls import events as controls
+from controls import events as controls
 from routing.models import RouteRecord
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers

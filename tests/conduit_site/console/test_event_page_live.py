@@ -13,8 +13,8 @@ from django.db import transaction
 
 from conduit_site.asgi import application
 from conduit_site.console.consumers import CLOSE_NOT_FOUND
+from controls import events as controls
 from infra.live import group_name_for_event, group_name_for_work, publish_on_commit
-from routing.controls import events as controls
 from routing.engine.live import send_routed
 from tests.routing.factories import UserFactory
 from tests.routing.livekit import headers, join, route_pass, waiting

@@ -17,7 +17,7 @@ from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import WorkFactory
-from worklife.lifecycle import work_cancel
+from worklife.lifecycle import work_cancel_in_tx
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +53,7 @@ def test_late_input_of_cancelled_work_routed_for_real_says_it_was_cancelled(clie
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 9})
     drain(router(clock))
     first.refresh_from_db()
-    work_cancel(work_id=first.route_record.work_id, clock=clock)
+    work_cancel_in_tx(work_id=first.route_record.work_id, clock=clock)
     late = accept(clock, "github.pull_request.synchronize", {"repo": "acme/api", "number": 9})
     drain(router(clock))
 

@@ -18,13 +18,14 @@ from django.urls import reverse
 from causal.models import RouteState
 from causal.selectors import DiagnosticFilter, ListTotal, count_capped, diagnostics_total
 from conduit_site.console.views import controls as control_views
+from controls import events as controls
 from routing.config.selectors import generations_total
-from routing.controls import events as controls
 from routing.engine.decide import Effect
+from routing.engine.selectors import DeadLetterFilter, dead_letters_total
 from routing.records.selectors import UNDELIVERED_OUTCOMES
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
+from tests.controls.controlkit import holding_work
 from tests.routing import sample_handlers
-from tests.routing.controlkit import holding_work
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory, WorkInputFactory
@@ -426,9 +427,7 @@ def test_dead_letters_show_their_total_and_jump_to_the_oldest(console):
     RouteRecordFactory(event__scope="acme", disposition="queued")  # not a dead letter
     seqs = sorted(r.event_id for r in records)
     newest_and_oldest(console, "dead-letters", "dead", seqs, "dead letters", {"scope": "acme"})
-    assert controls.dead_letters_total(controls.DeadLetterFilter(scope="acme"), cap=10) == ListTotal(
-        10, capped=True
-    )
+    assert dead_letters_total(DeadLetterFilter(scope="acme"), cap=10) == ListTotal(10, capped=True)
 
 
 @pytest.mark.django_db

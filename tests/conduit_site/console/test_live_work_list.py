@@ -21,6 +21,7 @@ from django.urls import reverse
 
 from conduit_site.asgi import application
 from conduit_site.console import consumers
+from controls import work as controls
 from infra.live import (
     UPDATE_TYPE,
     WORK_GROUP,
@@ -29,7 +30,6 @@ from infra.live import (
     work_changed_on_commit,
     work_publisher,
 )
-from routing.controls import work as controls
 from tests.routing.factories import UserFactory
 from tests.routing.livekit import headers, join, route_pass
 from tests.routing.routerkit import accept, apply

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from conduit_site.console.views import work as work_views
 from conduit_site.console.views import work_bulk as bulk_views
-from tests.routing.controlkit import control_events, grant, parked_work
+from tests.controls.controlkit import control_events, grant, parked_work
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import apply
 from tests.worklife.factories import WorkFactory

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_create_work_and_rebind_suggest_the_live_bindings(client, clock, test_handlers):
-    from tests.routing.controlkit import CONTROLS, grant
+    from tests.controls.controlkit import CONTROLS, grant
     from tests.routing.routerkit import apply
     from tests.worklife.factories import WorkFactory
 

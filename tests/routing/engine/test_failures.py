@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
-from routing.controls.events import event_reroute
+from controls.events import event_reroute
 from routing.engine.evaluate import snapshots_isolated
 from routing.engine.failures import FAILURES_NAMESPACE, backoff_for, gives_up
 from routing.engine.handler_pool import HandlerPool, PoolExhausted
@@ -629,7 +629,7 @@ def test_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_with_its_
     the Work takes its later input. Before, it was looked at again every minute for ever."""
     from django.core.management import call_command
 
-    from routing.controls.events import DeadLetterFilter, dead_letters_page
+    from routing.engine.selectors import DeadLetterFilter, dead_letters_page
 
     apply(clock)
     r = router(clock)

@@ -825,14 +825,14 @@ def test_an_unexpected_error_writing_one_event_fails_that_event_only(clock, live
 def test_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, live, how):
     from django.forms.models import model_to_dict
 
-    from worklife.lifecycle import work_cancel
+    from worklife.lifecycle import work_cancel_in_tx
 
     r = router(clock)
     first = pr(clock, 70)
     r.route(first.seq)
     work_id = record(first).work_id
     if how == "cancelled":
-        work_cancel(work_id=work_id, by="ops", clock=clock)
+        work_cancel_in_tx(work_id=work_id, by="ops", clock=clock)
     else:
         Work.objects.filter(pk=work_id).update(status="completed")
     before = model_to_dict(Work.objects.get(pk=work_id))

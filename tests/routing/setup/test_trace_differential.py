@@ -32,7 +32,7 @@ from tests.routing import sample_handlers
 from tests.routing.routerkit import HANDLERS
 from tests.worklife.attemptkit import attempt_start, work_complete
 from worklife.errors import WorkError
-from worklife.lifecycle import work_cancel
+from worklife.lifecycle import work_cancel_in_tx
 from worklife.models import Attempt, Work
 from worklife.waits import attempt_wait
 
@@ -278,7 +278,7 @@ class TraceEqualsRouting(HypothesisTestCase):
         live = Attempt.objects.filter(work_id=work_id, state__in=["running", "waiting"]).first()
         try:
             if kind == "cancel":
-                work_cancel(work_id=work_id, clock=clock, by="prop")
+                work_cancel_in_tx(work_id=work_id, clock=clock, by="prop")
             elif kind == "complete":
                 if live is not None:
                     work_complete(attempt_id=live.pk, lease_epoch=live.lease_epoch, clock=clock)

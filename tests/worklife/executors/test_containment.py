@@ -170,7 +170,7 @@ def test_cancelling_the_work_ends_the_daemon_its_command_started(clock, test_han
     """Through the work loop: an operator's cancel ends the attempt, and with it the daemon."""
     from tests.routing.routerkit import accept, apply, router
     from tests.worklife.enginekit import runner, step_until
-    from worklife.lifecycle import work_cancel
+    from worklife.lifecycle import work_cancel_in_tx
     from worklife.models import Attempt, Work
 
     pidfile = tmp_path / "daemon.pid"
@@ -195,7 +195,7 @@ def test_cancelling_the_work_ends_the_daemon_its_command_started(clock, test_han
         step_until(loop, lambda: bool(loop.running))
         daemon = pid_in(pidfile)
         (work,) = Work.objects.all()
-        work_cancel(work_id=work.pk, clock=clock)
+        work_cancel_in_tx(work_id=work.pk, clock=clock)
         step_until(loop, lambda: not loop.running, timeout=10)
         assert ended(daemon)
         assert Attempt.objects.get(work=work).state == "cancelled"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from routing.controls.bulk import BULK_LIMIT, work_bulk, work_bulk_ids
-from routing.controls.work import WorkControl, WorkControlInvalid
-from tests.routing.controlkit import api, control_events, grant, parked_work, stored
+from controls.bulk import BULK_LIMIT, work_bulk, work_bulk_ids
+from controls.work import WorkControl, WorkControlInvalid
+from tests.controls.controlkit import api, control_events, grant, parked_work, stored
 from tests.routing.factories import api_token_with_secret
 from tests.routing.routerkit import apply
 from tests.worklife.factories import WorkFactory

@@ -21,6 +21,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from causal.clock import system_clock
 from causal.models import Event, RouteState
 from causal.selectors import PAGE_SIZE
+from conduit_site.management.event_controls import (
+    replay_arguments,
+    replay_run,
+    reroute_arguments,
+    reroute_run,
+    skip_arguments,
+    skip_run,
+)
 from infra.cli import (
     CLI_ACTOR,
     Subcommand,
@@ -35,14 +43,6 @@ from infra.cli import (
     run_subcommand,
 )
 from infra.times import parse_time, timestamp
-from routing.management.controls import (
-    replay_arguments,
-    replay_run,
-    reroute_arguments,
-    reroute_run,
-    skip_arguments,
-    skip_run,
-)
 from routing.models import Disposition
 from routing.records.explain import route_why
 from routing.records.filters import MAX_LIST_LIMIT, EventListFilter, EventListInvalid

@@ -19,11 +19,11 @@ from causal.models import Event, RouteState
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import controls as control_views
 from conduit_site.console.views import replay as replay_views
+from controls import events as controls
+from controls import replay
 from routing.acceptance.envelopes import EnvelopeInvalid
 from routing.acceptance.services import event_accept
 from routing.access.roles import ROLE_PERMISSIONS, TOKEN_SCOPES, Role, token_allows
-from routing.controls import events as controls
-from routing.controls import replay
 from routing.models import RouteRecord
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret, user_with_role

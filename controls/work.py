@@ -7,7 +7,7 @@ the Work (policy ``control``), so it never routes through user routes and shows 
 route history.
 
 **Cancel** (R48) cancels the Work's active attempts and waits, removes its timers and its queue
-eligibility and makes it terminal (``worklife.lifecycle.work_cancel``). The work loop holding a
+eligibility and makes it terminal (``worklife.lifecycle.work_cancel_in_tx``). The work loop holding a
 cancelled attempt notices it after the commit and stops its process.
 
 **Retry** unparks a parked Work or ends its backoff (``worklife.scheduling.work_retry_in_tx``):
@@ -48,24 +48,23 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from causal.checks import check_event_size
 from causal.clock import Clock
 from causal.limits import is_reserved
 from causal.models import Event
 from causal.services import Envelope, event_accept_in_tx
-from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
-from routing.acceptance.services import check_event_size
-from routing.config.effective import EffectiveScope
-from routing.config.selectors import live_generation, load_configuration
-from routing.config.validate import NAME_PATTERN
-from routing.controls.common import (
+from controls.common import (
     CONTROL_SOURCE,
     actor_name,
     control_event_in_tx,
     live_label,
 )
-from routing.engine.decide import addressed_binding
+from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
+from routing.config.effective import EffectiveScope
+from routing.config.selectors import live_generation, load_configuration
+from routing.config.validate import NAME_PATTERN
 from routing.engine.live import publish_routed
-from routing.engine.world import read_work_views
+from routing.engine.selectors import work_next_binding
 from worklife import lifecycle
 from worklife.errors import WorkError
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, Work
@@ -235,12 +234,12 @@ def work_cancel(
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
         active = Attempt.objects.filter(work_id=work_id, state__in=ACTIVE_ATTEMPT_STATES).count()
         try:
-            work = lifecycle.work_cancel(work_id=work_id, clock=clock, by=by)
+            work = lifecycle.work_cancel_in_tx(work_id=work_id, clock=clock, by=by)
         except Work.DoesNotExist:
             raise Work.DoesNotExist(f"no Work has id {work_id}") from None
         except WorkError as refused:
             raise _wrong_state(
-                WorkControl.CANCEL, work_id, f"{refused}: only live Work can be cancelled"
+                WorkControl.CANCEL, work_id, f"{refused}: {WRONG_STATE[WorkControl.CANCEL]}"
             ) from refused
         details = {"reason": reason} if reason else None
         control = _control_event_in_tx(WorkControl.CANCEL, work=work, by=by, clock=clock, details=details)
@@ -273,7 +272,7 @@ def work_retry(*, work_id: int, user: AbstractBaseUser | str, clock: Clock) -> W
             raise Work.DoesNotExist(f"no Work has id {work_id}") from None
         except WorkError as refused:
             raise _wrong_state(
-                WorkControl.RETRY, work_id, f"{refused}: only parked or backing-off Work is retried"
+                WorkControl.RETRY, work_id, f"{refused}: {WRONG_STATE[WorkControl.RETRY]}"
             ) from refused
         control = _control_event_in_tx(WorkControl.RETRY, work=work, by=by, clock=clock)
         outlook = retry_outlook(work.pk)
@@ -295,16 +294,16 @@ def retry_outlook(work_id: int) -> str:
     """What a Retry of the Work leads to when it does not simply run again at once (``""``
     then): the binding it runs on next (R30) only queues input, or cannot run as the live
     configuration declares it. The console's Retry confirmation and the result say it."""
-    view = read_work_views([work_id]).get(work_id)
+    work = work_next_binding(work_id)
     generation = live_generation()
-    if view is None or generation is None:
+    if work is None or generation is None:
         return ""
-    name = addressed_binding(view)
-    scope = load_configuration(generation).scope(view.scope)
+    name = work.binding
+    scope = load_configuration(generation).scope(work.scope)
     binding = scope.bindings.get(name) if scope is not None else None
     if binding is None:
         return (
-            f"Retry makes its input ready again, but its binding {name!r} is not in scope {view.scope} in "
+            f"Retry makes its input ready again, but its binding {name!r} is not in scope {work.scope} in "
             f"the live configuration, so nothing runs until the Work is rebound to a binding there"
         )
     if binding.problem:
@@ -348,7 +347,7 @@ def work_input_send(
             raise _wrong_state(
                 WorkControl.SEND,
                 work_id,
-                f"Work {work_id} is {work.status}: terminal Work takes no more input",
+                f"Work {work_id} is {work.status}: {WRONG_STATE[WorkControl.SEND]}",
                 status=work.status,
             )
         sent = _input_accept_in_tx(WorkControl.SEND, envelope, work=work, by=by, clock=clock)
@@ -432,18 +431,18 @@ def work_rebind(
     with transaction.atomic():
         # Lock the Work first: the binding it would run on next is read as the rebind leaves it.
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
-        view = read_work_views([work_id]).get(work_id)
-        if view is None:
+        next_binding = work_next_binding(work_id)
+        if next_binding is None:
             raise Work.DoesNotExist(f"no Work has id {work_id}")
-        if view.terminal:
+        if next_binding.terminal:
             raise _wrong_state(
                 WorkControl.REBIND,
                 work_id,
-                f"Work {work_id} is {view.status}: terminal Work cannot be rebound",
-                status=view.status,
+                f"Work {work_id} is {next_binding.status}: {WRONG_STATE[WorkControl.REBIND]}",
+                status=next_binding.status,
             )
-        previous = addressed_binding(view)
-        _live_binding_in_tx(WorkControl.REBIND, scope=view.scope, binding=binding, work_id=work_id)
+        previous = next_binding.binding
+        _live_binding_in_tx(WorkControl.REBIND, scope=next_binding.scope, binding=binding, work_id=work_id)
         try:
             rebound = lifecycle.work_rebind_in_tx(work_id=work_id, binding=binding, now=clock())
         except WorkError as refused:
@@ -601,6 +600,36 @@ def _control_event_in_tx(
         work_id=work.pk,
         generation=live_label(),
     )
+
+
+# --- the Work's state: the rules the controls refuse by, and their words -------------------------
+
+# What a control's refusal says after "Work N is <status>" when the Work's state refuses it:
+# every control refuses terminal Work, and Retry also Work neither parked nor backing off.
+WRONG_STATE = {
+    WorkControl.CANCEL: "only live Work can be cancelled",
+    WorkControl.RETRY: "only parked or backing-off Work is retried",
+    WorkControl.SEND: "terminal Work takes no more input",
+    WorkControl.REBIND: "terminal Work cannot be rebound",
+}
+# What the console says before a click, when the Work's state refuses the control (the same
+# rules; for the controls but Cancel, these shorter words).
+TERMINAL_BLOCKED = "terminal Work takes no more controls"
+NOT_RETRYABLE_BLOCKED = "there is nothing to retry"
+
+
+def wrong_state(work: Work, action: WorkControl) -> str:
+    """Why the control ``action`` cannot apply to ``work`` as it is now (``""`` when it may), as
+    the console's control page says it before a click: terminal Work takes no control, and
+    Retry needs Work that is parked or backing off (:attr:`~worklife.models.Work.is_retryable`,
+    the rule the retry write refuses by)."""
+    if work.is_terminal:
+        if action == WorkControl.CANCEL:
+            return f"Work {work.pk} is already {work.status}: {WRONG_STATE[action]}."
+        return f"Work {work.pk} is {work.status}: {TERMINAL_BLOCKED}."
+    if action == WorkControl.RETRY and not work.is_retryable:
+        return f"Work {work.pk} is {work.status} and neither parked nor backing off: {NOT_RETRYABLE_BLOCKED}."
+    return ""
 
 
 def _wrong_state(action: WorkControl, work_id: int, message: str, *, status: str = "") -> WorkControlRefused:

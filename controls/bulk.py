@@ -1,6 +1,6 @@
 """Bulk operator controls on Work: retry or cancel several Work at once.
 
-Each Work goes through its own control (:func:`routing.controls.work.work_retry` or
+Each Work goes through its own control (:func:`controls.work.work_retry` or
 ``work_cancel``): one transaction and one control Event per Work, exactly as one at a time, so a
 refusal of one leaves the others done. The Work are named by ids or by a Work list filter
 (:class:`worklife.selectors.WorkFilter`), at most :data:`BULK_LIMIT` of them in one request.
@@ -17,10 +17,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+import controls.work
 from causal.clock import Clock
-from routing.controls import work as controls
-from routing.controls.common import actor_name
-from routing.controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
+from controls.common import actor_name
+from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from worklife.models import Work
 from worklife.selectors import WorkFilter, work_filtered
 
@@ -132,7 +132,7 @@ def work_bulk(
     that Work's outcome and the others go on."""
     if action not in _DONE:
         raise WorkControlInvalid("action", f"{action} is not a bulk control")
-    service = controls.work_retry if action == WorkControl.RETRY else controls.work_cancel
+    service = controls.work.work_retry if action == WorkControl.RETRY else controls.work.work_cancel
     result = BulkResult(action=action, by=actor_name(user))
     for work_id in work_ids:
         try:

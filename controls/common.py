@@ -16,10 +16,9 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope, event_accept_in_tx
 from routing.config.selectors import live_generation
-from routing.models import Disposition, RouteRecord
+from routing.models import CONTROL_POLICY, Disposition, RouteRecord
 
 CONTROL_SOURCE = "core.manual"
-CONTROL_POLICY = "control"
 
 _DECIDED_BY_MAX = RouteRecord._meta.get_field("decided_by").max_length
 

@@ -21,13 +21,13 @@ from causal.models import KV, Event, EventKey, RouteState
 from causal.services import Envelope, event_accept_in_tx
 from conduit_site.api import controls as api_controls
 from conduit_site.console.views import controls as control_views
-from routing.controls import events as controls
+from controls import events as controls
 from routing.engine.failures import FAILURES_NAMESPACE
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
+from tests.controls.controlkit import holding_work, pr
 from tests.routing import sample_handlers
-from tests.routing.controlkit import holding_work, pr
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import accept, apply, drain, router, state
 

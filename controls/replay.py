@@ -10,7 +10,7 @@ like new input under the live configuration. The id is reserved (``causal.checks
 else may send it), so the copy names its original: :func:`replay_original` reads the lineage
 back from it and :func:`replay_copies` the copies of an Event.
 
-Each replay is one transaction, as the other controls (:mod:`routing.controls.events`): the
+Each replay is one transaction, as the other controls (:mod:`controls.events`): the
 Event locked after any route commit in progress, the copy accepted, and a
 ``core.manual.replay_event`` control Event naming the Event, its copy and the acting user.
 :func:`events_replay` replays several (at most :data:`REPLAY_LIMIT` in one request), each in its
@@ -35,8 +35,8 @@ from causal.checks import BIGINT_MAX, is_reserved
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import event_accept_in_tx, event_envelope
-from routing.controls.common import actor_name, control_event_in_tx, live_label
-from routing.controls.events import (
+from controls.common import actor_name, control_event_in_tx, live_label
+from controls.events import (
     REPLAY_EVENT,
     REPLAYED,
     BatchOutcome,
@@ -132,7 +132,7 @@ def replay_original_id(envelope_id: str) -> str | None:
 def event_replay(*, seq: int, user: AbstractBaseUser | str, clock: Clock) -> ControlResult:
     """Accept a copy of the settled Event ``seq``, routed like new input under the live
     configuration, with a ``core.manual.replay_event`` control Event naming both; one
-    transaction. Raises :class:`~routing.controls.events.ControlRefused` for an Event not
+    transaction. Raises :class:`~controls.events.ControlRefused` for an Event not
     routed yet or one Conduit wrote for itself (``core.*``), ``Event.DoesNotExist`` for an
     unknown seq."""
     by = actor_name(user)

@@ -17,12 +17,12 @@ from django.urls import reverse
 from causal.models import Event, RouteState
 from conduit_site.api import work as api_work
 from conduit_site.console.views import work_controls as control_views
-from routing.controls import work as controls
-from routing.controls.work import WorkControlInvalid, WorkControlRefused
+from controls import work as controls
+from controls.work import WorkControlInvalid, WorkControlRefused
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import RouteRecord
-from tests.routing.controlkit import CONTROLS, api, control_events, grant, parked_work, stored
+from tests.controls.controlkit import CONTROLS, api, control_events, grant, parked_work, stored
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply, drain, router
 from tests.worklife.factories import (
@@ -994,3 +994,109 @@ def test_issue11_api_work_list_refuses_a_bad_filter_naming_it(client, params, fi
     response = client.get(reverse("api-work"), params, headers={"Authorization": f"Bearer {secret}"})
     assert response.status_code == 400, response.content
     assert response.json()["field"] == field
+
+
+# --- a cancel's reason: the service, the API, the CLI and the console keep it with the control
+# Event, and the Work's history and the Event page show it ---------------------------------------
+
+CANCEL_REASON = "duplicate of Work 7, handled there"
+
+
+@pytest.fixture
+def applied(clock):
+    return apply(clock)
+
+
+def control_data(seq: int) -> dict:
+    return Event.objects.get(seq=seq).data
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("applied")
+def test_the_cancel_service_keeps_the_reason_with_the_control_event(clock):
+    work = parked_work(clock)
+
+    result = controls.work_cancel(work_id=work.pk, user="ada", clock=clock, reason=f"  {CANCEL_REASON}\n")
+
+    assert control_data(result.control_seq)["reason"] == CANCEL_REASON
+    assert result.reason == CANCEL_REASON and f"cancelled by ada: {CANCEL_REASON}" in result.message
+    other = parked_work(clock)
+    plain = controls.work_cancel(work_id=other.pk, user="ada", clock=clock)
+    assert "reason" not in control_data(plain.control_seq) and plain.reason == ""
+    with pytest.raises(WorkControlInvalid, match="reason: at most 500"):
+        controls.work_cancel(work_id=parked_work(clock).pk, user="ada", clock=clock, reason="x" * 501)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("applied")
+def test_the_api_cancel_takes_an_optional_reason(client, clock):
+    token, secret = api_token_with_secret(user__username="dave")
+    grant(token.user, "cancel_work")
+    headers = {"Authorization": f"Bearer {secret}"}
+    url = reverse("api-work-cancel", args=[parked_work(clock).pk])
+
+    answer = client.post(
+        url, json.dumps({"reason": CANCEL_REASON}), content_type="application/json", headers=headers
+    )
+
+    assert answer.status_code == 200, answer.content
+    assert (
+        answer.json()["reason"] == CANCEL_REASON
+        and control_data(answer.json()["control_seq"])["reason"] == CANCEL_REASON
+    )
+    bare = client.post(reverse("api-work-cancel", args=[parked_work(clock).pk]), headers=headers)
+    assert bare.status_code == 200 and bare.json()["reason"] == ""
+    wrong = client.post(
+        reverse("api-work-cancel", args=[parked_work(clock).pk]),
+        json.dumps({"why": CANCEL_REASON}),
+        content_type="application/json",
+        headers=headers,
+    )
+    assert wrong.status_code == 400 and wrong.json()["field"] == "why"
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("applied")
+def test_the_cli_cancel_takes_a_reason(clock):
+    work = parked_work(clock)
+    out = io.StringIO()
+
+    call_command("work", "cancel", str(work.pk), "--reason", CANCEL_REASON, "--json", stdout=out)
+
+    assert control_data(json.loads(out.getvalue())["control_seq"])["reason"] == CANCEL_REASON
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("applied")
+def test_the_console_asks_why_a_work_is_cancelled_and_the_history_shows_it(client, clock):
+    client.force_login(grant(UserFactory(username="operator"), *CONTROLS))
+    work = parked_work(clock)
+    page = client.get(reverse("work-detail", args=[work.pk])).content.decode()
+    assert 'hx-prompt="Cancel Work' in page and "Why (optional)?" in page
+
+    client.post(
+        reverse("work-cancel", args=[work.pk]),
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="work-controls",
+        HTTP_HX_PROMPT=CANCEL_REASON,
+    )
+
+    history = client.get(reverse("work-detail", args=[work.pk])).content.decode()
+    assert f'<q class="control-reason">{CANCEL_REASON}</q>' in history
+    (control,) = Event.objects.filter(type="core.manual.cancel_work")
+    event_page = client.get(reverse("event-detail", args=[control.seq])).content.decode()
+    assert f"used the control cancel_work on Work #{work.pk}: \u201c{CANCEL_REASON}\u201d" in event_page
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("applied")
+def test_the_cancel_confirmation_page_without_javascript_has_a_reason_field(client, clock):
+    client.force_login(grant(UserFactory(username="operator"), *CONTROLS))
+    work = parked_work(clock)
+    form = client.get(reverse("work-cancel", args=[work.pk])).content.decode()
+    assert 'name="reason"' in form
+
+    client.post(reverse("work-cancel", args=[work.pk]), {"reason": CANCEL_REASON})
+
+    (control,) = Event.objects.filter(type="core.manual.cancel_work")
+    assert control.data["reason"] == CANCEL_REASON

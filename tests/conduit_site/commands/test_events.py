@@ -217,7 +217,7 @@ def test_events_accept_missing_file_is_refused(acme, tmp_path):
 
 
 def test_events_help_lists_subcommands_and_every_argument_has_help():
-    from routing.management.commands.events import SUBCOMMANDS, Command
+    from conduit_site.management.commands.events import SUBCOMMANDS, Command
 
     parser = Command().create_parser("manage.py", "events")
     subparsers = next(a for a in parser._actions if a.dest == "subcommand")
@@ -371,7 +371,11 @@ def test_issue12_5_events_get_imports_only_what_it_reads():
     report = json.loads(done.stderr.strip().splitlines()[-1])
     modules = set(report["modules"])
     # The report is the command's: its module and the reads it made are there.
-    assert {"routing.management.commands.events", "routing.records.selectors", "causal.models"} <= modules
+    assert {
+        "conduit_site.management.commands.events",
+        "routing.records.selectors",
+        "causal.models",
+    } <= modules
     loaded = sorted(
         name
         for name in modules

@@ -28,7 +28,7 @@ from infra.cli import (
 )
 
 if TYPE_CHECKING:
-    from routing.controls import events as controls
+    import controls.events
 
 
 def _control_arguments(parser: CommandParser, what: str) -> None:
@@ -76,7 +76,7 @@ def replay_arguments(parser: CommandParser) -> None:
 def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Replay Events: a copy of each, routed under the live configuration; one line per Event.
     Exits non-zero when any was refused (the others are replayed)."""
-    from routing.controls import replay
+    from controls import replay
 
     actor = cli_actor(options["as_user"])
     try:
@@ -100,30 +100,30 @@ def replay_run(command: BaseCommand, options: dict[str, Any]) -> None:
 def skip_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Skip an unrouted Event: route it as skipped without asking its routes."""
     # The controls import the router: only the subcommands that use them pay for it.
-    from routing.controls import events as controls
+    import controls.events
 
-    _run(command, options, controls.event_skip)
+    _run(command, options, controls.events.event_skip)
 
 
 def reroute_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Reroute an Event: forget an unrouted one's failures, or accept a copy of a failed or
     skipped one."""
-    from routing.controls import events as controls
+    import controls.events
 
-    _run(command, options, controls.event_reroute)
+    _run(command, options, controls.events.event_reroute)
 
 
 def _run(
-    command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.ControlResult]
+    command: BaseCommand, options: dict[str, Any], service: Callable[..., controls.events.ControlResult]
 ) -> None:
-    from routing.controls import events as controls
+    import controls.events
 
     as_json = options["json"]
     seq = options["seq"]
     actor = cli_actor(options["as_user"])
     try:
         result = service(seq=seq, user=actor, clock=system_clock)
-    except controls.ControlRefused as refused:
+    except controls.events.ControlRefused as refused:
         _refuse(command, as_json, refused.details(), f"SEQ: {refused.message}")
     except Event.DoesNotExist:
         message = f"no Event has seq {seq}"

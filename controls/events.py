@@ -40,19 +40,18 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db import transaction
+from django.db.models import Q
 
 from causal.clock import Clock
 from causal.models import Event, RouteState
-from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from causal.services import event_accept_in_tx, event_envelope
-from routing.controls.common import (
+from controls.common import (
     actor_name,
     control_event_in_tx,
     live_label,
 )
-from routing.engine.claims import COMMIT_LOCK_ID
+from routing.engine.claims import commit_lock_alone_in_tx
 from routing.engine.failures import RouteFailure, failures_forget_in_tx, failures_read
 from routing.engine.live import publish_routed
 from routing.models import Disposition, RouteRecord
@@ -62,7 +61,7 @@ logger = logging.getLogger("conduit.routing")
 
 SKIP_EVENT = "skip_event"
 REROUTE_EVENT = "reroute_event"
-# Replay is in routing.controls.replay; its name and permission sit with the others.
+# Replay is in controls.replay; its name and permission sit with the others.
 REPLAY_EVENT = "replay_event"
 COPY_PREFIX = "reroute/"
 PERMISSIONS = {
@@ -319,6 +318,23 @@ def events_reroute(*, seqs: Iterable[int], user: AbstractBaseUser | str, clock: 
     return outcomes
 
 
+def wrong_state(event: Event, action: str) -> str:
+    """Why the control ``action`` cannot apply to ``event`` as it is now (``""`` when it can), as
+    the console's confirmation page says it before a click: the state rules the controls refuse
+    by (skip: unrouted Events only; reroute: not a normally routed one; replay: settled ones)."""
+    state = event.route_state
+    if action == SKIP_EVENT and state != "unrouted":
+        return f"Event #{event.seq} is already {state}: only an unrouted Event can be skipped."
+    if action == REROUTE_EVENT and state == "routed":
+        return (
+            f"Event #{event.seq} was routed normally: only an unrouted, failed or skipped Event can be rerouted "
+            "(Replay accepts a copy of it, routed under the live configuration)."
+        )
+    if action == REPLAY_EVENT and state == "unrouted":
+        return f"Event #{event.seq} is not routed yet: only a settled Event can be replayed."
+    return ""
+
+
 def copy_envelope_id(envelope_id: str) -> str:
     """The envelope id of a rerouted Event's copy."""
     return COPY_PREFIX + envelope_id
@@ -345,10 +361,8 @@ def reroute_copies(events: Iterable[Event]) -> dict[int, int]:
 
 def locked_event_in_tx(seq: int) -> Event:
     """The Event row, locked, read after every route commit in progress has finished."""
-    if connection.vendor == "postgresql":
-        # The router's commit lock: the state re-checked below is the one route commits leave.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMMIT_LOCK_ID])
+    # The router's commit lock: the state re-checked below is the one route commits leave.
+    commit_lock_alone_in_tx()
     try:
         return Event.objects.select_for_update().get(seq=seq)
     except Event.DoesNotExist:
@@ -427,51 +441,3 @@ def control_logged(result: ControlResult) -> None:
             "work": result.work_id,
         },
     )
-
-
-# --- dead letters (reads) -----------------------------------------------------------------------
-
-DEAD_DISPOSITIONS = (Disposition.FAILED.value, Disposition.SKIPPED.value)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterFilter:
-    """What the dead-letters list is filtered by; empty strings mean "any"."""
-
-    scope: str = ""
-    route: str = ""
-    code: str = ""  # the record's reason: a route error code, or "skipped by <user>"
-    disposition: str = ""  # failed | skipped
-
-    def __post_init__(self) -> None:
-        if self.disposition and self.disposition not in DEAD_DISPOSITIONS:
-            raise ValueError(f"disposition: expected failed or skipped, not {self.disposition!r}")
-
-
-def dead_letters_filtered(filters: DeadLetterFilter) -> QuerySet[RouteRecord]:
-    """The dead letters (RouteRecords of failed and skipped Events) matching ``filters``,
-    unordered."""
-    records = RouteRecord.objects.filter(
-        disposition__in=[filters.disposition] if filters.disposition else DEAD_DISPOSITIONS
-    )
-    if filters.scope:
-        records = records.filter(scope=filters.scope)
-    if filters.route:
-        records = records.filter(route=filters.route)
-    if filters.code:
-        records = records.filter(reason=filters.code)
-    return records
-
-
-def dead_letters_page(
-    filters: DeadLetterFilter, *, before: int | None = None, limit: int = PAGE_SIZE, oldest: bool = False
-) -> KeysetPage:
-    """One page of dead letters, newest first below the Event seq ``before`` when given, or
-    oldest first above it (``oldest``); each record with its Event and Work joined. One query."""
-    records = dead_letters_filtered(filters).select_related("event", "work")
-    return keyset_page(records, key="event_id", cursor=before, limit=limit, descending=not oldest)
-
-
-def dead_letters_total(filters: DeadLetterFilter, *, cap: int = COUNT_CAP) -> ListTotal:
-    """How many dead letters match ``filters``, counted up to ``cap`` (one query)."""
-    return count_capped(dead_letters_filtered(filters), cap=cap)
