@@ -377,7 +377,7 @@ def _serve_web_processes(tmp_path, *options: str, requests: int = 4) -> tuple[st
 
 
 @pytest.mark.django_db(transaction=True)
-def test_issue12_1_serve_workers_share_one_port(tmp_path):
+def test_serve_workers_share_one_port(tmp_path):
     """``serve --workers 2`` runs two daphne processes accepting on one port; both answer, and
     a stop signal stops them both cleanly."""
     banner, daphnes = _serve_web_processes(tmp_path, "--workers", "2")
@@ -389,7 +389,7 @@ def test_issue12_1_serve_workers_share_one_port(tmp_path):
     ("cpus", "host", "expected"),
     [(2, "127.0.0.1", 2), (1, "127.0.0.1", 1), (16, "0.0.0.0", 4), (None, "127.0.0.1", 1), (8, "::1", 1)],
 )
-def test_issue12_1_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cpus, host, expected):
+def test_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cpus, host, expected):
     from conduit_site.management.commands import serve
 
     monkeypatch.setattr(serve.os, "process_cpu_count", lambda: cpus)
@@ -397,7 +397,7 @@ def test_issue12_1_serve_runs_one_web_process_per_cpu_by_default(monkeypatch, cp
 
 
 @pytest.mark.django_db(transaction=True)
-def test_issue12_1_serve_without_workers_starts_the_default_number(tmp_path):
+def test_serve_without_workers_starts_the_default_number(tmp_path):
     from conduit_site.management.commands.serve import default_workers
 
     expected = default_workers("127.0.0.1")
@@ -406,7 +406,7 @@ def test_issue12_1_serve_without_workers_starts_the_default_number(tmp_path):
     assert daphnes == expected
 
 
-def test_issue12_1_each_worker_listens_on_a_socket_of_its_own_on_one_port():
+def test_each_worker_listens_on_a_socket_of_its_own_on_one_port():
     """``--workers N`` opens N sockets on the port (SO_REUSEPORT), so that the kernel spreads
     connections over the processes; a port another program holds is refused clearly."""
     import socket

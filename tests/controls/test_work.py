@@ -960,7 +960,7 @@ def test_operator_input_refuses_deep_json_with_400_not_500(console, clock, live,
 
 
 @pytest.mark.django_db
-def test_issue11_api_work_list_filters_by_binding_status_parked_and_key_like_the_console(client, clock):
+def test_api_work_list_filters_by_binding_status_parked_and_key_like_the_console(client, clock):
     parked = parked_work(clock)
     running = running_work(clock)
     other = WorkFactory(scope="acme", binding="plain")
@@ -989,7 +989,7 @@ def test_issue11_api_work_list_filters_by_binding_status_parked_and_key_like_the
     ("params", "field"),
     [({"status": "sleeping"}, "status"), ({"binding": "b" * 129}, "binding"), ({"key": "k\x00"}, "key")],
 )
-def test_issue11_api_work_list_refuses_a_bad_filter_naming_it(client, params, field):
+def test_api_work_list_refuses_a_bad_binding_status_or_key_filter_naming_it(client, params, field):
     token, secret = api_token_with_secret()
     response = client.get(reverse("api-work"), params, headers={"Authorization": f"Bearer {secret}"})
     assert response.status_code == 400, response.content

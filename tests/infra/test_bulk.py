@@ -39,7 +39,7 @@ RECORD_FIELDS = (
 )
 
 
-def test_r7_issue12_window_insert_stores_shared_varying_null_and_json_values_as_given():
+def test_r7_window_insert_stores_shared_varying_null_and_json_values_as_given():
     events = EventFactory.create_batch(4)
     work = WorkFactory()
     later = NOW + timedelta(seconds=1)
@@ -81,7 +81,7 @@ def test_r7_issue12_window_insert_stores_shared_varying_null_and_json_values_as_
         )
 
 
-def test_r7_issue12_window_insert_returns_new_keys_in_row_order_even_when_every_column_is_shared():
+def test_r7_window_insert_returns_new_keys_in_row_order_even_when_every_column_is_shared():
     triggers = EventFactory.create_batch(3)
     fields = ("scope", "status", "binding", "trigger", "created_at", "updated_at")
     with transaction.atomic():
@@ -101,7 +101,7 @@ def test_r7_issue12_window_insert_returns_new_keys_in_row_order_even_when_every_
     assert Work.objects.filter(pk__in=twins, trigger__isnull=True, binding="agent").count() == 2
 
 
-def test_r7_issue12_window_insert_of_a_value_too_long_for_its_column():
+def test_r7_window_insert_of_a_value_too_long_for_its_column():
     """The statement casts to each column's type without its length (``varchar``, not
     ``varchar(128)``), so the column itself still refuses a value too long on PostgreSQL;
     SQLite stores text of any length in a varchar column, through any statement."""
@@ -117,7 +117,7 @@ def test_r7_issue12_window_insert_of_a_value_too_long_for_its_column():
         assert RouteRecord.objects.get(event=event).route == "r" * 129
 
 
-def test_r7_issue12_window_insert_of_a_json_value_every_row_shares():
+def test_r7_window_insert_of_a_json_value_every_row_shares():
     events = EventFactory.create_batch(2)
     refusals = [{"route": "prs", "reason": "type did not match"}]
     rows = [[event.seq, None, "acme", "", "unmatched", "", refusals, {"k": 1}, 0, NOW] for event in events]

@@ -349,7 +349,7 @@ print(json.dumps({"modules": sorted(sys.modules), "frozen": frozen}), file=sys.s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_issue12_5_events_get_imports_only_what_it_reads():
+def test_events_get_imports_only_what_it_reads():
     """``events get`` imports what it needs when it needs it: after
     ``django.setup()`` it loads the reads of Events, routes and Work, not the web server, the
     YAML parser, the validator, the router's or the Work engine's writes; and app loading

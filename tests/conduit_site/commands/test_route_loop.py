@@ -165,7 +165,7 @@ def test_d3_sigterm_stops_the_loop_gracefully():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_issue12_4_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
+def test_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
     """A loop waiting out a 30 s poll interval routes a new Event within seconds: the
     acceptance's commit wakes it (LISTEN/NOTIFY on PostgreSQL, a local socket on SQLite)."""
     apply(system_clock, MATCH_ONLY)
@@ -199,7 +199,7 @@ def test_issue12_4_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interv
 
 
 @pytest.mark.django_db
-def test_issue12_4_a_woken_loop_beats_once_per_interval_unless_something_changes(clock):
+def test_a_woken_loop_beats_once_per_interval_unless_something_changes(clock):
     """Many short passes (one per acceptance) write one heartbeat per ``heartbeat_every``; a
     new generation or a failing pass is written at once."""
     apply(clock, MATCH_ONLY)
@@ -259,7 +259,7 @@ class RecordingStop(threading.Event):
         return self.is_set()
 
 
-def test_issue12_1_after_a_pass_that_routed_events_the_loop_gathers_before_the_next():
+def test_after_a_pass_that_routed_events_the_loop_gathers_before_the_next():
     """--gather: a pass that routed some Events (a stream) waits the gather time, so that the
     next window holds what arrived meanwhile; a full window (a backlog) goes on at once; an
     empty pass waits the poll interval (no listener here)."""

@@ -158,7 +158,7 @@ def test_work_socket_sends_the_engine_partial_when_the_work_loop_publishes(signe
     assert '<dd id="work-why" data-reason="backing_off">backing off until 2026-01-05 12:00:02 UTC' in html
 
 
-def test_issue11_work_socket_sends_the_control_buttons_so_retry_shows_when_the_work_parks(
+def test_work_socket_sends_the_control_buttons_so_retry_shows_when_the_work_parks(
     client, clock, settings, monkeypatch
 ):
     monkeypatch.setattr(work_views, "clock", clock)

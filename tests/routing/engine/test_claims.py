@@ -26,7 +26,7 @@ def handlers(test_handlers):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_r9_issue12_item3_a_claim_waits_for_the_claim_turn_another_process_holds(clock):
+def test_r9_a_claim_waits_for_the_claim_turn_another_process_holds(clock):
     apply(clock, SCRIPTED_ONLY)
     events = [accept(clock, "x", {"keys": [f"k{n}"]}) for n in range(3)]
     loop = router(clock)
@@ -81,7 +81,7 @@ def _hold_the_claim_turn():
 
 
 @pytest.mark.django_db
-def test_r9_issue12_item3_a_claim_reads_the_backlog_in_acceptance_order_without_sorting_it(clock):
+def test_r9_a_claim_reads_the_backlog_in_acceptance_order_without_sorting_it(clock):
     """A claim reads the oldest unrouted Events from an index in acceptance order and stops at
     its window. On PostgreSQL the claim's transaction turns sorting off: with statistics that
     do not know the backlog (a table analyzed empty, then 20,000 Events accepted), the planner
@@ -134,7 +134,7 @@ def test_r9_issue12_item3_a_claim_reads_the_backlog_in_acceptance_order_without_
 
 
 @pytest.mark.django_db
-def test_r9_issue12_item3_a_claim_writes_its_events_on_their_own_pages_without_index_entries(clock):
+def test_r9_a_claim_writes_its_events_on_their_own_pages_without_index_entries(clock):
     """A claim writes claimed_by and claimed_until on every Event of its window; no index reads
     them, so on PostgreSQL, with room left on each page (causal 0007: fillfactor), each new row
     version is heap-only: no entry in any of the table's indexes (a claim of 500 took 14 ms
@@ -168,7 +168,7 @@ def test_r9_issue12_item3_a_claim_writes_its_events_on_their_own_pages_without_i
 
 
 @pytest.mark.django_db
-def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(clock):
+def test_r9_a_window_of_consecutive_seqs_is_unbroken_without_a_read(clock):
     """A claimed window of consecutive seqs has no Event inside its span that
     it lacks, so it is one unbroken run without the read that looks for one; a window with a
     gap is still cut at the first undecided Event inside it (another loop may hold it)."""
@@ -190,7 +190,7 @@ def test_r9_issue12_a_window_of_consecutive_seqs_is_unbroken_without_a_read(cloc
 
 
 @pytest.mark.django_db
-def test_r9_issue12_item3_published_targets_are_known_for_their_claim_only_and_stale_ones_go(clock):
+def test_r9_published_targets_are_known_for_their_claim_only_and_stale_ones_go(clock):
     """What a loop publishes is read for the Events it holds under the claims it names (not
     for a later claim of the same loop), and a publication not replaced for an hour (a loop
     that ended without withdrawing it) is forgotten when a route loop starts."""

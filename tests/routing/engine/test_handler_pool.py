@@ -82,7 +82,7 @@ def test_r12_each_call_of_a_batch_has_its_own_deadline_from_its_start():
     assert all(0.04 <= o.elapsed < 0.2 for o in outcomes)
 
 
-def test_r12_issue12_item2_start_all_returns_at_once_and_outcomes_waits_under_each_deadline():
+def test_r12_start_all_returns_at_once_and_outcomes_waits_under_each_deadline():
     """The route loop asks the next window's routes while its commit ends: ``start_all``
     queues the calls and returns while they run; ``outcomes`` waits for them, abandoning a
     call that overruns its own deadline, and answers the same again when asked twice."""
@@ -111,7 +111,7 @@ def test_r12_issue12_item2_start_all_returns_at_once_and_outcomes_waits_under_ea
     assert not any(o.timed_out for o in outcomes)
 
 
-def test_r12_issue12_item2_a_call_started_ahead_still_times_out_at_its_deadline():
+def test_r12_a_call_started_ahead_still_times_out_at_its_deadline():
     release = threading.Event()
     pool = HandlerPool(workers=1, max_abandoned=2)
     try:

@@ -191,7 +191,7 @@ def run_route_loops(count: int, batch_size: int, env: dict[str, str]) -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 @pytest.mark.parametrize(("seed", "batch_size"), [(1, 100), (2, 25)], ids=["windows-of-100", "windows-of-25"])
-def test_r9_issue12_item3_four_loops_history_nothing_lost_or_duplicated_each_work_in_order(seed, batch_size):
+def test_r9_four_loops_history_nothing_lost_or_duplicated_each_work_in_order(seed, batch_size):
     """4 route_loop processes over a stream whose targets overlap (a few hot
     keys) and are disjoint (many cold keys, explicit or decided): the history checker finds
     no Event lost, none duplicated, and each Work's input and each key's route records in

@@ -587,7 +587,7 @@ def test_r9_a_released_claim_is_not_overtaken_by_a_later_window(clock):
     assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, second.seq]
 
 
-def test_r9_issue12_item3_claims_that_meet_do_not_interleave_and_stall_routing(clock):
+def test_r9_claims_that_meet_do_not_interleave_and_stall_routing(clock):
     """Two loops whose claims keep meeting (each claims while the other holds
     its window, as two loops in step do) must not take alternate Events. Interleaved windows
     route one Event per pass: each commit stops at the first Event the other loop holds and
@@ -904,7 +904,7 @@ def test_r7_outcomes_name_the_work_a_window_starts_by_its_real_id(clock, live):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_r9_issue12_item3_a_window_commits_beside_an_earlier_one_that_published_its_targets(clock):
+def test_r9_a_window_commits_beside_an_earlier_one_that_published_its_targets(clock):
     """Loop A holds an earlier Event, its routes asked and what they decided
     published, not committed yet. On PostgreSQL loop B commits its later Event of another key
     at once (the commits may run side by side) and leaves its Event of A's key unwritten, for
