@@ -79,6 +79,34 @@ def test_every_cited_requirement_code_is_defined_in_docs():
     assert undefined_citations(ROOT) == []
 
 
+# A path the page names as where a code is implemented: a file or folder of the repository.
+NAMED_PATH = re.compile(r"`([A-Za-z_][\w./-]*(?:/|\.py|\.html|\.md|\.in|\.txt|\.yaml))`")
+
+
+def missing_paths(root: Path) -> list[str]:
+    """``line: path`` for each path the page under ``root`` names that does not exist."""
+    lines = (root / DOC).read_text(encoding="utf-8").splitlines()
+    return [
+        f"{number}: {match.group(1)}"
+        for number, line in enumerate(lines, start=1)
+        for match in NAMED_PATH.finditer(line)
+        if not (root / match.group(1)).exists()
+    ]
+
+
+def test_every_place_the_requirements_page_names_exists():
+    """Where a code is implemented stays true when modules move."""
+    assert missing_paths(ROOT) == []
+
+
+def test_the_place_check_names_the_line_of_a_path_that_is_gone(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "here.py").write_text("")
+    (tmp_path / DOC).write_text("| R1 | one | `app/here.py`, `app/` |\n| R2 | two | `app/gone.py` |\n")
+    assert missing_paths(tmp_path) == ["2: app/gone.py"]
+
+
 def test_the_code_check_names_the_file_line_and_code_it_cannot_find(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / DOC).write_text("| Code | What |\n|---|---|\n| R1 | one |\n| W2 | two |\n| R3 | three |\n")
