@@ -109,6 +109,11 @@ class StuckEvent:
         return "; ".join(parts)
 
 
+def beat_counters(stored: dict[str, Any]) -> dict[str, Any]:
+    """What a loop's beat stores beside its time, in the order it stores it."""
+    return {name: value for name, value in stored.items() if name != "at"}
+
+
 @dataclass(frozen=True, slots=True)
 class LoopBeat(RouteLoopHeartbeat):
     """A route loop's last heartbeat, with its age."""
@@ -124,12 +129,7 @@ class LoopBeat(RouteLoopHeartbeat):
             "loop": self.loop,
             "at": timestamp(self.at),
             "age_seconds": None if self.age_seconds is None else round(self.age_seconds, 3),
-            "generation": self.generation,
-            "passes": self.passes,
-            "routed": self.routed,
-            "abandoned_calls": self.abandoned_calls,
-            "abandoned_total": self.abandoned_total,
-            "failing": self.failing,
+            **beat_counters(self.value()),
         }
 
     @property
@@ -205,14 +205,7 @@ class WorkLoopBeat(WorkLoopHeartbeat):
             "loop": self.loop,
             "at": timestamp(self.at),
             "age_seconds": round(self.age_seconds, 3),
-            "slots": self.slots,
-            "running": self.running,
-            "started": self.started,
-            "completed": self.completed,
-            "failed": self.failed,
-            "refused": self.refused,
-            "lost": self.lost,
-            "stopped": self.stopped,
+            **beat_counters(self.value()),
         }
 
     @property
