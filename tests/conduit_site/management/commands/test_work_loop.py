@@ -1,9 +1,8 @@
-"""``work_loop`` killed with SIGKILL at random points, again and again, while it runs 200
-Work: afterwards every Work completed exactly once, no two attempts of one Work were live
-at the same time, and no input was lost (W1–W4), checked from the attempt rows."""
+"""``manage.py work_loop``: flags, --once, --drain, and a graceful stop on SIGTERM."""
 
 from __future__ import annotations
 
+import io
 import random
 import signal
 import subprocess
@@ -11,16 +10,93 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db.models import Count, Q
 
 from causal.clock import system_clock
+from causal.models import KV
 from routing.acceptance.services import events_accept
 from tests.support import child_env, manage_command
-from tests.worklife.enginekit import route_all, setup
+from tests.worklife.enginekit import route_all, send, setup, work_of
+from worklife.heartbeat import HEARTBEATS_NAMESPACE
 from worklife.models import Attempt, Work, WorkInput
 from worklife.scheduling import backoff_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def engine(test_handlers):
+    setup(system_clock)
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--slots", "0"], "--slots must be at least 1"),
+        (["--poll-interval", "-1"], "cannot be negative"),
+        (["--wait-slots", "-1"], "--wait-slots cannot be negative"),
+    ],
+)
+def test_bad_flags_are_refused(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("work_loop", "--once", *args)
+
+
+@pytest.mark.usefixtures("engine")
+def test_drain_runs_ready_work_to_completion_and_reports():
+    work = work_of(send(system_clock, "noop", "d"))
+    out = io.StringIO()
+    call_command("work_loop", "--drain", stdout=out)
+    work.refresh_from_db()
+    assert work.status == "completed"
+    assert "1 started, 1 completed, 0 failed" in out.getvalue()
+    assert KV.objects.filter(namespace=HEARTBEATS_NAMESPACE).exists()  # doctor reads it
+
+
+@pytest.mark.usefixtures("engine")
+def test_once_runs_one_pass():
+    work = work_of(send(system_clock, "noop", "o"))
+    out = io.StringIO()
+    call_command("work_loop", "--once", stdout=out)
+    assert out.getvalue().startswith("pass: 1 started")
+    assert Attempt.objects.get(work=work).state in ("succeeded", "lost")
+
+
+@pytest.mark.usefixtures("engine")
+def test_sigterm_gives_running_attempts_their_grace_then_gives_the_work_back_uncounted():
+    work = work_of(send(system_clock, "listen", "g"))  # runs until interrupted
+    proc = subprocess.Popen(
+        manage_command("work_loop", "--poll-interval", "0.05", "--stop-grace", "1"),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not Attempt.objects.filter(work=work, state="running", pid__isnull=False).exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the loop started no attempt"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "work_loop stopped" in out
+    attempt = Attempt.objects.get(work=work)
+    assert (attempt.state, attempt.error) == ("lost", "its work loop stopped")
+    work = Work.objects.get(pk=work.pk)
+    assert (work.status, work.failures, work.retry_at) == ("ready", 0, None)  # runs again at once
+
+
+# ``work_loop`` killed with SIGKILL at random points, again and again, while it runs 200
+# Work: afterwards every Work completed exactly once, no two attempts of one Work were live
+# at the same time, and no input was lost (W1–W4), checked from the attempt rows.
 
 WORK = 200
 KILLS = 20
@@ -41,6 +117,7 @@ def start_loop() -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_w1_w4_work_loop_killed_20_times_completes_every_work_exactly_once(test_handlers):
     setup(system_clock)
     payloads = [
@@ -172,6 +249,7 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+@pytest.mark.slow
 def test_a_restarted_loop_runs_the_killed_loops_in_flight_work_again_at_once(crash_bindings):
     """Each round: four Works run (3 s each), their loop is killed with SIGKILL and a new one
     started. Measured: from the new loop's start (and from the kill) to the start of each
@@ -243,6 +321,7 @@ def test_a_restarted_loop_runs_the_killed_loops_in_flight_work_again_at_once(cra
     assert {(w.succeeded, w.lost) for w in per_work} == {(1, 1)}
 
 
+@pytest.mark.slow
 def test_a_work_that_kills_its_loop_is_parked_after_3_attempts_lost_in_a_row(crash_bindings):
 
     accepted = events_accept(

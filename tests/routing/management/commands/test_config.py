@@ -16,7 +16,7 @@ from routing.management.commands.config import Command
 from routing.models import Generation, GenerationKind
 from tests.routing.factories import DEFAULT_TEST_CONFIG
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 DEMO = ROOT / "demo" / "conduit.yaml"
 
 pytestmark = pytest.mark.django_db
