@@ -1,6 +1,4 @@
-"""The Event page says in words why its Event went where it went: dropped
-because its Work had already ended (when, in what state), held behind earlier input, queued by
-a fallback, dropped by a route, unmatched…"""
+"""The console's Event list: its total counts Events with the noun in the right number."""
 
 from __future__ import annotations
 
@@ -21,6 +19,20 @@ from worklife.lifecycle import work_cancel
 
 pytestmark = pytest.mark.django_db
 
+
+def test_the_events_list_counts_one_event_in_the_singular(client):
+    client.force_login(UserFactory())
+    EventFactory()
+
+    page = client.get("/events/").content.decode()
+
+    total = re.search(r'<span class="pager-total">([^<]*)</span>', page)[1]
+    assert total == "1 Event"
+
+
+# The Event page says in words why its Event went where it went: dropped
+# because its Work had already ended (when, in what state), held behind earlier input, queued by
+# a fallback, dropped by a route, unmatched…
 ENDED = datetime(2026, 1, 5, 10, 2, 4, tzinfo=UTC)
 
 
