@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.urls import reverse
 
-from tests.routing.factories import UserFactory
+from tests.routing.factories import GenerationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -33,3 +34,45 @@ def test_the_configuration_page_names_each_configuration_once(client):
     assert "# first" in shown and "Generation 1 (superseded)" in shown
     assert client.get("/config/", {"generation": first.pk + 10}).status_code == 404
     assert client.get("/config/", {"candidate": second.pk}).status_code == 404
+
+
+# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
+# page and the home page (D4, D6, D8).
+PASSWORD = "a-long-console-password-1"
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def signed_in(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def test_d4_config_page_lists_generations_and_shows_the_live_document(signed_in):
+    GenerationFactory(number=1, document="version: 1\n# first\nscopes: []\n")
+    live = GenerationFactory(number=2, document="version: 1\n# the live one\nscopes: []\n")
+    candidate = GenerationFactory(kind="candidate", number=None, document="version: 1\n# a candidate\n")
+    body = text(signed_in.get(reverse("config-list")))
+    ids = [int(s) for s in re.findall(r'<tr id="generation-(\d+)">', body)]
+    assert ids == [candidate.pk, live.pk, live.pk - 1]
+    assert "# the live one" in body and "# a candidate" not in body and "# first" not in body
+    assert "Live document: generation 2" in body
+    shown = text(signed_in.get(reverse("config-list"), {"candidate": candidate.pk}))
+    assert "# a candidate" in shown and f"Candidate {candidate.pk} (not applied)" in shown
+    assert signed_in.get(reverse("config-list"), {"generation": 999999}).status_code == 404
+
+
+def test_d4_config_page_without_configuration(signed_in):
+    body = text(signed_in.get(reverse("config-list")))
+    assert "No configuration stored yet" in body

@@ -9,10 +9,14 @@ from datetime import UTC, datetime
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
+from causal.models import RouteState
 from routing.engine.decide import Reason
 from tests.causal.factories import EventFactory
-from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.routing.factories import RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import WorkFactory
 from worklife.lifecycle import work_cancel
@@ -199,3 +203,213 @@ def test_skipped_and_given_up_events_say_who_and_how_often(client):
         "Routing it failed on route prs (handler_failed) 5 times and was given up on: nothing took it "
         "(reroute it to try again)."
     )
+
+
+# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
+# page and the home page (D4, D6, D8).
+PASSWORD = "a-long-console-password-1"
+
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def signed_in(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def htmx(target: str) -> dict[str, str]:
+    return {**HTMX, "HTTP_HX_TARGET": target}
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def test_d4_event_list_filters_by_scope_type_and_route_state(signed_in):
+    EventFactory(scope="acme", type="github.push", envelope_id="keep-me")
+    EventFactory(scope="acme", type="github.issue", envelope_id="other-type")
+    EventFactory(scope="acme/web", type="github.push", envelope_id="other-scope")
+    routed = EventFactory(scope="acme", type="github.push", route_state=RouteState.ROUTED)
+    RouteRecordFactory(event=routed, policy="drop")
+
+    def seqs(**params):
+        response = signed_in.get(reverse("event-list"), params)
+        assert response.status_code == 200
+        return [int(s) for s in re.findall(r'<tr id="event-(\d+)">', text(response))]
+
+    everything = seqs()
+    assert len(everything) == 4 and everything == sorted(everything, reverse=True)
+    only = seqs(scope="acme", type="github.push", route_state="unrouted")
+    assert len(only) == 1
+    assert seqs(scope="acme", type="github.push") == [routed.seq, only[0]]
+    assert seqs(route_state="routed") == [routed.seq]
+    assert seqs(scope="nowhere") == []
+
+
+def test_the_event_list_s_empty_time_filters_read_as_any_time(signed_in):
+    """The empty Since and Until fields showed a date of January 2026 as their placeholder,
+    which read as a filter already set; like the other fields they say "any" first."""
+    body = text(signed_in.get(reverse("event-list")))
+    placeholders = dict(re.findall(r'name="(since|until)"[^>]*placeholder="([^"]*)"', body))
+    assert all(value.startswith("any, or ") for value in placeholders.values()), placeholders
+    assert set(placeholders) == {"since", "until"}
+
+
+def test_d4_event_list_bad_filter_names_the_field(signed_in):
+    response = signed_in.get(reverse("event-list"), {"route_state": "lost", "before": "x"})
+    assert response.status_code == 400
+    body = text(response)
+    assert "route_state: Select a valid choice" in body
+    assert "before: Enter a whole number" in body
+
+
+def test_d4_event_list_pages_by_seq_fifty_at_a_time(signed_in):
+    events = EventFactory.create_batch(60, scope="acme")
+    first = signed_in.get(reverse("event-list"), {"scope": "acme"})
+    rows = [int(s) for s in re.findall(r'<tr id="event-(\d+)">', text(first))]
+    assert rows == [e.seq for e in reversed(events)][:50]
+    next_url = re.search(r'<a href="([^"]+)" hx-get="[^"]+"[^>]*rel="next"', text(first)).group(1)
+    assert next_url == f"{reverse('event-list')}?scope=acme&amp;before={rows[-1]}"
+
+    second = signed_in.get(reverse("event-list"), {"scope": "acme", "before": rows[-1]})
+    rest = [int(s) for s in re.findall(r'<tr id="event-(\d+)">', text(second))]
+    assert rest == [e.seq for e in reversed(events)][50:]
+    assert 'rel="next"' not in text(second)
+    # A later page stays live on its own page.
+    assert 'ws-connect="/ws/events/?scope=acme"' in text(first)
+    assert f'ws-connect="/ws/events/?scope=acme&amp;before={rows[-1]}"' in text(second)
+
+
+def test_d4_event_list_htmx_request_gets_only_the_partial(signed_in):
+    EventFactory(type="only.partial")
+    response = signed_in.get(reverse("event-list"), {"type": "only.partial"}, **htmx("event-list"))
+    body = text(response)
+    assert response.status_code == 200
+    assert "<html" not in body and "<form" not in body
+    assert body.strip().startswith('<section id="event-list"')
+    assert 'ws-connect="/ws/events/?type=only.partial"' in body
+    assert "only.partial" in body
+    assert "HX-Request" in response["Vary"]
+    # The same URL without htmx is the whole page.
+    assert "<html" in text(signed_in.get(reverse("event-list"), {"type": "only.partial"}))
+
+
+def test_d4_event_page_shows_envelope_state_ancestry_and_route(signed_in):
+    root = EventFactory(type="root.event")
+    parent = EventFactory(type="parent.event", parent=root, root=root, depth=1)
+    event = EventFactory(
+        envelope_id="env-42",
+        source="github.com/acme",
+        type="github.pull_request.opened",
+        subject="pr/42",
+        data={"number": 42, "repository": "acme/web", "nested": {"draft": False}},
+        extensions={"traceparent": "00-abc"},
+        scope="acme/web",
+        correlation=["pr:acme/web#42"],
+        parent=parent,
+        root=root,
+        depth=2,
+        route_state=RouteState.ROUTED,
+        unrouted_reason="",
+    )
+    work = WorkFactory()
+    RouteRecordFactory(
+        event=event,
+        work=work,
+        policy="unmatched",
+        reason="no_match",
+        route="",
+        refusals=[
+            {
+                "route": "prs",
+                "scope": "acme",
+                "reason": "type github.issue does not match github.pull_request.*",
+            },
+            {"route": "chat", "scope": "acme", "reason": "data.thread is missing"},
+        ],
+        error="",
+        attempts=2,
+    )
+    body = text(signed_in.get(reverse("event-detail", args=[event.seq])))
+    for value in (
+        "env-42",
+        "github.com/acme",
+        "github.<wbr>pull_request.<wbr>opened",  # wraps at dots
+        "pr/42",
+        "acme/web",
+        "pr:acme/web#42",
+        "&quot;traceparent&quot;: &quot;00-abc&quot;",
+    ):
+        assert value in body
+    # Data pretty-printed (indented, keys sorted).
+    assert "{\n  &quot;nested&quot;: {\n    &quot;draft&quot;: false\n  },\n  &quot;number&quot;: 42," in body
+    assert f'href="{reverse("event-detail", args=[parent.seq])}"' in body
+    assert f'href="{reverse("event-detail", args=[root.seq])}"' in body
+    assert "<dt>depth</dt><dd>2</dd>" in body
+    assert f'href="{reverse("causal-root", args=[root.seq])}"' in body
+    # The event-route partial: the RouteRecord with its refusals in route order.
+    route = re.search(r'<section id="event-route">(.*?)</section>', body, re.S).group(1)
+    assert "<strong>unmatched</strong>" in route and "no_match" in route
+    assert f'href="{reverse("work-detail", args=[work.pk])}"' in route
+    assert route.index("type github.issue does not match") < route.index("data.thread is missing")
+    assert "<dt>attempts</dt><dd>2</dd>" in route
+
+
+def test_d4_event_page_without_a_record_says_why_and_htmx_gets_the_route_partial(signed_in):
+    earlier = EventFactory()
+    event = EventFactory(unrouted_reason="conflicting identity: key owned by Work 3", waiting_on=earlier)
+    page = text(signed_in.get(reverse("event-detail", args=[event.seq])))
+    assert f'<dt>waits behind</dt><dd><a href="{reverse("event-detail", args=[earlier.seq])}">' in page
+    response = signed_in.get(reverse("event-detail", args=[event.seq]), **htmx("event-route"))
+    body = text(response)
+    assert body.strip().startswith('<section id="event-route">')
+    assert "<html" not in body
+    assert "conflicting identity: key owned by Work 3" in body
+
+
+def test_the_event_page_says_binary_data_is_shown_as_base64(signed_in):
+    binary = EventFactory(data="AP8=", binary_data=True, datacontenttype="image/png")
+    page = text(signed_in.get(reverse("event-detail", args=[binary.seq])))
+    assert 'id="event-binary-data"' in page and "AP8=" in page
+    assert "&quot;data_base64&quot;: &quot;AP8=&quot;" in page  # the raw envelope, to offer again
+    plain = text(signed_in.get(reverse("event-detail", args=[EventFactory().seq])))
+    assert 'id="event-binary-data"' not in plain
+
+
+def test_d4_missing_event_and_work_are_404(signed_in):
+    assert signed_in.get(reverse("event-detail", args=[999999])).status_code == 404
+    assert signed_in.get(reverse("work-detail", args=[999999])).status_code == 404
+
+
+def count_queries(client, url, params=None) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, params or {})
+    assert response.status_code == 200
+    return len(queries)
+
+
+def test_d4_event_list_query_count_is_independent_of_history(signed_in, django_assert_max_num_queries):
+    live_scopes("acme", "acme/web")
+    for event in EventFactory.create_batch(5, scope="acme"):
+        RouteRecordFactory(event=event, work=WorkFactory())
+    # 11: the session and its user (2), the permission check (2), the page (2: its seqs, then
+    # its rows), the failures of its unrouted Events (1), the total (1, capped), and what the
+    # filters offer to pick from: the live scopes, the Events' scopes and types (3),
+    # and the heartbeat banner (1).
+    with django_assert_max_num_queries(12):
+        small = count_queries(signed_in, reverse("event-list"))
+    for event in EventFactory.create_batch(55, scope="acme"):
+        RouteRecordFactory(event=event, work=WorkFactory())
+    with django_assert_max_num_queries(12):
+        large = count_queries(signed_in, reverse("event-list"))
+    assert small == large

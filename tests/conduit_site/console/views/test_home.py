@@ -7,14 +7,17 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from causal.models import RouteState
 from conduit_site.console.templatetags import console_health
 from conduit_site.console.views import doctor as doctor_views
 from conduit_site.console.views import home as home_views
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import EventFactory, KVFactory
-from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory
 from tests.worklife.factories import WorkFactory
 from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
 
@@ -23,7 +26,7 @@ pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 1, 5, 12, 30, 20, tzinfo=UTC)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def fixed_clocks(clock, monkeypatch):
     clock.set(NOW)
     monkeypatch.setattr(home_views, "clock", clock)
@@ -78,6 +81,7 @@ def table_rows(body: str, span: str) -> int:
 # --- trends -------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_home_draws_eight_accessible_charts_with_their_data(console):
     both_loops_alive()
     minute = datetime(2026, 1, 5, 12, 25, tzinfo=UTC)
@@ -151,6 +155,7 @@ def test_home_draws_eight_accessible_charts_with_their_data(console):
     assert "Events per minute, averaged over 20 minutes, in the last day" in chart(body, "chart-events-day")
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
     both_loops_alive()
     for _ in range(2):
@@ -167,6 +172,7 @@ def test_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
     assert f'<p class="muted"><a href="{reverse("doctor")}#check-parked_work">Parked Work</a></p>' in body
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_dead_letters_count_is_capped(console, monkeypatch):
     from conduit_site.console import trends
 
@@ -186,6 +192,7 @@ def test_dead_letters_count_is_capped(console, monkeypatch):
 PAGES = ("console-home", "event-list", "work-list", "dead-letters", "config-list", "doctor")
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 @pytest.mark.parametrize("page", PAGES)
 def test_no_banner_while_both_loops_beat(console, page):
     both_loops_alive(at=NOW - timedelta(seconds=59))
@@ -193,6 +200,7 @@ def test_no_banner_while_both_loops_beat(console, page):
     assert 'id="heartbeat-banner"' not in body
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 @pytest.mark.parametrize("page", PAGES)
 def test_banner_on_every_page_without_a_route_loop_heartbeat(console, page):
     beat(WORK_HEARTBEATS, slots=2, stopped=False)
@@ -209,6 +217,7 @@ def test_banner_on_every_page_without_a_route_loop_heartbeat(console, page):
     assert "work loop" not in banner.group(1)
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_banner_names_a_stopped_or_missing_work_loop(console):
     beat(ROUTE_HEARTBEATS)
     beat(WORK_HEARTBEATS, slots=2, stopped=True)  # fresh, but it said it stopped
@@ -216,6 +225,7 @@ def test_banner_names_a_stopped_or_missing_work_loop(console):
     assert "No work loop heartbeat in the last 60 s: Work is not being run." in body
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_banner_names_both_loops_when_neither_beats(console):
     body = console.get(reverse("work-list")).content.decode()
     assert (
@@ -224,11 +234,13 @@ def test_banner_names_both_loops_when_neither_beats(console):
     )
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_no_banner_before_sign_in(client):
     body = client.get(reverse("login")).content.decode()
     assert "heartbeat-banner" not in body
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_banner_costs_one_query(console, django_assert_num_queries):
     from conduit_site.doctor import loops_alive
 
@@ -240,6 +252,7 @@ def test_banner_costs_one_query(console, django_assert_num_queries):
 # --- Doctor refreshes itself ---------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_doctor_checks_poll_themselves(console):
     body = console.get(reverse("doctor")).content.decode()
     assert re.search(
@@ -253,6 +266,7 @@ def test_doctor_checks_poll_themselves(console):
     assert partial.lstrip().startswith('<section id="doctor-checks"') and "<html" not in partial
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypatch):
     from conduit_site.console import trends
 
@@ -272,6 +286,7 @@ def test_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypa
     assert '<p class="muted chart-note">The 40 oldest buckets are not ranked yet' in latency
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
     from datetime import timedelta
 
@@ -292,6 +307,7 @@ def test_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatc
     assert "Parked Work</a></p>" in card and "parked_work<" not in card
 
 
+@pytest.mark.usefixtures("fixed_clocks")
 def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypatch):
     from datetime import UTC, datetime, timedelta
 
@@ -318,3 +334,77 @@ def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypat
     assert len(days) == 72
     # The same figures stay in the span's table for screen readers.
     assert '<table id="trends-hour-table">' in body
+
+
+# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
+# page and the home page (D4, D6, D8).
+PASSWORD = "a-long-console-password-1"
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def signed_in(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def test_d4_base_layout_loads_vendored_htmx_and_puts_csrf_in_hx_headers(signed_in):
+    body = text(signed_in.get(reverse("console-home")))
+    assert '<script src="/static/htmx/htmx.min.js" defer></script>' in body
+    assert '<script src="/static/htmx/ext/ws.min.js" defer></script>' in body
+    assert re.search(r"<body hx-headers='\{\"X-CSRFToken\": \"[A-Za-z0-9]+\"\}'>", body)
+    assert "http://" not in body and "https://" not in body
+
+
+def test_d4_home_counts_unrouted_events_work_by_status_and_names_the_live_generation(signed_in):
+    EventFactory.create_batch(3)
+    EventFactory(route_state=RouteState.ROUTED)
+    WorkFactory.create_batch(2, status="running")
+    WorkFactory(status="completed")
+    GenerationFactory(number=1)
+    GenerationFactory(number=2)
+    GenerationFactory(kind="candidate", number=None)
+
+    body = text(signed_in.get(reverse("console-home")))
+
+    assert re.search(r"Unrouted Events</h2>\s*<div class=\"figure\">3</div>", body)
+    assert re.search(r"badge-running\">running</span></a><span class=\"num\">2</span>", body)
+    assert re.search(r"badge-completed\">completed</span></a><span class=\"num\">1</span>", body)
+    assert re.search(r"badge-ready\">ready</span></a><span class=\"num\">0</span>", body)
+    assert "generation 2, applied" in body
+    for name in ("event-list", "work-list", "config-list"):
+        assert f'href="{reverse(name)}' in body
+
+
+def count_queries(client, url, params=None) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, params or {})
+    assert response.status_code == 200
+    return len(queries)
+
+
+def test_d4_list_pages_and_home_query_counts_are_independent_of_history(signed_in):
+    def counts():
+        return [
+            count_queries(signed_in, reverse("work-list")),
+            count_queries(signed_in, reverse("config-list")),
+            count_queries(signed_in, reverse("console-home")),
+        ]
+
+    WorkFactory.create_batch(5)
+    GenerationFactory.create_batch(5)
+    small = counts()
+    WorkFactory.create_batch(55)
+    GenerationFactory.create_batch(55)
+    assert counts() == small

@@ -15,10 +15,11 @@ from django.urls import reverse
 from conduit_site.console.views import home as home_views
 from conduit_site.console.views import work as work_views
 from tests.causal.factories import EventFactory
-from tests.routing.factories import UserFactory
+from tests.routing.factories import RouteRecordFactory, UserFactory
 from tests.worklife.factories import (
     T0,
     AttemptFactory,
+    CorrelationKeyFactory,
     DependencySubscriptionFactory,
     IntentFactory,
     TimerFactory,
@@ -37,7 +38,7 @@ def console(client):
     return client
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def fake_clock(clock, monkeypatch):
     monkeypatch.setattr(work_views, "clock", clock)
 
@@ -65,6 +66,7 @@ def row(body: str, element_id: str) -> str:
 # --- the Work page ----------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_work_page_shows_each_attempt_with_its_lease_outcome_error_and_output(console):
     work = WorkFactory(status="running")
     failed = AttemptFactory(
@@ -127,6 +129,7 @@ def test_work_page_shows_each_attempt_with_its_lease_outcome_error_and_output(co
     ]
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_work_page_shows_waits_timers_intents_and_children(console):
     work = WorkFactory(status="waiting")
     attempt = AttemptFactory(work=work, number=1, state="waiting", lease_epoch=4)
@@ -175,6 +178,7 @@ def test_work_page_shows_waits_timers_intents_and_children(console):
     assert "waiting on wait approval (blocked: depth_exceeded)" in why and f'href="#wait-{wait.pk}"' in why
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_r42_work_page_shows_the_scope_a_wait_also_waits_on(console):
     work = WorkFactory(status="waiting")
     plain = WaitFactory(work=work, name="own", state="timed_out")
@@ -185,6 +189,7 @@ def test_r42_work_page_shows_the_scope_a_wait_also_waits_on(console):
     assert "data-subscribed" not in row(body, f"wait-{plain.pk}")
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_work_page_says_why_the_work_is_not_running(console, clock):
     parked = WorkFactory(
         failures=5, parked_at=T0, pending_run=True, last_error="attempt 5 failed: exit status 1"
@@ -220,6 +225,7 @@ def test_work_page_says_why_the_work_is_not_running(console, clock):
     assert f'<a href="{reverse("event-detail", args=[event.seq])}">see #{event.seq}</a>' in body
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_engine_partial_answers_an_htmx_request_alone(console):
     work = WorkFactory()
     AttemptFactory(work=work, number=1, state="failed", error="only-in-the-engine")
@@ -233,6 +239,7 @@ def test_engine_partial_answers_an_htmx_request_alone(console):
     assert "work-engine" in work_views.LIVE_PARTIALS
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_engine_partial_query_count_is_independent_of_history(console, django_assert_max_num_queries):
     work = WorkFactory(status="waiting")
 
@@ -266,6 +273,7 @@ def test_engine_partial_query_count_is_independent_of_history(console, django_as
 # --- the Work list ------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_work_list_shows_parked_and_backing_off_work_and_filters_parked(console, clock):
     parked = WorkFactory(parked_at=T0, failures=5, last_error="attempt 5 failed: boom")
     backing_off = WorkFactory(failures=2, retry_at=clock() + timedelta(seconds=8))
@@ -294,6 +302,7 @@ def test_work_list_shows_parked_and_backing_off_work_and_filters_parked(console,
 # --- home ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_home_counts_running_and_parked_work(console, django_assert_max_num_queries):
     WorkFactory.create_batch(3, status="running")
     WorkFactory.create_batch(2, parked_at=T0, failures=5)
@@ -338,6 +347,7 @@ def states(clock):
     }
 
 
+@pytest.mark.usefixtures("fake_clock")
 @pytest.mark.usefixtures("fake_clocks")
 def test_work_list_shows_backing_off_with_a_countdown_and_parked_not_ready(console, states):
     body = console.get(reverse("work-list")).content.decode()
@@ -354,6 +364,7 @@ def test_work_list_shows_backing_off_with_a_countdown_and_parked_not_ready(conso
     assert 'badge-ready">ready</span>' in row(body, f"work-{states['ready'].pk}")
 
 
+@pytest.mark.usefixtures("fake_clock")
 @pytest.mark.usefixtures("fake_clocks")
 def test_status_ready_excludes_parked_and_backing_off_with_filters_for_them(console, states, clock):
     def listed(status: str) -> set[int]:
@@ -372,6 +383,7 @@ def test_status_ready_excludes_parked_and_backing_off_with_filters_for_them(cons
     }
 
 
+@pytest.mark.usefixtures("fake_clock")
 @pytest.mark.usefixtures("fake_clocks")
 def test_home_card_counts_parked_and_backing_off_apart_from_ready(
     console, states, clock, django_assert_max_num_queries
@@ -391,6 +403,7 @@ def test_home_card_counts_parked_and_backing_off_apart_from_ready(
         ), state
 
 
+@pytest.mark.usefixtures("fake_clock")
 @pytest.mark.usefixtures("fake_clocks")
 def test_input_table_says_which_attempts_an_input_was_presented_to(
     console, clock, django_assert_max_num_queries
@@ -412,3 +425,174 @@ def test_input_table_says_which_attempts_an_input_was_presented_to(
     body = console.get(reverse("work-detail", args=[done.pk])).content.decode()
     # Presented to 1 (failed) and again to 2, which succeeded: never to 3.
     assert "attempts 1–2" in row(body, f"input-{early.seq}")
+
+
+# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
+# page and the home page (D4, D6, D8).
+PASSWORD = "a-long-console-password-1"
+
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def signed_in(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def htmx(target: str) -> dict[str, str]:
+    return {**HTMX, "HTTP_HX_TARGET": target}
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def test_d4_work_list_filters_by_scope_and_status_and_pages(signed_in):
+    ready = WorkFactory.create_batch(55, scope="acme", status="ready")
+    done = WorkFactory(scope="acme", status="completed")
+    WorkFactory(scope="other", status="ready")
+
+    def ids(**params):
+        response = signed_in.get(reverse("work-list"), params)
+        assert response.status_code == 200
+        return [int(s) for s in re.findall(r'<tr id="work-(\d+)">', text(response))], text(response)
+
+    assert ids(status="completed")[0] == [done.pk]
+    first, body = ids(scope="acme", status="ready")
+    assert first == [w.pk for w in reversed(ready)][:50]
+    second, _ = ids(scope="acme", status="ready", before=first[-1])
+    assert second == [w.pk for w in reversed(ready)][50:]
+    assert signed_in.get(reverse("work-list"), {"status": "sleeping"}).status_code == 400
+    partial = signed_in.get(reverse("work-list"), {"status": "completed"}, **htmx("work-list"))
+    # The list with its live connection (the filter's), holding the rows live updates swap.
+    assert (
+        text(partial)
+        .strip()
+        .startswith(
+            '<section id="work-list" aria-live="polite" hx-ext="ws" ws-connect="/ws/work/?status=completed">'
+        )
+    )
+    assert '<div id="work-rows">' in text(partial)
+
+
+def test_d4_work_page_shows_links_keys_attempts_input_in_acceptance_order_and_history(signed_in):
+    parent = WorkFactory()
+    predecessor = WorkFactory(status="completed")
+    work = WorkFactory(parent=parent, predecessor=predecessor, status="running", scope="acme")
+    successor = WorkFactory(predecessor=work)
+    CorrelationKeyFactory(work=work, key="pr:acme/web#42")
+    AttemptFactory(work=work, number=1, state="failed")
+    AttemptFactory(work=work, number=2, state="running")
+    first, second, third = (EventFactory(scope="acme", route_state="routed") for _ in range(3))
+    # Input rows written out of acceptance order still read in acceptance order.
+    for event in (third, first, second):
+        WorkInputFactory(work=work, event=event)
+    RouteRecordFactory(event=first, work=work, policy="start", reason="matched")
+    RouteRecordFactory(event=second, work=work, policy="queue", reason="matched")
+    failed = EventFactory(scope="acme", route_state="failed")
+    RouteRecordFactory(event=failed, work=work, policy="failed", reason="handler_panic", disposition="failed")
+    held = EventFactory(
+        scope="acme", correlation=["pr:acme/web#42"], unrouted_reason="retrying: handler_failed"
+    )
+
+    response = signed_in.get(reverse("work-detail", args=[work.pk]))
+    body = text(response)
+    assert response.status_code == 200
+    for linked in (parent, predecessor, successor):
+        assert f'href="{reverse("work-detail", args=[linked.pk])}"' in body
+    assert "pr:acme/web#42" in body
+    assert '<tr id="attempt-' in body and "badge-failed" in body
+    inputs = re.search(r'<section id="work-input">(.*?)</section>', body, re.S).group(1)
+    assert [int(s) for s in re.findall(r'<tr id="input-(\d+)">', inputs)] == [
+        first.seq,
+        second.seq,
+        third.seq,
+    ]
+    history = re.search(r'<section id="work-history">(.*?)</section>', body, re.S).group(1)
+    assert [int(s) for s in re.findall(r'<tr id="history-(\d+)">', history)] == [
+        failed.seq,
+        second.seq,
+        first.seq,
+    ]
+    assert "handler_panic" in history
+    unrouted = re.search(r'<section id="work-unrouted">(.*?)</section>', body, re.S).group(1)
+    assert f'<tr id="unrouted-{held.seq}">' in unrouted and "retrying: handler_failed" in unrouted
+    # Every Event row carries the (empty, for now) event-controls cell.
+    assert body.count('<td class="event-controls">') == 3 + 3 + 1
+    assert f'ws-connect="/ws/work/{work.pk}/"' in body
+
+
+def test_d4_work_history_htmx_request_gets_only_the_partial(signed_in):
+    work = WorkFactory()
+    RouteRecordFactory(work=work, reason="only-in-history")
+    response = signed_in.get(reverse("work-detail", args=[work.pk]), **htmx("work-history"))
+    body = text(response)
+    assert body.strip().startswith('<section id="work-history">')
+    assert "only-in-history" in body
+    assert "work-summary" not in body and "<html" not in body
+    assert "HX-Request" in response["Vary"]
+
+
+def test_d4_work_page_pages_its_input_and_history(signed_in):
+    work = WorkFactory()
+    inputs = WorkInputFactory.create_batch(55, work=work)
+    for item in inputs:
+        RouteRecordFactory(event=item.event, work=work)
+    body = text(signed_in.get(reverse("work-detail", args=[work.pk])))
+    shown = [int(s) for s in re.findall(r'<tr id="input-(\d+)">', body)]
+    assert shown == [i.seq for i in inputs][:50]
+    assert f"?input_after={shown[-1]}" in body
+    later = text(signed_in.get(reverse("work-detail", args=[work.pk]), {"input_after": shown[-1]}))
+    assert [int(s) for s in re.findall(r'<tr id="input-(\d+)">', later)] == [i.seq for i in inputs][50:]
+    # A paged Work page stays live on its page.
+    assert f'ws-connect="/ws/work/{work.pk}/?input_after={shown[-1]}"' in later
+    older = text(signed_in.get(reverse("work-detail", args=[work.pk]), {"history_before": inputs[5].seq}))
+    assert [int(s) for s in re.findall(r'<tr id="history-(\d+)">', older)] == [i.seq for i in inputs][:5][
+        ::-1
+    ]
+    bad = signed_in.get(reverse("work-detail", args=[work.pk]), {"history_before": "-3"})
+    assert bad.status_code == 400 and "history_before" in text(bad)
+
+
+def count_queries(client, url, params=None) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, params or {})
+    assert response.status_code == 200
+    return len(queries)
+
+
+def test_d4_work_page_query_count_is_independent_of_history(signed_in, django_assert_max_num_queries):
+    work = WorkFactory(parent=WorkFactory(), predecessor=WorkFactory(status="completed"))
+    key = CorrelationKeyFactory(work=work)
+
+    def grow(n):
+        for item in WorkInputFactory.create_batch(n, work=work):
+            RouteRecordFactory(event=item.event, work=work)
+            attempt = AttemptFactory(work=work, state="failed")
+            WaitFactory(work=work, attempt=attempt, state="woken", woken_by=item.event)
+            TimerFactory(work=work, state="fired", fired_event=item.event)
+            IntentFactory(attempt=attempt, event=item.event, state="superseded")
+            WorkFactory(parent=work)
+        EventFactory.create_batch(n, correlation=[key.key], scope=work.scope)
+
+    grow(5)
+    # 9, and 2 for the user's permissions (read once: which skip/reroute controls to show), and
+    # 5 for the engine: why the Work is not running (1; 2 with nothing to
+    # run), its children (1), its waits, timers and intents (1 each; attempts were read already),
+    # and the totals of its input and its history (2, capped); the heartbeat banner (1).
+    with django_assert_max_num_queries(19):
+        small = count_queries(signed_in, reverse("work-detail", args=[work.pk]))
+    grow(55)
+    with django_assert_max_num_queries(19):
+        large = count_queries(signed_in, reverse("work-detail", args=[work.pk]))
+    assert small == large
