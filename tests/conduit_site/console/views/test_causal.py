@@ -7,10 +7,13 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from causal.limits import Causal, CausalRefused, Limits
+from causal.selectors import DiagnosticFilter, ListTotal, diagnostics_total
 from conduit_site.console.views import causal as causal_views
+from conduit_site.console.views import controls as control_views
 from tests.causal.factories import CausalDiagnosticFactory, EventFactory
 from tests.causal.support import SECRET, envelope
 from tests.routing.factories import UserFactory
@@ -161,3 +164,62 @@ def test_a_record_shows_how_many_refusals_it_counts(console, page_clock):
     assert '<span class="times">40</span>' in body and "40 refusals</span>" in body
     root_page = text(console.get(reverse("causal-root", args=[root.seq])))
     assert rows(root_page) == 1 and '<span class="times">40</span>' in root_page
+
+
+# The console's Event page kept whole and live, finding Events and Work
+# with the CLI's own filters, and the lists' totals and paging both ways.
+@pytest.fixture
+def routing_handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+
+
+@pytest.fixture
+def list_operator():
+    user = UserFactory(username="operator")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def operator_console(client, list_operator, clock, monkeypatch):
+    monkeypatch.setattr(control_views, "clock", clock)
+    client.force_login(list_operator)
+    return client
+
+
+def row_seqs(body: str, prefix: str = "event") -> list[int]:
+    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
+
+
+def newest_and_oldest(operator_console, url_name: str, prefix: str, keys: list[int], noun: str, params=None):
+    """The list at ``url_name`` counts ``keys`` (ascending), shows them newest first, jumps to
+    the oldest page and pages on from there, newer each page."""
+    params = params or {}
+    url = reverse(url_name)
+    newest = text(operator_console.get(url, params))
+    assert f"{len(keys)} {noun}</span>" in newest
+    assert row_seqs(newest, prefix) == keys[::-1][:50]
+    oldest_link = re.search(r'<a href="([^"]+)"[^>]*>Oldest ⇥</a>', newest).group(1).replace("&amp;", "&")
+    oldest = text(operator_console.get(oldest_link))
+    assert row_seqs(oldest, prefix) == keys[:50]
+    assert f"{len(keys)} {noun}, oldest first" in oldest and "Oldest ⇥" not in oldest and "← Newest" in oldest
+    newer = re.search(r'<a href="([^"]+)"[^>]*rel="next">Newer', oldest).group(1).replace("&amp;", "&")
+    assert row_seqs(text(operator_console.get(newer)), prefix) == keys[50:100]
+    mixed = operator_console.get(url, {**params, "before": keys[10], "oldest": "1"})
+    assert mixed.status_code == 400 and "pages a newest-first list" in text(mixed)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_causal_refusals_show_their_total_and_jump_to_the_oldest(operator_console):
+    ids = [d.pk for d in CausalDiagnosticFactory.create_batch(55, kind="rate_exceeded", root_seq=7)]
+    CausalDiagnosticFactory(kind="depth_exceeded", root_seq=8)
+    newest_and_oldest(
+        operator_console, "causal-diagnostics", "diagnostic", ids, "refusals", {"kind": "rate_exceeded"}
+    )
+    assert diagnostics_total(DiagnosticFilter(root_seq=7), cap=50) == ListTotal(50, capped=True)
+    assert diagnostics_total(DiagnosticFilter(root_seq=8)) == ListTotal(1, capped=False)

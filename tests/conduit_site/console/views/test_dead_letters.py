@@ -11,6 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from causal.models import Event
+from causal.selectors import ListTotal
+from conduit_site.console.views import controls as control_views
 from conduit_site.console.views import dead_letters as dead_letter_views
 from routing.controls import events as controls
 from routing.models import RouteRecord
@@ -24,7 +26,7 @@ URL = "/dead-letters/"
 REROUTE_URL = "/dead-letters/reroute/"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def handlers(settings, clock, monkeypatch):
     settings.CONDUIT_ROUTE_HANDLERS = dict(HANDLERS)
     sample_handlers.BROKEN.clear()
@@ -75,6 +77,7 @@ def rows(body: str) -> list[int]:
     return [int(seq) for seq in re.findall(r'<tr id="dead-(\d+)">', body)]
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r16_dead_letters_list_failed_and_skipped_events_with_error_attempts_and_work(console, clock):
     work_id, opened, panic, invalid, skipped = dead_letters(clock)
@@ -93,6 +96,7 @@ def test_r16_dead_letters_list_failed_and_skipped_events_with_error_attempts_and
     assert f'href="{URL}" aria-current="page">Dead letters</a>' in body
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r16_dead_letters_filter_by_scope_route_code_and_disposition(console, clock):
     _, _, panic, invalid, skipped = dead_letters(clock)
@@ -117,6 +121,7 @@ def test_r16_dead_letters_filter_by_scope_route_code_and_disposition(console, cl
     assert partial.content.decode().strip().startswith('<section id="dead-letter-list" ')
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r16_dead_letters_are_keyset_paginated_at_a_fixed_query_count(console, django_assert_max_num_queries):
     work = WorkFactory()
@@ -149,6 +154,7 @@ def test_r16_dead_letters_are_keyset_paginated_at_a_fixed_query_count(console, d
     assert len(rest) == 10 and max(rest) < min(page)
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r22_dead_letters_reroute_several_each_with_its_own_control_event(console, clock):
     _, _, panic, invalid, skipped = dead_letters(clock)
@@ -184,6 +190,7 @@ def test_r22_dead_letters_reroute_several_each_with_its_own_control_event(consol
     assert "rerouted as" in row(body, panic.seq)
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r22_dead_letters_reroute_refuses_bad_selections(console, clock):
     dead_letters(clock)
@@ -196,6 +203,7 @@ def test_r22_dead_letters_reroute_refuses_bad_selections(console, clock):
     assert not Event.objects.filter(envelope_id__startswith="reroute/").exists()
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r20_dead_letters_reroute_needs_sign_in_the_permission_and_csrf(clock):
     _, _, panic, _, _ = dead_letters(clock)
@@ -224,6 +232,7 @@ def test_r20_dead_letters_reroute_needs_sign_in_the_permission_and_csrf(clock):
     assert Event.objects.filter(envelope_id="reroute/panic").exists()
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_dead_letters_reroute_bad_selection_with_htmx_is_the_list_marked_to_swap_400(console, clock):
     dead_letters(clock)
@@ -235,3 +244,70 @@ def test_dead_letters_reroute_bad_selection_with_htmx_is_the_list_marked_to_swap
     # The swap target itself carries the mark (static/js/console.js swaps it in) and the message.
     assert body.startswith('<section id="dead-letter-list" data-swap-statuses="409 400">')
     assert re.search(r'role="alert">[^<]*seq: select at least one Event to reroute', body)
+
+
+# The console's Event page kept whole and live, finding Events and Work
+# with the CLI's own filters, and the lists' totals and paging both ways.
+@pytest.fixture
+def routing_handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+
+
+@pytest.fixture
+def list_operator():
+    user = UserFactory(username="operator")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def operator_console(client, list_operator, clock, monkeypatch):
+    monkeypatch.setattr(control_views, "clock", clock)
+    client.force_login(list_operator)
+    return client
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def row_seqs(body: str, prefix: str = "event") -> list[int]:
+    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
+
+
+def newest_and_oldest(operator_console, url_name: str, prefix: str, keys: list[int], noun: str, params=None):
+    """The list at ``url_name`` counts ``keys`` (ascending), shows them newest first, jumps to
+    the oldest page and pages on from there, newer each page."""
+    params = params or {}
+    url = reverse(url_name)
+    newest = text(operator_console.get(url, params))
+    assert f"{len(keys)} {noun}</span>" in newest
+    assert row_seqs(newest, prefix) == keys[::-1][:50]
+    oldest_link = re.search(r'<a href="([^"]+)"[^>]*>Oldest ⇥</a>', newest).group(1).replace("&amp;", "&")
+    oldest = text(operator_console.get(oldest_link))
+    assert row_seqs(oldest, prefix) == keys[:50]
+    assert f"{len(keys)} {noun}, oldest first" in oldest and "Oldest ⇥" not in oldest and "← Newest" in oldest
+    newer = re.search(r'<a href="([^"]+)"[^>]*rel="next">Newer', oldest).group(1).replace("&amp;", "&")
+    assert row_seqs(text(operator_console.get(newer)), prefix) == keys[50:100]
+    mixed = operator_console.get(url, {**params, "before": keys[10], "oldest": "1"})
+    assert mixed.status_code == 400 and "pages a newest-first list" in text(mixed)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_dead_letters_show_their_total_and_jump_to_the_oldest(operator_console):
+    records = [
+        RouteRecordFactory(event__scope="acme", disposition="failed", reason="handler_failed")
+        for _ in range(55)
+    ]
+    RouteRecordFactory(event__scope="elsewhere", disposition="failed")
+    RouteRecordFactory(event__scope="acme", disposition="queued")  # not a dead letter
+    seqs = sorted(r.event_id for r in records)
+    newest_and_oldest(operator_console, "dead-letters", "dead", seqs, "dead letters", {"scope": "acme"})
+    assert controls.dead_letters_total(controls.DeadLetterFilter(scope="acme"), cap=10) == ListTotal(
+        10, capped=True
+    )

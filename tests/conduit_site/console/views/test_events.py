@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import html as html_text
 import io
+import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from causal.models import RouteState
-from routing.engine.decide import Reason
+from conduit_site.console.views import controls as control_views
+from routing.controls import events as controls
+from routing.engine.decide import Effect, Reason
+from routing.records.selectors import UNDELIVERED_OUTCOMES
 from tests.causal.factories import EventFactory
+from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory, live_scopes
 from tests.routing.routerkit import accept, apply, drain, router
-from tests.worklife.factories import WorkFactory
+from tests.worklife.factories import CorrelationKeyFactory, WorkFactory
 from worklife.lifecycle import work_cancel
 
 pytestmark = pytest.mark.django_db
@@ -413,3 +419,285 @@ def test_d4_event_list_query_count_is_independent_of_history(signed_in, django_a
     with django_assert_max_num_queries(12):
         large = count_queries(signed_in, reverse("event-list"))
     assert small == large
+
+
+# The console's Event page kept whole and live, finding Events and Work
+# with the CLI's own filters, and the lists' totals and paging both ways.
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def routing_handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+
+
+@pytest.fixture
+def list_operator():
+    user = UserFactory(username="operator")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def operator_console(client, list_operator, clock, monkeypatch):
+    monkeypatch.setattr(control_views, "clock", clock)
+    client.force_login(list_operator)
+    return client
+
+
+def part(body: str, tag: str, element_id: str) -> str:
+    """The element ``<tag id="element_id" …>…</tag>`` of ``body`` (first one, not nested)."""
+    match = re.search(rf'<{tag} id="{element_id}"[^>]*>(.*?)</{tag}>', body, re.S)
+    assert match, f"no {tag}#{element_id} in {body[:3000]}"
+    return match.group(0)
+
+
+def row_seqs(body: str, prefix: str = "event") -> list[int]:
+    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
+
+
+def failing_event(clock, name: str):
+    """An Event whose route keeps failing: unrouted, with a failure counted."""
+    sample_handlers.BROKEN.add(name)
+    event = accept(clock, "x.thing", {}, id=name)
+    r = router(clock)
+    try:
+        drain(r)
+    finally:
+        r.close()
+    return event
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_skip_on_the_event_page_updates_heading_state_route_and_chain_at_once(operator_console, clock):
+    apply(clock)
+    event = failing_event(clock, "whole")
+    page = text(operator_console.get(reverse("event-detail", args=[event.seq])))
+    assert "badge-unrouted" in part(page, "h1", "event-heading")
+
+    response = operator_console.post(
+        reverse("event-skip", args=[event.seq]), HTTP_HX_TARGET="event-route", **HTMX
+    )
+    assert response.status_code == 200
+    body = text(response)
+    # The target first, then every other part of the page out of band, all saying skipped.
+    assert body.strip().startswith('<section id="event-route">')
+    assert "<strong>skipped</strong>" in part(body, "section", "event-route")
+    heading = part(body, "h1", "event-heading")
+    assert 'hx-swap-oob="true"' in heading and "badge-skipped" in heading and "unrouted" not in heading
+    state_box = part(body, "section", "event-state")
+    assert (
+        'hx-swap-oob="true"' in state_box
+        and "badge-skipped" in state_box
+        and "unrouted_reason</dt><dd>—" in state_box
+    )
+    chain = part(body, "section", "event-chain")
+    assert 'hx-swap-oob="true"' in chain
+    assert "badge-skipped" in re.search(rf'<tr id="chain-{event.seq}".*?</tr>', chain, re.S).group(0)
+    # The control's message sits outside the parts live updates replace.
+    result = part(body, "div", "event-control-result")
+    assert f"Event #{event.seq} skipped by operator" in result and 'hx-swap-oob="true"' in result
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_a_rerouted_event_links_to_its_copy_instead_of_offering_reroute(operator_console, clock):
+    apply(clock)
+    event = failing_event(clock, "copied")
+    controls.event_skip(seq=event.seq, user="alice", clock=clock)
+    before = text(operator_console.get(reverse("event-detail", args=[event.seq])))
+    assert f'hx-post="{reverse("event-reroute", args=[event.seq])}"' in before
+
+    response = operator_console.post(
+        reverse("event-reroute", args=[event.seq]), HTTP_HX_TARGET="event-route", **HTMX
+    )
+    assert response.status_code == 200
+    copy_seq = controls.reroute_copies([event])[event.seq]
+    for body in (text(response), text(operator_console.get(reverse("event-detail", args=[event.seq])))):
+        route = part(body, "section", "event-route")
+        assert f'hx-post="{reverse("event-reroute", args=[event.seq])}"' not in route
+        assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in route
+        assert f"#{copy_seq}" in part(body, "h1", "event-heading")
+        assert f"#{copy_seq}</a> (its copy" in part(body, "section", "event-state")
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_unmatched_and_dropped_events_are_not_shown_as_routed(operator_console):
+    # The policies named without importing the decision are the decision's own.
+    assert set(UNDELIVERED_OUTCOMES) == {Effect.UNMATCHED, Effect.DROP}
+    unmatched = EventFactory(route_state=RouteState.ROUTED)
+    RouteRecordFactory(event=unmatched, policy="unmatched")
+    dropped = EventFactory(route_state=RouteState.ROUTED)
+    RouteRecordFactory(event=dropped, policy="drop")
+    delivered = EventFactory(route_state=RouteState.ROUTED)
+    RouteRecordFactory(event=delivered, policy="queue")
+    body = text(operator_console.get(reverse("event-list")))
+    assert 'badge-unmatched">unmatched' in part(body, "tr", f"event-{unmatched.seq}")
+    assert 'badge-dropped">dropped' in part(body, "tr", f"event-{dropped.seq}")
+    assert 'badge-routed">routed' in part(body, "tr", f"event-{delivered.seq}")
+    page = text(operator_console.get(reverse("event-detail", args=[unmatched.seq])))
+    assert 'badge-unmatched">unmatched' in part(page, "h1", "event-heading")
+
+
+def cli_seqs(**options) -> list[int]:
+    out = io.StringIO()
+    arguments = [f"--{k}" if v == "" else f"--{k}={v}" for k, v in options.items()]
+    call_command("events", "list", "--json", *arguments, stdout=out)
+    return [item["conduit"]["seq"] for item in json.loads(out.getvalue())["events"]]
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_event_list_filters_as_events_list_does(operator_console):
+    pr = EventFactory(scope="acme/web", type="github.pull_request.opened", accepted_at=CAP_T0)
+    push = EventFactory(scope="acme", type="github.push", accepted_at=CAP_T0 + timedelta(hours=1))
+    deep = EventFactory(scope="acme/web/x", type="slack.message", accepted_at=CAP_T0 + timedelta(hours=2))
+    # Types and scopes compare case-sensitively, as routes match them.
+    EventFactory(scope="ACME/web", type="GitHub.push", accepted_at=CAP_T0)
+    other = EventFactory(
+        scope="acmeco", type="github.push", subject="PR 7", accepted_at=CAP_T0 + timedelta(hours=3)
+    )
+    unmatched = EventFactory(
+        scope="ops", type="ops.alert", envelope_id="alert-1", route_state=RouteState.ROUTED
+    )
+    RouteRecordFactory(event=unmatched, policy="unmatched")
+
+    def listed(params: dict[str, str], cli: dict[str, str]) -> list[int]:
+        response = operator_console.get(reverse("event-list"), params)
+        assert response.status_code == 200, text(response)
+        shown = row_seqs(text(response))
+        # One code path: the page lists what the CLI lists for the same filters.
+        assert shown == cli_seqs(**cli)
+        return shown
+
+    assert listed({"type": "github.*"}, {"type": "github.*"}) == [other.seq, push.seq, pr.seq]
+    assert listed({"scope": "acme", "subtree": "1"}, {"scope": "acme", "subtree": ""}) == [
+        deep.seq,
+        push.seq,
+        pr.seq,
+    ]
+    assert listed({"scope": "acme"}, {"scope": "acme"}) == [push.seq]
+    since, until = (CAP_T0 + timedelta(hours=1)).isoformat(), (CAP_T0 + timedelta(hours=3)).isoformat()
+    assert listed({"since": since, "until": until}, {"since": since, "until": until}) == [deep.seq, push.seq]
+    assert listed({"since": "2026-01-05T13:00"}, {"since": "2026-01-05T13:00"})[-1] == push.seq
+    assert listed({"q": "alert-1"}, {"query": "alert-1"}) == [unmatched.seq]
+    assert listed({"q": "PR 7"}, {"query": "PR 7"}) == [other.seq]
+    assert listed({"q": f"#{deep.seq}"}, {"query": f"#{deep.seq}"}) == [deep.seq]
+    assert listed({"policy": "unmatched"}, {"policy": "unmatched"}) == [unmatched.seq]
+    assert listed(
+        {"scope": "acme", "subtree": "1", "type": "github.*"},
+        {"scope": "acme", "subtree": "", "type": "github.*"},
+    ) == [
+        push.seq,
+        pr.seq,
+    ]
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_bad_filters_name_their_field_and_list_nothing(operator_console):
+    response = operator_console.get(reverse("event-list"), {"since": "last week", "route_state": "lost"})
+    assert response.status_code == 400
+    body = text(response)
+    assert (
+        "since: expected an ISO 8601 time like 2026-01-05T12:00:00Z" in body
+        and "&#x27;last week&#x27;" in body
+    )
+    assert "route_state: Select a valid choice" in body
+    refused = operator_console.get(reverse("event-list"), {"subtree": "1"})
+    assert refused.status_code == 400 and "subtree: needs a scope" in text(refused)
+    backwards = operator_console.get(reverse("event-list"), {"since": "2026-01-06", "until": "2026-01-05"})
+    assert backwards.status_code == 400 and "until: must be later than since" in text(backwards)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_event_list_offers_known_types_scopes_and_policies(operator_console):
+    live_scopes("acme", "acme/web")
+    EventFactory(scope="ops", type="ops.alert")
+    EventFactory.create_batch(3, scope="acme", type="github.push")
+    body = text(operator_console.get(reverse("event-list")))
+    types = part(body, "datalist", "event-types")
+    assert re.findall(r'<option value="([^"]+)">', types) == ["github.push", "ops.alert"]
+    scopes = part(body, "datalist", "scope-paths")
+    assert re.findall(r'<option value="([^"]+)">', scopes) == ["acme", "acme/web", "ops"]
+    policies = re.findall(r'<option value="([^"]+)">', part(body, "datalist", "route-policies"))
+    assert {"unmatched", "drop", "queue", "start", "skipped", "failed"} <= set(policies)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_event_list_shows_its_total_and_jumps_to_newest_and_oldest(operator_console):
+    events = EventFactory.create_batch(120, scope="acme")
+    seqs = [e.seq for e in events]
+    EventFactory(scope="elsewhere")
+    newest = text(operator_console.get(reverse("event-list"), {"scope": "acme"}))
+    assert "120 Events</span>" in newest
+    assert row_seqs(newest) == seqs[::-1][:50]
+    oldest_url = reverse("event-list") + "?scope=acme&amp;oldest=1"
+    assert f'<a href="{oldest_url}"' in newest
+
+    oldest = text(operator_console.get(reverse("event-list"), {"scope": "acme", "oldest": "1"}))
+    assert row_seqs(oldest) == seqs[:50]
+    assert "120 Events, oldest first" in oldest
+    assert f'<a href="{oldest_url}"' not in oldest  # on it already
+    newer = re.search(r'<a href="([^"]+)"[^>]*rel="next">Newer', oldest).group(1).replace("&amp;", "&")
+    assert newer == f"{reverse('event-list')}?scope=acme&oldest=1&after={seqs[49]}"
+    second = text(operator_console.get(newer))
+    assert row_seqs(second) == seqs[50:100]
+    assert f'ws-connect="/ws/events/?scope=acme&amp;oldest=1&amp;after={seqs[49]}"' in second
+    assert "← Newest" in second
+    mixed = operator_console.get(reverse("event-list"), {"before": seqs[10], "oldest": "1"})
+    assert mixed.status_code == 400 and "before: pages a newest-first list" in text(mixed)
+
+
+def count_list_queries(client, url, params=None) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, params or {})
+    assert response.status_code == 200, text(response)
+    return len(queries)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_filtered_list_query_counts_are_pinned_and_do_not_grow(
+    operator_console, django_assert_max_num_queries
+):
+    events = {
+        "q": "subject 1",
+        "scope": "acme",
+        "subtree": "1",
+        "type": "github.*",
+        "policy": "queue",
+        "since": "2026-01-01",
+    }
+    work = {"scope": "acme", "status": "ready", "binding": "agent", "key": "k"}
+
+    def grow(n):
+        for event in EventFactory.create_batch(n, scope="acme/web", type="github.push", subject="subject 1"):
+            RouteRecordFactory(event=event, policy="queue")
+        for item in WorkFactory.create_batch(n, scope="acme", binding="agent"):
+            CorrelationKeyFactory(work=item, scope="acme")
+
+    grow(3)
+    # The session, its user, the permission check (4); the Events list: its seqs and rows, the
+    # failures, the total and the three lists to pick from (7); the Work list: its page and
+    # total (2); the heartbeat banner (1 a page).
+    with django_assert_max_num_queries(12):
+        small_events = count_list_queries(operator_console, reverse("event-list"), events)
+    with django_assert_max_num_queries(7):
+        small_work = count_list_queries(operator_console, reverse("work-list"), work)
+    grow(60)
+    with django_assert_max_num_queries(12):
+        assert count_list_queries(operator_console, reverse("event-list"), events) == small_events
+    with django_assert_max_num_queries(7):
+        assert count_list_queries(operator_console, reverse("work-list"), work) == small_work

@@ -4,18 +4,26 @@ backing-off Work in the Work list; running and parked Work on the home page."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from conduit_site.console.views import controls as control_views
 from conduit_site.console.views import home as home_views
 from conduit_site.console.views import work as work_views
+from routing.controls import events as controls
 from tests.causal.factories import EventFactory
+from tests.routing.controlkit import holding_work
 from tests.routing.factories import RouteRecordFactory, UserFactory
+from tests.routing.routerkit import apply, router
 from tests.worklife.factories import (
     T0,
     AttemptFactory,
@@ -596,3 +604,126 @@ def test_d4_work_page_query_count_is_independent_of_history(signed_in, django_as
     with django_assert_max_num_queries(19):
         large = count_queries(signed_in, reverse("work-detail", args=[work.pk]))
     assert small == large
+
+
+# The console's Event page kept whole and live, finding Events and Work
+# with the CLI's own filters, and the lists' totals and paging both ways.
+CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def routing_handlers(test_handlers):
+    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+
+
+@pytest.fixture
+def list_operator():
+    user = UserFactory(username="operator")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def operator_console(client, list_operator, clock, monkeypatch):
+    monkeypatch.setattr(control_views, "clock", clock)
+    client.force_login(list_operator)
+    return client
+
+
+def part(body: str, tag: str, element_id: str) -> str:
+    """The element ``<tag id="element_id" …>…</tag>`` of ``body`` (first one, not nested)."""
+    match = re.search(rf'<{tag} id="{element_id}"[^>]*>(.*?)</{tag}>', body, re.S)
+    assert match, f"no {tag}#{element_id} in {body[:3000]}"
+    return match.group(0)
+
+
+def row_seqs(body: str, prefix: str = "event") -> list[int]:
+    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_work_list_filters_by_binding_status_parked_and_key(operator_console):
+    agent = WorkFactory(scope="acme", binding="agent")
+    WorkFactory(scope="acme", binding="shell")
+    parked = WorkFactory(scope="acme", binding="agent", status="ready", parked_at=CAP_T0)
+    CorrelationKeyFactory(work=agent, scope="acme", key="pr:acme/web#42")
+
+    def listed(**params) -> list[int]:
+        response = operator_console.get(reverse("work-list"), params)
+        assert response.status_code == 200, text(response)
+        shown = row_seqs(text(response), "work")
+        out = io.StringIO()
+        options = [f"--{k}={v}" for k, v in params.items()]
+        call_command("work", "list", "--json", *options, stdout=out)
+        assert shown == [w["id"] for w in json.loads(out.getvalue())["work"]]
+        return shown
+
+    assert listed(binding="agent") == [parked.pk, agent.pk]
+    assert listed(binding="agent", status="parked") == [parked.pk]
+    assert listed(key="pr:acme/web#42") == [agent.pk]
+    assert listed(key="pr:acme/web#42", scope="acme") == [agent.pk]
+    assert listed(key="pr:acme/web#42", scope="other") == []
+    assert listed(key="nobody-owns-this") == []
+    body = text(operator_console.get(reverse("work-list")))
+    assert 'name="binding"' in body and 'name="key"' in body
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_work_list_shows_its_total_and_jumps_to_the_oldest(operator_console):
+    works = WorkFactory.create_batch(55, scope="acme")
+    body = text(operator_console.get(reverse("work-list"), {"scope": "acme"}))
+    assert "55 Work</span>" in body and row_seqs(body, "work") == [w.pk for w in works][::-1][:50]
+    oldest = text(operator_console.get(reverse("work-list"), {"scope": "acme", "oldest": "1"}))
+    assert row_seqs(oldest, "work") == [w.pk for w in works][:50]
+    later = text(
+        operator_console.get(reverse("work-list"), {"scope": "acme", "oldest": "1", "after": works[49].pk})
+    )
+    assert row_seqs(later, "work") == [w.pk for w in works][50:]
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_work_page_input_reads_newest_first_with_its_total_and_stays_live_paged(operator_console):
+    work = WorkFactory()
+    inputs = [item.seq for item in WorkInputFactory.create_batch(60, work=work)]
+    url = reverse("work-detail", args=[work.pk])
+    first = text(operator_console.get(url))
+    assert "60 inputs, in acceptance order" in first
+    assert row_seqs(first, "input") == inputs[:50]
+    assert f'<a href="{url}?input_order=newest">Show newest first</a>' in first
+
+    newest = text(operator_console.get(url, {"input_order": "newest"}))
+    assert row_seqs(newest, "input") == inputs[::-1][:50]
+    assert "60 inputs, newest first" in newest
+    next_url = f"{url}?input_order=newest&amp;input_before={inputs[10]}"
+    assert f'<a href="{next_url}" rel="next">Earlier input →</a>' in newest
+    earlier = text(operator_console.get(url, {"input_order": "newest", "input_before": inputs[10]}))
+    assert row_seqs(earlier, "input") == inputs[:10][::-1]
+    assert f'ws-connect="/ws/work/{work.pk}/?input_order=newest&amp;input_before={inputs[10]}"' in earlier
+    mixed = operator_console.get(url, {"input_order": "newest", "input_after": inputs[3]})
+    assert mixed.status_code == 400 and "input_after" in text(mixed)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_the_work_page_history_links_a_rerouted_event_to_its_copy(operator_console, clock):
+    apply(clock)
+    r = router(clock)
+    try:
+        work_id, stuck, _later = holding_work(clock, r)
+    finally:
+        r.close()
+    controls.event_skip(seq=stuck.seq, user="alice", clock=clock)  # recorded on the Work it holds
+    url = reverse("work-detail", args=[work_id])
+    before = part(text(operator_console.get(url)), "tr", f"history-{stuck.seq}")
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' in before
+    copy_seq = controls.event_reroute(seq=stuck.seq, user="alice", clock=clock).copy_seq
+    after = part(text(operator_console.get(url)), "tr", f"history-{stuck.seq}")
+    assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' not in after
+    assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in after
