@@ -131,11 +131,10 @@ def test_r55_diagnostic_filter_rejects_an_unknown_kind():
         DiagnosticFilter(kind="bogus")
 
 
-# The console's Event page kept whole and live, finding Events and Work
-# with the CLI's own filters, and the lists' totals and paging both ways.
+# --- capped totals --------------------------------------------------------------------------------
 @pytest.fixture
 def routing_handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 @pytest.mark.usefixtures("routing_handlers")

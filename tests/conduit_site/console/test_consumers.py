@@ -291,12 +291,11 @@ def test_behind_a_tls_proxy_the_forwarded_scheme_counts_when_trusted(settings):
 
 # An open Event page follows its Event live: the router routing it, an
 # operator skipping it elsewhere, and a paged Work page staying live on its page.
-# A private channel layer file for each test (test_live_routing's fixture).
 
 
 @pytest.fixture
 def handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 def live_html(client, path: str, change) -> str:
@@ -419,7 +418,6 @@ def test_a_paged_work_page_stays_live_on_its_page(client):
 #
 # Work changes publish on commit through one coalescing publisher (``infra.live``); the list and
 # home consumers render at most once a second and nothing at rest.
-# A private channel layer file for each test (test_live_routing's fixture).
 
 
 def messages_of(path, channels: dict[str, str]) -> dict[str, list[dict]]:

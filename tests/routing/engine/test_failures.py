@@ -42,7 +42,7 @@ DEFAULTS = RouterOptions()
 
 @pytest.fixture
 def handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 def record(event) -> RouteRecord:

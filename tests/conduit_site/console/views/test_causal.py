@@ -166,11 +166,10 @@ def test_a_record_shows_how_many_refusals_it_counts(console, page_clock):
     assert rows(root_page) == 1 and '<span class="times">40</span>' in root_page
 
 
-# The console's Event page kept whole and live, finding Events and Work
-# with the CLI's own filters, and the lists' totals and paging both ways.
+# --- totals, paging both ways and the CLI's own filters -------------------------------------------
 @pytest.fixture
 def routing_handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 @pytest.fixture

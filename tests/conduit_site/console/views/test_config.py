@@ -40,8 +40,7 @@ def test_the_configuration_page_names_each_configuration_once(client):
     assert client.get("/config/", {"candidate": second.pk}).status_code == 404
 
 
-# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
-# page and the home page (D4, D6, D8).
+# --- the Configuration page (D4) ------------------------------------------------------------------
 PASSWORD = "a-long-console-password-1"
 
 
@@ -82,11 +81,10 @@ def test_d4_config_page_without_configuration(signed_in):
     assert "No configuration stored yet" in body
 
 
-# The console's Event page kept whole and live, finding Events and Work
-# with the CLI's own filters, and the lists' totals and paging both ways.
+# --- totals, paging both ways and the CLI's own filters -------------------------------------------
 @pytest.fixture
 def routing_handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 @pytest.fixture

@@ -246,11 +246,10 @@ def test_dead_letters_reroute_bad_selection_with_htmx_is_the_list_marked_to_swap
     assert re.search(r'role="alert">[^<]*seq: select at least one Event to reroute', body)
 
 
-# The console's Event page kept whole and live, finding Events and Work
-# with the CLI's own filters, and the lists' totals and paging both ways.
+# --- totals, paging both ways and the CLI's own filters -------------------------------------------
 @pytest.fixture
 def routing_handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 @pytest.fixture

@@ -211,8 +211,7 @@ def test_skipped_and_given_up_events_say_who_and_how_often(client):
     )
 
 
-# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
-# page and the home page (D4, D6, D8).
+# --- the Event list and page (D4) -----------------------------------------------------------------
 PASSWORD = "a-long-console-password-1"
 
 
@@ -421,8 +420,7 @@ def test_d4_event_list_query_count_is_independent_of_history(signed_in, django_a
     assert small == large
 
 
-# The console's Event page kept whole and live, finding Events and Work
-# with the CLI's own filters, and the lists' totals and paging both ways.
+# --- totals, paging both ways and the CLI's own filters -------------------------------------------
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
@@ -431,7 +429,7 @@ CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 def routing_handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 @pytest.fixture

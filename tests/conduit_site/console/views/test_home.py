@@ -336,8 +336,7 @@ def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypat
     assert '<table id="trends-hour-table">' in body
 
 
-# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
-# page and the home page (D4, D6, D8).
+# --- the home page and the base layout (D4) -------------------------------------------------------
 PASSWORD = "a-long-console-password-1"
 
 

@@ -435,8 +435,7 @@ def test_input_table_says_which_attempts_an_input_was_presented_to(
     assert "attempts 1–2" in row(body, f"input-{early.seq}")
 
 
-# The console's pages: sign-in, the Events and Work lists and pages, the Configuration
-# page and the home page (D4, D6, D8).
+# --- the Work list and page (D4) ------------------------------------------------------------------
 PASSWORD = "a-long-console-password-1"
 
 
@@ -606,14 +605,13 @@ def test_d4_work_page_query_count_is_independent_of_history(signed_in, django_as
     assert small == large
 
 
-# The console's Event page kept whole and live, finding Events and Work
-# with the CLI's own filters, and the lists' totals and paging both ways.
+# --- totals, paging both ways and the CLI's own filters -------------------------------------------
 CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 def routing_handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 @pytest.fixture
