@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from datetime import UTC, datetime
@@ -20,15 +21,19 @@ from django.urls import URLPattern, URLResolver, resolve, reverse
 from causal.models import Event
 from conduit_site.api import hooks
 from conduit_site.api import urls as urls_api
+from conduit_site.api.openapi import openapi_schema
 from routing.models import ApiToken
+from routing.serializers import event_json
 from tests.causal.factories import EventFactory
 from tests.routing.factories import (
     DEFAULT_TEST_CONFIG,
     READER_PERMISSIONS,
     ScopeFactory,
+    UserFactory,
     api_token_with_secret,
     apply_config,
 )
+from tests.routing.routedkit import REFUSALS, History
 
 EVENTS_URL = "/api/events"
 
@@ -1228,3 +1233,167 @@ def test_events_list_needs_view_event(client, acme):
     response = client.get(EVENTS_URL, headers={"Authorization": f"Bearer {secret}"})
     assert response.status_code == 403
     assert client.get(EVENTS_URL).status_code == 401
+
+
+# --- the route of an Event (R29) ------------------------------------------------------------------
+@pytest.fixture
+def handlers(test_handlers):
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
+
+
+@pytest.fixture
+def history(clock) -> History:
+    return History(clock)
+
+
+@pytest.fixture
+def reader_auth():
+    _, secret = api_token_with_secret(user__username="reader")
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def get_route(client, reader_auth, seq):
+    response = client.get(f"/api/events/{seq}/route", headers=reader_auth)
+    assert response["Content-Type"] == "application/json"
+    return response
+
+
+def events_command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("events", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_api_route_of_a_started_event_is_its_route_record(client, reader_auth, history, clock):
+    response = get_route(client, reader_auth, history.started.seq)
+    assert response.status_code == 200
+    assert response.json() == {
+        "event": history.started.seq,
+        "state": "routed",
+        "work": history.work_id,
+        "route": "pr",
+        "binding": "triage",
+        "generation": "1",
+        "policy": "start",
+        "reason": "type github.pull_request.opened matches github.pull_request.*",
+        "disposition": "routed",
+        "refusals": [],
+        "error": "",
+        "attempts": 0,
+        "decided_at": "2026-01-05T12:00:00Z",
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r28_r29_api_route_of_an_unmatched_event_lists_refusals_in_route_order(client, reader_auth, history):
+    body = get_route(client, reader_auth, history.unmatched.seq).json()
+    assert (body["state"], body["policy"], body["reason"], body["work"]) == (
+        "routed",
+        "unmatched",
+        "no_match",
+        None,
+    )
+    assert body["refusals"] == REFUSALS
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r16_r29_api_route_of_a_failed_event_has_its_error_and_attempts(client, reader_auth, history):
+    body = get_route(client, reader_auth, history.failed.seq).json()
+    assert body["state"] == "failed" and body["disposition"] == "failed"
+    assert (body["policy"], body["reason"], body["route"]) == ("failed", "handler_invalid", "scripted")
+    assert body["error"] == "route scripted: payload has no author"
+    assert body["attempts"] == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r13_r29_api_route_of_an_unrouted_event_has_reason_retry_and_failure(client, reader_auth, history):
+    body = get_route(client, reader_auth, history.failing.seq).json()
+    assert body == {
+        "event": history.failing.seq,
+        "state": "unrouted",
+        "reason": "handler_failed (failure 1): route scripted: upstream is restarting",
+        "waiting_on": None,
+        "retry_at": "2026-01-05T12:00:02Z",
+        "failure": {
+            "code": "handler_failed",
+            "route": "scripted",
+            "error": "route scripted: upstream is restarting",
+            "count": 1,
+            "first_failed_at": "2026-01-05T12:00:00Z",
+            "last_failed_at": "2026-01-05T12:00:00Z",
+            "backoff_until": "2026-01-05T12:00:02Z",
+            "generation": "1",
+        },
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_api_route_of_an_event_waiting_behind_another_names_it(client, reader_auth, history):
+    body = get_route(client, reader_auth, history.behind.seq).json()
+    assert body["state"] == "unrouted"
+    assert body["waiting_on"] == history.failing.seq
+    assert body["reason"] == f"waiting behind earlier input #{history.failing.seq}"
+    assert body["failure"] is None
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_api_route_shapes_are_the_ones_the_openapi_schema_describes(client, reader_auth, history):
+    schemas = openapi_schema()["components"]["schemas"]
+    path = openapi_schema()["paths"]["/api/events/{seq}/route"]["get"]
+    assert path["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/EventRoute"
+    }
+    for event in history.events:
+        body = get_route(client, reader_auth, event.seq).json()
+        schema = schemas["UnroutedRoute" if body["state"] == "unrouted" else "SettledRoute"]
+        assert set(body) == set(schema["properties"]), event
+        assert set(schema["required"]) <= set(body)
+        for refusal in body.get("refusals", []):
+            assert set(refusal) == set(schemas["Refusal"]["properties"])
+        if body.get("failure"):
+            assert set(body["failure"]) == set(schemas["RouteFailure"]["properties"])
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_api_route_of_an_unknown_event_is_a_json_404(client, reader_auth):
+    response = get_route(client, reader_auth, 424242)
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "message": "no Event has seq 424242"}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_api_route_needs_a_token(client, history):
+    response = client.get(f"/api/events/{history.started.seq}/route")
+    assert response.status_code == 401
+    assert response.json()["error"] == "unauthorized"
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    revoked, secret = api_token_with_secret(user=UserFactory(is_active=False))
+    response = client.get(
+        f"/api/events/{history.started.seq}/route", headers={"Authorization": f"Bearer {secret}"}
+    )
+    assert response.status_code == 401
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_api_route_allows_only_get(client, reader_auth, history):
+    response = client.post(f"/api/events/{history.started.seq}/route", headers=reader_auth)
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_events_get_json_is_the_event_and_the_api_route(client, reader_auth, history):
+    for event in history.events:
+        data = json.loads(events_command("get", str(event.seq), "--json"))
+        assert data == {**event_json(event), "route": get_route(client, reader_auth, event.seq).json()}

@@ -23,6 +23,7 @@ from routing.records.selectors import UNDELIVERED_OUTCOMES
 from tests.causal.factories import EventFactory
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory, live_scopes
+from tests.routing.routedkit import REFUSALS, History
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory
 from worklife.lifecycle import work_cancel
@@ -699,3 +700,81 @@ def test_filtered_list_query_counts_are_pinned_and_do_not_grow(
         assert count_list_queries(operator_console, reverse("event-list"), events) == small_events
     with django_assert_max_num_queries(7):
         assert count_list_queries(operator_console, reverse("work-list"), work) == small_work
+
+
+# --- the route on the Event page (R29) ------------------------------------------------------------
+@pytest.fixture
+def history(clock) -> History:
+    return History(clock)
+
+
+@pytest.fixture
+def console(client):
+    client.force_login(UserFactory(username="operator"))
+    return client
+
+
+def section(body: str, name: str) -> str:
+    match = re.search(rf'<section id="{name}"[^>]*>(.*?)</section>', body, re.S)
+    assert match, f"no section {name}"
+    return match.group(1)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r29_event_page_shows_the_route_with_refusals_work_and_generation(console, history):
+    body = console.get(reverse("event-detail", args=[history.unmatched.seq])).content.decode()
+    route = section(body, "event-route")
+    assert "<strong>unmatched</strong>" in route and "no_match" in route
+    positions = [route.index(f"<strong>{r['route']}</strong>: {r['reason']}") for r in REFUSALS]
+    assert positions == sorted(positions)
+    body = console.get(reverse("event-detail", args=[history.started.seq])).content.decode()
+    route = section(body, "event-route")
+    assert f'<a href="{reverse("work-detail", args=[history.work_id])}">Work {history.work_id}</a>' in route
+    assert "<dt>route</dt><dd>acme:pr</dd>" in route
+    assert "<dt>binding</dt><dd>triage</dd>" in route
+    assert "<dt>generation</dt><dd>1</dd>" in route
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r16_r29_event_page_shows_the_error_and_attempts_of_a_failed_route(console, history):
+    body = console.get(reverse("event-detail", args=[history.failed.seq])).content.decode()
+    route = section(body, "event-route")
+    assert "route scripted: payload has no author" in route
+    assert "<dt>attempts</dt><dd>1</dd>" in route
+    assert "handler_invalid" in route
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r13_r29_event_page_shows_why_an_event_is_unrouted(console, history):
+    body = console.get(reverse("event-detail", args=[history.failing.seq])).content.decode()
+    route = section(body, "event-route")
+    assert "<dt>failures</dt><dd><strong>1</strong> (handler_failed on route scripted)" in route
+    assert "route scripted: upstream is restarting" in route
+    assert (
+        '<dt>next retry</dt><dd><time datetime="2026-01-05T12:00:02Z">2026-01-05 12:00:02 UTC</time></dd>'
+        in route
+    )
+    body = console.get(reverse("event-detail", args=[history.behind.seq])).content.decode()
+    route = section(body, "event-route")
+    link = reverse("event-detail", args=[history.failing.seq])
+    assert f'<dt>waiting on</dt><dd><a href="{link}">#{history.failing.seq}</a>' in route
+    assert f"<dt>next retry</dt><dd>when #{history.failing.seq} settles</dd>" in route
+    assert "<dt>failures</dt><dd>none</dd>" in route
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r29_event_page_shows_the_causal_chain_with_each_policy(console, history):
+    body = console.get(reverse("event-detail", args=[history.child.seq])).content.decode()
+    chain = section(body, "event-chain")
+    rows = re.findall(r'<tr id="chain-(\d+)"', chain)
+    assert [int(s) for s in rows] == [history.started.seq, history.child.seq]
+    assert "<strong>start</strong>" in chain and "<strong>queue</strong>" in chain
+    assert f'href="{reverse("causal-root", args=[history.started.seq])}"' in chain
+    assert f'href="{reverse("event-detail", args=[history.started.seq])}"' in chain
+    # htmx asks for one partial: the route alone does not read the chain.
+    partial = console.get(
+        reverse("event-detail", args=[history.child.seq]),
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="event-chain",
+    ).content.decode()
+    assert partial.strip().startswith('<section id="event-chain">')

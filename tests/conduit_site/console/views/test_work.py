@@ -16,14 +16,18 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from causal.models import Event
 from conduit_site.console.views import controls as control_views
 from conduit_site.console.views import home as home_views
 from conduit_site.console.views import work as work_views
 from routing.controls import events as controls
+from routing.models import RouteRecord
 from tests.causal.factories import EventFactory
+from tests.routing import sample_handlers
 from tests.routing.controlkit import holding_work
 from tests.routing.factories import RouteRecordFactory, UserFactory
-from tests.routing.routerkit import apply, router
+from tests.routing.routedkit import History, pr, route_all
+from tests.routing.routerkit import accept, apply, router
 from tests.worklife.factories import (
     T0,
     AttemptFactory,
@@ -725,3 +729,94 @@ def test_the_work_page_history_links_a_rerouted_event_to_its_copy(operator_conso
     after = part(text(operator_console.get(url)), "tr", f"history-{stuck.seq}")
     assert f'hx-post="{reverse("event-reroute", args=[stuck.seq])}"' not in after
     assert f'rerouted as <a href="{reverse("event-detail", args=[copy_seq])}">#{copy_seq}</a>' in after
+
+
+# --- routes in the Work page's history (R29) ------------------------------------------------------
+@pytest.fixture
+def history(clock) -> History:
+    return History(clock)
+
+
+def route_section(body: str, name: str) -> str:
+    match = re.search(rf'<section id="{name}"[^>]*>(.*?)</section>', body, re.S)
+    assert match, f"no section {name}"
+    return match.group(1)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r29_work_page_history_shows_refusals_errors_and_unrouted_failures(console, clock):
+    apply(clock)
+    started = pr(clock)
+    route_all(clock)
+    work_id = RouteRecord.objects.get(event=started).work_id
+    # An Event naming the Work that no route selects is on the Work's history as unmatched,
+    # with its refusals; a failing one holds the Work.
+    addressed = accept(clock, "other.thing", {}, work_id=work_id)
+    failing = accept(clock, "x.fail", {"behaviour": "fail"}, work_id=work_id)
+    route_all(clock)
+    body = console.get(reverse("work-detail", args=[work_id])).content.decode()
+    history = route_section(body, "work-history")
+    assert f'<tr id="history-{addressed.seq}">' in history
+    assert "<strong>scripted</strong>: type other.thing does not start with x" in history
+    unrouted = route_section(body, "work-unrouted")
+    assert f'<tr id="unrouted-{failing.seq}">' in unrouted
+    assert "1 failure (handler_failed)" in unrouted
+    assert 'next retry <time datetime="2026-01-05T12:00:02Z">2026-01-05 12:00:02 UTC</time>' in unrouted
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r16_r29_work_page_history_shows_a_failed_route_error(console, clock):
+    apply(clock)
+    started = pr(clock)
+    route_all(clock)
+    work_id = RouteRecord.objects.get(event=started).work_id
+    failed = accept(clock, "x.bad", {"behaviour": "invalid"}, work_id=work_id)
+    route_all(clock)
+    assert RouteRecord.objects.get(event=failed).work_id == work_id
+    history = route_section(
+        console.get(reverse("work-detail", args=[work_id])).content.decode(), "work-history"
+    )
+    assert f'<tr id="history-{failed.seq}">' in history
+    assert "error: route scripted: payload has no author" in history
+    assert "(1 attempt)" in history
+
+
+@pytest.mark.usefixtures("routing_handlers")
+def test_r29_work_and_event_page_query_counts_do_not_grow(console, clock):
+    apply(clock)
+    started = pr(clock)
+    route_all(clock)
+    work_id = RouteRecord.objects.get(event=started).work_id
+
+    def grow(n: int) -> None:
+        """``n`` unmatched and ``n`` failed records on the Work, then two Events failing (for
+        now) that hold it; the ones an earlier call left failing route first."""
+        sample_handlers.BROKEN.clear()
+        clock.advance(seconds=10)
+        for _ in range(n):
+            accept(clock, "other.thing", {}, work_id=work_id)
+            accept(clock, "x.bad", {"behaviour": "invalid"}, work_id=work_id)
+        for i in range(2):
+            ident = f"broken-{n}-{i}"
+            sample_handlers.BROKEN.add(ident)
+            accept(clock, "x.ok", {}, work_id=work_id, id=ident)
+        route_all(clock)
+
+    def pages() -> list[int]:
+        last = Event.objects.order_by("-seq").first()
+        assert not last.is_settled
+        counts = []
+        for url in (reverse("work-detail", args=[work_id]), reverse("event-detail", args=[last.seq])):
+            with CaptureQueriesContext(connection) as queries:
+                assert console.get(url).status_code == 200
+            counts.append(len(queries))
+        return counts
+
+    grow(2)
+    small = pages()
+    grow(30)
+    assert pages() == small
+    body = console.get(reverse("work-detail", args=[work_id])).content.decode()
+    history = route_section(body, "work-history")
+    assert len(re.findall(r'<tr id="history-', history)) == 50 and 'rel="next"' in history
+    assert len(re.findall(r'<tr id="unrouted-', route_section(body, "work-unrouted"))) == 2
