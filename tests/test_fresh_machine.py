@@ -86,7 +86,7 @@ def test_pytest_runs_in_a_fresh_clone_without_var(tmp_path):
             "-q",
             "-p",
             "no:cacheprovider",
-            "tests/routing/config/test_config.py",
+            "tests/routing/config/test_selectors.py",
             "-k",
             "test_r3_unknown_scope_is_none",
         ],

@@ -13,7 +13,9 @@ from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
 from causal.selectors import (
     DiagnosticFilter,
+    ListTotal,
     NotARoot,
+    count_capped,
     event_chain,
     root_limits_status,
     root_tree,
@@ -127,3 +129,21 @@ def test_r53_root_tree_is_pre_order_and_truncates_connected(causal):
 def test_r55_diagnostic_filter_rejects_an_unknown_kind():
     with pytest.raises(ValueError, match="kind"):
         DiagnosticFilter(kind="bogus")
+
+
+# --- capped totals --------------------------------------------------------------------------------
+@pytest.fixture
+def routing_handlers(test_handlers):
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_totals_are_exact_up_to_the_cap_then_say_plus():
+    EventFactory.create_batch(7)
+    from causal.models import Event
+
+    assert count_capped(Event.objects.all(), cap=10) == ListTotal(7, capped=False)
+    assert count_capped(Event.objects.all(), cap=5) == ListTotal(5, capped=True)
+    assert str(ListTotal(10_000, capped=True)) == "10,000+"
+    assert str(ListTotal(1234, capped=False)) == "1,234"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -273,3 +274,21 @@ def test_a_group_message_crosses_processes(tmp_path):
         if receiver.poll() is None:
             receiver.kill()
             receiver.wait()
+
+
+# The channel layer's file is private.
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_channel_layer_file_is_created_0600_in_a_0700_folder(tmp_path):
+    layer = SQLiteChannelLayer(path=tmp_path / "var" / "channels.sqlite3", poll_interval=0.01)
+    old = os.umask(0o022)
+    try:
+        asyncio.run(layer.send("test.channel", {"type": "hello"}))
+    finally:
+        os.umask(old)
+        asyncio.run(layer.flush())
+    assert mode(tmp_path / "var") == 0o700
+    for path in (tmp_path / "var").iterdir():
+        assert mode(path) == 0o600, path

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,9 @@ from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.errors import RouteError, RouteErrorCode
+from routing.extension import RouteDecision
 from routing.models import RouteRecord
+from routing.setup.trace import trace
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
@@ -37,9 +40,9 @@ from worklife.models import Work, WorkInput
 DEFAULTS = RouterOptions()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def handlers(test_handlers):
-    """Every test here routes with the test handlers registered (tests/conftest.py)."""
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
 
 
 def record(event) -> RouteRecord:
@@ -65,6 +68,7 @@ def inputs(work_id):
 # --- the rules, table-driven (R14, R15) -------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.parametrize(
     "failures,seconds",
     [
@@ -90,6 +94,7 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 RETRIED = RouteError(RouteErrorCode.HANDLER_FAILED, "down")
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.parametrize(
     "code,failures,elapsed,expected",
     [
@@ -118,6 +123,7 @@ def test_r15_gives_up_only_after_count_and_window_or_at_once_when_not_retried(
     )
 
 
+@pytest.mark.usefixtures("handlers")
 def test_r15_the_limits_come_from_the_options():
     options = RouterOptions(max_route_failures=2, route_failure_window=timedelta(seconds=10))
     assert not gives_up(
@@ -128,6 +134,7 @@ def test_r15_the_limits_come_from_the_options():
     )
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
     apply(clock)
@@ -166,6 +173,7 @@ def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
 # --- R59: an always-failing route ---------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r59_always_failing_route_is_given_up_after_its_limit_holding_its_work_until_then(clock, caplog):
     apply(clock)
@@ -227,6 +235,7 @@ def test_r59_always_failing_route_is_given_up_after_its_limit_holding_its_work_u
     r.close()
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r18_each_give_up_is_logged_as_a_warning(clock, caplog):
     apply(clock, SCRIPTED_ONLY)
@@ -243,6 +252,7 @@ def test_r18_each_give_up_is_logged_as_a_warning(clock, caplog):
 # --- R59: a removed handler -----------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r59_a_removed_handler_is_given_up_on_at_once(clock, settings):
     apply(clock, SCRIPTED_ONLY)
@@ -264,6 +274,7 @@ def test_r59_a_removed_handler_is_given_up_on_at_once(clock, settings):
     assert sample_handlers.CALLS == []
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r10_a_route_whose_executor_was_unregistered_is_binding_invalid_and_starts_no_work(clock, settings):
     apply(clock)
@@ -283,6 +294,7 @@ def test_r10_a_route_whose_executor_was_unregistered_is_binding_invalid_and_star
 # --- R59: a handler that never returns --------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r59_a_handler_that_never_returns_is_abandoned_at_the_deadline(clock):
     apply(clock, SCRIPTED_ONLY)
@@ -307,6 +319,7 @@ def test_r59_a_handler_that_never_returns_is_abandoned_at_the_deadline(clock):
     assert "handler_timeout (failure 1)" in event.unrouted_reason
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r12_abandoned_calls_are_bounded_then_refused_until_one_returns():
     release = threading.Event()
@@ -328,6 +341,7 @@ def test_r12_abandoned_calls_are_bounded_then_refused_until_one_returns():
         pool.close()
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r12_an_exhausted_pool_is_a_retried_failure_not_a_crash(clock):
     apply(clock, SCRIPTED_ONLY)
@@ -349,6 +363,7 @@ def test_r12_an_exhausted_pool_is_a_retried_failure_not_a_crash(clock):
 # --- R59: a panicking handler ------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r59_a_panicking_handler_is_recovered_with_its_stack(clock):
     apply(clock, SCRIPTED_ONLY)
@@ -367,6 +382,7 @@ def test_r59_a_panicking_handler_is_recovered_with_its_stack(clock):
 # --- R59: a failing earlier input in a later Event's batch (R17) ------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r59_a_failing_earlier_input_in_a_later_events_batch_is_given_up_and_the_later_routes(clock):
     apply(clock)
@@ -392,6 +408,7 @@ def test_r59_a_failing_earlier_input_in_a_later_events_batch_is_given_up_and_the
 # --- R14: backoff and new generations --------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r14_within_the_backoff_route_returns_the_failure_without_calling_the_handler(clock):
     apply(clock, SCRIPTED_ONLY)
@@ -414,6 +431,7 @@ def test_r14_within_the_backoff_route_returns_the_failure_without_calling_the_ha
     r.close()
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r14_a_newly_applied_generation_is_tried_at_once(clock):
     apply(clock, SCRIPTED_ONLY)
@@ -448,6 +466,7 @@ def test_r14_a_newly_applied_generation_is_tried_at_once(clock):
 # --- R59: skip and reroute with doctor's check through the CLI --------------------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_r59_skip_and_reroute_with_doctors_check_through_the_cli():
@@ -551,6 +570,7 @@ scopes:
 """
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_the_failing_one(
     clock, caplog, client
@@ -573,6 +593,7 @@ def test_r28_a_dead_lettered_event_keeps_the_routes_that_declined_before_the_fai
     assert "<strong>pulls</strong>" in page and "<strong>chats</strong>" in page
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock, monkeypatch):
     from routing.engine import settle as settle_module
@@ -590,6 +611,7 @@ def test_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock
     assert [r["route"] for r in rec.refusals] == ["pulls", "chats"]
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_for_the_next_pass(clock):
     """R22, R14: an Event backing off when a pass began, whose failures an operator forgot
@@ -621,6 +643,7 @@ def test_r22_failures_forgotten_between_asking_and_committing_leave_the_event_fo
 # --- a conflicting identity is given up on like a failing Event ------------------------------------
 
 
+@pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
 def test_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_with_its_reason(clock):
     """An Event naming a Work of another scope stays unrouted, saying why (R8), holding that
@@ -671,3 +694,148 @@ def test_r8_r15_a_conflicting_identity_backs_off_then_is_dead_lettered_with_its_
     call_command("events", "get", str(conflicting.seq), stdout=out)
     assert "conflicting_identity" in out.getvalue() and why in out.getvalue()
     r.close()
+
+
+# What a route handler raises decides its route error (R10): ``Invalid`` →
+# handler_invalid; ``Unavailable`` or a transient OS-level error (``OSError`` and its subclasses)
+# → handler_failed, retried; any other exception, a programming error → handler_panic with its
+# stack. Proved end to end through routing: acceptance, the router, the failure entry, the route
+# record, and a retry that routes once the upstream is back.
+# What the handler raises, by name: ``data.raise`` picks one while ``UPSTREAM_DOWN`` holds.
+RAISED: dict[str, BaseException] = {
+    "OSError": OSError(5, "Input/output error"),
+    "ConnectionError": ConnectionError("upstream closed the connection"),
+    "ConnectionRefusedError": ConnectionRefusedError(111, "Connection refused"),
+    "ConnectionResetError": ConnectionResetError(104, "Connection reset by peer"),
+    "BrokenPipeError": BrokenPipeError(32, "Broken pipe"),
+    "TimeoutError": TimeoutError("read timed out"),
+    "socket.gaierror": socket.gaierror(-3, "Temporary failure in name resolution"),
+    "KeyError": KeyError("author"),
+    "TypeError": TypeError("unsupported operand type(s)"),
+    "AttributeError": AttributeError("'NoneType' object has no attribute 'get'"),
+    "ZeroDivisionError": ZeroDivisionError("division by zero"),
+    "RuntimeError": RuntimeError("handler bug"),
+}
+TRANSIENT = [
+    "OSError",
+    "ConnectionError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "BrokenPipeError",
+    "TimeoutError",
+    "socket.gaierror",
+]
+PROGRAMMING = ["KeyError", "TypeError", "AttributeError", "ZeroDivisionError", "RuntimeError"]
+UPSTREAM_DOWN: set[str] = set()
+
+
+class Raising:
+    """Raises ``RAISED[data.raise]`` while the upstream is down, then matches."""
+
+    def match(self, event, route):
+        name = event.data.get("raise", "")
+        if name in UPSTREAM_DOWN:
+            raise RAISED[name]
+        return RouteDecision(matched=True, reason="upstream answered")
+
+
+DOCUMENT = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: upstream
+        handler: raising
+        binding: inbox
+        policy: queue
+"""
+
+
+@pytest.fixture
+def raising_handler(settings):
+    settings.CONDUIT_ROUTE_HANDLERS = {"raising": f"{__name__}.Raising"}
+    UPSTREAM_DOWN.clear()
+    yield
+    UPSTREAM_DOWN.clear()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("raising_handler")
+@pytest.mark.parametrize("raised", TRANSIENT)
+def test_a_transient_os_error_is_handler_failed_and_retried_until_the_upstream_is_back(clock, raised):
+    apply(clock, DOCUMENT)
+    UPSTREAM_DOWN.add(raised)
+    event = accept(clock, "x.ping", {"raise": raised})
+    r = router(clock)
+    try:
+        outcome = r.route(event.seq)
+        # Retried, not dead-lettered: the Event stays unrouted with a backoff.
+        assert not outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_FAILED
+        assert outcome.error.retried
+        assert state(event) == RouteState.UNROUTED
+        entry = failure(event)
+        assert (entry["code"], entry["count"]) == ("handler_failed", 1)
+        assert entry["error"].startswith(f"route upstream: {type(RAISED[raised]).__name__}: ")
+        event.refresh_from_db()
+        assert event.retry_at == clock() + backoff_for(1)
+        assert not RouteRecord.objects.filter(event=event).exists()
+
+        # The upstream restarts: the retry routes the Event, nothing lost.
+        UPSTREAM_DOWN.clear()
+        clock.set(event.retry_at)
+        outcome = r.route(event.seq)
+        assert outcome.settled and outcome.error is None
+        assert state(event) == RouteState.ROUTED and failure(event) is None
+        record = RouteRecord.objects.get(event=event)
+        assert (record.route, record.disposition) == ("upstream", "routed")
+        assert record.work_id is not None  # it started Work: the input was not lost
+    finally:
+        r.close()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("raising_handler")
+@pytest.mark.parametrize("raised", PROGRAMMING)
+def test_a_programming_error_is_handler_panic_dead_lettered_at_once_with_its_stack(clock, raised):
+    apply(clock, DOCUMENT)
+    UPSTREAM_DOWN.add(raised)
+    event = accept(clock, "x.ping", {"raise": raised})
+    r = router(clock)
+    try:
+        outcome = r.route(event.seq)
+    finally:
+        r.close()
+    assert outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_PANIC
+    assert not outcome.error.retried
+    assert state(event) == RouteState.FAILED
+    record = RouteRecord.objects.get(event=event)
+    assert (record.disposition, record.reason, record.attempts) == ("failed", "handler_panic", 1)
+    assert record.error.startswith(f"route upstream: {raised}: ")
+    assert "Traceback (most recent call last)" in record.error and "raise RAISED[name]" in record.error
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("raising_handler")
+def test_trace_classifies_handler_errors_as_routing_does(clock):
+    """Trace asks the routes through the same code path: the same error for each exception,
+    and the same settlement: a transient one is counted and retried (the Event stays unrouted),
+    a programming error is given up on at once (the record says ``failed``)."""
+    apply(clock, DOCUMENT)
+    UPSTREAM_DOWN.update(RAISED)
+    reasons = {}
+    for name in RAISED:
+        payload = {
+            "specversion": "1.0",
+            "id": f"t-{name}",
+            "source": "tests",
+            "type": "x.ping",
+            "scope": "acme",
+        }
+        result = trace(payload={**payload, "data": {"raise": name}}, clock=clock)
+        reasons[name] = (result.effect, result.reason)
+    assert reasons == {
+        **dict.fromkeys(TRANSIENT, ("error", "handler_failed")),
+        **dict.fromkeys(PROGRAMMING, ("failed", "handler_panic")),
+    }

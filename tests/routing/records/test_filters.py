@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from routing.records import filters
-from routing.records.filters import EventListFilter
+from routing.records.filters import EventListFilter, EventListInvalid
 from routing.records.selectors import events_route_page
 from tests.causal.factories import EventFactory
 from tests.routing.factories import UserFactory, api_token_with_secret
@@ -78,3 +78,25 @@ def test_the_console_the_api_and_the_cli_search_data_alike(client):
     page = client.get("/events/", {"data": "db-3"}).content.decode()
     assert page.count('<tr id="event-') == 1 and f'id="event-{hit.seq}"' in page
     assert 'name="data"' in page
+
+
+# --- the Event list filter's fields (R29) ---------------------------------------------------------
+@pytest.fixture
+def handlers(test_handlers):
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("handlers")
+def test_r29_event_list_filter_validates_its_fields():
+    from datetime import datetime
+
+    with pytest.raises(EventListInvalid) as info:
+        EventListFilter(since=datetime(2026, 1, 5))
+    assert info.value.field == "since"
+    with pytest.raises(EventListInvalid) as info:
+        EventListFilter(state="nope")
+    assert info.value.field == "state"
+    with pytest.raises(EventListInvalid) as info:
+        EventListFilter(work_id=0)
+    assert info.value.field == "work_id"

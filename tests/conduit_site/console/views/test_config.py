@@ -1,0 +1,135 @@
+"""The configuration page: each configuration named once, generations and candidates apart."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from causal.selectors import ListTotal
+from conduit_site.console.views import controls as control_views
+from routing.config.selectors import generations_total
+from tests.routing.factories import GenerationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_configuration_page_names_each_configuration_once(client):
+    from tests.routing.factories import GenerationFactory
+
+    client.force_login(UserFactory())
+    # Ids and numbers apart, as after a candidate was applied: the candidate took an id.
+    first = GenerationFactory(number=1, document="version: 1\n# first\nscopes: []\n")
+    candidate = GenerationFactory(kind="candidate", number=None, document="version: 1\n# candidate\n")
+    second = GenerationFactory(number=2, document="version: 1\n# second\nscopes: []\n")
+    assert second.pk != second.number
+
+    body = client.get("/config/").content.decode()
+    table = body[body.index('<div id="generation-list">') : body.index('<section id="document">')]
+    assert ">Id<" not in table and ">Configuration<" in table
+    cells = re.findall(r'<tr id="generation-\d+">\s*<td>([^<]+)<', table)
+    assert [cell.strip() for cell in cells] == ["Generation 2", f"Candidate {candidate.pk}", "Generation 1"]
+    assert 'href="/config/?generation=2#document"' in table
+    assert f'href="/config/?candidate={candidate.pk}#document"' in table
+
+    shown = client.get("/config/", {"generation": 1}).content.decode()
+    assert "# first" in shown and "Generation 1 (superseded)" in shown
+    assert client.get("/config/", {"generation": first.pk + 10}).status_code == 404
+    assert client.get("/config/", {"candidate": second.pk}).status_code == 404
+
+
+# --- the Configuration page (D4) ------------------------------------------------------------------
+PASSWORD = "a-long-console-password-1"
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def signed_in(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def test_d4_config_page_lists_generations_and_shows_the_live_document(signed_in):
+    GenerationFactory(number=1, document="version: 1\n# first\nscopes: []\n")
+    live = GenerationFactory(number=2, document="version: 1\n# the live one\nscopes: []\n")
+    candidate = GenerationFactory(kind="candidate", number=None, document="version: 1\n# a candidate\n")
+    body = text(signed_in.get(reverse("config-list")))
+    ids = [int(s) for s in re.findall(r'<tr id="generation-(\d+)">', body)]
+    assert ids == [candidate.pk, live.pk, live.pk - 1]
+    assert "# the live one" in body and "# a candidate" not in body and "# first" not in body
+    assert "Live document: generation 2" in body
+    shown = text(signed_in.get(reverse("config-list"), {"candidate": candidate.pk}))
+    assert "# a candidate" in shown and f"Candidate {candidate.pk} (not applied)" in shown
+    assert signed_in.get(reverse("config-list"), {"generation": 999999}).status_code == 404
+
+
+def test_d4_config_page_without_configuration(signed_in):
+    body = text(signed_in.get(reverse("config-list")))
+    assert "No configuration stored yet" in body
+
+
+# --- totals, paging both ways and the CLI's own filters -------------------------------------------
+@pytest.fixture
+def routing_handlers(test_handlers):
+    """The test handlers registered (tests/conftest.py), for the tests here that route."""
+
+
+@pytest.fixture
+def list_operator():
+    user = UserFactory(username="operator")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def operator_console(client, list_operator, clock, monkeypatch):
+    monkeypatch.setattr(control_views, "clock", clock)
+    client.force_login(list_operator)
+    return client
+
+
+def row_seqs(body: str, prefix: str = "event") -> list[int]:
+    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
+
+
+def newest_and_oldest(operator_console, url_name: str, prefix: str, keys: list[int], noun: str, params=None):
+    """The list at ``url_name`` counts ``keys`` (ascending), shows them newest first, jumps to
+    the oldest page and pages on from there, newer each page."""
+    params = params or {}
+    url = reverse(url_name)
+    newest = text(operator_console.get(url, params))
+    assert f"{len(keys)} {noun}</span>" in newest
+    assert row_seqs(newest, prefix) == keys[::-1][:50]
+    oldest_link = re.search(r'<a href="([^"]+)"[^>]*>Oldest ⇥</a>', newest).group(1).replace("&amp;", "&")
+    oldest = text(operator_console.get(oldest_link))
+    assert row_seqs(oldest, prefix) == keys[:50]
+    assert f"{len(keys)} {noun}, oldest first" in oldest and "Oldest ⇥" not in oldest and "← Newest" in oldest
+    newer = re.search(r'<a href="([^"]+)"[^>]*rel="next">Newer', oldest).group(1).replace("&amp;", "&")
+    assert row_seqs(text(operator_console.get(newer)), prefix) == keys[50:100]
+    mixed = operator_console.get(url, {**params, "before": keys[10], "oldest": "1"})
+    assert mixed.status_code == 400 and "pages a newest-first list" in text(mixed)
+
+
+@pytest.mark.usefixtures("routing_handlers")
+@pytest.mark.django_db
+def test_configuration_generations_show_their_total_and_jump_to_the_oldest(operator_console):
+    ids = [g.pk for g in GenerationFactory.create_batch(55)]
+    newest_and_oldest(operator_console, "config-list", "generation", ids, "generations")
+    assert generations_total(cap=5) == ListTotal(5, capped=True)
