@@ -131,7 +131,7 @@ def child_accept(n: int, batch: int, pause: float, prefix: str, acked: str) -> N
         chunk = stream[start : start + batch]
         while True:
             try:
-                events_accept(payloads=chunk, clock=system_clock)
+                events_accept(payloads=chunk, clock=system_clock, may_address_work=True)  # keys of its own
                 break
             except DatabaseError:
                 connection.close()

@@ -6,6 +6,12 @@ which copies a consistent snapshot page by page while writers go on (a backup), 
 database's content in one write transaction (a restore). A backup is written mode 0600 beside its
 final name and renamed into place once its ``integrity_check`` passed. PostgreSQL is backed up with
 its own tools: :func:`pg_dump_command` says the command line.
+
+A backup never lands on a live file: its target may not be the database or a file SQLite keeps
+beside it (``-wal``, ``-shm``, ``-journal``, the writers' lock), however spelled (relative, through
+``..``, a symbolic link, a hard link), nor anything inside ``CONDUIT_VAR_DIR``, which holds the live
+files (the database, the channel layer's, the operator's password) and shares their fate: a backup
+is kept somewhere else (:func:`backup_target_check`). A restore reads no live file as its backup.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, connections
 
 from causal.clock import Clock
@@ -29,6 +36,15 @@ CONDUIT_TABLES = ("django_migrations", "causal_event", "worklife_work", "routing
 # mode blocks no writer), where several steps restart whenever another connection writes between
 # them, and under steady writes might never end.
 BACKUP_PAGES = -1
+# The files of a database in use, by what follows its name: SQLite's (and the writers' turn lock,
+# ``infra.sqlite_backend``). Replacing one under a running Conduit loses acknowledged commits.
+LIVE_FILES = {
+    "": "the file",
+    "-wal": "the write-ahead log",
+    "-shm": "the shared-memory index",
+    "-journal": "the rollback journal",
+    ".writers": "the writers' lock",
+}
 
 
 class BackupError(Exception):
@@ -80,13 +96,64 @@ def _check(db: sqlite3.Connection, what: str) -> None:
         raise BackupError(f"{what} is not a Conduit database (no {', '.join(missing)} table)")
 
 
+def _same_file(one: Path, other: Path) -> bool:
+    """Whether both paths name one file (a hard link, a bind mount); ``False`` when one is missing."""
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
+def live_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is of the SQLite database in use (:data:`LIVE_FILES`), or ``None``: compared
+    once relative paths, ``..`` and symbolic links are resolved, and by file identity too."""
+    database = sqlite_path().resolve()
+    candidate = Path(path).resolve()
+    for suffix, what in LIVE_FILES.items():
+        live = database.with_name(database.name + suffix)
+        beside = candidate.parent == live.parent or _same_file(candidate.parent, live.parent)
+        if (beside and candidate.name == live.name) or _same_file(candidate, live):
+            return what
+    return None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (resolved) is ``folder`` or lies under it, however either is reached."""
+    folder = folder.resolve()
+    return any(ancestor == folder or _same_file(ancestor, folder) for ancestor in (path, *path.parents))
+
+
+def backup_target_check(path: str | os.PathLike[str]) -> Path:
+    """The resolved ``path`` a backup may be written to, or :class:`BackupError` saying why not:
+    a live file of the database (:func:`live_file`, on SQLite), anything inside
+    ``CONDUIT_VAR_DIR``, or a folder."""
+    target = Path(path).resolve()
+    if is_sqlite():
+        what = live_file(target)
+        if what is not None:
+            raise BackupError(
+                f"{path} is {what} of the live database {sqlite_path().resolve()}, which a backup "
+                "written there would destroy with what Conduit acknowledged: nothing was written "
+                "(write backups outside CONDUIT_VAR_DIR)"
+            )
+    var_dir = Path(settings.VAR_DIR)
+    if _inside(target, var_dir):
+        raise BackupError(
+            f"{path} is inside CONDUIT_VAR_DIR ({var_dir.resolve()}), which holds the live files (the "
+            "database and its -wal and -shm, the channel layer's, the operator's password) and "
+            "shares their disk: nothing was written. Write backups to a folder of their own outside it"
+        )
+    if target.is_dir():
+        raise BackupError(f"{path} is a folder: name the backup's file in it; nothing was written")
+    return target
+
+
 def database_backup(*, path: str | os.PathLike[str]) -> BackupResult:
     """Copy the SQLite database to ``path`` (mode 0600) with the online backup API, while the
-    loops and the web server go on writing; the copy is checked before it takes its name."""
+    loops and the web server go on writing; the copy is checked before it takes its name.
+    A target :func:`backup_target_check` refuses is refused first, nothing written."""
     source_path = sqlite_path()
-    target = Path(path).resolve()
-    if target == source_path.resolve():
-        raise BackupError("the backup cannot replace the database itself")
+    target = backup_target_check(path)
     if not target.parent.is_dir():
         raise BackupError(f"{target.parent} is not a folder")
     partial = target.with_name(f".{target.name}.partial")
@@ -123,13 +190,19 @@ def loops_running(*, clock: Clock) -> list[str]:
 def database_restore(*, path: str | os.PathLike[str], clock: Clock) -> BackupResult:
     """Replace the SQLite database's content with the backup at ``path``, in one transaction of
     the backup API. Refused while a route or work loop beats (their heartbeats are fresher than
-    doctor's limit), and for a file that fails ``integrity_check`` or is not a Conduit database."""
+    doctor's limit), for a live file of the database (:func:`live_file`: the database under
+    another name lacks the commits still in its write-ahead log), and for a file that fails
+    ``integrity_check`` or is not a Conduit database."""
     target_path = sqlite_path()
     source_file = Path(path)
+    what = live_file(source_file)
+    if what is not None:
+        raise BackupError(
+            f"{source_file} is {what} of the live database {target_path.resolve()}, not a backup: "
+            "nothing was restored"
+        )
     if not source_file.is_file():
         raise BackupError(f"{source_file} is not a file")
-    if source_file.resolve() == target_path.resolve():
-        raise BackupError("the backup is the database itself")
     running = loops_running(clock=clock)
     if running:
         seconds = int(HEARTBEAT_STALE.total_seconds())

@@ -58,6 +58,7 @@ from routing.acceptance.envelopes import (
     EventTooLarge,
     parse_json,
 )
+from routing.acceptance.services import WorkAddressRefused
 from routing.access.roles import token_allows
 from routing.access.services import ApiTokenInvalid, api_token_authenticate
 
@@ -116,6 +117,8 @@ class ApiError(Exception):
 # Domain errors every endpoint maps; most specific class wins (looked up along the MRO).
 _ERRORS: dict[type[BaseException], tuple[int, str]] = {
     EventTooLarge: (413, "event_too_large"),
+    # An Event naming its own targets (a Work, keys) from a sender that may not send input.
+    WorkAddressRefused: (403, "forbidden"),
     EventConflict: (409, "conflicting_duplicate"),
     BatchConflict: (409, "conflicting_duplicate"),
     EnvelopeInvalid: (400, "invalid_event"),

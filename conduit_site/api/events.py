@@ -61,7 +61,6 @@ ALLOWED_METHODS = "GET, POST, OPTIONS"
     ["GET", "POST", "OPTIONS"],
     permission={"GET": VIEW_EVENT, "POST": ACCEPT_EVENT},
     public_methods=["OPTIONS"],
-    errors={services.WorkAddressRefused: (403, "forbidden")},
 )
 def events_collection(request: HttpRequest) -> HttpResponse:
     """``POST``: accept Events (:func:`events_accept`); ``GET``: list them
@@ -78,7 +77,8 @@ def events_accept(request: HttpRequest) -> JsonResponse:
     """Accept one Event (201 new, 200 duplicate) or a batch (all or nothing: 201 when any is
     new, else 200), in the content mode the request uses. An Event without a scope takes the
     token's default scope, else the configuration's. An Event naming a Work (``work_id``,
-    ``execution_id``) needs ``worklife.send_input`` too (403 otherwise, nothing stored)."""
+    ``execution_id``) or choosing its correlation keys needs ``worklife.send_input`` too (403
+    otherwise, nothing stored)."""
     accepted_by = request.user.get_username()
     may_address_work = api_permitted(request, services.SEND_INPUT)
     default_scope = getattr(request.api_token, "default_scope", "") or None

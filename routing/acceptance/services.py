@@ -34,13 +34,16 @@ from routing.acceptance.envelopes import (
 from routing.config.selectors import live_default_scope, live_generation
 from routing.models import Generation, GenerationKind, Scope
 
-# What addressing a Work by ``work_id``/``execution_id`` needs: the right to send it input.
+# What addressing a Work needs, by ``work_id``/``execution_id`` or by correlation keys the sender
+# chooses: the right to send it input.
 SEND_INPUT = "worklife.send_input"
 
 
 class WorkAddressRefused(EnvelopeInvalid):
-    """An Event names a Work (``work_id``) or an attempt (``execution_id``) but its sender may
-    not send input to Work (``worklife.send_input``): acceptance rights alone address no Work."""
+    """An Event names its own targets, a Work (``work_id``), an attempt (``execution_id``) or
+    correlation keys (``correlation``: each key's owner Work), but its sender may not send input
+    to Work (``worklife.send_input``): acceptance rights alone address no Work. The keys of such
+    a sender's Events are its routes' (their key templates)."""
 
     code = "forbidden"
 
@@ -49,15 +52,22 @@ class WorkAddressRefused(EnvelopeInvalid):
 
 
 def _refuse_work_addresses(envelopes: Sequence[Envelope], *, batch: bool) -> None:
+    """The one rule of a sender without the send permission: it names no Work, by id or by key."""
     for index, envelope in enumerate(envelopes):
-        field = "work_id" if envelope.work_id is not None else "execution_id"
         if envelope.work_id is not None or envelope.execution_id is not None:
-            raise WorkAddressRefused(
-                field,
-                f"addressing a Work by {field} needs the permission {SEND_INPUT} (an API token's "
-                "'send' scope), which this sender lacks: nothing was accepted",
-                index=index if batch else None,
-            )
+            field = "work_id" if envelope.work_id is not None else "execution_id"
+            what, instead = f"addressing a Work by {field}", ""
+        elif envelope.correlation:
+            field, what = "correlation", "choosing correlation keys"
+            instead = " (leave correlation out: the Event's routes choose its keys)"
+        else:
+            continue
+        raise WorkAddressRefused(
+            field,
+            f"{what} needs the permission {SEND_INPUT} (an API token's 'send' scope), which this "
+            f"sender lacks{instead}: nothing was accepted",
+            index=index if batch else None,
+        )
 
 
 # --- acceptance -----------------------------------------------------------------------------
@@ -87,8 +97,9 @@ def event_accept(
     larger than ``CONDUIT_MAX_EVENT_BYTES``, or a scope not in the live configuration.
     ``depth_checked``: the payload was decoded from JSON text whose depth was checked
     (:func:`routing.acceptance.envelopes.parse_envelope`). An Event that names a Work
-    (``work_id``, ``execution_id``) is refused with :class:`WorkAddressRefused` unless the sender
-    may send input to Work (``may_address_work``; ``trusted`` callers may).
+    (``work_id``, ``execution_id``) or chooses its correlation keys (``correlation``) is refused
+    with :class:`WorkAddressRefused` unless the sender may send input to Work
+    (``may_address_work``; ``trusted`` callers may).
     """
     envelope = _validated(
         payload,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 import threading
 from io import StringIO
+from pathlib import Path
 
 import factory
 import pytest
@@ -16,6 +18,7 @@ from django.db import connection
 from causal.clock import system_clock
 from causal.models import Event
 from tests.causal.factories import EventFactory
+from tests.support import run_manage
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 
 sqlite_only = pytest.mark.skipif("connection.vendor != 'sqlite'")
@@ -148,3 +151,166 @@ def test_on_postgresql_backup_prints_the_pg_dump_line_and_writes_nothing(tmp_pat
     assert "pg_dump --format=custom" in out.getvalue()
     assert f"--dbname={connection.settings_dict['NAME']}" in out.getvalue()
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a backup never touches the live files -------------------------------------------------------
+
+
+def live_database() -> Path:
+    return Path(connection.settings_dict["NAME"]).resolve()
+
+
+def live_files() -> dict[str, tuple[int, int, int]]:
+    """Each live file of the database (the database, its -wal, -shm, -journal and writers' lock)
+    that exists: its inode, size and modification time, which a refused backup leaves alone."""
+    database = live_database()
+    found = {}
+    for suffix in ("", "-wal", "-shm", "-journal", ".writers"):
+        path = database.with_name(database.name + suffix)
+        if path.exists():
+            info = path.stat()
+            found[suffix] = (info.st_ino, info.st_size, info.st_mtime_ns)
+    return found
+
+
+def leftovers(*folders: Path) -> list[Path]:
+    return [path for folder in folders for path in folder.iterdir() if path.name.endswith(".partial")]
+
+
+@pytest.fixture
+def var_apart(settings, tmp_path):
+    """CONDUIT_VAR_DIR somewhere else than the test database, so that only the rule on the live
+    files can refuse a target beside the database."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    return settings.VAR_DIR
+
+
+def in_wal_mode() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+
+
+LIVE_SPELLINGS = {
+    "the-database": lambda db, here: str(db),
+    "its-wal": lambda db, here: f"{db}-wal",
+    "its-shm": lambda db, here: f"{db}-shm",
+    "its-journal": lambda db, here: f"{db}-journal",
+    "its-writers-lock": lambda db, here: f"{db}.writers",
+    "a-relative-path": lambda db, here: os.path.relpath(f"{db}-wal", here),
+    "a-path-through-dot-dot": lambda db, here: f"{db.parent}/./nowhere/../{db.name}-wal",
+    "a-symlink": lambda db, here: str(symlinked(here / "latest.sqlite3", Path(f"{db}-wal"))),
+    "a-symlinked-folder": lambda db, here: str(symlinked(here / "db-folder", db.parent) / f"{db.name}-shm"),
+}
+
+
+def symlinked(link: Path, to: Path) -> Path:
+    link.symlink_to(to)
+    return link
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("spelling", LIVE_SPELLINGS)
+def test_a_backup_refuses_the_live_database_files_in_every_spelling(
+    tmp_path, monkeypatch, var_apart, spelling
+):
+    accept(20, "a")
+    in_wal_mode()
+    database = live_database()
+    monkeypatch.chdir(tmp_path)
+    target = LIVE_SPELLINGS[spelling](database, tmp_path)
+    before = live_files()
+    assert "-wal" in before and "-shm" in before
+    with pytest.raises(CommandError, match="of the live database .*: nothing was written"):
+        call_command("backup", target, stdout=StringIO())
+    assert live_files() == before
+    assert leftovers(database.parent, tmp_path) == []
+    assert len(seqs()) == 20
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "spelling", ["a-new-file", "a-live-file", "a-relative-path", "a-symlinked-folder", "the-folder"]
+)
+def test_a_backup_refuses_any_target_inside_the_var_dir(tmp_path, monkeypatch, var_apart, spelling):
+    accept(5, "a")
+    (var_apart / "backups").mkdir()
+    channels = var_apart / "channels.sqlite3"
+    channels.write_bytes(b"the channel layer's")
+    monkeypatch.chdir(var_apart / "backups")
+    target = {
+        "a-new-file": var_apart / "backups" / "copy.sqlite3",
+        "a-live-file": channels,
+        "a-relative-path": Path("copy.sqlite3"),
+        "a-symlinked-folder": symlinked(tmp_path / "elsewhere", var_apart / "backups") / "copy.sqlite3",
+        "the-folder": var_apart,
+    }[spelling]
+    with pytest.raises(CommandError, match="inside CONDUIT_VAR_DIR .*: nothing was written"):
+        call_command("backup", str(target), stdout=StringIO())
+    assert sorted(path.name for path in (var_apart / "backups").iterdir()) == []
+    assert channels.read_bytes() == b"the channel layer's"
+    # Outside it, the same command writes the backup.
+    call_command("backup", str(tmp_path / "copy.sqlite3"), stdout=StringIO())
+    assert copy_events(tmp_path / "copy.sqlite3") == seqs()
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_a_backup_in_its_own_process_refuses_the_live_wal_and_every_event_stays(tmp_path):
+    """The command as an operator runs it, while the database holds commits not yet checkpointed
+    into the database file: the write-ahead log that holds them is never replaced."""
+    accept(30, "a")
+    in_wal_mode()
+    database = live_database()
+    wal = Path(f"{database}-wal")
+    before = live_files()
+    done = run_manage("backup", str(wal), CONDUIT_VAR_DIR=str(tmp_path / "var"))
+    assert done.returncode != 0
+    assert "the write-ahead log of the live database" in done.stderr and "nothing was written" in done.stderr
+    assert live_files()["-wal"][:2] == before["-wal"][:2]  # the same file, as long as before
+    assert leftovers(database.parent) == []
+    fresh = sqlite3.connect(database)
+    try:
+        assert fresh.execute("SELECT count(*) FROM causal_event").fetchone()[0] == 30
+    finally:
+        fresh.close()
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_restore_refuses_the_live_database_under_another_name(tmp_path):
+    """A hard link to the database file is the database: read as a backup it lacks the commits
+    still in the write-ahead log, and putting it back would drop them."""
+    accept(10, "a")
+    in_wal_mode()
+    database = live_database()
+    link = database.with_name(f"{database.name}.restore-test-link")
+    os.link(database, link)
+    try:
+        for source in (link, symlinked(tmp_path / "link.sqlite3", database), Path(f"{database}-wal")):
+            with pytest.raises(CommandError, match="of the live database .*: nothing was restored"):
+                call_command("restore", str(source), stdout=StringIO())
+    finally:
+        link.unlink()
+    assert len(seqs()) == 10
+    # A backup inside CONDUIT_VAR_DIR (where backups were once suggested) is still restored.
+    call_command("backup", str(tmp_path / "copy.sqlite3"), stdout=StringIO())
+    kept = database.with_name(f"{database.name}.restore-test-copy")
+    os.replace(tmp_path / "copy.sqlite3", kept)
+    try:
+        call_command("restore", str(kept), stdout=StringIO())
+    finally:
+        kept.unlink()
+    assert len(seqs()) == 10
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.django_db
+def test_on_postgresql_backup_refuses_a_dump_inside_the_var_dir(var_apart):
+    out = StringIO()
+    with pytest.raises(CommandError, match="inside CONDUIT_VAR_DIR .*: nothing was written"):
+        call_command("backup", str(var_apart / "operator-password"), stdout=out)
+    assert "pg_dump" not in out.getvalue()

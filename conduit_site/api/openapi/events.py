@@ -90,7 +90,9 @@ SCHEMAS: dict[str, Any] = {
                 "type": ["array", "null"],
                 "maxItems": 64,
                 "items": {**NO_NUL, "minLength": 1, "maxLength": 512},
-                "description": "Correlation keys: the Event's explicit targets.",
+                "description": "Correlation keys the sender chooses: the Event's explicit targets, each "
+                "the Work owning it (its sender needs worklife.send_input: 403 otherwise; without keys of "
+                "its own, its route's key templates choose them).",
             },
             "work_id": {
                 **nullable(ID),
@@ -509,7 +511,7 @@ PATHS: dict[str, Any] = {
             "same checks apply. The durable commit is the acknowledgement. The same (source, id) accepted "
             "again with the same body returns the first Event and stores nothing (200); with another body "
             "it is refused (409) with both bodies' digests. An Event naming a Work (`work_id`, `execution_id`) "
-            "needs worklife.send_input too (a narrowed token: the `send` scope): without it the request is "
+            "or choosing its correlation keys (`correlation`, not empty) needs worklife.send_input too (a narrowed token: the `send` scope): without it the request is "
             "refused (403 `forbidden`, with `field` and `permission`) and nothing is stored.",
             "parameters": [
                 {

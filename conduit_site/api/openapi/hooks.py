@@ -134,6 +134,13 @@ PATHS: dict[str, Any] = {
                 },
                 "400": response_ref("Invalid"),
                 "401": response_ref("HookRefused"),
+                "403": {
+                    "description": "An Event of the delivery names its own targets, which a receiver's "
+                    "sender may not (error forbidden, with `field` and `permission`): a Work (`work_id`, "
+                    "`execution_id`) or correlation keys (`correlation`; its routes choose its keys). "
+                    "Counted for the receiver; nothing is stored.",
+                    "content": json_content(ref("Error")),
+                },
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),
                 "409": {

@@ -13,8 +13,9 @@ from infra.words import counted
 class Command(BaseCommand):
     help = (
         "Replace the SQLite database's content with a backup made by `manage.py backup`, in one "
-        "transaction. Refused while serve or a loop runs (a heartbeat in the last minute), and for "
-        "a file that fails integrity_check or is not a Conduit database. PostgreSQL: use pg_restore."
+        "transaction. Refused while serve or a loop runs (a heartbeat in the last minute), for a "
+        "live file of the database (under any name), and for a file that fails integrity_check or "
+        "is not a Conduit database. PostgreSQL: use pg_restore."
     )
 
     def add_arguments(self, parser):

@@ -564,7 +564,7 @@ def test_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acme):
         priority=3,
         urgent=True,
     )
-    accepted = event_accept(payload=offered, clock=clock, accepted_by="alice")
+    accepted = event_accept(payload=offered, clock=clock, accepted_by="alice", may_address_work=True)
     assert accepted.created
     stored = Event.objects.get(seq=accepted.event.seq)
     for field in Event._meta.concrete_fields:
@@ -575,7 +575,7 @@ def test_the_accepted_event_is_stored_as_the_orm_would_store_it(clock, acme):
     assert (stored.accepted_at, stored.accepted_by, stored.route_state) == (clock(), "alice", "unrouted")
     assert not accepted.event._state.adding
     assert sorted(stored.keys.values_list("key", flat=True)) == ["pr:7", "repo:acme"]
-    again = event_accept(payload=offered, clock=clock, accepted_by="alice")
+    again = event_accept(payload=offered, clock=clock, accepted_by="alice", may_address_work=True)
     assert (again.created, again.event.seq) == (False, stored.seq)
 
 
@@ -592,7 +592,7 @@ def test_a_batch_is_stored_in_order_as_the_orm_would_store_it(clock, acme):
     ]
     batch.insert(1, cloud_event(id="earlier"))
     batch.append(cloud_event(id="b0", subject="s0", data={"i": 0}, correlation=["pr:0"], rank=0))
-    results = events_accept(payloads=batch, clock=clock, accepted_by="alice")
+    results = events_accept(payloads=batch, clock=clock, accepted_by="alice", may_address_work=True)
     assert [r.created for r in results] == [True, False, True, True, False]
     made = [r.event for r in results if r.created]
     assert [e.envelope_id for e in made] == ["b0", "b1", "b2"]
@@ -638,6 +638,60 @@ def test_an_accept_only_sender_naming_a_work_is_refused_403_and_nothing_stored(c
     assert post(client, cloud_event(id="plain"), refused[1]).status_code == 201
     allowed = bearer(user=operator, scopes=["accept", "send"])
     assert post(client, cloud_event(id="named", **target), allowed).status_code == 201
+
+
+# --- choosing correlation keys needs the send permission too -------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_accept_only_sender_choosing_correlation_keys_is_refused_403_and_nothing_stored(client, acme):
+    """A key the sender chooses would steer its Event into the Work owning that key, whatever its
+    route's own key template says: an accept-only sender may not choose one."""
+    from tests.routing.factories import user_with_role
+    from tests.worklife.factories import CorrelationKeyFactory
+
+    owner = CorrelationKeyFactory(key="thread:b1").work  # the chat route's keys are thread:{data.thread}
+    steering = cloud_event(id="steer", type="chat.message", data={"thread": "zz"}, correlation=["thread:b1"])
+    operator = user_with_role("operator", username="ops")
+    refused = [
+        bearer(user__username="webhook"),  # accept (and read) only
+        bearer(user=operator, scopes=["accept"]),  # an operator's token narrowed to accept
+    ]
+    for headers in refused:
+        body = assert_refused(post(client, steering, headers), 403, "correlation")
+        assert body["error"] == "forbidden" and body["permission"] == "worklife.send_input"
+        assert "choosing correlation keys needs the permission worklife.send_input" in body["message"]
+        assert "nothing was accepted" in body["message"]
+        batch = [cloud_event(id="plain"), steering]
+        body = assert_refused(
+            post(client, batch, headers, "application/cloudevents-batch+json"), 403, "correlation"
+        )
+        assert body["index"] == 1
+    # An empty list chooses no key; without keys the route's own key template decides.
+    plain = cloud_event(id="plain", type="chat.message", data={"thread": "zz"}, correlation=[])
+    assert post(client, plain, refused[0]).status_code == 201
+    from causal.clock import system_clock
+    from tests.routing.routerkit import drain, router
+
+    r = router(system_clock)
+    try:
+        drain(r)
+    finally:
+        r.close()
+    record = Event.objects.get(envelope_id="plain").route_record
+    assert record.keys == ["thread:zz"] and record.work_id != owner.pk
+
+
+@pytest.mark.django_db
+def test_a_sender_that_may_send_input_chooses_correlation_keys(client, acme):
+    from tests.routing.factories import user_with_role
+
+    operator = user_with_role("operator", username="ops")
+    for index, scopes in enumerate([["accept", "send"], None]):
+        headers = bearer(user=operator, scopes=scopes) if scopes else bearer(user=operator)
+        response = post(client, cloud_event(id=f"keyed-{index}", correlation=["thread:b1"]), headers)
+        assert response.status_code == 201, response.content
+        assert response.json()["conduit"]["correlation"] == ["thread:b1"]
 
 
 # The CloudEvents HTTP binding at ``/api/events`` (binary,

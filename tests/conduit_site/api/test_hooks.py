@@ -455,6 +455,30 @@ def test_cloudevents_receiver_takes_the_event_as_sent_in_its_scope(client, recei
     assert sorted(Event.objects.values_list("scope", flat=True)) == ["acme", "acme/web"]
 
 
+def test_a_cloudevents_receiver_refuses_keys_its_sender_chose_403_and_stores_nothing(client, receivers):
+    """A receiver's sender may not choose correlation keys (they would steer its Event into the
+    Work owning them): its Events' keys are its routes'."""
+    event = {
+        "specversion": "1.0",
+        "id": "k-1",
+        "source": "/s",
+        "type": "com.example.x",
+        "correlation": ["pr:acme/web#42"],
+    }
+    headers = {**bearer(CLOUDEVENTS_TOKEN), "Content-Type": "application/cloudevents+json"}
+
+    one = deliver(client, "events", body_of(event), headers)
+    body = assert_refused(one, 403, "forbidden")
+    assert body["field"] == "correlation" and body["receiver"] == "events"
+    assert "choosing correlation keys needs the permission worklife.send_input" in body["message"]
+    batch_headers = {**headers, "Content-Type": "application/cloudevents-batch+json"}
+    plain = {**event, "id": "k-0", "correlation": None}
+    body = assert_refused(deliver(client, "events", body_of([plain, event]), batch_headers), 403, "forbidden")
+    assert body["index"] == 1 and body["field"] == "correlation"
+    assert refusals("events") == {"invalid_event": 2}
+    assert deliver(client, "events", body_of(plain), headers).status_code == 201
+
+
 def test_cloudevents_receiver_takes_binary_and_batch_mode(client, receivers):
     binary = deliver(
         client,

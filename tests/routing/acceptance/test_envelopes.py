@@ -314,7 +314,10 @@ def test_ingress_empty_input_is_refused(raw):
 def test_event_accept_stores_the_envelope_and_its_keys(clock):
     live_scopes("acme")
     accepted = event_accept(
-        payload=cloud_event(correlation=["pr:acme#7"], traceparent="00-1"), clock=clock, accepted_by="alice"
+        payload=cloud_event(correlation=["pr:acme#7"], traceparent="00-1"),
+        clock=clock,
+        accepted_by="alice",
+        may_address_work=True,
     )
     assert accepted.created
     event = Event.objects.get(seq=accepted.event.seq)
@@ -470,10 +473,10 @@ def test_events_accept_batch_commits_in_one_transaction(clock, monkeypatch):
     payloads = [cloud_event(id=str(i), correlation=[f"k{i}"]) for i in range(4)]
     monkeypatch.setattr(EventKey.objects, "bulk_create", disk_full)
     with pytest.raises(RuntimeError):
-        events_accept(payloads=payloads, clock=clock)
+        events_accept(payloads=payloads, clock=clock, may_address_work=True)
     assert Event.objects.count() == 0
     monkeypatch.undo()
-    results = events_accept(payloads=payloads, clock=clock)
+    results = events_accept(payloads=payloads, clock=clock, may_address_work=True)
     assert [r.created for r in results] == [True] * 4
     assert Event.objects.count() == 4
     assert EventKey.objects.count() == 4

@@ -37,7 +37,7 @@ from worklife.models import WorkInput
 @pytest.mark.django_db(transaction=True)
 def test_r58_accept_route_and_read_in_three_processes():
     apply(system_clock, MATCH_ONLY)
-    accepted = events_accept(payloads=conversation_payloads(40, 5), clock=system_clock)
+    accepted = events_accept(payloads=conversation_payloads(40, 5), clock=system_clock, may_address_work=True)
     seqs = [a.event.seq for a in accepted]
     routed = run_manage("route_loop", "--once", "--batch-size", "100")
     assert routed.returncode == 0, routed.stderr
@@ -59,7 +59,7 @@ def test_r58_accept_route_and_read_in_three_processes():
 @pytest.mark.parametrize("reopen", [False, True], ids=["persistent", "reopened"])
 def test_r58_routing_over_persistent_and_reopened_connections(reopen):
     apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(120, 7), clock=system_clock)
+    events_accept(payloads=conversation_payloads(120, 7), clock=system_clock, may_address_work=True)
     loop = RouteLoop(clock=system_clock, options=RouterOptions(batch_size=25))
     try:
         for _ in range(10):
@@ -75,7 +75,7 @@ def test_r58_routing_over_persistent_and_reopened_connections(reopen):
 @pytest.mark.django_db
 def test_router_statements_per_routed_event_are_bounded():
     apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(400, 120), clock=system_clock)
+    events_accept(payloads=conversation_payloads(400, 120), clock=system_clock, may_address_work=True)
     with CaptureQueriesContext(connection) as queries:
         routed = drain_loop(batch_size=200)
     assert routed == 400
@@ -115,7 +115,7 @@ class RoutingProperties(HypothesisTestCase):
             if explicit:
                 payload["correlation"] = [f"k:{(k + 1) % 5}"]
             payloads.append(payload)
-        events_accept(payloads=payloads, clock=system_clock)
+        events_accept(payloads=payloads, clock=system_clock, may_address_work=True)
         drain_loop(batch_size=plan[0][3])
         # Events whose keys name two Work stay unrouted with a reason; every other one settles.
         for event in Event.objects.filter(route_state=RouteState.UNROUTED):
@@ -141,7 +141,7 @@ def test_r9_four_route_loop_processes_share_one_database(batch_size, claim_secon
     apply(system_clock, MATCH_ONLY)
     payloads = conversation_payloads(n, 300, seed=4)
     for start in range(0, n, 1000):
-        events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
+        events_accept(payloads=payloads[start : start + 1000], clock=system_clock, may_address_work=True)
     started = time.monotonic()
     run_route_loops(4, batch_size, child_env(CONDUIT_ROUTE_CLAIM_SECONDS=claim_seconds))
     # A loop may stop while another still holds claims: finish what is left in this process.
@@ -200,7 +200,7 @@ def test_r9_four_loops_history_nothing_lost_or_duplicated_each_work_in_order(see
     apply(system_clock, MATCH_ONLY)
     payloads = history_payloads(n, seed=seed)
     for start in range(0, n, 1000):
-        events_accept(payloads=payloads[start : start + 1000], clock=system_clock)
+        events_accept(payloads=payloads[start : start + 1000], clock=system_clock, may_address_work=True)
     run_route_loops(4, batch_size, child_env())
     # A loop may stop while another still holds claims: finish what is left in this process.
     drain_loop()

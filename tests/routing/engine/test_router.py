@@ -683,7 +683,7 @@ def test_r17_thousands_of_failing_keys_do_not_stop_the_next_window(clock):
         }
         for i in range(1200)
     ]
-    events_accept(payloads=payloads, clock=clock)
+    events_accept(payloads=payloads, clock=clock, may_address_work=True)
     r = router(clock, batch_size=1200)
     drain(r)
     fresh = accept(clock, "x", {"keys": ["f7", "new"]})

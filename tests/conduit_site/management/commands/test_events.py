@@ -399,17 +399,22 @@ def test_events_get_imports_only_what_it_reads():
 
 
 @pytest.mark.django_db
-def test_events_accept_may_name_a_work_as_trusted_host_access():
-    """The CLI checks no permission: an Event naming its Work is accepted (through the API it
-    needs the send permission)."""
+def test_events_accept_may_name_a_work_or_choose_keys_as_trusted_host_access():
+    """The CLI checks no permission: an Event naming its Work or choosing its correlation keys is
+    accepted, whoever ``--as`` names (through the API either needs the send permission)."""
     live_scopes("acme")
-    out, _ = events_accept(
-        "-", stdin=json.dumps([cloud_event(work_id=3), cloud_event(id="evt-2", execution_id=4)])
-    )
-    assert out.count(" created ") == 2
-    assert list(Event.objects.order_by("seq").values_list("work_id", "execution_id")) == [
-        (3, None),
-        (None, 4),
+    UserFactory(username="webhook")  # may accept only
+    offered = [
+        cloud_event(work_id=3),
+        cloud_event(id="evt-2", execution_id=4),
+        cloud_event(id="evt-3", correlation=["k:1"]),
+    ]
+    out, _ = events_accept("-", "--as", "webhook", stdin=json.dumps(offered))
+    assert out.count(" created ") == 3
+    assert list(Event.objects.order_by("seq").values_list("work_id", "execution_id", "correlation")) == [
+        (3, None, []),
+        (None, 4, []),
+        (None, None, ["k:1"]),
     ]
 
 
