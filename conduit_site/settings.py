@@ -268,6 +268,10 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
 }
 
+# Django's debug pages (DEBUG on: a 400 for a bad Host header, a 500) hide every secret: the
+# connection URLs, URLs with a password, the process environment, secret-like variables.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "conduit_site.errors.SecretsHiddenFilter"
+
 # --- Conduit -------------------------------------------------------------------------------
 # Route handlers and executors: name -> dotted path. The built-ins are present unless a
 # deployment removes them; a user's package adds its own.
