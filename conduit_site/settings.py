@@ -280,6 +280,12 @@ CONDUIT_EXECUTORS = {
     "python": "worklife.executors.PythonExecutor",
     "command": "worklife.executors.CommandExecutor",
 }
+# The one directory receivers' secret files may be in (docs/receivers.md): ``{file: NAME}`` is
+# taken from it and a path outside it is refused. systemd's LoadCredential= directory when the
+# unit has one, else var/secrets.
+CONDUIT_SECRETS_DIR = Path(
+    os.environ.get("CONDUIT_SECRETS_DIR") or os.environ.get("CREDENTIALS_DIRECTORY") or VAR_DIR / "secrets"
+)
 CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
 # How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
 # before it is parsed, so no document can exhaust a parser's or the router's stack.

@@ -129,8 +129,12 @@ def _secret(ref: SecretRef) -> tuple[bytes, str]:
     if ref.env:
         value = os.environ.get(ref.env, "")
         return value.encode("utf-8"), "" if value else f"the environment variable {ref.env} is not set"
+    path = ref.path
+    if path is None:
+        # A configuration applied before CONDUIT_SECRETS_DIR changed: never opened.
+        return b"", f"the file {ref.file} is outside the secrets directory (CONDUIT_SECRETS_DIR)"
     try:
-        with ref.path.open("rb") as handle:
+        with path.open("rb") as handle:
             content = handle.read(MAX_SECRET_FILE_BYTES + 1)
     except OSError as exc:
         return b"", f"cannot read the file {ref.file}: {exc.strerror}"

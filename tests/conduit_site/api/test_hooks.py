@@ -52,8 +52,9 @@ def hook_clock(monkeypatch) -> FakeClock:
 
 
 @pytest.fixture
-def receivers(monkeypatch, tmp_path, hook_clock):
+def receivers(monkeypatch, tmp_path, hook_clock, settings):
     """The test configuration applied, with each receiver's secret where it says."""
+    settings.CONDUIT_SECRETS_DIR = tmp_path
     for name, value in senders.ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("TEST_HOOK_NEVER_SET", raising=False)
