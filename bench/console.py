@@ -437,7 +437,7 @@ def bulk_cancel(args: argparse.Namespace, setups: dict) -> None:
         started = time.perf_counter()
         response = client.post(
             "/api/work/bulk",
-            json.dumps({"action": "cancel", "filter": {"status": "ready"}}),
+            json.dumps({"action": "cancel", "filter": {"status": "ready"}, "count": len(chosen)}),
             content_type="application/json",
         )
         elapsed = (time.perf_counter() - started) * 1000

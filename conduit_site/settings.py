@@ -268,6 +268,10 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
 }
 
+# Django's debug pages (DEBUG on: a 400 for a bad Host header, a 500) hide every secret: the
+# connection URLs, URLs with a password, the process environment, secret-like variables.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "conduit_site.errors.SecretsHiddenFilter"
+
 # --- Conduit -------------------------------------------------------------------------------
 # Route handlers and executors: name -> dotted path. The built-ins are present unless a
 # deployment removes them; a user's package adds its own.
@@ -276,6 +280,12 @@ CONDUIT_EXECUTORS = {
     "python": "worklife.executors.PythonExecutor",
     "command": "worklife.executors.CommandExecutor",
 }
+# The one directory receivers' secret files may be in (docs/receivers.md): ``{file: NAME}`` is
+# taken from it and a path outside it is refused. systemd's LoadCredential= directory when the
+# unit has one, else var/secrets.
+CONDUIT_SECRETS_DIR = Path(
+    os.environ.get("CONDUIT_SECRETS_DIR") or os.environ.get("CREDENTIALS_DIRECTORY") or VAR_DIR / "secrets"
+)
 CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
 # How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
 # before it is parsed, so no document can exhaust a parser's or the router's stack.

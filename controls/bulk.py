@@ -3,7 +3,8 @@
 Each Work goes through its own control (:func:`controls.work.work_retry` or
 ``work_cancel``): one transaction and one control Event per Work, exactly as one at a time, so a
 refusal of one leaves the others done. The Work are named by ids or by a Work list filter
-(:class:`worklife.selectors.WorkFilter`), at most :data:`BULK_LIMIT` of them in one request.
+(:class:`worklife.selectors.WorkFilter`), at most :data:`BULK_LIMIT` of them in one request; a
+filter's set is acted on only when it still holds the number of Work the caller confirmed.
 Who may act is the caller's check, as for each control (the control's own permission).
 """
 
@@ -122,6 +123,41 @@ def work_bulk_ids(
             "ids" if ids is not None else "filter", f"at most {limit} Work in one request; narrow the filter"
         )
     return chosen
+
+
+class BulkCountChanged(Exception):
+    """ "All matching" a filter now matches another number of Work than the caller confirmed
+    (HTTP 409): nothing was done; confirming the new ``count`` acts on them."""
+
+    code = "count_changed"
+
+    def __init__(self, *, confirmed: int, count: int) -> None:
+        self.confirmed = confirmed
+        self.count = count
+        self.message = (
+            f"the filter now matches {count} Work, not the {confirmed} confirmed: nothing was done; "
+            f"confirm {count} to act on them"
+        )
+        super().__init__(self.message)
+
+    def details(self) -> dict[str, Any]:
+        """The JSON body of the refusal."""
+        return {"error": self.code, "message": self.message, "confirmed": self.confirmed, "count": self.count}
+
+
+def work_bulk_count_check(*, work_ids: Sequence[int], count: Any) -> None:
+    """Check the number of Work a caller confirmed (``count``) against the ids a bulk request
+    names now. Required for "all matching" a filter, whose set grows while an operator reads:
+    refuses a missing or malformed one (:class:`WorkControlInvalid`) and another number
+    (:class:`BulkCountChanged`), so that no Work is acted on unseen."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise WorkControlInvalid(
+            "count",
+            "acting on all Work matching a filter needs the number of Work confirmed (count, a whole "
+            f"number), got {count!r}: Work that began to match since would be acted on unseen",
+        )
+    if count != len(work_ids):
+        raise BulkCountChanged(confirmed=count, count=len(work_ids))
 
 
 def work_bulk(

@@ -51,7 +51,7 @@ SEND_FIELDS = frozenset({"type", "data", "subject"})
 CREATE_FIELDS = frozenset({"scope", "binding", "input"})
 REBIND_FIELDS = frozenset({"binding"})
 CANCEL_FIELDS = frozenset({"reason"})
-BULK_FIELDS = frozenset({"action", "ids", "filter"})
+BULK_FIELDS = frozenset({"action", "ids", "filter", "count"})
 
 
 @api_view(
@@ -134,12 +134,16 @@ def work_rebind_view(request: HttpRequest, work_id: int) -> JsonResponse:
     return JsonResponse(result.as_dict())
 
 
-@api_view(["POST"], permission=VIEW_EVENT, errors=CONTROL_ERRORS)
+@api_view(
+    ["POST"], permission=VIEW_EVENT, errors={**CONTROL_ERRORS, bulk.BulkCountChanged: (409, "count_changed")}
+)
 def work_bulk_view(request: HttpRequest) -> JsonResponse:
     """Retry or cancel several Work: ``{"action": "retry"|"cancel", "ids": [...]}`` or
-    ``{"action", "filter": {"scope", "status", "binding", "key"}}`` (at most
-    ``BULK_LIMIT`` Work), each through its own control with its own control Event; needs the
-    control's own permission. Answers the per-Work outcomes and a one-line summary."""
+    ``{"action", "filter": {"scope", "status", "binding", "key"}, "count": N}`` (at most
+    ``BULK_LIMIT`` Work; ``count``, required with a filter, is how many Work it matched when the
+    caller looked: another number now is a 409 and nothing is done), each through its own
+    control with its own control Event; needs the control's own permission. Answers the
+    per-Work outcomes and a one-line summary."""
     if not any(api_permitted(request, controls.work.PERMISSIONS[a]) for a in bulk.BULK_ACTIONS.values()):
         # Neither bulk control: refused before the body is read.
         api_require(request, controls.work.PERMISSIONS[WorkControl.RETRY], to="retry in bulk")
@@ -166,6 +170,8 @@ def work_bulk_view(request: HttpRequest) -> JsonResponse:
         if any(isinstance(i, int) and i > MAX_ID for i in ids):
             raise WorkControlInvalid("ids", f"a Work id is at most {MAX_ID}")
     work_ids = work_bulk_ids(ids=ids, filters=filters, now=clock())
+    if filters is not None or "count" in body:
+        bulk.work_bulk_count_check(work_ids=work_ids, count=json_whole(body.get("count")))
     result = bulk.work_bulk(action=action, work_ids=work_ids, user=request.user, clock=clock)
     return JsonResponse(result.as_dict())
 

@@ -9,7 +9,8 @@ viewer    read: console pages, ``GET`` endpoints of the API, live updates (``rou
 operator  the viewer's, and accept Events (``routing.accept_event``) and every operator control
           (skip, reroute, replay, cancel, retry, send input, create, rebind)
 admin     the operator's, and apply configurations (``routing.apply_configuration``), manage
-          logins, groups and API tokens in the admin; staff, so the admin site opens
+          logins, groups and API tokens in the admin and unlock locked sign-ins there
+          (Axes); staff, so the admin site opens
 ========  ==============================================================================
 
 An API token acts with its user's permissions; one created with ``--only SCOPE,…`` is
@@ -51,6 +52,14 @@ TOKEN_SCOPES: dict[str, str] = {
     "rebind": "worklife.rebind_work",
 }
 
+# What the admin role needs on django-axes' admin pages to unlock a locked sign-in.
+AXES_UNLOCK = (
+    "axes.view_accessattempt",
+    "axes.delete_accessattempt",
+    "axes.view_accesslog",
+    "axes.view_accessfailurelog",
+)
+
 _VIEWER = (VIEW_EVENT,)
 _OPERATOR = (*_VIEWER, *(perm for scope, perm in TOKEN_SCOPES.items() if scope != "read"))
 # The admin site: read every history model, manage logins, groups and API tokens.
@@ -83,6 +92,8 @@ _ADMIN_SITE = (
     ),
     *(f"auth.{verb}_{model}" for model in ("user", "group") for verb in ("add", "change", "delete", "view")),
     *(f"routing.{verb}_apitoken" for verb in ("add", "change", "delete", "view")),
+    # Sign-in lockouts (django-axes): read them, and unlock one by deleting its attempt.
+    *AXES_UNLOCK,
 )
 _ADMIN = (*_OPERATOR, APPLY_CONFIGURATION, *_ADMIN_SITE)
 

@@ -4,7 +4,7 @@ receivers:
   github:                                  # the name: POST /hooks/github
     kind: github                           # github, slack, alertmanager, cloudevents, generic-hmac
     scope: acme/web                        # the scope its Events go to
-    secret: {env: CONDUIT_GITHUB_SECRET}   # or {file: /etc/conduit/github-secret}
+    secret: {env: CONDUIT_GITHUB_SECRET}   # or {file: github-secret}, in CONDUIT_SECRETS_DIR
     subject: "{data.repository.full_name}" # optional templates: type, subject
 
 What each kind's declaration may say (its own keys and templates) and how those are checked live
@@ -14,6 +14,7 @@ here, with the declaration; how a kind verifies and maps a delivery is ``routing
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import string
 from collections.abc import Callable, Mapping
@@ -91,10 +92,22 @@ class SecretRef:
         return {"env": self.env} if self.env else {"file": self.file}
 
     @property
-    def path(self) -> Path:
-        """The secret file's path; a relative one is taken from the project directory."""
-        path = Path(self.file)
-        return path if path.is_absolute() else Path(settings.BASE_DIR) / path
+    def path(self) -> Path | None:
+        """The secret file's path (a relative one is taken from the secrets directory), or
+        ``None`` when it is outside that directory."""
+        return secret_file_path(self.file)
+
+
+def secret_file_path(file: str) -> Path | None:
+    """Where the secret file ``file`` is: inside ``CONDUIT_SECRETS_DIR`` (a relative name is taken
+    from it), or ``None`` for any other path, ``..`` included.
+
+    Decided from the text alone, never the file system: a configuration naming a file elsewhere
+    (the host's password file) is refused the same whether that file exists or not.
+    """
+    directory = Path(os.path.normpath(os.path.abspath(settings.CONDUIT_SECRETS_DIR)))
+    path = Path(os.path.normpath(directory / file))
+    return path if path != directory and path.is_relative_to(directory) else None
 
 
 # --- templates ---------------------------------------------------------------------------------
@@ -328,6 +341,15 @@ def _secret(raw: Any, place: str, problems: list[tuple[str, str]]) -> SecretRef 
     value = raw["file"]
     if not isinstance(value, str) or not value.strip():
         problems.append((f"{place}.file", "expected the path of the file holding the secret"))
+        return None
+    if secret_file_path(value) is None:
+        problems.append(
+            (
+                f"{place}.file",
+                f"a secret file must be in the secrets directory {settings.CONDUIT_SECRETS_DIR} "
+                "(CONDUIT_SECRETS_DIR): write its name there, like github-secret",
+            )
+        )
         return None
     return SecretRef(file=value)
 

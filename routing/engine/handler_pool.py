@@ -2,7 +2,9 @@
 
 A call may run in steps (asking an Event's routes: one step per handler): a stepped call is
 given its :class:`Steps`, whose ``running`` it sets as each step starts, and each step then
-has the whole deadline from its own start; a timeout names the step that overran.
+has the whole deadline from its own start; a timeout names the step that overran. A step that
+returned after its deadline is a timeout too, whether or not the waiter was watching its call
+then (the waiter follows one batch at a time, and another worker's batch may end meanwhile).
 
 A handler that never returns cannot be killed in Python; its thread is *abandoned*: the pool
 stops waiting for it, starts a replacement worker so routing goes on, and counts it. The
@@ -35,10 +37,14 @@ class PoolExhausted(RuntimeError):
 class _Call:
     fn: Callable[..., Any]
     stepped: bool = False  # fn is given the call itself, as its Steps
+    timeout: float = 0.0  # each step's deadline, from its own start
     started_at: float | None = None
     # (start, step) of what the call runs now, one value so the waiter never reads the start
     # of one step with the name of another: the call's own start, then each step's.
-    running: tuple[float, str] | None = None
+    _running: tuple[float, str] | None = None
+    # (how long, step) of the first step that ran past its deadline and still returned: a
+    # timeout, though no waiter was watching when it overran (its batch not reached yet).
+    late: tuple[float, str] | None = None
     finished: bool = False
     result: Any = None
     exception: BaseException | None = None
@@ -48,6 +54,20 @@ class _Call:
     elapsed: float = 0.0
     timed_out_after: float = 0.0
     timed_out_step: str = ""
+
+    @property
+    def running(self) -> tuple[float, str] | None:
+        return self._running
+
+    @running.setter
+    def running(self, value: tuple[float, str] | None) -> None:
+        # A step starting ends the one before it: that one overran if it took its deadline.
+        previous = self._running
+        if previous is not None and value is not None and self.late is None:
+            took = value[0] - previous[0]
+            if took >= self.timeout:
+                self.late = (took, previous[1])
+        self._running = value
 
 
 @dataclass(slots=True)
@@ -66,7 +86,8 @@ class _Batch:
 class Steps(Protocol):
     """What a stepped call is given: it sets ``running`` to ``(time.monotonic(), name)`` as
     each of its steps starts (a route's handler), and that step's deadline counts from there.
-    An attribute, not a method: a step costs a clock read and one store, no call."""
+    An attribute, not a method: a step costs a clock read and one store (whose setter notes
+    whether the step before it overran)."""
 
     running: tuple[float, str] | None
 
@@ -140,7 +161,7 @@ class HandlerPool:
                 raise PoolExhausted(
                     f"{self._abandoned} handler calls are abandoned (at most {self.max_abandoned})"
                 )
-        calls = [_Call(fn, stepped) for fn in fns]
+        calls = [_Call(fn, stepped, timeout) for fn in fns]
         return Started(self, calls, self._enqueue(calls), timeout)
 
     def run(self, fn: Callable[[], Any], *, timeout: float) -> CallOutcome:
@@ -189,6 +210,9 @@ class HandlerPool:
     def _outcome(call: _Call) -> CallOutcome:
         if call.timed_out:
             return CallOutcome(timed_out=True, elapsed=call.timed_out_after, step=call.timed_out_step)
+        if call.late is not None:
+            # It returned, but after its deadline: a timeout whenever the waiter looked.
+            return CallOutcome(timed_out=True, elapsed=call.late[0], step=call.late[1])
         # Positional (result, exception, stack, timed_out, elapsed): one a handler call.
         return CallOutcome(call.result, call.exception, call.stack, False, call.elapsed)
 
@@ -248,6 +272,9 @@ class HandlerPool:
                     now = time.monotonic()
                     call.finished = True
                     call.elapsed = now - call.started_at
+                    last = call._running
+                    if last is not None and call.late is None and now - last[0] >= call.timeout:
+                        call.late = (now - last[0], last[1])
                     if call.abandoned:
                         # A replacement already serves the queue: this thread retires.
                         self._abandoned -= 1

@@ -85,7 +85,7 @@ def delivery_accept(*, name: str, delivery: Delivery, clock: Clock) -> DeliveryR
             return DeliveryResult(receiver=spec.name, reply=mapped.reply)
         received = _accepted(spec, mapped.events, clock=clock)
     except Refused as exc:
-        _refused(spec, exc.refusal, exc.message, clock=clock)
+        _refused(spec, exc.refusal, exc.detail, clock=clock)
         raise
     except EnvelopeInvalid as exc:
         if isinstance(exc, EventTooLarge):
@@ -167,7 +167,8 @@ def _handshake(reply: dict[str, Any]) -> str:
 
 def _refused(spec: ReceiverSpec, refusal: Refusal, message: str, *, clock: Clock) -> None:
     logger.warning(
-        "receiver.refused", extra={"receiver": spec.name, "kind": spec.kind, "reason": str(refusal)}
+        "receiver.refused",
+        extra={"receiver": spec.name, "kind": spec.kind, "reason": str(refusal), "detail": message},
     )
     receiver_count(receiver=spec.name, outcome=refusal, message=message, clock=clock)
 

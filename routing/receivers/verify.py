@@ -25,6 +25,10 @@ from routing.config.receivers import ALGORITHMS, SecretRef
 # is not one).
 MAX_SECRET_FILE_BYTES = 64 * 1024
 REALM = "conduit"
+# What a client is told when the secret cannot be read (operators get why: Refused.detail).
+SECRET_UNAVAILABLE_MESSAGE = (
+    "the receiver is not ready: the server cannot read its secret (its operators can see why)"
+)
 
 
 class Refusal(StrEnum):
@@ -48,16 +52,25 @@ SIGNATURE_FAILURES = frozenset(
 
 
 class Refused(Exception):
-    """A delivery is refused; nothing of it is stored. ``field`` names a header or a body field
-    at fault, when one is; ``challenge`` is the HTTP authentication scheme the sender should use
+    """A delivery is refused; nothing of it is stored. ``message`` is the answer any client gets;
+    ``detail`` is what operators get (the log, the Receivers page, the CLI), when it says more
+    than a stranger may know (where a secret is); ``field`` names a header or a body field at
+    fault, when one is; ``challenge`` is the HTTP authentication scheme the sender should use
     (``Bearer realm="conduit"``), for a receiver checking the Authorization header."""
 
     def __init__(
-        self, refusal: Refusal, message: str, *, field: str | None = None, challenge: str = ""
+        self,
+        refusal: Refusal,
+        message: str,
+        *,
+        field: str | None = None,
+        challenge: str = "",
+        detail: str = "",
     ) -> None:
         super().__init__(message)
         self.refusal = refusal
         self.message = message
+        self.detail = detail or message
         self.field = field
         self.challenge = challenge
 
@@ -97,8 +110,11 @@ def secret_read(ref: SecretRef) -> bytes:
     content without its final line break). Raises :class:`Refused` (``secret_unavailable``)."""
     value, why = _secret(ref)
     if why:
+        # Where the secret lives is for operators, not for whoever posts to the receiver.
         raise Refused(
-            Refusal.SECRET_UNAVAILABLE, f"the receiver's secret is unavailable to the server: {why}"
+            Refusal.SECRET_UNAVAILABLE,
+            SECRET_UNAVAILABLE_MESSAGE,
+            detail=f"the receiver's secret is unavailable to the server: {why}",
         )
     return value
 
@@ -113,8 +129,12 @@ def _secret(ref: SecretRef) -> tuple[bytes, str]:
     if ref.env:
         value = os.environ.get(ref.env, "")
         return value.encode("utf-8"), "" if value else f"the environment variable {ref.env} is not set"
+    path = ref.path
+    if path is None:
+        # A configuration applied before CONDUIT_SECRETS_DIR changed: never opened.
+        return b"", f"the file {ref.file} is outside the secrets directory (CONDUIT_SECRETS_DIR)"
     try:
-        with ref.path.open("rb") as handle:
+        with path.open("rb") as handle:
             content = handle.read(MAX_SECRET_FILE_BYTES + 1)
     except OSError as exc:
         return b"", f"cannot read the file {ref.file}: {exc.strerror}"

@@ -22,7 +22,7 @@ PASSWORD = "browser-a11y-password-5"
 RECEIVERS = """\
 receivers:
   github: {kind: github, scope: acme, secret: {env: PATH}}
-  slack: {kind: slack, scope: acme, secret: {file: /nonexistent/slack-signing-secret}}
+  slack: {kind: slack, scope: acme, secret: {file: missing/slack-signing-secret}}
 """
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from django.contrib.staticfiles import finders
 from django.templatetags.static import static
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.urls import reverse
+from django.views.debug import technical_500_response
 
 from tests.routing.factories import UserFactory
 from tests.support import asgi_get
@@ -119,3 +120,49 @@ def test_a_post_to_an_unknown_api_url_is_a_json_404_not_a_csrf_refusal(settings)
         "/api/work/x/retry", data="{}", content_type="application/json"
     )
     assert response.status_code == 404 and response.json()["error"] == "not_found"
+
+
+def test_with_debug_the_debug_pages_show_no_secret(client, settings, monkeypatch):
+    settings.DEBUG = True
+    settings.DATABASE_URL = "postgres://conduit:db-password-1@db:5432/conduit"
+    settings.REDIS_URL = "redis://cache:6379/0?password=redis-password-2"
+    settings.CHANNEL_LAYERS = {
+        "default": {"CONFIG": {"hosts": [{"address": "redis://:redis-password-3@cache"}]}}
+    }
+    settings.CONDUIT_SENTRY_ENDPOINT = "https://user:other-password-4@sentry.example/1"
+    monkeypatch.setenv("GH_HOOK_HMAC", "receiver-secret-5")
+    # A bad Host header is a 400 with Django's debug page, which lists the settings and the
+    # request's META (where a WSGI server puts the process environment).
+    page = client.get("/", HTTP_HOST="evil.example", GH_HOOK_HMAC="receiver-secret-5")
+    assert page.status_code == 400
+    body = page.content.decode()
+    assert "DisallowedHost" in body and "DATABASE_URL" in body and "GH_HOOK_HMAC" in body
+    for secret in (
+        "db-password-1",
+        "redis-password-2",
+        "redis-password-3",
+        "other-password-4",
+        "receiver-secret-5",
+    ):
+        assert secret not in body, secret
+    assert "db:5432" not in body  # the whole URL is hidden, not only its password
+
+
+def test_with_debug_a_500_page_hides_the_sign_in_password_and_secret_like_variables(settings):
+    settings.DEBUG = True
+    # Built at run time: the page also shows this test's source lines.
+    password, token, secret = ("-".join((word, "6")) for word in ("login", "api", "hook"))
+    request = RequestFactory().post("/sign-in/", {"username": "ann", "password": password})
+    request.sensitive_post_parameters = ["password"]
+
+    def verify(secret: bytes) -> None:
+        api_token = token  # noqa: F841 (a local the page shows unless hidden)
+        raise ValueError("boom")
+
+    try:
+        verify(secret.encode())
+    except ValueError:
+        body = technical_500_response(request, *sys.exc_info()).content.decode()
+    assert "boom" in body and "api_token" in body
+    for value in (password, token, secret):
+        assert value not in body, value

@@ -82,3 +82,36 @@ def test_api_bulk_cancel_needs_the_cancel_permission_and_returns_outcomes(client
         client, "POST", reverse("api-work-bulk"), secret, {"action": "retry", "filter": {"status": "nope"}}
     )
     assert by_filter.status_code == 400 and by_filter.json()["field"] == "filter.status"
+
+
+def test_api_bulk_by_filter_needs_the_confirmed_count_and_refuses_another(client, clock):
+    apply(clock)
+    parked = [parked_work(clock) for _ in range(2)]
+    token, secret = api_token_with_secret(user__username="erin")
+    grant(token.user, "retry_work")
+    body = {"action": "retry", "filter": {"status": "parked"}}
+    before = stored()
+
+    for count in ({}, {"count": None}, {"count": "2"}, {"count": -1}, {"count": True}):
+        missing = api(client, "POST", reverse("api-work-bulk"), secret, {**body, **count})
+        assert missing.status_code == 400, count
+        assert (
+            missing.json()["field"] == "count"
+            and "needs the number of Work confirmed" in missing.json()["message"]
+        )
+    assert stored() == before and not control_events("retry_work")
+    parked_work(clock)  # a third began to match after the caller counted two
+    before = stored()
+    changed = api(client, "POST", reverse("api-work-bulk"), secret, {**body, "count": 2})
+    assert changed.status_code == 409
+    assert changed.json() == {
+        "error": "count_changed",
+        "message": "the filter now matches 3 Work, not the 2 confirmed: nothing was done; confirm 3 to act on them",
+        "confirmed": 2,
+        "count": 3,
+    }
+    assert stored() == before and not control_events("retry_work")
+
+    done = api(client, "POST", reverse("api-work-bulk"), secret, {**body, "count": 3})
+    assert done.status_code == 200 and done.json()["done"] == 3
+    assert len(parked) == 2

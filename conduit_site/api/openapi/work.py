@@ -216,12 +216,22 @@ SCHEMAS: dict[str, Any] = {
     "WorkBulkRequest": {
         "type": "object",
         "description": "Which control to apply and to which Work: `ids`, or `filter` (the Work list's "
-        "filters; `status` takes `parked` and `backing_off` too), not both; at most 10,000 Work.",
+        "filters; `status` takes `parked` and `backing_off` too) with `count`, not both; at most 10,000 Work.",
         "required": ["action"],
-        "oneOf": [{"required": ["ids"]}, {"required": ["filter"]}],
+        "oneOf": [
+            {"required": ["ids"], "not": {"required": ["filter"]}},
+            {"required": ["filter", "count"], "not": {"required": ["ids"]}},
+        ],
         "properties": {
             "action": {"type": "string", "enum": ["retry", "cancel"]},
             "ids": {"type": "array", "items": ID, "maxItems": 10000},
+            "count": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many Work the filter matched when the caller looked (required with "
+                "`filter`; checked with `ids` when given): another number now is refused with 409 "
+                "`count_changed` and nothing is done.",
+            },
             "filter": {
                 "type": "object",
                 "properties": {
@@ -234,6 +244,16 @@ SCHEMAS: dict[str, Any] = {
             },
         },
         "additionalProperties": False,
+    },
+    "WorkBulkCountChanged": {
+        "type": "object",
+        "required": ["error", "message", "confirmed", "count"],
+        "properties": {
+            "error": {"type": "string", "enum": ["count_changed"]},
+            "message": {"type": "string"},
+            "confirmed": {"type": "integer", "description": "The `count` the request confirmed."},
+            "count": {"type": "integer", "description": "How many Work the request names now."},
+        },
     },
     "WorkBulkResult": {
         "type": "object",
@@ -416,7 +436,8 @@ PATHS: dict[str, Any] = {
             "operationId": "work_bulk",
             "summary": "Retry or cancel several Work",
             "description": "Applies `retry` or `cancel` to each Work named by `ids` or matched by `filter` (at "
-            "most 10,000; more is refused with 400 before anything is done), each through the same control as "
+            "most 10,000; more is refused with 400 before anything is done; a filter needs `count`, the number of Work "
+            "it matched when the caller looked, and another number now is a 409), each through the same control as "
             "one at a time: its own transaction and `core.manual.<action>` control Event. Needs the "
             "permission of the control (`worklife.retry_work` or `worklife.cancel_work`).",
             "requestBody": {"required": True, "content": json_content(ref("WorkBulkRequest"))},
@@ -429,6 +450,10 @@ PATHS: dict[str, Any] = {
                 "401": response_ref("Unauthorized"),
                 "403": response_ref("Forbidden"),
                 "405": response_ref("MethodNotAllowed"),
+                "409": {
+                    "description": "The filter matches another number of Work than `count`: nothing was done.",
+                    "content": json_content(ref("WorkBulkCountChanged")),
+                },
                 "413": response_ref("TooLarge"),
                 "415": response_ref("UnsupportedMediaType"),
             },

@@ -21,7 +21,15 @@ from django.views.decorators.http import require_POST
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.common import query_string
 from conduit_site.console.views.work_controls import require_permission
-from controls.bulk import BULK_ACTIONS, BULK_LIMIT, bulk_action, work_bulk, work_bulk_ids
+from controls.bulk import (
+    BULK_ACTIONS,
+    BULK_LIMIT,
+    BulkCountChanged,
+    bulk_action,
+    work_bulk,
+    work_bulk_count_check,
+    work_bulk_ids,
+)
 from controls.work import PERMISSIONS, WorkControl, WorkControlInvalid
 from worklife.selectors import WorkFilter
 
@@ -84,9 +92,14 @@ def work_bulk_view(request: HttpRequest) -> HttpResponse:
         return render(request, TEMPLATE, context)
     # "All matching this filter" is read again on confirming: when it matches another number of
     # Work than the operator was shown, nothing is done and the new count is confirmed instead.
-    confirmed = request.POST.get("count", "")
-    if everything and confirmed.isdigit() and int(confirmed) != len(ids):
-        return render(request, TEMPLATE, {**context, "changed_from": int(confirmed)}, status=409)
+    if everything:
+        confirmed = request.POST.get("count", "")
+        try:
+            work_bulk_count_check(work_ids=ids, count=int(confirmed) if confirmed.isdigit() else confirmed)
+        except WorkControlInvalid as invalid:
+            return render(request, TEMPLATE, {**context, "error": invalid.message}, status=400)
+        except BulkCountChanged as changed:
+            return render(request, TEMPLATE, {**context, "changed_from": changed.confirmed}, status=409)
     result = work_bulk(action=action, work_ids=ids, user=request.user, clock=clock)
     return render(request, TEMPLATE, {**context, "result": result})
 

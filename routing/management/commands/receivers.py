@@ -155,7 +155,7 @@ class Command(BaseCommand):
             )
         except Refused as exc:
             hint = " (--no-verify maps it without the secret)" if exc.refusal == "secret_unavailable" else ""
-            raise CommandError(f"refused ({exc.refusal}): {exc.message}{hint}") from exc
+            raise CommandError(f"refused ({exc.refusal}): {exc.detail}{hint}") from exc
         traces = []
         if not options["no_trace"]:
             reference = options["generation"]

@@ -52,8 +52,9 @@ def hook_clock(monkeypatch) -> FakeClock:
 
 
 @pytest.fixture
-def receivers(monkeypatch, tmp_path, hook_clock):
+def receivers(monkeypatch, tmp_path, hook_clock, settings):
     """The test configuration applied, with each receiver's secret where it says."""
+    settings.CONDUIT_SECRETS_DIR = tmp_path
     for name, value in senders.ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("TEST_HOOK_NEVER_SET", raising=False)
@@ -561,12 +562,23 @@ def test_an_unknown_receiver_is_404_and_other_methods_405(client, receivers):
     assert (response.status_code, response["Allow"]) == (405, "POST")
 
 
-def test_a_receiver_whose_secret_is_unavailable_answers_503(client, receivers):
+def test_a_receiver_whose_secret_is_unavailable_answers_503_naming_no_variable(client, receivers, caplog):
     body = body_of(github_pull_request())
 
-    refused = assert_refused(deliver(client, "unset", body, github_headers(body)), 503, "secret_unavailable")
+    with caplog.at_level(logging.WARNING, logger="conduit.receivers"):
+        refused = assert_refused(
+            deliver(client, "unset", body, github_headers(body)), 503, "secret_unavailable"
+        )
 
-    assert "TEST_HOOK_NEVER_SET is not set" in refused["message"]
+    # Whoever posts learns only that the receiver is not ready; where the secret lives goes to
+    # the log and to the operators (the receiver's counted refusal, shown on the Receivers page).
+    assert "not ready" in refused["message"]
+    assert "TEST_HOOK_NEVER_SET" not in json.dumps(refused)
+    assert [record.detail for record in caplog.records if record.msg == "receiver.refused"] == [
+        "the receiver's secret is unavailable to the server: the environment variable TEST_HOOK_NEVER_SET is not set"
+    ]
+    counted = ReceiverCount.objects.get(receiver="unset", outcome="secret_unavailable")
+    assert "TEST_HOOK_NEVER_SET is not set" in counted.last_message
 
 
 def test_a_delivery_over_the_size_limit_is_413(client, receivers, settings):

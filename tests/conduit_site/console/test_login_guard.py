@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import pytest
+from axes.models import AccessAttempt
+from django.apps import apps as django_apps
+from django.test import Client
 from django.urls import reverse
 
-from tests.routing.factories import UserFactory
+from routing.access.roles import AXES_UNLOCK, Role, role_groups_ensure
+from tests.routing.factories import UserFactory, user_with_role
 
 pytestmark = pytest.mark.django_db
 
@@ -95,3 +100,40 @@ def test_the_admin_sign_in_is_locked_out_too(client, settings):
     right = client.post(url, {"username": "root", "password": PASSWORD}, REMOTE_ADDR="203.0.113.9")
     assert right.status_code == 429
     assert "_auth_user_id" not in client.session
+
+
+def test_an_admin_unlocks_a_locked_sign_in_in_the_admin_under_axes(client, operator, settings):
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        sign_in(client, WRONG)
+    assert sign_in(client, PASSWORD).status_code == 429
+    admin = Client()
+    admin.force_login(user_with_role("admin"))  # staff, never a superuser
+
+    listing = admin.get(reverse("admin:axes_accessattempt_changelist"))
+    assert listing.status_code == 200 and "operator" in listing.content.decode()
+    assert admin.get(reverse("admin:index")).content.decode().count("Access attempts") >= 1
+    attempt = AccessAttempt.objects.get(username="operator")
+    deleted = admin.post(reverse("admin:axes_accessattempt_delete", args=[attempt.pk]), {"post": "yes"})
+    assert deleted.status_code == 302, deleted.content.decode()[:500]
+
+    assert sign_in(client, PASSWORD).status_code == 302
+    assert client.session["_auth_user_id"] == str(operator.pk)
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator"])
+def test_only_the_admin_role_may_unlock_sign_ins(client, role):
+    client.force_login(user_with_role(role))
+    assert client.get(reverse("admin:axes_accessattempt_changelist")).status_code in (302, 403)
+
+
+def test_upgrading_gives_an_existing_admin_group_the_unlock_permissions():
+    migration = importlib.import_module("routing.migrations.0010_admin_unlocks_sign_ins")
+    admin_group = role_groups_ensure()[Role.ADMIN]
+    admin_group.permissions.remove(*admin_group.permissions.filter(content_type__app_label="axes"))
+
+    migration.grant_unlock(django_apps, None)
+
+    granted = admin_group.permissions.filter(content_type__app_label="axes").values_list(
+        "codename", flat=True
+    )
+    assert {f"axes.{codename}" for codename in granted} == set(AXES_UNLOCK)

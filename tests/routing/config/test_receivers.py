@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from routing.config.problems import ConfigInvalid
+from routing.config.receivers import SecretRef
 from routing.config.validate import parse_document
 from routing.models import Receiver
+from routing.receivers.verify import secret_read, secret_status
 from tests.routing.factories import apply_config
 
 BASE = """\
@@ -34,7 +36,7 @@ def test_receivers_are_parsed_with_their_kind_scope_secret_and_settings():
   alerts:
     kind: alertmanager
     scope: acme
-    secret: {file: /etc/conduit/alertmanager}
+    secret: {file: alertmanager}
     auth: basic
     username: am
 """
@@ -43,7 +45,7 @@ def test_receivers_are_parsed_with_their_kind_scope_secret_and_settings():
     assert by_name["github"].kind == "github" and by_name["github"].scope == "acme/web"
     assert by_name["github"].secret.env == "GITHUB_SECRET"
     assert by_name["github"].settings == {"subject": "{data.repository.full_name}"}
-    assert by_name["alerts"].secret.file == "/etc/conduit/alertmanager"
+    assert by_name["alerts"].secret.file == "alertmanager"
     assert by_name["alerts"].settings == {"auth": "basic", "username": "am"}
     assert by_name["alerts"].path == "/hooks/alerts" and by_name["alerts"].accepted_by == "receiver:alerts"
 
@@ -59,6 +61,47 @@ def test_a_secret_written_in_the_document_is_refused_and_never_repeated():
         )
     ]
     assert "hunter2" not in str(found)
+
+
+def test_a_secret_file_outside_the_secrets_directory_is_refused_at_its_line_whether_or_not_it_exists(
+    settings, tmp_path
+):
+    settings.CONDUIT_SECRETS_DIR = tmp_path / "secrets"
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "exists").write_text("x\n")
+    found = problems(
+        f"""\
+  a: {{kind: github, scope: acme, secret: {{file: /etc/passwd}}}}
+  b: {{kind: github, scope: acme, secret: {{file: /etc/no-such-file-here}}}}
+  c: {{kind: github, scope: acme, secret: {{file: ../exists}}}}
+  d: {{kind: github, scope: acme, secret: {{file: {tmp_path}/secrets/../exists}}}}
+  e: {{kind: github, scope: acme, secret: {{file: .}}}}
+"""
+    )
+
+    message = (
+        f"a secret file must be in the secrets directory {tmp_path}/secrets (CONDUIT_SECRETS_DIR): write its "
+        "name there, like github-secret"
+    )
+    assert found == [
+        (line, f"receivers.{name}.secret.file: {message}") for line, name in enumerate("abcde", 6)
+    ]
+
+
+def test_a_secret_file_is_taken_from_the_secrets_directory_and_one_outside_it_is_never_opened(
+    settings, tmp_path
+):
+    settings.CONDUIT_SECRETS_DIR = tmp_path
+    (tmp_path / "github-secret").write_text("s3cret\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "other").write_text("other\n")
+
+    assert secret_read(SecretRef(file="github-secret")) == b"s3cret"
+    assert secret_read(SecretRef(file=f"{tmp_path}/sub/other")) == b"other"
+    # Stored while the directory was another one: refused without reading it.
+    assert secret_status(SecretRef(file="/etc/passwd")) == (
+        "the file /etc/passwd is outside the secrets directory (CONDUIT_SECRETS_DIR)"
+    )
 
 
 def test_receiver_problems_are_named_with_their_line():

@@ -125,3 +125,54 @@ def test_r12_a_call_started_ahead_still_times_out_at_its_deadline():
     assert outcomes[0].timed_out and 0.3 <= outcomes[0].elapsed < 1.0
     assert outcomes[1].result == "next"
     assert waited < 1.5
+
+
+def test_r12_a_call_that_returned_after_its_deadline_in_a_batch_not_yet_waited_on_is_a_timeout():
+    """The waiter follows one batch at a time: while it waited on the first call (its steps
+    each within the deadline, together longer), the second call, on another worker, ran past
+    its deadline and returned. Its answer came too late all the same."""
+    pause = threading.Event()  # never set: each wait is a real pause on a real thread
+
+    def long_but_each_step_in_time(steps):
+        for slot in ("a", "b", "c"):
+            steps.running = (time.monotonic(), slot)
+            pause.wait(0.2)
+        return "in time"
+
+    def one_step_too_long(steps):
+        steps.running = (time.monotonic(), "slow")
+        pause.wait(0.45)
+        return "too late"
+
+    pool = HandlerPool(workers=2)
+    try:
+        outcomes = pool.run_all([long_but_each_step_in_time, one_step_too_long], timeout=0.3, stepped=True)
+    finally:
+        pool.close()
+    assert outcomes[0].result == "in time" and not outcomes[0].timed_out
+    assert outcomes[1].timed_out and outcomes[1].step == "slow" and outcomes[1].result is None
+    assert 0.3 <= outcomes[1].elapsed < 1.0
+
+
+def test_r12_a_step_that_overran_is_a_timeout_though_a_later_step_was_quick():
+    pause = threading.Event()
+
+    def slow_then_quick(steps):
+        steps.running = (time.monotonic(), "slow")
+        pause.wait(0.45)
+        steps.running = (time.monotonic(), "quick")
+        return "too late"
+
+    def long_but_each_step_in_time(steps):
+        for slot in ("a", "b", "c"):
+            steps.running = (time.monotonic(), slot)
+            pause.wait(0.2)
+        return "in time"
+
+    pool = HandlerPool(workers=2)
+    try:
+        outcomes = pool.run_all([long_but_each_step_in_time, slow_then_quick], timeout=0.3, stepped=True)
+    finally:
+        pool.close()
+    assert not outcomes[0].timed_out
+    assert outcomes[1].timed_out and outcomes[1].step == "slow" and 0.3 <= outcomes[1].elapsed < 1.0

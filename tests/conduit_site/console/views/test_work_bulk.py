@@ -68,7 +68,7 @@ def test_bulk_retry_all_matching_confirms_the_count_then_retries_each(operator, 
     assert "Retry all 3 Work matching this filter" in body and 'id="bulk-confirm">Retry 3 Work<' in body
     assert not control_events("retry_work")  # nothing done before confirming
 
-    done = operator.post(reverse("work-bulk"), {**form, "confirm": "1"}).content.decode()
+    done = operator.post(reverse("work-bulk"), {**form, "count": "3", "confirm": "1"}).content.decode()
     assert 'id="bulk-summary">Retried 3.</p>' in done
     assert len(control_events("retry_work")) == 3
     assert not Work.objects.filter(pk__in=[w.pk for w in parked], parked_at__isnull=False).exists()
@@ -98,6 +98,21 @@ def test_bulk_retry_all_matching_does_nothing_when_the_filter_matches_another_co
 
     done = operator.post(reverse("work-bulk"), {**form, "count": "3", "confirm": "1"}).content.decode()
     assert 'id="bulk-summary">Retried 3.</p>' in done
+
+
+@pytest.mark.parametrize("count", [None, "", "three", "-1"])
+def test_bulk_all_matching_without_the_confirmed_count_is_refused_and_does_nothing(operator, clock, count):
+    apply(clock)
+    parked_work(clock)
+    form = {"action": "retry", "all": "1", "status": "parked", "confirm": "1"}
+    if count is not None:
+        form["count"] = count
+
+    refused = operator.post(reverse("work-bulk"), form)
+
+    assert refused.status_code == 400
+    assert "needs the number of Work confirmed" in refused.content.decode()
+    assert not control_events("retry_work")
 
 
 def test_bulk_cancel_selected_summarises_refusals_and_needs_the_permission(client, clock):
