@@ -56,7 +56,7 @@ REALM = "conduit"
 # authenticates each request, so a token revoked meanwhile gets its 401 there.
 LIVE_TOKEN_SECONDS = 30.0
 LIVE_TOKENS_KEPT = 4096
-REASONS = {401: b"Unauthorized", 413: b"Content Too Large"}
+REASONS = {401: b"Unauthorized", 413: b"Content Too Large", 503: b"Service Unavailable"}
 
 _live_tokens: dict[str, float] = {}
 
@@ -110,6 +110,7 @@ class EdgeRequest(WebRequest):
     token, before reading it (see the module's documentation)."""
 
     refused = False
+    body_complete = False
     body_received = 0
     limit = 0
     limit_setting = ""
@@ -187,27 +188,25 @@ class EdgeRequest(WebRequest):
         channel._networkProducer.pauseProducing()
 
         def verified(live: bool) -> None:
-            if self.channel is None or self.refused:
-                return  # the client went away meanwhile
-            if live:
-                _remember_live(secret)
-                if self._over_limit(length):
-                    return
-                if continue_asked and continue_asked[0].lower() == b"100-continue":
-                    channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                channel._networkProducer.resumeProducing()
-            elif not getattr(self, "body_complete", False):
-                self.refuse(
-                    401,
-                    "unauthorized",
-                    "the API token is unknown, revoked or of an inactive user",
-                    invalid=True,
-                )
-            # A body that arrived whole before the answer is the API's to refuse.
+            if self.channel is None or self.refused or self.body_complete:
+                # Gone meanwhile, or a whole body had arrived with the headers: the API
+                # answers that one (and the channel resumes reading once it is answered).
+                return
+            if not live:
+                message = "the API token is unknown, revoked or of an inactive user"
+                self.refuse(401, "unauthorized", message, invalid=True)
+                return
+            _remember_live(secret)
+            if self._over_limit(length):
+                return
+            if continue_asked and continue_asked[0].lower() == b"100-continue":
+                channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            channel._networkProducer.resumeProducing()
 
         def failed(failure) -> None:
-            if self.channel is not None and not self.refused and not getattr(self, "body_complete", False):
-                self.refuse(401, "unauthorized", "the API token could not be checked now")
+            if self.channel is not None and not self.refused and not self.body_complete:
+                # The database could not be read: the API could not answer either.
+                self.refuse(503, "unavailable", "the API token cannot be checked now; try again")
 
         deferToThread(token_live, secret).addCallbacks(verified, failed)
 
