@@ -188,6 +188,8 @@ class EdgeRequest(WebRequest):
         channel._networkProducer.pauseProducing()
 
         def verified(live: bool) -> None:
+            if live:
+                _remember_live(secret)
             if self.channel is None or self.refused or self.body_complete:
                 # Gone meanwhile, or a whole body had arrived with the headers: the API
                 # answers that one (and the channel resumes reading once it is answered).
@@ -196,7 +198,6 @@ class EdgeRequest(WebRequest):
                 message = "the API token is unknown, revoked or of an inactive user"
                 self.refuse(401, "unauthorized", message, invalid=True)
                 return
-            _remember_live(secret)
             if self._over_limit(length):
                 return
             if continue_asked and continue_asked[0].lower() == b"100-continue":

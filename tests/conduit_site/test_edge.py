@@ -175,8 +175,9 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(served, api_secret, 
     answer = chunked(served, path, 100 * MEGABYTE, f"Authorization: Bearer {api_secret}")
     assert answer.status == 413, answer
     assert b"Connection: close" in answer.head
-    # Refused as the limit was passed: what was sent beyond it is what the sockets' buffers held.
-    assert answer.sent < limit + 8 * MEGABYTE
+    # Refused as the limit was passed: what was sent beyond it is what the sockets' buffers held
+    # (a few MB on loopback; Linux lets a receive buffer grow to 32 MiB). Unbounded, all 100 MB.
+    assert answer.sent < limit + 40 * MEGABYTE
     assert answer.seconds < 10
     assert served.rss_kib() - before < 20 * 1024
 
@@ -208,23 +209,31 @@ def test_a_revoked_token_is_refused_before_the_body_is_read(served, transactiona
 
 def test_an_api_body_with_a_live_token_reaches_the_api(served, api_secret):
     """A body under the limit with a live token is read and answered by the API itself (here:
-    not an Event, 400), with ``100 Continue`` sent first when the client asks for it."""
-    for expect in ((), ("Expect: 100-continue",)):
-        answer = declared(
-            served,
-            "/api/events",
-            2,
-            f"Authorization: Bearer {api_secret}",
-            "Content-Type: application/json",
-            *expect,
-            body=b"{}",
-        )
-        if expect:
-            assert answer.head.startswith(b"HTTP/1.1 100 Continue"), answer
-            status, head, body = _parse(answer.body)
-            answer = Answer(status, answer.seconds, head, body)
+    not an Event, 400): sent with the headers, or after the ``100 Continue`` the client asked
+    for, which comes once the token is found live (looked up, then remembered)."""
+    headers = (f"Authorization: Bearer {api_secret}", "Content-Type: application/json")
+    for _ in range(2):
+        answer = declared(served, "/api/events", 2, *headers, body=b"{}")
         assert answer.status == 400, answer
         assert b'"error": "invalid_event"' in answer.body
+    _, fresh = api_token_with_secret(user__permissions=("routing.accept_event",))
+    for secret in (fresh, fresh):
+        with socket.create_connection(("127.0.0.1", served.port)) as sock:
+            request = [
+                "POST /api/events HTTP/1.1",
+                "Host: 127.0.0.1",
+                "Content-Length: 2",
+                f"Authorization: Bearer {secret}",
+                "Content-Type: application/json",
+                "Expect: 100-continue",
+            ]
+            sock.sendall(("\r\n".join(request) + "\r\n\r\n").encode())
+            sock.settimeout(5)
+            assert sock.recv(len(CONTINUE)) == CONTINUE
+            sock.sendall(b"{}")
+            status, _, body = _parse(_read_answer(sock, time.monotonic() + 5))
+        assert status == 400, body
+        assert b'"error": "invalid_event"' in body
 
 
 def test_the_consoles_forms_are_held_to_the_django_upload_limit(served):
