@@ -287,6 +287,14 @@ CONDUIT_SECRETS_DIR = Path(
     os.environ.get("CONDUIT_SECRETS_DIR") or os.environ.get("CREDENTIALS_DIRECTORY") or VAR_DIR / "secrets"
 )
 CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
+# The largest request body the web server reads, by path (conduit_site/edge.py): a larger
+# declared Content-Length is refused (413) before any of the body is read, a chunked body is cut
+# off as it passes the limit. Receivers (/hooks/...) refuse a delivery over the Event limit, the
+# API and the console's forms what Django reads at most (DATA_UPLOAD_MAX_MEMORY_SIZE, also
+# Django's own check of every body, 2.5 MiB by default).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
+CONDUIT_MAX_RECEIVER_BODY_BYTES = env_int("CONDUIT_MAX_RECEIVER_BODY_BYTES", CONDUIT_MAX_EVENT_BYTES)
+CONDUIT_MAX_API_BODY_BYTES = env_int("CONDUIT_MAX_API_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE)
 # How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
 # before it is parsed, so no document can exhaust a parser's or the router's stack.
 CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)

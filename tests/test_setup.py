@@ -349,7 +349,7 @@ def test_serve_refuses_a_port_already_in_use():
 def _serve_web_processes(tmp_path, *options: str, requests: int = 4) -> tuple[str, int]:
     """Start ``serve --no-router`` with ``options``, send ``requests`` requests (each must be
     answered), stop it with SIGTERM (it must exit cleanly); returns its banner and how many
-    daphne processes it ran."""
+    web processes (daphne, run by ``conduit_site.edge``) it ran."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--no-router", *options, "--port", str(port)],
@@ -362,7 +362,10 @@ def _serve_web_processes(tmp_path, *options: str, requests: int = 4) -> tuple[st
     try:
         banner = server.stdout.readline()
         daphnes = subprocess.run(
-            ["pgrep", "-P", str(server.pid), "-f", "daphne"], capture_output=True, text=True, check=False
+            ["pgrep", "-P", str(server.pid), "-f", "conduit_site.edge"],
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.split()
         for _ in range(requests):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/openapi.json", timeout=30) as answer:

@@ -21,6 +21,8 @@ from conduit_site.supervision.supervisor import START_ATTEMPTS, STARTUP_SECONDS,
 from infra import metrics
 
 ASGI_APPLICATION = "conduit_site.asgi:application"
+# daphne's command line with request bodies bounded before they are read (conduit_site/edge.py).
+WEB_SERVER = ("-m", "conduit_site.edge")
 
 
 def url_for(host: str, port: int) -> str:
@@ -216,7 +218,7 @@ class Command(BaseCommand):
             children = [
                 Child(
                     name="daphne",
-                    argv=[sys.executable, "-m", "daphne", "-b", host, "-p", str(port), ASGI_APPLICATION],
+                    argv=[sys.executable, *WEB_SERVER, "-b", host, "-p", str(port), ASGI_APPLICATION],
                 )
             ]
         else:
@@ -224,7 +226,7 @@ class Command(BaseCommand):
             children = [
                 Child(
                     name=f"daphne-{number}",
-                    argv=[sys.executable, "-m", "daphne", "-e", fd_endpoint(listener), ASGI_APPLICATION],
+                    argv=[sys.executable, *WEB_SERVER, "-e", fd_endpoint(listener), ASGI_APPLICATION],
                     pass_fds=(listener.fileno(),),
                 )
                 for number, listener in enumerate(listeners, start=1)

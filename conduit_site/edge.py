@@ -1,0 +1,257 @@
+"""The web server as ``manage.py serve`` runs it: daphne, with request bodies bounded before they
+are buffered.
+
+    python -m conduit_site.edge <daphne's arguments> conduit_site.asgi:application
+
+Daphne (Twisted's HTTP/1.1 parser) reads a request's whole body, into memory or a temporary
+file, before the ASGI application sees the request, and then hands it over in one piece: a
+declared ``Content-Length: 1000000000`` grew a web process by a gigabyte before Django's size
+check could run. Here the request class daphne builds (:class:`EdgeRequest`) checks each request
+when its headers are complete, before any byte of its body is read:
+
+- a declared ``Content-Length`` over the path's limit is answered ``413`` at once and the
+  connection closed; a chunked body is counted as it arrives and cut off the same way as it
+  passes the limit. The limits: ``CONDUIT_MAX_RECEIVER_BODY_BYTES`` for the receivers
+  (``/hooks/…``), ``CONDUIT_MAX_API_BODY_BYTES`` for the API (``/api/…``) and
+  ``DATA_UPLOAD_MAX_MEMORY_SIZE`` for every other path (the console's forms);
+- a request to the API that carries a body must bear a live API token: without an
+  ``Authorization: Bearer`` header or with a malformed one it is answered ``401`` at once; a
+  well-formed token is looked up (in a thread, reading stops meanwhile) before the body is read.
+  A token found live is remembered for :data:`LIVE_TOKEN_SECONDS`; the API authenticates every
+  request itself as before.
+
+Django's own checks (``DATA_UPLOAD_MAX_MEMORY_SIZE``, ``CONDUIT_MAX_EVENT_BYTES``, the API's
+authentication) stay as a second line behind this one.
+
+Written against daphne 4.2.3 and Twisted 26.10: it overrides ``Request.gotLength`` (called by
+``HTTPChannel.allHeadersReceived`` once the headers are parsed, before the body and before the
+``100 Continue``), ``Request.handleContentChunk`` (each piece of the body, chunked or not) and
+``Request.requestReceived``, reads ``HTTPChannel._path`` (the request target) and pauses reading
+through ``HTTPChannel._networkProducer``; daphne's ``Server.run`` builds its ``HTTPFactory`` by
+the name in ``daphne.server``, which :func:`install` replaces. HTTP/2 (a Twisted extra, not
+installed) would bypass it. ``tests/conduit_site/test_edge.py`` fails if a declared body is no
+longer refused before it is sent, as after an upgrade that renames one of these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from urllib.parse import unquote
+
+import daphne.server  # first: it installs the asyncio reactor
+from daphne.cli import CommandLineInterface
+from daphne.http_protocol import HTTPFactory, WebRequest
+from django.conf import settings
+from twisted.internet.threads import deferToThread
+
+from routing.access.tokens import token_digest, token_well_formed
+
+RECEIVER_PREFIX = "/hooks/"
+API_PREFIX = "/api/"
+REALM = "conduit"
+# How long a token found live lets bodies through without another lookup; the API still
+# authenticates each request, so a token revoked meanwhile gets its 401 there.
+LIVE_TOKEN_SECONDS = 30.0
+LIVE_TOKENS_KEPT = 4096
+REASONS = {401: b"Unauthorized", 413: b"Content Too Large", 503: b"Service Unavailable"}
+
+_live_tokens: dict[str, float] = {}
+
+
+def body_limit(path: str) -> tuple[int, str]:
+    """The most bytes a request body to ``path`` may have, and the setting that says so."""
+    if path.startswith(RECEIVER_PREFIX):
+        return settings.CONDUIT_MAX_RECEIVER_BODY_BYTES, "CONDUIT_MAX_RECEIVER_BODY_BYTES"
+    if path.startswith(API_PREFIX):
+        return settings.CONDUIT_MAX_API_BODY_BYTES, "CONDUIT_MAX_API_BODY_BYTES"
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "DATA_UPLOAD_MAX_MEMORY_SIZE"
+
+
+def bearer_secret(header: bytes | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header when it has a token's shape."""
+    if not header:
+        return None
+    scheme, _, secret = header.decode("latin-1").partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not token_well_formed(secret):
+        return None
+    return secret
+
+
+def token_live(secret: str) -> bool:
+    """Whether ``secret`` is a live API token (a database read: call it in a thread)."""
+    from django.db import close_old_connections
+
+    from routing.access.selectors import api_token_live
+
+    close_old_connections()
+    try:
+        return api_token_live(secret=secret)
+    finally:
+        close_old_connections()
+
+
+def _recently_live(secret: str) -> bool:
+    until = _live_tokens.get(token_digest(secret))
+    return until is not None and until > time.monotonic()
+
+
+def _remember_live(secret: str) -> None:
+    if len(_live_tokens) >= LIVE_TOKENS_KEPT:
+        _live_tokens.clear()
+    _live_tokens[token_digest(secret)] = time.monotonic() + LIVE_TOKEN_SECONDS
+
+
+class EdgeRequest(WebRequest):
+    """Daphne's request, refusing a body over its path's limit, or an API body without a live
+    token, before reading it (see the module's documentation)."""
+
+    refused = False
+    body_complete = False
+    body_received = 0
+    limit = 0
+    limit_setting = ""
+
+    def gotLength(self, length: int | None) -> None:
+        target = getattr(self.channel, "_path", b"") or b""
+        path = unquote(target.split(b"?", 1)[0].decode("latin-1"))
+        self.limit, self.limit_setting = body_limit(path)
+        has_body = length is None or length > 0
+        secret = None
+        if has_body and path.startswith(API_PREFIX):
+            header = self.requestHeaders.getRawHeaders(b"Authorization")
+            secret = bearer_secret(header[0] if header else None)
+            if secret is None:
+                self.refuse(401, "unauthorized", self._unauthorized_message(header), invalid=bool(header))
+                return
+        if secret is not None and not _recently_live(secret):
+            # The token first (an unknown one is a 401 whatever the size), then the size.
+            super().gotLength(length)
+            self._verify_before_reading(secret, length)
+            return
+        if self._over_limit(length):
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self.refused:
+            return
+        self.body_received += len(data)
+        if self.body_received > self.limit:
+            self.refuse(413, "event_too_large", self._too_large(self.body_received, more=True))
+            return
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if self.refused:
+            return  # the rest of a cut-off chunked body: answered already
+        self.body_complete = True
+        super().requestReceived(command, path, version)
+
+    def refuse(self, status: int, code: str, message: str, *, invalid: bool = False) -> None:
+        """Answer ``status`` with a JSON error, as the API does, and close the connection; what
+        the client sends after it is never read."""
+        self.refused = True
+        # No "100 Continue" after the answer (HTTPChannel sends it after gotLength).
+        self.requestHeaders.removeHeader(b"Expect")
+        body = json.dumps({"error": code, "message": message}).encode()
+        headers = [
+            b"HTTP/1.1 %d %s" % (status, REASONS[status]),
+            b"Content-Type: application/json",
+            b"Content-Length: %d" % len(body),
+            b"Cache-Control: no-store",
+            b"Connection: close",
+        ]
+        if status == 401:
+            challenge = f'Bearer realm="{REALM}"' + (', error="invalid_token"' if invalid else "")
+            headers.append(b"WWW-Authenticate: " + challenge.encode())
+        channel = self.channel
+        channel.transport.write(b"\r\n".join(headers) + b"\r\n\r\n" + body)
+        channel.loseConnection()
+
+    def _over_limit(self, length: int | None) -> bool:
+        """Refuse (413) a declared length over the limit."""
+        if length is None or length <= self.limit:
+            return False
+        self.refuse(413, "event_too_large", self._too_large(length))
+        return True
+
+    def _verify_before_reading(self, secret: str, length: int | None) -> None:
+        """Stop reading the connection until ``secret`` is found live: resume then, or answer 401."""
+        channel = self.channel
+        continue_asked = self.requestHeaders.getRawHeaders(b"Expect")
+        # Send "100 Continue" only once the token is known to be live.
+        self.requestHeaders.removeHeader(b"Expect")
+        channel._networkProducer.pauseProducing()
+
+        def verified(live: bool) -> None:
+            if live:
+                _remember_live(secret)
+            if self.channel is None or self.refused or self.body_complete:
+                # Gone meanwhile, or a whole body had arrived with the headers: the API
+                # answers that one (and the channel resumes reading once it is answered).
+                return
+            if not live:
+                message = "the API token is unknown, revoked or of an inactive user"
+                self.refuse(401, "unauthorized", message, invalid=True)
+                return
+            if self._over_limit(length):
+                return
+            if continue_asked and continue_asked[0].lower() == b"100-continue":
+                channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            channel._networkProducer.resumeProducing()
+
+        def failed(failure) -> None:
+            if self.channel is not None and not self.refused and not self.body_complete:
+                # The database could not be read: the API could not answer either.
+                self.refuse(503, "unavailable", "the API token cannot be checked now; try again")
+
+        deferToThread(token_live, secret).addCallbacks(verified, failed)
+
+    @staticmethod
+    def _unauthorized_message(header: list[bytes] | None) -> str:
+        if not header:
+            return "an API token is required: send the header 'Authorization: Bearer <token>'"
+        return "the Authorization header must read 'Bearer <token>' with an API token"
+
+    def _too_large(self, size: int, *, more: bool = False) -> str:
+        what = f"more than {self.limit} bytes" if more else f"{size} bytes"
+        return f"the request body is {what}; the limit is {self.limit} bytes ({self.limit_setting})"
+
+
+class EdgeHTTPFactory(HTTPFactory):
+    """Daphne's HTTP factory, building :class:`EdgeRequest` requests."""
+
+    def buildProtocol(self, addr):
+        protocol = super().buildProtocol(addr)
+        protocol.requestFactory = EdgeRequest
+        return protocol
+
+
+def install() -> None:
+    """Make daphne's server build :class:`EdgeHTTPFactory`; fail at start, not at a request, if
+    the daphne or Twisted installed lacks a name this module depends on."""
+    for owner, name in (
+        (daphne.server, "HTTPFactory"),
+        (WebRequest, "gotLength"),
+        (WebRequest, "handleContentChunk"),
+    ):
+        if not hasattr(owner, name):
+            raise RuntimeError(
+                f"conduit_site.edge: the installed daphne/Twisted has no {name}; see its documentation"
+            )
+    daphne.server.HTTPFactory = EdgeHTTPFactory
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run daphne's command line (the same arguments) with bodies bounded."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
+    install()
+    CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()
