@@ -176,13 +176,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
+def wait_for_port(port: int, process: subprocess.Popen, what: str, log: Path) -> None:
     for _ in range(300):
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 return
         if process.poll() is not None:
-            pytest.fail(f"{what} stopped: {process.stderr.read().decode()[-3000:]}")
+            pytest.fail(f"{what} stopped: {log.read_text()[-3000:]}")
         threading.Event().wait(0.1)
     pytest.fail(f"{what} did not listen")
 
@@ -220,14 +220,15 @@ def caddy_in_front(directory: Path, upstream_port: int, **environment: str) -> I
     config = json.loads(text)
     config["admin"] = {"disabled": True}
     (directory / "caddy.json").write_text(json.dumps(config))
+    log = directory / "caddy.log"
     process = subprocess.Popen(
         [shutil.which("caddy"), "run", "--config", str(directory / "caddy.json")],
         env={"PATH": "/usr/bin:/bin", "HOME": str(directory), "XDG_DATA_HOME": str(directory), **environment},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log.open("w"),  # a file: a pipe nobody reads would fill and stop Caddy
     )
     try:
-        wait_for_port(listen, process, "Caddy")
+        wait_for_port(listen, process, "Caddy", log)
         yield listen
     finally:
         process.terminate()
@@ -356,15 +357,16 @@ def edge(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tuple
             LOG_LEVEL="WARNING",
         )
     port = free_port()
+    log = directory / "serve.log"
     web = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--no-router", "--workers", "1", "--port", str(port)],
         cwd=ROOT,
         env=environment,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log.open("w"),
     )
     try:
-        wait_for_port(port, web, "Conduit")
+        wait_for_port(port, web, "Conduit", log)
         with caddy_in_front(directory, port, CONDUIT_PROXY_SECRET=PROXY_SECRET) as listen:
             yield listen, port
     finally:
@@ -694,3 +696,34 @@ def test_the_guide_names_files_commands_and_settings_that_exist():
         assert name in commands, f"docs/deploy.md names manage.py {name}"
     for name in set(re.findall(r"`(CONDUIT_[A-Z_]+)", guide)):
         assert_setting(name)
+
+
+def test_caddy_drops_a_client_that_sends_its_headers_a_byte_at_a_time(edge):
+    """A client that trickles its request line and headers (a byte every 2 s) is cut off at the
+    header timeout (10 s) instead of holding its connection for ever; meanwhile others are
+    answered."""
+    caddy, _ = edge
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"x" * 100
+    with socket.create_connection(("127.0.0.1", caddy), timeout=30) as slow:
+        started = time.monotonic()
+        closed = None
+        for byte in head:
+            if time.monotonic() - started > 20:
+                break
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                closed = time.monotonic() - started
+                break
+            assert status_of(raw_request(caddy, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1")) == 200
+            slow.settimeout(2)
+            try:
+                if slow.recv(1024) == b"":
+                    closed = time.monotonic() - started
+                    break
+            except TimeoutError:
+                pass
+            except OSError:  # reset: Caddy closed with bytes of ours unread
+                closed = time.monotonic() - started
+                break
+    assert closed is not None and 9 <= closed <= 16, closed
