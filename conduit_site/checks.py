@@ -19,3 +19,19 @@ def check_metrics_token(app_configs, **kwargs) -> list[Warning]:
             )
         ]
     return []
+
+
+@register(Tags.security, deploy=True)
+def check_proxy_secret(app_configs, **kwargs) -> list[Warning]:
+    """Proxies trusted by address alone: any process on the proxy's host can name a client."""
+    if getattr(settings, "CONDUIT_TRUSTED_PROXIES", []) and not getattr(settings, "CONDUIT_PROXY_SECRET", ""):
+        return [
+            Warning(
+                "CONDUIT_TRUSTED_PROXIES is set without CONDUIT_PROXY_SECRET: any process that reaches "
+                "the web processes from a proxy's address can choose the address sign-in lockouts count.",
+                hint="Set CONDUIT_PROXY_SECRET, and have the proxy send it as X-Conduit-Proxy "
+                "(deploy/Caddyfile does).",
+                id="conduit.W002",
+            )
+        ]
+    return []

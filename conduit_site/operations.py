@@ -13,7 +13,9 @@ HTTPS redirect, sessions, CSRF, the login and axes. Each is ``Cache-Control: no-
   ones; ``?exclude=work_loop`` (comma-separated, or repeated) leaves checks out.
 - ``/metrics``: the text exposition of :mod:`conduit_site.metrics` when ``CONDUIT_METRICS`` is on
   (else a 404, as for any unknown address), behind ``Authorization: Bearer
-  <CONDUIT_METRICS_TOKEN>`` when that is set (401 otherwise).
+  <CONDUIT_METRICS_TOKEN>`` when that is set (401 otherwise). Only the exact path ``/metrics``
+  (after percent-decoding) is the exposition; ``/metrics/``, ``//metrics`` and every other
+  spelling are a 404, so that a proxy that hides ``/metrics`` hides it whole.
 """
 
 from __future__ import annotations
@@ -80,7 +82,10 @@ class OperationsMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         view = ENDPOINTS.get(request.path_info.rstrip("/") or "/")
-        if view is None or (view is metrics and not settings.CONDUIT_METRICS):
+        if view is metrics and (not settings.CONDUIT_METRICS or request.path != "/metrics"):
+            # The full path, not path_info: a client's Daphne-Root-Path header moves path_info.
+            view = None
+        if view is None:
             return self.get_response(request)
         if request.method not in ("GET", "HEAD"):
             response = JsonResponse({"error": f"{request.method} is not allowed here: use GET"}, status=405)

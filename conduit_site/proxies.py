@@ -7,10 +7,17 @@ address from the right that is not a trusted proxy is the client. Whatever a cli
 the header itself stays on the left and is never read. (django-ipware's proxy settings check the
 addresses listed in the header, not the peer, so a client reaching the server directly could
 still choose its address; hence this function.)
+
+An address alone does not tell the proxy from another process on its host: any local process
+(a Work's command included) can connect to ``127.0.0.1`` and write the header. So with
+``CONDUIT_PROXY_SECRET`` set, the header is read only from a request that also carries
+``X-Conduit-Proxy: <the secret>``, which the proxy adds to every request it passes on (and
+replaces when a client sent one); every other request is its peer's.
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from functools import lru_cache
 
@@ -39,12 +46,26 @@ def is_trusted(address: str, networks: tuple[Network, ...]) -> bool:
     return parsed is not None and any(parsed in network for network in networks)
 
 
+PROXY_SECRET_HEADER = "HTTP_X_CONDUIT_PROXY"
+
+
+def from_the_proxy(request: HttpRequest) -> bool:
+    """Whether the request carries the proxy's secret (``X-Conduit-Proxy``), compared in
+    constant time; true when no secret is set (the peer's address is then the only proof)."""
+    secret = settings.CONDUIT_PROXY_SECRET
+    if not secret:
+        return True
+    sent = request.META.get(PROXY_SECRET_HEADER, "")
+    return hmac.compare_digest(sent.encode("latin-1", "replace"), secret.encode())
+
+
 def client_ip(request: HttpRequest) -> str | None:
-    """The client's address: ``REMOTE_ADDR``, or behind trusted proxies the right-most address
-    of ``X-Forwarded-For`` that is not a trusted proxy."""
+    """The client's address: ``REMOTE_ADDR``, or behind trusted proxies (a trusted peer that
+    sent the proxy's secret, when one is set) the right-most address of ``X-Forwarded-For``
+    that is not a trusted proxy."""
     peer = request.META.get("REMOTE_ADDR")
     networks = trusted_networks(tuple(settings.CONDUIT_TRUSTED_PROXIES))
-    if not peer or not networks or not is_trusted(peer, networks):
+    if not peer or not networks or not is_trusted(peer, networks) or not from_the_proxy(request):
         return peer
     forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
     for hop in reversed(forwarded):

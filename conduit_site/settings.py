@@ -211,6 +211,9 @@ for _proxy in CONDUIT_TRUSTED_PROXIES:
         ipaddress.ip_network(_proxy, strict=False)
     except ValueError as _error:
         raise RuntimeError(f"CONDUIT_TRUSTED_PROXIES: {_proxy!r} is not an address or network") from _error
+# A secret the proxy adds to every request (X-Conduit-Proxy): with it set, X-Forwarded-For is read
+# only from requests that carry it, so a process on the proxy's host cannot name an address.
+CONDUIT_PROXY_SECRET = os.environ.get("CONDUIT_PROXY_SECRET", "")
 AXES_CLIENT_IP_CALLABLE = "conduit_site.proxies.client_ip"
 AXES_LOCKOUT_TEMPLATE = "routing/login_locked.html"
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]

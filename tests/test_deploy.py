@@ -14,8 +14,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import yaml
@@ -32,6 +37,8 @@ INSTALLED = "/srv/conduit"
 SETTINGS_SOURCE = (ROOT / "conduit_site" / "settings.py").read_text()
 # Read by a library or by serve rather than by settings.py.
 OTHER_ENVIRONMENT = {"PROMETHEUS_MULTIPROC_DIR"}
+PASSWORD = "a-long-console-password-1"
+WRONG = "not-the-password-9"
 
 
 def parse_command(argv: list[str]) -> None:
@@ -109,7 +116,9 @@ def caddy_upstreams() -> list[str]:
     for line in lines:
         # Headers that would keep a client's own X-Forwarded-For, or replace Caddy's.
         assert "trusted_proxies" not in line and "X-Forwarded-For" not in line, line
-    return [word for line in lines if line.startswith("reverse_proxy") for word in line.split()[1:]]
+    return [
+        word for line in lines if line.startswith("reverse_proxy") for word in line.split()[1:] if word != "{"
+    ]
 
 
 def test_caddy_proxies_to_the_web_service_on_its_port(compose):
@@ -136,6 +145,14 @@ def test_the_trusted_proxy_setting_names_caddy_and_no_other_container(compose):
         # Another container of the network is no proxy: its header is ignored.
         direct = factory.get("/", REMOTE_ADDR=other, HTTP_X_FORWARDED_FOR="203.0.113.7")
         assert client_ip(direct) == other
+    # Caddy and the web hold the proxy's secret; no loop does.
+    services = compose["services"]
+    holders = {name for name, s in services.items() if "CONDUIT_PROXY_SECRET" in s.get("environment", {})}
+    assert holders == {"web", "caddy"}
+    assert (
+        services["web"]["environment"]["CONDUIT_PROXY_SECRET"]
+        == services["caddy"]["environment"]["CONDUIT_PROXY_SECRET"]
+    )
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -159,13 +176,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_inside(tmp_path):
-    """deploy/Caddyfile run by Caddy, its listener and upstream moved to loopback ports: a client
-    (at 127.0.0.2) that forges X-Forwarded-For is still seen at its own address by
-    ``client_ip`` with Caddy's address trusted, and /metrics is answered 404 by Caddy."""
+def wait_for_port(port: int, process: subprocess.Popen, what: str, log: Path) -> None:
+    for _ in range(300):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if process.poll() is not None:
+            pytest.fail(f"{what} stopped: {log.read_text()[-3000:]}")
+        threading.Event().wait(0.1)
+    pytest.fail(f"{what} did not listen")
+
+
+def adapted_caddyfile(directory: Path) -> dict:
+    """deploy/Caddyfile as Caddy reads it (its JSON configuration)."""
     caddy = shutil.which("caddy")
     assert caddy, "caddy is missing: install Debian's caddy package (.ci/run does)"
-    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(directory), "XDG_DATA_HOME": str(directory)}
     adapted = subprocess.run(
         [caddy, "adapt", "--config", str(DEPLOY / "Caddyfile"), "--adapter", "caddyfile"],
         capture_output=True,
@@ -174,60 +200,304 @@ def test_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_inside(t
         check=True,
         timeout=60,
     )
-    config = json.loads(adapted.stdout)
+    return json.loads(adapted.stdout)
+
+
+@contextmanager
+def caddy_in_front(directory: Path, upstream_port: int, **environment: str) -> Iterator[int]:
+    """deploy/Caddyfile run by Caddy, its listener moved to a loopback port (yielded) and its
+    upstream to ``upstream_port``; ``environment`` is Caddy's (CONDUIT_PROXY_SECRET)."""
+    config = adapted_caddyfile(directory)
     [server] = config["apps"]["http"]["servers"].values()
     assert server["listen"] == [":443"]
-    listen, upstream = free_port(), http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    listen = free_port()
     server["listen"] = [f"127.0.0.1:{listen}"]
     server["automatic_https"] = {"disable": True}
     text = json.dumps(config)
     assert text.count('"dial": "web:8000"') == 1
-    text = text.replace('"dial": "web:8000"', f'"dial": "127.0.0.1:{upstream.server_port}"')
+    text = text.replace('"dial": "web:8000"', f'"dial": "127.0.0.1:{upstream_port}"')
     text = text.replace('"host": ["localhost"]', '"host": ["127.0.0.1"]')
     config = json.loads(text)
     config["admin"] = {"disabled": True}
-    (tmp_path / "caddy.json").write_text(json.dumps(config))
+    (directory / "caddy.json").write_text(json.dumps(config))
+    log = directory / "caddy.log"
     process = subprocess.Popen(
-        [caddy, "run", "--config", str(tmp_path / "caddy.json")],
-        env=environment,
+        [shutil.which("caddy"), "run", "--config", str(directory / "caddy.json")],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(directory), "XDG_DATA_HOME": str(directory), **environment},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log.open("w"),  # a file: a pipe nobody reads would fill and stop Caddy
     )
     try:
-        for _ in range(100):
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", listen)) == 0:
-                    break
-            if process.poll() is not None:
-                pytest.fail(f"Caddy stopped: {process.stderr.read().decode()[-2000:]}")
-            threading.Event().wait(0.1)
-        else:
-            pytest.fail("Caddy did not listen")
-
-        def get(path: str) -> int:
-            with socket.create_connection(
-                ("127.0.0.1", listen), timeout=10, source_address=("127.0.0.2", 0)
-            ) as c:
-                c.sendall(
-                    f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: 203.0.113.66\r\n"
-                    "Connection: close\r\n\r\n".encode()
-                )
-                return int(c.makefile("rb").readline().split()[1])
-
-        assert get("/metrics") == 404
-        assert _Recorder.seen == []
-        assert get("/login/") == 200
+        wait_for_port(listen, process, "Caddy", log)
+        yield listen
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def raw_request(port: int, head: str, *, source: str = "127.0.0.2", body: bytes = b"") -> bytes:
+    """``head`` (a request line and headers, without the blank line) and ``body`` sent as they
+    are (no client library cleans the path) to ``port`` from ``source``; the whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0)) as c:
+        c.sendall(head.encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        chunks = []
+        while chunk := c.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_caddy_sends_the_client_address_conduit_reads_and_keeps_metrics_inside(tmp_path):
+    """deploy/Caddyfile run by Caddy, its listener and upstream moved to loopback ports: a client
+    (at 127.0.0.2) that forges X-Forwarded-For and X-Conduit-Proxy is still seen at its own
+    address by ``client_ip`` with Caddy's address and secret trusted, and /metrics is answered
+    404 by Caddy."""
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        with caddy_in_front(tmp_path, upstream.server_port, CONDUIT_PROXY_SECRET=PROXY_SECRET) as listen:
+
+            def get(path: str) -> int:
+                return status_of(
+                    raw_request(
+                        listen,
+                        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: 203.0.113.66\r\n"
+                        "X-Conduit-Proxy: forged\r\nDaphne-Root-Path: /login",
+                    )
+                )
+
+            # Caddy's own rule, whatever the upstream would answer: no spelling reaches it.
+            for spelling in METRICS_SPELLINGS:
+                assert get(spelling) == 404, spelling
+            assert _Recorder.seen == []
+            assert get("/login/") == 200
+    finally:
         upstream.shutdown()
     [headers] = _Recorder.seen
     forwarded = headers["X-Forwarded-For"]
     assert headers["X-Forwarded-Proto"] == "http"  # https behind its TLS
-    request = RequestFactory().get("/", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=forwarded)
-    with override_settings(CONDUIT_TRUSTED_PROXIES=env_file()["CONDUIT_TRUSTED_PROXIES"].split(",")):
+    assert headers["X-Conduit-Proxy"] == PROXY_SECRET
+    assert "Daphne-Root-Path" not in headers
+    request = RequestFactory().get(
+        "/",
+        REMOTE_ADDR="127.0.0.1",
+        HTTP_X_FORWARDED_FOR=forwarded,
+        HTTP_X_CONDUIT_PROXY=headers["X-Conduit-Proxy"],
+    )
+    with override_settings(
+        CONDUIT_TRUSTED_PROXIES=env_file()["CONDUIT_TRUSTED_PROXIES"].split(","),
+        CONDUIT_PROXY_SECRET=PROXY_SECRET,
+    ):
         assert client_ip(request) == "127.0.0.2", forwarded
+
+
+def test_caddy_times_out_slow_requests_and_idle_connections():
+    [server] = adapted_caddyfile_cached()["apps"]["http"]["servers"].values()
+    seconds = 1_000_000_000
+    assert server["read_header_timeout"] == 10 * seconds
+    assert server["read_timeout"] == 30 * seconds
+    assert server["idle_timeout"] == 120 * seconds
+
+
+_ADAPTED: list[dict] = []
+
+
+def adapted_caddyfile_cached() -> dict:
+    if not _ADAPTED:
+        with tempfile.TemporaryDirectory() as directory:
+            _ADAPTED.append(adapted_caddyfile(Path(directory)))
+    return _ADAPTED[0]
+
+
+# --- Conduit behind the real Caddy ---------------------------------------------------------------
+
+PROXY_SECRET = "a-proxy-secret-for-the-tests"
+METRICS_TOKEN = "a-metrics-token-for-the-tests"
+# Every spelling of /metrics a client could try through the proxy.
+METRICS_SPELLINGS = [
+    "/metrics",
+    "/metrics/",
+    "/metrics//",
+    "/metrics%2F",
+    "/metrics%2f",
+    "//metrics",
+    "/METRICS",
+    "/Metrics/",
+    "/metrics?x",
+    "/metrics/?x=1",
+    "/./metrics",
+    "/%2E/metrics",
+    "/x/../metrics",
+    "/%6detrics",
+    "/metric%73",
+    "/metrics;x",
+    "/metrics%00",
+    "/metrics.txt",
+    "http://127.0.0.1/metrics",
+]
+
+
+@pytest.fixture(scope="module")
+def edge(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tuple[int, int]]:
+    """A real Conduit web process (``serve --no-router``) on the test database, with metrics on
+    and a token, the local proxy trusted with its secret; and deploy/Caddyfile's Caddy in front
+    of it: (Caddy's port, Conduit's port)."""
+    from tests.support import child_env
+
+    directory = tmp_path_factory.mktemp("edge")
+    with django_db_blocker.unblock():
+        environment = child_env(
+            CONDUIT_VAR_DIR=str(directory / "var"),
+            CONDUIT_METRICS_TOKEN=METRICS_TOKEN,
+            CONDUIT_TRUSTED_PROXIES="127.0.0.1,::1",
+            CONDUIT_PROXY_SECRET=PROXY_SECRET,
+            LOG_LEVEL="WARNING",
+        )
+    port = free_port()
+    log = directory / "serve.log"
+    web = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--no-router", "--workers", "1", "--port", str(port)],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+    try:
+        wait_for_port(port, web, "Conduit", log)
+        with caddy_in_front(directory, port, CONDUIT_PROXY_SECRET=PROXY_SECRET) as listen:
+            yield listen, port
+    finally:
+        web.terminate()
+        try:
+            web.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            web.kill()
+            web.wait()
+
+
+def scrape(port: int, path: str, **headers: str) -> bytes:
+    lines = "".join(f"\r\n{name}: {value}" for name, value in headers.items())
+    return raw_request(
+        port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {METRICS_TOKEN}{lines}"
+    )
+
+
+def test_caddy_refuses_every_spelling_of_metrics_while_a_direct_scrape_reads_it(edge):
+    """With the token (a leaked one, say), no spelling of /metrics gets the exposition through
+    Caddy, nor a client's Daphne-Root-Path that would move the path Conduit routes; a scraper
+    that reaches the web process directly reads it."""
+    caddy, web = edge
+    direct = scrape(web, "/metrics")
+    assert status_of(direct) == 200 and b"# TYPE conduit_" in direct, direct[:300]
+    for spelling in METRICS_SPELLINGS:
+        answer = scrape(caddy, spelling)
+        assert status_of(answer) == 404, (spelling, answer[:300])
+        assert b"# TYPE" not in answer, spelling
+    for root in ("/x", "/x/"):
+        answer = scrape(caddy, "/x/metrics", **{"Daphne-Root-Path": root})
+        assert status_of(answer) == 404, (root, answer[:300])
+
+
+def test_conduit_answers_metrics_at_its_exact_path_alone(edge):
+    """Directly, too, only ``/metrics`` (percent-decoded, with any query) is the exposition: the
+    spellings that a proxy's rule could miss are 404s."""
+    _, web = edge
+    answered = [s for s in METRICS_SPELLINGS if status_of(scrape(web, s)) == 200]
+    assert sorted(answered) == sorted(["/metrics", "/metrics?x", "/%6detrics", "/metric%73"])
+    assert status_of(scrape(web, "/x/metrics", **{"Daphne-Root-Path": "/x"})) == 404
+
+
+def sign_in(port: int, password: str, *, source: str, **headers: str) -> int:
+    """A sign-in as the console's form sends it (its CSRF cookie and token first): the status."""
+    extra = "".join(f"\r\n{name}: {value}" for name, value in headers.items())
+    page = raw_request(port, f"GET /login/ HTTP/1.1\r\nHost: 127.0.0.1{extra}", source=source)
+    cookie = re.search(rb"csrftoken=([^;]+)", page).group(1).decode()
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1).decode()
+    body = urlencode({"csrfmiddlewaretoken": token, "username": "operator", "password": password}).encode()
+    answer = raw_request(
+        port,
+        f"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: csrftoken={cookie}\r\n"
+        f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(body)}{extra}",
+        source=source,
+        body=body,
+    )
+    return status_of(answer)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_local_process_that_skips_the_proxy_cannot_choose_its_sign_in_address(edge, settings):
+    """A process of the proxy's host that connects to the web process directly (its peer is
+    127.0.0.1, a trusted proxy's address) and writes X-Forwarded-For without the proxy's secret
+    is counted at its own address: five wrong passwords under five forged addresses lock
+    127.0.0.1 out. Through Caddy, clients are still told apart by their own addresses."""
+    from axes.models import AccessAttempt
+
+    from tests.routing.factories import UserFactory
+
+    caddy, web = edge
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    limit = settings.AXES_FAILURE_LIMIT
+    statuses = [
+        sign_in(
+            web,
+            WRONG,
+            source="127.0.0.1",
+            **{"X-Forwarded-For": f"192.0.2.{n + 1}", "X-Conduit-Proxy": "a-guess"},
+        )
+        for n in range(limit)
+    ]
+    # The last failure reaches the limit: that answer is the lockout already.
+    assert statuses == [200] * (limit - 1) + [429]
+    assert sign_in(web, PASSWORD, source="127.0.0.1", **{"X-Forwarded-For": "192.0.2.99"}) == 429
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"127.0.0.1"}
+    # Through Caddy (its peer is 127.0.0.1 too) each client is its own address.
+    statuses = [
+        sign_in(caddy, WRONG, source="127.0.0.2", **{"X-Forwarded-For": "127.0.0.3"}) for _ in range(limit)
+    ]
+    assert statuses == [200] * (limit - 1) + [429]
+    assert sign_in(caddy, PASSWORD, source="127.0.0.2") == 429
+    assert sign_in(caddy, PASSWORD, source="127.0.0.3") == 302
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"127.0.0.1", "127.0.0.2"}
+
+
+def test_caddy_refuses_a_body_over_its_path_s_limit_before_conduit_reads_it(edge):
+    """A declared length over the path's limit is answered 413 at once, with the body never
+    sent; a chunked body that grows past it is cut off with 413; a body within it is Conduit's
+    to answer."""
+    caddy, _ = edge
+    limits = {"/hooks/gh": 262144, "/api/events": 262144, "/api/setup/validate": 2098176, "/login/": 2621440}
+    for path, limit in limits.items():
+        for declared in (limit + 1, 1_000_000_000):
+            started = time.monotonic()
+            answer = raw_request(
+                caddy, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {declared}", body=b"{"
+            )
+            assert status_of(answer) == 413, (path, declared, answer[:300])
+            assert not answered_by_conduit(answer), path
+            assert time.monotonic() - started < 5
+        over = b"x" * (limit + 1)
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(over), over)
+        answer = raw_request(
+            caddy, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked", body=chunked
+        )
+        # Caddy streams a chunked body on and cuts it off at the limit (413). An API body without
+        # a token may meet Conduit's web server first, which refuses it unread (401) and closes
+        # the connection; Caddy, still streaming, may report that as 502. Either way, refused.
+        expected = {413, 401, 502} if path.startswith("/api/") else {413}
+        assert status_of(answer) in expected, (path, answer[:300])
+    # Within the limit the request reaches Conduit, which answers for itself.
+    answer = raw_request(caddy, "POST /hooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2", body=b"{}")
+    assert answered_by_conduit(answer), answer[:300]
+
+
+def answered_by_conduit(answer: bytes) -> bool:
+    """Conduit names every request it answers (X-Request-ID); Caddy's own answers do not."""
+    return b"\r\nx-request-id:" in answer.split(b"\r\n\r\n", 1)[0].lower()
 
 
 def test_the_systemd_web_listens_where_the_local_proxy_is_trusted():
@@ -238,11 +508,18 @@ def test_the_systemd_web_listens_where_the_local_proxy_is_trusted():
     assert host == "127.0.0.1"
     trusted = environment["CONDUIT_TRUSTED_PROXIES"].split(",")
     assert "127.0.0.1" in trusted
+    # The proxy's secret is the web's and Caddy's alone: no loop reads it.
+    assert "CONDUIT_PROXY_SECRET" not in environment
+    assert env_file("proxy.env").keys() == {"CONDUIT_PROXY_SECRET"}
+    caddy = configparser.RawConfigParser()
+    caddy.optionxform = str  # type: ignore[assignment,method-assign]
+    caddy.read_string((DEPLOY / "caddy.conf").read_text())
+    assert caddy["Service"]["EnvironmentFile"] == "/etc/conduit/proxy.env"
 
 
-def env_file() -> dict[str, str]:
+def env_file(name: str = "conduit.env") -> dict[str, str]:
     out = {}
-    for line in (DEPLOY / "conduit.env").read_text().splitlines():
+    for line in (DEPLOY / name).read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, value = line.partition("=")
             out[name] = value
@@ -252,7 +529,7 @@ def env_file() -> dict[str, str]:
 def test_the_environment_file_sets_only_conduit_s_settings():
     environment = env_file()
     assert environment["CONDUIT_ENV"] == "production"
-    for name in environment:
+    for name in (*environment, *env_file("proxy.env")):
         assert_setting(name)
 
 
@@ -298,7 +575,9 @@ def test_the_units_run_manage_py_commands_and_restart_always():
         parse_command(argv[2:])
         assert service["Service"]["Restart"] == ["always"], name
         assert service["Service"]["WorkingDirectory"] == [INSTALLED], name
-        assert service["Service"]["EnvironmentFile"] == ["/etc/conduit/conduit.env"], name
+        files = ["/etc/conduit/conduit.env"] + (["/etc/conduit/proxy.env"] if command == "serve" else [])
+        assert service["Service"]["EnvironmentFile"] == files, name
+        assert int(service["Service"]["LimitNOFILE"][0]) >= 65536, name
         # Nothing serves before the migrations ran.
         assert "conduit-migrate.service" in service["Unit"]["Requires"][0].split(), name
         assert "conduit-migrate.service" in service["Unit"]["After"][0].split(), name
@@ -421,3 +700,34 @@ def test_the_guide_names_files_commands_and_settings_that_exist():
         assert name in commands, f"docs/deploy.md names manage.py {name}"
     for name in set(re.findall(r"`(CONDUIT_[A-Z_]+)", guide)):
         assert_setting(name)
+
+
+def test_caddy_drops_a_client_that_sends_its_headers_a_byte_at_a_time(edge):
+    """A client that trickles its request line and headers (a byte every 2 s) is cut off at the
+    header timeout (10 s) instead of holding its connection for ever; meanwhile others are
+    answered."""
+    caddy, _ = edge
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"x" * 100
+    with socket.create_connection(("127.0.0.1", caddy), timeout=30) as slow:
+        started = time.monotonic()
+        closed = None
+        for byte in head:
+            if time.monotonic() - started > 20:
+                break
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                closed = time.monotonic() - started
+                break
+            assert status_of(raw_request(caddy, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1")) == 200
+            slow.settimeout(2)
+            try:
+                if slow.recv(1024) == b"":
+                    closed = time.monotonic() - started
+                    break
+            except TimeoutError:
+                pass
+            except OSError:  # reset: Caddy closed with bytes of ours unread
+                closed = time.monotonic() - started
+                break
+    assert closed is not None and 9 <= closed <= 16, closed
