@@ -263,6 +263,12 @@ def api_view(
                         api_require(
                             request, permissions[request.method], to=f"{request.method} {request.path}"
                         )
+                    if "" in request.GET:
+                        # ``?=x``: no parameter has an empty name; silently ignoring it would
+                        # answer a request the document does not describe.
+                        raise ApiError(
+                            400, "invalid_request", "a query parameter has no name (?=…)", field=""
+                        )
                     response = view(request, *args, **kwargs)
                 except (ApiError, *mapping) as exc:
                     response = _error_response(exc, mapping)

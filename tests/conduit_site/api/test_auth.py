@@ -321,3 +321,20 @@ def test_an_admin_gives_a_token_a_default_scope_and_a_bad_path_is_refused(client
     )
     assert good.status_code == 200
     assert ApiToken.objects.get(name="hook").default_scope == "acme/web"
+
+
+# --- query parameters --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query", ["after=1&=null", "=x", "="])
+def test_a_query_parameter_without_a_name_is_refused_not_ignored(client, query):
+    """No endpoint has a parameter with an empty name: ``GET /api/events?after=1&=null`` is not
+    read as ``?after=1``, it is refused naming the nameless parameter."""
+    live_scopes("acme")
+    _, secret = api_token_with_secret()
+    response = client.get(f"{EVENTS_URL}?{query}", headers={"Authorization": f"Bearer {secret}"})
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "invalid_request" and response.json()["field"] == ""
+    named = client.get(f"{EVENTS_URL}?after=1", headers={"Authorization": f"Bearer {secret}"})
+    assert named.status_code == 200, named.content
