@@ -94,7 +94,7 @@ def test_a_backlog_routed_window_after_window_keeps_acceptance_order_i3(clock):
     from routing.acceptance.services import events_accept
 
     apply(clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(60, 5), clock=system_clock)
+    events_accept(payloads=conversation_payloads(60, 5), clock=system_clock, may_address_work=True)
     r = router(clock, batch_size=7)
     try:
         drain(r, rounds=30)

@@ -24,7 +24,7 @@ from tests.support import child_env, manage_command
 @pytest.mark.django_db
 def test_d3_drain_routes_everything_and_reports_plain_lines_off_a_terminal():
     apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
+    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock, may_address_work=True)
     out = StringIO()
     call_command("route_loop", "--drain", "--batch-size", "10", stdout=out)
     lines = out.getvalue().splitlines()
