@@ -9,7 +9,6 @@ from django.contrib.auth.models import Permission
 from conduit_site.console.views import controls as control_views
 from tests.conduit_site.console.views.consolekit import PASSWORD
 from tests.routing.factories import UserFactory
-from tests.routing.routedkit import History
 
 
 @pytest.fixture
@@ -53,8 +52,3 @@ def operator():
 def console(client):
     client.force_login(UserFactory(username="operator"))
     return client
-
-
-@pytest.fixture
-def history(clock) -> History:
-    return History(clock)
