@@ -24,7 +24,7 @@ from conduit_site.api.openapi import openapi_schema
 from routing.models import ApiToken
 from routing.serializers import event_json
 from tests.causal.factories import EventFactory
-from tests.conduit_site.eventkit import cloud_event, events_command, get_route
+from tests.conduit_site.eventkit import events_command, get_route
 from tests.routing.factories import (
     DEFAULT_TEST_CONFIG,
     READER_PERMISSIONS,
@@ -34,6 +34,7 @@ from tests.routing.factories import (
     apply_config,
 )
 from tests.routing.routedkit import REFUSALS
+from tests.routing.routerkit import cloud_event
 
 EVENTS_URL = "/api/events"
 

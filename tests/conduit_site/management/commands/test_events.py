@@ -25,10 +25,10 @@ from routing.models import RouteRecord
 from routing.records.filters import EventListFilter, glob_regex
 from routing.records.selectors import event_chain_routes, event_route, events_route_page
 from routing.serializers import route_json
-from tests.conduit_site.eventkit import cloud_event, events_command, get_route
+from tests.conduit_site.eventkit import events_command, get_route
 from tests.routing.factories import UserFactory, live_scopes
 from tests.routing.routedkit import REFUSALS, pr, route_all
-from tests.routing.routerkit import accept, apply
+from tests.routing.routerkit import accept, apply, cloud_event
 
 
 def events_accept(*args, stdin: str | bytes | None = None):
