@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.routing.factories import api_token_with_secret, apply_config
+from tests.conduit_site.sitekit import PASSWORD
+from tests.routing.factories import UserFactory, api_token_with_secret, apply_config
 from tests.routing.routedkit import History
 
 
@@ -24,3 +25,11 @@ def acme():
 def reader_auth():
     _, secret = api_token_with_secret(user__username="reader")
     return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def operator():
+    user = UserFactory(username="operator")
+    user.set_password(PASSWORD)
+    user.save()
+    return user

@@ -7,7 +7,6 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from conduit_site.console.views import controls as control_views
-from tests.conduit_site.console.views.consolekit import PASSWORD
 from tests.routing.factories import UserFactory
 
 
@@ -38,14 +37,6 @@ def operator_console(client, list_operator, clock, monkeypatch):
 def signed_in(client, operator):
     client.force_login(operator)
     return client
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
 
 
 @pytest.fixture

@@ -13,9 +13,6 @@ from django.urls import reverse
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-PASSWORD = "a-long-console-password-1"
-
-
 CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 

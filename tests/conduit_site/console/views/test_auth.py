@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.conduit_site.console.views.consolekit import PASSWORD, text
+from tests.conduit_site.console.views.consolekit import text
+from tests.conduit_site.sitekit import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
