@@ -263,3 +263,13 @@ def cloud_event(**overrides):
     }
     event.update(overrides)
     return {key: value for key, value in event.items() if value is not ...}
+
+
+def pr(number=1, action="opened", **extra):
+    return {
+        "source": "github",
+        "type": f"github.pull_request.{action}",
+        "scope": "acme",
+        "data": {"repo": "acme/api", "number": number},
+        **extra,
+    }
