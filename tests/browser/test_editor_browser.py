@@ -12,7 +12,7 @@ from axe_playwright_python.sync_playwright import Axe
 from django.urls import reverse
 
 from routing.models import Generation, GenerationKind
-from tests.browser.browserkit import serious, set_document
+from tests.browser.browserkit import RECORD_VIOLATIONS, serious, set_document
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -25,12 +25,6 @@ BROKEN = NOTES + DEFAULT_TEST_CONFIG.replace("policy: drop", "policy: strat")
 BAD_LINE = BROKEN.splitlines().index("        policy: strat") + 1
 FIXED = NOTES + DEFAULT_TEST_CONFIG
 # Recorded before any page script runs (DevTools' init scripts are not subject to the policy).
-RECORD_VIOLATIONS = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (e) => {
-  window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`);
-});
-"""
 
 
 @pytest.fixture

@@ -7,23 +7,14 @@ from django.test import RequestFactory
 from django.urls import reverse
 
 from conduit_site.proxies import client_ip
-from tests.routing.factories import UserFactory
+from tests.conduit_site.sitekit import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
-PASSWORD = "a-long-console-password-1"
 WRONG = "not-the-password-9"
 PROXY = "10.0.0.5"
 VICTIM = "203.0.113.7"
 ATTACKER = "198.51.100.9"
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
 
 
 def sign_in(client, password: str, *, peer: str, forwarded: str | None = None):

@@ -3,9 +3,11 @@ behind a failing Event, the control Events written, and a JSON API call."""
 
 from __future__ import annotations
 
+import io
 import json
 
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 
 from causal.models import Event
 from routing.models import RouteRecord
@@ -19,6 +21,8 @@ from worklife.models import (
     AttemptState,
     Work,
 )
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
 
 CONTROLS = ("cancel_work", "retry_work", "send_input", "create_work", "rebind_work")
 
@@ -73,3 +77,9 @@ def holding_work(clock, r, *, event_id="stuck"):
     later = pr(clock, 1, action="edited")
     drain(r)
     return work_id, stuck, later
+
+
+def events_command(*args):
+    out = io.StringIO()
+    call_command("events", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()

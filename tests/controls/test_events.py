@@ -26,12 +26,11 @@ from routing.engine.failures import FAILURES_NAMESPACE
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import RouteRecord
-from tests.controls.controlkit import holding_work, pr
+from tests.controls.controlkit import HTMX, events_command, holding_work, pr
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import accept, apply, drain, router, state
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
 PASSWORD = "a-long-console-password-1"
 
 
@@ -45,11 +44,6 @@ def fake_clocks(clock, monkeypatch):
     """The API and the console act at the test's clock."""
     monkeypatch.setattr(api_controls, "clock", clock)
     monkeypatch.setattr(control_views, "clock", clock)
-
-
-@pytest.fixture
-def live(clock):
-    return apply(clock)
 
 
 def grant(user, *codenames: str):
@@ -450,12 +444,6 @@ def test_r20_api_wrong_state_is_409_and_unknown_seq_is_404(client, clock, live):
 # --- CLI (in process; the subprocess run is in test_route_failures) ---------------------------------
 
 
-def events_command(*args):
-    out = io.StringIO()
-    call_command("events", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
-
-
 @pytest.mark.django_db
 def test_r20_cli_skip_and_reroute_record_the_actor_without_a_permission_check(clock, live):
     sample_handlers.BROKEN.update({"c1", "c2"})
@@ -499,12 +487,6 @@ def operator():
     user.set_password(PASSWORD)
     user.save()
     return grant(user, "skip_event", "reroute_event")
-
-
-@pytest.fixture
-def console(client, operator):
-    client.force_login(operator)
-    return client
 
 
 def row(body: str, row_id: str) -> str:

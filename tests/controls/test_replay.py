@@ -4,7 +4,6 @@ JavaScript, and several at once), with its lineage and its permission."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import threading
@@ -25,12 +24,12 @@ from routing.acceptance.envelopes import EnvelopeInvalid
 from routing.acceptance.services import event_accept
 from routing.access.roles import ROLE_PERMISSIONS, TOKEN_SCOPES, Role, token_allows
 from routing.models import RouteRecord
+from tests.controls.controlkit import HTMX, events_command
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory, api_token_with_secret, user_with_role
 from tests.routing.routerkit import DOCUMENT, accept, apply, drain, router, state
 from worklife.models import Work
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
 # The configuration after the fix: a route for alerts, which the live one had none for.
 FIXED = DOCUMENT.replace(
     """      - slot: noise""",
@@ -53,11 +52,6 @@ def fake_clocks(clock, monkeypatch):
     monkeypatch.setattr(api_controls, "clock", clock)
     monkeypatch.setattr(control_views, "clock", clock)
     monkeypatch.setattr(replay_views, "clock", clock)
-
-
-@pytest.fixture
-def live(clock):
-    return apply(clock)
 
 
 def control_events():
@@ -334,12 +328,6 @@ def test_api_replay_one_and_several_need_the_replay_permission(client, clock, li
 # --- CLI ----------------------------------------------------------------------------------------
 
 
-def events_command(*args):
-    out = io.StringIO()
-    call_command("events", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
-
-
 @pytest.mark.django_db
 def test_cli_events_replay_records_the_actor_and_exits_non_zero_on_a_refusal(clock, live):
     first = unmatched_alert(clock)
@@ -377,12 +365,6 @@ def test_cli_events_replay_help_says_what_it_does(capsys):
 @pytest.fixture
 def operator():
     return user_with_role("operator", username="olga")
-
-
-@pytest.fixture
-def console(client, operator):
-    client.force_login(operator)
-    return client
 
 
 @pytest.mark.django_db

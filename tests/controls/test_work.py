@@ -22,7 +22,7 @@ from controls.work import WorkControlInvalid, WorkControlRefused
 from routing.engine.decide import addressed_binding
 from routing.engine.world import read_work_views
 from routing.models import RouteRecord
-from tests.controls.controlkit import CONTROLS, api, control_events, grant, parked_work, stored
+from tests.controls.controlkit import CONTROLS, HTMX, api, control_events, grant, parked_work, stored
 from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import apply, drain, router
 from tests.worklife.factories import (
@@ -45,8 +45,6 @@ from worklife.models import (
 )
 from worklife.scheduling import claimable_work_in_tx
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
 
 @pytest.fixture(autouse=True)
 def handlers(test_handlers):
@@ -58,12 +56,6 @@ def fake_clocks(clock, monkeypatch):
     """The API and the console act at the test's clock."""
     monkeypatch.setattr(api_work, "clock", clock)
     monkeypatch.setattr(control_views, "clock", clock)
-
-
-@pytest.fixture
-def live(clock):
-    """The live configuration: scope acme with bindings triage, plain and inbox (routerkit)."""
-    return apply(clock)
 
 
 def running_work(clock, **fields) -> Work:
@@ -655,12 +647,6 @@ def test_r48_r30_cli_refusals_exit_non_zero_name_the_problem_and_store_nothing(c
 @pytest.fixture
 def operator():
     return grant(UserFactory(username="operator"), *CONTROLS)
-
-
-@pytest.fixture
-def console(client, operator):
-    client.force_login(operator)
-    return client
 
 
 def section(body: str) -> str:

@@ -249,3 +249,27 @@ def attempt_dispatch(*, work_id, clock):
     if isinstance(result, WorkError):
         raise result
     return result.attempt
+
+
+def cloud_event(**overrides):
+    """A valid structured-mode CloudEvent for the scope ``acme``."""
+    event = {
+        "specversion": "1.0",
+        "id": "evt-1",
+        "source": "github/acme",
+        "type": "github.pull_request.opened",
+        "scope": "acme",
+        "data": {"number": 7},
+    }
+    event.update(overrides)
+    return {key: value for key, value in event.items() if value is not ...}
+
+
+def pr(number=1, action="opened", **extra):
+    return {
+        "source": "github",
+        "type": f"github.pull_request.{action}",
+        "scope": "acme",
+        "data": {"repo": "acme/api", "number": number},
+        **extra,
+    }

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from routing.engine.configurations import LiveConfigurations
 from tests.routing.routerkit import accept, apply, router
-from worklife.models import Work
+from worklife.models import Attempt, Work
 from worklife.runner import WorkRunner
 
 # A command that reads its inputs, then injected lines until an interrupt line or 1 s idle,
@@ -178,3 +178,7 @@ def work_of(seq: int) -> Work:
 def status(work: Work) -> str:
     work.refresh_from_db()
     return work.status
+
+
+def attempts(work: Work) -> list[Attempt]:
+    return list(Attempt.objects.filter(work=work).order_by("number"))

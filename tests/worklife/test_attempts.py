@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 
 from tests.worklife import enginekit
 from tests.worklife.attemptkit import attempt_end, attempt_start
-from tests.worklife.enginekit import runner, send, status, step_until, work_of
+from tests.worklife.enginekit import attempts, runner, send, status, step_until, work_of
 from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.attempts import attempt_fail, attempts_rescue
 from worklife.executors.environment import env_setting_problems
@@ -50,17 +50,6 @@ def engine(clock, test_handlers, monkeypatch):
     for name, binding in BINDINGS.items():
         monkeypatch.setitem(enginekit.BINDINGS, name, binding)
     enginekit.setup(clock)
-
-
-@pytest.fixture
-def loop(clock):
-    r = runner(clock)
-    yield r
-    r.shutdown(grace=0)
-
-
-def attempts(work: Work) -> list[Attempt]:
-    return list(Attempt.objects.filter(work=work).order_by("number"))
 
 
 def lose(work: Work, clock, owner: str = "crashed-host:1:dead") -> Attempt:

@@ -9,7 +9,7 @@ import pytest
 from causal.models import Event
 from tests.routing.routerkit import apply
 from tests.worklife.callkit import document, result, send, work_of
-from tests.worklife.enginekit import runner, status, step_until
+from tests.worklife.enginekit import status, step_until
 from worklife.models import Work
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,13 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def configured(clock, test_handlers):
     apply(clock, document())
-
-
-@pytest.fixture
-def loop(clock):
-    r = runner(clock)
-    yield r
-    r.shutdown(grace=0)
 
 
 def test_a_child_on_a_binding_its_scope_lacks_is_refused_at_the_call(clock, loop):

@@ -15,7 +15,7 @@ from django.db import transaction
 from causal.models import Event
 from tests.worklife import enginekit
 from tests.worklife.attemptkit import attempt_renew_lease
-from tests.worklife.enginekit import route_all, runner, send, setup, status, step_until, work_of
+from tests.worklife.enginekit import attempts, route_all, runner, send, setup, status, step_until, work_of
 from worklife.lifecycle import work_cancel_in_tx
 from worklife.models import Attempt, Intent, Timer, Wait, Work, WorkInput
 
@@ -25,17 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def engine(clock, test_handlers):
     setup(clock)
-
-
-@pytest.fixture
-def loop(clock):
-    r = runner(clock)
-    yield r
-    r.shutdown(grace=0)
-
-
-def attempts(work: Work) -> list[Attempt]:
-    return list(Attempt.objects.filter(work=work).order_by("number"))
 
 
 def gone(pid: int, within: float = 5.0) -> bool:

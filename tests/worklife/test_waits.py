@@ -18,7 +18,7 @@ from tests.worklife.callkit import (
     send,
     work_of,
 )
-from tests.worklife.enginekit import runner, status, step_until
+from tests.worklife.enginekit import status, step_until
 from worklife.attempts import attempts_end_in_tx
 from worklife.models import Attempt, DependencySubscription, Wait, Work
 
@@ -28,13 +28,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def configured(clock, test_handlers):
     apply(clock, document())
-
-
-@pytest.fixture
-def loop(clock):
-    r = runner(clock)
-    yield r
-    r.shutdown(grace=0)
 
 
 def test_r42_a_wait_across_scopes_subscribes_and_the_event_wakes_it(clock, loop):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from conduit_site.api.openapi import openapi_schema
 from routing.models import ApiToken
 from routing.serializers import event_json
 from tests.causal.factories import EventFactory
+from tests.conduit_site.eventkit import events_command, get_route
 from tests.routing.factories import (
     DEFAULT_TEST_CONFIG,
     READER_PERMISSIONS,
@@ -33,22 +33,10 @@ from tests.routing.factories import (
     api_token_with_secret,
     apply_config,
 )
-from tests.routing.routedkit import REFUSALS, History
+from tests.routing.routedkit import REFUSALS
+from tests.routing.routerkit import cloud_event
 
 EVENTS_URL = "/api/events"
-
-
-def cloud_event(**overrides):
-    event = {
-        "specversion": "1.0",
-        "id": "evt-1",
-        "source": "github/acme",
-        "type": "github.pull_request.opened",
-        "scope": "acme",
-        "data": {"number": 7},
-    }
-    event.update(overrides)
-    return {key: value for key, value in event.items() if value is not ...}
 
 
 @pytest.fixture
@@ -59,12 +47,6 @@ def auth():
         user__username="alice", user__permissions=(*READER_PERMISSIONS, "worklife.send_input")
     )
     return {"Authorization": f"Bearer {secret}"}
-
-
-@pytest.fixture
-def acme():
-    """The default test configuration (scopes acme and acme/web), applied through the service."""
-    return apply_config()
 
 
 def post(client, body, auth, content_type="application/cloudevents+json"):
@@ -1293,29 +1275,6 @@ def test_events_list_needs_view_event(client, acme):
 @pytest.fixture
 def handlers(test_handlers):
     """The test handlers registered (tests/conftest.py), for the tests here that route."""
-
-
-@pytest.fixture
-def history(clock) -> History:
-    return History(clock)
-
-
-@pytest.fixture
-def reader_auth():
-    _, secret = api_token_with_secret(user__username="reader")
-    return {"Authorization": f"Bearer {secret}"}
-
-
-def get_route(client, reader_auth, seq):
-    response = client.get(f"/api/events/{seq}/route", headers=reader_auth)
-    assert response["Content-Type"] == "application/json"
-    return response
-
-
-def events_command(*args: str) -> str:
-    out = io.StringIO()
-    call_command("events", *args, stdout=out)
-    return out.getvalue()
 
 
 @pytest.mark.django_db

@@ -12,20 +12,12 @@ from django.test import Client
 from django.urls import reverse
 
 from routing.access.roles import AXES_UNLOCK, Role, role_groups_ensure
+from tests.conduit_site.sitekit import PASSWORD
 from tests.routing.factories import UserFactory, user_with_role
 
 pytestmark = pytest.mark.django_db
 
-PASSWORD = "a-long-console-password-1"
 WRONG = "not-the-password-9"
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
 
 
 def sign_in(client, password: str, address: str = "203.0.113.7"):

@@ -24,20 +24,7 @@ from routing.acceptance.envelopes import (
 )
 from routing.acceptance.services import event_accept, events_accept
 from tests.routing.factories import apply_config, live_scopes
-
-
-def cloud_event(**overrides):
-    """A valid structured-mode CloudEvent for the scope ``acme``."""
-    event = {
-        "specversion": "1.0",
-        "id": "evt-1",
-        "source": "github/acme",
-        "type": "github.pull_request.opened",
-        "scope": "acme",
-        "data": {"number": 7},
-    }
-    event.update(overrides)
-    return {key: value for key, value in event.items() if value is not ...}
+from tests.routing.routerkit import cloud_event
 
 
 def refused(obj, field, *, trusted=False):

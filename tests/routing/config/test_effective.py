@@ -4,7 +4,6 @@ routes the demo documents."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,33 +11,7 @@ from routing.config.effective import build_configuration
 from routing.config.validate import parse_document
 from routing.extension import EventSnapshot, freeze
 from routing.handlers.match import Match
-
-DEMO = Path(__file__).resolve().parents[3] / "demo" / "conduit.yaml"
-
-
-BASE = """\
-version: 1
-scopes:
-  - path: acme
-    bindings:
-      triage:
-        executor: python
-        settings: {target: "demo.agents:triage"}
-        controls: [inject, interrupt]
-      plain:
-        executor: command
-        settings: {argv: ["./bin/triage"]}
-      inbox: {}
-    routes:
-      - slot: pull-requests
-        handler: match
-        params:
-          type: "github.pull_request.*"
-          keys: ["pr:{data.repository}#{data.number}"]
-        binding: triage
-        policy: queue
-"""
-
+from tests.routing.config.configkit import BASE, DEMO
 
 pytestmark = pytest.mark.django_db
 

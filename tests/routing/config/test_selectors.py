@@ -9,30 +9,7 @@ from routing.config.problems import GenerationNotFound
 from routing.config.selectors import find_generation, load_configuration
 from routing.config.services import config_apply, config_candidate
 from routing.extension import RouteInfo
-
-BASE = """\
-version: 1
-scopes:
-  - path: acme
-    bindings:
-      triage:
-        executor: python
-        settings: {target: "demo.agents:triage"}
-        controls: [inject, interrupt]
-      plain:
-        executor: command
-        settings: {argv: ["./bin/triage"]}
-      inbox: {}
-    routes:
-      - slot: pull-requests
-        handler: match
-        params:
-          type: "github.pull_request.*"
-          keys: ["pr:{data.repository}#{data.number}"]
-        binding: triage
-        policy: queue
-"""
-
+from tests.routing.config.configkit import BASE
 
 pytestmark = pytest.mark.django_db
 

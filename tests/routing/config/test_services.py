@@ -4,7 +4,6 @@ nothing stored after a refusal."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -13,34 +12,8 @@ from routing.config.problems import ConfigInvalid
 from routing.config.selectors import live_generation, load_configuration
 from routing.config.services import config_apply, config_candidate
 from routing.models import Generation, GenerationKind, Route, Scope
+from tests.routing.config.configkit import BASE, DEMO
 from tests.routing.factories import DEFAULT_TEST_CONFIG, apply_config
-
-DEMO = Path(__file__).resolve().parents[3] / "demo" / "conduit.yaml"
-
-
-BASE = """\
-version: 1
-scopes:
-  - path: acme
-    bindings:
-      triage:
-        executor: python
-        settings: {target: "demo.agents:triage"}
-        controls: [inject, interrupt]
-      plain:
-        executor: command
-        settings: {argv: ["./bin/triage"]}
-      inbox: {}
-    routes:
-      - slot: pull-requests
-        handler: match
-        params:
-          type: "github.pull_request.*"
-          keys: ["pr:{data.repository}#{data.number}"]
-        binding: triage
-        policy: queue
-"""
-
 
 pytestmark = pytest.mark.django_db
 

@@ -11,29 +11,7 @@ from routing.config.problems import ConfigInvalid
 from routing.config.selectors import load_configuration
 from routing.config.services import config_apply
 from routing.models import Binding, Generation, Route, Scope
-
-BASE = """\
-version: 1
-scopes:
-  - path: acme
-    bindings:
-      triage:
-        executor: python
-        settings: {target: "demo.agents:triage"}
-        controls: [inject, interrupt]
-      plain:
-        executor: command
-        settings: {argv: ["./bin/triage"]}
-      inbox: {}
-    routes:
-      - slot: pull-requests
-        handler: match
-        params:
-          type: "github.pull_request.*"
-          keys: ["pr:{data.repository}#{data.number}"]
-        binding: triage
-        policy: queue
-"""
+from tests.routing.config.configkit import BASE
 
 
 def scopes(text: str) -> str:

@@ -14,7 +14,7 @@ from routing.acceptance.services import event_accept
 from routing.models import RouteRecord
 from routing.setup.trace import TraceRefused, trace, trace_event, trace_offered
 from tests.routing import sample_handlers
-from tests.routing.routerkit import accept, apply, router
+from tests.routing.routerkit import accept, apply, pr, router
 from tests.worklife.attemptkit import attempt_start
 from worklife.models import Wait, Work
 from worklife.waits import attempt_wait
@@ -30,16 +30,6 @@ def handlers(test_handlers):
 @pytest.fixture
 def live(clock):
     return apply(clock)
-
-
-def pr(number=1, action="opened", **extra):
-    return {
-        "source": "github",
-        "type": f"github.pull_request.{action}",
-        "scope": "acme",
-        "data": {"repo": "acme/api", "number": number},
-        **extra,
-    }
 
 
 def accept_payload(clock, payload):

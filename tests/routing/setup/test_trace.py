@@ -25,7 +25,7 @@ from routing.models import RouteRecord
 from routing.setup.trace import TraceRefused, samples, trace, trace_candidate
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
-from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, router
+from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, pr, router
 from tests.worklife.attemptkit import attempt_start, work_complete
 from worklife.errors import WorkError
 from worklife.lifecycle import work_cancel_in_tx
@@ -43,16 +43,6 @@ def handlers(test_handlers):
 @pytest.fixture
 def live(clock):
     return apply(clock)
-
-
-def pr(number=1, action="opened", **extra):
-    return {
-        "source": "github",
-        "type": f"github.pull_request.{action}",
-        "scope": "acme",
-        "data": {"repo": "acme/api", "number": number},
-        **extra,
-    }
 
 
 def row_counts():

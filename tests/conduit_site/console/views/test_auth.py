@@ -5,24 +5,10 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.routing.factories import UserFactory
+from tests.conduit_site.console.views.consolekit import text
+from tests.conduit_site.sitekit import PASSWORD
 
 pytestmark = pytest.mark.django_db
-
-
-PASSWORD = "a-long-console-password-1"
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
-
-
-def text(response) -> str:
-    return response.content.decode()
 
 
 @pytest.mark.parametrize(

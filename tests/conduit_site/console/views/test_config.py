@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from causal.selectors import ListTotal
-from conduit_site.console.views import controls as control_views
 from routing.config.selectors import generations_total
+from tests.conduit_site.console.views.consolekit import newest_and_oldest, text
 from tests.routing.factories import GenerationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -41,25 +40,6 @@ def test_the_configuration_page_names_each_configuration_once(client):
 
 
 # --- the Configuration page (D4) ------------------------------------------------------------------
-PASSWORD = "a-long-console-password-1"
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
-
-
-@pytest.fixture
-def signed_in(client, operator):
-    client.force_login(operator)
-    return client
-
-
-def text(response) -> str:
-    return response.content.decode()
 
 
 def test_d4_config_page_lists_generations_and_shows_the_live_document(signed_in):
@@ -82,49 +62,6 @@ def test_d4_config_page_without_configuration(signed_in):
 
 
 # --- totals, paging both ways and the CLI's own filters -------------------------------------------
-@pytest.fixture
-def routing_handlers(test_handlers):
-    """The test handlers registered (tests/conftest.py), for the tests here that route."""
-
-
-@pytest.fixture
-def list_operator():
-    user = UserFactory(username="operator")
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
-        )
-    )
-    return user
-
-
-@pytest.fixture
-def operator_console(client, list_operator, clock, monkeypatch):
-    monkeypatch.setattr(control_views, "clock", clock)
-    client.force_login(list_operator)
-    return client
-
-
-def row_seqs(body: str, prefix: str = "event") -> list[int]:
-    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
-
-
-def newest_and_oldest(operator_console, url_name: str, prefix: str, keys: list[int], noun: str, params=None):
-    """The list at ``url_name`` counts ``keys`` (ascending), shows them newest first, jumps to
-    the oldest page and pages on from there, newer each page."""
-    params = params or {}
-    url = reverse(url_name)
-    newest = text(operator_console.get(url, params))
-    assert f"{len(keys)} {noun}</span>" in newest
-    assert row_seqs(newest, prefix) == keys[::-1][:50]
-    oldest_link = re.search(r'<a href="([^"]+)"[^>]*>Oldest ⇥</a>', newest).group(1).replace("&amp;", "&")
-    oldest = text(operator_console.get(oldest_link))
-    assert row_seqs(oldest, prefix) == keys[:50]
-    assert f"{len(keys)} {noun}, oldest first" in oldest and "Oldest ⇥" not in oldest and "← Newest" in oldest
-    newer = re.search(r'<a href="([^"]+)"[^>]*rel="next">Newer', oldest).group(1).replace("&amp;", "&")
-    assert row_seqs(text(operator_console.get(newer)), prefix) == keys[50:100]
-    mixed = operator_console.get(url, {**params, "before": keys[10], "oldest": "1"})
-    assert mixed.status_code == 400 and "pages a newest-first list" in text(mixed)
 
 
 @pytest.mark.usefixtures("routing_handlers")

@@ -9,21 +9,28 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from causal.models import RouteState
-from conduit_site.console.views import controls as control_views
 from controls import events as controls
 from routing.engine.decide import Effect, Reason
 from routing.records.selectors import UNDELIVERED_OUTCOMES
 from tests.causal.factories import EventFactory
+from tests.conduit_site.console.views.consolekit import (
+    CAP_T0,
+    HTMX,
+    count_queries,
+    htmx,
+    part,
+    row_seqs,
+    text,
+)
 from tests.routing import sample_handlers
 from tests.routing.factories import RouteRecordFactory, UserFactory, live_scopes
-from tests.routing.routedkit import REFUSALS, History
+from tests.routing.routedkit import REFUSALS
 from tests.routing.routerkit import accept, apply, drain, router
 from tests.worklife.factories import CorrelationKeyFactory, WorkFactory
 from worklife.lifecycle import work_cancel_in_tx
@@ -213,32 +220,6 @@ def test_skipped_and_given_up_events_say_who_and_how_often(client):
 
 
 # --- the Event list and page (D4) -----------------------------------------------------------------
-PASSWORD = "a-long-console-password-1"
-
-
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
-
-
-@pytest.fixture
-def signed_in(client, operator):
-    client.force_login(operator)
-    return client
-
-
-def htmx(target: str) -> dict[str, str]:
-    return {**HTMX, "HTTP_HX_TARGET": target}
-
-
-def text(response) -> str:
-    return response.content.decode()
 
 
 def test_d4_event_list_filters_by_scope_type_and_route_state(signed_in):
@@ -397,13 +378,6 @@ def test_d4_missing_event_and_work_are_404(signed_in):
     assert signed_in.get(reverse("work-detail", args=[999999])).status_code == 404
 
 
-def count_queries(client, url, params=None) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url, params or {})
-    assert response.status_code == 200
-    return len(queries)
-
-
 def test_d4_event_list_query_count_is_independent_of_history(signed_in, django_assert_max_num_queries):
     live_scopes("acme", "acme/web")
     for event in EventFactory.create_batch(5, scope="acme"):
@@ -422,44 +396,6 @@ def test_d4_event_list_query_count_is_independent_of_history(signed_in, django_a
 
 
 # --- totals, paging both ways and the CLI's own filters -------------------------------------------
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def routing_handlers(test_handlers):
-    """The test handlers registered (tests/conftest.py), for the tests here that route."""
-
-
-@pytest.fixture
-def list_operator():
-    user = UserFactory(username="operator")
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
-        )
-    )
-    return user
-
-
-@pytest.fixture
-def operator_console(client, list_operator, clock, monkeypatch):
-    monkeypatch.setattr(control_views, "clock", clock)
-    client.force_login(list_operator)
-    return client
-
-
-def part(body: str, tag: str, element_id: str) -> str:
-    """The element ``<tag id="element_id" …>…</tag>`` of ``body`` (first one, not nested)."""
-    match = re.search(rf'<{tag} id="{element_id}"[^>]*>(.*?)</{tag}>', body, re.S)
-    assert match, f"no {tag}#{element_id} in {body[:3000]}"
-    return match.group(0)
-
-
-def row_seqs(body: str, prefix: str = "event") -> list[int]:
-    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
 
 
 def failing_event(clock, name: str):
@@ -703,15 +639,6 @@ def test_filtered_list_query_counts_are_pinned_and_do_not_grow(
 
 
 # --- the route on the Event page (R29) ------------------------------------------------------------
-@pytest.fixture
-def history(clock) -> History:
-    return History(clock)
-
-
-@pytest.fixture
-def console(client):
-    client.force_login(UserFactory(username="operator"))
-    return client
 
 
 def section(body: str, name: str) -> str:

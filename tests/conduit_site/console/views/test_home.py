@@ -7,8 +7,6 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from causal.models import RouteState
@@ -17,6 +15,7 @@ from conduit_site.console.views import doctor as doctor_views
 from conduit_site.console.views import home as home_views
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE as ROUTE_HEARTBEATS
 from tests.causal.factories import EventFactory, KVFactory
+from tests.conduit_site.console.views.consolekit import count_queries, text
 from tests.routing.factories import GenerationFactory, RouteRecordFactory, UserFactory
 from tests.worklife.factories import WorkFactory
 from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS
@@ -33,12 +32,6 @@ def fixed_clocks(clock, monkeypatch):
     monkeypatch.setattr(doctor_views, "clock", clock)
     monkeypatch.setattr(console_health, "clock", clock)
     return clock
-
-
-@pytest.fixture
-def console(client):
-    client.force_login(UserFactory(username="operator"))
-    return client
 
 
 def beat(namespace, *, at=NOW, **value):
@@ -337,25 +330,6 @@ def test_each_chart_point_has_a_tooltip_with_its_values(client, clock, monkeypat
 
 
 # --- the home page and the base layout (D4) -------------------------------------------------------
-PASSWORD = "a-long-console-password-1"
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
-
-
-@pytest.fixture
-def signed_in(client, operator):
-    client.force_login(operator)
-    return client
-
-
-def text(response) -> str:
-    return response.content.decode()
 
 
 def test_d4_base_layout_loads_vendored_htmx_and_puts_csrf_in_hx_headers(signed_in):
@@ -384,13 +358,6 @@ def test_d4_home_counts_unrouted_events_work_by_status_and_names_the_live_genera
     assert "generation 2, applied" in body
     for name in ("event-list", "work-list", "config-list"):
         assert f'href="{reverse(name)}' in body
-
-
-def count_queries(client, url, params=None) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url, params or {})
-    assert response.status_code == 200
-    return len(queries)
 
 
 def test_d4_list_pages_and_home_query_counts_are_independent_of_history(signed_in):

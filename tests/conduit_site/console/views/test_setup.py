@@ -15,15 +15,10 @@ from routing.config.selectors import live_generation
 from routing.engine.options import RouterOptions
 from routing.engine.router import build_router
 from routing.models import Generation, GenerationKind
+from tests.conduit_site.console.views.consolekit import htmx
 from tests.routing.factories import CHANGED, DEFAULT_TEST_CONFIG, apply_config, user_with_role
 
 pytestmark = pytest.mark.django_db
-
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def htmx(target: str) -> dict[str, str]:
-    return {**HTMX, "HTTP_HX_TARGET": target}
 
 
 @pytest.fixture

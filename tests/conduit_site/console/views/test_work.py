@@ -7,26 +7,32 @@ from __future__ import annotations
 import io
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from causal.models import Event
-from conduit_site.console.views import controls as control_views
 from conduit_site.console.views import home as home_views
 from conduit_site.console.views import work as work_views
 from controls import events as controls
 from routing.models import RouteRecord
 from tests.causal.factories import EventFactory
+from tests.conduit_site.console.views.consolekit import (
+    CAP_T0,
+    count_queries,
+    htmx,
+    part,
+    row_seqs,
+    text,
+)
 from tests.controls.controlkit import holding_work
 from tests.routing import sample_handlers
-from tests.routing.factories import RouteRecordFactory, UserFactory
-from tests.routing.routedkit import History, pr, route_all
+from tests.routing.factories import RouteRecordFactory
+from tests.routing.routedkit import pr, route_all
 from tests.routing.routerkit import accept, apply, router
 from tests.worklife.factories import (
     T0,
@@ -42,12 +48,6 @@ from tests.worklife.factories import (
 from worklife.selectors import WorkFilter, work_counts, work_filtered
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def console(client):
-    client.force_login(UserFactory(username="operator"))
-    return client
 
 
 @pytest.fixture
@@ -440,32 +440,6 @@ def test_input_table_says_which_attempts_an_input_was_presented_to(
 
 
 # --- the Work list and page (D4) ------------------------------------------------------------------
-PASSWORD = "a-long-console-password-1"
-
-
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def operator():
-    user = UserFactory(username="operator")
-    user.set_password(PASSWORD)
-    user.save()
-    return user
-
-
-@pytest.fixture
-def signed_in(client, operator):
-    client.force_login(operator)
-    return client
-
-
-def htmx(target: str) -> dict[str, str]:
-    return {**HTMX, "HTTP_HX_TARGET": target}
-
-
-def text(response) -> str:
-    return response.content.decode()
 
 
 def test_d4_work_list_filters_by_scope_and_status_and_pages(signed_in):
@@ -575,13 +549,6 @@ def test_d4_work_page_pages_its_input_and_history(signed_in):
     assert bad.status_code == 400 and "history_before" in text(bad)
 
 
-def count_queries(client, url, params=None) -> int:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url, params or {})
-    assert response.status_code == 200
-    return len(queries)
-
-
 def test_d4_work_page_query_count_is_independent_of_history(signed_in, django_assert_max_num_queries):
     work = WorkFactory(parent=WorkFactory(), predecessor=WorkFactory(status="completed"))
     key = CorrelationKeyFactory(work=work)
@@ -610,41 +577,6 @@ def test_d4_work_page_query_count_is_independent_of_history(signed_in, django_as
 
 
 # --- totals, paging both ways and the CLI's own filters -------------------------------------------
-CAP_T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def routing_handlers(test_handlers):
-    """The test handlers registered (tests/conftest.py), for the tests here that route."""
-
-
-@pytest.fixture
-def list_operator():
-    user = UserFactory(username="operator")
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="routing", codename__in=["skip_event", "reroute_event"]
-        )
-    )
-    return user
-
-
-@pytest.fixture
-def operator_console(client, list_operator, clock, monkeypatch):
-    monkeypatch.setattr(control_views, "clock", clock)
-    client.force_login(list_operator)
-    return client
-
-
-def part(body: str, tag: str, element_id: str) -> str:
-    """The element ``<tag id="element_id" …>…</tag>`` of ``body`` (first one, not nested)."""
-    match = re.search(rf'<{tag} id="{element_id}"[^>]*>(.*?)</{tag}>', body, re.S)
-    assert match, f"no {tag}#{element_id} in {body[:3000]}"
-    return match.group(0)
-
-
-def row_seqs(body: str, prefix: str = "event") -> list[int]:
-    return [int(s) for s in re.findall(rf'<tr id="{prefix}-(\d+)"', body)]
 
 
 @pytest.mark.usefixtures("routing_handlers")
@@ -732,9 +664,6 @@ def test_the_work_page_history_links_a_rerouted_event_to_its_copy(operator_conso
 
 
 # --- routes in the Work page's history (R29) ------------------------------------------------------
-@pytest.fixture
-def history(clock) -> History:
-    return History(clock)
 
 
 def route_section(body: str, name: str) -> str:

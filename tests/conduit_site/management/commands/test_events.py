@@ -25,22 +25,10 @@ from routing.models import RouteRecord
 from routing.records.filters import EventListFilter, glob_regex
 from routing.records.selectors import event_chain_routes, event_route, events_route_page
 from routing.serializers import route_json
-from tests.routing.factories import UserFactory, api_token_with_secret, apply_config, live_scopes
-from tests.routing.routedkit import REFUSALS, History, pr, route_all
-from tests.routing.routerkit import accept, apply
-
-
-def cloud_event(**overrides):
-    event = {
-        "specversion": "1.0",
-        "id": "evt-1",
-        "source": "github/acme",
-        "type": "github.pull_request.opened",
-        "scope": "acme",
-        "data": {"number": 7},
-    }
-    event.update(overrides)
-    return {key: value for key, value in event.items() if value is not ...}
+from tests.conduit_site.eventkit import events_command, get_route
+from tests.routing.factories import UserFactory, live_scopes
+from tests.routing.routedkit import REFUSALS, pr, route_all
+from tests.routing.routerkit import accept, apply, cloud_event
 
 
 def events_accept(*args, stdin: str | bytes | None = None):
@@ -59,12 +47,6 @@ def refused(*args, stdin, field_text):
     assert field_text in str(info.value), str(info.value)
     assert Event.objects.count() == 0
     return str(info.value)
-
-
-@pytest.fixture
-def acme():
-    """The default test configuration (scopes acme and acme/web), applied through the service."""
-    return apply_config()
 
 
 # --- accepting -------------------------------------------------------------------------------
@@ -421,29 +403,6 @@ def test_events_accept_may_name_a_work_or_choose_keys_as_trusted_host_access():
 # --- reading routes: events get, chain and list on Events the real router decided ------------
 
 
-@pytest.fixture
-def history(clock) -> History:
-    return History(clock)
-
-
-@pytest.fixture
-def auth():
-    _, secret = api_token_with_secret(user__username="reader")
-    return {"Authorization": f"Bearer {secret}"}
-
-
-def get_route(client, auth, seq):
-    response = client.get(f"/api/events/{seq}/route", headers=auth)
-    assert response["Content-Type"] == "application/json"
-    return response
-
-
-def events_command(*args: str) -> str:
-    out = io.StringIO()
-    call_command("events", *args, stdout=out)
-    return out.getvalue()
-
-
 @pytest.mark.django_db
 @pytest.mark.usefixtures("test_handlers")
 def test_r29_events_get_prints_the_route_with_each_refusal(history):
@@ -724,7 +683,7 @@ def count_queries(action) -> int:
 @pytest.mark.django_db
 @pytest.mark.usefixtures("test_handlers")
 def test_r29_list_get_and_api_query_counts_do_not_grow_with_history(
-    clock, client, auth, django_assert_max_num_queries, django_assert_num_queries
+    clock, client, reader_auth, django_assert_max_num_queries, django_assert_num_queries
 ):
     apply(clock)
     make_history(clock, 1)
@@ -737,10 +696,10 @@ def test_r29_list_get_and_api_query_counts_do_not_grow_with_history(
             lambda: events_command("list", "--json", "--limit", "200", "--type", "x.*", "--work", "1"),
             lambda: event_route(last),
             lambda: events_command("get", str(last)),
-            lambda: get_route(client, auth, last),
+            lambda: get_route(client, reader_auth, last),
         ]
 
-    get_route(client, auth, 1)  # the token's first use records it (once a while, not per request)
+    get_route(client, reader_auth, 1)  # the token's first use records it (once a while, not per request)
     small = [count_queries(read) for read in reads()]
     make_history(clock, 20)
     # The page's seqs, its Events with their records, the failures (the seqs

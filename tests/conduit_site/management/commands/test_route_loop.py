@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import threading
 import time
 from io import StringIO
@@ -17,8 +15,8 @@ from causal.models import KV, Event, RouteState
 from routing.acceptance.services import events_accept
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
 from routing.engine.loop import RouteLoop
+from tests.conduit_site.management.commands.loopkit import command_running, sigterm
 from tests.routing.routerkit import MATCH_ONLY, apply, conversation_payloads
-from tests.support import child_env, manage_command
 
 
 @pytest.mark.django_db
@@ -138,14 +136,7 @@ def test_d3_bad_flags_are_refused(args, message):
 @pytest.mark.django_db(transaction=True)
 def test_d3_sigterm_stops_the_loop_gracefully():
     apply(system_clock, MATCH_ONLY)
-    proc = subprocess.Popen(
-        manage_command("route_loop", "--poll-interval", "0.1"),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with command_running("route_loop", "--poll-interval", "0.1") as proc:
         deadline = time.monotonic() + 60
         while not KV.objects.filter(namespace=HEARTBEATS_NAMESPACE).exists():
             assert time.monotonic() < deadline, "the loop recorded no heartbeat"
@@ -155,11 +146,7 @@ def test_d3_sigterm_stops_the_loop_gracefully():
         while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
             assert time.monotonic() < deadline, "the running loop routed nothing"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out, err = sigterm(proc)
     assert proc.returncode == 0, err
     assert "route_loop stopped" in out
 
@@ -169,14 +156,7 @@ def test_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
     """A loop waiting out a 30 s poll interval routes a new Event within seconds: the
     acceptance's commit wakes it (LISTEN/NOTIFY on PostgreSQL, a local socket on SQLite)."""
     apply(system_clock, MATCH_ONLY)
-    proc = subprocess.Popen(
-        manage_command("route_loop", "--poll-interval", "30"),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with command_running("route_loop", "--poll-interval", "30") as proc:
         deadline = time.monotonic() + 60
         # The heartbeat ends the first (empty) pass: what is accepted next, only a wake-up or
         # the poll interval 30 s later can bring to the loop.
@@ -189,11 +169,7 @@ def test_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
         while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
             assert time.monotonic() - accepted < 10, "not routed within 10 s of acceptance: no wake-up"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out, err = sigterm(proc)
     assert proc.returncode == 0, err
     assert "route_loop stopped" in out
 

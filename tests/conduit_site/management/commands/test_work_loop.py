@@ -17,6 +17,7 @@ from django.db.models import Count, Q
 from causal.clock import system_clock
 from causal.models import KV
 from routing.acceptance.services import events_accept
+from tests.conduit_site.management.commands.loopkit import command_running, sigterm
 from tests.support import child_env, manage_command
 from tests.worklife.enginekit import route_all, send, setup, work_of
 from worklife.heartbeat import HEARTBEATS_NAMESPACE
@@ -68,24 +69,13 @@ def test_once_runs_one_pass():
 @pytest.mark.usefixtures("engine")
 def test_sigterm_gives_running_attempts_their_grace_then_gives_the_work_back_uncounted():
     work = work_of(send(system_clock, "listen", "g"))  # runs until interrupted
-    proc = subprocess.Popen(
-        manage_command("work_loop", "--poll-interval", "0.05", "--stop-grace", "1"),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with command_running("work_loop", "--poll-interval", "0.05", "--stop-grace", "1") as proc:
         deadline = time.monotonic() + 60
         while not Attempt.objects.filter(work=work, state="running", pid__isnull=False).exists():
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "the loop started no attempt"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out, err = sigterm(proc)
     assert proc.returncode == 0, err
     assert "work_loop stopped" in out
     attempt = Attempt.objects.get(work=work)
