@@ -42,7 +42,7 @@ def test_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(monkey
     from conduit_site.management.commands import route_loop
 
     apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
+    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock, may_address_work=True)
     monkeypatch.setattr(route_loop, "PROGRESS_EVERY", every)
     counted = []
     backlog = RouteLoop.backlog
@@ -60,7 +60,7 @@ def test_drain_counts_the_backlog_after_its_first_pass_then_once_a_second(monkey
 @pytest.mark.django_db
 def test_d3_once_runs_one_pass():
     apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock)
+    events_accept(payloads=conversation_payloads(30, 4), clock=system_clock, may_address_work=True)
     out = StringIO()
     call_command("route_loop", "--once", "--batch-size", "10", stdout=out)
     assert out.getvalue().strip() == "pass: 10 routed, 0 left unrouted, generation 1"
@@ -97,7 +97,7 @@ def test_route_loop_routes_with_the_collector_tuned_and_puts_it_back(monkeypatch
     from conduit_site.management.loops import LOOP_GC_THRESHOLD
 
     apply(system_clock, MATCH_ONLY)
-    events_accept(payloads=conversation_payloads(5, 2), clock=system_clock)
+    events_accept(payloads=conversation_payloads(5, 2), clock=system_clock, may_address_work=True)
     before = (gc.get_threshold(), gc.get_freeze_count())
     seen = []
     step = RouteLoop.step
@@ -142,7 +142,7 @@ def test_d3_sigterm_stops_the_loop_gracefully():
             assert time.monotonic() < deadline, "the loop recorded no heartbeat"
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.1)
-        events_accept(payloads=conversation_payloads(5, 2), clock=system_clock)
+        events_accept(payloads=conversation_payloads(5, 2), clock=system_clock, may_address_work=True)
         while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
             assert time.monotonic() < deadline, "the running loop routed nothing"
             time.sleep(0.1)
@@ -164,7 +164,7 @@ def test_an_acceptance_wakes_the_idle_loop_long_before_its_poll_interval():
             assert time.monotonic() < deadline, "the loop recorded no heartbeat"
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.05)
-        events_accept(payloads=conversation_payloads(3, 1), clock=system_clock)
+        events_accept(payloads=conversation_payloads(3, 1), clock=system_clock, may_address_work=True)
         accepted = time.monotonic()
         while Event.objects.filter(route_state=RouteState.UNROUTED).exists():
             assert time.monotonic() - accepted < 10, "not routed within 10 s of acceptance: no wake-up"
@@ -183,7 +183,7 @@ def test_a_woken_loop_beats_once_per_interval_unless_something_changes(clock):
     try:
         loop.step()
         first = KV.objects.get(namespace=HEARTBEATS_NAMESPACE)
-        events_accept(payloads=conversation_payloads(3, 1), clock=clock)
+        events_accept(payloads=conversation_payloads(3, 1), clock=clock, may_address_work=True)
         clock.advance(seconds=1)
         assert loop.step().settled == 3
         assert KV.objects.get(namespace=HEARTBEATS_NAMESPACE).value == first.value
