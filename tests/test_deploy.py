@@ -9,6 +9,7 @@ import http.server
 import ipaddress
 import json
 import re
+import select
 import shlex
 import shutil
 import socket
@@ -238,11 +239,24 @@ def caddy_in_front(directory: Path, upstream_port: int, **environment: str) -> I
 def raw_request(port: int, head: str, *, source: str = "127.0.0.2", body: bytes = b"") -> bytes:
     """``head`` (a request line and headers, without the blank line) and ``body`` sent as they
     are (no client library cleans the path) to ``port`` from ``source``; the whole answer."""
+    data = head.encode() + b"\r\nConnection: close\r\n\r\n" + body
+    chunks = []
     with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0)) as c:
-        c.sendall(head.encode() + b"\r\nConnection: close\r\n\r\n" + body)
-        chunks = []
-        while chunk := c.recv(65536):
-            chunks.append(chunk)
+        # A proxy that refuses a body answers and closes before reading the rest: stop sending once
+        # an answer is waiting, so that the rest does not make the proxy reset the connection
+        # before the answer is read.
+        try:
+            for start in range(0, len(data), 65536):
+                if select.select([c], [], [], 0)[0]:
+                    break
+                c.sendall(data[start : start + 65536])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the peer stopped reading; its answer may be waiting
+        try:
+            while chunk := c.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass  # what it answered before the reset is kept
     return b"".join(chunks)
 
 
