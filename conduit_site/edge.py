@@ -20,13 +20,26 @@ when its headers are complete, before any byte of its body is read:
   A token found live is remembered for :data:`LIVE_TOKEN_SECONDS`; the API authenticates every
   request itself as before.
 
+Each connection is held to time and number limits too (:class:`EdgeChannel`,
+:class:`EdgeHTTPFactory`):
+
+- a request's headers, and its body when it has one, must have arrived whole within
+  ``CONDUIT_HEADER_TIMEOUT`` seconds of its first byte, however steadily they trickle in; past
+  that the client is answered ``408`` and the connection closed;
+- a kept-alive connection with no request in flight is closed after ``CONDUIT_IDLE_TIMEOUT``
+  seconds without a byte (Twisted's own idle timeout, which daphne left at 60 s);
+- once ``CONDUIT_MAX_CONNECTIONS`` connections are open (websockets included, until they
+  close), a new one is answered ``503`` with ``Retry-After`` and closed, unread.
+
 Django's own checks (``DATA_UPLOAD_MAX_MEMORY_SIZE``, ``CONDUIT_MAX_EVENT_BYTES``, the API's
 authentication) stay as a second line behind this one.
 
 Written against daphne 4.2.3 and Twisted 26.10: it overrides ``Request.gotLength`` (called by
 ``HTTPChannel.allHeadersReceived`` once the headers are parsed, before the body and before the
 ``100 Continue``), ``Request.handleContentChunk`` (each piece of the body, chunked or not) and
-``Request.requestReceived``, reads ``HTTPChannel._path`` (the request target) and pauses reading
+``Request.requestReceived``, subclasses ``HTTPChannel`` (``dataReceived``,
+``allContentReceived``, ``timeOut`` and ``timeoutConnection``), wraps each connection in a
+``ProtocolWrapper`` (which daphne's websocket upgrade already handles, as for TLS), reads ``HTTPChannel._path`` (the request target) and pauses reading
 through ``HTTPChannel._networkProducer``; daphne's ``Server.run`` builds its ``HTTPFactory`` by
 the name in ``daphne.server``, which :func:`install` replaces. HTTP/2 (a Twisted extra, not
 installed) would bypass it. ``tests/conduit_site/test_edge.py`` fails if a declared body is no
@@ -45,7 +58,11 @@ import daphne.server  # first: it installs the asyncio reactor
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from django.conf import settings
+from twisted.internet import reactor
+from twisted.internet.protocol import Protocol
 from twisted.internet.threads import deferToThread
+from twisted.protocols.policies import ProtocolWrapper
+from twisted.web.http import HTTPChannel
 
 from routing.access.tokens import token_digest, token_well_formed
 
@@ -56,7 +73,16 @@ REALM = "conduit"
 # authenticates each request, so a token revoked meanwhile gets its 401 there.
 LIVE_TOKEN_SECONDS = 30.0
 LIVE_TOKENS_KEPT = 4096
-REASONS = {401: b"Unauthorized", 413: b"Content Too Large", 503: b"Service Unavailable"}
+REASONS = {
+    401: b"Unauthorized",
+    408: b"Request Timeout",
+    413: b"Content Too Large",
+    503: b"Service Unavailable",
+}
+# How long a refused connection (over CONDUIT_MAX_CONNECTIONS) is kept for its answer to reach
+# the client before it is cut, and how long the client is told to wait before trying again.
+REFUSAL_LINGER_SECONDS = 2.0
+RETRY_AFTER_SECONDS = 5
 
 _live_tokens: dict[str, float] = {}
 
@@ -222,13 +248,114 @@ class EdgeRequest(WebRequest):
         return f"the request body is {what}; the limit is {self.limit} bytes ({self.limit_setting})"
 
 
+def plain_answer(status: int, message: str, *extra: bytes) -> bytes:
+    """A whole ``status`` answer with a JSON error, closing the connection."""
+    body = json.dumps({"error": REASONS[status].decode().lower().replace(" ", "_"), "message": message})
+    headers = [
+        b"HTTP/1.1 %d %s" % (status, REASONS[status]),
+        b"Content-Type: application/json",
+        b"Content-Length: %d" % len(body),
+        b"Cache-Control: no-store",
+        b"Connection: close",
+        *extra,
+    ]
+    return b"\r\n".join(headers) + b"\r\n\r\n" + body.encode()
+
+
+class EdgeChannel(HTTPChannel):
+    """Twisted's HTTP/1.1 connection with a deadline for each request's headers and body
+    (``CONDUIT_HEADER_TIMEOUT``, from its first byte) besides the idle timeout (``timeOut``, set
+    by the factory), which any byte resets and which is off while a request is answered."""
+
+    header_timeout: float | None = None
+    _header_deadline = None
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._header_deadline is None and not self._handlingRequest and self.header_timeout:
+            self._header_deadline = self.callLater(self.header_timeout, self._headers_overdue)
+        super().dataReceived(data)
+
+    def allContentReceived(self) -> None:
+        self._cancel_header_deadline()
+        super().allContentReceived()
+
+    def connectionLost(self, reason) -> None:
+        self._cancel_header_deadline()
+        super().connectionLost(reason)
+
+    def _cancel_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            if self._header_deadline.active():
+                self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_overdue(self) -> None:
+        self._header_deadline = None
+        if self.transport is None or self._handlingRequest:
+            return
+        message = f"the request was not complete within {self.header_timeout:g} s (CONDUIT_HEADER_TIMEOUT)"
+        self.transport.write(plain_answer(408, message))
+        # Twisted's idle timeout: close, and abort if the client does not read.
+        self.timeoutConnection()
+
+
+class Refusal(Protocol):
+    """A connection over ``CONDUIT_MAX_CONNECTIONS``: answered ``503`` with ``Retry-After`` at
+    once, its request never read, and cut after :data:`REFUSAL_LINGER_SECONDS`."""
+
+    _cut = None
+
+    def connectionMade(self) -> None:
+        message = "the server has as many connections open as it takes (CONDUIT_MAX_CONNECTIONS); try again"
+        self.transport.write(plain_answer(503, message, b"Retry-After: %d" % RETRY_AFTER_SECONDS))
+        # Half-close: the client reads the answer whatever it is still sending, which is
+        # discarded; the connection is cut if the client does not close its side.
+        self.transport.loseWriteConnection()
+        self._cut = reactor.callLater(REFUSAL_LINGER_SECONDS, self.transport.abortConnection)
+
+    def dataReceived(self, data: bytes) -> None:
+        pass
+
+    def readConnectionLost(self) -> None:
+        self.transport.loseConnection()
+
+    def connectionLost(self, reason) -> None:
+        if self._cut is not None and self._cut.active():
+            self._cut.cancel()
+
+
+class CountedConnection(ProtocolWrapper):
+    """A connection counted by its factory until its socket closes, whatever protocol it speaks
+    by then (daphne hands a websocket's socket to another protocol inside this wrapper)."""
+
+
 class EdgeHTTPFactory(HTTPFactory):
-    """Daphne's HTTP factory, building :class:`EdgeRequest` requests."""
+    """Daphne's HTTP factory, building :class:`EdgeChannel` connections with :class:`EdgeRequest`
+    requests, with the idle and header timeouts, and refusing connections past the cap."""
+
+    protocol = EdgeChannel
+
+    def __init__(self, server):
+        super().__init__(server)
+        self.timeOut = settings.CONDUIT_IDLE_TIMEOUT or None
+        self.header_timeout = settings.CONDUIT_HEADER_TIMEOUT or None
+        self.max_connections = settings.CONDUIT_MAX_CONNECTIONS
+        self.connections: set[CountedConnection] = set()
 
     def buildProtocol(self, addr):
+        if self.max_connections and len(self.connections) >= self.max_connections:
+            return Refusal()
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = EdgeRequest
-        return protocol
+        protocol.header_timeout = self.header_timeout
+        return CountedConnection(self, protocol)
+
+    # The factory ProtocolWrapper reports to.
+    def registerProtocol(self, protocol: CountedConnection) -> None:
+        self.connections.add(protocol)
+
+    def unregisterProtocol(self, protocol: CountedConnection) -> None:
+        self.connections.discard(protocol)
 
 
 def install() -> None:
@@ -238,6 +365,8 @@ def install() -> None:
         (daphne.server, "HTTPFactory"),
         (WebRequest, "gotLength"),
         (WebRequest, "handleContentChunk"),
+        (HTTPChannel, "allContentReceived"),
+        (HTTPChannel, "timeoutConnection"),
     ):
         if not hasattr(owner, name):
             raise RuntimeError(

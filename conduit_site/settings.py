@@ -298,6 +298,15 @@ CONDUIT_MAX_EVENT_BYTES = env_int("CONDUIT_MAX_EVENT_BYTES", 256 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
 CONDUIT_MAX_RECEIVER_BODY_BYTES = env_int("CONDUIT_MAX_RECEIVER_BODY_BYTES", CONDUIT_MAX_EVENT_BYTES)
 CONDUIT_MAX_API_BODY_BYTES = env_int("CONDUIT_MAX_API_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE)
+# Each web process's connection limits (conduit_site/edge.py; docs/deploy.md): a request's
+# headers and body must arrive whole within CONDUIT_HEADER_TIMEOUT seconds of its first byte
+# (else 408 and closed); a kept-alive connection with no request in flight is closed after
+# CONDUIT_IDLE_TIMEOUT seconds without a byte (longer than Caddy's 2 minutes of keep-alive to
+# its upstreams, so that the proxy closes first); past CONDUIT_MAX_CONNECTIONS open connections
+# (websockets included) a new one is answered 503 with Retry-After. 0 turns a limit off.
+CONDUIT_HEADER_TIMEOUT = float(os.environ.get("CONDUIT_HEADER_TIMEOUT", "30"))
+CONDUIT_IDLE_TIMEOUT = float(os.environ.get("CONDUIT_IDLE_TIMEOUT", "180"))
+CONDUIT_MAX_CONNECTIONS = env_int("CONDUIT_MAX_CONNECTIONS", 4096)
 # How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
 # before it is parsed, so no document can exhaust a parser's or the router's stack.
 CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,9 @@ MEGABYTE = 1_000_000
 RECEIVER_LIMIT = 100_000  # CONDUIT_MAX_RECEIVER_BODY_BYTES of the served process
 API_LIMIT = 2_621_440  # CONDUIT_MAX_API_BODY_BYTES by default (DATA_UPLOAD_MAX_MEMORY_SIZE)
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+HEADER_TIMEOUT = 1.0  # CONDUIT_HEADER_TIMEOUT of the strict process
+IDLE_TIMEOUT = 2.0  # its CONDUIT_IDLE_TIMEOUT
+MAX_CONNECTIONS = 4  # its CONDUIT_MAX_CONNECTIONS
 UNKNOWN_TOKEN = "cdt_0badc0de_" + "A" * 43
 
 
@@ -93,6 +97,32 @@ def declared(served: Served, path: str, length: int, *headers: str, body: bytes 
     return Answer(status, time.monotonic() - start, head, rest)
 
 
+def healthz(served: Served, timeout: float = 5) -> int | None:
+    """The status of ``GET /healthz`` on a connection of its own."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=timeout) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        return _parse(_read_answer(sock, time.monotonic() + timeout))[0]
+
+
+def closed_after(sock: socket.socket, limit: float) -> tuple[float | None, bytes]:
+    """Seconds until the server closes ``sock`` (None if still open after ``limit``), and what
+    it sent meanwhile."""
+    start = time.monotonic()
+    data = b""
+    while time.monotonic() < start + limit:
+        sock.settimeout(max(0.01, start + limit - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            break
+        except ConnectionError:
+            return time.monotonic() - start, data
+        if not chunk:
+            return time.monotonic() - start, data
+        data += chunk
+    return None, data
+
+
 def chunked(served: Served, path: str, total: int, *headers: str) -> Answer:
     """Send a chunked body of up to ``total`` bytes, 64 KiB a chunk, until the server answers
     or closes (at most 30 s)."""
@@ -120,18 +150,14 @@ def chunked(served: Served, path: str, total: int, *headers: str) -> Answer:
     return Answer(status, time.monotonic() - start, head, rest, sent)
 
 
-@pytest.fixture(scope="module")
-def served(django_db_setup, tmp_path_factory):
-    """``serve --no-router --workers 1`` on the test database, receivers limited to 100,000 bytes."""
+@contextmanager
+def serving(tmp_path_factory, **env: str):
+    """``serve --no-router --workers 1`` on the test database with ``env`` added."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--no-router", "--workers", "1", "--port", str(port)],
         cwd=ROOT,
-        env=child_env(
-            CONDUIT_VAR_DIR=str(tmp_path_factory.mktemp("edge-var")),
-            CONDUIT_MAX_RECEIVER_BODY_BYTES=str(RECEIVER_LIMIT),
-            LOG_LEVEL="WARNING",
-        ),
+        env=child_env(CONDUIT_VAR_DIR=str(tmp_path_factory.mktemp("edge-var")), LOG_LEVEL="WARNING", **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -150,6 +176,26 @@ def served(django_db_setup, tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
             server.communicate()
+
+
+@pytest.fixture(scope="module")
+def served(django_db_setup, tmp_path_factory):
+    """A web process with receivers limited to 100,000 bytes."""
+    with serving(tmp_path_factory, CONDUIT_MAX_RECEIVER_BODY_BYTES=str(RECEIVER_LIMIT)) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def strict(django_db_setup, tmp_path_factory):
+    """A web process with short connection limits: a request's headers and body within
+    :data:`HEADER_TIMEOUT` s, :data:`IDLE_TIMEOUT` s idle, :data:`MAX_CONNECTIONS` connections."""
+    with serving(
+        tmp_path_factory,
+        CONDUIT_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
+        CONDUIT_IDLE_TIMEOUT=str(IDLE_TIMEOUT),
+        CONDUIT_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+    ) as process:
+        yield process
 
 
 @pytest.fixture
@@ -241,6 +287,66 @@ def test_the_consoles_forms_are_held_to_the_django_upload_limit(served):
     assert answer.status == 413, answer
     assert b"(DATA_UPLOAD_MAX_MEMORY_SIZE)" in answer.body
     # A request without a body is served as before.
-    with socket.create_connection(("127.0.0.1", served.port)) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        assert _parse(_read_answer(sock, time.monotonic() + 5))[0] == 200
+    assert healthz(served) == 200
+
+
+def test_a_client_trickling_its_headers_is_dropped_after_the_header_timeout(strict):
+    """One header byte every 0.2 s (each byte resets the idle timeout) is answered 408 and
+    closed once the request is :data:`HEADER_TIMEOUT` s old, while ``/healthz`` answers."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200 + b"\r\n\r\n"
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+        dropped = False
+        for byte in request:
+            try:
+                sock.sendall(bytes([byte]))
+            except ConnectionError:
+                dropped = True
+                break
+            readable, _, _ = select.select([sock], [], [], 0.2)
+            if readable:
+                dropped = True
+                break
+            assert healthz(strict, timeout=1) == 200
+            if time.monotonic() > start + 5:
+                break
+        assert dropped, "still open after 5 s"
+        seconds, data = closed_after(sock, 2)
+    assert seconds is not None
+    assert HEADER_TIMEOUT <= time.monotonic() - start < HEADER_TIMEOUT + 1.5
+    assert data.startswith(b"HTTP/1.1 408 "), data
+    assert b"CONDUIT_HEADER_TIMEOUT" in data
+
+
+def test_a_kept_alive_connection_is_closed_after_the_idle_timeout(strict):
+    """Answered at once and kept alive, then closed :data:`IDLE_TIMEOUT` s later; the header
+    timeout, shorter, does not apply before the next request's first byte."""
+    with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        seconds, data = closed_after(sock, IDLE_TIMEOUT + 3)
+    status, head, _ = _parse(data)
+    assert status == 200
+    assert b"Connection: close" not in head
+    assert seconds is not None, "still open"
+    assert IDLE_TIMEOUT - 0.2 <= seconds < IDLE_TIMEOUT + 1
+
+
+def test_past_the_connection_cap_a_new_connection_is_refused_until_some_close(strict):
+    held = [socket.create_connection(("127.0.0.1", strict.port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.2)  # accepted by the server
+        with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            status, head, body = _parse(_read_answer(sock, time.monotonic() + 5))
+            assert closed_after(sock, 3)[0] is not None
+        assert status == 503, head
+        assert b"Retry-After: 5" in head
+        assert b"Connection: close" in head
+        assert b"CONDUIT_MAX_CONNECTIONS" in body
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 3
+    while healthz(strict) != 200:
+        assert time.monotonic() < deadline, "still refused once the connections closed"
+        time.sleep(0.05)
