@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.test import Client
 from django.utils import timezone
 
-from tests.routing.factories import api_token_with_secret
+from tests.routing.factories import api_token_with_secret, user_with_role
 from tests.support import ROOT, child_env, free_port
 
 GIGABYTE = 1_000_000_000
@@ -349,4 +351,67 @@ def test_past_the_connection_cap_a_new_connection_is_refused_until_some_close(st
     deadline = time.monotonic() + 3
     while healthz(strict) != 200:
         assert time.monotonic() < deadline, "still refused once the connections closed"
+        time.sleep(0.05)
+
+
+def open_websocket(served: Served, path: str, cookie: str) -> socket.socket:
+    """A websocket to ``path`` opened on a raw socket (the handshake answered ``101``)."""
+    sock = socket.create_connection(("127.0.0.1", served.port))
+    origin = f"127.0.0.1:{served.port}"
+    lines = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {origin}",
+        f"Origin: http://{origin}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+        f"Cookie: {cookie}",
+    ]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    sock.settimeout(5)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return sock
+
+
+def frame_opcodes(data: bytes) -> list[int]:
+    """The opcodes of the (unmasked) frames a server sent."""
+    opcodes = []
+    while len(data) >= 2:
+        length, at = data[1] & 0x7F, 2
+        if length == 126:
+            length, at = int.from_bytes(data[2:4]), 4
+        elif length == 127:
+            length, at = int.from_bytes(data[2:10]), 10
+        opcodes.append(data[0] & 0x0F)
+        data = data[at + length :]
+    return opcodes
+
+
+def test_open_websockets_outlive_both_timeouts_and_count_towards_the_connection_cap(strict, transactional_db):
+    client = Client()
+    client.force_login(user_with_role("viewer"))
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    sockets = [open_websocket(strict, "/ws/events/", cookie) for _ in range(MAX_CONNECTIONS)]
+    try:
+        # Neither timeout cuts them (the idle one, the longer, has passed once over).
+        for sock in sockets:
+            seconds, data = closed_after(sock, IDLE_TIMEOUT + 0.5 if sock is sockets[0] else 0.05)
+            assert seconds is None, "a websocket was closed"
+            assert 0x8 not in frame_opcodes(data), data
+        # They hold the process's connections: one more is refused.
+        with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert _parse(_read_answer(sock, time.monotonic() + 5))[0] == 503
+    finally:
+        for sock in sockets:
+            sock.close()
+    deadline = time.monotonic() + 3
+    while healthz(strict) != 200:
+        assert time.monotonic() < deadline, "still refused once the websockets closed"
         time.sleep(0.05)
