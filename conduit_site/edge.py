@@ -293,8 +293,11 @@ class EdgeChannel(HTTPChannel):
         self._header_deadline = None
         if self.transport is None or self._handlingRequest:
             return
-        message = f"the request was not complete within {self.header_timeout:g} s (CONDUIT_HEADER_TIMEOUT)"
-        self.transport.write(plain_answer(408, message))
+        if not self.transport.disconnecting:  # else answered already (a 413 or 401 refusal)
+            message = (
+                f"the request was not complete within {self.header_timeout:g} s (CONDUIT_HEADER_TIMEOUT)"
+            )
+            self.transport.write(plain_answer(408, message))
         # Twisted's idle timeout: close, and abort if the client does not read.
         self.timeoutConnection()
 
@@ -315,9 +318,6 @@ class Refusal(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         pass
-
-    def readConnectionLost(self) -> None:
-        self.transport.loseConnection()
 
     def connectionLost(self, reason) -> None:
         if self._cut is not None and self._cut.active():
