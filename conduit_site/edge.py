@@ -317,7 +317,7 @@ class Refusal(Protocol):
         self._cut = reactor.callLater(REFUSAL_LINGER_SECONDS, self.transport.abortConnection)
 
     def dataReceived(self, data: bytes) -> None:
-        pass
+        """What the refused client still sends is read and dropped: its request is never served."""
 
     def connectionLost(self, reason) -> None:
         if self._cut is not None and self._cut.active():

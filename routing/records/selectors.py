@@ -30,11 +30,6 @@ def event_with_route(seq: int) -> Event:
     return Event.objects.select_related("parent", "root", "route_record", "route_record__work").get(seq=seq)
 
 
-def route_record_for_event(seq: int) -> RouteRecord | None:
-    """The RouteRecord deciding the Event ``seq``, or ``None`` while it is unrouted."""
-    return RouteRecord.objects.select_related("event", "work").filter(event_id=seq).first()
-
-
 def work_route_history_page(work_id: int, *, before: int | None = None, limit: int = PAGE_SIZE) -> KeysetPage:
     """The Work's route history: its RouteRecords with their Events, newest first, below the
     Event seq ``before`` when given."""
