@@ -10,7 +10,8 @@ check could run. Here the request class daphne builds (:class:`EdgeRequest`) che
 when its headers are complete, before any byte of its body is read:
 
 - a declared ``Content-Length`` over the path's limit is answered ``413`` at once and the
-  connection closed; a chunked body is counted as it arrives and cut off the same way as it
+  connection closed (after a short linger that drops what is still sent); a chunked body is
+  counted as it arrives and cut off the same way as it
   passes the limit. The limits: ``CONDUIT_MAX_RECEIVER_BODY_BYTES`` for the receivers
   (``/hooks/…``), ``CONDUIT_MAX_API_BODY_BYTES`` for the API (``/api/…``) and
   ``DATA_UPLOAD_MAX_MEMORY_SIZE`` for every other path (the console's forms);
@@ -79,8 +80,8 @@ REASONS = {
     413: b"Content Too Large",
     503: b"Service Unavailable",
 }
-# How long a refused connection (over CONDUIT_MAX_CONNECTIONS) is kept for its answer to reach
-# the client before it is cut, and how long the client is told to wait before trying again.
+# How long a refused connection (over CONDUIT_MAX_CONNECTIONS, or a request refused before its
+# body) is kept for its answer to reach the client before it is cut, and how long the client is told to wait before trying again.
 REFUSAL_LINGER_SECONDS = 2.0
 RETRY_AFTER_SECONDS = 5
 
@@ -196,7 +197,7 @@ class EdgeRequest(WebRequest):
             headers.append(b"WWW-Authenticate: " + challenge.encode())
         channel = self.channel
         channel.transport.write(b"\r\n".join(headers) + b"\r\n\r\n" + body)
-        channel.loseConnection()
+        channel.linger()
 
     def _over_limit(self, length: int | None) -> bool:
         """Refuse (413) a declared length over the limit."""
@@ -269,8 +270,11 @@ class EdgeChannel(HTTPChannel):
 
     header_timeout: float | None = None
     _header_deadline = None
+    _lingering = None
 
     def dataReceived(self, data: bytes) -> None:
+        if self._lingering is not None:
+            return  # after a refusal: what the client still sends is dropped, never parsed
         if self._header_deadline is None and not self._handlingRequest and self.header_timeout:
             self._header_deadline = self.callLater(self.header_timeout, self._headers_overdue)
         super().dataReceived(data)
@@ -281,7 +285,21 @@ class EdgeChannel(HTTPChannel):
 
     def connectionLost(self, reason) -> None:
         self._cancel_header_deadline()
+        if self._lingering is not None and self._lingering.active():
+            self._lingering.cancel()
         super().connectionLost(reason)
+
+    def linger(self) -> None:
+        """Close after a refusal written ahead of the body (a lingering close): our side is
+        half-closed at once, what the client still sends is read and dropped, and the connection
+        is cut after :data:`REFUSAL_LINGER_SECONDS`. Closing with the body unread would reset the
+        connection, and a client or proxy still sending could lose the answer to the reset
+        (Caddy reported such a 401 as 502)."""
+        self._cancel_header_deadline()
+        self.setTimeout(None)
+        self._lingering = self.callLater(REFUSAL_LINGER_SECONDS, self.transport.abortConnection)
+        self.transport.loseWriteConnection()
+        self.transport.resumeProducing()  # reading may be paused for a token's lookup
 
     def _cancel_header_deadline(self) -> None:
         if self._header_deadline is not None:
