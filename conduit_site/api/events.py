@@ -31,6 +31,7 @@ from conduit_site.api.auth import (
     request_json,
 )
 from conduit_site.api.openapi import openapi_schema
+from conduit_site.logformat import trace_context, trace_fields
 from infra.converters import MAX_ID
 from infra.times import parse_time
 from routing.acceptance import services
@@ -105,6 +106,9 @@ def events_accept(request: HttpRequest) -> JsonResponse:
             "ce-source, ce-type…) and its data as the body",
         )
     body = request_json(request)  # its text's depth checked (routing.acceptance.envelopes.parse_json)
+    if isinstance(body, dict) and trace_fields(body.get("traceparent")):
+        # The lines logged about this Event carry its trace (conduit_site.requestid).
+        trace_context.set(body["traceparent"])
     if mode is Mode.BATCH and not isinstance(body, list):
         raise ApiError(
             400, "invalid_event", f"a {BATCH_MEDIA_TYPE} body is a JSON array of Events", field=None
