@@ -114,6 +114,8 @@ class Command(BaseCommand):
                     finally:
                         if listener is not None:
                             listener.close()
+                    # A clean stop: nothing should count this loop as running any longer.
+                    loop.stopped()
         finally:
             loop.close()
             restore_signals(previous)
@@ -186,7 +188,6 @@ class Command(BaseCommand):
                 # Events are arriving: let the next ones gather into one window (a full window
                 # means a backlog, routed at once).
                 stop.wait(gather)
-        loop.stopped()
         announce(self.stdout, "route_loop stopped", owner=loop.owner)
 
     def _report(self, result) -> None:
