@@ -155,6 +155,51 @@ PATHS: dict[str, Any] = {
                     "content": json_content(ref("Error")),
                 },
             },
-        }
+        },
+        "options": {
+            "operationId": "hook_webhook_validation",
+            "summary": "The CloudEvents webhook validation handshake of a cloudevents receiver",
+            "description": "Abuse protection of the CloudEvents Webhook specification, for a receiver of kind "
+            "`cloudevents`: a sender asks with `WebHook-Request-Origin` whether it may deliver; the answer "
+            "allows its origin, at any rate. Nothing is read, counted or stored. Receivers of other kinds "
+            "answer 405 (their senders shake hands by POST: GitHub's ping, Slack's challenge).",
+            "security": [],
+            "parameters": [
+                NAME_PARAMETER,
+                {
+                    "name": "WebHook-Request-Origin",
+                    "in": "header",
+                    "required": False,
+                    "description": "The sender's host name.",
+                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
+                },
+                {
+                    "name": "WebHook-Request-Rate",
+                    "in": "header",
+                    "required": False,
+                    "description": "The rate the sender asks for (requests a minute); any is allowed.",
+                    "schema": {"type": "string"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
+                    "headers": {
+                        "Allow": {"schema": {"type": "string"}, "description": "POST, OPTIONS"},
+                        "WebHook-Allowed-Origin": {
+                            "schema": {"type": "string"},
+                            "description": "The origin asked for.",
+                        },
+                        "WebHook-Allowed-Rate": {
+                            "schema": {"type": "string"},
+                            "description": "`*`: no limit.",
+                        },
+                    },
+                },
+                "400": response_ref("Invalid"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        },
     },
 }
