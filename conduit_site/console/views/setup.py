@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -318,6 +319,7 @@ def candidate_apply_view(request: HttpRequest, candidate_id: int) -> HttpRespons
         context = _candidate_context(request, candidate)
         context["action_error"] = str(exc)
         return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=409)
+    messages.success(request, f"Applied candidate {candidate_id}: generation {generation.number} is live.")
     url = generation_url(generation)
     if getattr(request, "htmx", False):
         return HttpResponseClientRedirect(url)
