@@ -131,20 +131,14 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    # Recursive, as JSON is: every string of it, keys too, without NUL (no backend stores one).
+    # Any JSON value, written as the empty schema: a recursive one (an array or object of
+    # JsonValue) is what client generators cannot read (openapi-python-client drops every
+    # operation that uses it; openapi-generator's Python client refuses any object). What JSON
+    # Schema could add (no NUL in a nested string, the depth) the server checks, answering 400.
     "JsonValue": {
-        "description": "Any JSON value with no NUL character (\\u0000) in a string or a key, nested at "
-        "most CONDUIT_MAX_JSON_DEPTH (64) levels.",
-        "anyOf": [
-            {"type": ["null", "boolean", "number"]},
-            NO_NUL,
-            {"type": "array", "items": ref("JsonValue")},
-            {
-                "type": "object",
-                "propertyNames": {"pattern": NO_NUL["pattern"]},
-                "additionalProperties": ref("JsonValue"),
-            },
-        ],
+        "description": "Any JSON value: null, a boolean, a number, a string, an array or an object, nested "
+        "at most CONDUIT_MAX_JSON_DEPTH (64) levels, with no NUL character (\\u0000) in a string or a key "
+        "(400 otherwise, naming the place)."
     },
     "Error": {
         "type": "object",
