@@ -19,6 +19,7 @@ from conduit_site.api.openapi.common import (
     SCOPE_PATH,
     SEQ_PARAMETER,
     TIMESTAMP,
+    WEBHOOK_PARAMETERS,
     json_content,
     nullable,
     ref,
@@ -577,22 +578,7 @@ PATHS: dict[str, Any] = {
             "No token is needed (senders send none) and nothing is read or stored: accepting Events still "
             "needs one.",
             "security": [],
-            "parameters": [
-                {
-                    "name": "WebHook-Request-Origin",
-                    "in": "header",
-                    "required": False,
-                    "description": "The sender's host name.",
-                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
-                },
-                {
-                    "name": "WebHook-Request-Rate",
-                    "in": "header",
-                    "required": False,
-                    "description": "The rate the sender asks for (requests a minute); any is allowed.",
-                    "schema": {"type": "string"},
-                },
-            ],
+            "parameters": WEBHOOK_PARAMETERS,
             "responses": {
                 "200": {
                     "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",

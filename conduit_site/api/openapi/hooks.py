@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conduit_site.api.openapi.common import json_content, ref, response_ref
+from conduit_site.api.openapi.common import WEBHOOK_PARAMETERS, json_content, parameter_ref, ref, response_ref
 
 TAG: dict[str, str] = {
     "name": "hooks",
@@ -80,14 +80,7 @@ RESPONSES: dict[str, Any] = {
     },
 }
 
-NAME_PARAMETER = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "description": "The receiver's name, as the configuration document declares it under `receivers`.",
-    "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 64},
-    "examples": {"github": {"value": "github"}, "slack": {"value": "slack"}},
-}
+NAME_PARAMETER = parameter_ref("receiver_name")
 
 PATHS: dict[str, Any] = {
     "/hooks/{name}": {
@@ -164,23 +157,7 @@ PATHS: dict[str, Any] = {
             "allows its origin, at any rate. Nothing is read, counted or stored. Receivers of other kinds "
             "answer 405 (their senders shake hands by POST: GitHub's ping, Slack's challenge).",
             "security": [],
-            "parameters": [
-                NAME_PARAMETER,
-                {
-                    "name": "WebHook-Request-Origin",
-                    "in": "header",
-                    "required": False,
-                    "description": "The sender's host name.",
-                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
-                },
-                {
-                    "name": "WebHook-Request-Rate",
-                    "in": "header",
-                    "required": False,
-                    "description": "The rate the sender asks for (requests a minute); any is allowed.",
-                    "schema": {"type": "string"},
-                },
-            ],
+            "parameters": [NAME_PARAMETER, *WEBHOOK_PARAMETERS],
             "responses": {
                 "200": {
                     "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
