@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import re
 from typing import Any, TextIO
 
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
+
+from worklife.tracing import trace_fields
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
@@ -37,20 +38,7 @@ request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", d
 # request's headers, and by the API once it has read a structured Event).
 trace_context: contextvars.ContextVar[str] = contextvars.ContextVar("trace_context", default="")
 
-# version - trace id - parent (span) id - flags, as the W3C Trace Context writes it.
-_TRACEPARENT = re.compile(
-    r"(?!ff)[0-9a-f]{2}-((?!0{32})[0-9a-f]{32})-((?!0{16})[0-9a-f]{16})-[0-9a-f]{2}(-[0-9a-f-]*)?"
-)
-
 process_logger = logging.getLogger("conduit.process")
-
-
-def trace_fields(traceparent: Any) -> dict[str, str]:
-    """``{"trace_id": …, "span_id": …}`` of a well-formed ``traceparent``, else ``{}``."""
-    if not isinstance(traceparent, str) or len(traceparent) > 512:
-        return {}
-    match = _TRACEPARENT.fullmatch(traceparent.strip())
-    return {"trace_id": match.group(1), "span_id": match.group(2)} if match else {}
 
 
 def json_logs() -> bool:
