@@ -10,6 +10,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 DEV_STAMP := $(VENV)/.requirements-dev-installed
 VAR := $(or $(CONDUIT_VAR_DIR),var)
+# Where receivers' secret files are (CONDUIT_SECRETS_DIR, as the settings read it).
+SECRETS := $(or $(CONDUIT_SECRETS_DIR),$(VAR)/secrets)
 # Set on the command line (make run HOST=0.0.0.0 PORT=9000), not from the environment: some
 # shells keep the machine's name in HOST.
 HOST := 127.0.0.1
@@ -79,10 +81,19 @@ run: $(STAMP) | $(VAR) ## Migrate, apply the demo configuration, create the oper
 	    (umask 077; printf '%s\n' "$$password" > $(VAR)/operator-password); \
 	    chmod 600 $(VAR)/operator-password; \
 	fi
-	@[ -s $(VAR)/demo-hook-secret ] || (umask 077; $(PY) -c 'import secrets; print(secrets.token_hex(32))' > $(VAR)/demo-hook-secret)
+	@# The demo receivers' secret is a file of the secrets directory, so every process reads it
+	@# (serve, manage.py receivers test); CONDUIT_DEMO_HOOK_SECRET, when set, is written there.
+	@mkdir -p -m 700 $(SECRETS); \
+	if [ -n "$${CONDUIT_DEMO_HOOK_SECRET:-}" ]; then \
+	    (umask 077; printf '%s\n' "$$CONDUIT_DEMO_HOOK_SECRET" > $(SECRETS)/demo-hook-secret); \
+	elif [ ! -s $(SECRETS)/demo-hook-secret ]; then \
+	    (umask 077; $(PY) -c 'import secrets; print(secrets.token_hex(32))' > $(SECRETS)/demo-hook-secret); \
+	fi
+	@# demo/send posts to the address served here.
+	@(umask 077; printf 'http://%s:%s\n' "$$(case '$(HOST)' in 0.0.0.0|'') echo 127.0.0.1;; ::) echo '[::1]';; *:*) echo '[$(HOST)]';; *) echo '$(HOST)';; esac)" '$(PORT)' > $(VAR)/demo-url)
 	@echo "Sign in at http://$(HOST):$(PORT)/ as $(OPERATOR) with the password in $(VAR)/operator-password"
-	@echo "Send the demo's webhooks, signed with the secret in $(VAR)/demo-hook-secret: demo/send demo/deliveries/github/pr-opened.json"
-	CONDUIT_DEMO_HOOK_SECRET="$${CONDUIT_DEMO_HOOK_SECRET:-$$(cat $(VAR)/demo-hook-secret)}" exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
+	@echo "Send the demo's webhooks, signed with the secret in $(SECRETS)/demo-hook-secret: demo/send demo/deliveries/github/pr-opened.json"
+	exec $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 test: $(DEV_STAMP) | $(VAR) ## Run the tests on the embedded default database (SQLite under var/).
 	DATABASE_URL= $(PY) -m pytest $(PYTEST_ARGS)

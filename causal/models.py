@@ -47,6 +47,9 @@ class Event(models.Model):
     time = models.DateTimeField(null=True, blank=True)
     specversion = models.CharField(max_length=16, default="1.0")
     datacontenttype = models.CharField(max_length=255, blank=True, default=DEFAULT_DATACONTENTTYPE)
+    # True: the sender gave ``datacontenttype`` (even the default one), so the Event given back
+    # as a CloudEvent carries it as sent (the JSON format keeps every attribute an Event had).
+    datacontenttype_given = models.BooleanField(default=False)
     data = models.JSONField(null=True, blank=True)
     # True: ``data`` is binary data as base64 text (CloudEvents ``data_base64``), not JSON.
     binary_data = models.BooleanField(default=False)

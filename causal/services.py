@@ -45,6 +45,8 @@ class Envelope:
     time: datetime | None = None
     specversion: str = "1.0"
     datacontenttype: str = "application/json"
+    # Whether the sender gave datacontenttype (not in the digest: the same Event either way).
+    datacontenttype_given: bool = False
     data: Any = None
     # True: ``data`` is the base64 text of binary data (CloudEvents ``data_base64``).
     binary_data: bool = False
@@ -90,6 +92,7 @@ def event_envelope(event: Event) -> Envelope:
         time=event.time,
         specversion=event.specversion,
         datacontenttype=event.datacontenttype,
+        datacontenttype_given=event.datacontenttype_given,
         data=event.data,
         binary_data=event.binary_data,
         extensions=dict(event.extensions or {}),
@@ -137,6 +140,7 @@ def event_row(envelope: Envelope, *, parent: Event | None, accepted_at: datetime
         time=envelope.time,
         specversion=envelope.specversion,
         datacontenttype=envelope.datacontenttype,
+        datacontenttype_given=envelope.datacontenttype_given,
         data=envelope.data,
         binary_data=envelope.binary_data,
         extensions=dict(envelope.extensions),
@@ -169,6 +173,7 @@ def _root_row(envelope: Envelope, accepted_at: datetime, accepted_by: str) -> Ev
         "time": envelope.time,
         "specversion": envelope.specversion,
         "datacontenttype": envelope.datacontenttype,
+        "datacontenttype_given": envelope.datacontenttype_given,
         "data": envelope.data,
         "binary_data": envelope.binary_data,
         "extensions": dict(envelope.extensions),

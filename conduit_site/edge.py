@@ -50,12 +50,14 @@ longer refused before it is sent, as after an upgrade that renames one of these.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
 from urllib.parse import unquote
 
 import daphne.server  # first: it installs the asyncio reactor
+from daphne import cli as daphne_cli
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from django.conf import settings
@@ -65,6 +67,7 @@ from twisted.internet.threads import deferToThread
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.web.http import HTTPChannel
 
+from conduit_site.logformat import json_logs, trace_fields
 from routing.access.tokens import token_digest, token_well_formed
 
 RECEIVER_PREFIX = "/hooks/"
@@ -177,6 +180,16 @@ class EdgeRequest(WebRequest):
             return  # the rest of a cut-off chunked body: answered already
         self.body_complete = True
         super().requestReceived(command, path, version)
+
+    def handle_reply(self, message: dict) -> None:
+        # Daphne writes the access log line inside this call, once the answer is complete:
+        # JsonAccessLog reads the request and answer it is about from here (one reactor thread).
+        global _replying
+        _replying = self
+        try:
+            super().handle_reply(message)
+        finally:
+            _replying = None
 
     def refuse(self, status: int, code: str, message: str, *, invalid: bool = False) -> None:
         """Answer ``status`` with a JSON error, as the API does, and close the connection; what
@@ -376,11 +389,59 @@ class EdgeHTTPFactory(HTTPFactory):
         self.connections.discard(protocol)
 
 
+# The request whose answer daphne is writing (EdgeRequest.handle_reply), for the access log.
+_replying: EdgeRequest | None = None
+access_logger = logging.getLogger("conduit.access")
+
+
+def _header(headers, name: bytes) -> str:
+    values = headers.getRawHeaders(name) if headers is not None else None
+    return values[0].decode("latin-1") if values else ""
+
+
+class JsonAccessLog:
+    """Daphne's access log as ``conduit.access`` records (``LOG_FORMAT=json``) instead of NCSA
+    text on standard output: ``http.request`` with the method, path, status, size, duration,
+    ``request_id`` and the ``trace_id``/``span_id`` of the Event the request carried (the
+    answer's ``traceresponse``, else the request's ``traceparent``); ``websocket.<action>`` for
+    websockets."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream  # daphne passes one; lines go through logging instead
+
+    def __call__(self, protocol: str, action: str, details: dict) -> None:
+        fields = {"client": details.get("client"), "path": details.get("path")}
+        if protocol == "http":
+            if action != "complete":
+                return
+            request = _replying
+            fields.update(
+                method=details.get("method"),
+                status=details.get("status"),
+                size=details.get("size"),
+                duration_ms=round((details.get("time_taken") or 0) * 1000, 1),
+            )
+            if request is not None:
+                request_id = _header(request.responseHeaders, b"x-request-id")
+                if request_id:
+                    fields["request_id"] = request_id
+                fields.update(
+                    trace_fields(_header(request.responseHeaders, b"traceresponse"))
+                    or trace_fields(_header(request.requestHeaders, b"traceparent"))
+                    or trace_fields(_header(request.requestHeaders, b"ce-traceparent"))
+                )
+            access_logger.info("http.request", extra=fields)
+        elif protocol == "websocket":
+            access_logger.info(f"websocket.{action}", extra=fields)
+
+
 def install() -> None:
     """Make daphne's server build :class:`EdgeHTTPFactory`; fail at start, not at a request, if
     the daphne or Twisted installed lacks a name this module depends on."""
     for owner, name in (
         (daphne.server, "HTTPFactory"),
+        (daphne_cli, "AccessLogGenerator"),
+        (WebRequest, "handle_reply"),
         (WebRequest, "gotLength"),
         (WebRequest, "handleContentChunk"),
         (HTTPChannel, "allContentReceived"),
@@ -391,6 +452,8 @@ def install() -> None:
                 f"conduit_site.edge: the installed daphne/Twisted has no {name}; see its documentation"
             )
     daphne.server.HTTPFactory = EdgeHTTPFactory
+    if json_logs():
+        daphne_cli.AccessLogGenerator = JsonAccessLog
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -365,6 +365,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
+        # Django's own DEBUG-only console handler (its default logging) would print a second,
+        # plain copy of each django line: its lines go through ours alone.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
         # conduit.auth logs each failed sign-in (auth.login_failed); axes' lines would repeat it.
         "axes": {"level": "ERROR"},
     },

@@ -7,6 +7,9 @@
 // editor replaces the textarea and writes every change back into it, so the form (plain or
 // htmx) still posts the textarea; a problem's link puts the editor's cursor on its line.
 //
+// As the document is typed, the server checks it (data-check-url, debounced) and its problems
+// become the lint markers before anything is saved; nothing is stored by the check.
+//
 // The Content-Security-Policy allows no inline style: CodeMirror's own style element carries
 // the page's nonce (<meta name="csp-nonce" nonce="...">, EditorView.cspNonce), and nothing
 // here sets a style attribute.
@@ -14,7 +17,7 @@
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { yaml } from "@codemirror/lang-yaml";
 import { bracketMatching, defaultHighlightStyle, indentOnInput, syntaxHighlighting } from "@codemirror/language";
-import { lintGutter, lintKeymap, setDiagnostics } from "@codemirror/lint";
+import { linter, lintGutter, lintKeymap, setDiagnostics } from "@codemirror/lint";
 import { EditorState } from "@codemirror/state";
 import {
   drawSelection,
@@ -81,6 +84,45 @@ function goToLine(view, line, { focus = true } = {}) {
   }
 }
 
+// The CSRF token htmx sends (the body's hx-headers), for the check's POST.
+function csrfToken() {
+  try {
+    return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] ?? "";
+  } catch {
+    return "";
+  }
+}
+
+// Lint as the document is typed: the server's check of the text, its problems as diagnostics.
+// A check that fails (network, a signed-out session) leaves the markers as they were.
+function serverCheck(url) {
+  return linter(
+    async (view) => {
+      const text = view.state.doc.toString();
+      try {
+        const response = await fetch(url, {
+          method: "POST",
+          credentials: "same-origin",
+          headers: { "X-CSRFToken": csrfToken(), "Content-Type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({ document: text }),
+        });
+        if (!response.ok && response.status !== 400) {
+          return [];
+        }
+        const answer = await response.json();
+        // The document changed meanwhile: the next check will mark it.
+        if (view.state.doc.toString() !== text) {
+          return [];
+        }
+        return diagnosticsOf(view.state.doc, answer.problems ?? []);
+      } catch {
+        return [];
+      }
+    },
+    { delay: 500 },
+  );
+}
+
 function enhance(textarea) {
   if (views.has(textarea)) {
     return;
@@ -118,6 +160,7 @@ function enhance(textarea) {
       syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
       yaml(),
       lintGutter(),
+      ...(textarea.dataset.checkUrl ? [serverCheck(textarea.dataset.checkUrl)] : []),
       // F8 moves to the next problem, Ctrl-Shift-m lists them.
       keymap.of([...defaultKeymap, ...historyKeymap, ...lintKeymap, indentWithTab]),
       EditorView.contentAttributes.of(contentAttributes),

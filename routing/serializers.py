@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 def cloudevent_json(event: Event) -> dict[str, Any]:
     """An Event as the structured-mode CloudEvent 1.0 it was accepted as (JSON format): the
     attributes, ``scope`` and the other extension attributes flat beside them, and ``data``
-    (or ``data_base64`` for binary data). Optional attributes the Event has not are left out,
-    as is the default ``datacontenttype``. The official SDKs read it as it is."""
+    (or ``data_base64`` for binary data). Every attribute the sender gave is there,
+    ``datacontenttype`` included even when it is the default; optional attributes the Event
+    has not are left out. The official SDKs read it as it is."""
     cloudevent: dict[str, Any] = {
         "specversion": event.specversion,
         "id": event.envelope_id,
@@ -33,7 +34,9 @@ def cloudevent_json(event: Event) -> dict[str, Any]:
         cloudevent["subject"] = event.subject
     if event.time is not None:
         cloudevent["time"] = timestamp(event.time)
-    if event.datacontenttype and event.datacontenttype != DEFAULT_DATACONTENTTYPE:
+    if event.datacontenttype and (
+        event.datacontenttype_given or event.datacontenttype != DEFAULT_DATACONTENTTYPE
+    ):
         cloudevent["datacontenttype"] = event.datacontenttype
     cloudevent["scope"] = event.scope
     cloudevent.update(event.extensions or {})

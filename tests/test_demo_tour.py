@@ -58,8 +58,11 @@ def route_and_run() -> None:
 
 
 @pytest.fixture
-def demo(clock, monkeypatch):
+def demo(clock, monkeypatch, settings, tmp_path):
     monkeypatch.chdir(ROOT)  # the triage command runs `python3 -m demo.agents`
+    # The receivers read the secret file make run writes; demo/send, the same secret.
+    settings.CONDUIT_SECRETS_DIR = tmp_path
+    (tmp_path / "demo-hook-secret").write_text("demo-secret-for-the-tour\n")
     apply_config((ROOT / "demo" / "conduit.yaml").read_text(encoding="utf-8"), clock)
 
 

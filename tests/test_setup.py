@@ -27,6 +27,7 @@ from django.contrib.auth.hashers import identify_hasher
 from django.core.management import call_command, get_commands
 from django.core.management.base import CommandError
 
+from causal.models import Event
 from conduit_site.management.commands import serve as serve_module
 from conduit_site.management.commands.serve import url_for
 from conduit_site.supervision.supervisor import clean_stop
@@ -721,11 +722,15 @@ def test_each_demo_delivery_maps_to_its_demo_event():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_demo_deliveries_signed_by_demo_send_are_accepted_and_routed(clock, monkeypatch, client):
+def test_demo_deliveries_signed_by_demo_send_are_accepted_and_routed(
+    clock, monkeypatch, client, settings, tmp_path
+):
     """The tour through the receivers: each delivery, signed by demo/send's signer with the demo
     secret, is accepted by the demo configuration's receivers and routed as the README says."""
     secret = "demo-secret-for-the-test"
-    monkeypatch.setenv("CONDUIT_DEMO_HOOK_SECRET", secret)
+    settings.CONDUIT_SECRETS_DIR = tmp_path
+    (tmp_path / "demo-hook-secret").write_text(f"{secret}\n")
+    monkeypatch.setenv("CONDUIT_SECRETS_DIR", str(tmp_path))
     send = demo_send_module()
     apply_config((ROOT / "demo" / "conduit.yaml").read_text(encoding="utf-8"), clock)
     deliveries = demo_deliveries()
@@ -804,3 +809,61 @@ def test_the_readme_is_for_users_short_and_its_links_resolve():
     assert (ROOT / "docs" / "performance.md").is_file()
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme):
         assert (ROOT / target).exists(), target
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_run_shares_the_demo_secret_with_receivers_test_and_its_port_with_demo_send(tmp_path):
+    """``make run PORT=…`` writes the demo secret where every process reads it and the address
+    it serves where demo/send finds it: ``receivers test`` in another shell verifies a delivery,
+    and demo/send without --url reaches the server."""
+    var = tmp_path / "var"
+    port = free_port()
+    env = child_env(CONDUIT_VAR_DIR=str(var), LOG_LEVEL="WARNING")
+    env.pop("CONDUIT_DEMO_HOOK_SECRET", None)
+    # -o: the virtualenv is the one these tests run in, never rebuilt here.
+    server = subprocess.Popen(
+        ["make", "-o", ".venv/.requirements-installed", "run", f"PORT={port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert any("Conduit console" in line for line in server.stdout)
+        delivery = ROOT / "demo" / "deliveries" / "alertmanager" / "ops-alert.json"
+        secret = (var / "secrets" / "demo-hook-secret").read_text(encoding="utf-8").strip()
+        (authorization,) = demo_send_module().signed("alertmanager", delivery.read_bytes(), secret).items()
+        tested = subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "receivers",
+                "test",
+                "alertmanager",
+                str(delivery),
+                "--header",
+                f"{authorization[0]}:{authorization[1]}",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        sent = subprocess.run(
+            [sys.executable, "demo/send", str(delivery)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.communicate(timeout=60)
+    assert tested.returncode == 0, tested.stderr + tested.stdout
+    assert "secret_unavailable" not in tested.stdout
+    assert sent.returncode == 0 and ": 201 " in sent.stdout, sent.stdout + sent.stderr
+    assert Event.objects.filter(accepted_by="receiver:alertmanager").count() == 1

@@ -20,7 +20,7 @@ from django.db.models import Q
 from causal.clock import Clock, aware_time
 from causal.models import KV
 from causal.selectors import kv_newest
-from causal.services import kv_replace
+from causal.services import kv_delete_in_tx, kv_replace
 from infra.leases import lease_transaction
 
 
@@ -51,6 +51,12 @@ class Heartbeats[B: Beat]:
         (a heartbeat need not survive a power loss)."""
         with lease_transaction():
             kv_replace(namespace=self.namespace, key=beat.loop, value=beat.value(), clock=clock)
+
+    def clear(self, loop: str) -> None:
+        """Forget ``loop``'s heartbeat (a clean stop): nothing reads it as running any longer.
+        One statement, in a lease transaction."""
+        with lease_transaction():
+            kv_delete_in_tx(namespace=self.namespace, key=loop)
 
     def newest(self, *, since: datetime | None = None, limit: int = 10) -> list[B]:
         """The loops' last heartbeats, newest first (only those written at ``since`` or later

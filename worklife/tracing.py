@@ -28,6 +28,29 @@ def valid_traceparent(value: Any) -> str:
     return ""
 
 
+def trace_fields(traceparent: Any) -> dict[str, str]:
+    """``{"trace_id": …, "span_id": …}`` of a well-formed ``traceparent`` (for log lines about
+    the Event that carries it), else ``{}``."""
+    value = valid_traceparent(traceparent.strip() if isinstance(traceparent, str) else traceparent)
+    if not value:
+        return {}
+    _, trace_id, span_id, *_ = value.split("-")
+    return {"trace_id": trace_id, "span_id": span_id}
+
+
+def traceparents_of(seqs: Sequence[int]) -> dict[int, str]:
+    """The ``traceparent`` of each Event of ``seqs`` that has one, by seq. One query (none for
+    no seqs)."""
+    if not seqs:
+        return {}
+    from causal.models import Event
+
+    rows = Event.objects.filter(seq__in=list(seqs), extensions__has_key=EXTENSION).values_list(
+        "seq", f"extensions__{EXTENSION}"
+    )
+    return {seq: value for seq, value in rows if valid_traceparent(value)}
+
+
 def traceparent_of(extensions: Mapping[str, Any] | None) -> str:
     """The well-formed ``traceparent`` among an Event's extensions, or ``""``."""
     return valid_traceparent((extensions or {}).get(EXTENSION))

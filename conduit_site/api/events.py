@@ -5,8 +5,9 @@ their ``seq``: envelope ids are unique only per source.
 takes an Event in structured, binary or batch mode; ``OPTIONS`` answers the CloudEvents Webhook
 validation handshake (no token: the sender sends none, and nothing is read or stored); ``GET``
 lists Events. An Event comes out as ``{"event": <CloudEvent>, "conduit": {...}}``, or, with
-``?format=cloudevent``, as the bare CloudEvent (``application/cloudevents+json``; a list as
-``application/cloudevents-batch+json``). docs/cloudevents.md tells it all.
+``?format=cloudevent`` or ``Accept: application/cloudevents+json`` (or
+``application/cloudevents-batch+json``), as the bare CloudEvent (``application/cloudevents+json``;
+a list as ``application/cloudevents-batch+json``). docs/cloudevents.md tells it all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
 
 from causal.clock import system_clock
 from causal.models import Event
@@ -31,6 +33,7 @@ from conduit_site.api.auth import (
     request_json,
 )
 from conduit_site.api.openapi import openapi_schema
+from conduit_site.logformat import trace_context, trace_fields
 from infra.converters import MAX_ID
 from infra.times import parse_time
 from routing.acceptance import services
@@ -105,6 +108,9 @@ def events_accept(request: HttpRequest) -> JsonResponse:
             "ce-source, ce-type…) and its data as the body",
         )
     body = request_json(request)  # its text's depth checked (routing.acceptance.envelopes.parse_json)
+    if isinstance(body, dict) and trace_fields(body.get("traceparent")):
+        # The lines logged about this Event carry its trace (conduit_site.requestid).
+        trace_context.set(body["traceparent"])
     if mode is Mode.BATCH and not isinstance(body, list):
         raise ApiError(
             400, "invalid_event", f"a {BATCH_MEDIA_TYPE} body is a JSON array of Events", field=None
@@ -154,11 +160,12 @@ def _binary_headers(request: HttpRequest) -> dict[str, str]:
     return headers
 
 
-def webhook_validation(request: HttpRequest) -> HttpResponse:
+def webhook_validation(request: HttpRequest, *, allow: str = ALLOWED_METHODS) -> HttpResponse:
     """The CloudEvents Webhook validation handshake (abuse protection, section 4): an
     ``OPTIONS`` with ``WebHook-Request-Origin`` is answered 200 with that origin in
-    ``WebHook-Allowed-Origin``, ``WebHook-Allowed-Rate: *`` (no rate limit) and ``Allow``; a
-    plain ``OPTIONS`` gets ``Allow`` alone. Events still need a token to be accepted."""
+    ``WebHook-Allowed-Origin``, ``WebHook-Allowed-Rate: *`` (no rate limit) and ``Allow``
+    (``allow``); a plain ``OPTIONS`` gets ``Allow`` alone. Events still need a token (or a
+    receiver's signature) to be accepted."""
     origin = request.headers.get("WebHook-Request-Origin")
     if origin is not None and not WEBHOOK_ORIGIN.match(origin):
         raise ApiError(
@@ -169,7 +176,7 @@ def webhook_validation(request: HttpRequest) -> HttpResponse:
         )
     response = HttpResponse(status=200)
     del response["Content-Type"]
-    response["Allow"] = ALLOWED_METHODS
+    response["Allow"] = allow
     if origin is not None:
         response["WebHook-Allowed-Origin"] = origin
         response["WebHook-Allowed-Rate"] = WEBHOOK_ALLOWED_RATE
@@ -194,13 +201,15 @@ def events_list(request: HttpRequest) -> HttpResponse:
         )
         if page.next_after is not None:
             response[NEXT_AFTER_HEADER] = str(page.next_after)
-        return response
-    return JsonResponse(
-        {
-            "events": [{**event_json(item.event), "route": event_route_json(item)} for item in page],
-            "next_after": page.next_after,
-        }
-    )
+    else:
+        response = JsonResponse(
+            {
+                "events": [{**event_json(item.event), "route": event_route_json(item)} for item in page],
+                "next_after": page.next_after,
+            }
+        )
+    patch_vary_headers(response, ["Accept"])
+    return response
 
 
 def _list_filters(request: HttpRequest) -> EventListFilter:
@@ -242,8 +251,18 @@ def _int_param(raw: str, name: str, *, maximum: int) -> int | None:
         raise EventListInvalid(name, str(exc)) from None
 
 
+# What Accept may ask for, the wrapper first (what */* and no Accept get).
+ACCEPTED_MEDIA_TYPES = ("application/json", STRUCTURED_MEDIA_TYPE, BATCH_MEDIA_TYPE)
+
+
 def _format(request: HttpRequest) -> str:
-    output = request.GET.get("format", "") or "conduit"
+    """``?format=`` when given, else what ``Accept`` prefers: ``application/cloudevents+json``
+    or ``application/cloudevents-batch+json`` ask for the bare CloudEvents (``cloudevent``),
+    anything else for the wrapper (``conduit``)."""
+    output = request.GET.get("format", "")
+    if not output:
+        preferred = request.get_preferred_type(ACCEPTED_MEDIA_TYPES) if "Accept" in request.headers else None
+        return "cloudevent" if preferred in (STRUCTURED_MEDIA_TYPE, BATCH_MEDIA_TYPE) else "conduit"
     if output not in FORMATS:
         raise ApiError(
             400,
@@ -264,10 +283,13 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
     except Event.DoesNotExist:
         raise ApiError(404, "not_found", f"no Event has seq {seq}") from None
     if output == "cloudevent":
-        return HttpResponse(
+        response = HttpResponse(
             json.dumps(cloudevent_json(event), ensure_ascii=False), content_type=STRUCTURED_MEDIA_TYPE
         )
-    return JsonResponse(event_json(event))
+    else:
+        response = JsonResponse(event_json(event))
+    patch_vary_headers(response, ["Accept"])
+    return response
 
 
 @api_view(["GET"], permission=VIEW_EVENT)

@@ -48,6 +48,7 @@ urlpatterns = [
     path("work/<id:work_id>/rebind/", work_controls.work_rebind_view, name="work-rebind"),
     path("config/", config.config_list, name="config-list"),
     path("config/setup/", setup.setup_page, name="setup"),
+    path("config/setup/check/", setup.setup_check, name="setup-check"),
     path("config/candidates/", setup.candidate_create, name="candidate-create"),
     path("config/candidates/<id:candidate_id>/", setup.candidate_detail, name="candidate-detail"),
     path("config/candidates/<id:candidate_id>/trace/", setup.candidate_trace, name="candidate-trace"),

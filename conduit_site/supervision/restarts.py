@@ -50,6 +50,12 @@ class ChildRestart:
         """The exit status in words: ``status 3`` or ``signal 9``."""
         return f"signal {-self.status}" if self.status < 0 else f"status {self.status}"
 
+    @property
+    def text(self) -> str:
+        """One line for doctor's text output, as every check's item has."""
+        times = f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"
+        return f"{self.child} on {self.host}: {times}, last exit {self.status_text} at {self.at.isoformat()}"
+
 
 def restart_record(*, child: str, status: int, restarts: int, clock: Clock, host: str | None = None) -> None:
     """Record that serve restarted ``child`` after it exited with ``status``: one statement."""

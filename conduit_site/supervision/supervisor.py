@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from types import FrameType
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from conduit_site.logformat import announce
 from infra import metrics
 
 POLL_SECONDS = 0.2
@@ -192,14 +194,20 @@ class Supervisor:
             except OSError:
                 self._sleep(POLL_SECONDS)
         else:
-            self.command.stderr.write(f"The console did not answer within {READY_TIMEOUT_SECONDS:.0f} s.")
+            announce(
+                self.command.stderr,
+                f"The console did not answer within {READY_TIMEOUT_SECONDS:.0f} s.",
+                level=logging.WARNING,
+            )
             return
         names = {child.name for child in self.children}
         router = "running" if "route_loop" in names else "off (--no-router)"
         work = "running" if "work_loop" in names else "off"
         web = sum(1 for name in names if name.startswith("daphne"))
-        self.command.stdout.write(
-            f"Conduit console: {url}  (web processes: {web}; router: {router}; work: {work}; Ctrl-C stops)"
+        announce(
+            self.command.stdout,
+            f"Conduit console: {url}  (web processes: {web}; router: {router}; work: {work}; Ctrl-C stops)",
+            url=url,
         )
         self.command.stdout.flush()
 
@@ -218,7 +226,12 @@ class Supervisor:
             now = time.monotonic()
             if child.restart_at is not None:
                 if now >= child.restart_at:
-                    self.command.stderr.write(f"Restarting {child.name} (restart {child.restarts}).")
+                    announce(
+                        self.command.stderr,
+                        f"Restarting {child.name} (restart {child.restarts}).",
+                        level=logging.WARNING,
+                        child=child.name,
+                    )
                     self._start(child)
                 continue
             if child.process is None or child.poll() is None:
@@ -228,15 +241,23 @@ class Supervisor:
             metrics.process_exited(child.process.pid, self.env)
             if child.cannot_start():
                 self.failed = child
-                self.command.stderr.write(
+                announce(
+                    self.command.stderr,
                     f"{child.name} cannot start: it exited with status {child.returncode} within "
-                    f"{STARTUP_SECONDS:g} s of each of its first {START_ATTEMPTS} starts; stopping."
+                    f"{STARTUP_SECONDS:g} s of each of its first {START_ATTEMPTS} starts; stopping.",
+                    level=logging.ERROR,
+                    child=child.name,
+                    status=child.returncode,
                 )
                 return
             child.restarts += 1
-            self.command.stderr.write(
+            announce(
+                self.command.stderr,
                 f"{child.name} exited with status {child.returncode} after {ran:.1f} s; "
-                f"restarting it in {delay:g} s (restart {child.restarts})."
+                f"restarting it in {delay:g} s (restart {child.restarts}).",
+                level=logging.WARNING,
+                child=child.name,
+                status=child.returncode,
             )
             if self.on_restart is not None:
                 self.on_restart(child)
@@ -252,7 +273,12 @@ class Supervisor:
             if time.monotonic() >= deadline:
                 for child in self.children:
                     if child.alive():
-                        self.command.stderr.write(f"{child.name} did not stop in time; killing it.")
+                        announce(
+                            self.command.stderr,
+                            f"{child.name} did not stop in time; killing it.",
+                            level=logging.WARNING,
+                            child=child.name,
+                        )
                         child.process.kill()
                         child.returncode = child.process.wait()
                 break

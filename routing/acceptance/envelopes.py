@@ -330,9 +330,8 @@ def parse_envelope(
             raise reserved
     subject = _optional_string(attrs, "subject", MAX_SUBJECT, allow_empty=True)
     event_time = _optional_time(attrs, "time")
-    datacontenttype = (
-        _optional_string(attrs, "datacontenttype", MAX_DATACONTENTTYPE) or DEFAULT_DATACONTENTTYPE
-    )
+    given_datacontenttype = _optional_string(attrs, "datacontenttype", MAX_DATACONTENTTYPE)
+    datacontenttype = given_datacontenttype or DEFAULT_DATACONTENTTYPE
     binary_data = "data_base64" in attrs
     if binary_data:
         if attrs.get("data") is not None:
@@ -370,6 +369,7 @@ def parse_envelope(
         time=event_time,
         specversion=specversion,
         datacontenttype=datacontenttype,
+        datacontenttype_given=bool(given_datacontenttype),
         data=data,
         binary_data=binary_data,
         extensions=extensions,

@@ -27,7 +27,9 @@ def raw_envelope(event: Event) -> dict[str, Any]:
         envelope["subject"] = event.subject
     if event.time is not None:
         envelope["time"] = timestamp(event.time)
-    if event.datacontenttype and event.datacontenttype != DEFAULT_DATACONTENTTYPE:
+    if event.datacontenttype and (
+        event.datacontenttype_given or event.datacontenttype != DEFAULT_DATACONTENTTYPE
+    ):
         envelope["datacontenttype"] = event.datacontenttype
     if event.correlation:
         envelope["correlation"] = list(event.correlation)

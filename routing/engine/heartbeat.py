@@ -62,6 +62,7 @@ class RouteLoopHeartbeat:
 ROUTE_LOOP_HEARTBEATS = Heartbeats("core.routing.heartbeats", RouteLoopHeartbeat)
 HEARTBEATS_NAMESPACE = ROUTE_LOOP_HEARTBEATS.namespace
 heartbeat_write = ROUTE_LOOP_HEARTBEATS.write
+heartbeat_clear = ROUTE_LOOP_HEARTBEATS.clear
 route_loop_heartbeats = ROUTE_LOOP_HEARTBEATS.newest
 beating_since = ROUTE_LOOP_HEARTBEATS.beating_since
 # While another route loop beats, a loop publishes what its windows' routes decide.

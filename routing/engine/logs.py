@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from worklife.tracing import trace_fields
+
 if TYPE_CHECKING:
     from routing.engine.settle import RouteOutcome
 
@@ -65,9 +67,12 @@ def log_decided_enabled() -> bool:
     return logger.isEnabledFor(logging.INFO)
 
 
-def log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) -> None:
+def log_decided(
+    outcome: RouteOutcome, generation: str, decided_at: datetime, *, traceparent: str = ""
+) -> None:
     """One ``route.decided`` record per decision, with the fields of the route's JSON; reasons
-    and errors are :func:`redacted` (the RouteRecord keeps them whole)."""
+    and errors are :func:`redacted` (the RouteRecord keeps them whole); ``trace_id`` and
+    ``span_id`` when the Event carries a W3C ``traceparent``."""
     if not logger.isEnabledFor(logging.INFO):
         return
     decision = outcome.decision
@@ -91,5 +96,6 @@ def log_decided(outcome: RouteOutcome, generation: str, decided_at: datetime) ->
             # The message only, redacted: the stack may quote values (the record keeps both).
             "route.error": redacted(decision.error.message, names=routes) if decision.error else "",
             "route.attempts": decision.error.attempts if decision.error else 0,
+            **trace_fields(traceparent),
         },
     )

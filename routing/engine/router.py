@@ -79,6 +79,7 @@ from routing.engine.world import SnapshotReads, explicit_tokens
 from routing.engine.writes import Writes
 from routing.extension import EventSnapshot
 from routing.models import Generation, RouteRecord
+from worklife.tracing import trace_fields, traceparents_of
 
 logger = logging.getLogger("conduit.routing")
 
@@ -528,8 +529,16 @@ class Router:
             if then is not None:
                 then()
         decided = log_decided_enabled()
+        logged = [
+            o.seq
+            for o in outcomes
+            if o.decision is not None and o.settled and (decided or o.error is not None)
+        ]
+        # The lines about an Event carry its trace: one query a window, only when lines are written.
+        traces = traceparents_of(logged)
         for outcome in outcomes:
             if outcome.decision is not None and outcome.settled:
+                traceparent = traces.get(outcome.seq, "")
                 if outcome.error is not None:
                     logger.warning(
                         "route.gave_up",
@@ -538,10 +547,11 @@ class Router:
                             "code": outcome.error.code.value,
                             "attempts": outcome.error.attempts,
                             "route": outcome.error.route,
+                            **trace_fields(traceparent),
                         },
                     )
                 if decided:
-                    log_decided(outcome, self.configuration.label, now)
+                    log_decided(outcome, self.configuration.label, now, traceparent=traceparent)
         return outcomes
 
     def _give_back(self, ahead: Ahead) -> None:

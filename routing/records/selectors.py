@@ -90,10 +90,17 @@ UNDELIVERED_OUTCOMES = {"unmatched": "unmatched", "drop": "dropped"}
 @dataclass(frozen=True, slots=True)
 class EventRoutePage:
     """One page of ``events list``: Events with their routes, in the listing order.
-    ``next_after`` is the seq to pass as ``after`` for the next page (``None`` on the last)."""
+    ``next_after`` is the seq to pass as ``after`` for the next page (``None`` on the last);
+    ``cursor`` the one this page was read after (``None``: the first page)."""
 
     items: list[EventRoute]
     next_after: int | None
+    cursor: int | None = None
+
+    @property
+    def is_first(self) -> bool:
+        """Whether this is the list's first page (the pager offers no way back to it)."""
+        return self.cursor is None
 
     def __iter__(self):
         return iter(self.items)
@@ -153,7 +160,7 @@ def events_route_page(filters: EventListFilter) -> EventRoutePage:
     events = sorted(
         events_with_records().filter(seq__in=wanted), key=lambda e: e.seq, reverse=not filters.oldest
     )
-    return EventRoutePage(items=event_routes(events), next_after=seqs.next_cursor)
+    return EventRoutePage(items=event_routes(events), next_after=seqs.next_cursor, cursor=filters.after)
 
 
 def events_route_total(filters: EventListFilter, *, cap: int = COUNT_CAP) -> ListTotal:

@@ -208,3 +208,38 @@ def test_axe_finds_no_serious_violation_in_the_editor(browser, live_server, admi
     page.screenshot(path=tmp_path / f"editor-{width}.png", full_page=True)
     context.close()
     assert {label: lines for label, lines in found.items() if lines} == {}
+
+
+def test_the_editor_marks_a_problem_as_it_is_typed_before_any_save(browser, live_server, admin):
+    context, page = open_page(browser, live_server)
+    page.locator("#setup-editor .cm-editor").wait_for()
+    checks = []
+    page.on(
+        "request", lambda request: request.url.endswith(reverse("setup-check")) and checks.append(request)
+    )
+    set_document(page, BROKEN)
+
+    # Marked at its line by the server's check, with nothing posted to save.
+    page.locator("#setup-editor .cm-lint-marker-error").first.wait_for(timeout=10_000)
+    marked = page.locator("#setup-editor .cm-lintRange-error").first.inner_text()
+    assert "strat" in marked
+    assert checks and not Generation.objects.filter(kind=GenerationKind.CANDIDATE).exists()
+    # Fixed as typed: the marker goes, still without a save.
+    set_document(page, FIXED)
+    page.locator("#setup-editor .cm-lint-marker-error").first.wait_for(state="detached", timeout=10_000)
+    assert not Generation.objects.filter(kind=GenerationKind.CANDIDATE).exists()
+    assert page.errors == [] and page.evaluate("window.__cspViolations") == []
+    context.close()
+
+
+def test_saving_a_candidate_and_coming_back_to_the_editor_breaks_no_policy(browser, live_server, admin):
+    context, page = open_page(browser, live_server)
+    page.locator("#setup-editor .cm-editor").wait_for()
+    set_document(page, FIXED)
+    page.click("#setup-form button[type=submit]")
+    page.wait_for_url("**/config/candidates/*/")
+    assert page.evaluate("window.__cspViolations") == []
+    page.goto(live_server.url + reverse("setup"))
+    page.locator("#setup-editor .cm-editor").wait_for()
+    assert page.evaluate("window.__cspViolations") == [] and page.errors == []
+    context.close()

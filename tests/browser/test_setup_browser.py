@@ -171,6 +171,10 @@ def test_after_apply_reload_and_back_show_the_applied_generation(live_server, br
     page.click("#candidate-apply")
     page.wait_for_url("**/config/?generation=2#document")
     assert live_generation().number == 2
+    # The address is the Configuration page's, and it says what was applied, once.
+    assert page.locator("#config-applied").inner_text() == (
+        f"Applied candidate {candidate.pk}: generation 2 is live."
+    )
     for _ in ("reload", "back"):
         if _ == "reload":
             response = page.reload()
@@ -179,3 +183,4 @@ def test_after_apply_reload_and_back_show_the_applied_generation(live_server, br
             page.wait_for_url("**/config/?generation=2#document")
         assert response is not None and response.status == 200
         assert "Live document: generation 2" in page.locator("#document").inner_text()
+        assert page.locator("#config-applied").count() == 0

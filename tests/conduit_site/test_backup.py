@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import stat
+import subprocess
 import threading
+import time
 from io import StringIO
 from pathlib import Path
 
@@ -17,8 +20,9 @@ from django.db import connection
 
 from causal.clock import system_clock
 from causal.models import Event
+from conduit_site.doctor import loop_heartbeats
 from tests.causal.factories import EventFactory
-from tests.support import run_manage
+from tests.support import ROOT, child_env, free_port, manage_command, run_manage
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 
 sqlite_only = pytest.mark.skipif("connection.vendor != 'sqlite'")
@@ -123,6 +127,37 @@ def test_restore_is_refused_while_a_loop_beats(tmp_path):
     with pytest.raises(CommandError, match="loops are running"):
         call_command("restore", str(tmp_path / "copy.sqlite3"))
     assert Event.objects.count() == 10
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_restore_is_accepted_at_once_after_serve_stops_cleanly(tmp_path):
+    accept(5, "a")
+    call_command("backup", str(tmp_path / "copy.sqlite3"), stdout=StringIO())
+    accept(5, "b")
+    server = subprocess.Popen(
+        manage_command("serve", "--workers", "1", "--port", str(free_port())),
+        cwd=ROOT,
+        env=child_env(CONDUIT_VAR_DIR=str(tmp_path / "var"), LOG_LEVEL="WARNING"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert any("Conduit console" in line for line in server.stdout)
+        beats = loop_heartbeats(now=system_clock())
+        deadline = time.monotonic() + 30
+        while not (beats["route_loop"].alive and beats["work_loop"].alive) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            beats = loop_heartbeats(now=system_clock())
+        assert beats["route_loop"].alive and beats["work_loop"].alive
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=60)
+    assert server.returncode == 0
+    out = StringIO()
+    call_command("restore", str(tmp_path / "copy.sqlite3"), stdout=out)
+    assert "restored 5 Events" in out.getvalue()
 
 
 @sqlite_only

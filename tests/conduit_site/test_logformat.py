@@ -1,10 +1,12 @@
 """Structured log lines carry their fields, as key=value text or JSON (LOG_FORMAT), with the
 request id of the web request they were written for."""
 
+import http.client
 import io
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,8 +16,11 @@ import pytest
 from django.conf import settings as django_settings
 from django.urls import reverse
 
+from causal.clock import system_clock
 from conduit_site.logformat import JsonFormatter, KeyValueFormatter, RequestIdFilter
-from tests.routing.factories import UserFactory
+from routing.config.services import config_apply
+from tests.routing.factories import UserFactory, api_token_with_secret
+from tests.support import child_env, free_port
 
 
 def test_fields_are_printed_as_key_values():
@@ -161,3 +166,101 @@ def test_djangos_own_request_lines_carry_the_request_id_and_other_lines_none(cli
     (outside,) = [line for line in lines if line["message"] == "route.gave_up"]
     assert not_found["request_id"] == "req-404" and not_found["status_code"] == 404
     assert "request_id" not in outside
+
+
+# --- every line of a real serve is JSON -----------------------------------------------------------
+
+TRACED_SCOPE = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: traced
+        handler: match
+        params: {type: "x.traced"}
+        binding: inbox
+        policy: queue
+"""
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def request_status(port: int, method: str, path: str, body: bytes = b"", **headers: str) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(method, path, body=body or None, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_log_format_json_every_line_of_serve_is_json_and_lines_about_a_traced_event_carry_its_trace(
+    tmp_path,
+):
+    config_apply(document=TRACED_SCOPE, clock=system_clock)
+    _, secret = api_token_with_secret(user__permissions=("routing.accept_event",))
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--workers", "1", "--port", str(port)],
+        cwd=ROOT,
+        # DEBUG on: Django's own DEBUG-only console handler must not print plain copies.
+        env=child_env(CONDUIT_VAR_DIR=str(tmp_path), LOG_FORMAT="json", LOG_LEVEL="INFO", DEBUG="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = []
+        for line in server.stderr:
+            seen.append(line)
+            if "Conduit console" in line:
+                break
+        event = {
+            "specversion": "1.0",
+            "id": "traced-1",
+            "source": "/tests",
+            "type": "x.traced",
+            "scope": "acme",
+            "datacontenttype": "application/json",
+            "traceparent": TRACEPARENT,
+            "data": {"n": 1},
+        }
+        structured = request_status(
+            port,
+            "POST",
+            "/api/events",
+            json.dumps(event).encode(),
+            **{"Authorization": f"Bearer {secret}", "Content-Type": "application/cloudevents+json"},
+        )
+        missing = request_status(port, "GET", "/no-such-page/", traceparent=TRACEPARENT)
+        untraced = request_status(port, "GET", "/healthz")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=60)
+    assert (structured, missing, untraced) == (201, 404, 200)
+
+    raw = [line for line in (*seen, *err.splitlines(), *out.splitlines()) if line.strip()]
+    not_json = []
+    lines = []
+    for text in raw:
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            not_json.append(text)
+    assert not_json == [] and len(lines) >= 10
+    access = {line["path"]: line for line in lines if line["name"] == "conduit.access"}
+    assert access["/api/events"]["status"] == 201 and access["/api/events"]["method"] == "POST"
+    for path in ("/api/events", "/no-such-page/"):
+        assert (access[path]["trace_id"], access[path]["span_id"]) == (
+            "0af7651916cd43dd8448eb211c80319c",
+            "b7ad6b7169203331",
+        ), path
+    assert "trace_id" not in access["/healthz"]
+    (not_found,) = [line for line in lines if line["name"] == "django.request"]
+    assert not_found["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+    started = {line["message"].split()[0] for line in lines if line["name"] == "conduit.process"}
+    assert {"Conduit", "route_loop", "work_loop"} <= started

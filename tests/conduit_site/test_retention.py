@@ -177,6 +177,19 @@ def test_prune_command_prints_counts_and_dry_run_deletes_nothing(rows, settings)
     assert not Work.objects.filter(pk=rows["done"].pk).exists()
 
 
+def test_prune_with_days_0_says_the_option_keeps_everything_not_the_environment(rows, settings):
+    settings.CONDUIT_RETENTION_DAYS = 1
+    works = Work.objects.count()
+    out = StringIO()
+    call_command("prune", "--days", "0", stdout=out)
+    assert out.getvalue() == "--days 0 keeps everything: nothing pruned\n"
+    assert "CONDUIT_RETENTION_DAYS" not in out.getvalue() and Work.objects.count() == works
+    settings.CONDUIT_RETENTION_DAYS = 0
+    out = StringIO()
+    call_command("prune", stdout=out)
+    assert "CONDUIT_RETENTION_DAYS=0" in out.getvalue()
+
+
 def test_the_work_loop_prunes_on_its_first_pass(rows, settings):
     settings.CONDUIT_RETENTION_DAYS = 1
     call_command("work_loop", "--once", stdout=StringIO())

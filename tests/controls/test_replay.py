@@ -465,6 +465,8 @@ def test_the_event_pages_queries_do_not_grow_with_replays(console, clock, live):
 @pytest.mark.django_db
 def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monkeypatch):
     from conduit_site.console.views import impact as impact_views
+    from routing.models import ImpactRun
+    from routing.setup.candidates import candidate_apply
     from routing.setup.impact_runs import impact_run_execute
     from tests.routing.factories import CHANGED, apply_config
 
@@ -478,7 +480,10 @@ def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monke
     client.force_login(user_with_role("admin", username="ada"))
 
     page = client.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, follow=True)
-    body = page.content.decode()
+    assert "impact-replay" not in page.content.decode()  # not before Apply
+    candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
+    run_url = reverse("impact-run", args=[ImpactRun.objects.get().pk])
+    body = client.get(run_url).content.decode()
 
     form = re.search(
         r'<form method="post" action="/events/replay/" class="inline-form impact-replay">(.*?)</form>',
@@ -501,5 +506,5 @@ def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monke
     assert missing.status_code == 400 and "has no group" in missing.content.decode()
     viewer = Client()
     viewer.force_login(user_with_role("viewer", username="vic"))
-    page = viewer.get(reverse("candidate-detail", args=[candidate.pk])).content.decode()
+    page = viewer.get(run_url).content.decode()
     assert "impact-replay" not in page and "needs routing.replay_event" in page

@@ -110,6 +110,29 @@ PARAMETERS: dict[str, Any] = {
         "as `application/cloudevents-batch+json`); empty: the default.",
         "schema": {"type": "string", "enum": ["", "conduit", "cloudevent"], "default": "conduit"},
     },
+    "receiver_name": {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "description": "The receiver's name, as the configuration document declares it under `receivers`.",
+        "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 64},
+        "examples": {"github": {"value": "github"}, "slack": {"value": "slack"}},
+    },
+    # The CloudEvents webhook validation handshake's request headers (OPTIONS).
+    "webhook_request_origin": {
+        "name": "WebHook-Request-Origin",
+        "in": "header",
+        "required": False,
+        "description": "The sender's host name.",
+        "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
+    },
+    "webhook_request_rate": {
+        "name": "WebHook-Request-Rate",
+        "in": "header",
+        "required": False,
+        "description": "The rate the sender asks for (requests a minute); any is allowed.",
+        "schema": {"type": "string"},
+    },
 }
 """The path parameters naming records, each declared once under ``components/parameters``."""
 
@@ -117,6 +140,7 @@ SEQ_PARAMETER = parameter_ref("seq")
 WORK_ID_PARAMETER = parameter_ref("work_id")
 CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
 EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
+WEBHOOK_PARAMETERS = [parameter_ref("webhook_request_origin"), parameter_ref("webhook_request_rate")]
 
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
 EMPTY_VALUE: dict[str, Any] = {"type": "string", "maxLength": 0}
@@ -131,20 +155,14 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    # Recursive, as JSON is: every string of it, keys too, without NUL (no backend stores one).
+    # Any JSON value, written as the empty schema: a recursive one (an array or object of
+    # JsonValue) is what client generators cannot read (openapi-python-client drops every
+    # operation that uses it; openapi-generator's Python client refuses any object). What JSON
+    # Schema could add (no NUL in a nested string, the depth) the server checks, answering 400.
     "JsonValue": {
-        "description": "Any JSON value with no NUL character (\\u0000) in a string or a key, nested at "
-        "most CONDUIT_MAX_JSON_DEPTH (64) levels.",
-        "anyOf": [
-            {"type": ["null", "boolean", "number"]},
-            NO_NUL,
-            {"type": "array", "items": ref("JsonValue")},
-            {
-                "type": "object",
-                "propertyNames": {"pattern": NO_NUL["pattern"]},
-                "additionalProperties": ref("JsonValue"),
-            },
-        ],
+        "description": "Any JSON value: null, a boolean, a number, a string, an array or an object, nested "
+        "at most CONDUIT_MAX_JSON_DEPTH (64) levels, with no NUL character (\\u0000) in a string or a key "
+        "(400 otherwise, naming the place)."
     },
     "Error": {
         "type": "object",

@@ -19,6 +19,7 @@ from conduit_site.api.openapi.common import (
     SCOPE_PATH,
     SEQ_PARAMETER,
     TIMESTAMP,
+    WEBHOOK_PARAMETERS,
     json_content,
     nullable,
     ref,
@@ -370,6 +371,13 @@ SCHEMAS: dict[str, Any] = {
 
 RESPONSES: dict[str, Any] = {}
 
+# An RFC 3339 time as a header's text: years 0001 to 9999, days to the 28th (any month has them).
+HEADER_TIMESTAMP = {
+    "type": "string",
+    "pattern": "^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+    "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-](0[0-9]|1[0-9]|2[0-3]):[0-5][0-9])$",
+}
+
 # The ce-* headers of binary mode: name, description, schema (the attribute's, as a header).
 BINARY_HEADERS = (
     (
@@ -389,7 +397,9 @@ BINARY_HEADERS = (
     ),
     ("type", "The Event's type.", {"type": "string", "minLength": 1, "maxLength": 255, **NOT_RESERVED_NAME}),
     ("subject", "The Event's subject.", {"type": "string", "maxLength": 512}),
-    ("time", "An RFC 3339 timestamp.", TIMESTAMP),
+    # A pattern, not format date-time: generated clients take no date-time header
+    # (openapi-python-client leaves the whole operation out).
+    ("time", "An RFC 3339 timestamp, with an offset.", HEADER_TIMESTAMP),
     ("scope", "The scope path (else the token's default scope, else the configuration's).", SCOPE_PATH),
 )
 
@@ -525,10 +535,16 @@ PATHS: dict[str, Any] = {
             ],
             "requestBody": {
                 "required": True,
+                # One media type: with several, openapi-python-client's generated call picks the
+                # body's type by isinstance over list[...] types, which Python refuses, so no
+                # Event could be sent through it. The server also takes application/json (the
+                # same bodies) and application/cloudevents-batch+json (a batch), as the
+                # description says.
+                "description": "One CloudEvent (structured mode) or a JSON array of them (a batch). The same "
+                "bodies may be sent as `application/json`, and a batch as `application/cloudevents-batch+json`; "
+                "binary mode sends the data as the body with the ce-* headers.",
                 "content": {
                     "application/cloudevents+json": {"schema": ref("CloudEventOrBatch")},
-                    "application/json": {"schema": ref("CloudEventOrBatch")},
-                    "application/cloudevents-batch+json": {"schema": ref("CloudEventBatch")},
                 },
             },
             "responses": {
@@ -562,22 +578,7 @@ PATHS: dict[str, Any] = {
             "No token is needed (senders send none) and nothing is read or stored: accepting Events still "
             "needs one.",
             "security": [],
-            "parameters": [
-                {
-                    "name": "WebHook-Request-Origin",
-                    "in": "header",
-                    "required": False,
-                    "description": "The sender's host name.",
-                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
-                },
-                {
-                    "name": "WebHook-Request-Rate",
-                    "in": "header",
-                    "required": False,
-                    "description": "The rate the sender asks for (requests a minute); any is allowed.",
-                    "schema": {"type": "string"},
-                },
-            ],
+            "parameters": WEBHOOK_PARAMETERS,
             "responses": {
                 "200": {
                     "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",

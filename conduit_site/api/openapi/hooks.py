@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conduit_site.api.openapi.common import json_content, ref, response_ref
+from conduit_site.api.openapi.common import WEBHOOK_PARAMETERS, json_content, parameter_ref, ref, response_ref
 
 TAG: dict[str, str] = {
     "name": "hooks",
@@ -80,14 +80,7 @@ RESPONSES: dict[str, Any] = {
     },
 }
 
-NAME_PARAMETER = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "description": "The receiver's name, as the configuration document declares it under `receivers`.",
-    "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 64},
-    "examples": {"github": {"value": "github"}, "slack": {"value": "slack"}},
-}
+NAME_PARAMETER = parameter_ref("receiver_name")
 
 PATHS: dict[str, Any] = {
     "/hooks/{name}": {
@@ -155,6 +148,35 @@ PATHS: dict[str, Any] = {
                     "content": json_content(ref("Error")),
                 },
             },
-        }
+        },
+        "options": {
+            "operationId": "hook_webhook_validation",
+            "summary": "The CloudEvents webhook validation handshake of a cloudevents receiver",
+            "description": "Abuse protection of the CloudEvents Webhook specification, for a receiver of kind "
+            "`cloudevents`: a sender asks with `WebHook-Request-Origin` whether it may deliver; the answer "
+            "allows its origin, at any rate. Nothing is read, counted or stored. Receivers of other kinds "
+            "answer 405 (their senders shake hands by POST: GitHub's ping, Slack's challenge).",
+            "security": [],
+            "parameters": [NAME_PARAMETER, *WEBHOOK_PARAMETERS],
+            "responses": {
+                "200": {
+                    "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
+                    "headers": {
+                        "Allow": {"schema": {"type": "string"}, "description": "POST, OPTIONS"},
+                        "WebHook-Allowed-Origin": {
+                            "schema": {"type": "string"},
+                            "description": "The origin asked for.",
+                        },
+                        "WebHook-Allowed-Rate": {
+                            "schema": {"type": "string"},
+                            "description": "`*`: no limit.",
+                        },
+                    },
+                },
+                "400": response_ref("Invalid"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        },
     },
 }

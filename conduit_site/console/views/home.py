@@ -23,15 +23,20 @@ clock: Clock = system_clock
 HOME_TEMPLATE = "routing/home.html"
 # What a live update of the home page re-renders: the cards of counts.
 HOME_LIVE_PARTIAL = "console-summary"
+# Doctor's checks that "Needs attention" shows on lines of their own.
+ATTENTION_OWN_LINES = frozenset({"parked_work"})
 
 
 def home_summary_context(now) -> dict[str, Any]:
     """What the ``console-summary`` cards need: the counts, doctor's warnings and the dead
     letters. The websocket consumer renders the same partial with it."""
     dead, dead_more = dead_letters_count()
+    report = doctor(clock=lambda: now)
     return {
         "summary": console_summary(now=now),
-        "report": doctor(clock=lambda: now),
+        "report": report,
+        # "Needs attention" lists parked Work on a line of its own: not again among the warnings.
+        "attention_warnings": [check for check in report.warnings if check.name not in ATTENTION_OWN_LINES],
         "dead_letters": dead,
         "dead_letters_more": dead_more,
     }

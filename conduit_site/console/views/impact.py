@@ -25,6 +25,7 @@ from conduit_site.console.views.common import render_console
 from controls.events import PERMISSIONS, REPLAY_EVENT
 from routing.access.roles import VIEW_EVENT
 from routing.models import GenerationKind, ImpactRun, ImpactRunStatus
+from routing.setup.candidates import candidate_applied_as
 from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS
 from routing.setup.impact_runs import (
     PAGE_SIZE,
@@ -67,7 +68,10 @@ def impact_context(
     request: HttpRequest, run: ImpactRun | None, *, page: int = 1, now: datetime
 ) -> dict[str, Any]:
     """What the impact section shows for ``run`` (none yet: only the form): its progress while
-    it runs, else its roll-up and page ``page`` of its changed Events. Three queries at most."""
+    it runs, else its roll-up and page ``page`` of its changed Events, and the generation its
+    candidate became (``applied_as``: its groups are replayed only then, for the copies to route
+    as the candidate does; not while it is a candidate, nor once discarded). Four queries at
+    most."""
     if run is None:
         return {"run": None, "running": False}
     lost = impact_run_lost(run, now=now)
@@ -90,6 +94,9 @@ def impact_context(
         "previous_url": f"{base}?page={page - 1}" if page > 1 else "",
         "next_url": f"{base}?page={page + 1}" if page < pages else "",
         "can_replay": request.user.has_perm(PERMISSIONS[REPLAY_EVENT]),
+        "applied_as": candidate_applied_as(run.candidate_number)
+        if done and run.candidate_id is None
+        else None,
     }
 
 

@@ -14,7 +14,8 @@ import json
 from typing import Any
 
 from django import forms
-from django.http import Http404, HttpRequest, HttpResponse
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -32,6 +33,7 @@ from routing.access.roles import APPLY_CONFIGURATION, VIEW_EVENT
 from routing.config.problems import ConfigInvalid, ConfigProblem, GenerationNotFound
 from routing.config.selectors import live_generation, load_configuration
 from routing.config.services import config_candidate
+from routing.config.validate import parse_document
 from routing.models import Generation
 from routing.setup.candidates import (
     CandidateNotFound,
@@ -130,6 +132,26 @@ def setup_page(request: HttpRequest) -> HttpResponse:
         document = live.document if live is not None else "version: 1\nscopes:\n  - path: acme\n"
     form = DocumentForm(initial={"document": document})
     return render_console(request, SETUP_TEMPLATE, _setup_context(form), partials=SETUP_PARTIALS)
+
+
+@permission_needed(VIEW_EVENT)
+@require_POST
+def setup_check(request: HttpRequest) -> JsonResponse:
+    """Check the edited document as the editor types (it lints with the answer): ``{"problems":
+    [{line, column, message}]}``, empty when the document is valid; 400 with the form's problem
+    for a document the form refuses (empty, too long). Nothing is stored."""
+    form = DocumentForm(request.POST)
+    if not form.is_valid():
+        problems = [
+            {"line": None, "column": None, "message": f"document: {error}"}
+            for error in form.errors.get("document", [])
+        ]
+        return JsonResponse({"problems": problems}, status=400)
+    try:
+        parse_document(form.cleaned_data["document"])
+    except ConfigInvalid as exc:
+        return JsonResponse({"problems": problem_markers(exc.problems)})
+    return JsonResponse({"problems": []})
 
 
 @permission_needed(APPLY_CONFIGURATION)
@@ -318,6 +340,7 @@ def candidate_apply_view(request: HttpRequest, candidate_id: int) -> HttpRespons
         context = _candidate_context(request, candidate)
         context["action_error"] = str(exc)
         return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=409)
+    messages.success(request, f"Applied candidate {candidate_id}: generation {generation.number} is live.")
     url = generation_url(generation)
     if getattr(request, "htmx", False):
         return HttpResponseClientRedirect(url)

@@ -31,6 +31,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["days"] is not None and options["days"] < 0:
             raise CommandError("--days cannot be negative")
+        if options["days"] == 0:
+            # The period given here, not the environment's, keeps everything.
+            self.stdout.write("--days 0 keeps everything: nothing pruned")
+            return
         with domain_errors(ValueError):
             counts = site_prune(clock=system_clock, days=options["days"], dry_run=options["dry_run"])
         self.stdout.write(counts.line())

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import reset_queries
 
 from causal.clock import system_clock
+from conduit_site.logformat import announce
 from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
 from infra.connections import connections_refresh, database_wait
 from infra.wakeup import ACCEPTED, Listener
@@ -113,6 +114,8 @@ class Command(BaseCommand):
                     finally:
                         if listener is not None:
                             listener.close()
+                    # A clean stop: nothing should count this loop as running any longer.
+                    loop.stopped()
         finally:
             loop.close()
             restore_signals(previous)
@@ -165,7 +168,7 @@ class Command(BaseCommand):
     ) -> None:
         # Listening starts before the first pass: an acceptance committed while a pass runs
         # leaves its wake-up pending, and the next wait returns at once.
-        self.stdout.write(f"route_loop {loop.owner} started")
+        announce(self.stdout, f"route_loop {loop.owner} started", owner=loop.owner)
         while not stop.is_set():
             connections_refresh()
             try:
@@ -185,7 +188,7 @@ class Command(BaseCommand):
                 # Events are arriving: let the next ones gather into one window (a full window
                 # means a backlog, routed at once).
                 stop.wait(gather)
-        self.stdout.write("route_loop stopped")
+        announce(self.stdout, "route_loop stopped", owner=loop.owner)
 
     def _report(self, result) -> None:
         self.stdout.write(

@@ -13,6 +13,7 @@ service or selector, print, and raise ``CommandError`` for refused input.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +42,7 @@ from infra.times import timestamp
 from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.serializers import attempt_json, work_json
-from worklife.models import Work, WorkStatus
+from worklife.models import Attempt, Work, WorkStatus
 from worklife.selectors import (
     NotRunning,
     WorkFilter,
@@ -167,7 +168,15 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
     if options["json"]:
         payload = {
             **work_json(work),
-            "attempts": [attempt_json(attempt) for attempt in attempts],
+            "attempts": [
+                {
+                    **attempt_json(attempt),
+                    "result": attempt.result,
+                    "stdout_tail": attempt.stdout_tail,
+                    "stderr_tail": attempt.stderr_tail,
+                }
+                for attempt in attempts
+            ],
             "more_attempts": attempts.has_next,
             "keys": [key.key for key in keys],
             "more_keys": keys.has_next,
@@ -188,14 +197,40 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
         lines.append(f"  last error: {work.last_error}")
     if work.trigger_id:
         lines.append(f"  trigger: #{work.trigger_id}")
-    lines.extend(
-        f"  attempt {a.number}: {a.state} on {a.binding}"
-        + (f" ({a.executor})" if a.executor else "")
-        + f", started {timestamp(a.started_at)}"
-        for a in attempts
-    )
+    for attempt in attempts:
+        lines.append(
+            f"  attempt {attempt.number}: {attempt.state} on {attempt.binding}"
+            + (f" ({attempt.executor})" if attempt.executor else "")
+            + f", started {timestamp(attempt.started_at)}"
+            + (f", ended {timestamp(attempt.ended_at)}" if attempt.ended_at else "")
+        )
+        lines.extend(attempt_detail_lines(attempt))
     lines.extend(f"  key: {key.key}" for key in keys)
     command.stdout.write("\n".join(lines))
+
+
+def attempt_detail_lines(attempt: Attempt) -> list[str]:
+    """What an attempt ended with, as the Work page shows it: its exit status, error text,
+    result (JSON) and the tails of its output, each line indented under the attempt."""
+    lines = []
+    if attempt.exit_status is not None:
+        lines.append(f"    exit status {attempt.exit_status}")
+    if attempt.error:
+        lines.extend(_indented("error", attempt.error))
+    if attempt.result is not None:
+        lines.extend(_indented("result", json.dumps(attempt.result, indent=2, ensure_ascii=False)))
+    if attempt.stdout_tail:
+        lines.extend(_indented("stdout (tail)", attempt.stdout_tail))
+    if attempt.stderr_tail:
+        lines.extend(_indented("stderr (tail)", attempt.stderr_tail))
+    return lines
+
+
+def _indented(label: str, text: str) -> list[str]:
+    body = text.rstrip("\n").splitlines() or [""]
+    if len(body) == 1:
+        return [f"    {label}: {body[0]}"]
+    return [f"    {label}:", *(f"      {line}" for line in body)]
 
 
 def work_line(work: Work) -> str:

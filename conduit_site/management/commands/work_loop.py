@@ -7,6 +7,7 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from causal.clock import system_clock
+from conduit_site.logformat import announce
 from conduit_site.management.loops import install_graceful_stop, restore_signals
 from conduit_site.retention import PRUNE_INTERVAL_SECONDS, site_prune
 from infra.connections import database_wait
@@ -106,9 +107,14 @@ class Command(BaseCommand):
                     f"{c.failed} failed, {c.refused} dispatches refused"
                 )
             else:
-                self.stdout.write(f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}")
+                announce(
+                    self.stdout,
+                    f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}",
+                    owner=runner.owner,
+                    slots=runner.slots,
+                )
                 runner.run(stop, poll_interval=options["poll_interval"], stop_grace=options["stop_grace"])
-                self.stdout.write("work_loop stopped")
+                announce(self.stdout, "work_loop stopped", owner=runner.owner)
         finally:
             drain_live(timeout=2.0)
             restore_signals(previous)

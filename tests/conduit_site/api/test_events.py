@@ -371,7 +371,7 @@ def test_api_every_route_and_method_is_in_the_openapi_schema():
     # The receivers' route, outside /api/ (a signature, no token), is described too.
     hook = resolve("/hooks/github")
     assert (hook.url_name, hook.func) == ("hook", hooks.receive)
-    assert set(schema["paths"]["/hooks/{name}"]) == {"post"}
+    assert set(schema["paths"]["/hooks/{name}"]) == {method.lower() for method in hooks.receive.api_methods}
     assert set(schema["paths"]) == {template for template, _ in routes} | {"/hooks/{name}"}, (
         "the schema lists routes that do not exist"
     )
@@ -771,7 +771,10 @@ def test_binary_from_the_legacy_sdk_api_is_accepted_too(client, auth, acme):
     assert response.status_code == 201, response.content
     got = client.get(f"{EVENTS_URL}/{seq_of(response)}", {"format": "cloudevent"}, headers=auth)
     received = ce_legacy.from_http(dict(got.items()), got.content)
-    assert received == sent
+    # The binding maps the request's Content-Type to datacontenttype: it comes back as sent.
+    assert received == ce_legacy.CloudEvent(
+        {**attributes, "time": "2026-01-05T12:30:15.250000Z", "datacontenttype": content_type}, {"text": "hi"}
+    )
 
 
 @pytest.mark.django_db
@@ -1410,3 +1413,115 @@ def test_r29_events_get_json_is_the_event_and_the_api_route(client, reader_auth,
     for event in history.events:
         data = json.loads(events_command("get", str(event.seq), "--json"))
         assert data == {**event_json(event), "route": get_route(client, reader_auth, event.seq).json()}
+
+
+# --- the CloudEvents HTTP binding's conformance feature, round trip -------------------------------
+
+# The four scenarios of the conformance feature (http-protocol-binding.feature): binary mode with
+# two Content-Types, structured mode with two; each Event has these attributes and this data.
+CONFORMANCE_ATTRIBUTES = {
+    "id": "1234-1234-1234",
+    "specversion": "1.0",
+    "type": "com.example.someevent",
+    "source": "/mycontext/subcontext",
+    "time": "2018-04-05T03:56:24Z",
+}
+CONFORMANCE_DATA = {"message": "Hello World!"}
+
+
+def conformance_request(client, auth, mode: str, content_type: str):
+    if mode == "binary":
+        headers = {f"ce-{name}": value for name, value in CONFORMANCE_ATTRIBUTES.items()}
+        body = json.dumps(CONFORMANCE_DATA, indent=4).encode()
+        return client.generic(
+            "POST",
+            EVENTS_URL,
+            data=body,
+            content_type=content_type,
+            headers={**auth, **headers, "ce-scope": "acme"},
+        )
+    structured = {
+        **CONFORMANCE_ATTRIBUTES,
+        "datacontenttype": "application/json",
+        "data": CONFORMANCE_DATA,
+        "scope": "acme",
+    }
+    return post(client, json.dumps(structured, indent=4), auth, content_type=content_type)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("mode", "content_type", "datacontenttype"),
+    [
+        ("binary", "application/json", "application/json"),
+        ("binary", "application/json; charset=utf-8", "application/json; charset=utf-8"),
+        ("structured", "application/cloudevents+json", "application/json"),
+        ("structured", "application/cloudevents+json; charset=utf-8", "application/json"),
+    ],
+)
+def test_the_conformance_features_four_scenarios_round_trip_every_attribute(
+    client, auth, acme, mode, content_type, datacontenttype
+):
+    seq = seq_of(conformance_request(client, auth, mode, content_type))
+    response = client.get(f"{EVENTS_URL}/{seq}", {"format": "cloudevent"}, headers=auth)
+    body = response.json()
+    assert body.pop("data") == CONFORMANCE_DATA
+    assert body == {**CONFORMANCE_ATTRIBUTES, "datacontenttype": datacontenttype, "scope": "acme"}
+    # The official SDK reads the same attributes back.
+    received = read_back(client, auth, seq).get_attributes()
+    assert received.pop("time").isoformat().replace("+00:00", "Z") == CONFORMANCE_ATTRIBUTES["time"]
+    expected = {**CONFORMANCE_ATTRIBUTES, "datacontenttype": datacontenttype, "scope": "acme"}
+    del expected["time"]
+    assert received == expected
+
+
+@pytest.mark.django_db
+def test_an_event_sent_without_datacontenttype_comes_back_without_one(client, auth, acme):
+    seq = seq_of(post(client, cloud_event(), auth))
+    body = client.get(f"{EVENTS_URL}/{seq}", {"format": "cloudevent"}, headers=auth).json()
+    assert "datacontenttype" not in body
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("accept", "detail_type", "list_type"),
+    [
+        (
+            "application/cloudevents+json",
+            "application/cloudevents+json",
+            "application/cloudevents-batch+json",
+        ),
+        (
+            "application/cloudevents-batch+json",
+            "application/cloudevents+json",
+            "application/cloudevents-batch+json",
+        ),
+        ("application/json", "application/json", "application/json"),
+        ("text/html,application/xhtml+xml,*/*;q=0.8", "application/json", "application/json"),
+        (
+            "application/json;q=0.5, application/cloudevents+json",
+            "application/cloudevents+json",
+            "application/cloudevents-batch+json",
+        ),
+    ],
+)
+def test_accept_chooses_the_bare_cloudevents_or_the_wrapper(
+    client, auth, acme, accept, detail_type, list_type
+):
+    seq = seq_of(post(client, cloud_event(), auth))
+    detail = client.get(f"{EVENTS_URL}/{seq}", headers={**auth, "Accept": accept})
+    listed = client.get(EVENTS_URL, headers={**auth, "Accept": accept})
+    assert (detail.status_code, listed.status_code) == (200, 200)
+    assert (detail["Content-Type"], listed["Content-Type"]) == (detail_type, list_type)
+    assert "Accept" in detail["Vary"] and "Accept" in listed["Vary"]
+    if detail_type == "application/json":
+        assert detail.json()["conduit"]["seq"] == seq and listed.json()["events"][0]["conduit"]["seq"] == seq
+    else:
+        assert detail.json()["id"] == listed.json()[0]["id"]
+    # ?format= still wins over Accept.
+    assert (
+        client.get(f"{EVENTS_URL}/{seq}", {"format": "conduit"}, headers={**auth, "Accept": accept}).json()[
+            "conduit"
+        ]["seq"]
+        == seq
+    )

@@ -456,6 +456,32 @@ def test_cloudevents_receiver_takes_the_event_as_sent_in_its_scope(client, recei
     assert sorted(Event.objects.values_list("scope", flat=True)) == ["acme", "acme/web"]
 
 
+def test_a_cloudevents_receiver_answers_the_webhook_validation_handshake_and_stores_nothing(
+    client, receivers
+):
+    asked = client.options(
+        "/hooks/events",
+        headers={"WebHook-Request-Origin": "eventemitter.example.com", "WebHook-Request-Rate": "120"},
+    )
+    plain = client.options("/hooks/events")
+    other_kind = client.options(
+        "/hooks/github", headers={"WebHook-Request-Origin": "eventemitter.example.com"}
+    )
+    unknown = client.options("/hooks/nobody", headers={"WebHook-Request-Origin": "eventemitter.example.com"})
+
+    assert asked.status_code == 200
+    assert (asked["WebHook-Allowed-Origin"], asked["WebHook-Allowed-Rate"]) == (
+        "eventemitter.example.com",
+        "*",
+    )
+    assert asked["Allow"] == "POST, OPTIONS"
+    assert plain.status_code == 200 and "WebHook-Allowed-Origin" not in plain
+    assert (other_kind.status_code, other_kind["Allow"]) == (405, "POST")
+    assert "WebHook-Allowed-Origin" not in other_kind
+    assert unknown.status_code == 404
+    assert Event.objects.count() == 0 and refusals("events") == {}
+
+
 def test_a_cloudevents_receiver_refuses_keys_its_sender_chose_403_and_stores_nothing(client, receivers):
     """A receiver's sender may not choose correlation keys (they would steer its Event into the
     Work owning them): its Events' keys are its routes'."""
@@ -559,7 +585,7 @@ def test_an_unknown_receiver_is_404_and_other_methods_405(client, receivers):
     assert client.post("/hooks/nobody", data=b"{}", content_type="application/json").status_code == 404
     assert client.post("/hooks/a/b", data=b"{}", content_type="application/json").status_code == 404
     response = client.get("/hooks/github")
-    assert (response.status_code, response["Allow"]) == (405, "POST")
+    assert (response.status_code, response["Allow"]) == (405, "POST, OPTIONS")
 
 
 def test_a_receiver_whose_secret_is_unavailable_answers_503_naming_no_variable(client, receivers, caplog):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from conduit_site.console.templatetags import console_health
@@ -63,6 +65,22 @@ def test_doctor_warns_about_recent_restarts(clock):
     assert "work_loop on web-1 (1 restart, last exit signal 9)" in check.summary
     assert check.as_dict()["items"][0]["child"] == "work_loop"
     assert check_supervision(now=clock() + timedelta(minutes=16)).ok
+
+
+def test_doctor_text_lists_a_restarted_child_and_exits_with_the_warning_status(clock, monkeypatch):
+    from conduit_site.management.commands import doctor as doctor_command
+
+    monkeypatch.setattr(doctor_command, "system_clock", clock)
+    both_loops_alive()
+    restart_record(child="work_loop", status=-9, restarts=2, clock=clock, host="web-1")
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("doctor", stdout=out)
+    assert failed.value.returncode == doctor_command.A_CHECK_WARNS
+    assert "supervision" in str(failed.value)
+    text = out.getvalue()
+    assert "[warn] supervision: serve restarted 1 process in the last 15 min" in text
+    assert "    work_loop on web-1: 2 restarts, last exit signal 9 at 2026-01-05T12:30:20+00:00" in text
 
 
 def test_banner_names_restarted_children_in_the_same_query(clock, django_assert_num_queries):

@@ -127,3 +127,20 @@ def test_redacted_keeps_field_names_and_words_only():
         "data.tags[2] is missing, expected one of …"
     )
     assert redacted("route gate: KeyError: 'token-123'", names=["gate"]) == "route gate: …"
+
+
+@pytest.mark.usefixtures("handlers")
+def test_route_decided_lines_carry_the_trace_of_an_event_that_has_one(clock, caplog):
+    apply(clock)
+    traced = accept(
+        clock, "other.thing", {}, traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    )
+    plain = accept(clock, "other.thing", {})
+    with caplog.at_level("INFO", logger="conduit.routing"):
+        route_all(clock)
+    decided = {r.event: r for r in caplog.records if r.getMessage() == "route.decided"}
+    assert (decided[traced.seq].trace_id, decided[traced.seq].span_id) == (
+        "0af7651916cd43dd8448eb211c80319c",
+        "b7ad6b7169203331",
+    )
+    assert not hasattr(decided[plain.seq], "trace_id")

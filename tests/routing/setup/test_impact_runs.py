@@ -15,7 +15,7 @@ from causal.models import Event
 from conduit_site.console.views import impact as impact_views
 from routing.models import ImpactRun, ImpactRunChange
 from routing.setup import impact_runs
-from routing.setup.candidates import candidate_apply
+from routing.setup.candidates import candidate_apply, candidate_discard
 from routing.setup.impact import ImpactInvalid, impact_preview
 from tests.causal.factories import EventFactory
 from tests.routing.factories import (
@@ -168,7 +168,7 @@ def test_impact_progress_pages_weigh_and_cost_the_same_whatever_the_run(
         assert response.status_code == 200 and len(response.content) < 500_000
         assert body.count('class="impact-change"') == 50 and f"page {page} of 100" in body
         assert 'hx-trigger="every 1s"' not in body  # done: no more polling
-    assert "would start 5,000 Work" in body and "Replay these 5000" in body
+    assert "would start 5,000 Work" in body and "after Apply" in body and "Replay these" not in body
     assert 'id="impact-start">Preview impact</button>' in body
     assert admin.get(url, {"page": "x"}).status_code == 200
     assert admin.get(reverse("impact-run", args=[run.pk + 1])).status_code == 404
@@ -194,11 +194,29 @@ def test_impact_progress_runs_are_linked_from_the_configuration_page_after_apply
     page = admin.get(reverse("config-list")).content.decode()
     assert f'<a href="/config/impact/{run.pk}/">{run.pk}</a>' in page and "212 changed" in page
     run_page = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
-    assert "The candidate was applied or discarded since; its groups can still be replayed." in run_page
+    assert "The candidate was applied since, as generation 2: its groups can be replayed." in run_page
     assert 'id="impact-start"' not in run_page
 
 
-def test_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, candidate):
+def test_impact_groups_are_offered_for_replay_only_once_their_candidate_is_applied(admin, clock, candidate):
+    rollup = [{"group": "unmatched → start", "effect": "start", "route": "alerts", "count": 3}]
+    run = ImpactRunFactory(candidate=candidate, changed=3, rollup=rollup)
+    url = reverse("impact-run", args=[run.pk])
+    before = admin.get(url).content.decode()
+    assert "impact-replay" not in before and "after Apply" in before
+
+    candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
+    after = admin.get(url).content.decode()
+    assert 'class="inline-form impact-replay"' in after and "Replay these 3" in after
+
+    discarded = apply_config(CHANGED, candidate=True)
+    other = ImpactRunFactory(candidate=discarded, changed=3, rollup=rollup)
+    candidate_discard(candidate_id=discarded.pk)
+    gone = admin.get(reverse("impact-run", args=[other.pk])).content.decode()
+    assert "impact-replay" not in gone and "not applied" in gone and "discarded since" in gone
+
+
+def test_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, clock, candidate):
     run = ImpactRunFactory(
         candidate=candidate,
         changed=1,
@@ -206,5 +224,6 @@ def test_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, candida
         rollup=[{"group": "unmatched → start", "effect": "start", "route": "issues", "count": 1}],
     )
     ImpactRunChangeFactory(run=run)
+    candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
     body = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
     assert "Replay this Event</button>" in body and "Replay these 1<" not in body

@@ -108,11 +108,10 @@ def test_accepting_events_names_the_envelope_schema_by_reference():
     operation = document["paths"]["/api/events"]["post"]
     envelope = resolved(document, document["components"]["schemas"]["CloudEventInput"])
     media_types = operation["requestBody"]["content"]
-    assert set(media_types) == {
-        "application/cloudevents+json",
-        "application/json",
-        "application/cloudevents-batch+json",
-    }
+    # One media type documented (a generated client picks among several by isinstance over
+    # list types, which fails); the description names the others the server takes.
+    assert set(media_types) == {"application/cloudevents+json"}
+    assert "application/cloudevents-batch+json" in operation["requestBody"]["description"]
     batch = {"type": "array", "items": envelope, "minItems": 1}
     for media_type, body in media_types.items():
         assert set(body["schema"]) == {"$ref"}, media_type

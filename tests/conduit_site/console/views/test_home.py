@@ -149,7 +149,7 @@ def test_home_draws_eight_accessible_charts_with_their_data(console):
 
 
 @pytest.mark.usefixtures("fixed_clocks")
-def test_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
+def test_home_lists_parked_work_once_under_needs_attention_beside_dead_letters_and_doctor_warnings(console):
     both_loops_alive()
     for _ in range(2):
         RouteRecordFactory(event=EventFactory(route_state="failed"), policy="failed", disposition="failed")
@@ -160,9 +160,13 @@ def test_home_counts_dead_letters_parked_work_and_doctor_warnings(console):
 
     assert '<span class="num" id="dead-letters-count">3</span>' in body
     assert '<span class="num" id="parked-count">1</span>' in body
-    # The parked Work is doctor's one warning.
-    assert '<span class="num" id="doctor-warnings-count">1</span>' in body
-    assert f'<p class="muted"><a href="{reverse("doctor")}#check-parked_work">Parked Work</a></p>' in body
+    # The parked Work is doctor's one warning, listed once under "Needs attention": on its own line.
+    attention = re.search(r'<section class="card" id="attention-summary">(.*?)</section>', body, re.S).group(
+        1
+    )
+    assert attention.count("Parked Work") == 1
+    assert '<span class="num" id="doctor-warnings-count">0</span>' in attention
+    assert "#check-parked_work" not in attention
 
 
 @pytest.mark.usefixtures("fixed_clocks")
@@ -281,23 +285,21 @@ def test_home_says_which_latency_buckets_wait_for_a_later_page(console, monkeypa
 
 @pytest.mark.usefixtures("fixed_clocks")
 def test_the_home_card_names_doctors_warnings_in_words(client, clock, monkeypatch):
-    from datetime import timedelta
-
     from conduit_site.console.views import doctor as doctor_views
     from conduit_site.console.views import home as home_views
-    from tests.worklife.factories import WorkFactory
+    from conduit_site.supervision.restarts import restart_record
 
     clock.set(NOW)
     monkeypatch.setattr(home_views, "clock", clock)
     monkeypatch.setattr(doctor_views, "clock", clock)
     both_loops_alive()
-    WorkFactory(parked_at=NOW - timedelta(minutes=3), failures=5)
+    restart_record(child="work_loop", status=-9, restarts=1, clock=clock, host="web-1")
     client.force_login(UserFactory())
 
     card = client.get("/").content.decode()
     card = card[card.index('id="attention-summary"') :]
     card = card[: card.index("</section>")]
-    assert "Parked Work</a></p>" in card and "parked_work<" not in card
+    assert "Restarted processes</a></p>" in card and "supervision<" not in card
 
 
 @pytest.mark.usefixtures("fixed_clocks")

@@ -94,7 +94,7 @@ def test_each_problem_links_to_its_line_and_is_given_to_the_editor_as_data(admin
     # A link that works without JavaScript (the numbered copy's line), and the editor's line.
     link = f'<a href="#line-{line}" data-problem-line="{line}" data-editor="id_document">line {line}</a>'
     assert link in page and f'id="line-{line}"' in page
-    assert 'data-code-editor data-problems="setup-problems"' in page
+    assert 'data-code-editor data-check-url="/config/setup/check/" data-problems="setup-problems"' in page
     assert problems_json(page) == [
         {
             "line": line,
@@ -340,3 +340,21 @@ def test_a_discarded_candidates_address_is_still_not_found(admin):
     admin.post(reverse("candidate-apply", args=[other.pk]))
 
     assert admin.get(reverse("candidate-detail", args=[candidate.pk])).status_code == 404
+
+
+def test_the_editors_check_answers_each_problem_at_its_line_and_stores_nothing(admin, client):
+    url = reverse("setup-check")
+    broken = CHANGED.replace("binding: inbox", "binding: inbx")
+    line = broken.splitlines().index("        binding: inbx") + 1
+
+    found = client.post(url, {"document": broken})
+    valid = client.post(url, {"document": CHANGED})
+    empty = client.post(url, {"document": ""})
+
+    assert found.status_code == 200
+    (problem,) = found.json()["problems"]
+    assert problem["line"] == line and "unknown binding 'inbx'" in problem["message"]
+    assert (valid.status_code, valid.json()) == (200, {"problems": []})
+    assert empty.status_code == 400 and empty.json()["problems"][0]["message"].startswith("document: ")
+    assert client.get(url).status_code == 405
+    assert not candidates().exists()
