@@ -196,9 +196,13 @@ class LiveReader:
                 self._holes.pop(change.position, None)
                 late.append(change.groups)
             else:
-                for missing in range(last + 1, change.position):
-                    if len(self._holes) < MAX_HOLES:
-                        self._holes[missing] = mono
+                # The positions skipped are looked for again, the nearest first; below the
+                # first row of an outbox that was empty there is nothing to wait for.
+                if last > 0:
+                    for missing in range(change.position - 1, last, -1):
+                        if len(self._holes) >= MAX_HOLES:
+                            break
+                        self._holes.setdefault(missing, mono)
                 last = change.position
             groups |= change.groups
         self.position = last
