@@ -138,12 +138,14 @@ class LiveReader:
             return any(at >= since and wanted & names for at, names in self._late)
 
     def state(self, *, now: datetime) -> ReaderState:
-        """Whether the reader runs and how far behind it is (one query when it runs)."""
-        running = self._thread is not None and self._thread.is_alive() and self.position is not None
-        if not running:
-            return ReaderState(running=False, position=self.position, behind_seconds=0.0)
+        """Whether the reader runs and how far behind it is: no query before this process's
+        first websocket, one after (a reader whose thread died is behind as well)."""
+        position = self.position
+        running = self._thread is not None and self._thread.is_alive()
+        if position is None:
+            return ReaderState(running=running, position=None, behind_seconds=0.0)
         return ReaderState(
-            running=True, position=self.position, behind_seconds=live_backlog(self.position).seconds(now)
+            running=running, position=position, behind_seconds=live_backlog(position).seconds(now)
         )
 
     def stop(self, timeout: float = 5.0) -> None:

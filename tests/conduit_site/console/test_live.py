@@ -4,10 +4,13 @@ late is still sent; a page catches up on connect from the position it was render
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import transaction
+from django.urls import reverse
 
 from conduit_site.asgi import application
 from conduit_site.console import live
@@ -126,3 +129,17 @@ def test_a_page_older_than_the_outbox_catches_up_on_connect(client):
     (html,) = connect(client, f"/ws/work/{work.pk}/?after={rows[0].pk - 1}")
     assert '<section id="work-summary" hx-swap-oob="true">' in html
     assert live.changed_since(rows[2].pk, [f"work.{work.pk}"]) is False
+
+
+def test_the_banner_says_when_this_web_process_has_not_sent_a_change_committed_long_ago(client):
+    client.force_login(UserFactory())
+    read = LiveChangeFactory()
+    live.reader.position = read.pk  # as after this process's first websocket
+    assert "live-banner" not in client.get(reverse("console-health")).content.decode()
+    LiveChangeFactory(at=datetime.now(UTC) - timedelta(seconds=3))
+    assert "live-banner" not in client.get(reverse("console-health")).content.decode()
+
+    LiveChangeFactory(at=datetime.now(UTC) - timedelta(seconds=40))
+    banner = client.get(reverse("console-health")).content.decode()
+    assert 'id="live-banner"' in banner
+    assert "Live updates are 40 s behind" in banner or "Live updates are 41 s behind" in banner
