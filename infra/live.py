@@ -211,7 +211,7 @@ HOME_WS_PATH = "/" + WS_HOME
 
 
 # The query parameter of a page's websocket that says the outbox position the page was rendered at.
-AFTER_PARAM = "after"
+AFTER_PARAM = "outbox"
 
 
 def ws_path_at(path: str, position: int) -> str:

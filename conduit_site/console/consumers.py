@@ -8,7 +8,7 @@ htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment.
 arrive in a burst are coalesced into one render; a list or the home page renders at most once
 a second (its queries cost more), and a page at rest, told nothing, queries nothing. Updates
 come from this process's reader of the live-update outbox (``conduit_site.console.live``); on
-connect, a page that says the outbox position it was rendered at (``?after=``) is sent at once
+connect, a page that says the outbox position it was rendered at (``?outbox=``) is sent at once
 what changed since.
 """
 
@@ -294,7 +294,7 @@ def query_params(scope: dict[str, Any]) -> MultiValueDict:
 
 
 def rendered_at(scope: dict[str, Any]) -> int | None:
-    """The outbox position the page was rendered at (``?after=``), or ``None`` when the socket
+    """The outbox position the page was rendered at (``?outbox=``), or ``None`` when the socket
     does not say (or says something else than a position)."""
     value = query_params(scope).get(AFTER_PARAM, "")
     return int(value) if value.isdigit() and len(value) <= 19 else None

@@ -46,8 +46,8 @@ def test_d4_group_names_hold_only_ids():
     assert events_ws_path({"scope": "acme/web", "type": "", "route_state": "unrouted"}) == (
         "/ws/events/?scope=acme%2Fweb&route_state=unrouted"
     )
-    assert ws_path_at("/ws/work/12/", 40) == "/ws/work/12/?after=40"
-    assert ws_path_at("/ws/events/?scope=acme", 0) == "/ws/events/?scope=acme&after=0"
+    assert ws_path_at("/ws/work/12/", 40) == "/ws/work/12/?outbox=40"
+    assert ws_path_at("/ws/events/?scope=acme", 0) == "/ws/events/?scope=acme&outbox=0"
 
 
 @pytest.mark.django_db(transaction=True)

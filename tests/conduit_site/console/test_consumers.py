@@ -449,7 +449,7 @@ def test_live_work_list_home_counts_follow_a_parked_work(client, clock, settings
     client.force_login(UserFactory())
     running = WorkFactory(status="running")
     page = client.get(reverse("console-home")).content.decode()
-    assert 'ws-connect="/ws/home/?after=' in page
+    assert 'ws-connect="/ws/home/?outbox=' in page
     assert '<span class="num" id="parked-count">0</span>' in page
 
     html = live(client, "/ws/home/", lambda: park(running, clock))[0]

@@ -96,17 +96,17 @@ def test_a_page_catches_up_on_connect_with_what_committed_after_the_position_it_
     work, other = WorkFactory(status="ready"), WorkFactory(status="ready")
     page = client.get(f"/work/{work.pk}/").content.decode()
     position = live_head()
-    assert f'ws-connect="/ws/work/{work.pk}/?after={position}"' in page
+    assert f'ws-connect="/ws/work/{work.pk}/?outbox={position}"' in page
 
     # Nothing changed since: the socket sends nothing on connect.
-    assert connect(client, f"/ws/work/{work.pk}/?after={position}") == []
+    assert connect(client, f"/ws/work/{work.pk}/?outbox={position}") == []
 
     # Another Work changed: not this page's.
     def other_changes():
         with transaction.atomic():
             work_changed_on_commit([other.pk])
 
-    assert connect(client, f"/ws/work/{work.pk}/?after={position}", other_changes) == []
+    assert connect(client, f"/ws/work/{work.pk}/?outbox={position}", other_changes) == []
 
     # This Work changed after the page rendered, before its socket opened (a command that
     # committed while the page loaded): it is sent on connect.
@@ -115,7 +115,7 @@ def test_a_page_catches_up_on_connect_with_what_committed_after_the_position_it_
             type(work).objects.filter(pk=work.pk).update(status="cancelled")
             work_changed_on_commit([work.pk])
 
-    (html,) = connect(client, f"/ws/work/{work.pk}/?after={position}", this_changes)
+    (html,) = connect(client, f"/ws/work/{work.pk}/?outbox={position}", this_changes)
     assert '<section id="work-summary" hx-swap-oob="true">' in html and "cancelled" in html
     # A socket that says no position is told only what commits after it opens.
     assert connect(client, f"/ws/work/{work.pk}/") == []
@@ -126,7 +126,7 @@ def test_a_page_older_than_the_outbox_catches_up_on_connect(client):
     work = WorkFactory(status="ready")
     rows = LiveChangeFactory.create_batch(3, groups=[], works=[1])
     LiveChange.objects.filter(pk__lte=rows[1].pk).delete()  # pruned past the page's position
-    (html,) = connect(client, f"/ws/work/{work.pk}/?after={rows[0].pk - 1}")
+    (html,) = connect(client, f"/ws/work/{work.pk}/?outbox={rows[0].pk - 1}")
     assert '<section id="work-summary" hx-swap-oob="true">' in html
     assert live.changed_since(rows[2].pk, [f"work.{work.pk}"]) is False
 
