@@ -105,6 +105,7 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
         self.user = user
         for name in (group, *self.also_groups):
             await self.channel_layer.group_add(name, self.channel_name)
+        await database_sync_to_async(live.reader.prepare)()
         live.reader.subscribe((group, *self.also_groups), asyncio.get_running_loop())
         await self.accept()
         # The page says the outbox position it was rendered at: what changed since is sent now.

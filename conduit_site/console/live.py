@@ -114,6 +114,14 @@ class LiveReader:
 
     # --- the consumers' side (the event loop) ---------------------------------------------
 
+    def prepare(self) -> None:
+        """Take the outbox's head as the position to read from, unless the reader has one (a
+        websocket calls this, in a thread, before it subscribes: whatever commits after its
+        connect is then after the reader's position, however late the thread starts)."""
+        with self._lock:
+            if self.position is None:
+                self.position = live_head()
+
     def subscribe(self, groups: Iterable[str], loop: asyncio.AbstractEventLoop) -> None:
         """A websocket on ``loop`` joined ``groups``: send it their changes (starts the reader)."""
         with self._lock:
@@ -184,8 +192,7 @@ class LiveReader:
         close_old_connections()
         mono = time.monotonic()
         if self.position is None:
-            self.position = live_head()
-            self._next_beat = self._next_prune = mono
+            self.prepare()
         for hole, since in list(self._holes.items()):
             if mono - since > HOLE_SECONDS:
                 del self._holes[hole]
