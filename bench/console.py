@@ -339,8 +339,8 @@ def live_work_list(args: argparse.Namespace, setups: dict) -> None:
     from django.template.loader import render_to_string
 
     from causal.clock import system_clock
-    from conduit_site.console.live import LiveReader
     from conduit_site.console.views.work import LIST_LIVE_PARTIAL, LIST_TEMPLATE, work_rows_context
+    from conduit_site.live import LiveReader
     from infra.live import WORK_GROUP
     from worklife.models import Work
     from worklife.scheduling import work_hold_in_tx

@@ -34,7 +34,7 @@ from django.db.models import Count, Max, Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
-from conduit_site.console.live import BEHIND, readers_behind
+from conduit_site.live import BEHIND, readers_behind
 from conduit_site.supervision.restarts import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
 from infra.times import timestamp
 from infra.words import counted
@@ -570,7 +570,7 @@ class LiveBehind:
 
 def check_live_updates(*, now: datetime) -> Check:
     """Warn about web processes whose live updates are behind: a reader with a fresh heartbeat
-    that has not sent a change committed more than :data:`~conduit_site.console.live.BEHIND`
+    that has not sent a change committed more than :data:`~conduit_site.live.BEHIND`
     ago. One query, and one a fresh reader."""
     behind = [
         LiveBehind(process=beat.process, position=beat.position, waited_seconds=waited)

@@ -167,7 +167,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels ------------------------------------------------------------------------------
 # Live updates reach each web process through the database (the outbox of infra/live.py, read
-# by conduit_site/console/live.py); the channel layer only carries them from that reader to the
+# by conduit_site/live.py); the channel layer only carries them from that reader to the
 # process's own websockets, so the in-memory layer serves. Redis is optional: with REDIS_URL the
 # websockets of several web processes share one layer.
 REDIS_URL = os.environ.get("REDIS_URL", "")

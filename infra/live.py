@@ -6,7 +6,7 @@ A service that changes what a page shows records it in the outbox, in its own tr
 each Work's page), :func:`pages_changed_on_commit` for Events and any group. A row
 (:class:`infra.models.LiveChange`) commits with the change or not at all, whichever process
 writes it (the web, a loop, a command that exits at once). Each web process reads the rows
-after the last position it read (``conduit_site.console.live``), woken on commit by
+after the last position it read (``conduit_site.live``), woken on commit by
 ``LISTEN/NOTIFY`` on PostgreSQL and a datagram on SQLite (``infra.wakeup``), and tells its
 open pages through the channel layer: the group ``work.<id>`` for a Work's page, ``event.<seq>``
 for an Event's page, :data:`WORK_GROUP` and :data:`EVENTS_GROUP` for the lists and the home page.

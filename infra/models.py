@@ -9,7 +9,7 @@ from django.db import models
 class LiveChange(models.Model):
     """One writer's note, committed with its change, that pages showing these groups, Work and
     Events are out of date. Its id is its position in the outbox: a web process reads the rows
-    after the last position it read and tells its open pages (``conduit_site.console.live``)."""
+    after the last position it read and tells its open pages (``conduit_site.live``)."""
 
     id = models.BigAutoField(primary_key=True)
     # When the row was written (before its commit): for retention and for how far behind a

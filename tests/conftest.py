@@ -73,7 +73,7 @@ def live_reader_stopped():
     """The web process's reader of the live-update outbox, which a test's first websocket
     starts, stops with the test (it reads the test's database on a thread of its own)."""
     yield
-    from conduit_site.console.live import reader
+    from conduit_site.live import reader
 
     reader.stop()
 

@@ -7,7 +7,7 @@ on each update, re-renders the same partials the page's HTTP view renders and se
 htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment. Updates that
 arrive in a burst are coalesced into one render; a list or the home page renders at most once
 a second (its queries cost more), and a page at rest, told nothing, queries nothing. Updates
-come from this process's reader of the live-update outbox (``conduit_site.console.live``); on
+come from this process's reader of the live-update outbox (``conduit_site.live``); on
 connect, a page that says the outbox position it was rendered at (``?outbox=``) is sent at once
 what changed since.
 """
@@ -28,7 +28,7 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from causal.models import Event
-from conduit_site.console import live
+from conduit_site import live
 from conduit_site.console.forms import EventFilterForm, WorkDetailForm, WorkFilterForm
 from conduit_site.console.views.common import query_string
 from conduit_site.console.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS

@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 
 from tests.browser.browserkit import operator, signed_in
-from tests.conduit_site.console.livekit import served_console
 from tests.causal.factories import EventFactory
+from tests.conduit_site.livekit import served_console
 from tests.routing.factories import RouteRecordFactory, apply_config
 from tests.support import run_manage
 
@@ -64,7 +64,12 @@ def test_two_tabs_show_every_command_line_change_within_2_s_round_after_round(br
             )
             work_id = created["work_id"]
             shows(works, f"#work-{work_id}", exited, f"round {round_}: work create on the Work list")
-            shows(events, f"#event-{created['input_seq']}", exited, f"round {round_}: work create on the Events list")
+            shows(
+                events,
+                f"#event-{created['input_seq']}",
+                exited,
+                f"round {round_}: work create on the Events list",
+            )
 
             _, exited = command(tmp_path, "work", "cancel", str(work_id))
             shows(works, f"#work-{work_id} .badge-cancelled", exited, f"round {round_}: work cancel")

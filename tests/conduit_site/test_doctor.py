@@ -527,7 +527,7 @@ def test_every_doctor_check_has_a_label_people_read():
 
 
 def test_doctor_says_when_a_web_process_has_not_sent_open_pages_a_change_committed_long_ago(clock):
-    from conduit_site.console.live import READERS_NAMESPACE
+    from conduit_site.live import READERS_NAMESPACE
     from tests.infra.factories import LiveChangeFactory
 
     read = LiveChangeFactory(at=clock() - timedelta(minutes=2))

@@ -11,8 +11,8 @@ from typing import Any
 from django import template
 
 from causal.clock import Clock, system_clock
-from conduit_site.console.live import reader
 from conduit_site.doctor import HEARTBEAT_STALE, duration, loops_alive
+from conduit_site.live import reader
 from conduit_site.supervision.restarts import RESTARTS_RECENT, restarts_recent
 
 register = template.Library()

@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 
-from conduit_site.console import live
+from conduit_site import live
 
 # A response differs with these request headers: a full page or one partial.
 HTMX_VARY = ("HX-Request", "HX-Target")

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from conduit_site.console.live import LiveReader
+from conduit_site.live import LiveReader
 from tests.support import ROOT, child_env, free_port
 
 

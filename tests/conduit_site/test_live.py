@@ -12,11 +12,11 @@ from channels.testing import WebsocketCommunicator
 from django.db import transaction
 from django.urls import reverse
 
+from conduit_site import live
 from conduit_site.asgi import application
-from conduit_site.console import live
 from infra.live import EVENTS_GROUP, WORK_GROUP, live_head, pages_changed_on_commit, work_changed_on_commit
 from infra.models import LiveChange
-from tests.conduit_site.console.livekit import RecordingReader
+from tests.conduit_site.livekit import RecordingReader
 from tests.infra.factories import LiveChangeFactory
 from tests.routing.factories import UserFactory
 from tests.routing.livekit import headers as session_headers

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from infra.live import live_head
-from tests.conduit_site.console.livekit import open_websocket, read_until, served_console, session_cookie
+from tests.conduit_site.livekit import open_websocket, read_until, served_console, session_cookie
 from tests.routing.factories import UserFactory, apply_config
 from tests.support import run_manage
 from tests.worklife.factories import WorkFactory
