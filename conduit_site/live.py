@@ -70,6 +70,8 @@ HOLE_SECONDS = 60.0
 MAX_HOLES = 1000
 # Rows a pass reads at most; a pass that reads as many goes on at once.
 BATCH = 1000
+# On PostgreSQL the reader reads at least this often (seconds) besides being woken by NOTIFY.
+PG_POLL_SECONDS = 2.0
 # Live updates are "behind" when a change committed this long ago has not been sent.
 BEHIND = timedelta(seconds=15)
 
@@ -173,6 +175,9 @@ class LiveReader:
         try:
             listener = Listener(LIVE_CHANNEL)
             poll = self.poll_seconds if self.poll_seconds is not None else settings.CONDUIT_LIVE_POLL_SECONDS
+            if listener.vendor == "postgresql":
+                # LISTEN wakes the reader on every commit; the poll only bounds a broken one.
+                poll = max(poll, PG_POLL_SECONDS)
             while not self._stop.is_set():
                 try:
                     full = self.step()

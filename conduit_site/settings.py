@@ -183,7 +183,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # How often a web process reads the live-update outbox besides being woken (seconds): the
-# wake-up is a hint; this bounds how late a page hears of a change whose wake-up was lost.
+# wake-up is a hint; this bounds how late a page hears of a change whose wake-up was lost
+# (on PostgreSQL, where LISTEN wakes it on every commit, at least every 2 s).
 CONDUIT_LIVE_POLL_SECONDS = 0.25
 
 # --- Auth ----------------------------------------------------------------------------------
