@@ -328,27 +328,38 @@ def run(args: argparse.Namespace, tmp: str) -> None:
 
 
 def live_work_list(args: argparse.Namespace, setups: dict) -> None:
-    """The live Work list on the large history: change to message, message to fragment, and
-    the messages a burst of changes sends."""
+    """The live Work list on the large history: change to message (through the outbox and the
+    web process's reader), message to fragment, and the messages a burst of changes sends."""
+    import asyncio
     import statistics
+    import threading
 
-    from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
     from django.db import transaction
     from django.template.loader import render_to_string
 
     from causal.clock import system_clock
     from conduit_site.console.views.work import LIST_LIVE_PARTIAL, LIST_TEMPLATE, work_rows_context
-    from infra.live import WORK_GROUP, work_publisher
+    from conduit_site.live import LiveReader
+    from infra.live import WORK_GROUP
     from worklife.models import Work
     from worklife.scheduling import work_hold_in_tx
     from worklife.selectors import WorkFilter
 
     path, history, _client = setups[args.large]
     use_database(path)
+    # The web process's event loop, on a thread: the reader sends to the websockets on it.
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    def run(coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(30)
+
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(WORK_GROUP, channel)
+    channel = run(layer.new_channel())
+    run(layer.group_add(WORK_GROUP, channel))
+    reader = LiveReader()
+    reader.subscribe([WORK_GROUP], loop)
     ready = list(
         Work.objects.filter(status="ready").values_list("pk", flat=True)[: max(args.live_changes, 1)]
     )
@@ -357,13 +368,13 @@ def live_work_list(args: argparse.Namespace, setups: dict) -> None:
         with transaction.atomic():
             work_hold_in_tx(work_id=work_id, reason="bench", now=system_clock())
 
+    time.sleep(0.5)  # the reader has read the outbox's head
     latencies = []
     for i in range(args.live_samples):
         change(ready[i % len(ready)])
         committed = time.perf_counter()
-        async_to_sync(layer.receive)(channel)
+        run(layer.receive(channel))
         latencies.append((time.perf_counter() - committed) * 1000)
-        time.sleep(0.3)  # past the publisher's batch interval: each sample is a batch of its own
 
     renders = {}
     for size in (args.small, args.large):
@@ -389,14 +400,15 @@ def live_work_list(args: argparse.Namespace, setups: dict) -> None:
         renders[size] = (best, len(queries))
 
     use_database(path)
-    batches, messages = work_publisher.batches, work_publisher.messages
+    passes, messages = reader.passes, reader.messages
     started = time.perf_counter()
     for i in range(args.live_changes):
         change(ready[i % len(ready)])
-    work_publisher.drain(30)
     burst = time.perf_counter() - started
+    time.sleep(1.0)  # the reader sends what committed last
+    reader.stop()
     print()
-    print(f"live Work list          {history.works:,} Work (SQLite; channel layer: SQLite file)")
+    print(f"live Work list          {history.works:,} Work (SQLite; outbox read by the web process)")
     print(
         f"change to message       median {statistics.median(latencies):.1f} ms, worst {max(latencies):.1f} ms "
         f"({args.live_samples} changes, commit to the console.work message received)"
@@ -407,7 +419,7 @@ def live_work_list(args: argparse.Namespace, setups: dict) -> None:
         )
     print(
         f"a burst of changes      {args.live_changes:,} commits in {burst:.1f} s sent "
-        f"{work_publisher.messages - messages} messages in {work_publisher.batches - batches} batches"
+        f"{reader.messages - messages} messages in {reader.passes - passes} reader passes"
     )
 
 

@@ -10,7 +10,7 @@ its own tools: :func:`pg_dump_command` says the command line.
 A backup never lands on a live file: its target may not be the database or a file SQLite keeps
 beside it (``-wal``, ``-shm``, ``-journal``, the writers' lock), however spelled (relative, through
 ``..``, a symbolic link, a hard link), nor anything inside ``CONDUIT_VAR_DIR``, which holds the live
-files (the database, the channel layer's, the operator's password) and shares their fate: a backup
+files (the database, the operator's password) and shares their fate: a backup
 is kept somewhere else (:func:`backup_target_check`). A restore reads no live file as its backup.
 """
 
@@ -140,7 +140,7 @@ def backup_target_check(path: str | os.PathLike[str]) -> Path:
     if _inside(target, var_dir):
         raise BackupError(
             f"{path} is inside CONDUIT_VAR_DIR ({var_dir.resolve()}), which holds the live files (the "
-            "database and its -wal and -shm, the channel layer's, the operator's password) and "
+            "database and its -wal and -shm, the operator's password) and "
             "shares their disk: nothing was written. Write backups to a folder of their own outside it"
         )
     if target.is_dir():

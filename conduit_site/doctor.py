@@ -19,6 +19,8 @@ Each check is a plain function of the database and ``now`` returning a :class:`C
   retry or cancel it (id, scope, failures, last error).
 - ``supervision``: children ``manage.py serve`` restarted in the last 15 minutes (which host
   and child, its exit status, how many restarts).
+- ``live_updates``: web processes whose reader of the live-update outbox has not sent a change
+  committed more than 15 seconds ago (open pages are that far behind).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from django.db.models import Count, Max, Q
 from causal.clock import Clock
 from causal.models import KV, Event, RouteState
 from causal.selectors import roots_refused_since
+from conduit_site.live import BEHIND, readers_behind
 from conduit_site.supervision.restarts import RESTARTS_NAMESPACE, RESTARTS_RECENT, restarts_recent
 from infra.times import timestamp
 from infra.words import counted
@@ -266,6 +269,7 @@ CHECK_LABELS = {
     "work_loop": "Work loops",
     "parked_work": "Parked Work",
     "supervision": "Restarted processes",
+    "live_updates": "Live updates",
 }
 
 
@@ -539,6 +543,53 @@ def check_supervision(*, now: datetime) -> Check:
     return Check("supervision", WARN, summary, tuple(restarts), len(restarts))
 
 
+@dataclass(frozen=True, slots=True)
+class LiveBehind:
+    """A web process whose open pages are behind: its reader has not sent a change committed
+    ``waited_seconds`` ago."""
+
+    process: str
+    position: int
+    waited_seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "process": self.process,
+            "position": self.position,
+            "waited_seconds": round(self.waited_seconds, 1),
+        }
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        return (
+            f"{self.process}: the oldest change its pages have not been sent was committed "
+            f"{duration(self.waited_seconds)} ago (read up to position {self.position})"
+        )
+
+
+def check_live_updates(*, now: datetime) -> Check:
+    """Warn about web processes whose live updates are behind: a reader with a fresh heartbeat
+    that has not sent a change committed more than :data:`~conduit_site.live.BEHIND`
+    ago. One query, and one a fresh reader."""
+    behind = [
+        LiveBehind(process=beat.process, position=beat.position, waited_seconds=waited)
+        for beat, waited in readers_behind(now=now, fresh=HEARTBEAT_STALE)
+    ]
+    if not behind:
+        return Check(
+            "live_updates",
+            OK,
+            f"every web process sends open pages what changed within {duration(BEHIND.total_seconds())}",
+        )
+    worst = max(item.waited_seconds for item in behind)
+    summary = (
+        f"live updates are behind in {counted(len(behind), 'web process,web processes')}: open pages "
+        f"miss changes committed up to {duration(worst)} ago (they show them when reloaded)"
+    )
+    return Check("live_updates", WARN, summary, tuple(behind), len(behind))
+
+
 def doctor(*, clock: Clock) -> DoctorReport:
     """Run every check at the clock's now."""
     now = clock()
@@ -552,6 +603,7 @@ def doctor(*, clock: Clock) -> DoctorReport:
             check_work_loop(now=now),
             check_parked_work(now=now),
             check_supervision(now=now),
+            check_live_updates(now=now),
         ),
     )
 

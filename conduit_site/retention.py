@@ -28,6 +28,7 @@ from django.db import DatabaseError, transaction
 
 from causal.clock import Clock
 from causal.retention import events_delete_in_tx, events_prunable_in_tx
+from infra.live import LIVE_RETENTION, live_changes_prune
 from infra.words import counted
 from routing.retention import RECORD_RELEASES, impact_runs_delete_in_tx, route_records_delete_in_tx
 from worklife.retention import works_delete_in_tx, works_prunable_in_tx
@@ -82,6 +83,11 @@ def site_prune(
     """Delete terminal Work and the Events nothing keeps, older than ``days`` (default
     ``CONDUIT_RETENTION_DAYS``; 0: nothing), in batches. ``dry_run`` runs the same deletions in
     one transaction and rolls it back, to count them exactly (it holds the write lock meanwhile)."""
+    if not dry_run:
+        # The live-update outbox keeps an hour whatever the retention: pages read it within
+        # seconds, and a web process's reader prunes it too, but loops and commands write it
+        # when no web process runs.
+        live_changes_prune(before=clock() - LIVE_RETENTION)
     days = retention_days() if days is None else days
     if days == 0:
         return PruneCounts(cutoff=None, dry_run=dry_run)

@@ -20,7 +20,7 @@ from infra.private_files import private_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONDUIT_VAR_DIR", BASE_DIR / "var"))
-# It holds the SQLite database, the channel-layer file and the operator's password: mode 0700
+# It holds the SQLite database and the operator's password: mode 0700
 # (infra/private_files.py). A read-only checkout on PostgreSQL and Redis needs none.
 with contextlib.suppress(OSError):
     private_directory(VAR_DIR)
@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "channels",
     # Only for its static files: the Swagger UI build that /api/docs/ serves (no CDN).
     "drf_spectacular_sidecar",
+    "infra.apps.InfraConfig",
     "causal",
     "worklife",
     "routing",
@@ -165,6 +166,10 @@ if os.environ.get("TEST_DATABASE_NAME"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels ------------------------------------------------------------------------------
+# Live updates reach each web process through the database (the outbox of infra/live.py, read
+# by conduit_site/live.py); the channel layer only carries them from that reader to the
+# process's own websockets, so the in-memory layer serves. Redis is optional: with REDIS_URL the
+# websockets of several web processes share one layer.
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     # redis-py 8 reads with a 5 s socket timeout by default, which aborts the layer's blocking
@@ -176,14 +181,11 @@ if REDIS_URL:
         }
     }
 else:
-    # Without Redis the web process and the router process still share messages through a
-    # small SQLite file beside the database (the in-memory layer is per process).
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "infra.layers.SQLiteChannelLayer",
-            "CONFIG": {"path": str(VAR_DIR / "channels.sqlite3")},
-        }
-    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# How often a web process reads the live-update outbox besides being woken (seconds): the
+# wake-up is a hint; this bounds how late a page hears of a change whose wake-up was lost
+# (on PostgreSQL, where LISTEN wakes it on every commit, at least every 2 s).
+CONDUIT_LIVE_POLL_SECONDS = 0.25
 
 # --- Auth ----------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

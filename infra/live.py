@@ -1,37 +1,51 @@
-"""Live updates of the console: group names, publishing after commit, websocket paths (declared
-once here: the site routes them).
+"""Live updates of the console: group names, the outbox that carries changes to the web
+processes, websocket paths (declared once here: the site routes them).
 
-Services call :func:`publish_on_commit` when they change what a page shows: the group
-``work.<id>`` for a Work's page, ``event.<seq>`` for an Event's page and :data:`EVENTS_GROUP`
-for the Events list; Work changes go through :func:`work_changed_on_commit`, which coalesces
-them for :data:`WORK_GROUP` (the Work list and the home page) and the Work pages. The console's
-websocket consumers (``conduit_site.console.consumers``) join those groups and re-render the partial the
-page shows. Group names come from here only and contain only ids.
+A service that changes what a page shows records it in the outbox, in its own transaction:
+:func:`work_changed_on_commit` for Work created or changed (the Work list, the home page and
+each Work's page), :func:`pages_changed_on_commit` for Events and any group. A row
+(:class:`infra.models.LiveChange`) commits with the change or not at all, whichever process
+writes it (the web, a loop, a command that exits at once). Each web process reads the rows
+after the last position it read (``conduit_site.live``), woken on commit by
+``LISTEN/NOTIFY`` on PostgreSQL and a datagram on SQLite (``infra.wakeup``), and tells its
+open pages through the channel layer: the group ``work.<id>`` for a Work's page, ``event.<seq>``
+for an Event's page, :data:`WORK_GROUP` and :data:`EVENTS_GROUP` for the lists and the home page.
+Group names come from here only and contain only ids.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import threading
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db.models import Max, Min, Q
+from django.utils import timezone
+
+from infra.models import LiveChange
+from infra.wakeup import notify_on_commit
 
 logger = logging.getLogger(__name__)
 
 # The group of the Events list (every new or newly routed Event).
 EVENTS_GROUP = "console.events"
+# The group of the Work list and the home page's counts: any Work created or changed state.
+WORK_GROUP = "console.work"
 # The channels message type of a live update: consumers handle it in ``console_update``.
 UPDATE_TYPE = "console.update"
 # Channels' own rule for group names: ASCII letters, digits, '-', '_', '.'; under 100 chars.
 GROUP_NAME = re.compile(r"[A-Za-z0-9\-_.]{1,99}")
+# The wake-up channel of the outbox: a web process's reader listens on it.
+LIVE_CHANNEL = "conduit_live"
+# Outbox rows older than this are deleted (a page reconnecting from an older position refreshes
+# whole: the position is older than the outbox's first row).
+LIVE_RETENTION = timedelta(hours=1)
+_WORK_PAGE = re.compile(r"work\.([1-9][0-9]*)")
+_EVENT_PAGE = re.compile(r"event\.([1-9][0-9]*)")
 
 
 def group_name_for_work(work_id: int) -> str:
@@ -48,26 +62,132 @@ def group_name_for_event(seq: int) -> str:
     return f"event.{seq}"
 
 
-def publish_on_commit(group: str, payload: Mapping[str, Any], *, using: str | None = None) -> None:
-    """Send ``payload`` to ``group`` once the current transaction commits.
+def _ids(values: Iterable[int | None]) -> list[int]:
+    """The positive ids among ``values``, sorted, once each. A temporary id (a Work a route
+    window is still creating: negative) or ``None`` names no page and is left out."""
+    return sorted({int(value) for value in values if value is not None and int(value) > 0})
 
-    Outside a transaction it is sent at once; if the transaction rolls back nothing is sent.
-    A failure to send (the channel layer is down) is logged, never raised: the change is
-    already committed and a page only misses one live refresh. ``payload`` holds ids and
-    short strings (it crosses processes as JSON or msgpack).
-    """
+
+def pages_changed_on_commit(
+    *,
+    groups: Iterable[str] = (),
+    works: Iterable[int | None] = (),
+    events: Iterable[int | None] = (),
+    using: str = DEFAULT_DB_ALIAS,
+) -> None:
+    """Record in the outbox, in the current transaction, that pages showing ``groups``, the
+    pages of ``works`` and the pages of ``events`` changed: open pages refresh once it commits,
+    whichever process commits it; nothing is recorded on a rollback. Outside a transaction the
+    row commits at once. One row a call; nothing at all when every list is empty."""
+    names = sorted(set(groups))
+    for name in names:
+        if not isinstance(name, str) or not GROUP_NAME.fullmatch(name):
+            raise ValueError(f"group: {name!r} is not a valid group name (ids, letters, '.', '-', '_')")
+    work_ids, seqs = _ids(works), _ids(events)
+    if not (names or work_ids or seqs):
+        return
+    LiveChange.objects.using(using).create(at=timezone.now(), groups=names, works=work_ids, events=seqs)
+    notify_on_commit(LIVE_CHANNEL, using=using)
+
+
+def work_changed_on_commit(work_ids: Iterable[int | None], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Record that these Work were created or changed state: the Work list and the home page
+    (:data:`WORK_GROUP`) and each Work's page refresh once the current transaction commits.
+    Temporary (negative) ids are left out; nothing is recorded when no id is left."""
+    ids = _ids(work_ids)
+    if ids:
+        pages_changed_on_commit(groups=[WORK_GROUP], works=ids, using=using)
+
+
+def publish_on_commit(group: str, payload: Mapping | None = None, *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Record that the pages of one ``group`` changed (``work.<id>``, ``event.<seq>`` or a
+    list's group); ``payload`` is not kept: a page re-reads what it shows."""
     if not isinstance(group, str) or not GROUP_NAME.fullmatch(group):
         raise ValueError(f"group: {group!r} is not a valid group name (ids, letters, '.', '-', '_')")
-    message = {"type": UPDATE_TYPE, "group": group, "payload": dict(payload)}
-    transaction.on_commit(lambda: _send(group, message), using=using, robust=True)
+    if match := _WORK_PAGE.fullmatch(group):
+        pages_changed_on_commit(works=[int(match[1])], using=using)
+    elif match := _EVENT_PAGE.fullmatch(group):
+        pages_changed_on_commit(events=[int(match[1])], using=using)
+    else:
+        pages_changed_on_commit(groups=[group], using=using)
 
 
-def _send(group: str, message: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        logger.debug("live.no_channel_layer", extra={"group": group})
-        return
-    async_to_sync(layer.group_send)(group, message)
+# --- reading the outbox ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One outbox row as a reader sees it: its position, when it was written, and the groups
+    whose pages it changed."""
+
+    position: int
+    at: datetime
+    groups: frozenset[str]
+
+
+def change_groups(row_groups: Iterable[str], works: Iterable[int], events: Iterable[int]) -> frozenset[str]:
+    """The group names of one row: its fixed groups, ``work.<id>`` and ``event.<seq>``."""
+    return frozenset(
+        [
+            *row_groups,
+            *(group_name_for_work(int(w)) for w in works),
+            *(group_name_for_event(int(s)) for s in events),
+        ]
+    )
+
+
+def live_changes_after(position: int, *, also: Iterable[int] = (), limit: int = 1000) -> list[Change]:
+    """The outbox rows after ``position`` (oldest first, at most ``limit``), and those of the
+    positions ``also`` names (rows a reader saw missing: a transaction that took its position
+    earlier and committed later). One query."""
+    wanted = sorted(set(also))
+    after = Q(pk__gt=position) | Q(pk__in=wanted) if wanted else Q(pk__gt=position)
+    rows = LiveChange.objects.filter(after)
+    return [
+        Change(pk, at, change_groups(groups, works, events))
+        for pk, at, groups, works, events in rows.order_by("pk").values_list(
+            "pk", "at", "groups", "works", "events"
+        )[:limit]
+    ]
+
+
+def live_head() -> int:
+    """The last position of the outbox (0 when it is empty). One query."""
+    return LiveChange.objects.aggregate(head=Max("pk"))["head"] or 0
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """How far a reader at ``position`` is behind: the outbox's last position, and when the
+    oldest row after ``position`` was written (``None``: none is)."""
+
+    head: int
+    oldest: datetime | None
+
+    def seconds(self, now: datetime) -> float:
+        return 0.0 if self.oldest is None else max((now - self.oldest).total_seconds(), 0.0)
+
+
+def live_backlog(position: int) -> Backlog:
+    """The rows after ``position`` and the oldest one's time. One query."""
+    found = LiveChange.objects.filter(pk__gt=position).aggregate(head=Max("pk"), oldest=Min("at"))
+    return Backlog(head=found["head"] or position, oldest=found["oldest"])
+
+
+def live_changes_prune(*, before: datetime, batch: int = 5000) -> int:
+    """Delete outbox rows written before ``before``, ``batch`` at a time, each in a short
+    transaction; returns how many."""
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            ids = list(
+                LiveChange.objects.filter(at__lt=before).order_by("pk").values_list("pk", flat=True)[:batch]
+            )
+            if not ids:
+                return deleted
+            deleted += LiveChange.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < batch:
+            return deleted
 
 
 # --- websocket paths ----------------------------------------------------------------------------
@@ -88,6 +208,15 @@ WS_ROUTES: dict[str, str] = {
 }
 # The websocket path that streams the home page's cards.
 HOME_WS_PATH = "/" + WS_HOME
+
+
+# The query parameter of a page's websocket that says the outbox position the page was rendered at.
+AFTER_PARAM = "outbox"
+
+
+def ws_path_at(path: str, position: int) -> str:
+    """``path`` (a websocket path, with or without a query) saying the outbox ``position``."""
+    return f"{path}{'&' if '?' in path else '?'}{AFTER_PARAM}={int(position)}"
 
 
 def _with_query(route: str, filters: Mapping[str, str] | None) -> str:
@@ -113,152 +242,3 @@ def events_ws_path(filters: Mapping[str, str] | None = None) -> str:
 def work_ws_list_path(filters: Mapping[str, str] | None = None) -> str:
     """The websocket path that streams the Work list, with the list's filters and page."""
     return _with_query(WS_WORK_LIST, filters)
-
-
-# --- Work changes, coalesced ----------------------------------------------------------------------
-# The group of the Work list and the home page's counts: any Work created or changed state.
-WORK_GROUP = "console.work"
-# At most this many Work pages are told about one batch; the rest refresh on their next load.
-MAX_WORK_PAGES = 50
-# A batch is sent at most this often: changes committed meanwhile join the next one, so a burst
-# of any size costs about ``1 / WORK_BATCH_SECONDS`` sends a second (each at most
-# ``1 + MAX_WORK_PAGES`` channel-layer messages).
-WORK_BATCH_SECONDS = 0.25
-
-
-def work_changed_on_commit(work_ids: Iterable[int], *, using: str | None = None) -> None:
-    """Tell open pages, once the current transaction commits, that these Work were created or
-    changed state: the Work list and home page (:data:`WORK_GROUP`) and each Work's page.
-
-    Changes are coalesced on a thread of their own: whatever commits while a batch is being
-    sent, or within :data:`WORK_BATCH_SECONDS` of the last one, goes out as one batch, so
-    10,000 changes send a handful of messages, not 10,000. Nothing is sent on a rollback; a
-    failing channel layer is logged, never raised (the change is committed already)."""
-    ids = {int(work_id) for work_id in work_ids if work_id}
-    if ids:
-        transaction.on_commit(lambda: work_publisher.put(ids), using=using)
-
-
-class CoalescingSender:
-    """Sends what services put, on a thread of its own, so a channel-layer write never sits on
-    a loop's or a request's path: whatever is put while a send is in flight (or within
-    ``batch_seconds`` of the last one) goes out as one batch. Subclasses say how items gather
-    (:meth:`gather`), how a batch is taken (:meth:`take`) and sent (:meth:`send`, given a function
-    that runs a coroutine on the thread's event loop, returning how many messages it sent). A
-    failing send is logged as ``failure_event``, never raised: what it announces is committed."""
-
-    thread_name = "live-publisher"
-    failure_event = "live.publish_failed"
-
-    def __init__(self, *, batch_seconds: float = 0.0) -> None:
-        self.batch_seconds = batch_seconds
-        self._lock = threading.Condition()
-        self._busy = False
-        self._thread: threading.Thread | None = None
-        # What it sent, for tests and benchmarks: batches, and channel-layer messages in all.
-        self.batches = 0
-        self.messages = 0
-
-    def gather(self, items: Any) -> None:
-        raise NotImplementedError
-
-    def pending(self) -> bool:
-        raise NotImplementedError
-
-    def take(self) -> Any:
-        raise NotImplementedError
-
-    def send(self, run: Callable[[Awaitable[Any]], Any], batch: Any) -> int:
-        raise NotImplementedError
-
-    def put(self, items: Any) -> None:
-        with self._lock:
-            self.gather(items)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-                self._thread.start()
-            self._lock.notify_all()
-
-    def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until everything put so far has been sent; ``True`` when idle."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self.pending() and not self._busy, timeout)
-
-    def _run(self) -> None:
-        # One event loop for the thread's life: a loop per send would cost more than the send.
-        loop = asyncio.new_event_loop()
-        try:
-            while True:
-                with self._lock:
-                    if not self._lock.wait_for(self.pending, timeout=60):
-                        self._thread = None
-                        return
-                    batch = self.take()
-                    self._busy = True
-                try:
-                    self.messages += self.send(loop.run_until_complete, batch)
-                    self.batches += 1
-                except Exception:  # noqa: BLE001 - the sender's loop: a page misses a refresh
-                    logger.warning(self.failure_event, exc_info=True, extra={"items": len(batch)})
-                with self._lock:
-                    self._busy = False
-                    self._lock.notify_all()
-                    # Let the next items gather: one batch per interval at most (a put's
-                    # notify wakes the wait, so it waits out what is left of the interval).
-                    deadline = time.monotonic() + self.batch_seconds
-                    while (left := deadline - time.monotonic()) > 0:
-                        self._lock.wait(left)
-        finally:
-            loop.close()
-
-
-class WorkPublisher(CoalescingSender):
-    """The coalescing sender behind :func:`work_changed_on_commit` (one per process)."""
-
-    thread_name = "work-live-publisher"
-    failure_event = "live.work_publish_failed"
-
-    def __init__(self, *, batch_seconds: float = WORK_BATCH_SECONDS) -> None:
-        super().__init__(batch_seconds=batch_seconds)
-        self._pending: set[int] = set()
-
-    def gather(self, items: Iterable[int]) -> None:
-        self._pending.update(items)
-
-    def pending(self) -> bool:
-        return bool(self._pending)
-
-    def take(self) -> list[int]:
-        batch, self._pending = sorted(self._pending), set()
-        return batch
-
-    def send(self, run: Callable[[Awaitable[Any]], Any], batch: list[int]) -> int:
-        return int(run(_send_work_changed(batch)))
-
-
-work_publisher = WorkPublisher()
-
-
-async def _send_work_changed(work_ids: list[int]) -> int:
-    """One :data:`WORK_GROUP` message and at most :data:`MAX_WORK_PAGES` ``work.<id>`` messages,
-    to open pages only when the layer can tell (``occupied_groups``); returns how many."""
-    layer = get_channel_layer()
-    if layer is None:
-        return 0
-    works = {group_name_for_work(work_id): work_id for work_id in work_ids}
-    groups = [WORK_GROUP, *works]
-    occupied = getattr(layer, "occupied_groups", None)
-    if occupied is not None:
-        members = await occupied(groups)
-        groups = [group for group in groups if group in members]
-    sent = 0
-    if WORK_GROUP in groups:
-        payload = {"works": len(work_ids), "first": work_ids[0], "last": work_ids[-1]}
-        await layer.group_send(WORK_GROUP, {"type": UPDATE_TYPE, "group": WORK_GROUP, "payload": payload})
-        sent += 1
-    for group in [group for group in groups if group in works][:MAX_WORK_PAGES]:
-        await layer.group_send(
-            group, {"type": UPDATE_TYPE, "group": group, "payload": {"work_id": works[group]}}
-        )
-        sent += 1
-    return sent

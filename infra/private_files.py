@@ -1,11 +1,11 @@
 """Files that hold Events and credentials are readable by their owner only.
 
-The SQLite database, the channel-layer file and the operator's password file live in
-``CONDUIT_VAR_DIR`` (``var/``). That folder is created mode 0700 (and an existing one of ours is
-tightened to it), and those files mode 0600: SQLite creates a database with the process's umask
-(often 0644), so the file is created beforehand where we open it ourselves (the channel layer)
-and tightened right after Django opens it (the database, with its ``-wal`` and ``-shm``
-companions); inside a 0700 folder no one else could open it meanwhile.
+The SQLite database and the operator's password file live in ``CONDUIT_VAR_DIR`` (``var/``).
+That folder is created mode 0700 (and an existing one of ours is tightened to it), and those files
+mode 0600: SQLite creates a database with the process's umask (often 0644), so a file we open
+ourselves is created beforehand (:func:`private_file`) and the database is tightened right after
+Django opens it (with its ``-wal`` and ``-shm`` companions); inside a 0700 folder no one else
+could open it meanwhile.
 """
 
 from __future__ import annotations

@@ -69,15 +69,13 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture(autouse=True)
-def live_updates_sent():
-    """Each test's live updates go out before the next test starts (the router publishes them
-    from a thread of its own after commit)."""
+def live_reader_stopped():
+    """The web process's reader of the live-update outbox, which a test's first websocket
+    starts, stops with the test (it reads the test's database on a thread of its own)."""
     yield
-    from infra.live import work_publisher
-    from routing.engine.live import drain
+    from conduit_site.live import reader
 
-    drain(timeout=10)
-    work_publisher.drain(timeout=10)
+    reader.stop()
 
 
 @pytest.fixture
@@ -108,16 +106,3 @@ def empty_cache():
     cache.clear()
     CONFIGURATIONS_KEPT.clear()
     RECEIVERS_KEPT.clear()
-
-
-@pytest.fixture
-def layer_path(settings, tmp_path):
-    """A private SQLite channel layer file for each test."""
-    path = tmp_path / "channels.sqlite3"
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "infra.layers.SQLiteChannelLayer",
-            "CONFIG": {"path": str(path), "poll_interval": 0.01},
-        }
-    }
-    return path

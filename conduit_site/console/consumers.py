@@ -6,7 +6,10 @@ pages it updates), joins the page's group (``infra.live``) and,
 on each update, re-renders the same partials the page's HTTP view renders and sends them as
 htmx out-of-band swaps (``hx-swap-oob``): HTTP and websocket share one fragment. Updates that
 arrive in a burst are coalesced into one render; a list or the home page renders at most once
-a second (its queries cost more), and a page at rest, told nothing, queries nothing.
+a second (its queries cost more), and a page at rest, told nothing, queries nothing. Updates
+come from this process's reader of the live-update outbox (``conduit_site.live``); on
+connect, a page that says the outbox position it was rendered at (``?outbox=``) is sent at once
+what changed since.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from causal.models import Event
+from conduit_site import live
 from conduit_site.console.forms import EventFilterForm, WorkDetailForm, WorkFilterForm
 from conduit_site.console.views.common import query_string
 from conduit_site.console.views.events import DETAIL_PARTIALS as EVENT_DETAIL_PARTIALS
@@ -49,7 +53,14 @@ from conduit_site.console.views.work import (
 )
 from conduit_site.console.views.work import LIST_TEMPLATE as WORK_LIST_TEMPLATE
 from infra.converters import MAX_ID
-from infra.live import EVENTS_GROUP, WORK_GROUP, group_name_for_event, group_name_for_work
+from infra.live import (
+    AFTER_PARAM,
+    EVENTS_GROUP,
+    UPDATE_TYPE,
+    WORK_GROUP,
+    group_name_for_event,
+    group_name_for_work,
+)
 from routing.access.roles import VIEW_EVENT
 from worklife.models import Work
 from worklife.selectors import work_get
@@ -94,7 +105,15 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
         self.user = user
         for name in (group, *self.also_groups):
             await self.channel_layer.group_add(name, self.channel_name)
+        await database_sync_to_async(live.reader.prepare)()
+        live.reader.subscribe((group, *self.also_groups), asyncio.get_running_loop())
         await self.accept()
+        # The page says the outbox position it was rendered at: what changed since is sent now.
+        after = rendered_at(self.scope)
+        if after is not None and await database_sync_to_async(live.changed_since)(
+            after, (group, *self.also_groups)
+        ):
+            await self.console_update({"type": UPDATE_TYPE, "group": group, "payload": {"position": after}})
 
     async def _refuse(self, code: int) -> None:
         """Accept, then close with ``code``: a close before the accept reaches the browser as an
@@ -109,6 +128,7 @@ class LiveConsumer(AsyncWebsocketConsumer, metaclass=abc.ABCMeta):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         if self.group is not None:
+            live.reader.unsubscribe((self.group, *self.also_groups))
             for name in (self.group, *self.also_groups):
                 await self.channel_layer.group_discard(name, self.channel_name)
 
@@ -272,3 +292,10 @@ class EventConsumer(LiveConsumer):
 def query_params(scope: dict[str, Any]) -> MultiValueDict:
     """The websocket request's query string, as a form reads ``request.GET``."""
     return MultiValueDict(parse_qs(scope.get("query_string", b"").decode("latin-1")))
+
+
+def rendered_at(scope: dict[str, Any]) -> int | None:
+    """The outbox position the page was rendered at (``?outbox=``), or ``None`` when the socket
+    does not say (or says something else than a position)."""
+    value = query_params(scope).get(AFTER_PARAM, "")
+    return int(value) if value.isdigit() and len(value) <= 19 else None

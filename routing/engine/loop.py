@@ -12,7 +12,7 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from infra.identity import loop_identity
 from routing.config.selectors import live_generation, live_generation_id
-from routing.engine import live, metrics
+from routing.engine import metrics
 from routing.engine.claims import (
     forget_stale_targets,
     release_dead_claims,
@@ -158,8 +158,6 @@ class RouteLoop:
             # Its carried Events are given back and its published targets withdrawn.
             self.router.close()
         self.pool.close()
-        # Let the last windows' live updates go out before the process ends.
-        live.drain(timeout=2.0)
 
     def _ensure_router(self) -> bool:
         live_id = live_generation_id()

@@ -227,9 +227,12 @@ class Writes:
             # settled Events never waited; a statement for the whole window filtered on the
             # column cost PostgreSQL a scan of the table.
             update_rows(Event, [seq for seq in seqs if seq in self.waiting], waiting_on=None)
-        if self.touched_works:
+        # A Work this window started had a temporary (negative) id until now: it is new, so there
+        # is nothing to touch, and its pages hear of it as it is created.
+        touched = {work_id for work_id in self.touched_works if work_id not in ids}
+        if touched:
             # Never a terminal Work's row (R49), even one another process ended since it was read.
-            works_touch_in_tx(self.touched_works, self.now)
+            works_touch_in_tx(touched, self.now)
         # The wake bridges the settlements planned, derived through the causal limits; a
         # refused one leaves its diagnostic (R55). A limit spent meanwhile by another writer
         # raises CausalRefused: the window is settled again on fresh reads.
@@ -274,6 +277,7 @@ class Writes:
         # Open console pages refresh once this window commits (bounded; never raises).
         publish_routed(
             [row[0] for row in self.records] + [*self.reasons, *self.failures],
-            self.touched_works | self.shown_works | set(ids.values()),
+            {ids.get(work_id, work_id) for work_id in self.touched_works | self.shown_works}
+            | set(ids.values()),
         )
         return ids

@@ -44,14 +44,8 @@ def database_url() -> str:
 
 @pytest.fixture
 def asgi_server(tmp_path, settings):
-    """The console under daphne in a process of its own, on the test database, sharing a
-    channel layer file with this process (whose router publishes to it)."""
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "infra.layers.SQLiteChannelLayer",
-            "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
-        }
-    }
+    """The console under daphne in a process of its own, on the test database: what this
+    process commits reaches its pages through the live-update outbox."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),

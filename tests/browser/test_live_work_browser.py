@@ -1,7 +1,7 @@
 """In Chromium: the Work list and the home page follow Work live, the Work
 page's controls follow its state when another tab cancels it, a backoff counts down
 in the page; axe on the pages changed, wide and narrow. Served by daphne as ``manage.py
-serve`` serves it, sharing a channel layer file with this process, whose services publish."""
+serve`` serves it, on the database this process's services write."""
 
 from __future__ import annotations
 

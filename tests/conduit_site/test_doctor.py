@@ -183,6 +183,7 @@ def test_r23_a_healthy_system_is_ok(clock, live):
         "work_loop",
         "parked_work",
         "supervision",
+        "live_updates",
     ]
     assert report.as_dict()["ok"] is True
 
@@ -195,8 +196,8 @@ def test_r23_doctor_reads_a_fixed_number_of_queries(clock, live, django_assert_m
         KVFactory(namespace=WORK_HEARTBEATS_NAMESPACE, key=f"host:{n}", value={"at": clock().isoformat()})
     clock.advance(minutes=11)
     # 7 for the routing checks; 2 for work_loop (ready Work, heartbeats), 2 for parked_work,
-    # 1 for supervision (serve's restarts).
-    with django_assert_max_num_queries(12):
+    # 1 for supervision (serve's restarts), 1 for live_updates (no web process reads the outbox).
+    with django_assert_max_num_queries(13):
         report = doctor.doctor(clock=clock)
     assert check(report, "routing").total == 30
     assert check(report, "parked_work").total == 30 and check(report, "work_loop").total == 10
@@ -373,6 +374,7 @@ def test_r23_api_doctor_is_200_with_ok_and_checks(client, clock, live):
         "work_loop",
         "parked_work",
         "supervision",
+        "live_updates",
     ]
     assert body["checks"][0]["status"] == "warn" and body["checks"][0]["total"] == 1
     assert client.post(reverse("api-doctor"), headers=headers).status_code == 405
@@ -522,3 +524,27 @@ def test_every_doctor_check_has_a_label_people_read():
     assert sorted(CHECK_LABELS) == sorted(names)
     assert Check("parked_work", "warn", "").label == "Parked Work"
     assert all("_" not in label for label in CHECK_LABELS.values())
+
+
+def test_doctor_says_when_a_web_process_has_not_sent_open_pages_a_change_committed_long_ago(clock):
+    from conduit_site.live import READERS_NAMESPACE
+    from tests.infra.factories import LiveChangeFactory
+
+    read = LiveChangeFactory(at=clock() - timedelta(minutes=2))
+    KVFactory(namespace=READERS_NAMESPACE, key="web-a:101", value={"position": read.pk}, updated_at=clock())
+    LiveChangeFactory(at=clock() - timedelta(seconds=3))
+    assert check(doctor.doctor(clock=clock), "live_updates").ok  # a change of 3 s ago is on its way
+
+    LiveChangeFactory(at=clock() - timedelta(seconds=40))
+    stale = KVFactory(namespace=READERS_NAMESPACE, key="web-b:102", value={"position": 0}, updated_at=clock())
+    stale.updated_at = clock() - timedelta(minutes=5)  # a web process that stopped: not counted
+    stale.save()
+    live_updates = check(doctor.doctor(clock=clock), "live_updates")
+    assert not live_updates.ok and live_updates.total == 1
+    (behind,) = live_updates.items
+    assert behind.process == "web-a:101" and behind.waited_seconds == 40.0
+    assert "live updates are behind in 1 web process" in live_updates.summary
+    assert behind.text == (
+        f"web-a:101: the oldest change its pages have not been sent was committed 40 s ago "
+        f"(read up to position {read.pk})"
+    )

@@ -277,13 +277,7 @@ def test_each_principal_gets_each_console_page_as_the_matrix_says(world, name, m
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("who", PRINCIPALS)
 @pytest.mark.parametrize("name", sorted(WEBSOCKETS))
-def test_each_principal_joins_each_websocket_as_the_matrix_says(settings, tmp_path, name, who):
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "infra.layers.SQLiteChannelLayer",
-            "CONFIG": {"path": str(tmp_path / "channels.sqlite3"), "poll_interval": 0.01},
-        }
-    }
+def test_each_principal_joins_each_websocket_as_the_matrix_says(name, who):
     work = WorkFactory()
     headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
     if who == "narrowed":

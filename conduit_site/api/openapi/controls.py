@@ -127,6 +127,7 @@ SCHEMAS: dict[str, Any] = {
                     "work_loop",
                     "parked_work",
                     "supervision",
+                    "live_updates",
                 ],
             },
             "ok": {"type": "boolean"},

@@ -1,7 +1,8 @@
 """``{% heartbeat_banner %}``: the banner every console page shows while the route loop or
-the work loop has no fresh heartbeat, or after ``serve`` restarted a child, linking to Doctor.
-One light query (:func:`conduit_site.doctor.loops_alive`), and one more to name the restarted
-children when there are some."""
+the work loop has no fresh heartbeat, after ``serve`` restarted a child, or while this web
+process's live updates are behind, linking to Doctor. One light query
+(:func:`conduit_site.doctor.loops_alive`), one more to name the restarted children when there
+are some, and one for the live updates once this process serves a websocket."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django import template
 
 from causal.clock import Clock, system_clock
 from conduit_site.doctor import HEARTBEAT_STALE, duration, loops_alive
+from conduit_site.live import reader
 from conduit_site.supervision.restarts import RESTARTS_RECENT, restarts_recent
 
 register = template.Library()
@@ -21,11 +23,13 @@ clock: Clock = system_clock
 
 @register.inclusion_tag("console/heartbeat_banner.html")
 def heartbeat_banner() -> dict[str, Any]:
-    """The loops without a fresh heartbeat and the children serve restarted lately (none of
-    either: no banner)."""
+    """The loops without a fresh heartbeat, the children serve restarted lately, and how far
+    behind this web process's live updates are when past the limit (none of these: no banner)."""
     now = clock()
     alive = loops_alive(now=now)
+    live = reader.state(now=now)
     return {
+        "live_behind": duration(live.behind_seconds) if live.behind else "",
         "missing": alive.missing,
         "stale_after": duration(HEARTBEAT_STALE.total_seconds()),
         "restarts": restarts_recent(now=now) if alive.restarted else [],

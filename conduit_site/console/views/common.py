@@ -11,6 +11,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 
+from conduit_site import live
+
 # A response differs with these request headers: a full page or one partial.
 HTMX_VARY = ("HX-Request", "HX-Target")
 
@@ -37,9 +39,13 @@ def render_console(
     status: int = 200,
 ) -> HttpResponse:
     """Render a console screen: the whole page, or only ``template#partial`` when an htmx
-    request targets one of ``partials``. The response varies on the htmx headers."""
+    request targets one of ``partials``. The response varies on the htmx headers. A page's
+    ``live_url`` (its websocket) says the outbox position it is rendered at."""
     partial = htmx_partial(request, partials)
     name = f"{template_name}#{partial}" if partial else template_name
+    if context.get("live_url"):
+        # The page's websocket resumes from the outbox position the page is rendered at.
+        context = {**context, "live_url": live.position_url(context["live_url"])}
     response = render(request, name, context, status=status)
     patch_vary_headers(response, HTMX_VARY)
     return response

@@ -13,7 +13,6 @@ from conduit_site.retention import PRUNE_INTERVAL_SECONDS, site_prune
 from infra.connections import database_wait
 from infra.words import counted
 from routing.engine.configurations import LiveConfigurations
-from routing.engine.live import drain as drain_live
 from routing.engine.live import publish_routed
 from worklife.runner import WorkRunner
 
@@ -116,5 +115,4 @@ class Command(BaseCommand):
                 runner.run(stop, poll_interval=options["poll_interval"], stop_grace=options["stop_grace"])
                 announce(self.stdout, "work_loop stopped", owner=runner.owner)
         finally:
-            drain_live(timeout=2.0)
             restore_signals(previous)

@@ -273,8 +273,8 @@ def test_d4_event_list_pages_by_seq_fifty_at_a_time(signed_in):
     assert rest == [e.seq for e in reversed(events)][50:]
     assert 'rel="next"' not in text(second)
     # A later page stays live on its own page.
-    assert 'ws-connect="/ws/events/?scope=acme"' in text(first)
-    assert f'ws-connect="/ws/events/?scope=acme&amp;before={rows[-1]}"' in text(second)
+    assert 'ws-connect="/ws/events/?scope=acme&amp;outbox=' in text(first)
+    assert f'ws-connect="/ws/events/?scope=acme&amp;before={rows[-1]}&amp;outbox=' in text(second)
 
 
 def test_d4_event_list_htmx_request_gets_only_the_partial(signed_in):
@@ -284,7 +284,7 @@ def test_d4_event_list_htmx_request_gets_only_the_partial(signed_in):
     assert response.status_code == 200
     assert "<html" not in body and "<form" not in body
     assert body.strip().startswith('<section id="event-list"')
-    assert 'ws-connect="/ws/events/?type=only.partial"' in body
+    assert 'ws-connect="/ws/events/?type=only.partial&amp;outbox=' in body
     assert "only.partial" in body
     assert "HX-Request" in response["Vary"]
     # The same URL without htmx is the whole page.
@@ -594,7 +594,7 @@ def test_event_list_shows_its_total_and_jumps_to_oldest_and_to_newest_only_past_
     assert newer == f"{reverse('event-list')}?scope=acme&oldest=1&after={seqs[49]}"
     second = text(operator_console.get(newer))
     assert row_seqs(second) == seqs[50:100]
-    assert f'ws-connect="/ws/events/?scope=acme&amp;oldest=1&amp;after={seqs[49]}"' in second
+    assert f'ws-connect="/ws/events/?scope=acme&amp;oldest=1&amp;after={seqs[49]}&amp;outbox=' in second
     assert "← Newest" in second
     mixed = operator_console.get(reverse("event-list"), {"before": seqs[10], "oldest": "1"})
     assert mixed.status_code == 400 and "before: pages a newest-first list" in text(mixed)

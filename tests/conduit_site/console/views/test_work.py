@@ -321,9 +321,9 @@ def test_home_counts_running_and_parked_work(console, django_assert_max_num_quer
     WorkFactory()
     # Session and user (2), the permission check (2), unrouted Events (1), Work by status and
     # parked (1), the live generation (1); and the heartbeat banner (1),
-    # doctor's checks (at most 11), dead letters (1) and the trends (5): at most 23 in all,
-    # however many Work are parked.
-    with django_assert_max_num_queries(23):
+    # doctor's checks (at most 12), dead letters (1), the trends (5) and the live-update
+    # outbox's position (1): at most 25 in all, however many Work are parked.
+    with django_assert_max_num_queries(25):
         body = console.get(reverse("console-home")).content.decode()
     card = section(body, "work-engine-summary")
     assert re.search(
@@ -333,7 +333,7 @@ def test_home_counts_running_and_parked_work(console, django_assert_max_num_quer
         r'status=parked"><span class="badge badge-parked">parked</span></a><span class="num">2<', card
     )
     WorkFactory.create_batch(20, parked_at=T0)
-    with django_assert_max_num_queries(23):
+    with django_assert_max_num_queries(25):
         console.get(reverse("console-home"))
 
 
@@ -402,7 +402,7 @@ def test_home_card_counts_parked_and_backing_off_apart_from_ready(
 ):
     counts = work_counts(now=clock())
     assert (counts.by_status["ready"], counts.parked, counts.backing_off) == (2, 1, 1)
-    with django_assert_max_num_queries(23):
+    with django_assert_max_num_queries(25):
         body = console.get(reverse("console-home")).content.decode()
     for state, label, n in (
         ("ready", "ready", 2),
@@ -464,7 +464,7 @@ def test_d4_work_list_filters_by_scope_and_status_and_pages(signed_in):
         text(partial)
         .strip()
         .startswith(
-            '<section id="work-list" aria-live="polite" hx-ext="ws" ws-connect="/ws/work/?status=completed">'
+            '<section id="work-list" aria-live="polite" hx-ext="ws" ws-connect="/ws/work/?status=completed&amp;outbox='
         )
     )
     assert '<div id="work-rows">' in text(partial)
@@ -514,7 +514,7 @@ def test_d4_work_page_shows_links_keys_attempts_input_in_acceptance_order_and_hi
     assert f'<tr id="unrouted-{held.seq}">' in unrouted and "retrying: handler_failed" in unrouted
     # Every Event row carries the (empty, for now) event-controls cell.
     assert body.count('<td class="event-controls">') == 3 + 3 + 1
-    assert f'ws-connect="/ws/work/{work.pk}/"' in body
+    assert f'ws-connect="/ws/work/{work.pk}/?outbox=' in body
 
 
 def test_d4_work_history_htmx_request_gets_only_the_partial(signed_in):
@@ -540,7 +540,7 @@ def test_d4_work_page_pages_its_input_and_history(signed_in):
     later = text(signed_in.get(reverse("work-detail", args=[work.pk]), {"input_after": shown[-1]}))
     assert [int(s) for s in re.findall(r'<tr id="input-(\d+)">', later)] == [i.seq for i in inputs][50:]
     # A paged Work page stays live on its page.
-    assert f'ws-connect="/ws/work/{work.pk}/?input_after={shown[-1]}"' in later
+    assert f'ws-connect="/ws/work/{work.pk}/?input_after={shown[-1]}&amp;outbox=' in later
     older = text(signed_in.get(reverse("work-detail", args=[work.pk]), {"history_before": inputs[5].seq}))
     assert [int(s) for s in re.findall(r'<tr id="history-(\d+)">', older)] == [i.seq for i in inputs][:5][
         ::-1
@@ -639,7 +639,10 @@ def test_work_page_input_reads_newest_first_with_its_total_and_stays_live_paged(
     assert f'<a href="{next_url}" rel="next">Earlier input →</a>' in newest
     earlier = text(operator_console.get(url, {"input_order": "newest", "input_before": inputs[10]}))
     assert row_seqs(earlier, "input") == inputs[:10][::-1]
-    assert f'ws-connect="/ws/work/{work.pk}/?input_order=newest&amp;input_before={inputs[10]}"' in earlier
+    assert (
+        f'ws-connect="/ws/work/{work.pk}/?input_order=newest&amp;input_before={inputs[10]}&amp;outbox='
+        in earlier
+    )
     mixed = operator_console.get(url, {"input_order": "newest", "input_after": inputs[3]})
     assert mixed.status_code == 400 and "input_after" in text(mixed)
 

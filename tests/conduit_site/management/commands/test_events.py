@@ -310,7 +310,6 @@ EVENTS_GET_LEAVES_OUT = (
     "yaml",
     "re2",
     "conduit_site.urls",
-    "infra.layers",
     "infra.wakeup",
     "causal.services",
     "causal.limits",
