@@ -131,11 +131,11 @@ class BulkCountChanged(Exception):
 
     code = "count_changed"
 
-    def __init__(self, *, confirmed: int, count: int) -> None:
+    def __init__(self, *, confirmed: int, count: int, noun: str = "Work") -> None:
         self.confirmed = confirmed
         self.count = count
         self.message = (
-            f"the filter now matches {count} Work, not the {confirmed} confirmed: nothing was done; "
+            f"the request now names {count} {noun}, not the {confirmed} confirmed: nothing was done; "
             f"confirm {count} to act on them"
         )
         super().__init__(self.message)

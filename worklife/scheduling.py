@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, F, Max, OuterRef, Q
+from django.db.models import Case, Exists, F, Max, OuterRef, Q, Value, When
 
 from causal.models import Event
 from causal.services import assert_in_tx
@@ -175,6 +175,31 @@ def event_as_input(event: Event) -> dict[str, Any]:
 
 
 # --- retry -------------------------------------------------------------------------------------
+
+
+def works_retry_in_tx(*, works: Sequence[Work], now: datetime) -> list[int]:
+    """Retry many Work at once, as :func:`work_retry_in_tx` does one, in one statement: ``works``
+    are rows the caller locked and read; those retryable (:attr:`Work.is_retryable`) are
+    unparked, their backoff ended and their attempt budget fresh. Returns their ids; the caller
+    reports the others as refused."""
+    assert_in_tx()
+    retried = [w.pk for w in works if w.is_retryable]
+    if not retried:
+        return []
+    Work.objects.filter(pk__in=retried).update(
+        parked_at=None,
+        retry_at=None,
+        failures=0,
+        losses=0,
+        # Every right-hand side reads the row as it was: failures before the reset.
+        pending_run=Case(
+            When(Q(pending_run=True) | Q(failures__gt=0), then=Value(True)), default=Value(False)
+        ),
+        version=F("version") + 1,
+        updated_at=now,
+    )
+    work_changed_on_commit(retried)
+    return retried
 
 
 def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:

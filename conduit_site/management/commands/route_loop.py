@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import threading
@@ -12,11 +13,14 @@ from django.db import reset_queries
 
 from causal.clock import system_clock
 from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
+from controls.jobs import bulk_job_step
 from infra.connections import connections_refresh, database_wait
 from infra.wakeup import ACCEPTED, Listener
 from infra.words import counted
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
+
+logger = logging.getLogger("conduit.routing")
 
 # --drain shows its progress (the backlog counted again) after its first pass, then at most
 # once in this many seconds.
@@ -176,6 +180,16 @@ class Command(BaseCommand):
                 continue
             finally:
                 reset_queries()
+            # Between passes, one batch of the oldest bulk job (controls.jobs), if any.
+            try:
+                job = bulk_job_step(clock=system_clock)
+            except Exception:  # noqa: BLE001 - the loop boundary: the job waits for the next pass
+                logger.exception("bulk_job.batch_failed")
+                job = None
+            finally:
+                reset_queries()
+            if job is not None and not job.is_finished:
+                continue
             if result.empty or result.settled == 0:
                 if listener is not None:
                     listener.wait(poll_interval, stop)
