@@ -65,6 +65,12 @@ logger = logging.getLogger("conduit.routing")
 BATCH_SIZE = 200
 # The Work control each Work job applies.
 WORK_JOBS = {WorkControl.RETRY: JobKind.RETRY_WORK, WorkControl.CANCEL: JobKind.CANCEL_WORK}
+# The permission each job's control needs (to store one, and to cancel it).
+JOB_PERMISSIONS = {
+    JobKind.RETRY_WORK: "worklife.retry_work",
+    JobKind.CANCEL_WORK: "worklife.cancel_work",
+    JobKind.REPLAY_EVENT: "routing.replay_event",
+}
 # Replay copies' numbers looked for at once per Event (beyond, the Event is looked at alone).
 _NUMBERS_AT_ONCE = 4
 _ENVELOPE_ID_MAX = Event._meta.get_field("envelope_id").max_length
@@ -103,8 +109,6 @@ def work_bulk_job(
     reason = cancel_reason(reason) if action == WorkControl.CANCEL else ""
     chosen = work_bulk_ids(ids=ids, filters=filters, now=clock())
     work_bulk_count_check(work_ids=chosen, count=count)
-    if not chosen:
-        raise WorkControlInvalid("ids" if ids is not None else "filter", "no Work is named: nothing to do")
     description = (
         f"{len(chosen)} Work matching {_filter_words(filters)}"
         if filters is not None
@@ -122,7 +126,7 @@ def events_replay_job(
     checking ``count``, the number of Events the caller confirmed (required; another number
     raises :class:`BulkCountChanged`, nothing stored)."""
     by = actor_name(user)
-    chosen = replay_seqs(list(seqs) if not isinstance(seqs, list | tuple) else seqs)
+    chosen = replay_seqs(seqs)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise ReplayInvalid(
             "count",
@@ -153,6 +157,9 @@ def _job_store(
             total=len(targets),
             created_at=now,
             updated_at=now,
+            # Nothing to act on (a filter matching no Work, confirmed as 0): done as it is stored.
+            state=JobState.DONE if not targets else JobState.PENDING,
+            finished_at=now if not targets else None,
         )
         BulkJobItem.objects.bulk_create(
             [BulkJobItem(job=job, position=i, target=t) for i, t in enumerate(targets)], batch_size=2000
@@ -276,10 +283,12 @@ def bulk_job_get(job_id: int) -> BulkJob:
     return BulkJob.objects.get(pk=job_id)
 
 
-def bulk_job_items(job: BulkJob, *, refused_only: bool = False, limit: int = 100) -> list[BulkJobItem]:
-    """The job's first ``limit`` targets with their outcome (only those not done when
-    ``refused_only``), in the job's order."""
-    items = job.items.order_by("position")
+def bulk_job_items(
+    job: BulkJob, *, refused_only: bool = False, after: int = -1, limit: int = 100
+) -> list[BulkJobItem]:
+    """The job's first ``limit`` targets after the position ``after`` with their outcome (only
+    those neither done nor pending when ``refused_only``), in the job's order."""
+    items = job.items.filter(position__gt=after).order_by("position")
     if refused_only:
         items = items.exclude(outcome__in=[ItemOutcome.DONE, ItemOutcome.PENDING])
     return list(items[:limit])

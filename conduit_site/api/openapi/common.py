@@ -94,6 +94,13 @@ PARAMETERS: dict[str, Any] = {
         "description": "The Work's id.",
         "schema": ID,
     },
+    "job_id": {
+        "name": "job_id",
+        "in": "path",
+        "required": True,
+        "description": "The bulk job's id.",
+        "schema": ID,
+    },
     "candidate_id": {
         "name": "candidate_id",
         "in": "path",
@@ -116,6 +123,7 @@ PARAMETERS: dict[str, Any] = {
 SEQ_PARAMETER = parameter_ref("seq")
 WORK_ID_PARAMETER = parameter_ref("work_id")
 CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
+JOB_ID_PARAMETER = parameter_ref("job_id")
 EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
 
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
