@@ -374,6 +374,8 @@ def work_rebind_in_tx(*, work_id: int, binding: str, now: datetime) -> Rebound:
         rebind_binding=binding,
         rebind_after_attempt=latest,
         retry_binding=binding if retry else "",
+        # Waiting for a binding that can run it: the new one is looked at on the next pass.
+        **({"retry_at": None, "awaiting_binding": False} if work.awaiting_binding else {}),
         version=F("version") + 1,
         updated_at=now,
     )

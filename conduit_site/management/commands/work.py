@@ -105,8 +105,8 @@ def list_arguments(parser: CommandParser) -> None:
         "--status",
         default="",
         metavar="STATUS",
-        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked' or "
-        "'backing_off' (then 'ready' means neither), as the Work list offers them.",
+        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked', 'backing_off' or "
+        "'awaiting_binding' (then 'ready' means none of them), as the Work list offers them.",
     )
     parser.add_argument(
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
@@ -187,6 +187,11 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
         )
     if work.parked_at:
         lines.append(f"  parked since {timestamp(work.parked_at)} after {counted(work.failures, 'failures')}")
+    elif work.is_awaiting_binding:
+        lines.append(
+            "  waiting for a binding that can run it (rebind it, or give its binding an executor); "
+            f"looked at again at {timestamp(work.retry_at)}"
+        )
     elif work.retry_at:
         lines.append(f"  backing off until {timestamp(work.retry_at)} ({counted(work.failures, 'failures')})")
     if work.last_error:
@@ -219,6 +224,8 @@ def _hold_mark(work: Work) -> str:
     hold = work_hold(work, now=system_clock())
     if hold is NotRunning.PARKED:
         return " (parked)"
+    if hold is NotRunning.AWAITING_BINDING:
+        return " (waiting for a binding that can run it)"
     if hold is NotRunning.BACKING_OFF:
         failures = f" ({failures_text(work.failures)})" if work.failures else ""
         return f" (backing off until {timestamp(work.retry_at)}{failures})"
