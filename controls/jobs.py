@@ -3,7 +3,7 @@
 A bulk control is stored first (:func:`work_bulk_job`, :func:`events_replay_job`): the job and
 its targets in the order they will be acted on, after the count check (the number of targets
 the operator saw, required on every path: the console, ``POST /api/work/bulk`` and the CLI).
-Storing is all the request does, so it returns at once with the job.
+Storing is all the request does (one row, the targets in it), so it returns at once with the job.
 
 The job then runs in batches of :data:`BATCH_SIZE` targets (:func:`bulk_job_step`), each batch
 one transaction with a fixed number of statements whatever the job's size: the targets read and
@@ -19,7 +19,7 @@ batch of the oldest unfinished job between its routing passes, and ``manage.py w
 --filter …`` / ``events replay --filter …`` run their job in the foreground with a progress bar.
 
 A job is cancellable (:func:`bulk_job_cancel`): the batch in progress commits, the targets left
-are not acted on (outcome ``skipped``).
+are not acted on.
 """
 
 from __future__ import annotations
@@ -154,15 +154,13 @@ def _job_store(
             created_by=by,
             description=description[:500],
             reason=reason,
+            targets=list(targets),
             total=len(targets),
             created_at=now,
             updated_at=now,
             # Nothing to act on (a filter matching no Work, confirmed as 0): done as it is stored.
             state=JobState.DONE if not targets else JobState.PENDING,
             finished_at=now if not targets else None,
-        )
-        BulkJobItem.objects.bulk_create(
-            [BulkJobItem(job=job, position=i, target=t) for i, t in enumerate(targets)], batch_size=2000
         )
         # The route loops run jobs between their passes: wake one.
         notify_on_commit(ACCEPTED)
@@ -216,18 +214,25 @@ def bulk_job_step(*, clock: Clock, job_id: int | None = None, batch_size: int = 
         job = BulkJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None or job.state in FINISHED_JOB_STATES:
             return None
-        items = list(job.items.filter(position__gte=job.position).order_by("position")[:batch_size])
-        targets = [item.target for item in items]
+        targets = job.targets[job.position : job.position + batch_size]
         by, now = job.created_by, clock()
         if job.kind == JobKind.REPLAY_EVENT:
             outcomes = _replay_batch_in_tx(targets, by=by, clock=clock, job=job)
         else:
             outcomes = _work_batch_in_tx(job, targets, by=by, clock=clock)
-        for item in items:
-            done = outcomes[item.target]
-            item.outcome, item.message = done.outcome, done.message[:500]
-            item.control_seq, item.copy_seq = done.control_seq, done.copy_seq
-        BulkJobItem.objects.bulk_update(items, ["outcome", "message", "control_seq", "copy_seq"])
+        items = [
+            BulkJobItem(
+                job=job,
+                position=job.position + i,
+                target=target,
+                outcome=outcomes[target].outcome,
+                message=outcomes[target].message[:500],
+                control_seq=outcomes[target].control_seq,
+                copy_seq=outcomes[target].copy_seq,
+            )
+            for i, target in enumerate(targets)
+        ]
+        BulkJobItem.objects.bulk_create(items)
         job.position += len(items)
         job.succeeded += sum(1 for i in items if i.outcome == ItemOutcome.DONE)
         job.refused += sum(1 for i in items if i.outcome != ItemOutcome.DONE)
@@ -259,17 +264,16 @@ def bulk_job_run(
 
 
 def bulk_job_cancel(*, job_id: int, user: AbstractBaseUser | str, clock: Clock) -> BulkJob:
-    """Stop the job ``job_id``: the batch in progress commits, the targets left are not acted
-    on (``skipped``). A finished job is left as it is. ``BulkJob.DoesNotExist`` for an unknown id."""
+    """Stop the job ``job_id``: the batch in progress commits, the targets left (from its
+    ``position``) are not acted on. A finished job is left as it is. ``BulkJob.DoesNotExist`` for
+    an unknown id."""
     by = actor_name(user)
     with transaction.atomic():
         job = BulkJob.objects.select_for_update().get(pk=job_id)
         if job.state in FINISHED_JOB_STATES:
             return job
         now = clock()
-        skipped = job.items.filter(position__gte=job.position).update(
-            outcome=ItemOutcome.SKIPPED, message=f"the job was cancelled by {by}"
-        )
+        skipped = job.total - job.position
         job.state, job.cancelled_by, job.updated_at, job.finished_at = JobState.CANCELLED, by, now, now
         job.save(update_fields=["state", "cancelled_by", "updated_at", "finished_at"])
     logger.info("bulk_job.cancelled", extra={"job": job.pk, "by": by, "skipped": skipped})
@@ -286,11 +290,11 @@ def bulk_job_get(job_id: int) -> BulkJob:
 def bulk_job_items(
     job: BulkJob, *, refused_only: bool = False, after: int = -1, limit: int = 100
 ) -> list[BulkJobItem]:
-    """The job's first ``limit`` targets after the position ``after`` with their outcome (only
-    those neither done nor pending when ``refused_only``), in the job's order."""
+    """The job's first ``limit`` targets acted on after the position ``after``, with their
+    outcome (only those not done when ``refused_only``), in the job's order."""
     items = job.items.filter(position__gt=after).order_by("position")
     if refused_only:
-        items = items.exclude(outcome__in=[ItemOutcome.DONE, ItemOutcome.PENDING])
+        items = items.exclude(outcome=ItemOutcome.DONE)
     return list(items[:limit])
 
 

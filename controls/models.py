@@ -24,11 +24,9 @@ FINISHED_JOB_STATES = frozenset({JobState.DONE, JobState.CANCELLED})
 
 
 class ItemOutcome(models.TextChoices):
-    PENDING = "pending", "pending"
     DONE = "done", "done"
     REFUSED = "refused", "refused"  # the target's state refuses the control
     NOT_FOUND = "not_found", "not found"
-    SKIPPED = "skipped", "skipped"  # the job was cancelled before its batch ran
 
 
 class BulkJob(models.Model):
@@ -42,7 +40,11 @@ class BulkJob(models.Model):
     # Cancel only: the operator's reason, kept in each control Event.
     reason = models.CharField(max_length=500, blank=True, default="")
     total = models.PositiveIntegerField()
-    # How many targets have their outcome (the next batch starts at this position).
+    # The targets in the order they are acted on (Work ids or Event seqs), stored with the job in
+    # one row: storing a job of 10,000 is one insert, and each batch writes its targets' items.
+    targets = models.JSONField(default=list)
+    # How many targets have their outcome (the next batch starts at this position; a cancelled
+    # job's targets from here on were not acted on).
     position = models.PositiveIntegerField(default=0)
     succeeded = models.PositiveIntegerField(default=0)
     refused = models.PositiveIntegerField(default=0)
@@ -62,18 +64,25 @@ class BulkJob(models.Model):
         return self.state in FINISHED_JOB_STATES
 
     @property
+    def left(self) -> int:
+        """Targets without an outcome (not acted on yet, or ever once cancelled)."""
+        return self.total - self.position
+
+    @property
     def percent(self) -> int:
         return 100 if not self.total else int(100 * self.position / self.total)
 
 
 class BulkJobItem(models.Model):
     """One target of a job (a Work id or an Event seq) at its place in the job, and its outcome:
-    the control Event (``control_seq``) and, for a replay, the copy (``copy_seq``)."""
+    the control Event (``control_seq``) and, for a replay, the copy (``copy_seq``). Written by
+    the batch that acts on it: a target without one has not been acted on (yet, or ever, once the
+    job was cancelled)."""
 
     job = models.ForeignKey(BulkJob, on_delete=models.CASCADE, related_name="items")
     position = models.PositiveIntegerField()
     target = models.BigIntegerField()
-    outcome = models.CharField(max_length=16, choices=ItemOutcome.choices, default=ItemOutcome.PENDING)
+    outcome = models.CharField(max_length=16, choices=ItemOutcome.choices)
     message = models.CharField(max_length=500, blank=True, default="")
     control_seq = models.BigIntegerField(null=True, blank=True)
     copy_seq = models.BigIntegerField(null=True, blank=True)

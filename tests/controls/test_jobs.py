@@ -183,7 +183,7 @@ def test_a_cancelled_job_acts_on_none_of_the_work_left(clock):
     assert (job.state, job.cancelled_by, job.position) == (JobState.CANCELLED, "boss", 2)
     assert bulk_job_step(clock=clock, job_id=job.pk) is None
     assert Work.objects.filter(pk__in=[w.pk for w in parked], parked_at__isnull=False).count() == 2
-    assert [i.outcome for i in bulk_job_items(job)] == ["done", "done", "skipped", "skipped"]
+    assert [i.outcome for i in bulk_job_items(job)] == ["done", "done"]  # the other two: none
 
 
 def test_the_oldest_unfinished_job_runs_first_when_none_is_named(clock):

@@ -259,7 +259,8 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "A bulk control stored as a job (retry or cancel of Work, replay of Events): the route "
         "loop runs it in batches, each target with its own control Event; `position` of `total` have their "
-        "outcome so far. `items` are the outcomes asked for (`GET /api/jobs/{job_id}?after=&limit=`).",
+        "outcome so far. `items` are the outcomes asked for (`GET /api/jobs/{job_id}?after=&limit=`), of the "
+        "targets acted on.",
         "required": ["id", "kind", "state", "total", "position", "done", "refused", "items"],
         "properties": {
             "id": {"type": "integer"},
@@ -267,7 +268,8 @@ SCHEMAS: dict[str, Any] = {
             "state": {
                 "type": "string",
                 "enum": ["pending", "running", "done", "cancelled"],
-                "description": "pending: no batch run yet; cancelled: the targets left were skipped.",
+                "description": "pending: no batch run yet; cancelled: the targets from `position` on were not "
+                "acted on.",
             },
             "description": {"type": "string"},
             "created_by": {"type": "string"},
@@ -277,7 +279,7 @@ SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer"},
             "position": {"type": "integer", "description": "How many targets have their outcome."},
             "done": {"type": "integer"},
-            "refused": {"type": "integer", "description": "Targets refused, not found or skipped."},
+            "refused": {"type": "integer", "description": "Targets refused or not found."},
             "items": {
                 "type": "array",
                 "items": {
@@ -288,7 +290,7 @@ SCHEMAS: dict[str, Any] = {
                         "target": {"type": "integer", "description": "The Work's id or the Event's seq."},
                         "outcome": {
                             "type": "string",
-                            "enum": ["pending", "done", "refused", "not_found", "skipped"],
+                            "enum": ["done", "refused", "not_found"],
                         },
                         "message": {"type": "string"},
                         "control_seq": {"type": ["integer", "null"]},
