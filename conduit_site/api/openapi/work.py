@@ -327,7 +327,8 @@ PATHS: dict[str, Any] = {
                     "schema": WORK_STATE_FILTER,
                     "description": (
                         "The Work's state (empty: any): `parked`, ready Work parked after too many failures;"
-                        " `backing_off`, ready Work whose next try is later; `ready`, neither."
+                        " `backing_off`, ready Work whose next try is later; `awaiting_binding`, ready Work whose"
+                        " binding cannot run it (queue-only): it waits for a rebind; `ready`, none of them."
                     ),
                 },
                 {
