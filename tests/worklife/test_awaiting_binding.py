@@ -114,3 +114,18 @@ def test_a_work_waiting_for_a_binding_is_pruned_once_cancelled(clock):
     counts = site_prune(clock=clock, days=30)
     assert counts.rows["work"] == 1
     assert not Work.objects.filter(pk=work.pk).exists()
+
+
+def test_the_home_page_counts_work_waiting_for_a_binding_apart_from_backing_off(clock, client):
+    from django.urls import reverse
+
+    from tests.routing.factories import UserFactory
+
+    queue_only_work(clock)
+    client.force_login(UserFactory(is_superuser=True))
+    body = client.get(reverse("console-home")).content.decode()
+    waiting = body.index("?status=awaiting_binding")
+    assert "waiting for a binding" in body[waiting : waiting + 200]
+    assert '<span class="num">1</span>' in body[waiting : waiting + 250]
+    backing = body.index("?status=backing_off")
+    assert '<span class="num">0</span>' in body[backing : backing + 250]
