@@ -429,7 +429,7 @@ def bulk_jobs(args: argparse.Namespace, tmp: str) -> None:
     from worklife.models import Work
 
     path = f"{tmp}/bulk.sqlite3"
-    history, _client = prepare(path, args.small)
+    prepare(path, args.small)  # a history beside the jobs' targets, and the bench user
     n = args.bulk
     with transaction.atomic():
         Work.objects.bulk_create(
@@ -509,7 +509,6 @@ def bulk_jobs(args: argparse.Namespace, tmp: str) -> None:
             f"{count / max(done, 1):>10.2f}{done / seconds:>9.0f}"
         )
     print(f"request under 1 s        retry {retry_ms < 1000}, replay {replay_ms < 1000}")
-    del history
 
 
 class StatementCounter:

@@ -36,7 +36,7 @@ from causal.checks import is_reserved
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import event_envelope, events_accept_in_tx
-from controls.bulk import BULK_LIMIT, BulkCountChanged, work_bulk_count_check, work_bulk_ids
+from controls.bulk import BulkCountChanged, work_bulk_count_check, work_bulk_ids
 from controls.common import ControlNote, actor_name, control_events_in_tx, live_label
 from controls.events import REPLAY_EVENT
 from controls.models import FINISHED_JOB_STATES, BulkJob, BulkJobItem, ItemOutcome, JobKind, JobState
@@ -475,20 +475,3 @@ def _next_numbers_in_tx(events: Sequence[Event]) -> dict[int, int]:
         else next_replay_number_in_tx(event)
         for event in events
     }
-
-
-__all__ = [
-    "BATCH_SIZE",
-    "BULK_LIMIT",
-    "REPLAY_LIMIT",
-    "bulk_job_as_dict",
-    "bulk_job_cancel",
-    "bulk_job_get",
-    "bulk_job_items",
-    "bulk_job_next",
-    "bulk_job_run",
-    "bulk_job_step",
-    "events_replay_job",
-    "replay_seqs_matching",
-    "work_bulk_job",
-]
