@@ -16,10 +16,11 @@ changes), the time the list's consumer takes to render its rows (what follows th
 after its one-second coalescing window) with its queries at both sizes, and how many messages
 ``--live-changes`` changes, each its own transaction, send.
 
-Last the bulk endpoint (``POST /api/work/bulk``) at both sizes: it cancels every ready Work by a
-filter (a quarter of each history's Work), and prints the time to resolve the filter, the whole
-request, and the time a Work (each Work is its own control: one transaction and one control
-Event), whose ratio between the sizes must stay near 1.
+Last the bulk jobs, in a database of their own (``--only-bulk`` runs this part alone): ``POST
+/api/work/bulk`` retrying ``--bulk`` parked Work by a filter and ``POST /api/events/replay`` of
+``--bulk`` settled Events. Prints each request's time (it stores the job: target under 1 s), then
+the job run to its end as the route loop runs it, in batches: its time, the targets done, the SQL
+statements in all and per target (a batch's are a fixed number: about 0.1 a target).
 
 Each page is one function in ``PAGES`` taking the test client and the data's ids and returning
 the path it requests; to bench another page, write one and add it there.
@@ -324,7 +325,7 @@ def run(args: argparse.Namespace, tmp: str) -> None:
         )
     print(f"worst ratio             {worst:.2f}   (target <= 1.5)")
     live_work_list(args, setups)
-    bulk_cancel(args, setups)
+    bulk_jobs(args, tmp)
 
 
 def live_work_list(args: argparse.Namespace, setups: dict) -> None:
@@ -423,46 +424,114 @@ def live_work_list(args: argparse.Namespace, setups: dict) -> None:
     )
 
 
-def bulk_cancel(args: argparse.Namespace, setups: dict) -> None:
-    """``POST /api/work/bulk`` cancelling every ready Work by a filter, at both sizes."""
+def bulk_jobs(args: argparse.Namespace, tmp: str) -> None:
+    """Bulk retry of ``--bulk`` parked Work and replay of ``--bulk`` settled Events as jobs, in a
+    database of their own: the request's time (it stores the job), then the job run to its end in
+    this process as the route loop runs it (statements per target, total time)."""
     import json
 
-    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
     from django.test import Client
 
     from causal.clock import system_clock
-    from controls.bulk import work_bulk_ids
+    from causal.models import Event, RouteState
+    from controls.jobs import bulk_job_run
+    from routing.models import Disposition, RouteRecord
     from tests.routing.factories import api_token_with_secret
-    from worklife.selectors import WorkFilter
+    from worklife.models import Work
 
-    print()
-    print(f"{'bulk cancel':<22}{'Work':>8}{'filter':>11}{'request':>12}{'a Work':>11}")
-    per_work = {}
-    for size in (args.small, args.large):
-        path = setups[size][0]
-        use_database(path)
-        _token, secret = api_token_with_secret(user=get_user_model().objects.get(username="bench"))
-        started = time.perf_counter()
-        chosen = work_bulk_ids(filters=WorkFilter(status="ready"), now=system_clock())
-        resolved = (time.perf_counter() - started) * 1000
-        client = Client(headers={"Authorization": f"Bearer {secret}"})
-        started = time.perf_counter()
-        response = client.post(
-            "/api/work/bulk",
-            json.dumps({"action": "cancel", "filter": {"status": "ready"}, "count": len(chosen)}),
-            content_type="application/json",
+    path = f"{tmp}/bulk.sqlite3"
+    prepare(path, args.small)  # a history beside the jobs' targets, and the bench user
+    n = args.bulk
+    with transaction.atomic():
+        Work.objects.bulk_create(
+            [
+                Work(
+                    scope="acme",
+                    binding="agent",
+                    status="ready",
+                    failures=5,
+                    parked_at=T0,
+                    pending_run=True,
+                    last_error="attempt 5 failed: boom",
+                    created_at=T0,
+                    updated_at=T0,
+                )
+                for _ in range(n)
+            ],
+            batch_size=1000,
         )
+        settled = Event.objects.bulk_create(
+            [
+                Event(
+                    envelope_id=f"settled-{i}",
+                    source="bench",
+                    type="ops.alert",
+                    scope="acme",
+                    data={"n": i},
+                    accepted_at=T0,
+                    route_state=RouteState.ROUTED,
+                )
+                for i in range(n)
+            ],
+            batch_size=1000,
+        )
+        RouteRecord.objects.bulk_create(
+            [
+                RouteRecord(
+                    event=e, policy="unmatched", disposition=Disposition.ROUTED, scope="acme", decided_at=T0
+                )
+                for e in settled
+            ],
+            batch_size=1000,
+        )
+    from django.contrib.auth import get_user_model
+
+    _token, secret = api_token_with_secret(user=get_user_model().objects.get(username="bench"))
+    client = Client(headers={"Authorization": f"Bearer {secret}"})
+    statements = StatementCounter()
+
+    def timed_post(url: str, body: dict) -> tuple[float, dict]:
+        started = time.perf_counter()
+        response = client.post(url, json.dumps(body), content_type="application/json")
         elapsed = (time.perf_counter() - started) * 1000
-        if response.status_code != 200:
-            raise SystemExit(f"/api/work/bulk: status {response.status_code}: {response.content[:300]!r}")
-        done = response.json()["done"]
-        if done != len(chosen):
-            raise SystemExit(f"/api/work/bulk cancelled {done} of the {len(chosen)} ready Work")
-        per_work[size] = elapsed / max(done, 1)
+        if response.status_code != 202:
+            raise SystemExit(f"{url}: status {response.status_code}: {response.content[:300]!r}")
+        return elapsed, response.json()
+
+    def run_job(job: dict) -> tuple[float, int, int]:
+        statements.count = 0
+        started = time.perf_counter()
+        with connection.execute_wrapper(statements):
+            done = bulk_job_run(job_id=job["id"], clock=system_clock)
+        return time.perf_counter() - started, statements.count, done.succeeded
+
+    client.get("/api/jobs/999999999")  # one untimed request: the first loads the URLconf and views
+    print()
+    print(f"bulk jobs               {n:,} parked Work and {n:,} settled Events (SQLite, batches of 200)")
+    print(f"{'job':<22}{'request':>10}{'run':>10}{'done':>9}{'statements':>12}{'a target':>10}{'per s':>9}")
+    retry_ms, retry = timed_post(
+        "/api/work/bulk", {"action": "retry", "filter": {"status": "parked"}, "count": n}
+    )
+    replay_ms, replay = timed_post("/api/events/replay", {"seqs": [e.seq for e in settled], "count": n})
+    for name, request_ms, job in (("retry Work", retry_ms, retry), ("replay Events", replay_ms, replay)):
+        seconds, count, done = run_job(job)
         print(
-            f"{'at ' + format(size, ','):<22}{done:>8,}{resolved:>8.1f} ms{elapsed:>9.0f} ms{per_work[size]:>8.2f} ms"
+            f"{name:<22}{request_ms:>7.0f} ms{seconds:>8.1f} s{done:>9,}{count:>12,}"
+            f"{count / max(done, 1):>10.2f}{done / seconds:>9.0f}"
         )
-    print(f"a Work at {args.large:,} / at {args.small:,}   {per_work[args.large] / per_work[args.small]:.2f}")
+    print(f"request under 1 s        retry {retry_ms < 1000}, replay {replay_ms < 1000}")
+
+
+class StatementCounter:
+    """Counts SQL statements run through Django's connection (an execute wrapper)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
 
 
 def main() -> None:
@@ -474,6 +543,10 @@ def main() -> None:
     parser.add_argument(
         "--live-changes", type=int, default=10_000, help="Work changes, each committed alone, in the burst."
     )
+    parser.add_argument(
+        "--bulk", type=int, default=10_000, help="Work retried and Events replayed by the bulk jobs."
+    )
+    parser.add_argument("--only-bulk", action="store_true", help="Run only the bulk jobs' part.")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="conduit-bench-")
     os.environ.update(
@@ -487,7 +560,10 @@ def main() -> None:
 
     django.setup()
     try:
-        run(args, tmp)
+        if args.only_bulk:
+            bulk_jobs(args, tmp)
+        else:
+            run(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -422,18 +422,26 @@ def _with_keys(event: Event, envelope: Envelope) -> Accepted:
 
 
 def events_accept_in_tx(
-    *, envelopes: Sequence[Envelope], clock: Clock, accepted_by: str | Sequence[str] = ""
+    *,
+    envelopes: Sequence[Envelope],
+    clock: Clock,
+    accepted_by: str | Sequence[str] = "",
+    parents: Sequence[Event | None] | None = None,
 ) -> list[Accepted]:
-    """Accept a batch of root Events in order, inside the caller's transaction, with
-    set-based statements: one deduplication read, one insert of the new Events, one of
-    their keys. Same results as :func:`event_accept_in_tx` called for each, in order.
-    ``accepted_by`` is one name for all, or one per envelope (a group commit's)."""
+    """Accept a batch of Events in order, inside the caller's transaction, with set-based
+    statements: one deduplication read, one insert of the new Events, one of their keys. Same
+    results as :func:`event_accept_in_tx` called for each, in order. ``accepted_by`` is one
+    name for all, or one per envelope (a group commit's); ``parents`` one parent (or ``None``)
+    per envelope, roots when not given."""
     assert_in_tx()
     if not envelopes:
         return []
     by = [accepted_by] * len(envelopes) if isinstance(accepted_by, str) else list(accepted_by)
     if len(by) != len(envelopes):
         raise ValueError("accepted_by names one acceptor for all the envelopes or one for each")
+    mothers = list(parents) if parents is not None else [None] * len(envelopes)
+    if len(mothers) != len(envelopes):
+        raise ValueError("parents names one parent (or None) for each envelope")
     existing: dict[tuple[str, str], Event] = {}
     pairs = {(e.source, e.id) for e in envelopes}
     by_source: dict[str, list[str]] = {}
@@ -453,12 +461,12 @@ def events_accept_in_tx(
     now = clock()
     fresh: list[Event] = []
     fresh_pairs: set[tuple[str, str]] = set()
-    for envelope, acceptor in zip(envelopes, by, strict=True):
+    for envelope, acceptor, parent in zip(envelopes, by, mothers, strict=True):
         pair = (envelope.source, envelope.id)
         if pair in existing or pair in fresh_pairs:
             continue
         fresh_pairs.add(pair)
-        fresh.append(event_row(envelope, parent=None, accepted_at=now, accepted_by=acceptor))
+        fresh.append(event_row(envelope, parent=parent, accepted_at=now, accepted_by=acceptor))
     try:
         if connection.vendor == "sqlite":
             # Under BEGIN IMMEDIATE nobody could insert the same (source, id) since the read.
@@ -469,8 +477,8 @@ def events_accept_in_tx(
     except IntegrityError:
         # A concurrent acceptance of one of them won a race: take the careful path.
         return [
-            event_accept_in_tx(envelope=e, clock=clock, accepted_by=acceptor)
-            for e, acceptor in zip(envelopes, by, strict=True)
+            event_accept_in_tx(envelope=e, clock=clock, accepted_by=acceptor, parent=parent)
+            for e, acceptor, parent in zip(envelopes, by, mothers, strict=True)
         ]
     created = fresh
     keys = [

@@ -42,7 +42,7 @@ from routing.engine import heartbeat as route_heartbeat
 from routing.engine.failures import failures_keep_failing, failures_read
 from routing.engine.heartbeat import RouteLoopHeartbeat, route_loop_heartbeats
 from worklife import heartbeat as work_heartbeat
-from worklife.heartbeat import WorkLoopHeartbeat, work_loop_heartbeats
+from worklife.heartbeat import WorkLoopHeartbeat, running, work_loop_heartbeats
 from worklife.selectors import work_parked, work_runnable
 
 UNROUTED_AFTER = timedelta(minutes=10)
@@ -696,11 +696,11 @@ class LoopHeartbeats:
 
 def loop_heartbeats(*, now: datetime) -> dict[str, LoopHeartbeats]:
     """``route_loop`` and ``work_loop``: their heartbeats as :func:`loops_alive` reads them (a
-    stopped work loop's last one does not count), in one aggregate query (``/metrics``)."""
+    stopped loop's last one does not count), in one aggregate query (``/metrics``)."""
     route_namespace = route_heartbeat.HEARTBEATS_NAMESPACE
     work_namespace = work_heartbeat.HEARTBEATS_NAMESPACE
-    route = Q(namespace=route_namespace)
-    work = Q(namespace=work_namespace, value__stopped=False)
+    route = Q(namespace=route_namespace) & running()
+    work = Q(namespace=work_namespace) & running()
     fresh = Q(updated_at__gte=now - HEARTBEAT_STALE)
     found = KV.objects.filter(namespace__in=(route_namespace, work_namespace)).aggregate(
         route_last=Max("updated_at", filter=route),

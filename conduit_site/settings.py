@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "causal",
     "worklife",
     "routing",
+    "controls",
     "conduit_site.console",
     # Last: its ready() runs after every other app's (conduit_site/apps.py).
     "conduit_site.apps.SiteConfig",

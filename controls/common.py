@@ -8,13 +8,15 @@ A control (on an Event or on Work) is recorded as an Event of its own, from the 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
 from causal.clock import Clock
 from causal.models import Event, RouteState
-from causal.services import Envelope, event_accept_in_tx
+from causal.services import Envelope, event_accept_in_tx, events_accept_in_tx
 from routing.config.selectors import live_generation
 from routing.models import CONTROL_POLICY, Disposition, RouteRecord
 
@@ -75,3 +77,58 @@ def control_event_in_tx(
     )
     Event.objects.filter(seq=control.seq).update(route_state=RouteState.ROUTED, routed_at=now)
     return control
+
+
+@dataclass(frozen=True, slots=True)
+class ControlNote:
+    """One control Event of a batch: what :func:`control_event_in_tx` takes, but the clock."""
+
+    target: str
+    scope: str
+    data: dict[str, Any]
+    work_id: int | None
+
+
+def control_events_in_tx(
+    action: str, notes: Sequence[ControlNote], *, by: str, clock: Clock, generation: str
+) -> list[Event]:
+    """The control Events of ``action``, one per note, each as :func:`control_event_in_tx`
+    accepts and settles one, in a fixed number of statements whatever their number (a bulk
+    job's batch): one acceptance of them all, one insert of their route records, one update of
+    their state. Returned in the order of ``notes``."""
+    if not notes:
+        return []
+    envelopes = [
+        Envelope(
+            id=f"{action}/{note.target}/{uuid.uuid4().hex}",
+            source=CONTROL_SOURCE,
+            type=f"{CONTROL_SOURCE}.{action}",
+            scope=note.scope,
+            data=note.data,
+        )
+        for note in notes
+    ]
+    controls = [a.event for a in events_accept_in_tx(envelopes=envelopes, clock=clock, accepted_by=by)]
+    now = clock()
+    RouteRecord.objects.bulk_create(
+        [
+            RouteRecord(
+                event=control,
+                work_id=note.work_id,
+                scope=note.scope,
+                generation=generation,
+                policy=CONTROL_POLICY,
+                reason=action,
+                disposition=Disposition.ROUTED,
+                decided_at=now,
+                decided_by=by,
+            )
+            for control, note in zip(controls, notes, strict=True)
+        ]
+    )
+    Event.objects.filter(seq__in=[c.seq for c in controls]).update(
+        route_state=RouteState.ROUTED, routed_at=now
+    )
+    for control in controls:
+        control.route_state, control.routed_at = RouteState.ROUTED, now
+    return controls

@@ -253,7 +253,7 @@ def replay_copies(event: Event, *, limit: int = COPIES_SHOWN) -> list[int]:
 _NUMBERS_PER_QUERY = 64
 
 
-def _next_number_in_tx(event: Event) -> int:
+def next_replay_number_in_tx(event: Event) -> int:
     """The number of ``event``'s next replay copy: one more than the highest taken (the Event
     row is locked, so replays of one Event are numbered one after the other)."""
     highest, first = 0, 1
@@ -275,7 +275,7 @@ def _next_number_in_tx(event: Event) -> int:
 
 def _accept_replay_in_tx(event: Event, *, by: str, clock: Clock) -> Event:
     """Accept the next replay copy of ``event``."""
-    copy_id = replay_envelope_id(event.envelope_id, _next_number_in_tx(event))
+    copy_id = replay_envelope_id(event.envelope_id, next_replay_number_in_tx(event))
     if len(copy_id) > _ENVELOPE_ID_MAX:
         raise ControlRefused(
             seq=event.seq,

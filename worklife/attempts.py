@@ -313,6 +313,7 @@ def attempt_fail(
             pending_run=True,
             retry_at=None if parked else retry_at,
             parked_at=now if parked else None,
+            awaiting_binding=False,
             last_error=line,
             version=F("version") + 1,
             updated_at=now,

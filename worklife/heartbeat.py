@@ -37,6 +37,12 @@ class Beat(Protocol):
     def read(cls, loop: str, value: dict, written_at: datetime) -> Self: ...
 
 
+def running() -> Q:
+    """The heartbeat entries whose loop has not stopped (a beat written before ``stopped``
+    was a key counts as running)."""
+    return Q(value__stopped=False) | Q(value__stopped__isnull=True)
+
+
 class Heartbeats[B: Beat]:
     """The heartbeats of one kind of loop, in ``namespace``. With ``stops``, a loop's last beat
     says ``stopped`` and a stopped loop does not count as beating."""
@@ -70,15 +76,14 @@ class Heartbeats[B: Beat]:
         """The heartbeat entries (KV rows) of the loops that beat at ``since`` or later (and have
         not stopped): a filter, so a caller counts several loops' beats in one query."""
         beating = Q(namespace=self.namespace, updated_at__gte=since)
-        return beating & Q(value__stopped=False) if self.stops else beating
+        return beating & running() if self.stops else beating
 
     def others_alive(self, *, owner: str, now: datetime, within: timedelta) -> bool:
         """Whether a loop other than ``owner`` wrote its heartbeat within ``within`` of ``now``."""
-        return (
-            KV.objects.filter(namespace=self.namespace, updated_at__gt=now - within)
-            .exclude(key=owner)
-            .exists()
-        )
+        beats = KV.objects.filter(namespace=self.namespace, updated_at__gt=now - within)
+        if self.stops:
+            beats = beats.filter(running())
+        return beats.exclude(key=owner).exists()
 
 
 # --- the work loop's ---------------------------------------------------------------------------

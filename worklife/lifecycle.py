@@ -35,8 +35,10 @@ from worklife.models import (
     Attempt,
     AttemptState,
     CorrelationKey,
+    DependencySubscription,
     InputKind,
     InputState,
+    Intent,
     IntentState,
     Timer,
     TimerState,
@@ -212,6 +214,39 @@ def work_cancel_in_tx(*, work_id: int, clock: Clock, by: str = "") -> Work:
         return work
 
 
+def works_cancel_in_tx(*, works: Sequence[Work], now: datetime) -> tuple[list[int], int]:
+    """Cancel many Work at once (R48), as :func:`work_cancel_in_tx` does one, in a fixed number
+    of statements whatever their number: ``works`` are rows the caller locked and read; the live
+    ones are cancelled (their active attempts ended, waits cancelled, timers removed, pending
+    input dropped, intents superseded, subscriptions ended). Returns their ids and how many
+    active attempts ended (their work loops stop the processes after the commit)."""
+    assert_in_tx()
+    ids = [w.pk for w in works if not w.is_terminal]
+    if not ids:
+        return [], 0
+    active = list(
+        Attempt.objects.select_for_update().filter(work_id__in=ids, state__in=ACTIVE_ATTEMPT_STATES)
+    )
+    attempts_end_in_tx(attempts=active, state=AttemptState.CANCELLED, now=now)
+    Wait.objects.filter(work_id__in=ids, state=WaitState.ACTIVE).update(
+        state=WaitState.CANCELLED, ended_at=now
+    )
+    Timer.objects.filter(work_id__in=ids, state=TimerState.PENDING).update(state=TimerState.CANCELLED)
+    WorkInput.objects.filter(work_id__in=ids, state=InputState.PENDING).update(state=InputState.DROPPED)
+    Intent.objects.filter(work_id__in=ids, state=IntentState.PENDING).update(state=IntentState.SUPERSEDED)
+    DependencySubscription.objects.filter(work_id__in=ids, active=True).update(active=False)
+    Work.objects.filter(pk__in=ids).update(
+        status=WorkStatus.CANCELLED,
+        version=F("version") + 1,
+        updated_at=now,
+        ended_at=now,
+        retry_at=None,
+        pending_run=False,
+    )
+    work_changed_on_commit(ids)
+    return ids, len(active)
+
+
 def work_create_child(
     *,
     attempt_id: int,
@@ -339,6 +374,8 @@ def work_rebind_in_tx(*, work_id: int, binding: str, now: datetime) -> Rebound:
         rebind_binding=binding,
         rebind_after_attempt=latest,
         retry_binding=binding if retry else "",
+        # Waiting for a binding that can run it: the new one is looked at on the next pass.
+        **({"retry_at": None, "awaiting_binding": False} if work.awaiting_binding else {}),
         version=F("version") + 1,
         updated_at=now,
     )

@@ -71,6 +71,10 @@ class Work(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True)
     parked_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=1000, blank=True, default="")
+    # Its dispatch was refused (a queue-only binding, or one that cannot run): it waits for a
+    # binding that can run it (a rebind, a new configuration). Not a backoff: ``retry_at`` is
+    # then only when the work loop looks again.
+    awaiting_binding = models.BooleanField(default=False)
 
     class Meta:
         verbose_name_plural = "Work"
@@ -105,9 +109,19 @@ class Work(models.Model):
         """Whether the Work is backing off: ready, not parked, its next try set and after ``now``
         (``None``: whenever it is, as Retry asks). The one definition the Work pages, the Work
         list's filter and counts (:func:`backing_off_at`, the same rule as a query) and Retry use."""
-        if self.status != WorkStatus.READY or self.parked_at is not None or self.retry_at is None:
+        if (
+            self.status != WorkStatus.READY
+            or self.parked_at is not None
+            or self.retry_at is None
+            or self.awaiting_binding
+        ):
             return False
         return now is None or self.retry_at > now
+
+    @property
+    def is_awaiting_binding(self) -> bool:
+        """Ready, not parked, and its dispatch refused: waiting for a binding that can run it."""
+        return self.status == WorkStatus.READY and self.parked_at is None and self.awaiting_binding
 
     @property
     def is_retryable(self) -> bool:
@@ -119,7 +133,12 @@ class Work(models.Model):
 
 def backing_off_at(now: datetime) -> Q:
     """The Work backing off at ``now`` as a query: :meth:`Work.is_backing_off` for many rows."""
-    return Q(status=WorkStatus.READY, parked_at__isnull=True, retry_at__gt=now)
+    return Q(status=WorkStatus.READY, parked_at__isnull=True, retry_at__gt=now, awaiting_binding=False)
+
+
+def awaiting_binding_q() -> Q:
+    """Ready Work waiting for a binding that can run it (its dispatch refused), not parked."""
+    return Q(status=WorkStatus.READY, parked_at__isnull=True, awaiting_binding=True)
 
 
 class CorrelationKey(models.Model):

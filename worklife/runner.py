@@ -552,14 +552,15 @@ class WorkRunner:
             for work_id, outcome in dispatched.items():
                 if isinstance(outcome, WorkError):
                     self.counters.refused += 1
-                    work_hold_in_tx(
+                    news = work_hold_in_tx(
                         work_id=work_id,
                         reason=str(outcome),
                         now=now,
                         queue_only=getattr(outcome, "queue_only", False),
                     )
                     self._touched.add(work_id)
-                    logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(outcome)})
+                    if news:  # once per refusal, not at every look again
+                        logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(outcome)})
                 else:
                     attempts.append(outcome)
             if attempts:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, F, Max, OuterRef, Q
+from django.db.models import Case, Exists, F, Max, OuterRef, Q, Value, When
 
 from causal.models import Event
 from causal.services import assert_in_tx
@@ -79,15 +79,22 @@ def claimable_work_in_tx(*, now: datetime, limit: int) -> list[int]:
     return list(query.values_list("pk", flat=True)[:limit])
 
 
-def work_hold_in_tx(*, work_id: int, reason: str, now: datetime, queue_only: bool = False) -> None:
-    """Record why a Work's dispatch was refused and when to look again (never a hot loop)."""
+def work_hold_in_tx(*, work_id: int, reason: str, now: datetime, queue_only: bool = False) -> bool:
+    """Record why a Work's dispatch was refused and when to look again (never a hot loop): it
+    is then waiting for a binding that can run it (``awaiting_binding``), not backing off.
+    Returns whether this is news: ``False`` when the Work was already waiting for the same
+    reason (the work loop logs the refusal once, not at every look)."""
     assert_in_tx()
     until = now + (QUEUE_ONLY_RECHECK if queue_only else DISPATCH_RECHECK)
-    line = reason if reason.startswith(DISPATCH_REFUSED) else f"{DISPATCH_REFUSED}{reason}"
-    Work.objects.filter(pk=work_id, status=WorkStatus.READY).update(
-        last_error=line[:1000], retry_at=until, version=F("version") + 1, updated_at=now
+    line = (reason if reason.startswith(DISPATCH_REFUSED) else f"{DISPATCH_REFUSED}{reason}")[:1000]
+    ready = Work.objects.filter(pk=work_id, status=WorkStatus.READY)
+    if ready.filter(awaiting_binding=True, last_error=line).update(retry_at=until):
+        return False
+    ready.update(
+        last_error=line, retry_at=until, awaiting_binding=True, version=F("version") + 1, updated_at=now
     )
     work_changed_on_commit([work_id])
+    return True
 
 
 # --- what a new attempt starts with ------------------------------------------------------------
@@ -140,7 +147,7 @@ def presentations_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[i
             result[attempt.pk].append(row)
     # The retry state ends as the attempt starts: its binding was pinned (R30).
     Work.objects.filter(pk__in=list(by_work)).update(
-        pending_run=False, retry_at=None, last_error="", retry_binding=""
+        pending_run=False, retry_at=None, last_error="", retry_binding="", awaiting_binding=False
     )
     return result
 
@@ -177,6 +184,32 @@ def event_as_input(event: Event) -> dict[str, Any]:
 # --- retry -------------------------------------------------------------------------------------
 
 
+def works_retry_in_tx(*, works: Sequence[Work], now: datetime) -> list[int]:
+    """Retry many Work at once, as :func:`work_retry_in_tx` does one, in one statement: ``works``
+    are rows the caller locked and read; those retryable (:attr:`Work.is_retryable`) are
+    unparked, their backoff ended and their attempt budget fresh. Returns their ids; the caller
+    reports the others as refused."""
+    assert_in_tx()
+    retried = [w.pk for w in works if w.is_retryable]
+    if not retried:
+        return []
+    Work.objects.filter(pk__in=retried).update(
+        parked_at=None,
+        retry_at=None,
+        awaiting_binding=False,
+        failures=0,
+        losses=0,
+        # Every right-hand side reads the row as it was: failures before the reset.
+        pending_run=Case(
+            When(Q(pending_run=True) | Q(failures__gt=0), then=Value(True)), default=Value(False)
+        ),
+        version=F("version") + 1,
+        updated_at=now,
+    )
+    work_changed_on_commit(retried)
+    return retried
+
+
 def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:
     """Unpark a Work, or end its backoff: it runs again at once with the input its failed
     attempts took and a fresh attempt budget. Refused unless the Work is retryable
@@ -190,6 +223,7 @@ def work_retry_in_tx(*, work_id: int, now: datetime) -> Work:
     Work.objects.filter(pk=work_id).update(
         parked_at=None,
         retry_at=None,
+        awaiting_binding=False,
         failures=0,
         losses=0,
         pending_run=work.pending_run or work.failures > 0,

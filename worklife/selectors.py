@@ -29,6 +29,7 @@ from worklife.models import (
     Work,
     WorkInput,
     WorkStatus,
+    awaiting_binding_q,
     backing_off_at,
 )
 
@@ -39,8 +40,11 @@ ENGINE_LIST_LIMIT = 20
 # and ready Work backing off (its next try is later); ``ready`` then means neither.
 PARKED = "parked"
 BACKING_OFF = "backing_off"
-# The Work states as people read them: a status, or one of the two holds of a ready Work.
-WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF)
+# Ready Work whose dispatch was refused (a queue-only binding, one that cannot run): it waits for
+# a binding that can run it; neither backing off nor ready to run.
+AWAITING_BINDING = "awaiting_binding"
+# The Work states as people read them: a status, or one of the three holds of a ready Work.
+WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF, AWAITING_BINDING)
 # The longest scope path Work stores (Work.scope).
 SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
 BINDING_MAX_LENGTH = Work._meta.get_field("binding").max_length
@@ -86,10 +90,12 @@ def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QueryS
         queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=False)
     elif filters.status == BACKING_OFF:
         queryset = queryset.filter(backing_off_at(now))
+    elif filters.status == AWAITING_BINDING:
+        queryset = queryset.filter(awaiting_binding_q())
     elif filters.status == WorkStatus.READY:
-        queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=True).exclude(
-            backing_off_at(now)
-        )
+        queryset = queryset.filter(
+            status=WorkStatus.READY, parked_at__isnull=True, awaiting_binding=False
+        ).exclude(backing_off_at(now))
     elif filters.status:
         queryset = queryset.filter(status=filters.status)
     if filters.binding:
@@ -135,6 +141,7 @@ class WorkCounts:
     by_status: dict[str, int]
     parked: int
     backing_off: int = 0
+    awaiting_binding: int = 0
 
     @property
     def running(self) -> int:
@@ -149,6 +156,7 @@ class WorkCounts:
             if status == WorkStatus.READY:
                 states[PARKED] = self.parked
                 states[BACKING_OFF] = self.backing_off
+                states[AWAITING_BINDING] = self.awaiting_binding
         return states
 
 
@@ -156,22 +164,23 @@ def work_counts(*, now: datetime | None = None) -> WorkCounts:
     """Work by status, parked and backing-off Work counted apart from ready, in one query."""
     now = now or system_clock()
     by_status = {status: 0 for status in WorkStatus.values}
-    parked = backing_off = 0
+    parked = backing_off = awaiting = 0
     rows = (
         Work.objects.values("status")
         .annotate(
             n=Count("id"),
             parked=Count("id", filter=Q(parked_at__isnull=False)),
             backing_off=Count("id", filter=backing_off_at(now)),
+            awaiting=Count("id", filter=awaiting_binding_q()),
         )
         .order_by()
     )
     for row in rows:
         by_status[row["status"]] = row["n"]
         if row["status"] == WorkStatus.READY:
-            parked, backing_off = row["parked"], row["backing_off"]
-            by_status[row["status"]] = row["n"] - parked - backing_off
-    return WorkCounts(by_status=by_status, parked=parked, backing_off=backing_off)
+            parked, backing_off, awaiting = row["parked"], row["backing_off"], row["awaiting"]
+            by_status[row["status"]] = row["n"] - parked - backing_off - awaiting
+    return WorkCounts(by_status=by_status, parked=parked, backing_off=backing_off, awaiting_binding=awaiting)
 
 
 def work_keys(work_id: int, *, limit: int = 100) -> KeysetPage:
@@ -312,6 +321,8 @@ class NotRunning(StrEnum):
     BACKING_OFF = "backing_off"  # an attempt failed; the next one starts after retry_at
     QUEUE_ONLY = "queue_only"  # its binding has no executor: its input waits in the queue
     DISPATCH_REFUSED = "dispatch_refused"  # the configuration refused its next attempt
+    # Either of the two above, as the Work list marks it (work_hold, from the row alone).
+    AWAITING_BINDING = "awaiting_binding"
     HELD = "held"  # nothing to run; its next input is held behind an unrouted Event (R19)
     NO_INPUT = "no_input"  # nothing to run and nothing on the way
     CLAIMABLE = "claimable"  # runnable now: a work_loop claims it on its next pass
@@ -384,11 +395,15 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
         if "queue-only" in work.last_error:
             refusal = work.last_error.removeprefix(DISPATCH_REFUSED)
             return WhyNotRunning(
-                NotRunning.QUEUE_ONLY, f"queue-only binding: {refusal}{again}", until=work.retry_at
+                NotRunning.QUEUE_ONLY,
+                f"waiting for a binding that can run it: queue-only binding: {refusal}{again}",
+                until=work.retry_at,
             )
         error = work.last_error.removeprefix(DISPATCH_REFUSED)
         return WhyNotRunning(
-            NotRunning.DISPATCH_REFUSED, f"dispatch refused: {error}{again}", until=work.retry_at
+            NotRunning.DISPATCH_REFUSED,
+            f"waiting for a binding that can run it: dispatch refused: {error}{again}",
+            until=work.retry_at,
         )
     after = f" after {failures}: {work.last_error}" if work.failures else ""
     if work.retry_at is not None and work.retry_at > now:
@@ -434,6 +449,8 @@ def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
     shows beside the status (:func:`work_why_not_running` says the whole why, with queries)."""
     if work.is_parked:
         return NotRunning.PARKED
+    if work.is_awaiting_binding:
+        return NotRunning.AWAITING_BINDING
     if work.is_backing_off(now):
         return NotRunning.BACKING_OFF
     return None

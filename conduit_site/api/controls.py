@@ -19,8 +19,10 @@ from django.http import HttpRequest, JsonResponse
 import controls.events
 from causal.clock import Clock, system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
+from conduit_site.api.work import job_accepted
 from conduit_site.doctor import doctor
-from controls import replay
+from controls import jobs, replay
+from controls.bulk import BulkCountChanged
 from routing.acceptance.envelopes import json_whole
 from routing.access.roles import VIEW_EVENT
 
@@ -28,7 +30,7 @@ from routing.access.roles import VIEW_EVENT
 clock: Clock = system_clock
 
 CONTROL_ERRORS = {controls.events.ControlRefused: (409, "wrong_state")}
-REPLAY_ERRORS = {replay.ReplayInvalid: (400, "invalid_replay")}
+REPLAY_ERRORS = {replay.ReplayInvalid: (400, "invalid_replay"), BulkCountChanged: (409, "count_changed")}
 # A replay body names at most REPLAY_LIMIT seqs: room for each with its separator.
 REPLAY_BODY_BYTES = replay.REPLAY_LIMIT * 24 + 1024
 
@@ -68,16 +70,20 @@ def event_replay_view(request: HttpRequest, seq: int) -> JsonResponse:
     ["POST"], permission=controls.events.PERMISSIONS[controls.events.REPLAY_EVENT], errors=REPLAY_ERRORS
 )
 def events_replay_view(request: HttpRequest) -> JsonResponse:
-    """Replay several Events: ``{"seqs": [...]}`` (at most ``REPLAY_LIMIT``), each with its own
-    control Event in its own transaction; answers each Event's outcome and a summary."""
+    """Replay several Events as a bulk job: ``{"seqs": [...], "count": N}`` (at most
+    ``REPLAY_LIMIT``; ``count`` is how many Events the caller confirmed, required). Answers 202
+    with the job, which the route loop runs in batches (``GET /api/jobs/{id}``: its progress,
+    each Event's copy or refusal)."""
     body = request_json(request, max_bytes=REPLAY_BODY_BYTES)
-    if not isinstance(body, dict) or set(body) != {"seqs"}:
-        raise ApiError(400, "invalid_replay", 'expected {"seqs": [Event seqs]}', field="seqs")
+    if not isinstance(body, dict) or set(body) - {"seqs", "count"} or "seqs" not in body:
+        raise ApiError(400, "invalid_replay", 'expected {"seqs": [Event seqs], "count": N}', field="seqs")
     seqs = body["seqs"]
     if isinstance(seqs, list):
         seqs = [json_whole(seq) for seq in seqs]  # 7.0 is the integer 7 in JSON
-    batch = replay.events_replay(seqs=seqs, user=request.user, clock=clock)
-    return JsonResponse(batch.as_dict())
+    job = jobs.events_replay_job(
+        seqs=seqs, count=json_whole(body.get("count")), user=request.user, clock=clock
+    )
+    return job_accepted(job)
 
 
 @api_view(["GET"], permission=VIEW_EVENT)

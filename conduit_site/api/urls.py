@@ -33,6 +33,8 @@ urlpatterns = [
     ),
     path("work", work.work_collection, name="api-work"),
     path("work/bulk", work.work_bulk_view, name="api-work-bulk"),
+    path("jobs/<id:job_id>", work.job_detail, name="api-job-detail"),
+    path("jobs/<id:job_id>/cancel", work.job_cancel, name="api-job-cancel"),
     path("work/<id:work_id>", work.work_detail, name="api-work-detail"),
     path("work/<id:work_id>/cancel", work.work_cancel_view, name="api-work-cancel"),
     path("work/<id:work_id>/retry", work.work_retry_view, name="api-work-retry"),

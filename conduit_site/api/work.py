@@ -30,7 +30,16 @@ from conduit_site.api.auth import (
     request_json,
 )
 from controls import bulk
-from controls.bulk import bulk_action, work_bulk_ids
+from controls.bulk import bulk_action
+from controls.jobs import (
+    JOB_PERMISSIONS,
+    bulk_job_as_dict,
+    bulk_job_cancel,
+    bulk_job_get,
+    bulk_job_items,
+    work_bulk_job,
+)
+from controls.models import BulkJob
 from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused
 from infra.converters import MAX_ID
 from routing.acceptance.envelopes import json_whole
@@ -44,6 +53,8 @@ clock: Clock = system_clock
 
 CONTROL_ERRORS = {WorkControlRefused: (409, "refused"), WorkControlInvalid: (400, "invalid_input")}
 MAX_LIST_LIMIT = 200
+# The most outcomes GET /api/jobs/{id} answers at once (page on with ``after``).
+JOB_ITEMS_MAX = 1000
 # The list's filters: query parameters named as the console's and ``work list``'s (WorkFilter).
 LIST_FILTERS = ("scope", "status", "binding", "key")
 # The fields each control's body may hold (anything else is refused, naming it).
@@ -138,12 +149,12 @@ def work_rebind_view(request: HttpRequest, work_id: int) -> JsonResponse:
     ["POST"], permission=VIEW_EVENT, errors={**CONTROL_ERRORS, bulk.BulkCountChanged: (409, "count_changed")}
 )
 def work_bulk_view(request: HttpRequest) -> JsonResponse:
-    """Retry or cancel several Work: ``{"action": "retry"|"cancel", "ids": [...]}`` or
-    ``{"action", "filter": {"scope", "status", "binding", "key"}, "count": N}`` (at most
-    ``BULK_LIMIT`` Work; ``count``, required with a filter, is how many Work it matched when the
-    caller looked: another number now is a 409 and nothing is done), each through its own
-    control with its own control Event; needs the control's own permission. Answers the
-    per-Work outcomes and a one-line summary."""
+    """Retry or cancel several Work as a bulk job: ``{"action": "retry"|"cancel", "ids": [...],
+    "count": N}`` or ``{"action", "filter": {"scope", "status", "binding", "key"}, "count": N}``
+    (at most ``BULK_LIMIT`` Work; ``count``, required either way, is how many Work the caller
+    saw: another number now is a 409 and nothing is stored). Answers 202 with the job, which the
+    route loop runs in batches (``GET /api/jobs/{id}`` shows its progress); needs the control's
+    own permission."""
     if not any(api_permitted(request, controls.work.PERMISSIONS[a]) for a in bulk.BULK_ACTIONS.values()):
         # Neither bulk control: refused before the body is read.
         api_require(request, controls.work.PERMISSIONS[WorkControl.RETRY], to="retry in bulk")
@@ -169,11 +180,63 @@ def work_bulk_view(request: HttpRequest) -> JsonResponse:
         ids = [json_whole(i) for i in ids]
         if any(isinstance(i, int) and i > MAX_ID for i in ids):
             raise WorkControlInvalid("ids", f"a Work id is at most {MAX_ID}")
-    work_ids = work_bulk_ids(ids=ids, filters=filters, now=clock())
-    if filters is not None or "count" in body:
-        bulk.work_bulk_count_check(work_ids=work_ids, count=json_whole(body.get("count")))
-    result = bulk.work_bulk(action=action, work_ids=work_ids, user=request.user, clock=clock)
-    return JsonResponse(result.as_dict())
+    job = work_bulk_job(
+        action=action,
+        ids=ids,
+        filters=filters,
+        count=json_whole(body.get("count")),
+        user=request.user,
+        clock=clock,
+    )
+    return job_accepted(job)
+
+
+def job_accepted(job: BulkJob) -> JsonResponse:
+    """202 with the job just stored and its address (``Location``)."""
+    response = JsonResponse(bulk_job_as_dict(job), status=202)
+    response["Location"] = reverse("api-job-detail", args=[job.pk])
+    return response
+
+
+@api_view(["GET"], permission=VIEW_EVENT)
+def job_detail(request: HttpRequest, job_id: int) -> JsonResponse:
+    """A bulk job and its progress: ``position`` of ``total`` done so far, ``done`` and
+    ``refused``, and its targets' outcomes from ``after`` (a position; ``limit`` of them)."""
+    job = _job(job_id)
+    after = _query_int(request, "after", default=-1, lowest=-1)
+    limit = _query_int(request, "limit", default=100, lowest=1, highest=JOB_ITEMS_MAX)
+    return JsonResponse(bulk_job_as_dict(job, bulk_job_items(job, after=after, limit=limit)))
+
+
+@api_view(["POST"], permission=VIEW_EVENT)
+def job_cancel(request: HttpRequest, job_id: int) -> JsonResponse:
+    """Stop a bulk job: the batch in progress commits, the targets left are skipped. Needs the
+    permission of the job's control."""
+    job = _job(job_id)
+    api_require(request, JOB_PERMISSIONS[job.kind], to="cancel this job")
+    return JsonResponse(bulk_job_as_dict(bulk_job_cancel(job_id=job.pk, user=request.user, clock=clock)))
+
+
+def _job(job_id: int) -> BulkJob:
+    try:
+        return bulk_job_get(job_id)
+    except BulkJob.DoesNotExist:
+        raise ApiError(404, "not_found", f"no job has id {job_id}") from None
+
+
+def _query_int(
+    request: HttpRequest, name: str, *, default: int, lowest: int, highest: int | None = None
+) -> int:
+    raw = request.GET.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_input", f"{name}: expected a whole number", field=name) from None
+    if value < lowest or (highest is not None and value > highest):
+        raise ApiError(400, "invalid_input", f"{name}: expected {lowest} to {highest or 'more'}", field=name)
+    return value
 
 
 def _create(request: HttpRequest) -> JsonResponse:

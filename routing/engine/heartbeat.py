@@ -4,7 +4,8 @@ loop publishes its windows' targets while another one beats).
 
 A beat's JSON keys are read by running processes and stored rows, so they stay as they are:
 ``at`` (ISO time), ``generation``, ``passes``, ``routed``, ``abandoned_calls``,
-``abandoned_total`` and ``failing`` (passes failing in a row: error, count, since, events).
+``abandoned_total``, ``failing`` (passes failing in a row: error, count, since, events) and
+``stopped`` (the loop's last beat, written as it stops: a stopped loop does not count as alive).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class RouteLoopHeartbeat:
     abandoned_calls: int
     abandoned_total: int
     failing: dict[str, Any] | None = None
+    stopped: bool = False
 
     def value(self) -> dict[str, Any]:
         """The beat as stored."""
@@ -42,6 +44,7 @@ class RouteLoopHeartbeat:
             "abandoned_calls": self.abandoned_calls,
             "abandoned_total": self.abandoned_total,
             "failing": self.failing,
+            "stopped": self.stopped,
         }
 
     @classmethod
@@ -56,10 +59,11 @@ class RouteLoopHeartbeat:
             abandoned_calls=int(value.get("abandoned_calls", 0)),
             abandoned_total=int(value.get("abandoned_total", 0)),
             failing=value.get("failing") if isinstance(value.get("failing"), dict) else None,
+            stopped=bool(value.get("stopped", False)),
         )
 
 
-ROUTE_LOOP_HEARTBEATS = Heartbeats("core.routing.heartbeats", RouteLoopHeartbeat)
+ROUTE_LOOP_HEARTBEATS = Heartbeats("core.routing.heartbeats", RouteLoopHeartbeat, stops=True)
 HEARTBEATS_NAMESPACE = ROUTE_LOOP_HEARTBEATS.namespace
 heartbeat_write = ROUTE_LOOP_HEARTBEATS.write
 heartbeat_clear = ROUTE_LOOP_HEARTBEATS.clear

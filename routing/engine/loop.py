@@ -154,6 +154,12 @@ class RouteLoop:
         heartbeat_clear(self.owner)
 
     def close(self) -> None:
+        if self._last_beat is not None or self.passes:
+            # Its last beat says it stopped: it no longer counts as alive (doctor, /metrics).
+            try:
+                self._heartbeat(self.router.configuration.label if self.router else "", stopped=True)
+            except Exception:  # noqa: BLE001 - stopping goes on; the beat goes stale on its own
+                logger.warning("route_loop.heartbeat_failed", exc_info=True)
         if self.router is not None:
             # Its carried Events are given back and its published targets withdrawn.
             self.router.close()
@@ -183,9 +189,9 @@ class RouteLoop:
         )
         return True
 
-    def _heartbeat(self, generation: str, *, failing: dict | None = None) -> None:
+    def _heartbeat(self, generation: str, *, failing: dict | None = None, stopped: bool = False) -> None:
         now = self.clock()
-        if failing is None and self._last_beat is not None:
+        if failing is None and not stopped and self._last_beat is not None:
             at, beat_generation = self._last_beat
             if beat_generation == generation and not self.failures.count and now - at < self.heartbeat_every:
                 return
@@ -200,6 +206,7 @@ class RouteLoop:
                 abandoned_calls=self.pool.abandoned,
                 abandoned_total=self.pool.abandoned_total,
                 failing=failing,
+                stopped=stopped,
             ),
             clock=self.clock,
         )

@@ -194,8 +194,12 @@ class KeyTemplate:
             value = part.get(event)
             # Decoded JSON by exact type first: the abstract checks cost more per value.
             kind = type(value)
-            if kind is str:
+            if kind is str and value:
                 out.append(value)
+            elif kind is str:
+                # An absent subject reads as "": "audit:{subject}" would render "audit:", one key
+                # every such Event shares, so one Work would own them all. No key: the route declines.
+                return None, f"key {self.text} needs {part.text}, which is empty"
             elif kind is int or kind is float:
                 out.append(str(value))
             elif value is MISSING:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from controls.bulk import BULK_LIMIT, work_bulk, work_bulk_ids
+from controls.bulk import BULK_LIMIT, work_bulk_ids
+from controls.jobs import bulk_job_run, bulk_job_step, work_bulk_job
+from controls.models import BulkJob
 from controls.work import WorkControl, WorkControlInvalid
 from tests.controls.controlkit import api, control_events, grant, parked_work, stored
 from tests.routing.factories import api_token_with_secret
 from tests.routing.routerkit import apply
 from tests.worklife.factories import WorkFactory
-from worklife.models import Work
 from worklife.selectors import WorkFilter
 
 pytestmark = pytest.mark.django_db
@@ -31,19 +32,12 @@ def fake_clocks(clock, monkeypatch):
     monkeypatch.setattr(api_work, "clock", clock)
 
 
-def test_bulk_retry_by_filter_retries_each_with_its_own_control_event(clock):
+def test_bulk_ids_by_filter_are_the_matching_work_in_id_order(clock):
     apply(clock)
     parked = [parked_work(clock) for _ in range(3)]
     WorkFactory(scope="acme", binding="other", parked_at=clock(), failures=5)  # another binding
     ids = work_bulk_ids(filters=WorkFilter(status="parked", binding="triage"), now=clock())
     assert ids == [w.pk for w in parked]
-    running = WorkFactory(scope="acme", binding="triage", status="running")
-    result = work_bulk(action=WorkControl.RETRY, work_ids=[*ids, running.pk], user="ops", clock=clock)
-    assert result.summary.startswith(f"retried 3, refused 1 (Work {running.pk}: ")
-    assert "neither parked nor backing off" in result.summary
-    assert sorted(e.data["work"] for e in control_events("retry_work")) == ids
-    for work in Work.objects.filter(pk__in=ids):
-        assert work.parked_at is None and work.failures == 0
 
 
 def test_bulk_ids_refuses_both_neither_and_more_than_the_limit(clock):
@@ -56,12 +50,14 @@ def test_bulk_ids_refuses_both_neither_and_more_than_the_limit(clock):
     assert BULK_LIMIT == 10_000
 
 
-def test_api_bulk_cancel_needs_the_cancel_permission_and_returns_outcomes(client, clock):
+def test_api_bulk_cancel_needs_the_cancel_permission_and_answers_the_job_its_get_shows_progress(
+    client, clock
+):
     apply(clock)
     works = [parked_work(clock) for _ in range(2)]
     done = WorkFactory(status="completed")
     token, secret = api_token_with_secret(user__username="dave")
-    body = {"action": "cancel", "ids": [w.pk for w in works] + [done.pk]}
+    body = {"action": "cancel", "ids": [w.pk for w in works] + [done.pk], "count": 3}
     grant(token.user, "retry_work")
     before = stored()
     refused = api(client, "POST", reverse("api-work-bulk"), secret, body)
@@ -70,26 +66,54 @@ def test_api_bulk_cancel_needs_the_cancel_permission_and_returns_outcomes(client
 
     grant(token.user, "cancel_work")
     response = api(client, "POST", reverse("api-work-bulk"), secret, body)
-    assert response.status_code == 200, response.content
-    result = response.json()
-    assert (result["action"], result["done"], result["refused"]) == ("cancel_work", 2, 1)
-    assert [o["ok"] for o in result["outcomes"]] == [True, True, False]
-    assert result["outcomes"][2]["error"] == "wrong_state"
-    assert result["summary"].startswith("cancelled 2, refused 1")
+    assert response.status_code == 202, response.content
+    job = response.json()
+    assert (job["kind"], job["state"], job["total"], job["position"]) == ("cancel_work", "pending", 3, 0)
+    assert response["Location"] == reverse("api-job-detail", args=[job["id"]])
+    assert not control_events("cancel_work")  # the request only stores the job
+
+    bulk_job_run(job_id=job["id"], clock=clock)
+    shown = api(client, "GET", response["Location"], secret).json()
+    assert (shown["state"], shown["position"], shown["done"], shown["refused"]) == ("done", 3, 2, 1)
+    assert [i["outcome"] for i in shown["items"]] == ["done", "done", "refused"]
+    assert "only live Work can be cancelled" in shown["items"][2]["message"]
     assert len(control_events("cancel_work")) == 2
 
     by_filter = api(
-        client, "POST", reverse("api-work-bulk"), secret, {"action": "retry", "filter": {"status": "nope"}}
+        client,
+        "POST",
+        reverse("api-work-bulk"),
+        secret,
+        {"action": "retry", "filter": {"status": "nope"}, "count": 1},
     )
     assert by_filter.status_code == 400 and by_filter.json()["field"] == "filter.status"
 
 
-def test_api_bulk_by_filter_needs_the_confirmed_count_and_refuses_another(client, clock):
+def test_api_job_cancel_needs_the_job_controls_permission_and_skips_what_is_left(client, clock):
+    apply(clock)
+    works = [parked_work(clock) for _ in range(3)]
+    job = work_bulk_job(action=WorkControl.RETRY, ids=[w.pk for w in works], count=3, user="ops", clock=clock)
+    token, secret = api_token_with_secret(user__username="fay")
+    url = reverse("api-job-cancel", args=[job.pk])
+    assert api(client, "POST", url, secret).status_code == 403
+    grant(token.user, "retry_work")
+    cancelled = api(client, "POST", url, secret)
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert bulk_job_step(clock=clock, job_id=job.pk) is None
+    assert not control_events("retry_work")
+    missing = api(client, "GET", reverse("api-job-detail", args=[job.pk + 100]), secret)
+    assert missing.status_code == 404
+
+
+@pytest.mark.parametrize("by", [{"ids": "parked"}, {"filter": {"status": "parked"}}])
+def test_api_bulk_needs_the_confirmed_count_by_ids_and_by_filter_and_refuses_another(client, clock, by):
     apply(clock)
     parked = [parked_work(clock) for _ in range(2)]
     token, secret = api_token_with_secret(user__username="erin")
     grant(token.user, "retry_work")
-    body = {"action": "retry", "filter": {"status": "parked"}}
+    body = {"action": "retry", **by}
+    if by.get("ids") == "parked":
+        body["ids"] = [w.pk for w in parked]
     before = stored()
 
     for count in ({}, {"count": None}, {"count": "2"}, {"count": -1}, {"count": True}):
@@ -99,19 +123,16 @@ def test_api_bulk_by_filter_needs_the_confirmed_count_and_refuses_another(client
             missing.json()["field"] == "count"
             and "needs the number of Work confirmed" in missing.json()["message"]
         )
-    assert stored() == before and not control_events("retry_work")
-    parked_work(clock)  # a third began to match after the caller counted two
-    before = stored()
-    changed = api(client, "POST", reverse("api-work-bulk"), secret, {**body, "count": 2})
+    assert stored() == before and not BulkJob.objects.exists()
+    changed = api(client, "POST", reverse("api-work-bulk"), secret, {**body, "count": 3})
     assert changed.status_code == 409
     assert changed.json() == {
         "error": "count_changed",
-        "message": "the filter now matches 3 Work, not the 2 confirmed: nothing was done; confirm 3 to act on them",
-        "confirmed": 2,
-        "count": 3,
+        "message": "the request now names 2 Work, not the 3 confirmed: nothing was done; confirm 2 to act on them",
+        "confirmed": 3,
+        "count": 2,
     }
-    assert stored() == before and not control_events("retry_work")
+    assert stored() == before and not BulkJob.objects.exists()
 
-    done = api(client, "POST", reverse("api-work-bulk"), secret, {**body, "count": 3})
-    assert done.status_code == 200 and done.json()["done"] == 3
-    assert len(parked) == 2
+    done = api(client, "POST", reverse("api-work-bulk"), secret, {**body, "count": 2})
+    assert done.status_code == 202 and done.json()["total"] == 2

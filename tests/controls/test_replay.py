@@ -20,6 +20,8 @@ from conduit_site.console.views import controls as control_views
 from conduit_site.console.views import replay as replay_views
 from controls import events as controls
 from controls import replay
+from controls.jobs import bulk_job_run
+from controls.models import BulkJob
 from routing.acceptance.envelopes import EnvelopeInvalid
 from routing.acceptance.services import event_accept
 from routing.access.roles import ROLE_PERMISSIONS, TOKEN_SCOPES, Role, token_allows
@@ -308,12 +310,24 @@ def test_api_replay_one_and_several_need_the_replay_permission(client, clock, li
     assert Event.objects.get(seq=body["copy_seq"]).envelope_id == "replay/a1/1"
 
     # 7.0 is the integer 7 in JSON (and in the OpenAPI document's integer).
-    batch = api_post(client, several, secret, {"seqs": [float(other.seq), 999999]})
-    assert batch.status_code == 200, batch.content
-    assert [(o["seq"], o["ok"], o["status"]) for o in batch.json()["outcomes"]] == [
-        (other.seq, True, 200),
-        (999999, False, 404),
+    batch = api_post(client, several, secret, {"seqs": [float(other.seq), 999999], "count": 2})
+    assert batch.status_code == 202, batch.content
+    assert (batch.json()["kind"], batch.json()["total"], batch.json()["created_by"]) == (
+        "replay_event",
+        2,
+        "otto",
+    )
+    bulk_job_run(job_id=batch.json()["id"], clock=clock)
+    _, viewing = api_token_with_secret(user=operator, name="watcher")
+    shown = client.get(batch["Location"], headers={"Authorization": f"Bearer {viewing}"}).json()
+    assert [(i["target"], i["outcome"]) for i in shown["items"]] == [
+        (other.seq, "done"),
+        (999999, "not_found"),
     ]
+    uncounted = api_post(client, several, secret, {"seqs": [other.seq]})
+    assert uncounted.status_code == 400 and uncounted.json()["field"] == "count"
+    miscounted = api_post(client, several, secret, {"seqs": [other.seq], "count": 2})
+    assert miscounted.status_code == 409 and miscounted.json()["count"] == 1
     for bad in ({"seqs": []}, {"seqs": ["1"]}, {"seqs": False}, {"seqs": [2**63]}, {"ids": [1]}, [1]):
         invalid = api_post(client, several, secret, bad)
         assert invalid.status_code == 400 and invalid.json()["error"] == "invalid_replay", bad
@@ -423,9 +437,17 @@ def test_console_replays_several_after_a_confirmation(console, clock, live):
     assert "Replay 2 Events" in page and 'name="confirm" value="1"' in page
     assert not control_events()
 
-    done = console.post(url, {"seqs": seqs, "confirm": "1"})
-    assert done.status_code == 200
-    assert "Replayed 2." in done.content.decode()
+    uncounted = console.post(url, {"seqs": seqs, "confirm": "1"})
+    assert (
+        uncounted.status_code == 400 and "needs the number of Events confirmed" in uncounted.content.decode()
+    )
+    miscounted = console.post(url, {"seqs": seqs, "count": "3", "confirm": "1"})
+    assert miscounted.status_code == 409 and "not the 3 you were shown" in miscounted.content.decode()
+    done = console.post(url, {"seqs": seqs, "count": "2", "confirm": "1"})
+    assert done.status_code == 302
+    job = BulkJob.objects.get()
+    bulk_job_run(job_id=job.pk, clock=clock)
+    assert "2 of 2 Events: 2 done, 0 refused" in console.get(done["Location"]).content.decode()
     assert len(control_events()) == 2
     assert console.post(url, {"seqs": "1, x"}).status_code == 400
 
@@ -499,8 +521,10 @@ def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monke
 
     confirm = client.post(reverse("events-replay"), fields)
     assert "Replay 3 Events" in confirm.content.decode() and not control_events()
-    done = client.post(reverse("events-replay"), {**fields, "confirm": "1"})
-    assert "Replayed 3." in done.content.decode()
+    assert 'name="count" value="3"' in confirm.content.decode()
+    done = client.post(reverse("events-replay"), {**fields, "count": "3", "confirm": "1"})
+    assert done.status_code == 302
+    bulk_job_run(job_id=BulkJob.objects.get().pk, clock=clock)
     assert [e.data["event"] for e in control_events()] == [a.seq for a in reversed(alerts)]
     missing = client.post(reverse("events-replay"), {**fields, "group": "drop → start"})
     assert missing.status_code == 400 and "has no group" in missing.content.decode()

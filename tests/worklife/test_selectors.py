@@ -137,7 +137,9 @@ def test_a_queue_only_binding_is_named_from_a_real_refused_dispatch(clock, test_
     refuse(clock, work)
     line = why(work, clock)
     assert line.reason == NotRunning.QUEUE_ONLY
-    assert line.text.startswith("queue-only binding: binding 'inbox' is queue-only")
+    assert line.text.startswith(
+        "waiting for a binding that can run it: queue-only binding: binding 'inbox' is queue-only"
+    )
     assert line.text.endswith("(checked again at 2026-01-05 12:05:00 UTC)")
 
 
@@ -149,7 +151,7 @@ def test_a_refused_dispatch_is_named_even_after_failures(clock, test_handlers):
     line = why(work, clock)
     assert line.reason == NotRunning.DISPATCH_REFUSED
     assert line.text == (
-        "dispatch refused: binding 'gone' is not in scope acme (generation 1) "
+        "waiting for a binding that can run it: dispatch refused: binding 'gone' is not in scope acme (generation 1) "
         "(checked again at 2026-01-05 12:00:30 UTC)"
     )
 
@@ -161,7 +163,9 @@ def test_a_refused_dispatch_is_named_even_after_failures(clock, test_handlers):
         work_hold_in_tx(work_id=failed.pk, reason="dispatch refused: executor 'python' changed", now=clock())
     line = why(failed, clock)
     assert line.reason == NotRunning.DISPATCH_REFUSED
-    assert line.text.startswith("dispatch refused: executor 'python' changed (checked again at")
+    assert line.text.startswith(
+        "waiting for a binding that can run it: dispatch refused: executor 'python' changed (checked again at"
+    )
 
 
 def test_why_not_running_reads_at_most_two_queries(clock, django_assert_max_num_queries):

@@ -94,6 +94,13 @@ PARAMETERS: dict[str, Any] = {
         "description": "The Work's id.",
         "schema": ID,
     },
+    "job_id": {
+        "name": "job_id",
+        "in": "path",
+        "required": True,
+        "description": "The bulk job's id.",
+        "schema": ID,
+    },
     "candidate_id": {
         "name": "candidate_id",
         "in": "path",
@@ -139,6 +146,7 @@ PARAMETERS: dict[str, Any] = {
 SEQ_PARAMETER = parameter_ref("seq")
 WORK_ID_PARAMETER = parameter_ref("work_id")
 CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
+JOB_ID_PARAMETER = parameter_ref("job_id")
 EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
 WEBHOOK_PARAMETERS = [parameter_ref("webhook_request_origin"), parameter_ref("webhook_request_rate")]
 

@@ -69,7 +69,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "ReplayRequest": {
         "type": "object",
-        "required": ["seqs"],
+        "required": ["seqs", "count"],
         "additionalProperties": False,
         "properties": {
             "seqs": {
@@ -78,38 +78,12 @@ SCHEMAS: dict[str, Any] = {
                 "maxItems": 10000,
                 "items": ID,
                 "description": "The Events to replay (an impact preview group's, for one), each once.",
-            }
-        },
-    },
-    "ReplayBatch": {
-        "type": "object",
-        "description": "What a replay of several Events did, Event by Event, in the order named.",
-        "required": ["action", "by", "done", "refused", "summary", "outcomes"],
-        "properties": {
-            "action": {"type": "string", "const": "replay_event"},
-            "by": {"type": "string", "description": "The acting user."},
-            "done": {"type": "integer"},
-            "refused": {"type": "integer"},
-            "summary": {"type": "string", "description": "The result in one line."},
-            "outcomes": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["seq", "ok", "copy_seq", "control_seq", "status", "error"],
-                    "properties": {
-                        "seq": {"type": "integer"},
-                        "ok": {"type": "boolean"},
-                        "copy_seq": {"type": ["integer", "null"], "description": "The copy accepted."},
-                        "control_seq": {"type": ["integer", "null"], "description": "Its control Event."},
-                        "status": {
-                            "type": "integer",
-                            "enum": [200, 404, 409],
-                            "description": "200 replayed; 404 no such Event; 409 not replayable (unrouted, "
-                            "or an Event Conduit wrote for itself).",
-                        },
-                        "error": {"type": "string", "description": "Why it was refused (empty when done)."},
-                    },
-                },
+            },
+            "count": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many Events the caller confirmed (the distinct `seqs`): another number is "
+                "refused with 409 `count_changed` and nothing is stored.",
             },
         },
     },
@@ -235,14 +209,20 @@ PATHS: dict[str, Any] = {
         "post": {
             "operationId": "events_replay",
             "summary": "Replay several Events",
-            "description": "Replays each Event of `seqs` (at most 10,000; more is refused with 400 before "
-            "anything is done) as `POST /api/events/{seq}/replay` does: its own transaction and "
-            "`core.manual.replay_event` control Event; a refusal of one is its outcome and the others go "
-            "on. Needs the permission `routing.replay_event`.",
+            "description": "Stores a bulk job replaying each Event of `seqs` (at most 10,000; more is refused with "
+            "400 before anything is stored; `count`, required, is how many the caller confirmed) and answers 202 "
+            "with it at once. The route loop runs it in batches: each Event is copied as `POST "
+            "/api/events/{seq}/replay` copies one, with its own `core.manual.replay_event` control Event; a refusal "
+            "of one is its outcome and the others go on (`GET /api/jobs/{job_id}`). Needs the permission "
+            "`routing.replay_event`.",
             "requestBody": {"required": True, "content": json_content(ref("ReplayRequest"))},
             "responses": {
-                "200": {"description": "Each Event's outcome.", "content": json_content(ref("ReplayBatch"))},
+                "202": {"description": "The job, stored.", "content": json_content(ref("BulkJob"))},
                 "400": response_ref("Invalid"),
+                "409": {
+                    "description": "`count` is not the number of Events named: nothing was stored.",
+                    "content": json_content(ref("WorkBulkCountChanged")),
+                },
                 "401": response_ref("Unauthorized"),
                 "403": response_ref("Forbidden"),
                 "405": response_ref("MethodNotAllowed"),

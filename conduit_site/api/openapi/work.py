@@ -9,6 +9,7 @@ from conduit_site.api.openapi.common import (
     BINDING_NAME,
     EMPTY_VALUE,
     ID,
+    JOB_ID_PARAMETER,
     NO_NUL,
     NOT_RESERVED_NAME,
     NULLABLE_TIMESTAMP,
@@ -216,10 +217,10 @@ SCHEMAS: dict[str, Any] = {
     "WorkBulkRequest": {
         "type": "object",
         "description": "Which control to apply and to which Work: `ids`, or `filter` (the Work list's "
-        "filters; `status` takes `parked` and `backing_off` too) with `count`, not both; at most 10,000 Work.",
-        "required": ["action"],
+        "filters; `status` takes `parked` and `backing_off` too), not both, with `count`; at most 10,000 Work.",
+        "required": ["action", "count"],
         "oneOf": [
-            {"required": ["ids"], "not": {"required": ["filter"]}},
+            {"required": ["ids", "count"], "not": {"required": ["filter"]}},
             {"required": ["filter", "count"], "not": {"required": ["ids"]}},
         ],
         "properties": {
@@ -228,9 +229,8 @@ SCHEMAS: dict[str, Any] = {
             "count": {
                 "type": "integer",
                 "minimum": 0,
-                "description": "How many Work the filter matched when the caller looked (required with "
-                "`filter`; checked with `ids` when given): another number now is refused with 409 "
-                "`count_changed` and nothing is done.",
+                "description": "How many Work the caller saw (the filter's matches, or the distinct `ids`), "
+                "required: another number now is refused with 409 `count_changed` and nothing is stored.",
             },
             "filter": {
                 "type": "object",
@@ -255,28 +255,46 @@ SCHEMAS: dict[str, Any] = {
             "count": {"type": "integer", "description": "How many Work the request names now."},
         },
     },
-    "WorkBulkResult": {
+    "BulkJob": {
         "type": "object",
-        "description": "What a bulk control did, Work by Work in id order: each Work went through its own "
-        "control, with its own `core.manual.<action>` control Event; a refused Work does not stop the others.",
-        "required": ["action", "by", "done", "refused", "summary", "outcomes"],
+        "description": "A bulk control stored as a job (retry or cancel of Work, replay of Events): the route "
+        "loop runs it in batches, each target with its own control Event; `position` of `total` have their "
+        "outcome so far. `items` are the outcomes asked for (`GET /api/jobs/{job_id}?after=&limit=`), of the "
+        "targets acted on.",
+        "required": ["id", "kind", "state", "total", "position", "done", "refused", "items"],
         "properties": {
-            "action": {"type": "string", "enum": ["retry_work", "cancel_work"]},
-            "by": {"type": "string"},
+            "id": {"type": "integer"},
+            "kind": {"type": "string", "enum": ["retry_work", "cancel_work", "replay_event"]},
+            "state": {
+                "type": "string",
+                "enum": ["pending", "running", "done", "cancelled"],
+                "description": "pending: no batch run yet; cancelled: the targets from `position` on were not "
+                "acted on.",
+            },
+            "description": {"type": "string"},
+            "created_by": {"type": "string"},
+            "created_at": TIMESTAMP,
+            "finished_at": NULLABLE_TIMESTAMP,
+            "cancelled_by": {"type": "string"},
+            "total": {"type": "integer"},
+            "position": {"type": "integer", "description": "How many targets have their outcome."},
             "done": {"type": "integer"},
-            "refused": {"type": "integer"},
-            "summary": {"type": "string", "description": "e.g. `retried 3, refused 1 (Work 7: …)`."},
-            "outcomes": {
+            "refused": {"type": "integer", "description": "Targets refused or not found."},
+            "items": {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "required": ["work_id", "ok", "control_seq", "error", "message"],
+                    "required": ["position", "target", "outcome", "message", "control_seq", "copy_seq"],
                     "properties": {
-                        "work_id": {"type": "integer"},
-                        "ok": {"type": "boolean"},
-                        "control_seq": {"type": ["integer", "null"]},
-                        "error": {"type": "string", "description": "The refusal's code; empty when done."},
+                        "position": {"type": "integer"},
+                        "target": {"type": "integer", "description": "The Work's id or the Event's seq."},
+                        "outcome": {
+                            "type": "string",
+                            "enum": ["done", "refused", "not_found"],
+                        },
                         "message": {"type": "string"},
+                        "control_seq": {"type": ["integer", "null"]},
+                        "copy_seq": {"type": ["integer", "null"], "description": "A replay's copy."},
                     },
                 },
             },
@@ -309,7 +327,8 @@ PATHS: dict[str, Any] = {
                     "schema": WORK_STATE_FILTER,
                     "description": (
                         "The Work's state (empty: any): `parked`, ready Work parked after too many failures;"
-                        " `backing_off`, ready Work whose next try is later; `ready`, neither."
+                        " `backing_off`, ready Work whose next try is later; `awaiting_binding`, ready Work whose"
+                        " binding cannot run it (queue-only): it waits for a rebind; `ready`, none of them."
                     ),
                 },
                 {
@@ -434,17 +453,18 @@ PATHS: dict[str, Any] = {
     "/api/work/bulk": {
         "post": {
             "operationId": "work_bulk",
-            "summary": "Retry or cancel several Work",
-            "description": "Applies `retry` or `cancel` to each Work named by `ids` or matched by `filter` (at "
-            "most 10,000; more is refused with 400 before anything is done; a filter needs `count`, the number of Work "
-            "it matched when the caller looked, and another number now is a 409), each through the same control as "
-            "one at a time: its own transaction and `core.manual.<action>` control Event. Needs the "
-            "permission of the control (`worklife.retry_work` or `worklife.cancel_work`).",
+            "summary": "Retry or cancel several Work, as a bulk job",
+            "description": "Stores a job applying `retry` or `cancel` to each Work named by `ids` or matched by "
+            "`filter` (at most 10,000; more is refused with 400 before anything is stored; `count`, required, is the "
+            "number of Work the caller saw, and another number now is a 409) and answers 202 with it at once. The "
+            "route loop runs it in batches: each Work gets its own `core.manual.<action>` control Event and outcome; "
+            "`GET /api/jobs/{job_id}` shows the progress. Needs the permission of the control "
+            "(`worklife.retry_work` or `worklife.cancel_work`).",
             "requestBody": {"required": True, "content": json_content(ref("WorkBulkRequest"))},
             "responses": {
-                "200": {
-                    "description": "Each Work's outcome.",
-                    "content": json_content(ref("WorkBulkResult")),
+                "202": {
+                    "description": "The job, stored: the route loop runs it (`Location`: its address).",
+                    "content": json_content(ref("BulkJob")),
                 },
                 "400": response_ref("Invalid"),
                 "401": response_ref("Unauthorized"),
@@ -456,6 +476,52 @@ PATHS: dict[str, Any] = {
                 },
                 "413": response_ref("TooLarge"),
                 "415": response_ref("UnsupportedMediaType"),
+            },
+        }
+    },
+    "/api/jobs/{job_id}": {
+        "get": {
+            "operationId": "job_get",
+            "summary": "A bulk job and its progress",
+            "description": "The job's state, `position` of `total` targets with their outcome, how many were done and "
+            "refused, and the outcomes from the position `after` (`limit` of them, at most 1,000).",
+            "parameters": [
+                JOB_ID_PARAMETER,
+                {
+                    "name": "after",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": -1},
+                    "description": "Outcomes after this position (-1, the default: from the first).",
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "description": "How many outcomes (default 100).",
+                },
+            ],
+            "responses": {
+                "200": {"description": "The job.", "content": json_content(ref("BulkJob"))},
+                "400": response_ref("Invalid"),
+                "401": response_ref("Unauthorized"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        }
+    },
+    "/api/jobs/{job_id}/cancel": {
+        "post": {
+            "operationId": "job_cancel",
+            "summary": "Stop a bulk job",
+            "description": "The batch in progress commits; the targets left are not acted on (outcome `skipped`). "
+            "A finished job is answered as it is. Needs the permission of the job's control. No request body.",
+            "parameters": [JOB_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "The job, cancelled.", "content": json_content(ref("BulkJob"))},
+                "401": response_ref("Unauthorized"),
+                "403": response_ref("Forbidden"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
             },
         }
     },

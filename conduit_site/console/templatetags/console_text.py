@@ -24,8 +24,13 @@ def wrap_at_dots(value: Any) -> SafeString:
 
 @register.filter
 def state_label(value: Any) -> str:
-    """A state's code as words: ``backing_off`` reads "backing off"."""
-    return str(value).replace("_", " ")
+    """A state's code as words: ``backing_off`` reads "backing off", ``awaiting_binding``
+    "waiting for a binding"."""
+    return WORDS.get(str(value), str(value).replace("_", " "))
+
+
+# The states whose code does not read as words by its underscores alone.
+WORDS = {"awaiting_binding": "waiting for a binding"}
 
 
 @register.filter(name="counted")

@@ -2,10 +2,10 @@
 these N" button POSTs its run, change and route here (the Events are read from the run), any
 other form the Events' seqs.
 
-Without ``confirm`` the answer is the confirmation page (how many Events, which); with
-``confirm`` each Event is replayed through its own control
-(:func:`controls.replay.events_replay`) and the page says what happened: "replayed 212,
-refused 1 (why)", each Event with its copy. Works without JavaScript. Needs the permission
+Without ``confirm`` the answer is the confirmation page (how many Events, which, carrying that
+count); with ``confirm`` the Events are read again and, when they are still that many, stored as a
+bulk job (:func:`controls.jobs.events_replay_job`) and the answer is the job's page: its progress,
+each refusal, as the route loop copies them in batches. Works without JavaScript. Needs the permission
 ``routing.replay_event`` (403 without it).
 """
 
@@ -16,13 +16,15 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from causal.clock import Clock, system_clock
 from conduit_site.console.views.controls import require_control_permission, safe_next
+from controls.bulk import BulkCountChanged
 from controls.events import REPLAY_EVENT
-from controls.replay import REPLAY_LIMIT, ReplayInvalid, events_replay, replay_seqs
+from controls.jobs import events_replay_job
+from controls.replay import REPLAY_LIMIT, ReplayInvalid, replay_seqs
 from routing.setup.impact_runs import impact_run_seqs
 
 TEMPLATE = "routing/events_replay.html"
@@ -81,5 +83,17 @@ def events_replay_view(request: HttpRequest) -> HttpResponse:
     context.update(seqs=seqs, carry=carry, shown=seqs[:SHOWN], count=len(seqs))
     if request.POST.get("confirm") != "1":
         return render(request, TEMPLATE, context)
-    batch = events_replay(seqs=seqs, user=request.user, clock=clock)
-    return render(request, TEMPLATE, {**context, "result": batch})
+    confirmed = request.POST.get("count", "")
+    try:
+        job = events_replay_job(
+            seqs=seqs,
+            count=int(confirmed) if confirmed.isdigit() else confirmed,
+            user=request.user,
+            clock=clock,
+            description=f"{len(seqs)} Events" + (f" ({context['label']})" if context["label"] else ""),
+        )
+    except ReplayInvalid as invalid:
+        return render(request, TEMPLATE, {**context, "error": invalid.message}, status=400)
+    except BulkCountChanged as changed:
+        return render(request, TEMPLATE, {**context, "changed_from": changed.confirmed}, status=409)
+    return redirect("job-detail", job_id=job.pk)

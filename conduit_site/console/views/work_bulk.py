@@ -2,9 +2,10 @@
 
 The Work list is a form: a checkbox per Work (or "all matching this filter") and a Retry or
 Cancel button POST here. Without ``confirm`` the answer is the confirmation page, which shows
-how many Work the control will act on and carries the choice on; with ``confirm`` each Work
-goes through its own control (:func:`controls.bulk.work_bulk`), and the page says what
-happened: "retried 3, refused 1 (why)". Works without JavaScript. Needs the control's own
+how many Work the control will act on and carries the choice on, with that count; with
+``confirm`` the set is read again and, when it still holds that many Work, stored as a bulk job
+(:func:`controls.jobs.work_bulk_job`) and the answer is the job's page, where its progress and
+each refusal show as the route loop runs it. Works without JavaScript. Needs the control's own
 permission (403 without it).
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -26,10 +27,9 @@ from controls.bulk import (
     BULK_LIMIT,
     BulkCountChanged,
     bulk_action,
-    work_bulk,
-    work_bulk_count_check,
     work_bulk_ids,
 )
+from controls.jobs import work_bulk_job
 from controls.work import PERMISSIONS, WorkControl, WorkControlInvalid
 from worklife.selectors import WorkFilter
 
@@ -90,18 +90,24 @@ def work_bulk_view(request: HttpRequest) -> HttpResponse:
     context.update(ids=ids, shown=ids[:SHOWN], count=len(ids))
     if request.POST.get("confirm") != "1":
         return render(request, TEMPLATE, context)
-    # "All matching this filter" is read again on confirming: when it matches another number of
-    # Work than the operator was shown, nothing is done and the new count is confirmed instead.
-    if everything:
-        confirmed = request.POST.get("count", "")
-        try:
-            work_bulk_count_check(work_ids=ids, count=int(confirmed) if confirmed.isdigit() else confirmed)
-        except WorkControlInvalid as invalid:
-            return render(request, TEMPLATE, {**context, "error": invalid.message}, status=400)
-        except BulkCountChanged as changed:
-            return render(request, TEMPLATE, {**context, "changed_from": changed.confirmed}, status=409)
-    result = work_bulk(action=action, work_ids=ids, user=request.user, clock=clock)
-    return render(request, TEMPLATE, {**context, "result": result})
+    # The set is read again on confirming: when it is another number of Work than the operator
+    # was shown (more began to match the filter, or ids vanished), nothing is done and the new
+    # count is confirmed instead.
+    confirmed = request.POST.get("count", "")
+    try:
+        job = work_bulk_job(
+            action=action,
+            ids=None if everything else ids,
+            filters=filters if everything else None,
+            count=int(confirmed) if confirmed.isdigit() else confirmed,
+            user=request.user,
+            clock=clock,
+        )
+    except WorkControlInvalid as invalid:
+        return render(request, TEMPLATE, {**context, "error": invalid.message}, status=400)
+    except BulkCountChanged as changed:
+        return render(request, TEMPLATE, {**context, "changed_from": changed.confirmed}, status=409)
+    return redirect("job-detail", job_id=job.pk)
 
 
 def _filters(request: HttpRequest) -> WorkFilter:

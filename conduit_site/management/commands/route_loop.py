@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import threading
@@ -13,11 +14,14 @@ from django.db import reset_queries
 from causal.clock import system_clock
 from conduit_site.logformat import announce
 from conduit_site.management.loops import collector_tuned, install_graceful_stop, restore_signals
+from controls.jobs import bulk_job_step
 from infra.connections import connections_refresh, database_wait
 from infra.wakeup import ACCEPTED, Listener
 from infra.words import counted
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
+
+logger = logging.getLogger("conduit.routing")
 
 # --drain shows its progress (the backlog counted again) after its first pass, then at most
 # once in this many seconds.
@@ -28,16 +32,22 @@ class Command(BaseCommand):
     help = (
         "Route accepted Events into Work, in acceptance order, with the live configuration "
         "generation. Runs until stopped (SIGTERM/SIGINT finish the transaction in hand; a second "
-        "signal kills), or once with --once, or until nothing is routable with --drain."
+        "signal kills), or once with --once, or until nothing is routable with --drain. Between passes "
+        "it runs the bulk jobs operators stored (retry, cancel, replay), a batch at a time."
     )
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
-        mode.add_argument("--once", action="store_true", help="Run one pass (one window of Events) and exit.")
+        mode.add_argument(
+            "--once",
+            action="store_true",
+            help="Run one pass (one window of Events) and one batch of a bulk job, and exit.",
+        )
         mode.add_argument(
             "--drain",
             action="store_true",
-            help="Run passes until nothing is routable, then exit (shows the backlog as it goes, once a second).",
+            help="Run passes until nothing is routable and no bulk job is left, then exit (shows the backlog as it "
+            "goes, once a second).",
         )
         parser.add_argument(
             "--batch-size",
@@ -103,6 +113,7 @@ class Command(BaseCommand):
                 if options["once"]:
                     # One pass: no next window is claimed and asked, only to be given back.
                     self._report(loop.step(claim_ahead=False))
+                    self._job_batch()
                 elif options["drain"]:
                     self._drain(loop, stop)
                 else:
@@ -133,7 +144,13 @@ class Command(BaseCommand):
             reset_queries()
             done += result.settled
             if result.empty:
-                break
+                # Then the bulk jobs stored so far, batch after batch; a replay's copies route next.
+                ran = False
+                while not stop.is_set() and self._job_batch():
+                    ran = True
+                if not ran:
+                    break
+                continue
             now = time.monotonic()
             if now - shown < PROGRESS_EVERY:
                 # Counting the backlog reads every unrouted Event: after every pass, draining a
@@ -179,6 +196,9 @@ class Command(BaseCommand):
                 continue
             finally:
                 reset_queries()
+            # Between passes, one batch of the oldest bulk job (controls.jobs), if any.
+            if self._job_batch():
+                continue
             if result.empty or result.settled == 0:
                 if listener is not None:
                     listener.wait(poll_interval, stop)
@@ -189,6 +209,19 @@ class Command(BaseCommand):
                 # means a backlog, routed at once).
                 stop.wait(gather)
         announce(self.stdout, "route_loop stopped", owner=loop.owner)
+
+    def _job_batch(self) -> bool:
+        """Run one batch of the oldest unfinished bulk job (``controls.jobs``); whether one ran."""
+        try:
+            job = bulk_job_step(clock=system_clock)
+        except Exception:  # noqa: BLE001 - the loop boundary: the job waits for the next pass
+            logger.exception("bulk_job.batch_failed")
+            return False
+        finally:
+            reset_queries()
+        if job is not None and job.is_finished:
+            self.stdout.write(f"bulk job {job.pk} {job.state}: {job.succeeded} done, {job.refused} refused")
+        return job is not None
 
     def _report(self, result) -> None:
         self.stdout.write(

@@ -24,7 +24,10 @@ from django.core.management.base import BaseCommand, CommandParser
 import controls.work
 from causal.clock import system_clock
 from causal.selectors import PAGE_SIZE
-from controls.work import WorkControlInvalid, WorkControlRefused, WorkControlResult
+from conduit_site.management.bulk_jobs import filter_arguments, job_run_foreground, parse_filters
+from controls.bulk import BulkCountChanged, work_bulk_ids
+from controls.jobs import work_bulk_job
+from controls.work import WorkControl, WorkControlInvalid, WorkControlRefused, WorkControlResult
 from infra.cli import (
     NOTHING_CHANGED,
     Subcommand,
@@ -55,6 +58,8 @@ from worklife.selectors import (
 )
 
 MAX_LIST_LIMIT = 200
+# What ``work retry|cancel --filter`` filters by (the Work list's filters).
+BULK_FILTER_KEYS = ("scope", "status", "binding", "key")
 
 
 def _work_id_argument(parser: CommandParser, what: str) -> None:
@@ -101,8 +106,8 @@ def list_arguments(parser: CommandParser) -> None:
         "--status",
         default="",
         metavar="STATUS",
-        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked' or "
-        "'backing_off' (then 'ready' means neither), as the Work list offers them.",
+        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked', 'backing_off' or "
+        "'awaiting_binding' (then 'ready' means none of them), as the Work list offers them.",
     )
     parser.add_argument(
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
@@ -191,6 +196,11 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
         )
     if work.parked_at:
         lines.append(f"  parked since {timestamp(work.parked_at)} after {counted(work.failures, 'failures')}")
+    elif work.is_awaiting_binding:
+        lines.append(
+            "  waiting for a binding that can run it (rebind it, or give its binding an executor); "
+            f"looked at again at {timestamp(work.retry_at)}"
+        )
     elif work.retry_at:
         lines.append(f"  backing off until {timestamp(work.retry_at)} ({counted(work.failures, 'failures')})")
     if work.last_error:
@@ -249,6 +259,8 @@ def _hold_mark(work: Work) -> str:
     hold = work_hold(work, now=system_clock())
     if hold is NotRunning.PARKED:
         return " (parked)"
+    if hold is NotRunning.AWAITING_BINDING:
+        return " (waiting for a binding that can run it)"
     if hold is NotRunning.BACKING_OFF:
         failures = f" ({failures_text(work.failures)})" if work.failures else ""
         return f" (backing off until {timestamp(work.retry_at)}{failures})"
@@ -258,9 +270,20 @@ def _hold_mark(work: Work) -> str:
 # --- the controls -----------------------------------------------------------------------------
 
 
+def _bulk_id_argument(parser: CommandParser, what: str) -> None:
+    parser.add_argument(
+        "work_id",
+        metavar="ID",
+        nargs="?",
+        type=positive_int,
+        help=f"The id of the Work to {what} (or --filter for every Work matching it).",
+    )
+    filter_arguments(parser, keys=BULK_FILTER_KEYS, noun="Work")
+
+
 def cancel_arguments(parser: CommandParser) -> None:
     """Arguments of ``work cancel``."""
-    _work_id_argument(parser, "cancel")
+    _bulk_id_argument(parser, "cancel")
     parser.add_argument(
         "--reason", metavar="TEXT", help="Why, kept with the control Event and shown in the Work's history."
     )
@@ -270,7 +293,7 @@ def cancel_arguments(parser: CommandParser) -> None:
 
 def retry_arguments(parser: CommandParser) -> None:
     """Arguments of ``work retry``."""
-    _work_id_argument(parser, "retry")
+    _bulk_id_argument(parser, "retry")
     as_user_argument(parser)
     _json_argument(parser, "the result")
 
@@ -316,7 +339,9 @@ def rebind_arguments(parser: CommandParser) -> None:
 
 def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
     """Cancel a Work: its attempts, waits, timers and queue end with it; its work loop stops a
-    running attempt's process."""
+    running attempt's process. With ``--filter``: every Work matching it, as a bulk job."""
+    if _bulk(command, options, WorkControl.CANCEL):
+        return
     _control(
         command,
         options,
@@ -327,7 +352,10 @@ def cancel_run(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def retry_run(command: BaseCommand, options: dict[str, Any]) -> None:
-    """Run a parked or backing-off Work again at once."""
+    """Run a parked or backing-off Work again at once. With ``--filter``: every Work matching
+    it, as a bulk job."""
+    if _bulk(command, options, WorkControl.RETRY):
+        return
     _control(
         command,
         options,
@@ -393,6 +421,55 @@ OPTION_NAMES = {
     "binding": "--binding",
     "reason": "--reason",
 }
+
+
+def _bulk(command: BaseCommand, options: dict[str, Any], action: WorkControl) -> bool:
+    """Run ``work retry|cancel --filter …`` as a bulk job (True), or say the command names one
+    Work (False). Needs ``--count``, the number of Work the operator expects it to match."""
+    if not options["filters"]:
+        if options["work_id"] is None:
+            _refuse(command, options, "invalid_input", "ID: name a Work by its id, or many with --filter")
+        if options["count"] is not None or options["no_wait"]:
+            _refuse(command, options, "invalid_input", "--count and --no-wait go with --filter")
+        return False
+    if options["work_id"] is not None:
+        _refuse(command, options, "invalid_input", "ID: name one Work or use --filter, not both")
+    try:
+        filters = WorkFilter(**parse_filters(options["filters"], keys=BULK_FILTER_KEYS))
+    except ValueError as exc:
+        _refuse(command, options, "invalid_input", f"--filter {exc}")
+    actor = cli_actor(options["as_user"])
+    try:
+        job = work_bulk_job(
+            action=action,
+            filters=filters,
+            count=options["count"],
+            user=actor,
+            clock=system_clock,
+            reason=options.get("reason"),
+        )
+    except BulkCountChanged as changed:
+        _refuse(
+            command,
+            options,
+            changed.code,
+            f"--count: the filter matches {changed.count} Work, not {changed.confirmed}: check them "
+            f"('work list') and pass --count {changed.count}",
+            body=changed.details(),
+        )
+    except WorkControlInvalid as invalid:
+        if invalid.field == "count":
+            matched = len(work_bulk_ids(filters=filters, now=system_clock()))
+            _refuse(
+                command,
+                options,
+                invalid.code,
+                f"--count: the filter matches {matched} Work: check them ('work list') and pass --count {matched}",
+                body=invalid.details(),
+            )
+        _refuse(command, options, invalid.code, f"--filter: {invalid.message}", body=invalid.details())
+    job_run_foreground(command, job, options)
+    return True
 
 
 def _control(command: BaseCommand, options: dict[str, Any], call: Callable[[str], WorkControlResult]) -> None:

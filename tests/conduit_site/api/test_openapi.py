@@ -9,6 +9,7 @@ import pytest
 
 from causal.models import Event
 from conduit_site.api.openapi import openapi_schema
+from controls.models import BulkJob
 from routing.access.services import api_token_create
 from tests.routing.factories import DEFAULT_TEST_CONFIG, T0, apply_config, user_with_role
 from tests.worklife.factories import WorkFactory
@@ -43,8 +44,11 @@ def test_a_null_ids_is_refused_not_read_as_absent(client, auth):
 
 def test_a_whole_number_written_with_a_point_is_an_integer(client, auth):
     work = WorkFactory(scope="acme")
-    response = post(client, "/api/work/bulk", {"action": "cancel", "ids": [float(work.pk)]}, auth)
-    assert response.status_code == 200 and response.json()["done"] == 1
+    response = post(
+        client, "/api/work/bulk", {"action": "cancel", "ids": [float(work.pk)], "count": 1.0}, auth
+    )
+    assert response.status_code == 202 and response.json()["total"] == 1
+    assert BulkJob.objects.get(pk=response.json()["id"]).targets == [work.pk]
     event = {"specversion": "1.0", "id": "w1", "source": "t", "type": "t.x", "scope": "acme", "cx": 7.0}
     assert document_allows("CloudEventInput", {**event, "work_id": float(work.pk)})
     response = post(client, "/api/events", {**event, "work_id": float(work.pk)}, auth)

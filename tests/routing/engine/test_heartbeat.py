@@ -40,6 +40,7 @@ def test_a_route_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_rea
         "abandoned_calls": 0,
         "abandoned_total": 0,
         "failing": None,
+        "stopped": True,  # its last beat, written as it closed
     }
     beat = RouteLoopHeartbeat(
         loop="host:1:abc",
@@ -67,3 +68,20 @@ def test_other_route_loops_are_alive_while_one_beats_and_beating_since_counts_th
     assert other_loops_alive(owner="me", now=clock(), within=timedelta(seconds=10))
     since = clock() - timedelta(seconds=60)
     assert sorted(KV.objects.filter(beating_since(since)).values_list("key", flat=True)) == ["me", "other"]
+
+
+def test_a_stopped_route_loop_no_longer_counts_as_alive(clock):
+    from conduit_site.doctor import loop_heartbeats, loops_alive
+
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        loop.step()
+        assert loop_heartbeats(now=clock())["route_loop"].alive == 1
+        assert loops_alive(now=clock()).route_loop
+        assert other_loops_alive(owner="me", now=clock(), within=timedelta(seconds=10))
+    finally:
+        loop.close()
+    assert loop_heartbeats(now=clock())["route_loop"].alive == 0
+    assert not loops_alive(now=clock()).route_loop
+    assert not other_loops_alive(owner="me", now=clock(), within=timedelta(seconds=10))
+    assert route_loop_heartbeats()[0].stopped

@@ -948,3 +948,33 @@ def test_r9_a_window_commits_beside_an_earlier_one_that_published_its_targets(cl
     assert [state(e) for e in (first, other, same)] == [RouteState.ROUTED] * 3
     assert [i[0] for i in inputs(record(first).work_id)] == [first.seq, same.seq]
     assert record(other).work_id != record(first).work_id
+
+
+AUDIT = DOCUMENT.replace(
+    """      - slot: noise""",
+    """      - slot: audit
+        handler: match
+        params: {type: "operator.*", keys: ["audit:{subject}"]}
+        binding: inbox
+        policy: queue
+      - slot: noise""",
+)
+
+
+def test_a_key_template_rendering_from_an_absent_subject_declines_instead_of_making_a_conflict(clock):
+    from controls.work import work_create
+
+    apply(clock, AUDIT)
+    created = [
+        work_create(scope="acme", binding="inbox", event_type="operator.task", user="ops", clock=clock)
+        for _ in range(2)
+    ]
+    later = accept(clock, "operator.note", {}, subject="pr-7")
+    r = router(clock)
+    drain(r)
+    for done in created:
+        first = RouteRecord.objects.get(event_id=done.input_seq)
+        assert (first.work_id, first.reason) == (done.work_id, "addressed")
+    assert not CorrelationKey.objects.filter(key="audit:").exists()
+    assert state(later) == RouteState.ROUTED
+    assert CorrelationKey.objects.get(key="audit:pr-7").work_id == record(later).work_id

@@ -272,6 +272,16 @@ def test_r40_key_with_missing_field_skips_naming_the_field():
     assert decision.reason.endswith('needs data.repository, which is {"name":"web"}, not a scalar')
 
 
+def test_a_key_template_rendering_from_an_absent_subject_or_an_empty_field_declines_with_no_key():
+    params = {"type": "*", "keys": ["audit:{subject}"]}
+    decision = decide(params, snap(subject=""))
+    assert not decision.matched and decision.keys == ()
+    assert decision.reason == "key audit:{subject} needs subject, which is empty"
+    decision = decide({"type": "*", "keys": ["b:{data.branch}"]}, snap(data={"branch": ""}))
+    assert decision.reason == "key b:{data.branch} needs data.branch, which is empty"
+    assert decide(params, snap(subject="pr-7")).keys == ("audit:pr-7",)
+
+
 def test_r40_key_rendering_of_scalars_and_literal_braces():
     params = {"type": "*", "keys": ["{{literal}}:{data.flag}:{data.n}:{subject}"]}
     decision = decide(params, snap(subject="s", data={"flag": True, "n": 7}))

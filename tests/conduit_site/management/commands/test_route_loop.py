@@ -258,3 +258,50 @@ def test_after_a_pass_that_routed_events_the_loop_gathers_before_the_next():
     stop = RecordingStop(loop)
     Command(stdout=StringIO())._forever(loop, stop, 0.5, None, gather=0.0)
     assert stop.waits == [0.5]  # --gather 0: the next pass at once
+
+
+@pytest.mark.django_db
+def test_drain_runs_the_stored_bulk_jobs_to_their_end_and_routes_the_replay_copies(test_handlers):
+    from controls.jobs import events_replay_job
+    from controls.models import BulkJob
+
+    apply(system_clock, MATCH_ONLY)
+    events_accept(payloads=conversation_payloads(3, 1), clock=system_clock, may_address_work=True)
+    call_command("route_loop", "--drain", stdout=StringIO())
+    seqs = list(Event.objects.order_by("seq").values_list("seq", flat=True))
+    job = events_replay_job(seqs=seqs, count=len(seqs), user="ops", clock=system_clock)
+    out = StringIO()
+    call_command("route_loop", "--drain", stdout=out)
+    job = BulkJob.objects.get(pk=job.pk)
+    assert (job.state, job.succeeded) == ("done", len(seqs))
+    assert f"bulk job {job.pk} done: {len(seqs)} done, 0 refused" in out.getvalue()
+    assert not Event.objects.filter(route_state=RouteState.UNROUTED).exists()  # the copies routed too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_route_loop_runs_a_bulk_job_stored_while_it_idles(test_handlers):
+    """``make run`` starts no other runner: the route loop's process, woken by the job's commit,
+    runs it batch after batch."""
+    from controls.jobs import work_bulk_job
+    from controls.models import BulkJob
+    from controls.work import WorkControl
+    from tests.worklife.factories import WorkFactory
+
+    apply(system_clock, MATCH_ONLY)
+    works = [WorkFactory(scope="acme", failures=5, parked_at=system_clock()) for _ in range(5)]
+    with command_running("route_loop", "--poll-interval", "30") as proc:
+        deadline = time.monotonic() + 60
+        while not KV.objects.filter(namespace=HEARTBEATS_NAMESPACE).exists():
+            assert time.monotonic() < deadline, "the loop recorded no heartbeat"
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        job = work_bulk_job(
+            action=WorkControl.RETRY, ids=[w.pk for w in works], count=5, user="ops", clock=system_clock
+        )
+        stored = time.monotonic()
+        while BulkJob.objects.get(pk=job.pk).state != "done":
+            assert time.monotonic() - stored < 10, "the job did not run within 10 s: no wake-up"
+            time.sleep(0.05)
+        out, err = sigterm(proc)
+    assert proc.returncode == 0, err
+    assert BulkJob.objects.get(pk=job.pk).succeeded == 5
