@@ -97,6 +97,8 @@ class Binding(models.Model):
     executor = models.CharField(max_length=128, blank=True, default="")
     settings = models.JSONField(default=dict, blank=True)
     controls = models.JSONField(default=list, blank=True)
+    # Flow control as declared (concurrency, throttle, priority, debounce, batch: worklife.flow).
+    flow = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["scope", "name"]

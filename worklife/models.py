@@ -71,6 +71,13 @@ class Work(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True)
     parked_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=1000, blank=True, default="")
+    # Flow control's hold (worklife.flow): its kind, one line saying it, the gate it waits on (a
+    # concurrency hold is released when an attempt of that gate ends) and until when the claim
+    # leaves the Work alone. Not a failure: no retry state changes.
+    hold_kind = models.CharField(max_length=16, blank=True, default="")
+    hold_reason = models.CharField(max_length=500, blank=True, default="")
+    hold_gate = models.CharField(max_length=600, blank=True, default="")
+    held_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "Work"
@@ -79,6 +86,8 @@ class Work(models.Model):
             models.Index(fields=["scope"], name="work_scope_idx"),
             # Partial, as Event's parent index: most Work has no parent, and the router starts it.
             models.Index(fields=["parent"], name="work_parent_idx", condition=Q(parent__isnull=False)),
+            # Flow control's release of the Work held on a gate (and its list filter).
+            models.Index(fields=["hold_gate"], name="work_hold_gate_idx", condition=~Q(hold_kind="")),
         ]
         # The operator controls on Work, each granted on its own (API, console; the CLI is
         # trusted host access and checks none).
@@ -120,6 +129,26 @@ class Work(models.Model):
 def backing_off_at(now: datetime) -> Q:
     """The Work backing off at ``now`` as a query: :meth:`Work.is_backing_off` for many rows."""
     return Q(status=WorkStatus.READY, parked_at__isnull=True, retry_at__gt=now)
+
+
+class HoldKind(models.TextChoices):
+    """What flow control holds a ready Work for (``worklife.flow``)."""
+
+    CONCURRENCY = "concurrency", "concurrency limit"
+    THROTTLE = "throttle", "throttle"
+    DEBOUNCE = "debounce", "debounce"
+    BATCH = "batch", "batching"
+
+
+class FlowGate(models.Model):
+    """A flow control gate (a binding's or a key's concurrency limit or throttle): a row the
+    claim locks ``FOR UPDATE`` before it counts the gate's attempts, so claims of every work
+    loop on every host count one after another (``worklife.flow``). Only its name matters."""
+
+    name = models.CharField(max_length=600, unique=True)
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class CorrelationKey(models.Model):
@@ -187,6 +216,10 @@ class Attempt(models.Model):
     error = models.TextField(blank=True, default="")
     stdout_tail = models.TextField(blank=True, default="")
     stderr_tail = models.TextField(blank=True, default="")
+    # The flow control gates it counts towards (worklife.flow): a concurrency gate while live,
+    # a throttle gate by its start time ("": none).
+    concurrency_key = models.CharField(max_length=600, blank=True, default="")
+    throttle_key = models.CharField(max_length=600, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -207,6 +240,18 @@ class Attempt(models.Model):
             # The home page's trends: attempts started and ended per minute.
             models.Index(fields=["started_at"], name="attempt_started_at_idx"),
             models.Index(fields=["ended_at", "state"], name="attempt_ended_at_idx"),
+            # Flow control's counts in the claim: live attempts per concurrency gate, recent
+            # starts per throttle gate.
+            models.Index(
+                fields=["concurrency_key"],
+                name="attempt_concurrency_idx",
+                condition=Q(state__in=["running", "waiting"]) & ~Q(concurrency_key=""),
+            ),
+            models.Index(
+                fields=["throttle_key", "started_at"],
+                name="attempt_throttle_idx",
+                condition=~Q(throttle_key=""),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
@@ -47,7 +48,7 @@ from worklife.attempts import (
     attempts_rescue,
 )
 from worklife.calls import AttemptCalls, Running, authority
-from worklife.dispatch import Configurations, dispatch_many_in_tx
+from worklife.dispatch import Configurations, FlowHeld, dispatch_many_in_tx
 from worklife.errors import WorkError
 from worklife.executors import (
     Execution,
@@ -58,6 +59,7 @@ from worklife.executors import (
     start_attempt,
 )
 from worklife.executors.containment import lost_attempt_process_kill, pid_alive
+from worklife.flow import flow_claim_order, flow_release, priorities_of
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -147,6 +149,9 @@ class WorkRunner:
         self.stopping = False
         self._executors: dict[str, Executor] = {}
         self._touched: set[int] = set()
+        # Attempts of this loop that ended this pass: the Work held on their concurrency gates
+        # is released before the claim (worklife.flow).
+        self._ended: set[int] = set()
         self.calls = AttemptCalls(
             clock=clock, causal=self.causal, touched=self._touched, scopes=configurations
         )
@@ -435,6 +440,7 @@ class WorkRunner:
 
     def _forget(self, running: Running) -> None:
         self.running.pop(running.attempt_id, None)
+        self._ended.add(running.attempt_id)
         with contextlib.suppress(OSError):
             running.execution.release()
 
@@ -532,13 +538,21 @@ class WorkRunner:
         return len(self.running) - min(self.parked(), self.wait_slots)
 
     def _claim(self) -> int:
+        if self._ended:
+            flow_release(attempt_ids=self._ended)
+            self._ended.clear()
         free = self.slots - self.occupied()
         if free <= 0:
             return 0
         now = self.clock()
         starts: list[tuple[Attempt, list[Event], dict]] = []
+        live = self.configurations.live()
+        priorities = (
+            priorities_of((path, s.bindings) for path, s in _scopes_of(live.configuration)) if live else {}
+        )
+        order, annotations = flow_claim_order(priorities, now=now)
         with transaction.atomic():
-            work_ids = claimable_work_in_tx(now=now, limit=free)
+            work_ids = claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
             if not work_ids:
                 return 0
             dispatched = dispatch_many_in_tx(
@@ -550,7 +564,10 @@ class WorkRunner:
             )
             attempts = []
             for work_id, outcome in dispatched.items():
-                if isinstance(outcome, WorkError):
+                if isinstance(outcome, FlowHeld):
+                    metrics.flow_held(outcome.hold.kind)
+                    self._touched.add(work_id)
+                elif isinstance(outcome, WorkError):
                     self.counters.refused += 1
                     work_hold_in_tx(
                         work_id=work_id,
@@ -646,6 +663,12 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
+
+
+def _scopes_of(configuration: Any) -> list[tuple[str, Any]]:
+    """``(path, scope)`` of every effective scope of a configuration (one that lists them)."""
+    scopes = getattr(configuration, "scopes", None)
+    return list(scopes.items()) if isinstance(scopes, dict | MappingProxyType) else []
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:

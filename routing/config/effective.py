@@ -10,6 +10,7 @@ from typing import Any
 
 from routing.config.document import ParsedScope
 from routing.extension import RouteInfo, freeze
+from worklife.flow import NO_FLOW, FlowPolicy, flow_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class EffectiveBinding:
     capabilities: frozenset[str]
     redefines: str = ""
     problem: str = ""
+    flow: FlowPolicy = NO_FLOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 capabilities=capabilities,
                 redefines=inherited.scope if inherited else "",
                 problem=problem,
+                flow=flow_policy(binding.flow),
             )
         routes: list[EffectiveRoute] = list(parent.routes) if parent else []
         index = {route.slot: position for position, route in enumerate(routes)}
@@ -226,6 +229,7 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "controls": list(b.controls),
                 "capabilities": sorted(b.capabilities),
                 "problem": b.problem,
+                "flow": b.flow.describe(),
             }
             for name, b in sorted(scope.bindings.items())
         },

@@ -48,6 +48,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                     settings=b.settings or {},
                     controls=tuple(b.controls or ()),
                     capabilities=frozenset(),
+                    flow=b.flow or {},
                 )
                 for b in row.bindings.all()
             ),

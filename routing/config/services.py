@@ -77,6 +77,7 @@ def _config_store_in_tx(
                 executor=b.executor,
                 settings=b.settings,
                 controls=list(b.controls),
+                flow=b.flow,
             )
             for b in declared.bindings
         )

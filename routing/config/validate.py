@@ -26,6 +26,7 @@ from worklife.executors import (
     registered_executors,
     validate_binding,
 )
+from worklife.flow import FLOW_KEYS, flow_declared, flow_parse
 
 POLICIES: tuple[str, ...] = ("queue", "inject", "interrupt", "drop")
 FALLBACKS: tuple[str, ...] = ("queue", "drop")
@@ -46,7 +47,7 @@ _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 
 _DOCUMENT_KEYS = ("version", "default_scope", "scopes", "receivers")
 _SCOPE_KEYS = ("path", "bindings", "routes")
-_BINDING_KEYS = ("executor", "settings", "controls")
+_BINDING_KEYS = ("executor", "settings", "controls", *FLOW_KEYS)
 _ROUTE_KEYS = ("slot", "handler", "params", "binding", "policy", "fallback", "start")
 
 
@@ -273,6 +274,8 @@ class _Validator:
             return None
         before = len(self.problems)
         self.keys(binding, place, _BINDING_KEYS)
+        for where, message in flow_parse(binding, place)[1]:
+            self.problem(where, message)
         executor = self.string(binding.get("executor"), f"{place}.executor")
         settings = binding.get("settings")
         if settings is None:
@@ -317,6 +320,7 @@ class _Validator:
             controls=tuple(controls),
             capabilities=capabilities,
             place=place,
+            flow=flow_declared(binding),
         )
 
     def routes(self, raw: Any, place: str) -> tuple[ParsedRoute, ...]:
