@@ -590,6 +590,14 @@ def _clear_holds(work_ids: Sequence[int]) -> None:
         )
 
 
+def flow_inputs_arrived_in_tx(work_ids: Sequence[int]) -> None:
+    """New input for ``work_ids`` (the router's commit): the Work batching its input is claimable
+    again, so the next claim sees whether its batch is full. One statement."""
+    Work.objects.filter(pk__in=list(work_ids), hold_kind=HoldKind.BATCH, held_until__isnull=False).update(
+        held_until=None
+    )
+
+
 def flow_release(*, attempt_ids: Iterable[int]) -> int:
     """Release the Work held on the concurrency gates of attempts that ended: they are
     claimable again at once (oldest first); returns how many. Two statements at most."""

@@ -14,6 +14,7 @@ from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from infra.queries import starts_with
 from infra.words import counted
+from worklife.flow import flow_hold_active, flow_hold_text
 from worklife.models import (
     DISPATCH_REFUSED,
     PRESENTED_KINDS,
@@ -293,6 +294,7 @@ def work_runnable(*, now: datetime) -> QuerySet[Work]:
         Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=True)
         .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
         .filter(Q(pending_run=True) | Exists(pending))
+        .filter(Q(held_until__isnull=True) | Q(held_until__lte=now))
     )
 
 
@@ -313,6 +315,7 @@ class NotRunning(StrEnum):
     QUEUE_ONLY = "queue_only"  # its binding has no executor: its input waits in the queue
     DISPATCH_REFUSED = "dispatch_refused"  # the configuration refused its next attempt
     HELD = "held"  # nothing to run; its next input is held behind an unrouted Event (R19)
+    FLOW_HELD = "flow_held"  # flow control holds it: a concurrency limit, a throttle, debounce, batch
     NO_INPUT = "no_input"  # nothing to run and nothing on the way
     CLAIMABLE = "claimable"  # runnable now: a work_loop claims it on its next pass
 
@@ -379,6 +382,8 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
                 event_seq=seq,
             )
         return WhyNotRunning(NotRunning.NO_INPUT, "no input: nothing is queued for it")
+    if flow_hold_active(work, now):
+        return WhyNotRunning(NotRunning.FLOW_HELD, flow_hold_text(work), until=work.held_until)
     again = f" (checked again at {_when(work.retry_at)})" if work.retry_at else ""
     if work.last_error and not failed:
         if "queue-only" in work.last_error:
