@@ -262,6 +262,10 @@ def dispatch_many_in_tx(
         for spec in specs
         if spec.work_id in admission.admitted
     ]
+    if admission.locked:
+        # Read after the gates' locks: an attempt's start is then after the end of every attempt
+        # the admission did not count (its start and end times show the limit held).
+        now = clock()
     started = attempts_start_in_tx(specs=specs, now=now, lease_until=lease_until, lease_owner=lease_owner)
     for work_id, attempt in started.items():
         if isinstance(attempt, WorkError):

@@ -360,6 +360,7 @@ class Admission:
 
     admitted: dict[int, tuple[str, str]]
     held: dict[int, Hold]
+    locked: bool = False
 
 
 def _pending_facts(work_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -538,7 +539,7 @@ def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admis
         admitted[work_id] = (conc, thr)
     flow_hold_in_tx(held=held, now=now)
     _clear_holds(list(admitted))
-    return Admission(admitted, held)
+    return Admission(admitted, held, locked=bool(names))
 
 
 def _keyed(policy: FlowPolicy) -> bool:
@@ -652,12 +653,12 @@ def flow_claim_order(
     return [aged.desc(), priority.desc(), "id"], annotations
 
 
-def priorities_of(scopes: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[tuple[str, str], int]:
-    """``(Work scope, binding name) -> priority`` for every binding with a priority, from each
-    effective scope's bindings (``(path, bindings)``; a binding has a ``flow`` policy)."""
+def priorities_of(configuration: Any) -> dict[tuple[str, str], int]:
+    """``(Work scope, binding name) -> priority`` for every binding with a priority in a
+    configuration's effective scopes (``scopes``: path -> scope with ``bindings``)."""
     out = {}
-    for path, bindings in scopes:
-        for name, binding in bindings.items():
+    for path, scope in dict(getattr(configuration, "scopes", None) or {}).items():
+        for name, binding in scope.bindings.items():
             policy = getattr(binding, "flow", NO_FLOW)
             if policy.priority:
                 out[(path, name)] = policy.priority
@@ -709,3 +710,13 @@ def flow_holds_by_kind(now: datetime) -> dict[str, int]:
         .values_list("hold_kind", "n")
     )
     return {kind: counts.get(kind, 0) for kind in HoldKind.values}
+
+
+def flow_hold_line(work: Work, *, now: datetime | None = None) -> str:
+    """The Work's flow control hold as ``work get`` prints it (``""``: none now)."""
+    from causal.clock import system_clock
+
+    if not flow_hold_active(work, now or system_clock()):
+        return ""
+    assert work.held_until is not None
+    return f"{flow_hold_text(work)} (looked at again by {_clock(work.held_until)} UTC at the latest)"

@@ -22,6 +22,15 @@ class WorkStatus(models.TextChoices):
 TERMINAL_STATUSES = frozenset({WorkStatus.COMPLETED, WorkStatus.CANCELLED})
 
 
+class HoldKind(models.TextChoices):
+    """What flow control holds a ready Work for (``worklife.flow``)."""
+
+    CONCURRENCY = "concurrency", "concurrency limit"
+    THROTTLE = "throttle", "throttle"
+    DEBOUNCE = "debounce", "debounce"
+    BATCH = "batch", "batching"
+
+
 # How a refused dispatch reads in Work.last_error (an attempt's failure reads "attempt N …").
 DISPATCH_REFUSED = "dispatch refused: "
 
@@ -74,7 +83,7 @@ class Work(models.Model):
     # Flow control's hold (worklife.flow): its kind, one line saying it, the gate it waits on (a
     # concurrency hold is released when an attempt of that gate ends) and until when the claim
     # leaves the Work alone. Not a failure: no retry state changes.
-    hold_kind = models.CharField(max_length=16, blank=True, default="")
+    hold_kind = models.CharField(max_length=16, choices=HoldKind.choices, blank=True, default="")
     hold_reason = models.CharField(max_length=500, blank=True, default="")
     hold_gate = models.CharField(max_length=600, blank=True, default="")
     held_until = models.DateTimeField(null=True, blank=True)
@@ -129,15 +138,6 @@ class Work(models.Model):
 def backing_off_at(now: datetime) -> Q:
     """The Work backing off at ``now`` as a query: :meth:`Work.is_backing_off` for many rows."""
     return Q(status=WorkStatus.READY, parked_at__isnull=True, retry_at__gt=now)
-
-
-class HoldKind(models.TextChoices):
-    """What flow control holds a ready Work for (``worklife.flow``)."""
-
-    CONCURRENCY = "concurrency", "concurrency limit"
-    THROTTLE = "throttle", "throttle"
-    DEBOUNCE = "debounce", "debounce"
-    BATCH = "batch", "batching"
 
 
 class FlowGate(models.Model):

@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
@@ -547,9 +546,7 @@ class WorkRunner:
         now = self.clock()
         starts: list[tuple[Attempt, list[Event], dict]] = []
         live = self.configurations.live()
-        priorities = (
-            priorities_of((path, s.bindings) for path, s in _scopes_of(live.configuration)) if live else {}
-        )
+        priorities = priorities_of(live.configuration) if live else {}
         order, annotations = flow_claim_order(priorities, now=now)
         with transaction.atomic():
             work_ids = claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
@@ -663,12 +660,6 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
-
-
-def _scopes_of(configuration: Any) -> list[tuple[str, Any]]:
-    """``(path, scope)`` of every effective scope of a configuration (one that lists them)."""
-    scopes = getattr(configuration, "scopes", None)
-    return list(scopes.items()) if isinstance(scopes, dict | MappingProxyType) else []
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:

@@ -14,7 +14,7 @@ from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from infra.queries import starts_with
 from infra.words import counted
-from worklife.flow import flow_hold_active, flow_hold_text
+from worklife.flow import flow_held_at, flow_hold_active, flow_hold_text
 from worklife.models import (
     DISPATCH_REFUSED,
     PRESENTED_KINDS,
@@ -40,8 +40,10 @@ ENGINE_LIST_LIMIT = 20
 # and ready Work backing off (its next try is later); ``ready`` then means neither.
 PARKED = "parked"
 BACKING_OFF = "backing_off"
+# Ready Work flow control holds (a concurrency limit, a throttle, debounce, batch: worklife.flow).
+FLOW_HELD = "flow_held"
 # The Work states as people read them: a status, or one of the two holds of a ready Work.
-WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF)
+WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF, FLOW_HELD)
 # The longest scope path Work stores (Work.scope).
 SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
 BINDING_MAX_LENGTH = Work._meta.get_field("binding").max_length
@@ -87,6 +89,8 @@ def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QueryS
         queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=False)
     elif filters.status == BACKING_OFF:
         queryset = queryset.filter(backing_off_at(now))
+    elif filters.status == FLOW_HELD:
+        queryset = queryset.filter(flow_held_at(now))
     elif filters.status == WorkStatus.READY:
         queryset = queryset.filter(status=WorkStatus.READY, parked_at__isnull=True).exclude(
             backing_off_at(now)
@@ -441,6 +445,8 @@ def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
         return NotRunning.PARKED
     if work.is_backing_off(now):
         return NotRunning.BACKING_OFF
+    if flow_hold_active(work, now):
+        return NotRunning.FLOW_HELD
     return None
 
 

@@ -11,7 +11,7 @@ from infra.converters import MAX_ID
 from infra.times import parse_time
 from routing.records.filters import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid
 from worklife.models import WorkStatus
-from worklife.selectors import BACKING_OFF, PARKED, WorkFilter
+from worklife.selectors import BACKING_OFF, FLOW_HELD, PARKED, WorkFilter
 
 
 def _choices_with_any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -157,7 +157,10 @@ class WorkFilterForm(KeysetOrderForm):
     scope = forms.CharField(required=False, max_length=255, help_text="Exact scope path, e.g. acme/web.")
     status = forms.ChoiceField(
         required=False,
-        choices=_choices_with_any([*WorkStatus.choices, (PARKED, "parked"), (BACKING_OFF, "backing off")]),
+        choices=_choices_with_any(
+            [*WorkStatus.choices, (PARKED, "parked"), (BACKING_OFF, "backing off")]
+            + [(FLOW_HELD, "held by flow control")]
+        ),
         help_text=(
             "The Work's state; ready means neither parked (after too many failures) nor backing"
             " off (its next try is later)."

@@ -70,3 +70,26 @@ def inputs_taken(work: Work) -> list[list[int]]:
     ):
         out.setdefault(number, []).append(seq)
     return [out[n] for n in sorted(out)]
+
+
+def most_at_once(intervals: list[tuple]) -> int:
+    """The most intervals ``(start, end)`` open at one moment (an end at the same instant as a
+    start closes first)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = live = 0
+    for _, step in edges:
+        live += step
+        most = max(most, live)
+    return most
+
+
+def most_started_in(starts: list, seconds: float) -> int:
+    """The most starts within any window of ``seconds`` (a start exactly ``seconds`` after
+    another is in the next window)."""
+    ordered = sorted(starts)
+    most = first = 0
+    for last, moment in enumerate(ordered):
+        while (moment - ordered[first]).total_seconds() >= seconds:
+            first += 1
+        most = max(most, last - first + 1)
+    return most

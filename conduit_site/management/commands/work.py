@@ -41,6 +41,7 @@ from infra.times import timestamp
 from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.serializers import attempt_json, work_json
+from worklife.flow import flow_hold_line
 from worklife.models import Work, WorkStatus
 from worklife.selectors import (
     NotRunning,
@@ -186,6 +187,8 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
         lines.append(f"  backing off until {timestamp(work.retry_at)} ({counted(work.failures, 'failures')})")
     if work.last_error:
         lines.append(f"  last error: {work.last_error}")
+    if hold := flow_hold_line(work):
+        lines.append(f"  flow control: {hold}")
     if work.trigger_id:
         lines.append(f"  trigger: #{work.trigger_id}")
     lines.extend(
@@ -217,6 +220,8 @@ def _hold_mark(work: Work) -> str:
     if hold is NotRunning.BACKING_OFF:
         failures = f" ({failures_text(work.failures)})" if work.failures else ""
         return f" (backing off until {timestamp(work.retry_at)}{failures})"
+    if hold is NotRunning.FLOW_HELD:
+        return f" (held by flow control: {work.get_hold_kind_display()})"
     return ""
 
 
