@@ -488,51 +488,23 @@ def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admis
     started: dict[str, tuple[int, datetime | None]] = {}
     if names:
         _lock_gates(names)
-        running = dict(
-            Attempt.objects.filter(concurrency_key__in=names, state__in=ACTIVE_ATTEMPT_STATES)
-            .values("concurrency_key")
-            .annotate(n=Count("pk"))
-            .order_by()
-            .values_list("concurrency_key", "n")
-        )
         periods = {
             thr: c.policy.throttle.period
             for c in limited
             if (thr := gates.get(c.work_id, ("", ""))[1]) and c.policy.throttle is not None
         }
-        for name, period in periods.items():
-            row = Attempt.objects.filter(
-                throttle_key=name, started_at__gt=now - timedelta(seconds=period)
-            ).aggregate(n=Count("pk"), oldest=Min("started_at"))
-            started[name] = (row["n"], row["oldest"])
+        running, started = _gate_counts(names, periods, now)
     for candidate in candidates:
         work_id = candidate.work_id
         if work_id in held:
             continue
         conc, thr = gates.get(work_id, ("", ""))
-        policy = candidate.policy
-        if conc and policy.concurrency is not None and running.get(conc, 0) >= policy.concurrency.limit:
-            held[work_id] = Hold(
-                HoldKind.CONCURRENCY,
-                f"binding `{candidate.binding}` is at its concurrency limit {policy.concurrency.limit}"
-                + _for_key(conc, candidate, "concurrency"),
-                now + CONCURRENCY_RECHECK,
-                gate=conc,
-            )
+        hold = _gate_hold(candidate, conc, thr, running, started, now)
+        if hold is not None:
+            held[work_id] = hold
             continue
-        if thr and policy.throttle is not None:
+        if thr:
             n, oldest = started.get(thr, (0, None))
-            if n >= policy.throttle.limit:
-                until = (oldest or now) + timedelta(seconds=policy.throttle.period)
-                held[work_id] = Hold(
-                    HoldKind.THROTTLE,
-                    f"throttled until {_clock(until)}: binding `{candidate.binding}` started "
-                    f"{policy.throttle.limit} attempts in {seconds_text(policy.throttle.period)}"
-                    + _for_key(thr, candidate, "throttle"),
-                    max(until, now + timedelta(milliseconds=10)),
-                    gate=thr,
-                )
-                continue
             started[thr] = (n + 1, oldest or now)
         if conc:
             running[conc] = running.get(conc, 0) + 1
@@ -540,6 +512,103 @@ def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admis
     flow_hold_in_tx(held=held, now=now)
     _clear_holds(list(admitted))
     return Admission(admitted, held, locked=bool(names))
+
+
+def _gate_counts(
+    names: Sequence[str], periods: Mapping[str, float], now: datetime
+) -> tuple[dict[str, int], dict[str, tuple[int, datetime | None]]]:
+    """Live attempts per concurrency gate (one query) and, per throttle gate, the attempts
+    started within its period and the oldest of them (one query each)."""
+    running = dict(
+        Attempt.objects.filter(concurrency_key__in=list(names), state__in=ACTIVE_ATTEMPT_STATES)
+        .values("concurrency_key")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("concurrency_key", "n")
+    )
+    started: dict[str, tuple[int, datetime | None]] = {}
+    for name, period in periods.items():
+        row = Attempt.objects.filter(
+            throttle_key=name, started_at__gt=now - timedelta(seconds=period)
+        ).aggregate(n=Count("pk"), oldest=Min("started_at"))
+        started[name] = (row["n"], row["oldest"])
+    return running, started
+
+
+def _gate_hold(
+    candidate: Candidate,
+    conc: str,
+    thr: str,
+    running: Mapping[str, int],
+    started: Mapping[str, tuple[int, datetime | None]],
+    now: datetime,
+) -> Hold | None:
+    """The hold of a candidate on its gates' counts, or ``None`` (it may start)."""
+    policy = candidate.policy
+    if conc and policy.concurrency is not None and running.get(conc, 0) >= policy.concurrency.limit:
+        return Hold(
+            HoldKind.CONCURRENCY,
+            f"binding `{candidate.binding}` is at its concurrency limit {policy.concurrency.limit}"
+            + _for_key(conc, candidate, "concurrency"),
+            now + CONCURRENCY_RECHECK,
+            gate=conc,
+        )
+    if thr and policy.throttle is not None:
+        n, oldest = started.get(thr, (0, None))
+        if n >= policy.throttle.limit:
+            until = (oldest or now) + timedelta(seconds=policy.throttle.period)
+            return Hold(
+                HoldKind.THROTTLE,
+                f"throttled until {_clock(until)}: binding `{candidate.binding}` started "
+                f"{policy.throttle.limit} attempts in {seconds_text(policy.throttle.period)}"
+                + _for_key(thr, candidate, "throttle"),
+                max(until, now + timedelta(milliseconds=10)),
+                gate=thr,
+            )
+    return None
+
+
+def flow_preview(
+    *,
+    binding: str,
+    binding_scope: str,
+    policy: FlowPolicy,
+    work_id: int | None,
+    event: Mapping[str, Any],
+    now: datetime,
+) -> str:
+    """What flow control would do with the Work an Event is routed to, said in one line
+    (``""``: the binding has no flow control): trace and the impact preview show it. The claim's
+    own rules (:func:`flow_admit_in_tx`) on the counts now, with the Event as new pending
+    input; reads only, no lock."""
+    if policy == NO_FLOW:
+        return ""
+    candidate = Candidate(work_id or 0, binding, binding_scope, policy)
+    facts = dict(_pending_facts([work_id]).get(work_id) or {}) if work_id else {}
+    arrived = {"n": facts.get("n", 0) + 1, "first": facts.get("first") or now, "last": now}
+    clauses = ", ".join(policy.describe())
+    hold = _wait_hold(candidate, arrived, now, set())
+    if hold is None:
+        key_event = event
+        if work_id and facts:
+            key_event = _key_events([work_id], {work_id: facts}).get(work_id) or event
+        conc = (
+            gate_name("concurrency", binding_scope, binding, _render(policy.concurrency, key_event))
+            if policy.concurrency
+            else ""
+        )
+        thr = (
+            gate_name("throttle", binding_scope, binding, _render(policy.throttle, key_event))
+            if policy.throttle
+            else ""
+        )
+        periods = {thr: policy.throttle.period} if thr and policy.throttle is not None else {}
+        running, started = _gate_counts([n for n in (conc,) if n], periods, now)
+        hold = _gate_hold(candidate, conc, thr, running, started, now)
+    if hold is None:
+        return f"flow control ({clauses}): its attempt may start now"
+    text = hold.text if hold.kind != HoldKind.CONCURRENCY else f"held: {hold.text}"
+    return f"flow control ({clauses}) would hold its attempt: {text}"
 
 
 def _keyed(policy: FlowPolicy) -> bool:
@@ -720,3 +789,10 @@ def flow_hold_line(work: Work, *, now: datetime | None = None) -> str:
         return ""
     assert work.held_until is not None
     return f"{flow_hold_text(work)} (looked at again by {_clock(work.held_until)} UTC at the latest)"
+
+
+def flow_next_release(now: datetime) -> float | None:
+    """Seconds until the first Work flow control holds may start (``None``: none is held; 0: one
+    is due now): what ``work_loop --drain`` waits for. One query."""
+    until = Work.objects.filter(flow_held_at(now)).aggregate(first=Min("held_until"))["first"]
+    return max((until - now).total_seconds(), 0.0) if until is not None else None

@@ -58,7 +58,7 @@ from worklife.executors import (
     start_attempt,
 )
 from worklife.executors.containment import lost_attempt_process_kill, pid_alive
-from worklife.flow import flow_claim_order, flow_release, priorities_of
+from worklife.flow import flow_claim_order, flow_next_release, flow_release, priorities_of
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -220,14 +220,20 @@ class WorkRunner:
         self.shutdown(grace=stop_grace)
 
     def drain(self, *, timeout: float = 60.0, wait: Callable[[float], Any] = time.sleep) -> int:
-        """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run."""
+        """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run. Work
+        flow control holds until a moment before the deadline (debounced, batching, throttled) is
+        waited for: it starts then."""
         deadline = time.monotonic() + timeout
         passes = 0
         while time.monotonic() < deadline:
             result = self.step()
             passes += 1
             if not self.running and result.started == 0 and result.finished == 0:
-                break
+                until = flow_next_release(self.clock())
+                if until is None or until > deadline - time.monotonic():
+                    break
+                wait(min(max(until, 0.02), 0.5))
+                continue
             if result.started == 0 and result.finished == 0:
                 wait(0.02)
         return passes
