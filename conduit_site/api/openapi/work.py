@@ -70,6 +70,17 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Parked after too many failures: an operator retries or cancels it.",
             },
             "last_error": {"type": "string", "description": "The last failure or refused dispatch."},
+            "flow_hold": {
+                "type": ["object", "null"],
+                "description": "Flow control's hold (docs/flow-control.md): null when none was recorded; "
+                "it holds until `until`.",
+                "properties": {
+                    "kind": {"type": "string", "enum": ["concurrency", "throttle", "debounce", "batch"]},
+                    "reason": {"type": "string"},
+                    "until": NULLABLE_TIMESTAMP,
+                    "gate": {"type": "string", "description": "The gate it waits on ('': none)."},
+                },
+            },
         },
     },
     "Attempt": {
@@ -309,7 +320,8 @@ PATHS: dict[str, Any] = {
                     "schema": WORK_STATE_FILTER,
                     "description": (
                         "The Work's state (empty: any): `parked`, ready Work parked after too many failures;"
-                        " `backing_off`, ready Work whose next try is later; `ready`, neither."
+                        " `backing_off`, ready Work whose next try is later; `flow_held`, ready Work flow"
+                        " control holds (docs/flow-control.md); `ready`, neither parked nor backing off."
                     ),
                 },
                 {

@@ -102,7 +102,8 @@ def list_arguments(parser: CommandParser) -> None:
         default="",
         metavar="STATUS",
         help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked' or "
-        "'backing_off' (then 'ready' means neither), as the Work list offers them.",
+        "'backing_off' (then 'ready' means neither), or 'flow_held' (held by flow control), as the "
+        "Work list offers them.",
     )
     parser.add_argument(
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
