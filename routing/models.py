@@ -135,6 +135,8 @@ class Route(models.Model):
     policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.QUEUE)
     fallback = models.CharField(max_length=16, choices=Fallback.choices, blank=True, default="")
     start = models.BooleanField(default=True)
+    # Raises the priority of the Work its Events arrive at (worklife.flow).
+    priority = models.SmallIntegerField(default=0)
 
     class Meta:
         ordering = ["scope", "position"]

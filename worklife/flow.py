@@ -39,7 +39,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Case, Count, F, IntegerField, Max, Min, OuterRef, Q, Subquery, Value, When
-from django.db.models.functions import Coalesce, NullIf
+from django.db.models.functions import Coalesce, Greatest, NullIf
 
 from causal.models import Event
 from causal.services import assert_in_tx
@@ -255,18 +255,19 @@ def flow_parse(declared: Mapping[str, Any], place: str) -> tuple[FlowPolicy, lis
             found[name] = _part(name, raw, where, problems)
         except _Skip:
             continue
-    priority = declared.get("priority", 0)
-    if type(priority) is not int or not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        problems.append(
-            (
-                f"{place}.priority",
-                f"expected a whole number from {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}, got {priority!r}",
-            )
-        )
-        priority = 0
+    priority, problem = priority_parse(declared.get("priority", 0))
+    if problem:
+        problems.append((f"{place}.priority", problem))
     if problems:
         return NO_FLOW, problems
     return FlowPolicy(priority=priority, **found), problems
+
+
+def priority_parse(value: Any) -> tuple[int, str]:
+    """A binding's or a route's ``priority`` and ``""``, or 0 and what is wrong with it."""
+    if type(value) is not int or not PRIORITY_RANGE[0] <= value <= PRIORITY_RANGE[1]:
+        return 0, f"expected a whole number from {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}, got {value!r}"
+    return value, ""
 
 
 class _Skip(Exception):
@@ -691,35 +692,45 @@ def flow_release(*, attempt_ids: Iterable[int]) -> int:
 
 
 def flow_claim_order(
-    priorities: Mapping[tuple[str, str], int], *, now: datetime
+    priorities: Mapping[tuple[str, str], int], *, now: datetime, routes: bool = False
 ) -> tuple[list[Any], dict[str, Any]]:
-    """The claim's order as ``(order_by, annotations)``: with no priority declared, by id
-    (oldest first, the index's order); otherwise Work whose oldest pending input waited
-    :func:`aging_seconds` first (oldest first), then the highest priority of the binding it runs
-    on (by Work scope and binding name, ``priorities``), then the oldest."""
-    if not priorities:
+    """The claim's order as ``(order_by, annotations)``: with no priority declared, by id (oldest
+    first, the index's order); otherwise Work whose oldest pending input waited
+    :func:`aging_seconds` first (oldest first), then the highest priority (the binding's it runs
+    on, by Work scope and binding name in ``priorities``; with ``routes``, raised to the highest of
+    its pending input's routes'), then the oldest."""
+    if not priorities and not routes:
         return ["id"], {}
     binding = Coalesce(NullIf(F("retry_binding"), Value("")), F("binding"))
     whens = [
         When(Q(scope=scope, flow_binding=name), then=Value(p))
         for (scope, name), p in sorted(priorities.items())
     ]
-    oldest = WorkInput.objects.filter(work=OuterRef("pk"), state=InputState.PENDING).order_by("seq")
+    pending = WorkInput.objects.filter(work=OuterRef("pk"), state=InputState.PENDING)
     aged_before = now - timedelta(seconds=aging_seconds())
-    annotations = {
+    annotations: dict[str, Any] = {
         "flow_binding": binding,
-        "flow_oldest": Subquery(oldest.values("created_at")[:1]),
+        "flow_oldest": Subquery(pending.order_by("seq").values("created_at")[:1]),
     }
+    own: Any = Case(*whens, default=Value(0), output_field=IntegerField()) if whens else Value(0)
+    if routes:
+        raised = Coalesce(Subquery(pending.order_by("-priority").values("priority")[:1]), Value(0))
+        own = Greatest(own, raised, output_field=IntegerField())
+    annotations["flow_priority"] = own
     aged = Case(
         When(flow_oldest__lte=aged_before, then=Value(1)), default=Value(0), output_field=IntegerField()
     )
     priority = Case(
         When(flow_oldest__lte=aged_before, then=Value(0)),
-        *whens,
-        default=Value(0),
+        default=F("flow_priority"),
         output_field=IntegerField(),
     )
     return [aged.desc(), priority.desc(), "id"], annotations
+
+
+def routes_raise_priority(configuration: Any) -> bool:
+    """Whether any route of a configuration raises its Work's priority (``route_priorities``)."""
+    return bool(getattr(configuration, "route_priorities", None))
 
 
 def priorities_of(configuration: Any) -> dict[tuple[str, str], int]:

@@ -301,6 +301,8 @@ class WorkInput(models.Model):
     )
     created_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
+    # The priority of the route it arrived through (worklife.flow): pending, it raises its Work's.
+    priority = models.SmallIntegerField(default=0)
 
     class Meta:
         ordering = ["work", "seq"]

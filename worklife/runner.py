@@ -58,7 +58,13 @@ from worklife.executors import (
     start_attempt,
 )
 from worklife.executors.containment import lost_attempt_process_kill, pid_alive
-from worklife.flow import flow_claim_order, flow_next_release, flow_release, priorities_of
+from worklife.flow import (
+    flow_claim_order,
+    flow_next_release,
+    flow_release,
+    priorities_of,
+    routes_raise_priority,
+)
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -553,7 +559,8 @@ class WorkRunner:
         starts: list[tuple[Attempt, list[Event], dict]] = []
         live = self.configurations.live()
         priorities = priorities_of(live.configuration) if live else {}
-        order, annotations = flow_claim_order(priorities, now=now)
+        routes = routes_raise_priority(live.configuration) if live else False
+        order, annotations = flow_claim_order(priorities, now=now, routes=routes)
         with transaction.atomic():
             work_ids = claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
             if not work_ids:

@@ -35,6 +35,8 @@ class ParsedRoute:
     fallback: str
     start: bool
     place: str = ""
+    # Raises the priority of the Work an Event arrives at through this route (worklife.flow).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

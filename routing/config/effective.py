@@ -3,6 +3,7 @@ slots replaced in place, and the bindings visible there, a child's redefinition 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -49,6 +50,7 @@ class EffectiveRoute:
     fallback: str
     start: bool
     overrides: str = ""
+    priority: int = 0
     _info: RouteInfo | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -98,6 +100,19 @@ class Configuration:
     def scope(self, path: str) -> EffectiveScope | None:
         """The effective scope declared at ``path``, or ``None``."""
         return self.scopes.get(path)
+
+    @functools.cached_property
+    def route_priorities(self) -> Mapping[tuple[str, str], int]:
+        """``(declaring scope, slot) -> priority`` of the routes that raise their Work's priority
+        (a route's ``priority``; worklife.flow), computed once per configuration."""
+        return MappingProxyType(
+            {
+                (route.scope, route.slot): route.priority
+                for scope in self.scopes.values()
+                for route in scope.routes
+                if route.priority
+            }
+        )
 
     def scope_or_empty(self, path: str) -> EffectiveScope:
         """The effective scope at ``path``; a scope that left the configuration has no routes
@@ -164,6 +179,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 fallback=route.fallback,
                 start=route.start,
                 overrides=routes[replaced].scope if replaced is not None else "",
+                priority=route.priority,
             )
             if replaced is None:
                 index[route.slot] = len(routes)
@@ -217,6 +233,7 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "policy": r.policy,
                 "fallback": r.fallback,
                 "start": r.start,
+                "priority": r.priority,
             }
             for r in scope.routes
         ],

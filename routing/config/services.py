@@ -92,6 +92,7 @@ def _config_store_in_tx(
                 policy=r.policy,
                 fallback=r.fallback,
                 start=r.start,
+                priority=r.priority,
             )
             for position, r in enumerate(declared.routes)
         )

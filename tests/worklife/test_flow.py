@@ -4,14 +4,17 @@ line by the Work's "why not running"."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import transaction
 
-from tests.worklife.enginekit import runner, step_until
-from tests.worklife.flowkit import flow_send, flow_setup, inputs_taken, live_work
+from tests.routing.routerkit import accept, apply
+from tests.worklife.enginekit import route_all, runner, step_until
+from tests.worklife.flowkit import flow_document, flow_send, flow_setup, inputs_taken, live_work
 from worklife.flow import duration_parse, flow_holds_by_kind, flow_parse, key_parse
 from worklife.lifecycle import work_cancel_in_tx
-from worklife.models import Attempt, HoldKind, Work, WorkStatus
+from worklife.models import Attempt, HoldKind, Work, WorkInput, WorkStatus
 from worklife.selectors import NotRunning, work_why_not_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -170,3 +173,30 @@ def test_durations_and_key_templates_read_as_the_configuration_writes_them():
     key = key_parse("chan:{data.channel}")
     assert key.render({"data": {"channel": "C1"}}) == "chan:C1"
     assert key.render({"data": {}}) == "chan:-"
+
+
+def test_an_event_arriving_through_a_route_with_a_priority_raises_its_works(clock):
+    doc = json.loads(flow_document())
+    doc["scopes"][0]["routes"].append(
+        {
+            "slot": "page",
+            "handler": "match",
+            "params": {"type": "f.page", "keys": ["k:{data.key}"]},
+            "binding": "plain",
+            "policy": "queue",
+            "priority": 20,
+        }
+    )
+    apply(clock, json.dumps(doc))
+    first = flow_send(clock, "plain", "q1")
+    paged = flow_send(clock, "plain", "q2")
+    accept(clock, "f.page", {"key": "q2"}, scope="f")
+    route_all(clock)
+    assert WorkInput.objects.filter(work=paged, priority=20).count() == 1
+    one = runner(clock, slots=1)
+    try:
+        one.step()
+        assert set(Attempt.objects.values_list("work_id", flat=True)) == {paged.pk}
+    finally:
+        one.shutdown(grace=0)
+    assert first.pk < paged.pk
