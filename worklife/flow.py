@@ -443,7 +443,8 @@ def _wait_hold(
 def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admission:
     """Which candidates may start an attempt now, in the caller's (claim) transaction, in the
     order given (the claim's: priority, then age). Records each hold on its Work's row
-    (:func:`flow_hold_in_tx`) and clears the hold of the admitted ones. Gates are locked in name
+    (:func:`flow_hold_in_tx`); an admitted Work's hold ends as its attempt starts
+    (:func:`worklife.scheduling.presentations_in_tx`). Gates are locked in name
     order; a fixed number of statements per pass plus two per gate."""
     assert_in_tx()
     admitted: dict[int, tuple[str, str]] = {}
@@ -452,7 +453,6 @@ def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admis
     if not limited:
         for candidate in candidates:
             admitted[candidate.work_id] = ("", "")
-        _clear_holds(list(admitted))
         return Admission(admitted, held)
     ids = [c.work_id for c in limited]
     facts = _pending_facts(ids)
@@ -511,7 +511,6 @@ def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admis
             running[conc] = running.get(conc, 0) + 1
         admitted[work_id] = (conc, thr)
     flow_hold_in_tx(held=held, now=now)
-    _clear_holds(list(admitted))
     return Admission(admitted, held, locked=bool(names))
 
 
@@ -652,13 +651,6 @@ def flow_hold_in_tx(*, held: Mapping[int, Hold], now: datetime) -> None:
             hold_kind=hold.kind, hold_reason=hold.text[:500], hold_gate=hold.gate, held_until=hold.until
         )
     work_changed_on_commit(list(held))
-
-
-def _clear_holds(work_ids: Sequence[int]) -> None:
-    if work_ids:
-        Work.objects.filter(pk__in=list(work_ids)).exclude(hold_kind="").update(
-            hold_kind="", hold_reason="", hold_gate="", held_until=None
-        )
 
 
 def flow_inputs_arrived_in_tx(work_ids: Sequence[int]) -> None:

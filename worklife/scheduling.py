@@ -143,9 +143,17 @@ def presentations_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[i
             attempt = by_work[row.work_id]
             row.state, row.attempt_id, row.consumed_at = InputState.CONSUMED, attempt.pk, now
             result[attempt.pk].append(row)
-    # The retry state ends as the attempt starts: its binding was pinned (R30).
+    # The retry state ends as the attempt starts: its binding was pinned (R30); so does a flow
+    # control hold (worklife.flow), in the same statement.
     Work.objects.filter(pk__in=list(by_work)).update(
-        pending_run=False, retry_at=None, last_error="", retry_binding=""
+        pending_run=False,
+        retry_at=None,
+        last_error="",
+        retry_binding="",
+        hold_kind="",
+        hold_reason="",
+        hold_gate="",
+        held_until=None,
     )
     return result
 
