@@ -526,6 +526,7 @@ class WorkRunner:
     def _end_orphan(self, rescued: Rescued) -> None:
         self.counters.lost += 1
         self._touched.add(rescued.work_id)
+        self._ended.add(rescued.attempt_id)  # its concurrency slot is free (worklife.flow)
         logger.warning(
             "attempt.lost",
             extra={"attempt": rescued.attempt_id, "work": rescued.work_id, "owner": rescued.owner},
