@@ -576,13 +576,13 @@ def flow_preview(
     work_id: int | None,
     event: Mapping[str, Any],
     now: datetime,
-) -> str:
-    """What flow control would do with the Work an Event is routed to, said in one line
-    (``""``: the binding has no flow control): trace and the impact preview show it. The claim's
-    own rules (:func:`flow_admit_in_tx`) on the counts now, with the Event as new pending
-    input; reads only, no lock."""
+) -> tuple[str, str]:
+    """What flow control would do with the Work an Event is routed to: one line saying it and the
+    kind of hold (``""``: it may start), or ``("", "")`` when the binding has no flow control;
+    trace and the impact preview show it. The claim's own rules (:func:`flow_admit_in_tx`) on the
+    counts now, with the Event as new pending input; reads only, no lock."""
     if policy == NO_FLOW:
-        return ""
+        return "", ""
     candidate = Candidate(work_id or 0, binding, binding_scope, policy)
     facts = dict(_pending_facts([work_id]).get(work_id) or {}) if work_id else {}
     arrived = {"n": facts.get("n", 0) + 1, "first": facts.get("first") or now, "last": now}
@@ -606,9 +606,9 @@ def flow_preview(
         running, started = _gate_counts([n for n in (conc,) if n], periods, now)
         hold = _gate_hold(candidate, conc, thr, running, started, now)
     if hold is None:
-        return f"flow control ({clauses}): its attempt may start now"
+        return f"flow control ({clauses}): its attempt may start now", ""
     text = hold.text if hold.kind != HoldKind.CONCURRENCY else f"held: {hold.text}"
-    return f"flow control ({clauses}) would hold its attempt: {text}"
+    return f"flow control ({clauses}) would hold its attempt: {text}", str(hold.kind)
 
 
 def _keyed(policy: FlowPolicy) -> bool:

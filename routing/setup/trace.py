@@ -116,8 +116,10 @@ class TraceResult:
     event: int | None = None  # the accepted Event traced (as itself or as new), or a duplicate's original
     filter: tuple[str, ...] | None = None  # the routes asked (R37); None: every route of the scope
     recorded: Recorded | None = None  # an Event traced as new: what routing recorded for it
-    # What flow control would do with the Work's attempt ("": its binding has none; worklife.flow).
+    # What flow control would do with the Work's attempt ("": its binding has none; worklife.flow)
+    # and the kind of hold it would record ("": none, it may start).
     flow: str = ""
+    flow_hold: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -144,6 +146,7 @@ class TraceResult:
             "event": self.event,
             "filter": list(self.filter) if self.filter is not None else None,
             "flow": self.flow,
+            "flow_hold": self.flow_hold,
         }
 
 
@@ -455,16 +458,16 @@ def _trace(
             only=only,
         )
         result = _result(label, scope, settlement, evaluation, only=only)
-        flow = _flow(scope, result, snap, router.clock())
-    return replace(result, flow=flow, notes=(*result.notes, flow)) if flow else result
+        flow, hold = _flow(scope, result, snap, router.clock())
+    return replace(result, flow=flow, flow_hold=hold, notes=(*result.notes, flow)) if flow else result
 
 
-def _flow(scope: EffectiveScope, result: TraceResult, snap: EventSnapshot, now: datetime) -> str:
-    """What flow control would do with the attempt of the Work the Event goes to (the claim's
-    own rules, :func:`worklife.flow.flow_preview`), or ``""``."""
+def _flow(scope: EffectiveScope, result: TraceResult, snap: EventSnapshot, now: datetime) -> tuple[str, str]:
+    """What flow control would do with the attempt of the Work the Event goes to, and the kind
+    of hold (the claim's own rules, :func:`worklife.flow.flow_preview`), or ``("", "")``."""
     binding = scope.bindings.get(result.binding) if result.binding else None
     if binding is None or result.effect not in (Effect.START, Effect.QUEUE):
-        return ""
+        return "", ""
     event = {
         "type": snap.type,
         "source": snap.source,

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from routing.config.problems import ConfigInvalid
-from routing.config.services import config_apply
+from routing.config.services import config_apply, config_candidate
+from routing.setup.impact import impact_preview
 from routing.setup.trace import trace
 from tests.worklife.enginekit import runner, step_until
 from tests.worklife.flowkit import FLOW_BINDINGS, flow_document, flow_send, flow_setup, live_work
@@ -66,3 +67,17 @@ def test_a_configuration_with_a_bad_flow_knob_is_refused_naming_its_place(clock)
         config_apply(document=flow_document(bad), clock=clock)
     assert [p.place for p in refused.value.problems] == ["scopes[0].bindings.capped.concurrency.limit"]
     assert json.loads(flow_document())["scopes"][0]["bindings"]["capped"]["concurrency"] == {"limit": 2}
+
+
+def test_the_impact_preview_groups_the_events_whose_work_a_candidate_would_debounce(clock):
+    flow_setup(clock)
+    flow_send(clock, "plain", "p1")
+    flow_send(clock, "plain", "p2")
+    debounced = {**FLOW_BINDINGS, "plain": {**FLOW_BINDINGS["plain"], "debounce": {"quiet": "30s"}}}
+    report = impact_preview(
+        candidate=config_candidate(document=flow_document(debounced), clock=clock), clock=clock
+    )
+    changes = dict(report.groups)["flow control: starts → debounce"]
+    assert len(changes) == 2
+    assert changes[0].live.result.flow == ""
+    assert changes[0].candidate.result.flow.startswith("flow control (debounce 30 s) would hold its attempt")
