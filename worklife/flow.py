@@ -46,6 +46,7 @@ from causal.services import assert_in_tx
 from infra.live import work_changed_on_commit
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
+    PRESENTED_KINDS,
     Attempt,
     FlowGate,
     HoldKind,
@@ -367,18 +368,14 @@ class Admission:
 def _pending_facts(work_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Per Work: pending input count, first and last arrival, first seq (one query)."""
     rows = (
-        WorkInput.objects.filter(work_id__in=list(work_ids), state=InputState.PENDING, kind__in=_presented())
+        WorkInput.objects.filter(
+            work_id__in=list(work_ids), state=InputState.PENDING, kind__in=PRESENTED_KINDS
+        )
         .values("work_id")
         .annotate(n=Count("pk"), first=Min("created_at"), last=Max("created_at"), seq=Min("seq"))
         .order_by()
     )
     return {row["work_id"]: row for row in rows}
-
-
-def _presented() -> tuple[str, ...]:
-    from worklife.models import PRESENTED_KINDS
-
-    return tuple(str(kind) for kind in PRESENTED_KINDS)
 
 
 def _key_events(work_ids: Sequence[int], facts: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
