@@ -451,8 +451,9 @@ def flow_admit_in_tx(*, candidates: Sequence[Candidate], now: datetime) -> Admis
         for candidate in candidates:
             admitted[candidate.work_id] = ("", "")
         return Admission(admitted, held)
-    ids = [c.work_id for c in limited]
-    facts = _pending_facts(ids)
+    # The pending input is read only for what needs it: debounce and batch, and keys.
+    needs_input = [c.work_id for c in limited if c.policy.debounce or c.policy.batch or _keyed(c.policy)]
+    facts = _pending_facts(needs_input) if needs_input else {}
     keyed = [c.work_id for c in limited if _keyed(c.policy)]
     events = _key_events(keyed, facts) if keyed else {}
     waiting = [c.work_id for c in limited if c.policy.debounce is not None or c.policy.batch is not None]
@@ -631,8 +632,19 @@ def _clock(moment: datetime) -> str:
 def _lock_gates(names: Sequence[str]) -> None:
     """Create the gates that do not exist yet and lock them all, in name order (two claims lock
     in the same order: no deadlock)."""
-    FlowGate.objects.bulk_create([FlowGate(name=name) for name in names], ignore_conflicts=True)
-    list(FlowGate.objects.select_for_update().filter(name__in=list(names)).order_by("name").values_list("pk"))
+    wanted = list(names)
+    locked = set(
+        FlowGate.objects.select_for_update()
+        .filter(name__in=wanted)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    if len(locked) < len(wanted):
+        # First use of a gate: created (another claim may create it at the same time), then locked.
+        FlowGate.objects.bulk_create(
+            [FlowGate(name=n) for n in wanted if n not in locked], ignore_conflicts=True
+        )
+        list(FlowGate.objects.select_for_update().filter(name__in=wanted).order_by("name").values_list("pk"))
 
 
 def flow_hold_in_tx(*, held: Mapping[int, Hold], now: datetime) -> None:
@@ -658,17 +670,18 @@ def flow_inputs_arrived_in_tx(work_ids: Sequence[int]) -> None:
     )
 
 
-def flow_release(*, attempt_ids: Iterable[int]) -> int:
-    """Release the Work held on the concurrency gates of attempts that ended: they are
-    claimable again at once (oldest first); returns how many. Two statements at most."""
+def flow_release(*, attempt_ids: Iterable[int] = (), gates: Iterable[str] = ()) -> int:
+    """Release the Work held on the concurrency gates of attempts that ended (their ids, or their
+    gates when the caller knows them): they are claimable again at once (oldest first); returns
+    how many. Meant for the claim's transaction (no commit of its own); two statements at most."""
     ids = list(attempt_ids)
-    if not ids:
-        return 0
-    gates = set(
-        Attempt.objects.filter(pk__in=ids)
-        .exclude(concurrency_key="")
-        .values_list("concurrency_key", flat=True)
-    )
+    gates = {gate for gate in gates if gate}
+    if ids:
+        gates.update(
+            Attempt.objects.filter(pk__in=ids)
+            .exclude(concurrency_key="")
+            .values_list("concurrency_key", flat=True)
+        )
     if not gates:
         return 0
     released = Work.objects.filter(hold_gate__in=sorted(gates), hold_kind=HoldKind.CONCURRENCY).update(

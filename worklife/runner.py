@@ -154,8 +154,11 @@ class WorkRunner:
         self.stopping = False
         self._executors: dict[str, Executor] = {}
         self._touched: set[int] = set()
-        # Attempts of this loop that ended this pass: the Work held on their concurrency gates
-        # is released before the claim (worklife.flow).
+        # The concurrency gates of this loop's attempts (by attempt id), the gates of those that
+        # ended and the attempts other loops lost: the Work held on those gates is released in the
+        # next claim (worklife.flow).
+        self._gates: dict[int, str] = {}
+        self._freed: set[str] = set()
         self._ended: set[int] = set()
         self.calls = AttemptCalls(
             clock=clock, causal=self.causal, touched=self._touched, scopes=configurations
@@ -451,7 +454,8 @@ class WorkRunner:
 
     def _forget(self, running: Running) -> None:
         self.running.pop(running.attempt_id, None)
-        self._ended.add(running.attempt_id)
+        if gate := self._gates.pop(running.attempt_id, ""):
+            self._freed.add(gate)
         with contextlib.suppress(OSError):
             running.execution.release()
 
@@ -550,9 +554,6 @@ class WorkRunner:
         return len(self.running) - min(self.parked(), self.wait_slots)
 
     def _claim(self) -> int:
-        if self._ended:
-            flow_release(attempt_ids=self._ended)
-            self._ended.clear()
         free = self.slots - self.occupied()
         if free <= 0:
             return 0
@@ -563,6 +564,11 @@ class WorkRunner:
         routes = routes_raise_priority(live.configuration) if live else False
         order, annotations = flow_claim_order(priorities, now=now, routes=routes)
         with transaction.atomic():
+            if self._freed or self._ended:
+                # In the claim's commit: no commit of its own.
+                flow_release(attempt_ids=self._ended, gates=self._freed)
+                self._freed.clear()
+                self._ended.clear()
             work_ids = claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
             if not work_ids:
                 return 0
@@ -602,6 +608,8 @@ class WorkRunner:
 
     def _start(self, attempt: Attempt, events: list[Event], binding_settings: dict) -> None:
         self._touched.add(attempt.work_id)
+        if attempt.concurrency_key:
+            self._gates[attempt.pk] = attempt.concurrency_key
         try:
             executor = self._executor(attempt.executor)
             execution = start_attempt(
@@ -620,6 +628,8 @@ class WorkRunner:
                 error=f"could not start: {type(exc).__name__}: {exc}",
                 clock=self.clock,
             )
+            if gate := self._gates.pop(attempt.pk, ""):
+                self._freed.add(gate)
             self.counters.failed += 1
             metrics.attempt_failed(
                 attempt.work.scope, attempt.binding, None, parked=work.parked_at is not None
