@@ -1,6 +1,7 @@
 """The Work engine end to end, beside a raw sqlite3 floor, in one run.
 
     python bench/work_throughput.py [--n 2000] [--latency-n 200] [--rate 20] [--slots 8] [--no-reuse]
+                                    [--limits]
 
 With ``manage.py route_loop`` and ``manage.py work_loop`` running as processes (as ``serve``
 runs them) on a fresh SQLite database, it
@@ -17,6 +18,10 @@ runs them) on a fresh SQLite database, it
 The binding's Python workers are reused from one attempt to the next (one binding: every
 attempt may reuse a worker); ``--no-reuse`` sets the binding's ``reuse: false`` (a worker
 started for each attempt), to measure what reuse saves.
+
+``--limits`` puts flow control on the binding (docs/flow-control.md): a concurrency limit of
+``--slots`` and a throttle of ``--throttle`` starts per second, so every claim locks and counts
+both gates; run it in turns with and without to compare.
 
 Prints the figures and the ratio engine/floor.
 """
@@ -44,7 +49,7 @@ scopes:
     bindings:
       agent:
         executor: python
-        settings: {target: "bench.targets:noop", reuse: REUSE}
+        settings: {target: "bench.targets:noop", reuse: REUSE}LIMITS
     routes:
       - slot: jobs
         handler: match
@@ -138,7 +143,23 @@ def main() -> None:
     parser.add_argument(
         "--no-reuse", action="store_true", help="A Python worker started for each attempt (reuse: false)."
     )
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="Flow control on the binding: concurrency limit --slots and a throttle (see --throttle).",
+    )
+    parser.add_argument(
+        "--throttle",
+        type=int,
+        default=10000,
+        help="With --limits, attempt starts allowed per second (10,000).",
+    )
     args = parser.parse_args()
+    limits = (
+        f"\n        concurrency: {{limit: {args.slots}}}\n        throttle: {{limit: {args.throttle}, period: 1s}}"
+        if args.limits
+        else ""
+    )
 
     tmp = tempfile.mkdtemp(prefix="conduit-work-bench-")
     os.environ.update(
@@ -164,7 +185,8 @@ def main() -> None:
     from routing.config.services import config_apply
     from worklife.models import Attempt, Work
 
-    config_apply(document=DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true"), clock=system_clock)
+    document = DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true").replace("LIMITS", limits)
+    config_apply(document=document, clock=system_clock)
     connection.close()
     loops = [
         subprocess.Popen([*manage, "route_loop", "--poll-interval", "0.02"], cwd=ROOT),
@@ -212,6 +234,8 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     floor = args.n / floor_s
     workers = "a worker per attempt" if args.no_reuse else "workers reused"
+    if args.limits:
+        workers += f"; concurrency limit {args.slots} and throttle {args.throttle}/s on the binding"
     print(
         f"work                       {args.n} no-op Work (synchronous={args.synchronous}, {args.slots} slots, {workers})"
     )

@@ -32,6 +32,7 @@ from causal.models import Event, RouteState
 from conduit_site.doctor import loop_heartbeats
 from infra.metrics import multiprocess_directory
 from infra.private_files import private_directory
+from worklife.flow import flow_holds_by_kind
 from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt
 from worklife.selectors import work_parked
 
@@ -60,6 +61,7 @@ class DatabaseGauges:
             loops = loop_heartbeats(now=now)
             running = Attempt.objects.filter(state__in=ACTIVE_ATTEMPT_STATES).count()
             parked = work_parked().count()
+            held = flow_holds_by_kind(now)
         except DatabaseError:
             yield GaugeMetricFamily("conduit_database_up", "Whether the database answered the scrape.", 0)
             return
@@ -94,6 +96,14 @@ class DatabaseGauges:
         yield GaugeMetricFamily(
             "conduit_work_parked", "Work parked after too many failures, waiting for an operator.", parked
         )
+        holds = GaugeMetricFamily(
+            "conduit_work_flow_held",
+            "Ready Work flow control holds now, by kind (concurrency, throttle, debounce, batch).",
+            labels=("kind",),
+        )
+        for kind, n in held.items():
+            holds.add_metric((kind,), n)
+        yield holds
 
 
 class _ThisProcess:

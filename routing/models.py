@@ -97,6 +97,8 @@ class Binding(models.Model):
     executor = models.CharField(max_length=128, blank=True, default="")
     settings = models.JSONField(default=dict, blank=True)
     controls = models.JSONField(default=list, blank=True)
+    # Flow control as declared (concurrency, throttle, priority, debounce, batch: worklife.flow).
+    flow = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["scope", "name"]
@@ -133,6 +135,8 @@ class Route(models.Model):
     policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.QUEUE)
     fallback = models.CharField(max_length=16, choices=Fallback.choices, blank=True, default="")
     start = models.BooleanField(default=True)
+    # Raises the priority of the Work its Events arrive at (worklife.flow).
+    priority = models.SmallIntegerField(default=0)
 
     class Meta:
         ordering = ["scope", "position"]

@@ -179,6 +179,17 @@ def work_json(work: Work) -> dict[str, Any]:
         "retry_at": timestamp(work.retry_at),
         "parked_at": timestamp(work.parked_at),
         "last_error": work.last_error,
+        # Flow control's hold (worklife.flow): kind, reason and until when; null when none.
+        "flow_hold": (
+            {
+                "kind": work.hold_kind,
+                "reason": work.hold_reason,
+                "until": timestamp(work.held_until),
+                "gate": work.hold_gate,
+            }
+            if work.hold_kind
+            else None
+        ),
     }
 
 

@@ -53,6 +53,9 @@ class AttemptSpec:
     generation: int
     capabilities: Iterable[str] = ()
     executor_path: str = ""
+    # The flow control gates the attempt counts towards (``worklife.flow``), "" for none.
+    concurrency_key: str = ""
+    throttle_key: str = ""
 
 
 def attempts_start_in_tx(
@@ -119,6 +122,8 @@ def attempts_start_in_tx(
                 trigger_id=first_input.get(spec.work_id) or work.trigger_id,
                 state=AttemptState.RUNNING,
                 started_at=now,
+                concurrency_key=spec.concurrency_key,
+                throttle_key=spec.throttle_key,
             )
             new.append(attempt)
             results[spec.work_id] = attempt

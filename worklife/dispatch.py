@@ -14,7 +14,7 @@ generations as values; every decision made with them is taken here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -23,6 +23,7 @@ from worklife.attempts import AttemptSpec, attempt_refused_in_tx, attempts_start
 from worklife.calls import Scopes
 from worklife.errors import WorkError
 from worklife.executors import find_executor_class, registered_executors, supported_controls
+from worklife.flow import NO_FLOW, Candidate, FlowPolicy, Hold, flow_admit_in_tx
 from worklife.models import Attempt
 from worklife.views import addressed_binding, read_work_views
 
@@ -43,6 +44,14 @@ class Dispatched:
 class DispatchCheck:
     ok: bool
     reason: str = ""
+
+
+class FlowHeld(WorkError):
+    """Flow control holds the Work (its hold is recorded on its row already): not a refusal."""
+
+    def __init__(self, hold: Hold) -> None:
+        super().__init__(hold.text)
+        self.hold = hold
 
 
 class QueueOnly(DispatchRefused):
@@ -69,6 +78,11 @@ class Binding(Protocol):
 
     @property
     def problem(self) -> str: ...
+
+    @property
+    def flow(self) -> FlowPolicy:
+        """Its flow control (``worklife.flow``): limits, priority, debounce, batch."""
+        ...
 
 
 class Scope(Protocol):
@@ -195,6 +209,7 @@ def dispatch_many_in_tx(
     configuration = generation.configuration
     views = read_work_views(work_ids)
     specs = []
+    candidates: list[Candidate] = []
     for work_id in work_ids:
         work = views.get(work_id)
         if work is None:
@@ -225,7 +240,32 @@ def dispatch_many_in_tx(
                     executor_path=registered_executors().get(effective.executor, ""),
                 )
             )
+            candidates.append(
+                Candidate(
+                    work_id,
+                    name,
+                    getattr(effective, "scope", work.scope),
+                    getattr(effective, "flow", NO_FLOW) or NO_FLOW,
+                )
+            )
     now = clock()
+    # Flow control (concurrency, throttle, debounce, batch) admits the specs or holds them.
+    admission = flow_admit_in_tx(candidates=candidates, now=now)
+    for work_id, hold in admission.held.items():
+        results[work_id] = FlowHeld(hold)
+    specs = [
+        replace(
+            spec,
+            concurrency_key=admission.admitted[spec.work_id][0],
+            throttle_key=admission.admitted[spec.work_id][1],
+        )
+        for spec in specs
+        if spec.work_id in admission.admitted
+    ]
+    if admission.locked:
+        # Read after the gates' locks: an attempt's start is then after the end of every attempt
+        # the admission did not count (its start and end times show the limit held).
+        now = clock()
     started = attempts_start_in_tx(specs=specs, now=now, lease_until=lease_until, lease_owner=lease_owner)
     for work_id, attempt in started.items():
         if isinstance(attempt, WorkError):

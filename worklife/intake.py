@@ -18,6 +18,7 @@ from django.db import connection, connections
 from infra.bulk import bulk_insert
 from infra.live import work_changed_on_commit
 from infra.queries import in_list_chunks
+from worklife.flow import flow_inputs_arrived_in_tx
 from worklife.models import (
     TERMINAL_STATUSES,
     CorrelationKey,
@@ -38,7 +39,7 @@ _INTENT_PENDING = IntentState.PENDING.value
 
 _WORK_COLUMNS = ("scope", "status", "binding", "trigger", "created_at", "updated_at")
 _KEY_COLUMNS = ("scope", "key", "work", "attached_by", "attached_at")
-_INPUT_COLUMNS = ("work", "event", "seq", "binding", "kind", "state", "attempt", "created_at")
+_INPUT_COLUMNS = ("work", "event", "seq", "binding", "kind", "state", "attempt", "created_at", "priority")
 _INTENT_COLUMNS = ("work", "attempt", "lease_epoch", "event", "kind", "state", "created_at")
 
 
@@ -64,17 +65,28 @@ def keys_attach_in_tx(keys: Iterable[Sequence], *, now: datetime) -> None:
 
 
 def inputs_add_in_tx(inputs: Iterable[Sequence], *, now: datetime) -> None:
-    """Add each ``(work id, Event seq, binding, kind, attempt id)`` as pending input of its
-    Work (R46): kind ``queue`` ("" reads as queue) or an intent's kind for an Event a running
-    attempt is told about (``attempt id`` that attempt's)."""
-    bulk_insert(
-        WorkInput,
-        _INPUT_COLUMNS,
+    """Add each ``(work id, Event seq, binding, kind, attempt id[, priority])`` as pending input
+    of its Work (R46): kind ``queue`` ("" reads as queue) or an intent's kind for an Event a
+    running attempt is told about (``attempt id`` that attempt's); ``priority`` is its route's
+    (0 when left out), which raises the Work's while the input is pending. A Work batching its input is looked
+    at again by the next claim (``worklife.flow``: the new input may fill its batch)."""
+    rows = [
         [
-            [work, seq, seq, binding, kind or _QUEUE, _INPUT_PENDING, attempt, now]
-            for work, seq, binding, kind, attempt in inputs
-        ],
-    )
+            work,
+            seq,
+            seq,
+            binding,
+            kind or _QUEUE,
+            _INPUT_PENDING,
+            attempt,
+            now,
+            priority[0] if priority else 0,
+        ]
+        for work, seq, binding, kind, attempt, *priority in inputs
+    ]
+    bulk_insert(WorkInput, _INPUT_COLUMNS, rows)
+    if rows:
+        flow_inputs_arrived_in_tx(sorted({row[0] for row in rows}))
 
 
 def intents_record_in_tx(intents: Iterable[Sequence], *, now: datetime) -> None:

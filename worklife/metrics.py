@@ -47,3 +47,15 @@ def attempt_failed(scope: str, binding: str, seconds: float | None, *, parked: b
         ATTEMPTS_PARKED.inc(1, scope, binding)
     if seconds is not None:
         ATTEMPT_DURATION.observe(seconds, scope, binding)
+
+
+FLOW_HOLDS = Counter(
+    "conduit_flow_holds_total",
+    "Claims flow control held back (a Work at a concurrency limit, throttled, debounced or "
+    "batching), by kind.",
+    ("kind",),
+)
+
+
+def flow_held(kind: str) -> None:
+    FLOW_HOLDS.inc(1, kind)

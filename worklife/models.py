@@ -22,6 +22,15 @@ class WorkStatus(models.TextChoices):
 TERMINAL_STATUSES = frozenset({WorkStatus.COMPLETED, WorkStatus.CANCELLED})
 
 
+class HoldKind(models.TextChoices):
+    """What flow control holds a ready Work for (``worklife.flow``)."""
+
+    CONCURRENCY = "concurrency", "concurrency limit"
+    THROTTLE = "throttle", "throttle"
+    DEBOUNCE = "debounce", "debounce"
+    BATCH = "batch", "batching"
+
+
 # How a refused dispatch reads in Work.last_error (an attempt's failure reads "attempt N …").
 DISPATCH_REFUSED = "dispatch refused: "
 
@@ -75,6 +84,13 @@ class Work(models.Model):
     # binding that can run it (a rebind, a new configuration). Not a backoff: ``retry_at`` is
     # then only when the work loop looks again.
     awaiting_binding = models.BooleanField(default=False)
+    # Flow control's hold (worklife.flow): its kind, one line saying it, the gate it waits on (a
+    # concurrency hold is released when an attempt of that gate ends) and until when the claim
+    # leaves the Work alone. Not a failure: no retry state changes.
+    hold_kind = models.CharField(max_length=16, choices=HoldKind.choices, blank=True, default="")
+    hold_reason = models.CharField(max_length=500, blank=True, default="")
+    hold_gate = models.CharField(max_length=600, blank=True, default="")
+    held_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "Work"
@@ -83,6 +99,8 @@ class Work(models.Model):
             models.Index(fields=["scope"], name="work_scope_idx"),
             # Partial, as Event's parent index: most Work has no parent, and the router starts it.
             models.Index(fields=["parent"], name="work_parent_idx", condition=Q(parent__isnull=False)),
+            # Flow control's release of the Work held on a gate (and its list filter).
+            models.Index(fields=["hold_gate"], name="work_hold_gate_idx", condition=~Q(hold_kind="")),
         ]
         # The operator controls on Work, each granted on its own (API, console; the CLI is
         # trusted host access and checks none).
@@ -139,6 +157,17 @@ def backing_off_at(now: datetime) -> Q:
 def awaiting_binding_q() -> Q:
     """Ready Work waiting for a binding that can run it (its dispatch refused), not parked."""
     return Q(status=WorkStatus.READY, parked_at__isnull=True, awaiting_binding=True)
+
+
+class FlowGate(models.Model):
+    """A flow control gate (a binding's or a key's concurrency limit or throttle): a row the
+    claim locks ``FOR UPDATE`` before it counts the gate's attempts, so claims of every work
+    loop on every host count one after another (``worklife.flow``). Only its name matters."""
+
+    name = models.CharField(max_length=600, unique=True)
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class CorrelationKey(models.Model):
@@ -206,6 +235,10 @@ class Attempt(models.Model):
     error = models.TextField(blank=True, default="")
     stdout_tail = models.TextField(blank=True, default="")
     stderr_tail = models.TextField(blank=True, default="")
+    # The flow control gates it counts towards (worklife.flow): a concurrency gate while live,
+    # a throttle gate by its start time ("": none).
+    concurrency_key = models.CharField(max_length=600, blank=True, default="")
+    throttle_key = models.CharField(max_length=600, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -226,6 +259,18 @@ class Attempt(models.Model):
             # The home page's trends: attempts started and ended per minute.
             models.Index(fields=["started_at"], name="attempt_started_at_idx"),
             models.Index(fields=["ended_at", "state"], name="attempt_ended_at_idx"),
+            # Flow control's counts in the claim: live attempts per concurrency gate, recent
+            # starts per throttle gate.
+            models.Index(
+                fields=["concurrency_key"],
+                name="attempt_concurrency_idx",
+                condition=Q(state__in=["running", "waiting"]) & ~Q(concurrency_key=""),
+            ),
+            models.Index(
+                fields=["throttle_key", "started_at"],
+                name="attempt_throttle_idx",
+                condition=~Q(throttle_key=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -275,6 +320,8 @@ class WorkInput(models.Model):
     )
     created_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
+    # The priority of the route it arrived through (worklife.flow): pending, it raises its Work's.
+    priority = models.SmallIntegerField(default=0)
 
     class Meta:
         ordering = ["work", "seq"]

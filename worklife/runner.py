@@ -47,7 +47,7 @@ from worklife.attempts import (
     attempts_rescue,
 )
 from worklife.calls import AttemptCalls, Running, authority
-from worklife.dispatch import Configurations, dispatch_many_in_tx
+from worklife.dispatch import Configurations, FlowHeld, dispatch_many_in_tx
 from worklife.errors import WorkError
 from worklife.executors import (
     Execution,
@@ -58,6 +58,13 @@ from worklife.executors import (
     start_attempt,
 )
 from worklife.executors.containment import lost_attempt_process_kill, pid_alive
+from worklife.flow import (
+    flow_claim_order,
+    flow_next_release,
+    flow_release,
+    priorities_of,
+    routes_raise_priority,
+)
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -147,6 +154,12 @@ class WorkRunner:
         self.stopping = False
         self._executors: dict[str, Executor] = {}
         self._touched: set[int] = set()
+        # The concurrency gates of this loop's attempts (by attempt id), the gates of those that
+        # ended and the attempts other loops lost: the Work held on those gates is released in the
+        # next claim (worklife.flow).
+        self._gates: dict[int, str] = {}
+        self._freed: set[str] = set()
+        self._ended: set[int] = set()
         self.calls = AttemptCalls(
             clock=clock, causal=self.causal, touched=self._touched, scopes=configurations
         )
@@ -216,14 +229,20 @@ class WorkRunner:
         self.shutdown(grace=stop_grace)
 
     def drain(self, *, timeout: float = 60.0, wait: Callable[[float], Any] = time.sleep) -> int:
-        """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run."""
+        """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run. Work
+        flow control holds until a moment before the deadline (debounced, batching, throttled) is
+        waited for: it starts then."""
         deadline = time.monotonic() + timeout
         passes = 0
         while time.monotonic() < deadline:
             result = self.step()
             passes += 1
             if not self.running and result.started == 0 and result.finished == 0:
-                break
+                until = flow_next_release(self.clock())
+                if until is None or until > deadline - time.monotonic():
+                    break
+                wait(min(max(until, 0.02), 0.5))
+                continue
             if result.started == 0 and result.finished == 0:
                 wait(0.02)
         return passes
@@ -435,6 +454,8 @@ class WorkRunner:
 
     def _forget(self, running: Running) -> None:
         self.running.pop(running.attempt_id, None)
+        if gate := self._gates.pop(running.attempt_id, ""):
+            self._freed.add(gate)
         with contextlib.suppress(OSError):
             running.execution.release()
 
@@ -509,6 +530,7 @@ class WorkRunner:
     def _end_orphan(self, rescued: Rescued) -> None:
         self.counters.lost += 1
         self._touched.add(rescued.work_id)
+        self._ended.add(rescued.attempt_id)  # its concurrency slot is free (worklife.flow)
         logger.warning(
             "attempt.lost",
             extra={"attempt": rescued.attempt_id, "work": rescued.work_id, "owner": rescued.owner},
@@ -537,8 +559,17 @@ class WorkRunner:
             return 0
         now = self.clock()
         starts: list[tuple[Attempt, list[Event], dict]] = []
+        live = self.configurations.live()
+        priorities = priorities_of(live.configuration) if live else {}
+        routes = routes_raise_priority(live.configuration) if live else False
+        order, annotations = flow_claim_order(priorities, now=now, routes=routes)
         with transaction.atomic():
-            work_ids = claimable_work_in_tx(now=now, limit=free)
+            if self._freed or self._ended:
+                # In the claim's commit: no commit of its own.
+                flow_release(attempt_ids=self._ended, gates=self._freed)
+                self._freed.clear()
+                self._ended.clear()
+            work_ids = claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
             if not work_ids:
                 return 0
             dispatched = dispatch_many_in_tx(
@@ -550,7 +581,10 @@ class WorkRunner:
             )
             attempts = []
             for work_id, outcome in dispatched.items():
-                if isinstance(outcome, WorkError):
+                if isinstance(outcome, FlowHeld):
+                    metrics.flow_held(outcome.hold.kind)
+                    self._touched.add(work_id)
+                elif isinstance(outcome, WorkError):
                     self.counters.refused += 1
                     news = work_hold_in_tx(
                         work_id=work_id,
@@ -575,6 +609,8 @@ class WorkRunner:
 
     def _start(self, attempt: Attempt, events: list[Event], binding_settings: dict) -> None:
         self._touched.add(attempt.work_id)
+        if attempt.concurrency_key:
+            self._gates[attempt.pk] = attempt.concurrency_key
         try:
             executor = self._executor(attempt.executor)
             execution = start_attempt(
@@ -593,6 +629,8 @@ class WorkRunner:
                 error=f"could not start: {type(exc).__name__}: {exc}",
                 clock=self.clock,
             )
+            if gate := self._gates.pop(attempt.pk, ""):
+                self._freed.add(gate)
             self.counters.failed += 1
             metrics.attempt_failed(
                 attempt.work.scope, attempt.binding, None, parked=work.parked_at is not None

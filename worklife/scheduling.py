@@ -59,11 +59,14 @@ def backoff_for(failures: int) -> timedelta:
 # --- claiming ready Work -----------------------------------------------------------------------
 
 
-def claimable_work_in_tx(*, now: datetime, limit: int) -> list[int]:
+def claimable_work_in_tx(
+    *, now: datetime, limit: int, order: Sequence[Any] = ("id",), annotations: dict[str, Any] | None = None
+) -> list[int]:
     """Lock and return up to ``limit`` Work that may start an attempt now: ready, not parked,
-    not backing off, with pending input or input to present again after a failure. Rows
-    another loop holds are skipped (``SKIP LOCKED`` on PostgreSQL; SQLite's write lock
-    serialises loops)."""
+    not backing off, not held by flow control, with pending input or input to present again
+    after a failure, in ``order`` (oldest first; ``worklife.flow.flow_claim_order`` puts
+    priorities first). Rows another loop holds are skipped (``SKIP LOCKED`` on PostgreSQL;
+    SQLite's write lock serialises loops)."""
     assert_in_tx()
     pending = WorkInput.objects.filter(
         work=OuterRef("pk"), state=InputState.PENDING, kind__in=PRESENTED_KINDS
@@ -72,7 +75,9 @@ def claimable_work_in_tx(*, now: datetime, limit: int) -> list[int]:
         Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=True)
         .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
         .filter(Q(pending_run=True) | Exists(pending))
-        .order_by("id")
+        .filter(Q(held_until__isnull=True) | Q(held_until__lte=now))
+        .annotate(**(annotations or {}))
+        .order_by(*order)
     )
     if connection.features.has_select_for_update_skip_locked:
         query = query.select_for_update(skip_locked=True, of=("self",))
@@ -145,9 +150,18 @@ def presentations_in_tx(*, attempts: Sequence[Attempt], now: datetime) -> dict[i
             attempt = by_work[row.work_id]
             row.state, row.attempt_id, row.consumed_at = InputState.CONSUMED, attempt.pk, now
             result[attempt.pk].append(row)
-    # The retry state ends as the attempt starts: its binding was pinned (R30).
+    # The retry state ends as the attempt starts: its binding was pinned (R30); so does a flow
+    # control hold (worklife.flow), in the same statement.
     Work.objects.filter(pk__in=list(by_work)).update(
-        pending_run=False, retry_at=None, last_error="", retry_binding="", awaiting_binding=False
+        pending_run=False,
+        retry_at=None,
+        last_error="",
+        retry_binding="",
+        hold_kind="",
+        hold_reason="",
+        hold_gate="",
+        held_until=None,
+        awaiting_binding=False,
     )
     return result
 

@@ -14,6 +14,7 @@ from causal.models import Event, RouteState
 from causal.selectors import COUNT_CAP, PAGE_SIZE, KeysetPage, ListTotal, count_capped, keyset_page
 from infra.queries import starts_with
 from infra.words import counted
+from worklife.flow import flow_held_at, flow_hold_active, flow_hold_text
 from worklife.models import (
     DISPATCH_REFUSED,
     PRESENTED_KINDS,
@@ -43,8 +44,10 @@ BACKING_OFF = "backing_off"
 # Ready Work whose dispatch was refused (a queue-only binding, one that cannot run): it waits for
 # a binding that can run it; neither backing off nor ready to run.
 AWAITING_BINDING = "awaiting_binding"
-# The Work states as people read them: a status, or one of the three holds of a ready Work.
-WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF, AWAITING_BINDING)
+# Ready Work flow control holds (a concurrency limit, a throttle, debounce, batch: worklife.flow).
+FLOW_HELD = "flow_held"
+# The Work states as people read them: a status, or one of the holds of a ready Work.
+WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF, AWAITING_BINDING, FLOW_HELD)
 # The longest scope path Work stores (Work.scope).
 SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
 BINDING_MAX_LENGTH = Work._meta.get_field("binding").max_length
@@ -92,6 +95,8 @@ def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QueryS
         queryset = queryset.filter(backing_off_at(now))
     elif filters.status == AWAITING_BINDING:
         queryset = queryset.filter(awaiting_binding_q())
+    elif filters.status == FLOW_HELD:
+        queryset = queryset.filter(flow_held_at(now))
     elif filters.status == WorkStatus.READY:
         queryset = queryset.filter(
             status=WorkStatus.READY, parked_at__isnull=True, awaiting_binding=False
@@ -302,6 +307,7 @@ def work_runnable(*, now: datetime) -> QuerySet[Work]:
         Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=True)
         .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
         .filter(Q(pending_run=True) | Exists(pending))
+        .filter(Q(held_until__isnull=True) | Q(held_until__lte=now))
     )
 
 
@@ -324,6 +330,7 @@ class NotRunning(StrEnum):
     # Either of the two above, as the Work list marks it (work_hold, from the row alone).
     AWAITING_BINDING = "awaiting_binding"
     HELD = "held"  # nothing to run; its next input is held behind an unrouted Event (R19)
+    FLOW_HELD = "flow_held"  # flow control holds it: a concurrency limit, a throttle, debounce, batch
     NO_INPUT = "no_input"  # nothing to run and nothing on the way
     CLAIMABLE = "claimable"  # runnable now: a work_loop claims it on its next pass
 
@@ -390,6 +397,8 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
                 event_seq=seq,
             )
         return WhyNotRunning(NotRunning.NO_INPUT, "no input: nothing is queued for it")
+    if flow_hold_active(work, now):
+        return WhyNotRunning(NotRunning.FLOW_HELD, flow_hold_text(work), until=work.held_until)
     again = f" (checked again at {_when(work.retry_at)})" if work.retry_at else ""
     if work.last_error and not failed:
         if "queue-only" in work.last_error:
@@ -453,6 +462,8 @@ def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
         return NotRunning.AWAITING_BINDING
     if work.is_backing_off(now):
         return NotRunning.BACKING_OFF
+    if flow_hold_active(work, now):
+        return NotRunning.FLOW_HELD
     return None
 
 

@@ -11,7 +11,7 @@ from infra.converters import MAX_ID
 from infra.times import parse_time
 from routing.records.filters import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid
 from worklife.models import WorkStatus
-from worklife.selectors import AWAITING_BINDING, BACKING_OFF, PARKED, WorkFilter
+from worklife.selectors import AWAITING_BINDING, BACKING_OFF, FLOW_HELD, PARKED, WorkFilter
 
 
 def _choices_with_any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -163,6 +163,7 @@ class WorkFilterForm(KeysetOrderForm):
                 (PARKED, "parked"),
                 (BACKING_OFF, "backing off"),
                 (AWAITING_BINDING, "waiting for a binding"),
+                (FLOW_HELD, "held by flow control"),
             ]
         ),
         help_text=(

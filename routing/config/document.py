@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from routing.config.receivers import ReceiverSpec
@@ -19,6 +19,8 @@ class ParsedBinding:
     controls: tuple[str, ...]
     capabilities: frozenset[str]
     place: str = ""
+    # Flow control as declared (concurrency, throttle, priority, debounce, batch: worklife.flow).
+    flow: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,8 @@ class ParsedRoute:
     fallback: str
     start: bool
     place: str = ""
+    # Raises the priority of the Work an Event arrives at through this route (worklife.flow).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ slots replaced in place, and the bindings visible there, a child's redefinition 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -10,6 +11,7 @@ from typing import Any
 
 from routing.config.document import ParsedScope
 from routing.extension import RouteInfo, freeze
+from worklife.flow import NO_FLOW, FlowPolicy, flow_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,7 @@ class EffectiveBinding:
     capabilities: frozenset[str]
     redefines: str = ""
     problem: str = ""
+    flow: FlowPolicy = NO_FLOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class EffectiveRoute:
     fallback: str
     start: bool
     overrides: str = ""
+    priority: int = 0
     _info: RouteInfo | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +101,19 @@ class Configuration:
         """The effective scope declared at ``path``, or ``None``."""
         return self.scopes.get(path)
 
+    @functools.cached_property
+    def route_priorities(self) -> Mapping[tuple[str, str], int]:
+        """``(declaring scope, slot) -> priority`` of the routes that raise their Work's priority
+        (a route's ``priority``; worklife.flow), computed once per configuration."""
+        return MappingProxyType(
+            {
+                (route.scope, route.slot): route.priority
+                for scope in self.scopes.values()
+                for route in scope.routes
+                if route.priority
+            }
+        )
+
     def scope_or_empty(self, path: str) -> EffectiveScope:
         """The effective scope at ``path``; a scope that left the configuration has no routes
         and no bindings (no route can select its Events)."""
@@ -146,6 +163,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 capabilities=capabilities,
                 redefines=inherited.scope if inherited else "",
                 problem=problem,
+                flow=flow_policy(binding.flow),
             )
         routes: list[EffectiveRoute] = list(parent.routes) if parent else []
         index = {route.slot: position for position, route in enumerate(routes)}
@@ -161,6 +179,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 fallback=route.fallback,
                 start=route.start,
                 overrides=routes[replaced].scope if replaced is not None else "",
+                priority=route.priority,
             )
             if replaced is None:
                 index[route.slot] = len(routes)
@@ -214,6 +233,7 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "policy": r.policy,
                 "fallback": r.fallback,
                 "start": r.start,
+                "priority": r.priority,
             }
             for r in scope.routes
         ],
@@ -226,6 +246,7 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "controls": list(b.controls),
                 "capabilities": sorted(b.capabilities),
                 "problem": b.problem,
+                "flow": b.flow.describe(),
             }
             for name, b in sorted(scope.bindings.items())
         },

@@ -48,6 +48,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                     settings=b.settings or {},
                     controls=tuple(b.controls or ()),
                     capabilities=frozenset(),
+                    flow=b.flow or {},
                 )
                 for b in row.bindings.all()
             ),
@@ -60,6 +61,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                     policy=r.policy,
                     fallback=r.fallback,
                     start=r.start,
+                    priority=r.priority,
                 )
                 for r in sorted(row.routes.all(), key=lambda r: r.position)
             ),

@@ -77,6 +77,7 @@ def _config_store_in_tx(
                 executor=b.executor,
                 settings=b.settings,
                 controls=list(b.controls),
+                flow=b.flow,
             )
             for b in declared.bindings
         )
@@ -91,6 +92,7 @@ def _config_store_in_tx(
                 policy=r.policy,
                 fallback=r.fallback,
                 start=r.start,
+                priority=r.priority,
             )
             for position, r in enumerate(declared.routes)
         )

@@ -26,6 +26,7 @@ from worklife.executors import (
     registered_executors,
     validate_binding,
 )
+from worklife.flow import FLOW_KEYS, ROUTE_FLOW_KEYS, flow_declared, flow_parse, priority_parse
 
 POLICIES: tuple[str, ...] = ("queue", "inject", "interrupt", "drop")
 FALLBACKS: tuple[str, ...] = ("queue", "drop")
@@ -46,8 +47,8 @@ _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 
 _DOCUMENT_KEYS = ("version", "default_scope", "scopes", "receivers")
 _SCOPE_KEYS = ("path", "bindings", "routes")
-_BINDING_KEYS = ("executor", "settings", "controls")
-_ROUTE_KEYS = ("slot", "handler", "params", "binding", "policy", "fallback", "start")
+_BINDING_KEYS = ("executor", "settings", "controls", *FLOW_KEYS)
+_ROUTE_KEYS = ("slot", "handler", "params", "binding", "policy", "fallback", "start", *ROUTE_FLOW_KEYS)
 
 
 def is_scope_path(path: str) -> bool:
@@ -273,6 +274,8 @@ class _Validator:
             return None
         before = len(self.problems)
         self.keys(binding, place, _BINDING_KEYS)
+        for where, message in flow_parse(binding, place)[1]:
+            self.problem(where, message)
         executor = self.string(binding.get("executor"), f"{place}.executor")
         settings = binding.get("settings")
         if settings is None:
@@ -317,6 +320,7 @@ class _Validator:
             controls=tuple(controls),
             capabilities=capabilities,
             place=place,
+            flow=flow_declared(binding),
         )
 
     def routes(self, raw: Any, place: str) -> tuple[ParsedRoute, ...]:
@@ -372,6 +376,9 @@ class _Validator:
         start = route.get("start", True)
         if not isinstance(start, bool):
             self.problem(f"{place}.start", f"expected true or false, got {_kind(start)}")
+        priority, problem = priority_parse(route.get("priority", 0))
+        if problem:
+            self.problem(f"{place}.priority", problem)
         if policy in BINDING_POLICIES and not binding:
             self.problem(f"{place}.binding", f"policy {policy!r} needs a binding")
         if handler is not None:
@@ -389,6 +396,7 @@ class _Validator:
             fallback=fallback or "",
             start=start if isinstance(start, bool) else True,
             place=place,
+            priority=priority,
         )
 
     def handler(self, name: str, params: dict[str, Any] | None, place: str) -> None:

@@ -516,7 +516,11 @@ class Router:
             if beside and settled.met_other_loop:
                 self.coordination.met_other_loop()
             writer = Writes(
-                now=now, generation=self.configuration.label, causal=self.causal, waiting=settled.waiting
+                now=now,
+                generation=self.configuration.label,
+                causal=self.causal,
+                waiting=settled.waiting,
+                route_priorities=self.configuration.route_priorities,
             )
             for seq in settled.released:
                 writer.release(seq)

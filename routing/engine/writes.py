@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -77,6 +78,8 @@ class Writes:
     decided_keys: list[EventKey] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
     blocked_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # wait -> (reason, event)
+    # (declaring scope, slot) -> priority of the routes that raise their Work's (worklife.flow).
+    route_priorities: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def write(self, event: EventSnapshot, settlement: Settlement, evaluation: Evaluation | None) -> None:
         """Queue exactly what ``settlement`` says happens to ``event``."""
@@ -137,7 +140,14 @@ class Writes:
         if decision.effect in INPUT_EFFECTS and work_id is not None and not decision.error:
             attempt = decision.intent_attempt
             self.inputs.append(
-                [work_id, seq, decision.binding, decision.input_kind, attempt.id if attempt else None]
+                [
+                    work_id,
+                    seq,
+                    decision.binding,
+                    decision.input_kind,
+                    attempt.id if attempt else None,
+                    self.route_priorities.get((decision.route_scope, decision.route), 0),
+                ]
             )
             if attempt is not None:
                 self.intents.append([work_id, attempt.id, attempt.lease_epoch, seq, decision.intent_kind])

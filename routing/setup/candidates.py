@@ -61,8 +61,9 @@ _ROUTE_FIELDS = (
     "policy",
     "fallback",
     "start",
+    "priority",
 )
-_BINDING_FIELDS = ("scope", "executor", "settings", "controls")
+_BINDING_FIELDS = ("scope", "executor", "settings", "controls", "flow")
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ class Outcome:
             assert self.refused is not None
             return (REFUSED, self.refused.field)
         r = self.result
-        return (r.effect, r.route, r.binding, r.work_id, r.keys)
+        return (r.effect, r.route, r.binding, r.work_id, r.keys, r.flow_hold)
 
     def as_dict(self) -> dict[str, Any]:
         if self.result is not None:
@@ -138,6 +138,8 @@ def change_group(live: Outcome, candidate: Outcome) -> str | None:
         a, b = live.result, candidate.result
         if (a.route, a.binding) != (b.route, b.binding):
             return OTHER_TARGET
+        if a.flow_hold != b.flow_hold:
+            return f"flow control: {a.flow_hold or 'starts'} → {b.flow_hold or 'starts'}"
         return OTHER_WORK
     return OTHER_TARGET
 

@@ -35,6 +35,7 @@ from routing.engine.settle import DUPLICATE, Settlement, duplicate
 from routing.engine.world import SnapshotReads
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.models import Generation, GenerationKind, RouteRecord
+from worklife.flow import flow_preview
 
 TRACE_ID = "trace"
 
@@ -115,6 +116,10 @@ class TraceResult:
     event: int | None = None  # the accepted Event traced (as itself or as new), or a duplicate's original
     filter: tuple[str, ...] | None = None  # the routes asked (R37); None: every route of the scope
     recorded: Recorded | None = None  # an Event traced as new: what routing recorded for it
+    # What flow control would do with the Work's attempt ("": its binding has none; worklife.flow)
+    # and the kind of hold it would record ("": none, it may start).
+    flow: str = ""
+    flow_hold: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +145,8 @@ class TraceResult:
             "attempts": self.attempts,
             "event": self.event,
             "filter": list(self.filter) if self.filter is not None else None,
+            "flow": self.flow,
+            "flow_hold": self.flow_hold,
         }
 
 
@@ -450,7 +457,32 @@ def _trace(
             accepted=False,
             only=only,
         )
-    return _result(label, scope, settlement, evaluation, only=only)
+        result = _result(label, scope, settlement, evaluation, only=only)
+        flow, hold = _flow(scope, result, snap, router.clock())
+    return replace(result, flow=flow, flow_hold=hold, notes=(*result.notes, flow)) if flow else result
+
+
+def _flow(scope: EffectiveScope, result: TraceResult, snap: EventSnapshot, now: datetime) -> tuple[str, str]:
+    """What flow control would do with the attempt of the Work the Event goes to, and the kind
+    of hold (the claim's own rules, :func:`worklife.flow.flow_preview`), or ``("", "")``."""
+    binding = scope.bindings.get(result.binding) if result.binding else None
+    if binding is None or result.effect not in (Effect.START, Effect.QUEUE):
+        return "", ""
+    event = {
+        "type": snap.type,
+        "source": snap.source,
+        "subject": snap.subject,
+        "scope": snap.scope,
+        "data": snap.data,
+    }
+    return flow_preview(
+        binding=binding.name,
+        binding_scope=binding.scope,
+        policy=binding.flow,
+        work_id=result.work_id,
+        event=event,
+        now=now,
+    )
 
 
 def _refuse_conflict(envelope: Envelope, accepted: int) -> None:

@@ -30,6 +30,7 @@ from tests.routing.factories import api_token_with_secret
 from tests.routing.routerkit import accept
 from tests.support import child_env, run_manage
 from tests.worklife.enginekit import runner, step_until
+from tests.worklife.factories import WorkFactory
 from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
 from worklife.models import Work
 
@@ -584,3 +585,20 @@ def test_hosts_sharing_a_metrics_folder_each_write_files_of_their_own(
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
 
     assert value(scrape(client), "conduit_events_accepted_total", scope="ops") == 2
+
+
+@pytest.mark.django_db
+def test_metrics_count_the_work_flow_control_holds_by_kind(client, metrics_on):
+    later = timezone.now() + timedelta(minutes=5)
+    WorkFactory.create_batch(2, hold_kind="concurrency", hold_reason="at its limit", held_until=later)
+    WorkFactory(hold_kind="debounce", hold_reason="debounced", held_until=later)
+    WorkFactory(
+        hold_kind="throttle", hold_reason="throttled", held_until=timezone.now() - timedelta(seconds=1)
+    )
+
+    found = scrape(client)
+
+    assert value(found, "conduit_work_flow_held", kind="concurrency") == 2
+    assert value(found, "conduit_work_flow_held", kind="debounce") == 1
+    assert value(found, "conduit_work_flow_held", kind="throttle") == 0  # its hold is over
+    assert ("conduit_work_flow_held", frozenset({("kind", "batch")})) in found

@@ -311,3 +311,9 @@ def child_on(run):
         return {"child": run.create_child(run.params["binding"], keys=[f"kid-{run.work_id}"])}
     except CallRefused as refused:
         return {"refused": str(refused)}
+
+
+def blink(run):
+    """A very short piece of work (flow control's limits are checked over many of them)."""
+    time.sleep(0.01)
+    return None

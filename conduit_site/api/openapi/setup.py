@@ -82,6 +82,16 @@ SCHEMAS: dict[str, Any] = {
                 "description": "The routes asked, in route order, when the trace was limited to them; "
                 "null: every route of the scope.",
             },
+            "flow": {
+                "type": "string",
+                "description": "What flow control would do with the Work's attempt now (docs/flow-control.md); "
+                "empty: its binding has none.",
+            },
+            "flow_hold": {
+                "type": "string",
+                "enum": ["", "concurrency", "throttle", "debounce", "batch"],
+                "description": "The hold flow control would record; empty: the attempt may start.",
+            },
         },
     },
     "Generation": {

@@ -71,6 +71,17 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Parked after too many failures: an operator retries or cancels it.",
             },
             "last_error": {"type": "string", "description": "The last failure or refused dispatch."},
+            "flow_hold": {
+                "type": ["object", "null"],
+                "description": "Flow control's hold (docs/flow-control.md): null when none was recorded; "
+                "it holds until `until`.",
+                "properties": {
+                    "kind": {"type": "string", "enum": ["concurrency", "throttle", "debounce", "batch"]},
+                    "reason": {"type": "string"},
+                    "until": NULLABLE_TIMESTAMP,
+                    "gate": {"type": "string", "description": "The gate it waits on ('': none)."},
+                },
+            },
         },
     },
     "Attempt": {
@@ -328,7 +339,8 @@ PATHS: dict[str, Any] = {
                     "description": (
                         "The Work's state (empty: any): `parked`, ready Work parked after too many failures;"
                         " `backing_off`, ready Work whose next try is later; `awaiting_binding`, ready Work whose"
-                        " binding cannot run it (queue-only): it waits for a rebind; `ready`, none of them."
+                        " binding cannot run it (queue-only): it waits for a rebind; `flow_held`, ready Work"
+                        " flow control holds (docs/flow-control.md); `ready`, none of them."
                     ),
                 },
                 {

@@ -81,3 +81,11 @@ def backing_off(work: Work, now: datetime) -> bool:
     """Whether ``work`` is backing off at ``now`` (:meth:`worklife.models.Work.is_backing_off`)."""
     # A page rendered without ``now`` shows no backoff, as a template comparison with it would.
     return isinstance(now, datetime) and work.is_backing_off(now)
+
+
+@register.filter
+def flow_held(work: Work, now: datetime) -> bool:
+    """Whether flow control holds ``work`` at ``now`` (:func:`worklife.flow.flow_hold_active`)."""
+    from worklife.flow import flow_hold_active
+
+    return isinstance(now, datetime) and flow_hold_active(work, now)

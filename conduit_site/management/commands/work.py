@@ -45,6 +45,7 @@ from infra.times import timestamp
 from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.serializers import attempt_json, work_json
+from worklife.flow import flow_hold_line
 from worklife.models import Attempt, Work, WorkStatus
 from worklife.selectors import (
     NotRunning,
@@ -106,8 +107,8 @@ def list_arguments(parser: CommandParser) -> None:
         "--status",
         default="",
         metavar="STATUS",
-        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked', 'backing_off' or "
-        "'awaiting_binding' (then 'ready' means none of them), as the Work list offers them.",
+        help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked', 'backing_off', "
+        "'awaiting_binding' or 'flow_held' (then 'ready' means none of them), as the Work list offers them.",
     )
     parser.add_argument(
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
@@ -205,6 +206,8 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
         lines.append(f"  backing off until {timestamp(work.retry_at)} ({counted(work.failures, 'failures')})")
     if work.last_error:
         lines.append(f"  last error: {work.last_error}")
+    if hold := flow_hold_line(work):
+        lines.append(f"  flow control: {hold}")
     if work.trigger_id:
         lines.append(f"  trigger: #{work.trigger_id}")
     for attempt in attempts:
@@ -264,6 +267,8 @@ def _hold_mark(work: Work) -> str:
     if hold is NotRunning.BACKING_OFF:
         failures = f" ({failures_text(work.failures)})" if work.failures else ""
         return f" (backing off until {timestamp(work.retry_at)}{failures})"
+    if hold is NotRunning.FLOW_HELD:
+        return f" (held by flow control: {work.get_hold_kind_display()})"
     return ""
 
 

@@ -35,7 +35,8 @@ class Command(BaseCommand):
         mode.add_argument(
             "--drain",
             action="store_true",
-            help="Run until no Work is ready to run and no attempt is running, then exit.",
+            help="Run until no Work is ready to run and no attempt is running, then exit (Work that "
+            "flow control holds until before --drain-timeout, debounced or throttled, is waited for).",
         )
         parser.add_argument(
             "--slots", type=int, default=8, help="Attempts this loop runs at once. Default 8."

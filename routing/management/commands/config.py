@@ -194,6 +194,8 @@ class Command(BaseCommand):
             settings = json.dumps(described["bindings"][name]["settings"], sort_keys=True)
             if binding.settings:
                 lines.append(f"    settings {settings}")
+            if binding.flow.describe():
+                lines.append(f"    flow control: {'; '.join(binding.flow.describe())}")
             if binding.problem:
                 lines.append(f"    problem: {binding.problem}")
         lines.append("routes (first match wins):")
@@ -209,6 +211,7 @@ class Command(BaseCommand):
             if route.policy in CONTROL_POLICIES and binding and route.policy not in binding.capabilities:
                 fallback += f" (always here: {route.binding} cannot {route.policy})"
             start = "" if route.start else ", starts no Work"
+            start += f", priority {route.priority}" if route.priority else ""
             lines.append(
                 f"  {position}. {route.slot}: {route.handler} -> {route.policy}{target}{fallback}{start} ({origin})"
             )

@@ -202,8 +202,8 @@ def test_r34_drop_needs_no_binding(clock):
         ),
         (
             "        policy: queue\n",
-            "        policy: queue\n        priority: 1\n",
-            "scopes[0].routes[0].priority",
+            "        policy: queue\n        weight: 1\n",
+            "scopes[0].routes[0].weight",
         ),
         ("          keys:", "          colour: red\n          keys:", "scopes[0].routes[0].params.colour"),
     ],

@@ -138,8 +138,13 @@ def test_r3_show_json():
         "controls": [],
         "capabilities": [],
         "problem": "",
+        "flow": [],
     }
     assert data["bindings"]["responder"]["capabilities"] == ["inject"]
+    assert data["bindings"]["responder"]["flow"] == [
+        "concurrency 1 per key {data.event.channel}",
+        "throttle 30 per 60 s",
+    ]
 
 
 def test_show_a_chosen_generation_or_candidate():
