@@ -69,6 +69,7 @@ from worklife.models import (
     Wait,
     WaitState,
 )
+from worklife.retry import FailureHint, RetryPolicy
 from worklife.scheduling import (
     claimable_work_in_tx,
     event_as_input,
@@ -381,6 +382,8 @@ class WorkRunner:
                 error=error,
                 clock=self.clock,
                 output=self._output(running, error=error),
+                policy=running.retry,
+                hint=_failure_hint(running),
                 **authority(running),
             )
         except WorkError as exc:
@@ -536,7 +539,7 @@ class WorkRunner:
         if free <= 0:
             return 0
         now = self.clock()
-        starts: list[tuple[Attempt, list[Event], dict]] = []
+        starts: list[tuple[Attempt, list[Event], dict, RetryPolicy | None]] = []
         with transaction.atomic():
             work_ids = claimable_work_in_tx(now=now, limit=free)
             if not work_ids:
@@ -564,15 +567,17 @@ class WorkRunner:
                     attempts.append(outcome)
             if attempts:
                 events = presented_events_many_in_tx(attempts=[d.attempt for d in attempts], now=now)
-                starts = [(d.attempt, events[d.attempt.pk], d.settings) for d in attempts]
-        for attempt, presented, binding_settings in starts:
-            self._start(attempt, presented, binding_settings)
-        pids = {a.pk: self.running[a.pk].execution.pid for a, _, _ in starts if a.pk in self.running}
+                starts = [(d.attempt, events[d.attempt.pk], d.settings, d.retry) for d in attempts]
+        for attempt, presented, binding_settings, retry in starts:
+            self._start(attempt, presented, binding_settings, retry)
+        pids = {a.pk: self.running[a.pk].execution.pid for a, *_ in starts if a.pk in self.running}
         if pids:
             attempts_pid(pids)
         return len(starts)
 
-    def _start(self, attempt: Attempt, events: list[Event], binding_settings: dict) -> None:
+    def _start(
+        self, attempt: Attempt, events: list[Event], binding_settings: dict, retry: RetryPolicy | None = None
+    ) -> None:
         self._touched.add(attempt.work_id)
         try:
             executor = self._executor(attempt.executor)
@@ -591,6 +596,7 @@ class WorkRunner:
                 lease_epoch=attempt.lease_epoch,
                 error=f"could not start: {type(exc).__name__}: {exc}",
                 clock=self.clock,
+                policy=retry,
             )
             self.counters.failed += 1
             metrics.attempt_failed(
@@ -611,6 +617,7 @@ class WorkRunner:
             scope=attempt.work.scope,
             binding=attempt.binding,
             emit_sources=tuple(emit_sources_of(binding_settings)),
+            retry=retry,
         )
         self.counters.started += 1
         metrics.attempt_started(attempt.work.scope, attempt.binding)
@@ -646,6 +653,19 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
+
+
+def _failure_hint(running: Running) -> FailureHint:
+    """What the attempt's end says about retrying it (a timeout says nothing: it backs off)."""
+    outcome = running.outcome
+    if outcome is None or running.ended_by:
+        return FailureHint()
+    return FailureHint(
+        types=outcome.error_types,
+        non_retryable=outcome.non_retryable,
+        retry_after=outcome.retry_after,
+        exit_status=outcome.exit_status,
+    )
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:

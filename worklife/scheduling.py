@@ -31,6 +31,7 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
+from worklife.pauses import active_pauses, paused_work_q
 
 BACKOFF_START = 2.0
 BACKOFF_CAP = 300.0
@@ -61,7 +62,8 @@ def backoff_for(failures: int) -> timedelta:
 
 def claimable_work_in_tx(*, now: datetime, limit: int) -> list[int]:
     """Lock and return up to ``limit`` Work that may start an attempt now: ready, not parked,
-    not backing off, with pending input or input to present again after a failure. Rows
+    not backing off, not held by a pause (:mod:`worklife.pauses`), with pending input or input
+    to present again after a failure. Rows
     another loop holds are skipped (``SKIP LOCKED`` on PostgreSQL; SQLite's write lock
     serialises loops)."""
     assert_in_tx()
@@ -74,6 +76,10 @@ def claimable_work_in_tx(*, now: datetime, limit: int) -> list[int]:
         .filter(Q(pending_run=True) | Exists(pending))
         .order_by("id")
     )
+    # Paused scopes and bindings hold their Work: its input queues, no attempt starts.
+    held = paused_work_q(active_pauses(now))
+    if held is not None:
+        query = query.exclude(held)
     if connection.features.has_select_for_update_skip_locked:
         query = query.select_for_update(skip_locked=True, of=("self",))
     return list(query.values_list("pk", flat=True)[:limit])

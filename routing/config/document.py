@@ -19,6 +19,8 @@ class ParsedBinding:
     controls: tuple[str, ...]
     capabilities: frozenset[str]
     place: str = ""
+    # The binding's retry policy as declared (``worklife.retry``), ``None``: the defaults.
+    retry: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,8 @@ class ParsedScope:
     bindings: tuple[ParsedBinding, ...]
     routes: tuple[ParsedRoute, ...]
     place: str = ""
+    # The scope's schedules as declared (``routing.schedules``): plain JSON, each with a name.
+    schedules: tuple[dict[str, Any], ...] = ()
 
     @property
     def parent_path(self) -> str | None:

@@ -31,6 +31,8 @@ class EffectiveBinding:
     capabilities: frozenset[str]
     redefines: str = ""
     problem: str = ""
+    # The retry policy as declared (``worklife.retry``), ``None``: the defaults.
+    retry: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,8 @@ class EffectiveScope:
     path: str
     routes: tuple[EffectiveRoute, ...]
     bindings: Mapping[str, EffectiveBinding]
+    # The schedules declared in this scope itself (never inherited): frozen, each with a name.
+    schedules: tuple[Mapping[str, Any], ...] = ()
 
     def route(self, slot: str) -> EffectiveRoute | None:
         """The route in effect in ``slot``, if any."""
@@ -146,6 +150,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 capabilities=capabilities,
                 redefines=inherited.scope if inherited else "",
                 problem=problem,
+                retry=freeze(binding.retry) if binding.retry else None,
             )
         routes: list[EffectiveRoute] = list(parent.routes) if parent else []
         index = {route.slot: position for position, route in enumerate(routes)}
@@ -168,7 +173,10 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
             else:
                 routes[replaced] = effective
         resolved[declared.path] = EffectiveScope(
-            path=declared.path, routes=tuple(routes), bindings=MappingProxyType(bindings)
+            path=declared.path,
+            routes=tuple(routes),
+            bindings=MappingProxyType(bindings),
+            schedules=tuple(freeze(s) for s in declared.schedules),
         )
     return resolved
 
@@ -226,7 +234,9 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "controls": list(b.controls),
                 "capabilities": sorted(b.capabilities),
                 "problem": b.problem,
+                **({"retry": thaw(b.retry)} if b.retry else {}),
             }
             for name, b in sorted(scope.bindings.items())
         },
+        **({"schedules": [thaw(s) for s in scope.schedules]} if scope.schedules else {}),
     }

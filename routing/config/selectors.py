@@ -48,6 +48,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                     settings=b.settings or {},
                     controls=tuple(b.controls or ()),
                     capabilities=frozenset(),
+                    retry=b.retry,
                 )
                 for b in row.bindings.all()
             ),
@@ -63,6 +64,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                 )
                 for r in sorted(row.routes.all(), key=lambda r: r.position)
             ),
+            schedules=tuple(row.schedules or ()),
         )
         for row in rows
     ]

@@ -69,7 +69,9 @@ def _config_store_in_tx(
     bindings: list[Binding] = []
     routes: list[Route] = []
     for declared in parsed.scopes:
-        scope = Scope.objects.create(generation=generation, path=declared.path)
+        scope = Scope.objects.create(
+            generation=generation, path=declared.path, schedules=list(declared.schedules)
+        )
         bindings.extend(
             Binding(
                 scope=scope,
@@ -77,6 +79,7 @@ def _config_store_in_tx(
                 executor=b.executor,
                 settings=b.settings,
                 controls=list(b.controls),
+                retry=b.retry,
             )
             for b in declared.bindings
         )
