@@ -136,6 +136,11 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _exit_code(value: Any) -> bool:
+    # YAML reads ``75:`` as a number, JSON (and a stored policy) as text.
+    return type(value) is int or (isinstance(value, str) and value.isdigit())
+
+
 def retry_policy_problems(raw: Any) -> list[tuple[str, str]]:
     """Problems of a binding's ``retry`` mapping, each (sub-place, message); none: valid."""
     if not isinstance(raw, dict):
@@ -165,7 +170,7 @@ def retry_policy_problems(raw: Any) -> list[tuple[str, str]]:
     exits = raw.get("retry_after_exit")
     if exits is not None and (
         not isinstance(exits, dict)
-        or not all(type(c) is int and _number(s) and 0 <= s <= 86400 for c, s in exits.items())
+        or not all(_exit_code(c) and _number(s) and 0 <= s <= 86400 for c, s in exits.items())
     ):
         problems.append(("retry_after_exit", "expected exit codes and seconds to wait ({75: 60})"))
     return problems

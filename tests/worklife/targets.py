@@ -311,3 +311,19 @@ def child_on(run):
         return {"child": run.create_child(run.params["binding"], keys=[f"kid-{run.work_id}"])}
     except CallRefused as refused:
         return {"refused": str(refused)}
+
+
+def refuses_for_good(run):
+    from worklife.child import NonRetryable
+
+    raise NonRetryable("the request is malformed")
+
+
+def asks_later(run):
+    from worklife.child import RetryAfter
+
+    raise RetryAfter(42, "rate limited")
+
+
+def bad_value(run):
+    raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "not text")
