@@ -92,7 +92,11 @@ def test_a_bad_retry_policy_is_refused_naming_its_place(retry, place):
 
 def test_a_valid_retry_policy_is_kept_with_its_binding():
     parsed = parse_document(_doc({"max_attempts": 2, "initial": 1, "non_retryable": ["ValueError"]}))
-    assert parsed.scopes[0].bindings[0].retry == {"max_attempts": 2, "initial": 1, "non_retryable": ["ValueError"]}
+    assert parsed.scopes[0].bindings[0].retry == {
+        "max_attempts": 2,
+        "initial": 1,
+        "non_retryable": ["ValueError"],
+    }
 
 
 # --- the engine ------------------------------------------------------------------------------------
@@ -102,7 +106,11 @@ EXIT_WITH = "import sys, json; sys.stdin.readline(); sys.exit(int(sys.argv[1]))"
 
 def _engine_doc() -> str:
     def py(target: str, **retry) -> dict:
-        return {"executor": "python", "settings": {"target": f"tests.worklife.targets:{target}"}, "retry": retry}
+        return {
+            "executor": "python",
+            "settings": {"target": f"tests.worklife.targets:{target}"},
+            "retry": retry,
+        }
 
     def cmd(code: int) -> dict:
         return {
@@ -120,7 +128,8 @@ def _engine_doc() -> str:
         "exit75": cmd(75),
     }
     routes = [
-        {"slot": name, "handler": "match", "params": {"type": f"r.{name}"}, "binding": name} for name in bindings
+        {"slot": name, "handler": "match", "params": {"type": f"r.{name}"}, "binding": name}
+        for name in bindings
     ]
     return json.dumps({"version": 1, "scopes": [{"path": "r", "bindings": bindings, "routes": routes}]})
 
