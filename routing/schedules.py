@@ -32,7 +32,7 @@ from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope, event_accept_in_tx
 from routing.config.effective import Configuration
-from routing.config.schedules import ON_TIME, ScheduleSpec, fire_time_text, schedule_spec
+from routing.config.schedules import ScheduleSpec, fire_time_text, schedule_spec
 from routing.models import ScheduleState
 from worklife.models import InputState, PauseKind, WorkInput, WorkStatus
 from worklife.pauses import active_pauses, pause_line
@@ -121,15 +121,18 @@ def _overlapping(state: ScheduleState) -> str:
     return f"the last fire's Work {busy} is still running" if busy is not None else ""
 
 
-def schedule_fire_in_tx(spec: ScheduleSpec, *, now: datetime, paused: str = "") -> list[Fired]:
+def schedule_fire_in_tx(
+    spec: ScheduleSpec, *, now: datetime, paused: str = "", by: str = SCHEDULE_SOURCE
+) -> list[Fired]:
     """Handle ``spec``'s fire times due at ``now`` in the caller's transaction (see the module
-    docstring); ``paused`` is the pause line when it is paused."""
+    docstring); ``paused`` is the pause line when it is paused, ``by`` the loop firing it (the
+    Events' ``accepted_by``)."""
     state = _state_in_tx(spec, now)
     due = spec.due(state.handled_until, now, cap=max(spec.catch_up_limit, 1) + 1)
     if not due:
         return []
-    late = [t for t in due if now - t > ON_TIME]
-    on_time = [t for t in due if now - t <= ON_TIME]
+    late = [t for t in due if now - t > spec.on_time]
+    on_time = [t for t in due if now - t <= spec.on_time]
     if spec.catch_up == "none":
         chosen = on_time
     elif spec.catch_up == "last":
@@ -147,7 +150,7 @@ def schedule_fire_in_tx(spec: ScheduleSpec, *, now: datetime, paused: str = "") 
         accepted = event_accept_in_tx(
             envelope=_envelope(spec, schedule_event_id(spec.name, fire_time), fire_time),
             clock=lambda: now,
-            accepted_by=SCHEDULE_SOURCE,
+            accepted_by=by,
         )
         state.last_event_id = accepted.event.pk
         results.append(
@@ -170,8 +173,10 @@ def schedule_fire_in_tx(spec: ScheduleSpec, *, now: datetime, paused: str = "") 
     return results
 
 
-def schedules_fire(*, configuration: Configuration, clock: Clock) -> list[Fired]:
-    """Fire every due schedule of ``configuration`` now, each in its own transaction."""
+def schedules_fire(*, configuration: Configuration, clock: Clock, owner: str = "") -> list[Fired]:
+    """Fire every due schedule of ``configuration`` now, each in its own transaction; ``owner``
+    names the loop firing them."""
+    by = f"{SCHEDULE_SOURCE} {owner}"[:150] if owner else SCHEDULE_SOURCE
     specs = schedules_of(configuration)
     if not specs:
         return []
@@ -180,7 +185,9 @@ def schedules_fire(*, configuration: Configuration, clock: Clock) -> list[Fired]
     results: list[Fired] = []
     for spec in specs:
         with transaction.atomic():
-            results.extend(schedule_fire_in_tx(spec, now=now, paused=paused.get((spec.scope, spec.name), "")))
+            results.extend(
+                schedule_fire_in_tx(spec, now=now, paused=paused.get((spec.scope, spec.name), ""), by=by)
+            )
     for result in results:
         if result.outcome == "fired":
             logger.info(
@@ -269,8 +276,9 @@ class ScheduleTicker:
     """Fires schedules from a loop's pass at most every ``every`` seconds (one comparison per
     pass in between); errors are the caller's loop boundary's."""
 
-    def __init__(self, *, clock: Clock, every: float = TICK_SECONDS) -> None:
+    def __init__(self, *, clock: Clock, owner: str = "", every: float = TICK_SECONDS) -> None:
         self.clock = clock
+        self.owner = owner
         self.every = every
         self._next = 0.0
 
@@ -279,7 +287,7 @@ class ScheduleTicker:
         if configuration is None or mono < self._next:
             return []
         self._next = mono + self.every
-        return schedules_fire(configuration=configuration, clock=self.clock)
+        return schedules_fire(configuration=configuration, clock=self.clock, owner=self.owner)
 
 
 def outcomes_fired(results: Iterable[Fired]) -> int:

@@ -45,7 +45,8 @@ CATCH_UPS = ("none", "last", "all")
 DEFAULT_CATCH_UP_LIMIT = 10
 MIN_EVERY = 0.2
 MAX_EVERY = 366 * 86400.0
-# A fire time counts as on time (not missed) while it is at most this late.
+# A fire time counts as on time (not missed) while it is at most this late (an interval shorter
+# than this: at most one interval late).
 ON_TIME = timedelta(seconds=60)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -86,6 +87,11 @@ class ScheduleSpec:
         while True:
             yield moment
             moment += step
+
+    @property
+    def on_time(self) -> timedelta:
+        """How late a fire time may be and still count as on time (not missed)."""
+        return min(ON_TIME, timedelta(seconds=self.every)) if self.every else ON_TIME
 
     def next_after(self, after: datetime) -> datetime:
         return next(self.fire_times(after))

@@ -99,7 +99,7 @@ class RouteLoop:
             logger.warning("route_loop.released_dead_claims", extra={"events": released})
         forget_stale_targets(clock())
         # Schedules fire from this loop's passes, exactly once across loops (routing.schedules).
-        self.schedules = ScheduleTicker(clock=clock)
+        self.schedules = ScheduleTicker(clock=clock, owner=self.owner)
 
     def step(self, *, claim_ahead: bool = True) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route
