@@ -36,7 +36,7 @@ from tests.worklife.factories import WorkFactory
 # --- who: the principals and the scopes each may use ------------------------------------------
 
 PRINCIPALS = ("anonymous", "viewer", "operator", "admin", "narrowed")
-CONTROLS = {"skip", "reroute", "replay", "cancel", "retry", "send", "create", "rebind"}
+CONTROLS = {"skip", "reroute", "replay", "cancel", "retry", "send", "create", "rebind", "pause"}
 MAY = {
     "anonymous": set(),
     "viewer": {"read"},
@@ -74,6 +74,11 @@ API = {
     ("api-work-retry", "POST"): "retry",
     ("api-work-send", "POST"): "send",
     ("api-work-rebind", "POST"): "rebind",
+    ("api-pauses", "GET"): "read",
+    ("api-pauses", "POST"): "pause",
+    ("api-pauses-resume", "POST"): "pause",
+    ("api-schedules", "GET"): "read",
+    ("api-schedules-fire", "POST"): "pause",
     ("api-openapi", "GET"): None,
 }
 
