@@ -10,12 +10,16 @@ Counters and histograms (declared beside what they count):
 - ``conduit_attempts_started_total``, ``…_completed_total``, ``…_failed_total``,
   ``…_parked_total`` and ``conduit_attempt_duration_seconds``, each ``{scope,binding}``
   (:mod:`worklife.metrics`);
-- ``conduit_causal_refusals_total{kind}`` (:mod:`causal.metrics`).
+- ``conduit_causal_refusals_total{kind}`` (:mod:`causal.metrics`);
+- ``conduit_schedule_fires_total{outcome}`` (:mod:`routing.schedules`).
 
 Gauges, read when scraped (:class:`DatabaseGauges`, a few indexed queries): the backlog
 (``conduit_events_unrouted``, ``conduit_events_unrouted_oldest_seconds``), the loops'
 heartbeats (``conduit_loop_heartbeat_age_seconds{loop}``, ``conduit_loops_alive{loop}``),
-``conduit_attempts_running``, ``conduit_work_parked`` and ``conduit_database_up``.
+``conduit_attempts_running``, ``conduit_work_parked``, the holds of operators' pauses
+(``conduit_flow_held{kind}``: ``pause`` counts ready Work a paused scope or binding holds,
+``route_pause`` the Events a paused route holds unrouted), ``conduit_pauses_in_force{kind}`` and
+``conduit_database_up``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from causal.models import Event, RouteState
 from conduit_site.doctor import loop_heartbeats
 from infra.metrics import multiprocess_directory
 from infra.private_files import private_directory
-from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt
+from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, PauseKind, Work, WorkStatus
+from worklife.pauses import ROUTE_HOLD_PREFIX, active_pauses, paused_work_q
 from worklife.selectors import work_parked
 
 
@@ -60,6 +65,18 @@ class DatabaseGauges:
             loops = loop_heartbeats(now=now)
             running = Attempt.objects.filter(state__in=ACTIVE_ATTEMPT_STATES).count()
             parked = work_parked().count()
+            pauses = active_pauses(now)
+            held_q = paused_work_q(pauses)
+            held_work = (
+                Work.objects.filter(held_q, status=WorkStatus.READY, parked_at__isnull=True).count()
+                if held_q is not None
+                else 0
+            )
+            held_events = (
+                unrouted.filter(unrouted_reason__startswith=ROUTE_HOLD_PREFIX).count()
+                if any(p.kind == PauseKind.ROUTE for p in pauses)
+                else 0
+            )
         except DatabaseError:
             yield GaugeMetricFamily("conduit_database_up", "Whether the database answered the scrape.", 0)
             return
@@ -94,6 +111,19 @@ class DatabaseGauges:
         yield GaugeMetricFamily(
             "conduit_work_parked", "Work parked after too many failures, waiting for an operator.", parked
         )
+        held = GaugeMetricFamily(
+            "conduit_flow_held",
+            "What operators' pauses hold now: ready Work of a paused scope or binding (pause), Events a "
+            "paused route holds unrouted (route_pause).",
+            labels=("kind",),
+        )
+        held.add_metric(("pause",), held_work)
+        held.add_metric(("route_pause",), held_events)
+        yield held
+        in_force = GaugeMetricFamily("conduit_pauses_in_force", "Pauses in force, by kind.", labels=("kind",))
+        for kind in PauseKind.values:
+            in_force.add_metric((kind,), sum(1 for p in pauses if p.kind == kind))
+        yield in_force
 
 
 class _ThisProcess:

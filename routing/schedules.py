@@ -31,6 +31,7 @@ from django.db.models import Q
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from causal.services import Envelope, event_accept_in_tx
+from infra.metrics import Counter
 from routing.config.effective import Configuration
 from routing.config.schedules import ScheduleSpec, fire_time_text, schedule_spec
 from routing.models import ScheduleState
@@ -38,6 +39,13 @@ from worklife.models import InputState, PauseKind, WorkInput, WorkStatus
 from worklife.pauses import active_pauses, pause_line
 
 logger = logging.getLogger("conduit.routing.schedules")
+
+SCHEDULE_FIRES = Counter(
+    "conduit_schedule_fires_total",
+    "Schedule fire times handled, by outcome: fired, missed (catch-up), skipped (paused or overlap), "
+    "duplicate (another loop fired it).",
+    ("outcome",),
+)
 
 SCHEDULE_SOURCE = "core.schedule"
 TICK_SECONDS = 0.1
@@ -189,6 +197,7 @@ def schedules_fire(*, configuration: Configuration, clock: Clock, owner: str = "
                 schedule_fire_in_tx(spec, now=now, paused=paused.get((spec.scope, spec.name), ""), by=by)
             )
     for result in results:
+        SCHEDULE_FIRES.inc(1, result.outcome.partition(":")[0])
         if result.outcome == "fired":
             logger.info(
                 "schedule.fired",

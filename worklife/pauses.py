@@ -186,12 +186,16 @@ def hold_line(pause: Pause) -> str:
 def route_holds(pauses: Iterable[Pause]) -> Mapping[tuple[str, str], str]:
     """Paused routes, by (declaring scope, slot): the line their held Events record."""
     return {
-        (pause.scope, pause.name): f"held: route {pause.name!r} in {pause.scope} is {pause_line(pause)}"
+        (pause.scope, pause.name): f"{route_hold_prefix(pause.scope, pause.name)}{pause_line(pause)}"
         for pause in pauses
         if pause.kind == PauseKind.ROUTE
     }
 
 
+# How every Event a paused route holds begins its unrouted reason.
+ROUTE_HOLD_PREFIX = "held: route "
+
+
 def route_hold_prefix(scope: str, slot: str) -> str:
     """How the Events a paused route holds begin their unrouted reason (resume releases them)."""
-    return f"held: route {slot!r} in {scope} is "
+    return f"{ROUTE_HOLD_PREFIX}{slot!r} in {scope} is "

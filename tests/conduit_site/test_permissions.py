@@ -125,6 +125,10 @@ CONSOLE = {
     ("trace", "GET"): "read",
     ("trace", "POST"): "read",
     ("receivers", "GET"): "read",
+    ("flow", "GET"): "read",
+    ("flow-pause", "POST"): "pause",
+    ("flow-resume", "POST"): "pause",
+    ("flow-fire", "POST"): "pause",
     ("causal-root", "GET"): "read",
     ("causal-diagnostics", "GET"): "read",
 }
