@@ -9,6 +9,7 @@ import pytest
 from causal.models import Event, RouteState
 from routing.holds import route_held_count, route_held_release
 from routing.models import RouteRecord
+from routing.setup.trace import trace
 from tests.routing.routerkit import accept
 from tests.worklife.enginekit import route_all, setup
 from worklife.models import PauseKind, WorkInput
@@ -61,3 +62,16 @@ def test_a_held_event_is_looked_at_again_and_stays_held_while_the_route_is_pause
     route_all(clock)
     state, reason = _state(seq)
     assert state == RouteState.UNROUTED and reason.startswith("held: route 'noop' in t")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_says_a_paused_route_would_hold_the_event(clock):
+    setup(clock)
+    pause_create(target=ROUTE, paused_by="alice", reason="incident 42", until=None, clock=clock)
+    result = trace(
+        payload={"id": "x1", "source": "tests", "type": "t.noop", "scope": "t", "data": {"key": "z"}},
+        clock=clock,
+    )
+    assert (result.effect, result.state, result.route) == ("held", RouteState.UNROUTED, "noop")
+    assert result.notes[0].startswith("held: route 'noop' in t is paused by alice")
+    assert result.notes[0].endswith("routing would hold it unrouted until the route resumes")
