@@ -522,3 +522,19 @@ def test_every_doctor_check_has_a_label_people_read():
     assert sorted(CHECK_LABELS) == sorted(names)
     assert Check("parked_work", "warn", "").label == "Parked Work"
     assert all("_" not in label for label in CHECK_LABELS.values())
+
+
+@pytest.mark.django_db
+def test_doctor_warns_while_a_pause_is_in_force_naming_who_why_and_until(clock):
+    from worklife.models import PauseKind
+    from worklife.pauses import PauseTarget, pause_create, pause_end
+
+    target = PauseTarget(PauseKind.BINDING, "acme", "triage")
+    assert doctor.check_pauses(now=clock()).ok
+    pause_create(target=target, paused_by="alice", reason="incident 42", until=None, clock=clock)
+    check = doctor.check_pauses(now=clock())
+    assert not check.ok and check.total == 1
+    assert check.items[0].text == "binding 'triage' in acme: paused by alice at 2026-01-05 12:00: incident 42"
+    assert check.as_dict()["items"][0]["kind"] == "binding"
+    pause_end(target=target, ended_by="alice", clock=clock)
+    assert doctor.check_pauses(now=clock()).ok

@@ -584,3 +584,25 @@ def test_hosts_sharing_a_metrics_folder_each_write_files_of_their_own(
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
 
     assert value(scrape(client), "conduit_events_accepted_total", scope="ops") == 2
+
+
+@pytest.mark.django_db
+def test_metrics_count_what_pauses_hold_by_kind(client, metrics_on):
+    from causal.clock import system_clock
+    from tests.worklife.factories import WorkFactory
+    from worklife.models import PauseKind
+    from worklife.pauses import PauseTarget, pause_create
+
+    WorkFactory(scope="acme/web", binding="triage")
+    WorkFactory(scope="other", binding="triage")
+    pause_create(
+        target=PauseTarget(PauseKind.SCOPE, "acme"),
+        paused_by="alice",
+        reason="",
+        until=None,
+        clock=system_clock,
+    )
+    found = scrape(client)
+    assert value(found, "conduit_flow_held", kind="pause") == 1
+    assert value(found, "conduit_flow_held", kind="route_pause") == 0
+    assert value(found, "conduit_pauses_in_force", kind="scope") == 1

@@ -46,7 +46,8 @@ class Command(BaseCommand):
         rows = schedule_rows(load_configuration(generation), now=system_clock())
         for row in rows:
             paused = f"  PAUSED {row.paused}" if row.paused else ""
-            last = f"{timestamp(row.last_fire)} ({row.last_outcome})" if row.last_fire else "never"
+            last = timestamp(row.last_fire) if row.last_fire else "never"
+            last += f" ({row.last_outcome})" if row.last_outcome else ""
             self.stdout.write(
                 f"{row.spec.scope}:{row.spec.name}  {row.spec.when}  next {timestamp(row.next_fire)}  "
                 f"last {last}{paused}"
