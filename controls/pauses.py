@@ -59,6 +59,10 @@ class PauseResult:
 
 _DURATION = re.compile(r"(\d{1,6})\s*([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+# An ISO 8601 time as ``until`` takes it; the API's document says ``until`` with UNTIL_PATTERN.
+UNTIL_TIME_PATTERN = r"\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?([Zz]|[+-]\d{2}:\d{2})?"
+_TIME = re.compile(UNTIL_TIME_PATTERN)
+UNTIL_PATTERN = rf"^(|\d{{1,6}}[smhdw]|{UNTIL_TIME_PATTERN})$"
 
 
 def until_parse(text: str | None, *, now: datetime) -> datetime | None:
@@ -66,16 +70,20 @@ def until_parse(text: str | None, *, now: datetime) -> datetime | None:
     ISO 8601 time (``2026-12-07T11:00:00Z``; UTC without an offset); ``None`` for none."""
     if text is None or not text.strip():
         return None
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match:
-        return now + timedelta(**{_UNITS[match[2]]: int(match[1])})
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
+    text = text.strip()
+    match = _DURATION.fullmatch(text.lower())
+    if match is None and not _TIME.fullmatch(text):
         raise PauseInvalid(
             "until", f"expected a duration like 30m or 2h, or an ISO 8601 time, got {text[:60]!r}"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        )
+    try:
+        if match is not None:
+            return now + timedelta(**{_UNITS[match[2]]: int(match[1])})
+        value = datetime.fromisoformat(text)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (ValueError, OverflowError):
+        # Written as a time, but not one the calendar has (February 31st) or can hold.
+        raise PauseRefused(f"until {text[:60]!r} is not a time there is") from None
 
 
 def target_parse(kind: Any, scope: Any, name: Any = "") -> PauseTarget:
@@ -87,10 +95,11 @@ def target_parse(kind: Any, scope: Any, name: Any = "") -> PauseTarget:
     name = name or ""
     if not isinstance(name, str):
         raise PauseInvalid("name", "expected text")
+    # Refusals, not malformed input: what each kind needs is beyond what a JSON Schema says.
     if kind == PauseKind.SCOPE and name:
-        raise PauseInvalid("name", "a scope's pause names no binding, route or schedule")
+        raise PauseRefused("a scope's pause names no binding, route or schedule")
     if kind != PauseKind.SCOPE and not name:
-        raise PauseInvalid("name", f"name the {kind}")
+        raise PauseRefused(f"name the {kind}")
     return PauseTarget(kind, scope, name)
 
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from conduit_site.api.openapi.common import NULLABLE_TIMESTAMP, TIMESTAMP, json_content, ref, response_ref
+from conduit_site.api.openapi.common import (
+    NO_NUL,
+    NULLABLE_TIMESTAMP,
+    SCOPE_PATH,
+    TIMESTAMP,
+    json_content,
+    ref,
+    response_ref,
+)
+from controls.pauses import UNTIL_PATTERN
+from routing.config.validate import NAME_PATTERN
 
 TAG: dict[str, str] = {
     "name": "flow",
@@ -16,7 +26,10 @@ TAG: dict[str, str] = {
 _KIND = {"type": "string", "enum": ["scope", "binding", "route", "schedule"]}
 _NAME = {
     "type": "string",
-    "description": "The binding's name, the route's slot or the schedule's name (none for a scope).",
+    "maxLength": 128,
+    "pattern": NAME_PATTERN.replace("^", "^(", 1).replace("$", ")?$"),
+    "description": "The binding's name, the route's slot or the schedule's name; none for a scope, required "
+    "for the others (409 otherwise).",
 }
 
 SCHEMAS: dict[str, Any] = {
@@ -73,7 +86,7 @@ RESPONSES: dict[str, Any] = {
     },
 }
 
-_TARGET = {"kind": _KIND, "scope": {"type": "string"}, "name": _NAME}
+_TARGET = {"kind": _KIND, "scope": SCOPE_PATH, "name": _NAME}
 
 PATHS: dict[str, Any] = {
     "/api/pauses": {
@@ -104,12 +117,16 @@ PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["kind", "scope"],
+                        "additionalProperties": False,
                         "properties": {
                             **_TARGET,
-                            "reason": {"type": "string"},
+                            "reason": {**NO_NUL, "maxLength": 500},
                             "until": {
                                 "type": "string",
-                                "description": "A duration (30m, 2h, 1d) or an RFC 3339 time.",
+                                "pattern": UNTIL_PATTERN,
+                                "description": "A duration (30m, 2h, 1d) or an ISO 8601 time (UTC without an "
+                                "offset); a time not in the future, or one the calendar does not have, is refused "
+                                "(409).",
                             },
                         },
                     }
@@ -134,7 +151,12 @@ PATHS: dict[str, Any] = {
             "requestBody": {
                 "required": True,
                 "content": json_content(
-                    {"type": "object", "required": ["kind", "scope"], "properties": _TARGET}
+                    {
+                        "type": "object",
+                        "required": ["kind", "scope"],
+                        "additionalProperties": False,
+                        "properties": _TARGET,
+                    }
                 ),
             },
             "responses": {
@@ -179,7 +201,11 @@ PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "required": ["scope", "name"],
-                        "properties": {"scope": {"type": "string"}, "name": {"type": "string"}},
+                        "additionalProperties": False,
+                        "properties": {
+                            "scope": SCOPE_PATH,
+                            "name": {"type": "string", "maxLength": 128, "pattern": NAME_PATTERN},
+                        },
                     }
                 ),
             },

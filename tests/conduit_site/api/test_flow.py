@@ -56,7 +56,7 @@ def test_an_operator_pauses_a_binding_with_a_reason_and_an_until_then_resumes_it
     ("body", "status", "field"),
     [
         ({"kind": "queue", "scope": "s"}, 400, "kind"),
-        ({"kind": "binding", "scope": "s"}, 400, "name"),
+        ({"kind": "binding", "scope": "s"}, 409, None),
         ({"kind": "scope", "scope": "s", "until": "soon"}, 400, "until"),
         ({"kind": "scope", "scope": "s", "colour": "red"}, 400, "colour"),
         ({"kind": "binding", "scope": "s", "name": "nope"}, 409, None),

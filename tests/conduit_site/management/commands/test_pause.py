@@ -37,7 +37,7 @@ def test_pause_list_and_resume_a_binding_from_the_command_line(live):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("binding", "s"), "name: name the binding"),
+        (("binding", "s"), "name the binding"),
         (("binding", "s", "nope"), "no binding 'nope' in scope s"),
         (("scope", "elsewhere"), "scope elsewhere is not in the live configuration"),
         (("scope", "s", "--until", "whenever"), "until: expected a duration"),
