@@ -181,11 +181,17 @@ def schedule_fire_in_tx(
     return results
 
 
-def schedules_fire(*, configuration: Configuration, clock: Clock, owner: str = "") -> list[Fired]:
-    """Fire every due schedule of ``configuration`` now, each in its own transaction; ``owner``
-    names the loop firing them."""
+def schedules_fire(
+    *,
+    configuration: Configuration,
+    clock: Clock,
+    owner: str = "",
+    specs: list[ScheduleSpec] | None = None,
+) -> list[Fired]:
+    """Fire every due schedule of ``configuration`` now (or of ``specs``, some of its schedules),
+    each in its own transaction; ``owner`` names the loop firing them."""
     by = f"{SCHEDULE_SOURCE} {owner}"[:150] if owner else SCHEDULE_SOURCE
-    specs = schedules_of(configuration)
+    specs = schedules_of(configuration) if specs is None else specs
     if not specs:
         return []
     now = clock()
@@ -283,20 +289,37 @@ def schedule_rows(configuration: Configuration, *, now: datetime) -> list[Schedu
 
 class ScheduleTicker:
     """Fires schedules from a loop's pass at most every ``every`` seconds (one comparison per
-    pass in between); errors are the caller's loop boundary's."""
+    pass in between), and only those whose next fire time has come since this loop last handled
+    them (no query, no transaction before then); errors are the caller's loop boundary's."""
 
     def __init__(self, *, clock: Clock, owner: str = "", every: float = TICK_SECONDS) -> None:
         self.clock = clock
         self.owner = owner
         self.every = every
         self._next = 0.0
+        # By schedule and its timing: the next fire time after the last one this loop handled.
+        self._due: dict[tuple, datetime] = {}
 
     def tick(self, configuration: Configuration | None) -> list[Fired]:
         mono = time.monotonic()
         if configuration is None or mono < self._next:
             return []
         self._next = mono + self.every
-        return schedules_fire(configuration=configuration, clock=self.clock, owner=self.owner)
+        now = self.clock()
+        specs = [spec for spec in schedules_of(configuration) if self._due.get(_timing(spec), now) <= now]
+        if not specs:
+            return []
+        results = schedules_fire(
+            configuration=configuration, clock=lambda: now, owner=self.owner, specs=specs
+        )
+        for spec in specs:
+            # Every fire time up to now is handled (here or by another loop): none is due before the next.
+            self._due[_timing(spec)] = spec.next_after(now)
+        return results
+
+
+def _timing(spec: ScheduleSpec) -> tuple:
+    return (spec.scope, spec.name, spec.cron, spec.timezone, spec.every)
 
 
 def outcomes_fired(results: Iterable[Fired]) -> int:
