@@ -337,8 +337,8 @@ class WhyNotRunning:
 
 def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
     """Why ``work`` runs no attempt at ``now`` (or which attempt it runs), in one line.
-    At most three queries: the Work's latest attempt, pending input and active wait in one, the
-    pauses in force, the unrouted Event holding it only when it has nothing to run."""
+    At most two queries: the Work's latest attempt, pending input and active wait in one, then
+    the unrouted Event holding it when it has nothing to run, or the pauses in force when it has."""
     if work.status == WorkStatus.COMPLETED:
         return WhyNotRunning(NotRunning.COMPLETED, "completed")
     if work.status == WorkStatus.CANCELLED:
@@ -374,12 +374,6 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
         return WhyNotRunning(
             NotRunning.PARKED, f"parked after {after} ({work.last_error or 'no error recorded'})"
         )
-    from worklife.pauses import active_pauses, hold_line, pause_holding
-
-    binding = work.retry_binding or work.binding
-    pause = pause_holding(scope=work.scope, binding=binding, pauses=active_pauses(now))
-    if pause is not None:
-        return WhyNotRunning(NotRunning.PAUSED, hold_line(pause), until=pause.until)
     if not (work.pending_run or facts.get("pending")):
         held = work_unrouted_events(work, limit=1)
         if held:
@@ -390,6 +384,13 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
                 event_seq=seq,
             )
         return WhyNotRunning(NotRunning.NO_INPUT, "no input: nothing is queued for it")
+    # It has something to run: a pause of its scope or binding holds it back first.
+    from worklife.pauses import active_pauses, hold_line, pause_holding
+
+    binding = work.retry_binding or work.binding
+    pause = pause_holding(scope=work.scope, binding=binding, pauses=active_pauses(now))
+    if pause is not None:
+        return WhyNotRunning(NotRunning.PAUSED, hold_line(pause), until=pause.until)
     again = f" (checked again at {_when(work.retry_at)})" if work.retry_at else ""
     if work.last_error and not failed:
         if "queue-only" in work.last_error:

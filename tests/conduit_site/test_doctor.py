@@ -183,6 +183,7 @@ def test_r23_a_healthy_system_is_ok(clock, live):
         "work_loop",
         "parked_work",
         "supervision",
+        "pauses",
     ]
     assert report.as_dict()["ok"] is True
 
@@ -194,9 +195,9 @@ def test_r23_doctor_reads_a_fixed_number_of_queries(clock, live, django_assert_m
         WorkInputFactory(work=WorkFactory())
         KVFactory(namespace=WORK_HEARTBEATS_NAMESPACE, key=f"host:{n}", value={"at": clock().isoformat()})
     clock.advance(minutes=11)
-    # 7 for the routing checks; 2 for work_loop (ready Work, heartbeats), 2 for parked_work,
-    # 1 for supervision (serve's restarts).
-    with django_assert_max_num_queries(12):
+    # 7 for the routing checks; 3 for work_loop (ready Work, the pauses holding some back,
+    # heartbeats), 2 for parked_work, 1 for supervision (serve's restarts), 1 for pauses.
+    with django_assert_max_num_queries(14):
         report = doctor.doctor(clock=clock)
     assert check(report, "routing").total == 30
     assert check(report, "parked_work").total == 30 and check(report, "work_loop").total == 10
@@ -373,6 +374,7 @@ def test_r23_api_doctor_is_200_with_ok_and_checks(client, clock, live):
         "work_loop",
         "parked_work",
         "supervision",
+        "pauses",
     ]
     assert body["checks"][0]["status"] == "warn" and body["checks"][0]["total"] == 1
     assert client.post(reverse("api-doctor"), headers=headers).status_code == 405
