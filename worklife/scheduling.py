@@ -1,8 +1,9 @@
 """Claims: which Work runs next and when: the Work a work loop may claim, why a dispatch was
 held back, the input a new attempt starts with, backoff and parking, and the retry rule.
 
-Failures back off (2 s doubling to 5 min) up to ``CONDUIT_MAX_ATTEMPTS``, then the Work is
-parked until an operator retries or cancels it (W5); an attempt lost with its loop runs again at
+Failures back off (2 s doubling to 5 min) up to ``CONDUIT_MAX_ATTEMPTS``, or as the binding's
+retry policy says (:mod:`worklife.retry`), then the Work is parked until an operator retries or
+cancels it (W5); an attempt lost with its loop runs again at
 once, up to ``CONDUIT_MAX_LOSSES`` lost in a row, then the Work is parked too. Each function runs in its caller's
 transaction (``_in_tx``) or reads only.
 """
