@@ -49,8 +49,8 @@ BIGINT_MAX = 2**63 - 1
 RESERVED_FAMILY = "core"
 # Ids and sources the system writes for itself (reroute copies: controls.events; replay
 # copies: controls.replay; timers: worklife.timers; wait bridges: worklife.waits; emits:
-# worklife.emit; successors: worklife.lifecycle). Nobody else may use them.
-RESERVED_ID_PREFIXES = ("reroute/", "replay/", "timer/", "wait-woken/", "work-created/", "emit/")
+# worklife.emit; successors: worklife.lifecycle; schedules: routing.schedules). Nobody else may use them.
+RESERVED_ID_PREFIXES = ("reroute/", "replay/", "timer/", "wait-woken/", "work-created/", "emit/", "schedule/")
 RESERVED_SOURCE_PREFIXES = ("conduit.work/",)
 
 

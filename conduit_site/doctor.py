@@ -43,6 +43,7 @@ from routing.engine.failures import failures_keep_failing, failures_read
 from routing.engine.heartbeat import RouteLoopHeartbeat, route_loop_heartbeats
 from worklife import heartbeat as work_heartbeat
 from worklife.heartbeat import WorkLoopHeartbeat, running, work_loop_heartbeats
+from worklife.pauses import active_pauses, pause_line
 from worklife.selectors import work_parked, work_runnable
 
 UNROUTED_AFTER = timedelta(minutes=10)
@@ -260,6 +261,32 @@ class ParkedWork:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PausedTarget:
+    """A pause in force: what it holds, and who paused it, when, why and until when."""
+
+    kind: str
+    scope: str
+    name: str
+    line: str
+    until: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "scope": self.scope,
+            "name": self.name,
+            "line": self.line,
+            "until": timestamp(self.until),
+        }
+
+    @property
+    def text(self) -> str:
+        """One line for the CLI."""
+        what = f"scope {self.scope}" if self.kind == "scope" else f"{self.kind} {self.name!r} in {self.scope}"
+        return f"{what}: {self.line}"
+
+
 # What people call each check; its name stays the code the JSON, the API and the CLI use.
 CHECK_LABELS = {
     "routing": "Unrouted Events",
@@ -270,6 +297,7 @@ CHECK_LABELS = {
     "parked_work": "Parked Work",
     "supervision": "Restarted processes",
     "live_updates": "Live updates",
+    "pauses": "Pauses",
 }
 
 
@@ -590,6 +618,20 @@ def check_live_updates(*, now: datetime) -> Check:
     return Check("live_updates", WARN, summary, tuple(behind), len(behind))
 
 
+def check_pauses(*, now: datetime) -> Check:
+    """Warn while an operator's pause is in force (a scope, a binding, a route or a schedule
+    holds what it would run), oldest first, with who, why and until. One query."""
+    pauses = active_pauses(now)
+    if not pauses:
+        return Check("pauses", OK, "nothing is paused")
+    items = tuple(PausedTarget(p.kind, p.scope, p.name, pause_line(p), p.until) for p in pauses[:MAX_LISTED])
+    summary = (
+        f"{len(pauses)} pause{'s' if len(pauses) != 1 else ''} in force: what {'they hold' if len(pauses) != 1 else 'it holds'} "
+        "queues and starts nothing until resumed (manage.py resume)"
+    )
+    return Check("pauses", WARN, summary, items, len(pauses))
+
+
 def doctor(*, clock: Clock) -> DoctorReport:
     """Run every check at the clock's now."""
     now = clock()
@@ -604,6 +646,7 @@ def doctor(*, clock: Clock) -> DoctorReport:
             check_parked_work(now=now),
             check_supervision(now=now),
             check_live_updates(now=now),
+            check_pauses(now=now),
         ),
     )
 

@@ -10,12 +10,16 @@ Counters and histograms (declared beside what they count):
 - ``conduit_attempts_started_total``, ``…_completed_total``, ``…_failed_total``,
   ``…_parked_total`` and ``conduit_attempt_duration_seconds``, each ``{scope,binding}``
   (:mod:`worklife.metrics`);
-- ``conduit_causal_refusals_total{kind}`` (:mod:`causal.metrics`).
+- ``conduit_causal_refusals_total{kind}`` (:mod:`causal.metrics`);
+- ``conduit_schedule_fires_total{outcome}`` (:mod:`routing.schedules`).
 
 Gauges, read when scraped (:class:`DatabaseGauges`, a few indexed queries): the backlog
 (``conduit_events_unrouted``, ``conduit_events_unrouted_oldest_seconds``), the loops'
 heartbeats (``conduit_loop_heartbeat_age_seconds{loop}``, ``conduit_loops_alive{loop}``),
-``conduit_attempts_running``, ``conduit_work_parked`` and ``conduit_database_up``.
+``conduit_attempts_running``, ``conduit_work_parked``, the ready Work held
+(``conduit_work_flow_held{kind}``: flow control's kinds, and ``pause`` for Work a paused scope or
+binding holds), ``conduit_events_held_by_pause`` (Events a paused route holds unrouted),
+``conduit_pauses_in_force{kind}`` and ``conduit_database_up``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from conduit_site.doctor import loop_heartbeats
 from infra.metrics import multiprocess_directory
 from infra.private_files import private_directory
 from worklife.flow import flow_holds_by_kind
-from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt
+from worklife.models import ACTIVE_ATTEMPT_STATES, Attempt, PauseKind, Work, WorkStatus
+from worklife.pauses import ROUTE_HOLD_PREFIX, active_pauses, paused_work_q
 from worklife.selectors import work_parked
 
 
@@ -62,6 +67,18 @@ class DatabaseGauges:
             running = Attempt.objects.filter(state__in=ACTIVE_ATTEMPT_STATES).count()
             parked = work_parked().count()
             held = flow_holds_by_kind(now)
+            pauses = active_pauses(now)
+            held_q = paused_work_q(pauses)
+            held_work = (
+                Work.objects.filter(held_q, status=WorkStatus.READY, parked_at__isnull=True).count()
+                if held_q is not None
+                else 0
+            )
+            held_events = (
+                unrouted.filter(unrouted_reason__startswith=ROUTE_HOLD_PREFIX).count()
+                if any(p.kind == PauseKind.ROUTE for p in pauses)
+                else 0
+            )
         except DatabaseError:
             yield GaugeMetricFamily("conduit_database_up", "Whether the database answered the scrape.", 0)
             return
@@ -98,12 +115,23 @@ class DatabaseGauges:
         )
         holds = GaugeMetricFamily(
             "conduit_work_flow_held",
-            "Ready Work flow control holds now, by kind (concurrency, throttle, debounce, batch).",
+            "Ready Work held now, by kind: flow control's (concurrency, throttle, debounce, batch) and"
+            " an operator's pause of its scope or binding (pause).",
             labels=("kind",),
         )
         for kind, n in held.items():
             holds.add_metric((kind,), n)
+        holds.add_metric(("pause",), held_work)
         yield holds
+        yield GaugeMetricFamily(
+            "conduit_events_held_by_pause",
+            "Events a paused route holds unrouted now (they route on resume, in order).",
+            held_events,
+        )
+        in_force = GaugeMetricFamily("conduit_pauses_in_force", "Pauses in force, by kind.", labels=("kind",))
+        for kind in PauseKind.values:
+            in_force.add_metric((kind,), sum(1 for p in pauses if p.kind == kind))
+        yield in_force
 
 
 class _ThisProcess:

@@ -72,6 +72,11 @@ def oncall(run: Run) -> dict[str, Any]:
     return _work(run, "oncall")
 
 
+def digest(run: Run) -> dict[str, Any]:
+    """Sum up the day for the on-call channel (fired by the daily-digest schedule)."""
+    return _work(run, "digest")
+
+
 def main(argv: list[str]) -> int:
     """The command-executor entry point: read input lines until ``started``, then take more
     for a while, and report what was handled with a ``complete`` call."""

@@ -28,6 +28,7 @@ from routing.models import (
     ReceiverCount,
     Route,
     RouteRecord,
+    ScheduleState,
     Scope,
 )
 
@@ -144,3 +145,11 @@ for model, model_admin in ((get_user_model(), UserRoleAdmin), (Group, RoleGroupA
     if admin.site.is_registered(model):
         admin.site.unregister(model)
     admin.site.register(model, model_admin)
+
+
+@admin.register(ScheduleState)
+class ScheduleStateAdmin(HistoryAdmin):
+    """Where each schedule stands; the route loops write it (routing.schedules): read-only here."""
+
+    list_display = ("id", "scope", "name", "last_fire_time", "last_outcome", "fired", "skipped", "updated_at")
+    search_fields = ("=id", "=scope", "=name")

@@ -71,6 +71,8 @@ class Scope(models.Model):
         Generation, on_delete=models.CASCADE, related_name="scopes", db_index=False
     )
     path = models.CharField(max_length=255)
+    # The schedules declared in this scope (routing.schedules), as declared.
+    schedules = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["generation", "path"]
@@ -99,6 +101,8 @@ class Binding(models.Model):
     controls = models.JSONField(default=list, blank=True)
     # Flow control as declared (concurrency, throttle, priority, debounce, batch: worklife.flow).
     flow = models.JSONField(default=dict, blank=True)
+    # The retry policy as declared (worklife.retry), null: the defaults.
+    retry = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["scope", "name"]
@@ -359,3 +363,28 @@ class ImpactRunChange(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq}: {self.group}"
+
+
+class ScheduleState(models.Model):
+    """Where a declared schedule (``routing.schedules``) stands, across generations and loops:
+    the fire times it has handled and how the last one went. Its row is locked while a loop
+    fires it; each fire's Event id is reserved (``schedule/<name>/<time>``), so a fire time is
+    accepted at most once whatever the loops do."""
+
+    scope = models.CharField(max_length=255)
+    name = models.CharField(max_length=128)
+    # Fire times after this one are due (the first time a loop saw the schedule, then the last
+    # fire time handled: fired, skipped or missed).
+    handled_until = models.DateTimeField()
+    last_fire_time = models.DateTimeField(null=True, blank=True)
+    last_event = models.ForeignKey(Event, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    last_outcome = models.CharField(max_length=255, blank=True, default="")
+    fired = models.PositiveBigIntegerField(default=0)
+    skipped = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "name"], name="schedulestate_unique")]
+
+    def __str__(self) -> str:
+        return f"schedule {self.scope}:{self.name}"

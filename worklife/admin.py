@@ -17,6 +17,7 @@ from worklife.models import (
     CorrelationKey,
     DependencySubscription,
     Intent,
+    Pause,
     Timer,
     Wait,
     Work,
@@ -107,3 +108,12 @@ class DependencySubscriptionAdmin(HistoryAdmin):
     list_select_related = ("work", "wait")
     search_fields = ("=id", "=work__id", "=scope")
     ordering = ("-id",)
+
+
+@admin.register(Pause)
+class PauseAdmin(HistoryAdmin):
+    """Pauses change only through controls.pauses (pause, resume): read-only here."""
+
+    list_display = ("id", "kind", "scope", "name", "paused_by", "reason", "created_at", "until", "ended_at")
+    list_filter = ("kind",)
+    search_fields = ("=id", "=scope", "=name", "=paused_by")

@@ -38,7 +38,8 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
-from worklife.scheduling import backoff_for, max_attempts, max_losses
+from worklife.retry import FailureHint, RetryPolicy, jitter_draw, retry_decision
+from worklife.scheduling import max_losses
 
 # --- starting ----------------------------------------------------------------------------------
 
@@ -284,6 +285,8 @@ def attempt_fail(
     state: str = AttemptState.FAILED,
     output: dict | None = None,
     count: bool = True,
+    policy: RetryPolicy | None = None,
+    hint: FailureHint | None = None,
 ) -> Work:
     """Fail the attempt (an exception, a non-zero exit, a timeout): the Work is ready again
     after a backoff, or parked after ``CONDUIT_MAX_ATTEMPTS`` failures in a row (W5). Fenced
@@ -293,7 +296,10 @@ def attempt_fail(
     the Work back at once, no failure counted, but counts a loss: after ``CONDUIT_MAX_LOSSES``
     attempts lost in a row the Work is parked, so a Work that kills its loop cannot run for
     ever (W5). ``count=False`` (its loop stopped) gives the Work back at once, counting
-    nothing."""
+    nothing.
+
+    ``policy`` is the binding's retry policy (``None``: the defaults) and ``hint`` what the
+    attempt's end says about retrying it (:func:`worklife.retry.retry_decision`)."""
     with transaction.atomic():
         attempt = current_attempt_in_tx(attempt_id, lease_epoch)
         now = clock()
@@ -303,14 +309,19 @@ def attempt_fail(
         else:
             Attempt.objects.filter(pk=attempt_id).update(error=error[:20000])
         work = Work.objects.select_for_update().get(pk=attempt.work_id)
-        failures, losses, retry_at = work.failures, work.losses, None
+        failures, losses, retry_at, parked, why = work.failures, work.losses, None, False, ""
         if count and state == AttemptState.LOST:
             losses += 1
+            parked = losses >= max_losses()
         elif count:
             failures, losses = failures + 1, 0
-            retry_at = now + backoff_for(failures)
-        parked = count and (failures >= max_attempts() or losses >= max_losses())
-        line = f"attempt {attempt.number} {state}: {error}".replace("\n", " ")[:1000]
+            decision = retry_decision(
+                policy, failures=failures, hint=hint or FailureHint(), draw=jitter_draw()
+            )
+            retry_at, parked = now + decision.delay, decision.park
+            # A failure parked before its budget ran out says which rule parked it.
+            why = f" (parked: {decision.why})" if decision.park and decision.why else ""
+        line = f"attempt {attempt.number} {state}: {error}".replace("\n", " ")[: 1000 - len(why)] + why
         Work.objects.filter(pk=work.pk).update(
             status=WorkStatus.READY,
             failures=failures,

@@ -57,6 +57,8 @@ class Running:
     # how many emits it asked for (the n of an emitted Event's id emit/<work>/<attempt>/<n>).
     emit_sources: tuple[str, ...] = ()
     emits: int = 0
+    # Its binding's retry policy, pinned at start (``None``: the defaults).
+    retry: Any = None
 
 
 def authority(running: Running) -> dict[str, int]:

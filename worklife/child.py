@@ -71,11 +71,26 @@ class RunComplete(BaseException):  # noqa: N818 - a control-flow signal, like Sy
         self.result = result
 
 
+class NonRetryable(Exception):  # noqa: N818 - named for what the target says
+    """Raise it from a target to fail the attempt for good: the Work is parked at once, whatever
+    its binding's retry policy allows."""
+
+
+class RetryAfter(Exception):  # noqa: N818 - named for what the target says
+    """Raise it from a target to fail the attempt and ask for the next one after ``seconds``
+    (a rate limit's ``Retry-After``); it counts as a failure towards ``max_attempts``."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        super().__init__(message or f"retry after {seconds:g} s")
+        self.seconds = float(seconds)
+
+
 class Run:
     """What a Python target receives: the attempt, its inputs, and the attempt API.
 
     ``target(run)`` is called once per attempt. Its return value is the attempt's result and
-    completes the Work (R47); an exception fails the attempt (it is retried with backoff).
+    completes the Work (R47); an exception fails the attempt (it is retried with backoff; raise
+    :class:`NonRetryable` to park the Work at once, :class:`RetryAfter` to choose the wait).
 
     * ``run.inputs``: the Events presented at start, in acceptance order (dicts);
     * ``run.params``: the binding's ``params`` setting;
@@ -357,6 +372,9 @@ def _worker() -> int:
                 "ok": False,
                 "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc()[-8000:],
+                "error_types": [cls.__name__ for cls in type(exc).__mro__ if cls is not object],
+                "non_retryable": isinstance(exc, NonRetryable),
+                "retry_after": exc.seconds if isinstance(exc, RetryAfter) else None,
             }
         else:
             outcome = {"op": "result", "ok": True, "value": result}

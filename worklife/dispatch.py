@@ -25,6 +25,7 @@ from worklife.errors import WorkError
 from worklife.executors import find_executor_class, registered_executors, supported_controls
 from worklife.flow import NO_FLOW, Candidate, FlowPolicy, Hold, flow_admit_in_tx
 from worklife.models import Attempt
+from worklife.retry import RetryPolicy, retry_policy_from
 from worklife.views import addressed_binding, read_work_views
 
 
@@ -38,6 +39,7 @@ class Dispatched:
 
     attempt: Attempt
     settings: dict[str, Any]
+    retry: RetryPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,17 @@ def binding_settings(
     scope = pinned.configuration.scope(attempt.work.scope)
     binding = scope.bindings.get(attempt.binding) if scope is not None else None
     return _thaw(binding.settings) if binding is not None else {}
+
+
+def binding_retry(
+    attempt: Attempt, configurations: Configurations, pinned: AppliedGeneration | None = None
+) -> RetryPolicy | None:
+    """The retry policy of the attempt's binding in its pinned generation (``None``: the
+    defaults); a binding reader without ``retry`` declares none."""
+    pinned = pinned or configurations.applied(attempt.generation)
+    scope = pinned.configuration.scope(attempt.work.scope)
+    binding = scope.bindings.get(attempt.binding) if scope is not None else None
+    return retry_policy_from(getattr(binding, "retry", None))
 
 
 def _thaw(value: Any) -> Any:
@@ -279,5 +292,9 @@ def dispatch_many_in_tx(
             attempt_refused_in_tx(attempt=attempt, reason=str(refused), now=now)
             results[work_id] = refused
         else:
-            results[work_id] = Dispatched(attempt, binding_settings(attempt, configurations, generation))
+            results[work_id] = Dispatched(
+                attempt,
+                binding_settings(attempt, configurations, generation),
+                binding_retry(attempt, configurations, generation),
+            )
     return results

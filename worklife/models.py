@@ -456,3 +456,46 @@ class DependencySubscription(models.Model):
 
     def __str__(self) -> str:
         return f"Work {self.work_id} subscribes to {self.scope}"
+
+
+class PauseKind(models.TextChoices):
+    SCOPE = "scope", "scope"
+    BINDING = "binding", "binding"
+    ROUTE = "route", "route"
+    SCHEDULE = "schedule", "schedule"
+
+
+class Pause(models.Model):
+    """An operator's pause of a scope (and the scopes below it), a binding (by name, in a scope
+    and below), a route (its slot in the scope that declares it) or a schedule: while it is
+    active (not ended, ``until`` not passed) no attempt it holds starts (worklife.pauses)."""
+
+    kind = models.CharField(max_length=16, choices=PauseKind.choices)
+    scope = models.CharField(max_length=255)
+    # The binding's name, the route's slot or the schedule's name ("" for a scope).
+    name = models.CharField(max_length=128, blank=True, default="")
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+    reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # One open pause per target: pausing again is refused, resume ends it.
+            models.UniqueConstraint(
+                fields=["kind", "scope", "name"], condition=Q(ended_at__isnull=True), name="pause_one_open"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], name="pause_open_idx", condition=Q(ended_at__isnull=True))
+        ]
+        permissions = [("pause_work", "Can pause and resume scopes, bindings, routes and schedules")]
+
+    def __str__(self) -> str:
+        target = f"{self.kind} {self.scope}" + (f":{self.name}" if self.name else "")
+        return f"pause of {target}"
+
+    def is_active(self, now: datetime) -> bool:
+        return self.ended_at is None and (self.until is None or self.until > now)

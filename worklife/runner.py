@@ -76,6 +76,7 @@ from worklife.models import (
     Wait,
     WaitState,
 )
+from worklife.retry import FailureHint, RetryPolicy
 from worklife.scheduling import (
     claimable_work_in_tx,
     event_as_input,
@@ -400,6 +401,8 @@ class WorkRunner:
                 error=error,
                 clock=self.clock,
                 output=self._output(running, error=error),
+                policy=running.retry,
+                hint=_failure_hint(running),
                 **authority(running),
             )
         except WorkError as exc:
@@ -558,7 +561,7 @@ class WorkRunner:
         if free <= 0:
             return 0
         now = self.clock()
-        starts: list[tuple[Attempt, list[Event], dict]] = []
+        starts: list[tuple[Attempt, list[Event], dict, RetryPolicy | None]] = []
         live = self.configurations.live()
         priorities = priorities_of(live.configuration) if live else {}
         routes = routes_raise_priority(live.configuration) if live else False
@@ -599,15 +602,17 @@ class WorkRunner:
                     attempts.append(outcome)
             if attempts:
                 events = presented_events_many_in_tx(attempts=[d.attempt for d in attempts], now=now)
-                starts = [(d.attempt, events[d.attempt.pk], d.settings) for d in attempts]
-        for attempt, presented, binding_settings in starts:
-            self._start(attempt, presented, binding_settings)
-        pids = {a.pk: self.running[a.pk].execution.pid for a, _, _ in starts if a.pk in self.running}
+                starts = [(d.attempt, events[d.attempt.pk], d.settings, d.retry) for d in attempts]
+        for attempt, presented, binding_settings, retry in starts:
+            self._start(attempt, presented, binding_settings, retry)
+        pids = {a.pk: self.running[a.pk].execution.pid for a, *_ in starts if a.pk in self.running}
         if pids:
             attempts_pid(pids)
         return len(starts)
 
-    def _start(self, attempt: Attempt, events: list[Event], binding_settings: dict) -> None:
+    def _start(
+        self, attempt: Attempt, events: list[Event], binding_settings: dict, retry: RetryPolicy | None = None
+    ) -> None:
         self._touched.add(attempt.work_id)
         if attempt.concurrency_key:
             self._gates[attempt.pk] = attempt.concurrency_key
@@ -628,6 +633,7 @@ class WorkRunner:
                 lease_epoch=attempt.lease_epoch,
                 error=f"could not start: {type(exc).__name__}: {exc}",
                 clock=self.clock,
+                policy=retry,
             )
             if gate := self._gates.pop(attempt.pk, ""):
                 self._freed.add(gate)
@@ -650,6 +656,7 @@ class WorkRunner:
             scope=attempt.work.scope,
             binding=attempt.binding,
             emit_sources=tuple(emit_sources_of(binding_settings)),
+            retry=retry,
         )
         self.counters.started += 1
         metrics.attempt_started(attempt.work.scope, attempt.binding)
@@ -685,6 +692,19 @@ class WorkRunner:
             ),
             clock=self.clock,
         )
+
+
+def _failure_hint(running: Running) -> FailureHint:
+    """What the attempt's end says about retrying it (a timeout says nothing: it backs off)."""
+    outcome = running.outcome
+    if outcome is None or running.ended_by:
+        return FailureHint()
+    return FailureHint(
+        types=outcome.error_types,
+        non_retryable=outcome.non_retryable,
+        retry_after=outcome.retry_after,
+        exit_status=outcome.exit_status,
+    )
 
 
 def _confirms_on_receipt(execution: Execution) -> bool:

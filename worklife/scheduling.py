@@ -1,8 +1,9 @@
 """Claims: which Work runs next and when: the Work a work loop may claim, why a dispatch was
 held back, the input a new attempt starts with, backoff and parking, and the retry rule.
 
-Failures back off (2 s doubling to 5 min) up to ``CONDUIT_MAX_ATTEMPTS``, then the Work is
-parked until an operator retries or cancels it (W5); an attempt lost with its loop runs again at
+Failures back off (2 s doubling to 5 min) up to ``CONDUIT_MAX_ATTEMPTS``, or as the binding's
+retry policy says (:mod:`worklife.retry`), then the Work is parked until an operator retries or
+cancels it (W5); an attempt lost with its loop runs again at
 once, up to ``CONDUIT_MAX_LOSSES`` lost in a row, then the Work is parked too. Each function runs in its caller's
 transaction (``_in_tx``) or reads only.
 """
@@ -31,6 +32,7 @@ from worklife.models import (
     WorkInput,
     WorkStatus,
 )
+from worklife.pauses import active_pauses, paused_work_q
 
 BACKOFF_START = 2.0
 BACKOFF_CAP = 300.0
@@ -63,10 +65,10 @@ def claimable_work_in_tx(
     *, now: datetime, limit: int, order: Sequence[Any] = ("id",), annotations: dict[str, Any] | None = None
 ) -> list[int]:
     """Lock and return up to ``limit`` Work that may start an attempt now: ready, not parked,
-    not backing off, not held by flow control, with pending input or input to present again
-    after a failure, in ``order`` (oldest first; ``worklife.flow.flow_claim_order`` puts
-    priorities first). Rows another loop holds are skipped (``SKIP LOCKED`` on PostgreSQL;
-    SQLite's write lock serialises loops)."""
+    not backing off, not held by flow control nor by a pause (:mod:`worklife.pauses`), with
+    pending input or input to present again after a failure, in ``order`` (oldest first;
+    ``worklife.flow.flow_claim_order`` puts priorities first). Rows another loop holds are
+    skipped (``SKIP LOCKED`` on PostgreSQL; SQLite's write lock serialises loops)."""
     assert_in_tx()
     pending = WorkInput.objects.filter(
         work=OuterRef("pk"), state=InputState.PENDING, kind__in=PRESENTED_KINDS
@@ -79,6 +81,10 @@ def claimable_work_in_tx(
         .annotate(**(annotations or {}))
         .order_by(*order)
     )
+    # Paused scopes and bindings hold their Work: its input queues, no attempt starts.
+    held = paused_work_q(active_pauses(now))
+    if held is not None:
+        query = query.exclude(held)
     if connection.features.has_select_for_update_skip_locked:
         query = query.select_for_update(skip_locked=True, of=("self",))
     return list(query.values_list("pk", flat=True)[:limit])

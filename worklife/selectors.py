@@ -298,17 +298,21 @@ def work_children(work_id: int, *, limit: int = ENGINE_LIST_LIMIT) -> KeysetPage
 
 def work_runnable(*, now: datetime) -> QuerySet[Work]:
     """Work a work_loop may start an attempt of at ``now``: ready, not parked, not backing
-    off, with pending input or input to present again (a retry). The same rule as
+    off, not paused, with pending input or input to present again (a retry). The same rule as
     ``worklife.scheduling.claimable_work_in_tx``, without its locks."""
+    from worklife.pauses import active_pauses, paused_work_q
+
     pending = WorkInput.objects.filter(
         work=OuterRef("pk"), state=InputState.PENDING, kind__in=PRESENTED_KINDS
     )
-    return (
+    query = (
         Work.objects.filter(status=WorkStatus.READY, parked_at__isnull=True)
         .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
         .filter(Q(pending_run=True) | Exists(pending))
         .filter(Q(held_until__isnull=True) | Q(held_until__lte=now))
     )
+    held = paused_work_q(active_pauses(now))
+    return query.exclude(held) if held is not None else query
 
 
 def work_parked() -> QuerySet[Work]:
@@ -331,6 +335,7 @@ class NotRunning(StrEnum):
     AWAITING_BINDING = "awaiting_binding"
     HELD = "held"  # nothing to run; its next input is held behind an unrouted Event (R19)
     FLOW_HELD = "flow_held"  # flow control holds it: a concurrency limit, a throttle, debounce, batch
+    PAUSED = "paused"  # an operator paused its scope or its binding: its input queues
     NO_INPUT = "no_input"  # nothing to run and nothing on the way
     CLAIMABLE = "claimable"  # runnable now: a work_loop claims it on its next pass
 
@@ -350,8 +355,8 @@ class WhyNotRunning:
 
 def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
     """Why ``work`` runs no attempt at ``now`` (or which attempt it runs), in one line.
-    At most two queries: the Work's latest attempt, pending input and active wait in one, the
-    unrouted Event holding it only when it has nothing to run."""
+    At most two queries: the Work's latest attempt, pending input and active wait in one, then
+    the unrouted Event holding it when it has nothing to run, or the pauses in force when it has."""
     if work.status == WorkStatus.COMPLETED:
         return WhyNotRunning(NotRunning.COMPLETED, "completed")
     if work.status == WorkStatus.CANCELLED:
@@ -397,6 +402,13 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
                 event_seq=seq,
             )
         return WhyNotRunning(NotRunning.NO_INPUT, "no input: nothing is queued for it")
+    # It has something to run: a pause of its scope or binding holds it back first.
+    from worklife.pauses import active_pauses, hold_line, pause_holding
+
+    binding = work.retry_binding or work.binding
+    pause = pause_holding(scope=work.scope, binding=binding, pauses=active_pauses(now))
+    if pause is not None:
+        return WhyNotRunning(NotRunning.PAUSED, hold_line(pause), until=pause.until)
     if flow_hold_active(work, now):
         return WhyNotRunning(NotRunning.FLOW_HELD, flow_hold_text(work), until=work.held_until)
     again = f" (checked again at {_when(work.retry_at)})" if work.retry_at else ""

@@ -7,7 +7,7 @@ route or method).
 
 from django.urls import path
 
-from conduit_site.api import controls, events, setup, work
+from conduit_site.api import controls, events, flow, setup, work
 from infra.converters import register_id_converter
 
 register_id_converter()
@@ -40,5 +40,9 @@ urlpatterns = [
     path("work/<id:work_id>/retry", work.work_retry_view, name="api-work-retry"),
     path("work/<id:work_id>/send", work.work_send_view, name="api-work-send"),
     path("work/<id:work_id>/rebind", work.work_rebind_view, name="api-work-rebind"),
+    path("pauses", flow.pauses_collection, name="api-pauses"),
+    path("pauses/resume", flow.pauses_resume, name="api-pauses-resume"),
+    path("schedules", flow.schedules_collection, name="api-schedules"),
+    path("schedules/fire", flow.schedules_fire, name="api-schedules-fire"),
     path("openapi.json", events.openapi_json, name="api-openapi"),
 ]

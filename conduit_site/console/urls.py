@@ -10,6 +10,7 @@ from conduit_site.console.views import (
     dead_letters,
     doctor,
     events,
+    flow,
     home,
     impact,
     jobs,
@@ -62,6 +63,10 @@ urlpatterns = [
         "config/candidates/<id:candidate_id>/discard/", setup.candidate_discard_view, name="candidate-discard"
     ),
     path("trace/", trace.trace_page, name="trace"),
+    path("flow/", flow.flow_page, name="flow"),
+    path("flow/pause/", flow.flow_pause, name="flow-pause"),
+    path("flow/resume/", flow.flow_resume, name="flow-resume"),
+    path("flow/fire/", flow.flow_fire, name="flow-fire"),
     path("receivers/", receivers.receivers_page, name="receivers"),
     path("causal/<id:seq>/", causal.causal_root, name="causal-root"),
     path("causal/diagnostics/", causal.causal_diagnostics, name="causal-diagnostics"),

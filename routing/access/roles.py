@@ -7,7 +7,7 @@ date idempotently by :func:`role_groups_ensure`.
 ========  ==============================================================================
 viewer    read: console pages, ``GET`` endpoints of the API, live updates (``routing.view_event``)
 operator  the viewer's, and accept Events (``routing.accept_event``) and every operator control
-          (skip, reroute, replay, cancel, retry, send input, create, rebind)
+          (skip, reroute, replay, cancel, retry, send input, create, rebind, pause)
 admin     the operator's, and apply configurations (``routing.apply_configuration``), manage
           logins, groups and API tokens in the admin and unlock locked sign-ins there
           (Axes); staff, so the admin site opens
@@ -50,6 +50,7 @@ TOKEN_SCOPES: dict[str, str] = {
     "send": "worklife.send_input",
     "create": "worklife.create_work",
     "rebind": "worklife.rebind_work",
+    "pause": "worklife.pause_work",
 }
 
 # What the admin role needs on django-axes' admin pages to unlock a locked sign-in.

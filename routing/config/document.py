@@ -21,6 +21,8 @@ class ParsedBinding:
     place: str = ""
     # Flow control as declared (concurrency, throttle, priority, debounce, batch: worklife.flow).
     flow: dict[str, Any] = field(default_factory=dict)
+    # The binding's retry policy as declared (``worklife.retry``), ``None``: the defaults.
+    retry: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,8 @@ class ParsedScope:
     bindings: tuple[ParsedBinding, ...]
     routes: tuple[ParsedRoute, ...]
     place: str = ""
+    # The scope's schedules as declared (``routing.schedules``): plain JSON, each with a name.
+    schedules: tuple[dict[str, Any], ...] = ()
 
     @property
     def parent_path(self) -> str | None:

@@ -34,6 +34,8 @@ class EffectiveBinding:
     redefines: str = ""
     problem: str = ""
     flow: FlowPolicy = NO_FLOW
+    # The retry policy as declared (``worklife.retry``), ``None``: the defaults.
+    retry: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class EffectiveScope:
     path: str
     routes: tuple[EffectiveRoute, ...]
     bindings: Mapping[str, EffectiveBinding]
+    # The schedules declared in this scope itself (never inherited): frozen, each with a name.
+    schedules: tuple[Mapping[str, Any], ...] = ()
 
     def route(self, slot: str) -> EffectiveRoute | None:
         """The route in effect in ``slot``, if any."""
@@ -164,6 +168,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 redefines=inherited.scope if inherited else "",
                 problem=problem,
                 flow=flow_policy(binding.flow),
+                retry=freeze(binding.retry) if binding.retry else None,
             )
         routes: list[EffectiveRoute] = list(parent.routes) if parent else []
         index = {route.slot: position for position, route in enumerate(routes)}
@@ -187,7 +192,10 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
             else:
                 routes[replaced] = effective
         resolved[declared.path] = EffectiveScope(
-            path=declared.path, routes=tuple(routes), bindings=MappingProxyType(bindings)
+            path=declared.path,
+            routes=tuple(routes),
+            bindings=MappingProxyType(bindings),
+            schedules=tuple(freeze(s) for s in declared.schedules),
         )
     return resolved
 
@@ -247,7 +255,9 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "capabilities": sorted(b.capabilities),
                 "problem": b.problem,
                 "flow": b.flow.describe(),
+                **({"retry": thaw(b.retry)} if b.retry else {}),
             }
             for name, b in sorted(scope.bindings.items())
         },
+        **({"schedules": [thaw(s) for s in scope.schedules]} if scope.schedules else {}),
     }

@@ -49,6 +49,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                     controls=tuple(b.controls or ()),
                     capabilities=frozenset(),
                     flow=b.flow or {},
+                    retry=b.retry,
                 )
                 for b in row.bindings.all()
             ),
@@ -65,6 +66,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                 )
                 for r in sorted(row.routes.all(), key=lambda r: r.position)
             ),
+            schedules=tuple(row.schedules or ()),
         )
         for row in rows
     ]

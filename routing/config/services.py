@@ -69,7 +69,9 @@ def _config_store_in_tx(
     bindings: list[Binding] = []
     routes: list[Route] = []
     for declared in parsed.scopes:
-        scope = Scope.objects.create(generation=generation, path=declared.path)
+        scope = Scope.objects.create(
+            generation=generation, path=declared.path, schedules=list(declared.schedules)
+        )
         bindings.extend(
             Binding(
                 scope=scope,
@@ -78,6 +80,7 @@ def _config_store_in_tx(
                 settings=b.settings,
                 controls=list(b.controls),
                 flow=b.flow,
+                retry=b.retry,
             )
             for b in declared.bindings
         )

@@ -16,6 +16,7 @@ from routing.config.effective import (
 from routing.config.problems import ConfigInvalid, ConfigProblem
 from routing.config.reader import MAX_DOCUMENT_BYTES, Reader
 from routing.config.receivers import ReceiverSpec, receiver_parse
+from routing.config.schedules import schedule_problems
 from routing.handlers.registry import HandlerMissing, handler_class, registered_handlers
 from routing.models import Route, Scope
 from worklife.executors import (
@@ -27,6 +28,7 @@ from worklife.executors import (
     validate_binding,
 )
 from worklife.flow import FLOW_KEYS, ROUTE_FLOW_KEYS, flow_declared, flow_parse, priority_parse
+from worklife.retry import retry_policy_problems
 
 POLICIES: tuple[str, ...] = ("queue", "inject", "interrupt", "drop")
 FALLBACKS: tuple[str, ...] = ("queue", "drop")
@@ -46,8 +48,8 @@ _NAME = re.compile(NAME_PATTERN)
 _LAST_STEP = re.compile(r"(\.[^.\[\]]*|\[\d+\])$")
 
 _DOCUMENT_KEYS = ("version", "default_scope", "scopes", "receivers")
-_SCOPE_KEYS = ("path", "bindings", "routes")
-_BINDING_KEYS = ("executor", "settings", "controls", *FLOW_KEYS)
+_SCOPE_KEYS = ("path", "bindings", "routes", "schedules")
+_BINDING_KEYS = ("executor", "settings", "controls", "retry", *FLOW_KEYS)
 _ROUTE_KEYS = ("slot", "handler", "params", "binding", "policy", "fallback", "start", *ROUTE_FLOW_KEYS)
 
 
@@ -236,8 +238,11 @@ class _Validator:
                     first_place[path] = place
             bindings = self.bindings(scope.get("bindings"), f"{place}.bindings", path or "")
             routes = self.routes(scope.get("routes"), f"{place}.routes")
+            schedules = self.schedules(scope.get("schedules"), f"{place}.schedules")
             if path is not None:
-                parsed.append(ParsedScope(path=path, bindings=bindings, routes=routes, place=place))
+                parsed.append(
+                    ParsedScope(path=path, bindings=bindings, routes=routes, place=place, schedules=schedules)
+                )
         for scope in parsed:
             parent = scope.parent_path
             if parent is not None and parent not in first_place:
@@ -292,6 +297,10 @@ class _Validator:
                 f"expected a list of controls ({', '.join(CONTROLS)}), got {_kind(controls)}",
             )
             controls = None
+        retry = binding.get("retry")
+        if retry is not None:
+            for sub, message in retry_policy_problems(retry):
+                self.problem(f"{place}.retry.{sub}" if sub else f"{place}.retry", message)
         if executor is None or settings is None or controls is None:
             return None
         if executor and executor not in self.executors:
@@ -321,7 +330,27 @@ class _Validator:
             capabilities=capabilities,
             place=place,
             flow=flow_declared(binding),
+            retry=retry or None,
         )
+
+    def schedules(self, raw: Any, place: str) -> tuple[dict[str, Any], ...]:
+        """A scope's schedules by name, each stored with its name (``routing.config.schedules``)."""
+        if raw is None:
+            return ()
+        table = self.mapping(raw, place, "schedules by name")
+        if table is None:
+            return ()
+        parsed = []
+        for name, declared in table.items():
+            schedule_place = f"{place}.{name}"
+            if self.name(name, schedule_place, "schedule name") is None:
+                continue
+            problems = schedule_problems(declared)
+            for sub, message in problems:
+                self.problem(f"{schedule_place}.{sub}" if sub else schedule_place, message)
+            if not problems:
+                parsed.append({"name": name, **declared})
+        return tuple(parsed)
 
     def routes(self, raw: Any, place: str) -> tuple[ParsedRoute, ...]:
         if raw is None:

@@ -21,6 +21,7 @@ from routing.engine.handler_pool import HandlerPool
 from routing.engine.heartbeat import RouteLoopHeartbeat, heartbeat_clear, heartbeat_write
 from routing.engine.options import RouterOptions
 from routing.engine.router import GenerationChanged, Router, build_router
+from routing.schedules import ScheduleTicker
 
 logger = logging.getLogger("conduit.routing.loop")
 
@@ -97,6 +98,8 @@ class RouteLoop:
         if released:
             logger.warning("route_loop.released_dead_claims", extra={"events": released})
         forget_stale_targets(clock())
+        # Schedules fire from this loop's passes, exactly once across loops (routing.schedules).
+        self.schedules = ScheduleTicker(clock=clock, owner=self.owner)
 
     def step(self, *, claim_ahead: bool = True) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route
@@ -106,6 +109,7 @@ class RouteLoop:
         if self.router is None:
             self._heartbeat("")
             return StepResult(empty=True)
+        self._fire_schedules()
         try:
             outcomes = self.router.route_pending(claim_ahead=claim_ahead)
         except GenerationChanged:
@@ -125,6 +129,12 @@ class RouteLoop:
             empty=not outcomes,
             generation_changed=changed,
         )
+
+    def _fire_schedules(self) -> None:
+        try:
+            self.schedules.tick(self.router.configuration if self.router is not None else None)
+        except Exception:  # noqa: BLE001 - a schedule must not stop routing: log with the stack
+            logger.exception("route_loop.schedules_failed")
 
     def pass_failed(self, exc: BaseException) -> None:
         """Record a pass that failed (the loop boundary calls this and goes on): logged once per

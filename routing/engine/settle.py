@@ -46,6 +46,9 @@ DUPLICATE = "duplicate"  # not a route state: acceptance stores nothing
 # route loop is committing beside this window (PostgreSQL), so it is settled after that commit,
 # by the same loop, on the same evaluation.
 BEHIND_COMMIT_BESIDE = "behind an earlier Event committing beside this window"
+# An Event a paused route holds is looked at again after this long (a resume releases it sooner).
+PAUSE_RECHECK = timedelta(seconds=30)
+HELD_BY_PAUSE = "held by a paused route"
 
 
 class BridgeLimits(Protocol):
@@ -143,8 +146,11 @@ class Settler:
         failures: Mapping[int, RouteFailure],
         limits: BridgeLimits,
         in_flight: dict[tuple, int] | None = None,
+        route_holds: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         self.world = world
+        # Paused routes by (declaring scope, slot): the line the Events they hold record.
+        self.route_holds = route_holds or {}
         self.blocked = blocked
         # Targets of earlier Events other loops are committing beside this window, and of the
         # window's Events left for after those commits (BEHIND_COMMIT_BESIDE): target -> earliest seq.
@@ -233,6 +239,21 @@ class Settler:
                 self._block(event, evaluation, tokens)
                 return counted
             decision = counted
+        if self.route_holds and decision.route:
+            line = self.route_holds.get((decision.route_scope, decision.route))
+            if line is not None:
+                # A paused route: routing goes on, its Event stays unrouted and holds its
+                # targets' later input (acceptance order), until a resume releases it.
+                self._block(event, evaluation, tokens)
+                return Settlement(
+                    event.seq,
+                    RouteState.UNROUTED,
+                    decision,
+                    reason=HELD_BY_PAUSE,
+                    stored_reason=line[:1000],
+                    retry_at=world.now + PAUSE_RECHECK,
+                    remember_keys=True,
+                )
         if decision.also_wakes and in_flight:
             # A wake through a dependency subscription names no target of the woken Work: an
             # earlier Event committing beside this window may win the same wait (R41, R42).

@@ -30,6 +30,7 @@ from routing.engine.world import (
     read_world,
 )
 from routing.extension import EventSnapshot
+from worklife.pauses import active_pauses, route_holds
 
 # The window's route states and the earlier Events they wait behind, read in every commit:
 # built and compiled once per shape.
@@ -106,6 +107,7 @@ def settle_window(
     if unknown is not None and not any(e.seq < unknown for e in events):
         raise EarlierClaimed(unknown, orphaned=unknown == unheld)
     settler = Settler(
+        route_holds=route_holds(active_pauses(now)),
         world=world,
         blocked=blocked,
         configuration=configuration,

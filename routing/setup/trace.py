@@ -31,7 +31,7 @@ from routing.engine.decide import MANUAL_SOURCE, Effect, Reason
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict, snapshots_isolated
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
-from routing.engine.settle import DUPLICATE, Settlement, duplicate
+from routing.engine.settle import DUPLICATE, HELD_BY_PAUSE, Settlement, duplicate
 from routing.engine.world import SnapshotReads
 from routing.extension import EventSnapshot, Sample, freeze
 from routing.models import Generation, GenerationKind, RouteRecord
@@ -61,6 +61,7 @@ class TraceEffect:
     WAITING = "waiting"  # behind earlier unrouted input for the same target
     CONFLICT = "conflict"  # conflicting identities: unrouted with the reason
     DUPLICATE = DUPLICATE  # its (source, id) is already accepted: acceptance stores nothing
+    HELD = "held"  # its route is paused: unrouted, held in order until the route resumes
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,6 +557,8 @@ def _result(
         effect = TraceEffect.FAILED
     elif settlement.waiting_on is not None:
         effect = TraceEffect.WAITING
+    elif settlement.reason == HELD_BY_PAUSE:
+        effect = TraceEffect.HELD
     elif decision is not None and decision.effect == Effect.CONFLICT:
         effect = TraceEffect.CONFLICT  # counted as a failure too (conflicting_identity)
     elif settlement.error is not None:
@@ -610,6 +613,8 @@ def _notes(settlement: Settlement) -> list[str]:
             f"earlier input #{settlement.waiting_on} for the same target is unrouted: it routes first, "
             "this Event waits"
         )
+    if settlement.reason == HELD_BY_PAUSE and settlement.stored_reason:
+        notes.append(f"{settlement.stored_reason}: routing would hold it unrouted until the route resumes")
     error = settlement.error
     if error is not None and settlement.state == RouteState.UNROUTED:
         if decision is None:

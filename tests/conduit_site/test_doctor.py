@@ -184,6 +184,7 @@ def test_r23_a_healthy_system_is_ok(clock, live):
         "parked_work",
         "supervision",
         "live_updates",
+        "pauses",
     ]
     assert report.as_dict()["ok"] is True
 
@@ -195,9 +196,10 @@ def test_r23_doctor_reads_a_fixed_number_of_queries(clock, live, django_assert_m
         WorkInputFactory(work=WorkFactory())
         KVFactory(namespace=WORK_HEARTBEATS_NAMESPACE, key=f"host:{n}", value={"at": clock().isoformat()})
     clock.advance(minutes=11)
-    # 7 for the routing checks; 2 for work_loop (ready Work, heartbeats), 2 for parked_work,
-    # 1 for supervision (serve's restarts), 1 for live_updates (no web process reads the outbox).
-    with django_assert_max_num_queries(13):
+    # 7 for the routing checks; 3 for work_loop (ready Work, the pauses holding some back,
+    # heartbeats), 2 for parked_work, 1 for supervision (serve's restarts), 1 for live_updates (no
+    # web process reads the outbox), 1 for pauses.
+    with django_assert_max_num_queries(15):
         report = doctor.doctor(clock=clock)
     assert check(report, "routing").total == 30
     assert check(report, "parked_work").total == 30 and check(report, "work_loop").total == 10
@@ -375,6 +377,7 @@ def test_r23_api_doctor_is_200_with_ok_and_checks(client, clock, live):
         "parked_work",
         "supervision",
         "live_updates",
+        "pauses",
     ]
     assert body["checks"][0]["status"] == "warn" and body["checks"][0]["total"] == 1
     assert client.post(reverse("api-doctor"), headers=headers).status_code == 405
@@ -548,3 +551,19 @@ def test_doctor_says_when_a_web_process_has_not_sent_open_pages_a_change_committ
         f"web-a:101: the oldest change its pages have not been sent was committed 40 s ago "
         f"(read up to position {read.pk})"
     )
+
+
+@pytest.mark.django_db
+def test_doctor_warns_while_a_pause_is_in_force_naming_who_why_and_until(clock):
+    from worklife.models import PauseKind
+    from worklife.pauses import PauseTarget, pause_create, pause_end
+
+    target = PauseTarget(PauseKind.BINDING, "acme", "triage")
+    assert doctor.check_pauses(now=clock()).ok
+    pause_create(target=target, paused_by="alice", reason="incident 42", until=None, clock=clock)
+    check = doctor.check_pauses(now=clock())
+    assert not check.ok and check.total == 1
+    assert check.items[0].text == "binding 'triage' in acme: paused by alice at 2026-01-05 12:00: incident 42"
+    assert check.as_dict()["items"][0]["kind"] == "binding"
+    pause_end(target=target, ended_by="alice", clock=clock)
+    assert doctor.check_pauses(now=clock()).ok

@@ -602,3 +602,24 @@ def test_metrics_count_the_work_flow_control_holds_by_kind(client, metrics_on):
     assert value(found, "conduit_work_flow_held", kind="debounce") == 1
     assert value(found, "conduit_work_flow_held", kind="throttle") == 0  # its hold is over
     assert ("conduit_work_flow_held", frozenset({("kind", "batch")})) in found
+
+
+def test_metrics_count_what_pauses_hold_by_kind(client, metrics_on):
+    from causal.clock import system_clock
+    from tests.worklife.factories import WorkFactory
+    from worklife.models import PauseKind
+    from worklife.pauses import PauseTarget, pause_create
+
+    WorkFactory(scope="acme/web", binding="triage")
+    WorkFactory(scope="other", binding="triage")
+    pause_create(
+        target=PauseTarget(PauseKind.SCOPE, "acme"),
+        paused_by="alice",
+        reason="",
+        until=None,
+        clock=system_clock,
+    )
+    found = scrape(client)
+    assert value(found, "conduit_work_flow_held", kind="pause") == 1
+    assert value(found, "conduit_events_held_by_pause") == 0
+    assert value(found, "conduit_pauses_in_force", kind="scope") == 1

@@ -36,7 +36,7 @@ from tests.worklife.factories import WorkFactory
 # --- who: the principals and the scopes each may use ------------------------------------------
 
 PRINCIPALS = ("anonymous", "viewer", "operator", "admin", "narrowed")
-CONTROLS = {"skip", "reroute", "replay", "cancel", "retry", "send", "create", "rebind"}
+CONTROLS = {"skip", "reroute", "replay", "cancel", "retry", "send", "create", "rebind", "pause"}
 MAY = {
     "anonymous": set(),
     "viewer": {"read"},
@@ -74,6 +74,11 @@ API = {
     ("api-work-retry", "POST"): "retry",
     ("api-work-send", "POST"): "send",
     ("api-work-rebind", "POST"): "rebind",
+    ("api-pauses", "GET"): "read",
+    ("api-pauses", "POST"): "pause",
+    ("api-pauses-resume", "POST"): "pause",
+    ("api-schedules", "GET"): "read",
+    ("api-schedules-fire", "POST"): "pause",
     ("api-openapi", "GET"): None,
 }
 
@@ -120,6 +125,10 @@ CONSOLE = {
     ("trace", "GET"): "read",
     ("trace", "POST"): "read",
     ("receivers", "GET"): "read",
+    ("flow", "GET"): "read",
+    ("flow-pause", "POST"): "pause",
+    ("flow-resume", "POST"): "pause",
+    ("flow-fire", "POST"): "pause",
     ("causal-root", "GET"): "read",
     ("causal-diagnostics", "GET"): "read",
 }
@@ -319,7 +328,7 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 def test_the_matrix_covers_five_principals_on_every_route():
     # 5 principals x (routes and methods of the API, the console, the admin site and 4 websockets).
-    assert MATRIX_SIZE == 5 * 78 == 390
+    assert MATRIX_SIZE == 5 * 87 == 435
 
 
 # --- narrowing a token ---------------------------------------------------------------------------

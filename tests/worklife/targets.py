@@ -317,3 +317,19 @@ def blink(run):
     """A very short piece of work (flow control's limits are checked over many of them)."""
     time.sleep(0.01)
     return None
+
+
+def refuses_for_good(run):
+    from worklife.child import NonRetryable
+
+    raise NonRetryable("the request is malformed")
+
+
+def asks_later(run):
+    from worklife.child import RetryAfter
+
+    raise RetryAfter(42, "rate limited")
+
+
+def bad_value(run):
+    raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "not text")

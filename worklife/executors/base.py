@@ -30,12 +30,18 @@ CONTROLS: tuple[str, ...] = ("inject", "interrupt")
 class Outcome:
     """How an attempt ended: ``ok`` with an optional JSON-like ``result``, or an ``error``.
 
-    ``exit_status`` is the process's exit status when a process ran the attempt."""
+    ``exit_status`` is the process's exit status when a process ran the attempt; a failed
+    Python target says what it raised (``error_types``: the class and its bases' names) and
+    whether it asked not to be retried, or to be retried after ``retry_after`` seconds
+    (``worklife.retry``)."""
 
     ok: bool
     result: Any = None
     error: str = ""
     exit_status: int | None = None
+    error_types: tuple[str, ...] = ()
+    non_retryable: bool = False
+    retry_after: float | None = None
 
 
 class Execution(abc.ABC):

@@ -83,7 +83,7 @@ class _Worker:
                 execution.stderr.add(message["traceback"].encode("utf-8", errors="replace"))
             self.current = None
             execution._worker_fit = message.get("reusable") is True
-            execution._finish(Outcome(ok=bool(message.get("ok")), result=message.get("value"), error=error))
+            execution._finish(_outcome(message, error))
             return
         execution._call(message)
 
@@ -339,3 +339,17 @@ class PythonExecutor(Executor):
     def _forget_finished(self) -> None:
         for attempt_id in [a for a, e in self._runs.items() if e.poll() is not None]:
             del self._runs[attempt_id]
+
+
+def _outcome(message: dict, error: str) -> Outcome:
+    """The outcome a worker's result line reports, with what a failure says about retrying it."""
+    types = message.get("error_types")
+    after = message.get("retry_after")
+    return Outcome(
+        ok=bool(message.get("ok")),
+        result=message.get("value"),
+        error=error,
+        error_types=tuple(t for t in types if isinstance(t, str)) if isinstance(types, list) else (),
+        non_retryable=message.get("non_retryable") is True,
+        retry_after=float(after) if isinstance(after, int | float) and not isinstance(after, bool) else None,
+    )

@@ -17,12 +17,12 @@ from typing import Any
 
 from django.conf import settings
 
-from conduit_site.api.openapi import auth, common, controls, events, hooks, setup, work
+from conduit_site.api.openapi import auth, common, controls, events, flow, hooks, setup, work
 from conduit_site.api.openapi.common import API_VERSION, json_content, response_ref
 
 __all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "TAGS", "openapi_schema"]
 
-RESOURCES = (events, controls, setup, work, hooks)
+RESOURCES = (events, controls, setup, work, flow, hooks)
 """The resources' modules, in the order the document lists their paths."""
 
 DOCUMENT_TAG: dict[str, str] = {"name": "openapi", "description": "This OpenAPI document (no token needed)."}

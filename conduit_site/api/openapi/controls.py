@@ -102,6 +102,7 @@ SCHEMAS: dict[str, Any] = {
                     "parked_work",
                     "supervision",
                     "live_updates",
+                    "pauses",
                 ],
             },
             "ok": {"type": "boolean"},
@@ -119,7 +120,7 @@ SCHEMAS: dict[str, Any] = {
                 "the last hour (root_seq, refusals, kinds, last_at); work_loop: work loops' last "
                 "heartbeats (loop, at, age_seconds, slots, running, started, completed, failed, refused, "
                 "lost, stopped); parked_work: parked Work (work_id, scope, failures, last_error, "
-                "parked_at).",
+                "parked_at); pauses: the pauses in force (kind, scope, name, line, until).",
                 "items": {"type": "object"},
             },
         },
@@ -240,7 +241,8 @@ PATHS: dict[str, Any] = {
             "heartbeat newer than 60 s while Events are unrouted; handler_calls: handler calls a live route "
             "loop abandoned at their deadline; causal: roots whose derived Events were refused in the last "
             "hour; work_loop: no work loop heartbeat newer than 60 s while Work is ready to run (pending "
-            "input or a due retry); parked_work: Work parked after too many failures in a row. Always "
+            "input or a due retry); parked_work: Work parked after too many failures in a row; pauses: an "
+            "operator's pause of a scope, binding, route or schedule is in force. Always "
             "200: `ok` says whether any check warns.",
             "responses": {
                 "200": {"description": "The checks.", "content": json_content(ref("DoctorReport"))},

@@ -1,8 +1,9 @@
 """``{% heartbeat_banner %}``: the banner every console page shows while the route loop or
 the work loop has no fresh heartbeat, after ``serve`` restarted a child, or while this web
-process's live updates are behind, linking to Doctor. One light query
-(:func:`conduit_site.doctor.loops_alive`), one more to name the restarted children when there
-are some, and one for the live updates once this process serves a websocket."""
+process's live updates are behind, linking to Doctor, and while anything is paused, linking to
+Flow. Two light queries (:func:`conduit_site.doctor.loops_alive` and the pauses in force), one
+more to name the restarted children when there are some, and one for the live updates once this
+process serves a websocket."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from causal.clock import Clock, system_clock
 from conduit_site.doctor import HEARTBEAT_STALE, duration, loops_alive
 from conduit_site.live import reader
 from conduit_site.supervision.restarts import RESTARTS_RECENT, restarts_recent
+from worklife.pauses import active_pauses, pause_line, target_of
 
 register = template.Library()
 
@@ -34,4 +36,6 @@ def heartbeat_banner() -> dict[str, Any]:
         "stale_after": duration(HEARTBEAT_STALE.total_seconds()),
         "restarts": restarts_recent(now=now) if alive.restarted else [],
         "restarts_within": duration(RESTARTS_RECENT.total_seconds()),
+        # Operators' pauses in force: what they hold shows on every page until resumed.
+        "pauses": [(target_of(p), pause_line(p)) for p in active_pauses(now)],
     }

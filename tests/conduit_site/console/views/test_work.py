@@ -320,10 +320,11 @@ def test_home_counts_running_and_parked_work(console, django_assert_max_num_quer
     WorkFactory.create_batch(2, parked_at=T0, failures=5)
     WorkFactory()
     # Session and user (2), the permission check (2), unrouted Events (1), Work by status and
-    # parked (1), the live generation (1); and the heartbeat banner (1),
-    # doctor's checks (at most 12), dead letters (1), the trends (5) and the live-update
-    # outbox's position (1): at most 25 in all, however many Work are parked.
-    with django_assert_max_num_queries(25):
+    # parked (1), the live generation (1); and the heartbeat banner (2: the loops, the pauses in
+    # force), doctor's checks (at most 14, live updates and pauses included), dead letters (1), the
+    # trends (5) and the live-update outbox's position (1): at most 27 in all, however many Work
+    # are parked.
+    with django_assert_max_num_queries(27):
         body = console.get(reverse("console-home")).content.decode()
     card = section(body, "work-engine-summary")
     assert re.search(
@@ -333,7 +334,7 @@ def test_home_counts_running_and_parked_work(console, django_assert_max_num_quer
         r'status=parked"><span class="badge badge-parked">parked</span></a><span class="num">2<', card
     )
     WorkFactory.create_batch(20, parked_at=T0)
-    with django_assert_max_num_queries(25):
+    with django_assert_max_num_queries(27):
         console.get(reverse("console-home"))
 
 
@@ -402,7 +403,7 @@ def test_home_card_counts_parked_and_backing_off_apart_from_ready(
 ):
     counts = work_counts(now=clock())
     assert (counts.by_status["ready"], counts.parked, counts.backing_off) == (2, 1, 1)
-    with django_assert_max_num_queries(25):
+    with django_assert_max_num_queries(27):
         body = console.get(reverse("console-home")).content.decode()
     for state, label, n in (
         ("ready", "ready", 2),
@@ -567,11 +568,12 @@ def test_d4_work_page_query_count_is_independent_of_history(signed_in, django_as
     # 9, and 2 for the user's permissions (read once: which skip/reroute controls to show), and
     # 5 for the engine: why the Work is not running (1; 2 with nothing to
     # run), its children (1), its waits, timers and intents (1 each; attempts were read already),
-    # and the totals of its input and its history (2, capped); the heartbeat banner (1).
-    with django_assert_max_num_queries(19):
+    # and the totals of its input and its history (2, capped); the heartbeat banner (2: the
+    # loops, the pauses in force).
+    with django_assert_max_num_queries(20):
         small = count_queries(signed_in, reverse("work-detail", args=[work.pk]))
     grow(55)
-    with django_assert_max_num_queries(19):
+    with django_assert_max_num_queries(20):
         large = count_queries(signed_in, reverse("work-detail", args=[work.pk]))
     assert small == large
 

@@ -37,7 +37,7 @@ def bad_file(tmp_path: Path) -> Path:
 
 
 def test_validate_reports_what_the_document_declares():
-    assert run("validate", str(DEMO)) == f"{DEMO}: valid: 3 scopes, 5 bindings, 10 routes, 3 receivers\n"
+    assert run("validate", str(DEMO)) == f"{DEMO}: valid: 3 scopes, 6 bindings, 11 routes, 3 receivers\n"
     assert Generation.objects.count() == 0
 
 
@@ -194,7 +194,7 @@ def test_validate_through_manage_py_in_a_subprocess(bad_file):
         timeout=120,
     )
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout == "demo/conduit.yaml: valid: 3 scopes, 5 bindings, 10 routes, 3 receivers\n"
+    assert ok.stdout == "demo/conduit.yaml: valid: 3 scopes, 6 bindings, 11 routes, 3 receivers\n"
     bad = subprocess.run(
         [sys.executable, "manage.py", "config", "validate", str(bad_file)],
         cwd=ROOT,
