@@ -3,10 +3,13 @@ says so in the Work's one line, ends on resume or at its ``until``, and one paus
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 
 import pytest
+from django.apps import apps as django_apps
 
+from routing.access.roles import Role, role_groups_ensure
 from tests.worklife.enginekit import runner, send, setup, step_until, work_of
 from worklife.models import Attempt, AttemptState, PauseKind, WorkInput
 from worklife.pauses import PauseError, PauseTarget, pause_create, pause_end
@@ -91,3 +94,16 @@ def test_a_pause_whose_until_passed_makes_way_for_a_new_one(clock):
     clock.advance(11)
     again = pause_create(target=BINDING, paused_by="bob", reason="again", until=None, clock=clock)
     assert again.is_active(clock())
+
+
+@pytest.mark.django_db
+def test_upgrading_gives_existing_operator_and_admin_groups_the_pause_permission():
+    migration = importlib.import_module("worklife.migrations.0010_pauses_permission")
+    groups = role_groups_ensure()
+    for role in (Role.OPERATOR, Role.ADMIN, Role.VIEWER):
+        groups[role].permissions.remove(*groups[role].permissions.filter(codename="pause_work"))
+
+    migration.grant_pause(django_apps, None)
+
+    holding = {role for role in Role if groups[role].permissions.filter(codename="pause_work").exists()}
+    assert holding == {Role.OPERATOR, Role.ADMIN}
