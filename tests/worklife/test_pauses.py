@@ -98,7 +98,7 @@ def test_a_pause_whose_until_passed_makes_way_for_a_new_one(clock):
 
 @pytest.mark.django_db
 def test_upgrading_gives_existing_operator_and_admin_groups_the_pause_permission():
-    migration = importlib.import_module("worklife.migrations.0010_pauses_permission")
+    migration = importlib.import_module("worklife.migrations.0012_pauses_permission")
     groups = role_groups_ensure()
     for role in (Role.OPERATOR, Role.ADMIN, Role.VIEWER):
         groups[role].permissions.remove(*groups[role].permissions.filter(codename="pause_work"))

@@ -23,7 +23,7 @@ def grant_pause(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("worklife", "0009_pauses"),
+        ("worklife", "0011_pauses"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]
