@@ -604,6 +604,7 @@ def test_metrics_count_the_work_flow_control_holds_by_kind(client, metrics_on):
     assert ("conduit_work_flow_held", frozenset({("kind", "batch")})) in found
 
 
+@pytest.mark.django_db
 def test_metrics_count_what_pauses_hold_by_kind(client, metrics_on):
     from causal.clock import system_clock
     from tests.worklife.factories import WorkFactory

@@ -385,12 +385,12 @@ def test_d4_event_list_query_count_is_independent_of_history(signed_in, django_a
     # 11: the session and its user (2), the permission check (2), the page (2: its seqs, then
     # its rows), the failures of its unrouted Events (1), the total (1, capped), and what the
     # filters offer to pick from: the live scopes, the Events' scopes and types (3),
-    # and the heartbeat banner (1).
-    with django_assert_max_num_queries(12):
+    # the heartbeat banner (1) and the live updates' outbox position the page renders at (1).
+    with django_assert_max_num_queries(13):
         small = count_queries(signed_in, reverse("event-list"))
     for event in EventFactory.create_batch(55, scope="acme"):
         RouteRecordFactory(event=event, work=WorkFactory())
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(13):
         large = count_queries(signed_in, reverse("event-list"))
     assert small == large
 
@@ -631,15 +631,16 @@ def test_filtered_list_query_counts_are_pinned_and_do_not_grow(
     grow(3)
     # The session, its user, the permission check (4); the Events list: its seqs and rows, the
     # failures, the total and the three lists to pick from (7); the Work list: its page and
-    # total (2); the heartbeat banner (1 a page).
-    with django_assert_max_num_queries(12):
+    # total (2); the heartbeat banner (1 a page: the pauses in force); the outbox position each
+    # list renders at (1 a page).
+    with django_assert_max_num_queries(13):
         small_events = count_list_queries(operator_console, reverse("event-list"), events)
-    with django_assert_max_num_queries(7):
+    with django_assert_max_num_queries(8):
         small_work = count_list_queries(operator_console, reverse("work-list"), work)
     grow(60)
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(13):
         assert count_list_queries(operator_console, reverse("event-list"), events) == small_events
-    with django_assert_max_num_queries(7):
+    with django_assert_max_num_queries(8):
         assert count_list_queries(operator_console, reverse("work-list"), work) == small_work
 
 
