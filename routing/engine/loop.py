@@ -17,6 +17,7 @@ from routing.engine.claims import (
     forget_stale_targets,
     release_dead_claims,
 )
+from routing.engine.failures import failures_of_other_generations
 from routing.engine.handler_pool import HandlerPool
 from routing.engine.heartbeat import RouteLoopHeartbeat, heartbeat_write
 from routing.engine.options import RouterOptions
@@ -169,11 +170,15 @@ class RouteLoop:
         previous = self.router.configuration.label if self.router else None
         self.router = build_router(clock=self.clock, generation=live, options=self.options, pool=self.pool)
         self.router.owner = self.owner
-        if previous is not None:
-            # A new generation retries failing Events at once (R14).
-            Event.objects.filter(route_state=RouteState.UNROUTED, retry_at__isnull=False).update(
-                retry_at=None
+        backing_off = Event.objects.filter(route_state=RouteState.UNROUTED, retry_at__isnull=False)
+        if previous is None:
+            # A loop (re)started, or one pass (--once): those that failed under an earlier
+            # generation are tried at once too, not after their backoff (R14).
+            backing_off = backing_off.filter(
+                seq__in=failures_of_other_generations(self.router.configuration.label)
             )
+        # A new generation retries failing Events at once (R14).
+        backing_off.update(retry_at=None)
         logger.info(
             "route_loop.generation",
             extra={"generation": self.router.configuration.label, "previous": previous},

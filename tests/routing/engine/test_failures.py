@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
@@ -461,6 +462,46 @@ def test_r14_a_newly_applied_generation_is_tried_at_once(clock):
     assert fresh.route(again.seq).settled
     r.close()
     fresh.close()
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+@pytest.mark.parametrize("restart", ["loop", "once"])
+def test_r14_a_generation_applied_while_no_loop_runs_is_tried_at_once_after_a_restart(clock, restart):
+    """A new generation applied while the route loop is stopped: the restarted loop, or one
+    pass of ``route_loop --once``, tries the Events backing off at once. An Event that failed
+    under the live generation keeps its backoff. ``--once`` reads the system clock: the fake
+    one is set a day ahead of it, so that no backoff has ended by then."""
+    clock.set(datetime.now(UTC) + timedelta(days=1))
+    apply(clock, SCRIPTED_ONLY)
+    sample_handlers.BROKEN.update({"flaky", "steady"})
+    event = accept(clock, "x", {}, id="flaky")
+    first = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        first.step()
+    finally:
+        first.close()
+    assert state(event) == RouteState.UNROUTED and sample_handlers.CALLS == ["flaky"]
+    sample_handlers.BROKEN.discard("flaky")
+    apply(clock, SCRIPTED_ONLY)  # generation 2, no time has passed, no loop running
+    steady = accept(clock, "x", {}, id="steady")
+    r = router(clock)
+    r.route(steady.seq)  # fails under generation 2: it backs off
+    r.close()
+    assert sample_handlers.CALLS == ["flaky", "steady"]
+    if restart == "once":
+        out = io.StringIO()
+        call_command("route_loop", "--once", stdout=out)
+    else:
+        again = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+        try:
+            again.step()
+        finally:
+            again.close()
+    assert state(event) == RouteState.ROUTED and record(event).generation == "2"
+    assert sample_handlers.CALLS == ["flaky", "steady", "flaky"]
+    steady.refresh_from_db()
+    assert steady.route_state == RouteState.UNROUTED and steady.retry_at > clock()
 
 
 # --- R59: skip and reroute with doctor's check through the CLI --------------------------------------------------
