@@ -6,17 +6,17 @@ to one rule of ``routing/engine/decide.py`` fails here (``make mutate`` runs the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from routing.config.effective import EffectiveBinding, EffectiveRoute, EffectiveScope
-from routing.engine.decide import Effect, Reason, World, decide
+from routing.engine.decide import Effect, Reason, SubscriptionView, World, decide
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict
 from routing.errors import RouteErrorCode
 from routing.extension import EventSnapshot, RouteDecision
 from tests.worklife.viewkit import attempt
-from worklife.views import WorkView
+from worklife.views import WaitView, WorkView
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SCOPE = "acme"
@@ -300,3 +300,97 @@ def test_one_line_keeps_what_the_split_and_join_would_give(reason):
         else line.encode()[:REFUSAL_MAX_BYTES].decode(errors="ignore")
     )
     assert one_line(reason) == expected
+
+
+# --- R41, R42: waits at their boundaries --------------------------------------------------------
+
+
+def waiting_work(*, timeout_at=None, blocked_reason: str = "", keys=None) -> WorkView:
+    """Work 7 waiting on wait 5 ("review") for ``x.happened``, with ``keys`` when given."""
+    match = {"type": "x.*", **({"keys": list(keys)} if keys else {})}
+    wait = WaitView(id=5, name="review", match=match, timeout_at=timeout_at, blocked_reason=blocked_reason)
+    return running_work(status="waiting", active_wait=wait)
+
+
+def test_r41_a_wait_timing_out_exactly_as_the_event_arrives_has_timed_out_first():
+    """An Event decided at the wait's very ``timeout_at`` finds the timeout won: the Work is
+    ready again and the Event is its ordinary input, not the wait's winner."""
+    chosen = route()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(timeout_at=NOW), keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.work_id) == (Effect.QUEUE, 7)
+    assert decision.timed_out_wait is not None and decision.timed_out_wait.id == 5
+    # A moment before its timeout the wait still decides: the Event wins it.
+    later = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(timeout_at=NOW + timedelta(microseconds=1)), keys={"k:1": 7}),
+    )
+    assert (later.effect, later.timed_out_wait) == (Effect.WAKE, None)
+
+
+def test_r41_a_wait_the_causal_limits_blocked_is_not_won_by_a_later_matching_event():
+    """Its earlier winner's wake was refused by the causal limits: a new Event matching the
+    blocked wait is kept as context, it does not take the win."""
+    chosen = route()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(blocked_reason="causal limits refuse the wake"), keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.reason, decision.wake_wait) == (Effect.QUEUE, Reason.CONTEXT, None)
+
+
+def test_r41_a_wait_naming_keys_is_won_only_by_an_event_carrying_one_of_them():
+    chosen = route()
+    scope = scope_with(chosen)
+    work = waiting_work(keys=["k:review"])
+    other_key = decide(
+        event=event(),
+        evaluation=matched(chosen, keys=("k:1",)),
+        scope=scope,
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (other_key.effect, other_key.reason) == (Effect.QUEUE, Reason.CONTEXT)
+    its_key = decide(
+        event=event(),
+        evaluation=matched(chosen, keys=("k:1", "k:review")),
+        scope=scope,
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (its_key.effect, its_key.wake_wait.id) == (Effect.WAKE, 5)
+
+
+def subscribed(*, scope: str = SCOPE, blocked_reason: str = "") -> tuple[WorkView, SubscriptionView]:
+    """Work 8, in scope ``other``, waiting on wait 6 with a dependency subscription on ``scope``."""
+    wait = WaitView(id=6, name="deps", match={"type": "x.*"}, timeout_at=None, blocked_reason=blocked_reason)
+    work = WorkView(id=8, scope="other", status="waiting", binding="triage", active_wait=wait)
+    return work, SubscriptionView(
+        id=1, work_id=8, work_scope="other", wait=wait, scope=scope, match={"type": "x.*"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("subscription", "wakes"),
+    [
+        pytest.param({}, True, id="its-scope"),
+        pytest.param({"scope": "elsewhere"}, False, id="another-scope"),
+        pytest.param({"blocked_reason": "causal limits refuse the wake"}, False, id="blocked"),
+    ],
+)
+def test_r42_a_subscription_is_woken_only_by_its_own_scope_and_not_while_blocked(subscription, wakes):
+    """A window holding Events of two scopes: one of scope ``acme`` wakes a subscription on
+    ``acme`` only; a subscription whose wait the causal limits block is not woken either."""
+    work, sub = subscribed(**subscription)
+    chosen = route()
+    world = world_with(work)
+    world.subscriptions.append(sub)
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+    assert decision.effect == Effect.START
+    assert [s.work_id for s in decision.also_wakes] == ([8] if wakes else [])
