@@ -171,6 +171,53 @@ def test_r50_child_takes_parent_scope_and_trigger_from_the_attempt(clock, runnin
     assert CorrelationKey.objects.get(key="child:1").work_id == child.pk
 
 
+def later_attempt(clock, work, attempt):
+    """The first attempt consumes its input and completes, leaving the Work ready with a later
+    Event queued; the next attempt starts with that Event as its trigger."""
+    consume_all(clock, work, attempt)
+    later = accept(clock, "x.later", {"keys": []}, correlation=["pr:acme/api#1"])
+    router(clock).route(later.seq)
+    work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    second = attempt_start(
+        work_id=work.pk, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    return later, second
+
+
+def test_r50_a_later_attempts_child_is_caused_by_that_attempts_trigger(clock, running):
+    """The child's core.work.created Event descends from the trigger of the attempt that
+    creates it, not from the Work's first trigger."""
+    work, attempt = running
+    later, second = later_attempt(clock, work, attempt)
+    assert second.trigger_id == later.seq != work.trigger_id
+    created = lifecycle.work_create_child(
+        attempt_id=second.pk, lease_epoch=second.lease_epoch, binding="plain", clock=clock
+    )
+    assert created.event.parent_id == later.seq
+    assert created.event.data["attempt"] == second.pk
+
+
+def test_r46_input_consumed_already_cannot_be_consumed_again_by_a_later_attempt(clock, running):
+    """Consumed input keeps the attempt that consumed it: a later attempt naming it again is
+    refused and nothing changes."""
+    from django.db import transaction
+
+    work, attempt = running
+    consumed = list(WorkInput.objects.filter(work=work, state=InputState.PENDING))
+    consume_all(clock, work, attempt)
+    _, second = later_attempt(clock, work, attempt)
+    with pytest.raises(WorkError, match="not pending"), transaction.atomic():
+        consume_inputs_in_tx(
+            attempt_id=second.pk,
+            lease_epoch=second.lease_epoch,
+            input_ids=[row.pk for row in consumed],
+            clock=clock,
+        )
+    assert set(
+        WorkInput.objects.filter(pk__in=[r.pk for r in consumed]).values_list("attempt_id", flat=True)
+    ) == {attempt.pk}
+
+
 def test_r50_child_with_a_stale_lease_is_refused(clock, running):
     work, attempt = running
     with pytest.raises(StaleLease):

@@ -12,6 +12,7 @@ from causal.models import Event
 from routing.models import RouteRecord
 from routing.setup.trace import trace
 from tests.routing.routerkit import apply
+from tests.worklife.attemptkit import attempt_start
 from tests.worklife.callkit import (
     document,
     result,
@@ -19,8 +20,11 @@ from tests.worklife.callkit import (
     work_of,
 )
 from tests.worklife.enginekit import status, step_until
+from tests.worklife.factories import WorkFactory
 from worklife.attempts import attempts_end_in_tx
+from worklife.errors import WorkError
 from worklife.models import Attempt, DependencySubscription, Wait, Work
+from worklife.waits import attempt_wait_for, waits_expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,3 +98,42 @@ def test_r42_an_attempt_ended_while_it_waits_ends_its_subscription(clock, loop):
         attempts_end_in_tx(attempts=[attempt], state="failed", now=clock())
     assert Wait.objects.get(work=work).state == "cancelled"
     assert not DependencySubscription.objects.filter(active=True).exists()
+
+
+# --- a wait's timeout at its boundaries (R41) ----------------------------------------------------
+
+
+def parked(clock, timeout):
+    """A started attempt of a new Work, parked on a wait of ``timeout`` seconds."""
+    work = WorkFactory(status="ready")
+    attempt = attempt_start(
+        work_id=work.pk, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    return attempt_wait_for(
+        attempt_id=attempt.pk,
+        lease_epoch=attempt.lease_epoch,
+        match={"type": "x.*"},
+        timeout=timeout,
+        name="review",
+        clock=clock,
+    )
+
+
+@pytest.mark.django_db
+def test_r41_a_wait_due_exactly_now_times_out(clock):
+    wait = parked(clock, 30)
+    clock.advance(29)
+    assert waits_expire(clock=clock) == []
+    clock.advance(1)  # its timeout_at is now
+    assert waits_expire(clock=clock) == [wait.pk]
+    assert Wait.objects.get(pk=wait.pk).state == "timed_out"
+
+
+@pytest.mark.django_db
+def test_r41_a_wait_of_no_time_is_allowed_and_times_out_at_once(clock):
+    """``timeout=0`` is a non-negative number of seconds: the wait is due as it is made."""
+    wait = parked(clock, 0)
+    assert wait.timeout_at == clock()
+    assert waits_expire(clock=clock) == [wait.pk]
+    with pytest.raises(WorkError, match="non-negative"):
+        parked(clock, -1)
