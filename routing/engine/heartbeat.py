@@ -4,7 +4,8 @@ loop publishes its windows' targets while another one beats).
 
 A beat's JSON keys are read by running processes and stored rows, so they stay as they are:
 ``at`` (ISO time), ``generation``, ``passes``, ``routed``, ``abandoned_calls``,
-``abandoned_total`` and ``failing`` (passes failing in a row: error, count, since, events).
+``abandoned_total``, ``failing`` (passes failing in a row: error, count, since, events) and
+``stopped`` (the loop's last beat, written as it exits: a ``--once`` pass, a stopped loop).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from worklife.heartbeat import Heartbeats
 @dataclass(frozen=True, slots=True)
 class RouteLoopHeartbeat:
     """A route loop's heartbeat: the generation it routes with, its passes and routed Events
-    since it started, its handler calls abandoned at their deadline (now and in all), and
-    ``failing`` while its passes fail in a row."""
+    since it started, its handler calls abandoned at their deadline (now and in all),
+    ``failing`` while its passes fail in a row, and ``stopped`` once it has exited."""
 
     loop: str
     at: datetime
@@ -31,6 +32,7 @@ class RouteLoopHeartbeat:
     abandoned_calls: int
     abandoned_total: int
     failing: dict[str, Any] | None = None
+    stopped: bool = False
 
     def value(self) -> dict[str, Any]:
         """The beat as stored."""
@@ -42,6 +44,7 @@ class RouteLoopHeartbeat:
             "abandoned_calls": self.abandoned_calls,
             "abandoned_total": self.abandoned_total,
             "failing": self.failing,
+            "stopped": self.stopped,
         }
 
     @classmethod
@@ -56,6 +59,7 @@ class RouteLoopHeartbeat:
             abandoned_calls=int(value.get("abandoned_calls", 0)),
             abandoned_total=int(value.get("abandoned_total", 0)),
             failing=value.get("failing") if isinstance(value.get("failing"), dict) else None,
+            stopped=bool(value.get("stopped", False)),
         )
 
 

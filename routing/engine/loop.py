@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError
+
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from infra.identity import loop_identity
@@ -150,6 +152,7 @@ class RouteLoop:
         return Event.objects.filter(route_state=RouteState.UNROUTED).count()
 
     def close(self) -> None:
+        self._stopped_beat()
         if self.router is not None:
             # Its carried Events are given back and its published targets withdrawn.
             self.router.close()
@@ -184,6 +187,27 @@ class RouteLoop:
             extra={"generation": self.router.configuration.label, "previous": previous},
         )
         return True
+
+    def _stopped_beat(self) -> None:
+        """The loop's last heartbeat says it stopped: doctor no longer counts it as a live
+        route loop (a ``--once`` pass exits at once)."""
+        try:
+            heartbeat_write(
+                RouteLoopHeartbeat(
+                    loop=self.owner,
+                    at=self.clock(),
+                    generation=self.router.configuration.label if self.router else "",
+                    passes=self.passes,
+                    routed=self.routed_total,
+                    abandoned_calls=self.pool.abandoned,
+                    abandoned_total=self.pool.abandoned_total,
+                    stopped=True,
+                ),
+                clock=self.clock,
+            )
+        except DatabaseError:
+            # The database may be why the loop stops: its last beat ages out instead.
+            logger.warning("route_loop.heartbeat_failed", exc_info=True)
 
     def _heartbeat(self, generation: str, *, failing: dict | None = None) -> None:
         now = self.clock()

@@ -394,3 +394,20 @@ def test_r42_a_subscription_is_woken_only_by_its_own_scope_and_not_while_blocked
     decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
     assert decision.effect == Effect.START
     assert [s.work_id for s in decision.also_wakes] == ([8] if wakes else [])
+
+
+def test_r26_a_conflict_with_work_started_earlier_in_the_window_names_the_event_that_starts_it():
+    """The Work an earlier Event of the same window starts has only a temporary id: the
+    conflict's reason names it by that Event, never as "Work -1"."""
+    chosen = route()
+    scope = scope_with(chosen)
+    world = world_with(running_work())
+    starter = event(seq=5)
+    started = decide(event=starter, evaluation=matched(chosen, keys=("k:new",)), scope=scope, world=world)
+    assert started.effect == Effect.START and started.work_id < 0
+    world.apply(starter, started)
+    conflict = decide(
+        event=event(seq=10, work_id=7), evaluation=matched(chosen, keys=("k:new",)), scope=scope, world=world
+    )
+    assert conflict.effect == Effect.CONFLICT
+    assert conflict.reason == "conflicting targets: the Work Event #5 starts by key k:new, Work 7 by work_id"
