@@ -5,6 +5,8 @@ accepted and routed by the real router."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import transaction
 
@@ -24,7 +26,7 @@ from tests.worklife.factories import WorkFactory
 from worklife.attempts import attempts_end_in_tx
 from worklife.errors import WorkError
 from worklife.models import Attempt, DependencySubscription, Wait, Work
-from worklife.waits import attempt_wait_for, waits_expire
+from worklife.waits import SCOPE_MAX, attempt_wait_for, waits_expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,10 +107,7 @@ def test_r42_an_attempt_ended_while_it_waits_ends_its_subscription(clock, loop):
 
 def parked(clock, timeout):
     """A started attempt of a new Work, parked on a wait of ``timeout`` seconds."""
-    work = WorkFactory(status="ready")
-    attempt = attempt_start(
-        work_id=work.pk, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
-    )
+    attempt = started(clock)
     return attempt_wait_for(
         attempt_id=attempt.pk,
         lease_epoch=attempt.lease_epoch,
@@ -137,3 +136,83 @@ def test_r41_a_wait_of_no_time_is_allowed_and_times_out_at_once(clock):
     assert waits_expire(clock=clock) == [wait.pk]
     with pytest.raises(WorkError, match="non-negative"):
         parked(clock, -1)
+
+
+def started(clock):
+    """The first attempt of a new ready Work (lease epoch 1)."""
+    work = WorkFactory(status="ready")
+    return attempt_start(
+        work_id=work.pk, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("match", "kept"),
+    [
+        pytest.param(
+            {"type": "x.*", "source": "gh", "keys": ["k:1"], "subject": "s"},
+            {"type": "x.*", "source": "gh", "keys": ["k:1"]},
+            id="type-source-keys",
+        ),
+        pytest.param({"type": 3, "source": "", "keys": []}, {}, id="nothing-usable"),
+    ],
+)
+def test_r41_a_wait_keeps_only_the_type_source_and_keys_of_its_match(clock, match, kept):
+    attempt = started(clock)
+    wait = attempt_wait_for(
+        attempt_id=attempt.pk, lease_epoch=1, match=match, timeout=None, name=None, clock=clock
+    )
+    assert (wait.match, wait.timeout_at, wait.name) == (kept, None, "")
+    assert not DependencySubscription.objects.exists()
+
+
+@pytest.mark.django_db
+def test_r41_a_wait_times_out_after_its_timeout_and_keeps_a_short_name(clock):
+    attempt = started(clock)
+    wait = attempt_wait_for(
+        attempt_id=attempt.pk, lease_epoch=1, match={}, timeout=1.5, name="n" * 200, clock=clock, scope=None
+    )
+    assert wait.timeout_at == clock() + timedelta(seconds=1.5) and wait.name == "n" * 128
+    assert not DependencySubscription.objects.exists()
+
+
+@pytest.mark.django_db
+def test_r42_a_wait_on_a_scope_of_the_longest_path_subscribes_to_it(clock):
+    attempt = started(clock)
+    longest = "s" * SCOPE_MAX
+    wait = attempt_wait_for(
+        attempt_id=attempt.pk,
+        lease_epoch=1,
+        match={"type": "x.*"},
+        timeout=None,
+        name="w",
+        clock=clock,
+        scope=longest,
+    )
+    assert DependencySubscription.objects.get(wait=wait).scope == longest
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"timeout": True}, "timeout must be a non-negative number of seconds, got True"),
+        ({"timeout": "5"}, "timeout must be a non-negative number of seconds, got '5'"),
+        ({"timeout": -0.5}, "timeout must be a non-negative number of seconds, got -0.5"),
+        ({"match": {"keys": "k:1"}}, "keys must be a list of strings"),
+        ({"match": {"keys": ["k:1", 2]}}, "keys must be a list of strings"),
+        ({"scope": 5}, f"scope must be a scope path (a string of at most {SCOPE_MAX} characters)"),
+        ({"scope": "s" * (SCOPE_MAX + 1)}, "scope must be a scope path"),
+    ],
+)
+def test_r41_a_wait_with_a_bad_timeout_keys_or_scope_is_refused_and_nothing_is_stored(
+    clock, arguments, message
+):
+    attempt = started(clock)
+    call = {"match": {"type": "x.*"}, "timeout": None, "scope": "", **arguments}
+    with pytest.raises(WorkError) as refused:
+        attempt_wait_for(attempt_id=attempt.pk, lease_epoch=1, name="w", clock=clock, **call)
+    assert str(refused.value).startswith(message)
+    assert not Wait.objects.exists()
+    assert Attempt.objects.get(pk=attempt.pk).state == "running"
