@@ -13,6 +13,7 @@ from django.db import transaction
 from causal.models import Event
 from routing.models import RouteRecord
 from routing.setup.trace import trace
+from tests.causal.factories import EventFactory
 from tests.routing.routerkit import apply
 from tests.worklife.attemptkit import attempt_start
 from tests.worklife.callkit import (
@@ -26,7 +27,15 @@ from tests.worklife.factories import WorkFactory
 from worklife.attempts import attempts_end_in_tx
 from worklife.errors import WorkError
 from worklife.models import Attempt, DependencySubscription, Wait, Work
-from worklife.waits import SCOPE_MAX, attempt_wait_for, waits_expire
+from worklife.waits import (
+    SCOPE_MAX,
+    attempt_wait_for,
+    wait_block_in_tx,
+    wait_time_out_in_tx,
+    wait_wake_in_tx,
+    waits_expire,
+    wake_bridge_envelope,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,3 +225,93 @@ def test_r41_a_wait_with_a_bad_timeout_keys_or_scope_is_refused_and_nothing_is_s
     assert str(refused.value).startswith(message)
     assert not Wait.objects.exists()
     assert Attempt.objects.get(pk=attempt.pk).state == "running"
+
+
+# --- ending, blocking and bridging a wait, beside another Work's (R41, R42) ----------------------
+
+
+def two_parked(clock):
+    """Two Works, each with its attempt parked on a wait subscribed to scope ``acme/web``."""
+    waits = []
+    for _ in range(2):
+        attempt = started(clock)
+        waits.append(
+            attempt_wait_for(
+                attempt_id=attempt.pk,
+                lease_epoch=1,
+                match={"type": "x.*"},
+                timeout=None,
+                name="w",
+                clock=clock,
+                scope="acme/web",
+            )
+        )
+    return waits
+
+
+def states(wait):
+    wait.refresh_from_db()
+    work = Work.objects.get(pk=wait.work_id)
+    return (
+        wait.state,
+        Attempt.objects.get(pk=wait.attempt_id).state,
+        work.status,
+        DependencySubscription.objects.get(wait=wait).active,
+    )
+
+
+@pytest.mark.django_db
+def test_r41_waking_a_wait_ends_it_and_resumes_its_attempt_alone(clock):
+    mine, other = two_parked(clock)
+    won, refused = EventFactory(), EventFactory()
+    versions = {w.work_id: Work.objects.get(pk=w.work_id).version for w in (mine, other)}
+    clock.advance(5)
+    with transaction.atomic():
+        wait_block_in_tx(wait_id=mine.pk, reason="r" * 600, event_seq=refused.seq)
+        assert wait_wake_in_tx(wait_id=mine.pk, event_seq=won.seq, now=clock())
+        assert not wait_wake_in_tx(wait_id=mine.pk, event_seq=won.seq, now=clock())
+    assert states(mine) == ("woken", "running", "running", False)
+    assert (mine.woken_by_id, mine.blocked_reason, mine.ended_at) == (won.seq, "", clock())
+    work = Work.objects.get(pk=mine.work_id)
+    assert (work.version, work.updated_at) == (versions[mine.work_id] + 1, clock())
+    # The other Work's wait, attempt, status and subscription are untouched.
+    assert states(other) == ("active", "waiting", "waiting", True)
+    assert Work.objects.get(pk=other.work_id).version == versions[other.work_id]
+
+
+@pytest.mark.django_db
+def test_r41_a_wait_whose_attempt_ended_leaves_its_work_ready_when_it_times_out(clock):
+    mine, _ = two_parked(clock)
+    Attempt.objects.filter(pk=mine.attempt_id).update(state="failed")
+    with transaction.atomic():
+        assert wait_time_out_in_tx(wait_id=mine.pk, now=clock())
+    mine.refresh_from_db()
+    assert (mine.state, Work.objects.get(pk=mine.work_id).status) == ("timed_out", "ready")
+
+
+@pytest.mark.django_db
+def test_r41_blocking_a_wait_keeps_the_first_refused_event_and_the_latest_reason(clock):
+    mine, other = two_parked(clock)
+    first, second = EventFactory(), EventFactory()
+    with transaction.atomic():
+        wait_block_in_tx(wait_id=mine.pk, reason="r" * 600, event_seq=first.seq)
+        wait_block_in_tx(wait_id=mine.pk, reason="again", event_seq=second.seq)
+    mine.refresh_from_db()
+    assert (mine.blocked_reason, mine.blocked_event_id) == ("again", first.seq)
+    with transaction.atomic():
+        wait_block_in_tx(wait_id=other.pk, reason="r" * 600, event_seq=second.seq)
+        assert wait_time_out_in_tx(wait_id=other.pk, now=clock())
+        wait_block_in_tx(wait_id=other.pk, reason="ended", event_seq=first.seq)
+    other.refresh_from_db()
+    assert (other.blocked_reason, other.blocked_event_id) == ("r" * 500, second.seq)
+
+
+def test_r41_the_wake_bridge_names_the_work_the_wait_and_the_winning_event():
+    envelope = wake_bridge_envelope(wait_id=3, work_id=7, scope="acme", event_seq=42)
+    assert (envelope.id, envelope.type, envelope.scope, envelope.work_id) == (
+        "wait-woken/3",
+        "core.wait.woken",
+        "acme",
+        7,
+    )
+    assert envelope.data == {"work": 7, "wait": 3, "event": 42}
