@@ -218,6 +218,61 @@ def test_r46_input_consumed_already_cannot_be_consumed_again_by_a_later_attempt(
     ) == {attempt.pk}
 
 
+def test_r46_consuming_input_confirms_the_intents_behind_it_and_nothing_else(clock, running):
+    """Consumption marks the named input consumed by the attempt, at the clock's time, and
+    confirms the attempt's intents for those Events alone; naming an input twice is naming it
+    once."""
+    from django.db import transaction
+
+    work, attempt = running
+    first = WorkInput.objects.get(work=work, state=InputState.PENDING)
+    edited, again = (
+        accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1}, id=f"ed{n}")
+        for n in range(2)
+    )
+    r = router(clock)
+    r.route(edited.seq)
+    r.route(again.seq)
+    r.close()
+    injected = WorkInput.objects.get(event=edited)
+    clock.advance(3)
+    with transaction.atomic():
+        rows = consume_inputs_in_tx(
+            attempt_id=attempt.pk,
+            lease_epoch=1,
+            input_ids=[injected.pk, first.pk, injected.pk],
+            clock=clock,
+        )
+    assert [(row.pk, row.state, row.attempt_id, row.consumed_at) for row in rows] == [
+        (first.pk, "consumed", attempt.pk, clock()),
+        (injected.pk, "consumed", attempt.pk, clock()),
+    ]
+    stored = WorkInput.objects.filter(pk__in=[first.pk, injected.pk])
+    assert set(stored.values_list("state", "attempt_id", "consumed_at")) == {
+        ("consumed", attempt.pk, clock())
+    }
+    assert set(Intent.objects.filter(work=work).values_list("event_id", "state", "confirmed_at")) == {
+        (edited.seq, "confirmed", clock()),
+        (again.seq, "pending", None),
+    }
+    assert WorkInput.objects.get(event=again).state == InputState.PENDING
+
+
+def test_r46_input_of_another_work_is_not_consumed(clock, running):
+    from django.db import transaction
+
+    work, attempt = running
+    other = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 2})
+    router(clock).route(other.seq)
+    foreign = WorkInput.objects.get(event=other)
+    mine = WorkInput.objects.get(work=work, state=InputState.PENDING)
+    with pytest.raises(WorkError, match="does not belong"), transaction.atomic():
+        consume_inputs_in_tx(
+            attempt_id=attempt.pk, lease_epoch=1, input_ids=[mine.pk, foreign.pk], clock=clock
+        )
+    assert set(WorkInput.objects.values_list("state", flat=True)) == {InputState.PENDING}
+
+
 def test_r50_child_with_a_stale_lease_is_refused(clock, running):
     work, attempt = running
     with pytest.raises(StaleLease):
