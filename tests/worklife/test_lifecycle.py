@@ -235,6 +235,14 @@ def test_r46_consuming_input_confirms_the_intents_behind_it_and_nothing_else(clo
     r.route(again.seq)
     r.close()
     injected = WorkInput.objects.get(event=edited)
+    # Intents for the same Event that are not this attempt's pending ones at its epoch: an
+    # earlier attempt's, one of an earlier lease epoch, and this epoch's for the other Event
+    # superseded already. Consumption leaves them as they are.
+    earlier = AttemptFactory(work=work, number=0, state="failed", ended_at=clock())
+    others = [
+        IntentFactory(attempt=earlier, event=edited),
+        IntentFactory(attempt=attempt, lease_epoch=0, event=edited),
+    ]
     clock.advance(3)
     with transaction.atomic():
         rows = consume_inputs_in_tx(
@@ -251,11 +259,33 @@ def test_r46_consuming_input_confirms_the_intents_behind_it_and_nothing_else(clo
     assert set(stored.values_list("state", "attempt_id", "consumed_at")) == {
         ("consumed", attempt.pk, clock())
     }
-    assert set(Intent.objects.filter(work=work).values_list("event_id", "state", "confirmed_at")) == {
+    mine = Intent.objects.filter(work=work, attempt=attempt, lease_epoch=1)
+    assert set(mine.values_list("event_id", "state", "confirmed_at")) == {
         (edited.seq, "confirmed", clock()),
         (again.seq, "pending", None),
     }
+    assert set(Intent.objects.filter(pk__in=[i.pk for i in others]).values_list("state", flat=True)) == {
+        "pending"
+    }
     assert WorkInput.objects.get(event=again).state == InputState.PENDING
+
+
+def test_r46_a_superseded_intent_is_not_confirmed_by_consuming_its_input(clock, running):
+    from django.db import transaction
+
+    work, attempt = running
+    consume_all(clock, work, attempt)
+    edited = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
+    router(clock).route(edited.seq)
+    Intent.objects.filter(event=edited).update(state="superseded")
+    with transaction.atomic():
+        consume_inputs_in_tx(
+            attempt_id=attempt.pk,
+            lease_epoch=1,
+            input_ids=[WorkInput.objects.get(event=edited).pk],
+            clock=clock,
+        )
+    assert Intent.objects.get(event=edited).state == "superseded"
 
 
 def test_r46_input_of_another_work_is_not_consumed(clock, running):
@@ -266,7 +296,10 @@ def test_r46_input_of_another_work_is_not_consumed(clock, running):
     router(clock).route(other.seq)
     foreign = WorkInput.objects.get(event=other)
     mine = WorkInput.objects.get(work=work, state=InputState.PENDING)
-    with pytest.raises(WorkError, match="does not belong"), transaction.atomic():
+    with (
+        pytest.raises(WorkError, match="^some input does not belong to this attempt's Work$"),
+        transaction.atomic(),
+    ):
         consume_inputs_in_tx(
             attempt_id=attempt.pk, lease_epoch=1, input_ids=[mine.pk, foreign.pk], clock=clock
         )
