@@ -7,6 +7,7 @@ import pytest
 from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
 from routing.models import RouteRecord
+from tests.causal.factories import EventFactory
 from tests.routing.routerkit import accept, apply, router
 from tests.worklife.attemptkit import attempt_renew_lease, attempt_start, pending_inputs_in_tx, work_complete
 from tests.worklife.factories import (
@@ -17,7 +18,7 @@ from tests.worklife.factories import (
 )
 from worklife import lifecycle
 from worklife.errors import StaleLease, WorkError, WorkTerminal
-from worklife.inputs import consume_inputs_in_tx
+from worklife.inputs import consume_inputs_in_tx, intents
 from worklife.models import (
     CorrelationKey,
     DependencySubscription,
@@ -286,6 +287,20 @@ def test_r46_a_superseded_intent_is_not_confirmed_by_consuming_its_input(clock, 
             clock=clock,
         )
     assert Intent.objects.get(event=edited).state == "superseded"
+
+
+def test_r46_intents_inspects_the_intents_of_a_work_or_an_attempt_in_event_order(clock, running):
+    work, attempt = running
+    earlier = AttemptFactory(work=work, number=0, state="failed", ended_at=clock())
+    first, second, third = EventFactory(), EventFactory(), EventFactory()
+    mine = [IntentFactory(attempt=attempt, event=second), IntentFactory(attempt=attempt, event=first)]
+    older = IntentFactory(attempt=earlier, event=third)
+    elsewhere = IntentFactory()
+    assert [i.pk for i in intents(attempt_id=attempt.pk)] == [mine[1].pk, mine[0].pk]
+    assert [i.pk for i in intents(work_id=work.pk)] == [mine[1].pk, mine[0].pk, older.pk]
+    assert [i.pk for i in intents(work_id=work.pk, attempt_id=earlier.pk)] == [older.pk]
+    assert [i.pk for i in intents(work_id=elsewhere.work_id, attempt_id=earlier.pk)] == []
+    assert {i.pk for i in intents()} == {*(i.pk for i in mine), older.pk, elsewhere.pk}
 
 
 def test_r46_input_of_another_work_is_not_consumed(clock, running):
