@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
+from causal.limits import Causal, derived_atomic
 from causal.models import Event
 from routing.models import RouteRecord
 from routing.setup.trace import trace
@@ -29,12 +30,14 @@ from worklife.errors import WorkError
 from worklife.models import Attempt, DependencySubscription, Wait, Work
 from worklife.waits import (
     SCOPE_MAX,
+    attempt_wait,
     attempt_wait_for,
     wait_block_in_tx,
     wait_time_out_in_tx,
     wait_wake_in_tx,
     waits_expire,
     wake_bridge_envelope,
+    wake_bridge_in_tx,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -315,3 +318,35 @@ def test_r41_the_wake_bridge_names_the_work_the_wait_and_the_winning_event():
         7,
     )
     assert envelope.data == {"work": 7, "wait": 3, "event": 42}
+
+
+@pytest.mark.django_db
+def test_r41_a_wait_parks_its_attempt_with_its_match_and_timeout(clock):
+    attempt = started(clock)
+    due = clock() + timedelta(minutes=5)
+    wait = attempt_wait(
+        attempt_id=attempt.pk, lease_epoch=1, match={"type": "x.*"}, clock=clock, timeout_at=due
+    )
+    wait.refresh_from_db()
+    assert (wait.name, wait.match, wait.timeout_at, wait.attempt_id) == ("", {"type": "x.*"}, due, attempt.pk)
+    assert not DependencySubscription.objects.exists()
+    assert Attempt.objects.get(pk=attempt.pk).state == "waiting"
+    assert Work.objects.get(pk=attempt.work_id).status == "waiting"
+
+
+@pytest.mark.django_db
+def test_r41_the_wake_bridge_is_derived_from_the_event_that_won_the_wait(clock):
+    mine, _ = two_parked(clock)
+    won = EventFactory()
+    with derived_atomic():
+        wake_bridge_in_tx(
+            causal=Causal(clock), wait_id=mine.pk, work_id=mine.work_id, scope="acme", event_seq=won.seq
+        )
+    bridge = Event.objects.get(type="core.wait.woken")
+    assert (bridge.envelope_id, bridge.parent_id, bridge.work_id, bridge.scope) == (
+        f"wait-woken/{mine.pk}",
+        won.seq,
+        mine.work_id,
+        "acme",
+    )
+    assert bridge.data == {"work": mine.work_id, "wait": mine.pk, "event": won.seq}
