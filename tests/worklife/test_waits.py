@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from causal.limits import Causal, derived_atomic
+from causal.limits import Causal, Limits, derived_atomic
 from causal.models import Event
 from routing.models import RouteRecord
 from routing.setup.trace import trace
@@ -24,10 +24,10 @@ from tests.worklife.callkit import (
     work_of,
 )
 from tests.worklife.enginekit import status, step_until
-from tests.worklife.factories import WorkFactory
+from tests.worklife.factories import WorkFactory, WorkInputFactory
 from worklife.attempts import attempts_end_in_tx
 from worklife.errors import WorkError
-from worklife.models import Attempt, DependencySubscription, Wait, Work
+from worklife.models import Attempt, DependencySubscription, Wait, Work, WorkInput
 from worklife.waits import (
     SCOPE_MAX,
     attempt_wait,
@@ -36,6 +36,7 @@ from worklife.waits import (
     wait_time_out_in_tx,
     wait_wake_in_tx,
     waits_expire,
+    waits_retry_blocked,
     wake_bridge_envelope,
     wake_bridge_in_tx,
 )
@@ -350,3 +351,43 @@ def test_r41_the_wake_bridge_is_derived_from_the_event_that_won_the_wait(clock):
         "acme",
     )
     assert bridge.data == {"work": mine.work_id, "wait": mine.pk, "event": won.seq}
+
+
+def blocked_pair(clock):
+    """Two parked Works whose waits the causal limits blocked, each keeping its Event as
+    context input, and a third Work's wait that is not blocked."""
+    waits = two_parked(clock)
+    spare, _ = two_parked(clock)
+    inputs = []
+    for wait in waits:
+        kept = WorkInputFactory(work=wait.work, kind="context")
+        inputs.append(kept)
+        with transaction.atomic():
+            wait_block_in_tx(wait_id=wait.pk, reason="refused", event_seq=kept.event_id)
+    return waits, inputs, spare
+
+
+@pytest.mark.django_db
+def test_r41_blocked_wakes_are_tried_again_once_the_limits_allow_them(clock):
+    (first, second), (kept, other), spare = blocked_pair(clock)
+    assert waits_retry_blocked(causal=Causal(clock), clock=clock, limit=1) == [first.pk]
+    assert states(first)[:3] == ("woken", "running", "running")
+    assert (first.woken_by_id, first.blocked_reason) == (kept.event_id, "")
+    assert WorkInput.objects.get(pk=kept.pk).kind == "queue"
+    assert WorkInput.objects.get(pk=other.pk).kind == "context"
+    assert Event.objects.get(type="core.wait.woken").parent_id == kept.event_id
+    assert waits_retry_blocked(causal=Causal(clock), clock=clock) == [second.pk]
+    assert states(spare) == ("active", "waiting", "waiting", True)
+    assert waits_retry_blocked(causal=Causal(clock), clock=clock) == []
+
+
+@pytest.mark.django_db
+def test_r41_a_wake_the_limits_still_refuse_stays_blocked_with_their_reason(clock):
+    (first, _), (kept, _), _ = blocked_pair(clock)
+    strict = Causal(clock, Limits(max_depth=0, rate_per_minute=128))
+    assert waits_retry_blocked(causal=strict, clock=clock) == []
+    first.refresh_from_db()
+    assert first.state == "active" and first.blocked_event_id == kept.event_id
+    assert first.blocked_reason.startswith("causal limits refuse the wake (depth_exceeded): ")
+    assert WorkInput.objects.get(pk=kept.pk).kind == "context"
+    assert not Event.objects.filter(type="core.wait.woken").exists()
