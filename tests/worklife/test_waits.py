@@ -286,11 +286,32 @@ def test_r41_waking_a_wait_ends_it_and_resumes_its_attempt_alone(clock):
 @pytest.mark.django_db
 def test_r41_a_wait_whose_attempt_ended_leaves_its_work_ready_when_it_times_out(clock):
     mine, _ = two_parked(clock)
+    started(clock)  # another Work's attempt runs
     Attempt.objects.filter(pk=mine.attempt_id).update(state="failed")
     with transaction.atomic():
         assert wait_time_out_in_tx(wait_id=mine.pk, now=clock())
     mine.refresh_from_db()
     assert (mine.state, Work.objects.get(pk=mine.work_id).status) == ("timed_out", "ready")
+
+
+@pytest.mark.django_db
+def test_r49_a_wake_does_not_revive_work_that_is_no_longer_waiting(clock):
+    mine, _ = two_parked(clock)
+    Work.objects.filter(pk=mine.work_id).update(status="cancelled")
+    version = Work.objects.get(pk=mine.work_id).version
+    with transaction.atomic():
+        assert wait_wake_in_tx(wait_id=mine.pk, event_seq=EventFactory().seq, now=clock())
+    work = Work.objects.get(pk=mine.work_id)
+    assert (work.status, work.version) == ("cancelled", version)
+
+
+@pytest.mark.django_db
+def test_r41_the_timeout_sweep_takes_only_active_waits_within_its_limit(clock):
+    ended, due = parked(clock, 10), parked(clock, 20)
+    clock.advance(15)
+    assert waits_expire(clock=clock) == [ended.pk]
+    clock.advance(15)
+    assert waits_expire(clock=clock, limit=1) == [due.pk]
 
 
 @pytest.mark.django_db
@@ -302,12 +323,21 @@ def test_r41_blocking_a_wait_keeps_the_first_refused_event_and_the_latest_reason
         wait_block_in_tx(wait_id=mine.pk, reason="again", event_seq=second.seq)
     mine.refresh_from_db()
     assert (mine.blocked_reason, mine.blocked_event_id) == ("again", first.seq)
+    other.refresh_from_db()
+    assert (other.blocked_reason, other.blocked_event_id) == ("", None)
     with transaction.atomic():
         wait_block_in_tx(wait_id=other.pk, reason="r" * 600, event_seq=second.seq)
         assert wait_time_out_in_tx(wait_id=other.pk, now=clock())
         wait_block_in_tx(wait_id=other.pk, reason="ended", event_seq=first.seq)
     other.refresh_from_db()
     assert (other.blocked_reason, other.blocked_event_id) == ("r" * 500, second.seq)
+    # A wait that ended unblocked stays unblocked.
+    ended, _ = two_parked(clock)
+    with transaction.atomic():
+        assert wait_time_out_in_tx(wait_id=ended.pk, now=clock())
+        wait_block_in_tx(wait_id=ended.pk, reason="late", event_seq=first.seq)
+    ended.refresh_from_db()
+    assert (ended.blocked_reason, ended.blocked_event_id) == ("", None)
 
 
 def test_r41_the_wake_bridge_names_the_work_the_wait_and_the_winning_event():
