@@ -11,16 +11,25 @@ import logging
 import socket
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
 from controls.events import event_reroute
 from routing.engine.evaluate import snapshots_isolated
-from routing.engine.failures import FAILURES_NAMESPACE, backoff_for, gives_up
+from routing.engine.failures import (
+    FAILURES_NAMESPACE,
+    RouteFailure,
+    backoff_for,
+    failure_put_in_tx,
+    failures_keep_failing,
+    gives_up,
+)
 from routing.engine.handler_pool import HandlerPool, PoolExhausted
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
@@ -29,6 +38,7 @@ from routing.errors import RouteError, RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
 from routing.setup.trace import trace
+from tests.causal.factories import KVFactory
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
@@ -880,3 +890,56 @@ def test_trace_classifies_handler_errors_as_routing_does(clock):
         **dict.fromkeys(TRANSIENT, ("error", "handler_failed")),
         **dict.fromkeys(PROGRAMMING, ("failed", "handler_panic")),
     }
+
+
+# --- the stored failure, read back (R13, R14) ----------------------------------------------------------
+
+
+FAILURE = RouteFailure(
+    code="handler_failed",
+    route="pr",
+    error="boom",
+    count=3,
+    first_failed_at=datetime(2026, 1, 5, 12, 0, tzinfo=UTC),
+    last_failed_at=datetime(2026, 1, 5, 12, 1, tzinfo=UTC),
+    backoff_until=datetime(2026, 1, 5, 12, 1, 8, tzinfo=UTC),
+    generation="4",
+)
+
+
+def test_r14_a_stored_failure_reads_back_as_it_was_counted():
+    assert RouteFailure.from_entry(FAILURE.as_entry()) == FAILURE
+    error = FAILURE.as_error()
+    assert (error.code, error.message, error.route, error.attempts, error.backoff_until) == (
+        RouteErrorCode.HANDLER_FAILED,
+        "boom",
+        "pr",
+        3,
+        FAILURE.backoff_until,
+    )
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{}, {"route": None, "error": None, "count": None, "generation": None, "last_failed_at": ""}],
+)
+def test_r14_a_stored_failure_missing_its_fields_reads_as_empty(entry):
+    assert RouteFailure.from_entry(entry) == RouteFailure(
+        code="",
+        route="",
+        error="",
+        count=0,
+        first_failed_at=None,
+        last_failed_at=None,
+        backoff_until=None,
+        generation="",
+    )
+
+
+@pytest.mark.django_db
+def test_r23_the_events_whose_route_keeps_failing_are_those_with_as_many_failures(clock):
+    for seq, count in ((11, 1), (12, 3), (13, 5)):
+        with transaction.atomic():
+            failure_put_in_tx(seq, replace(FAILURE, count=count), clock())
+    KVFactory(namespace="elsewhere", key="14", value={"count": 9})
+    assert sorted(row["seq"] for row in failures_keep_failing(3)) == [12, 13]
