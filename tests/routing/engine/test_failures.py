@@ -27,7 +27,9 @@ from routing.engine.failures import (
     RouteFailure,
     backoff_for,
     failure_put_in_tx,
+    failures_forget_in_tx,
     failures_keep_failing,
+    failures_read,
     gives_up,
 )
 from routing.engine.handler_pool import HandlerPool, PoolExhausted
@@ -943,3 +945,41 @@ def test_r23_the_events_whose_route_keeps_failing_are_those_with_as_many_failure
             failure_put_in_tx(seq, replace(FAILURE, count=count), clock())
     KVFactory(namespace="elsewhere", key="14", value={"count": 9})
     assert sorted(row["seq"] for row in failures_keep_failing(3)) == [12, 13]
+
+
+def test_r14_a_stored_failure_keeps_its_error_short_and_its_missing_times_missing():
+    unset = replace(FAILURE, error="e" * 5000, last_failed_at=None, backoff_until=None)
+    entry = unset.as_entry()
+    assert entry["error"] == "e" * 4000 and entry["last_failed_at"] is None
+    assert RouteFailure.from_entry(entry) == replace(unset, error="e" * 4000)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stored", [3, 70], ids=["few", "many"])
+def test_r13_failures_are_read_for_the_events_asked_alone(clock, stored):
+    """However many failures are stored (a few are read at once, many looked up one by one)."""
+    with transaction.atomic():
+        for seq in range(1, stored + 1):
+            failure_put_in_tx(seq, replace(FAILURE, count=seq), clock())
+    read = failures_read([2, 3, 999])
+    assert {seq: failure.count for seq, failure in read.items()} == {2: 2, 3: 3}
+
+
+@pytest.mark.django_db
+def test_r13_a_failure_counted_again_replaces_the_entry_and_forgetting_it_leaves_the_others(clock):
+    elsewhere = KVFactory(namespace="elsewhere", key="5", value={"count": 9}, version=1)
+    with transaction.atomic():
+        failure_put_in_tx(5, FAILURE, clock())
+        failure_put_in_tx(6, FAILURE, clock())
+    entry = KV.objects.get(namespace=FAILURES_NAMESPACE, key="5")
+    assert (entry.version, entry.updated_at) == (1, clock())
+    clock.advance(10)
+    with transaction.atomic():
+        failure_put_in_tx(5, replace(FAILURE, count=4), clock())
+    entry.refresh_from_db()
+    assert (entry.version, entry.updated_at, entry.value["count"]) == (2, clock(), 4)
+    with transaction.atomic():
+        failures_forget_in_tx([5])
+    assert list(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", flat=True)) == ["6"]
+    elsewhere.refresh_from_db()
+    assert (elsewhere.value, elsewhere.version) == ({"count": 9}, 1)
