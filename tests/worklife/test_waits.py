@@ -384,17 +384,21 @@ def test_r41_the_wake_bridge_is_derived_from_the_event_that_won_the_wait(clock):
 
 
 def blocked_pair(clock):
-    """Two parked Works whose waits the causal limits blocked, each keeping its Event as
-    context input, and a third Work's wait that is not blocked."""
+    """Two parked Works whose waits the causal limits blocked on one Event (a dependency
+    subscription's wake and a wait's), each keeping it as context input beside other context
+    input, a third Work's wait that is not blocked, and a fourth's that ended blocked."""
     waits = two_parked(clock)
-    spare, _ = two_parked(clock)
+    spare, ended = two_parked(clock)
+    refused = EventFactory()
     inputs = []
-    for wait in waits:
-        kept = WorkInputFactory(work=wait.work, kind="context")
-        inputs.append(kept)
+    for wait in (*waits, ended):
+        inputs.append(WorkInputFactory(work=wait.work, event=refused, kind="context"))
+        WorkInputFactory(work=wait.work, kind="context")
         with transaction.atomic():
-            wait_block_in_tx(wait_id=wait.pk, reason="refused", event_seq=kept.event_id)
-    return waits, inputs, spare
+            wait_block_in_tx(wait_id=wait.pk, reason="refused", event_seq=refused.seq)
+    with transaction.atomic():
+        wait_time_out_in_tx(wait_id=ended.pk, now=clock())
+    return waits, inputs[:2], spare
 
 
 @pytest.mark.django_db
@@ -404,16 +408,34 @@ def test_r41_blocked_wakes_are_tried_again_once_the_limits_allow_them(clock):
     assert states(first)[:3] == ("woken", "running", "running")
     assert (first.woken_by_id, first.blocked_reason) == (kept.event_id, "")
     assert WorkInput.objects.get(pk=kept.pk).kind == "queue"
+    # Its other context input, and the other Work's input of the same Event, stay context.
+    assert WorkInput.objects.filter(work=first.work_id, kind="context").count() == 1
     assert WorkInput.objects.get(pk=other.pk).kind == "context"
-    assert Event.objects.get(type="core.wait.woken").parent_id == kept.event_id
+    bridge = Event.objects.get(type="core.wait.woken")
+    assert (bridge.parent_id, bridge.envelope_id, bridge.work_id) == (
+        kept.event_id,
+        f"wait-woken/{first.pk}",
+        first.work_id,
+    )
     assert waits_retry_blocked(causal=Causal(clock), clock=clock) == [second.pk]
     assert states(spare) == ("active", "waiting", "waiting", True)
+    spare.refresh_from_db()
+    assert (spare.blocked_reason, spare.blocked_event_id) == ("", None)
     assert waits_retry_blocked(causal=Causal(clock), clock=clock) == []
+    assert Event.objects.filter(type="core.wait.woken").count() == 2  # none for the ended wait
+
+
+@pytest.mark.django_db
+def test_r41_a_consumed_input_keeps_its_kind_when_its_wake_is_retried(clock):
+    (first, _), (kept, _), _ = blocked_pair(clock)
+    WorkInput.objects.filter(pk=kept.pk).update(state="consumed")
+    assert waits_retry_blocked(causal=Causal(clock), clock=clock, limit=1) == [first.pk]
+    assert WorkInput.objects.get(pk=kept.pk).kind == "context"
 
 
 @pytest.mark.django_db
 def test_r41_a_wake_the_limits_still_refuse_stays_blocked_with_their_reason(clock):
-    (first, _), (kept, _), _ = blocked_pair(clock)
+    (first, _), (kept, _), spare = blocked_pair(clock)
     strict = Causal(clock, Limits(max_depth=0, rate_per_minute=128))
     assert waits_retry_blocked(causal=strict, clock=clock) == []
     first.refresh_from_db()
@@ -421,3 +443,5 @@ def test_r41_a_wake_the_limits_still_refuse_stays_blocked_with_their_reason(cloc
     assert first.blocked_reason.startswith("causal limits refuse the wake (depth_exceeded): ")
     assert WorkInput.objects.get(pk=kept.pk).kind == "context"
     assert not Event.objects.filter(type="core.wait.woken").exists()
+    spare.refresh_from_db()
+    assert spare.blocked_reason == ""
