@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from routing.config.effective import EffectiveBinding, EffectiveRoute, EffectiveScope
-from routing.engine.decide import Effect, Reason, SubscriptionView, World, decide
+from routing.engine.decide import Effect, Reason, SubscriptionView, World, decide, is_addressed, replace
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict
-from routing.errors import RouteErrorCode
+from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot, RouteDecision
 from tests.worklife.viewkit import attempt
 from worklife.views import WaitView, WorkView
@@ -411,3 +411,90 @@ def test_r26_a_conflict_with_work_started_earlier_in_the_window_names_the_event_
     )
     assert conflict.effect == Effect.CONFLICT
     assert conflict.reason == "conflicting targets: the Work Event #5 starts by key k:new, Work 7 by work_id"
+
+
+# --- what each decision carries: its keys, its evaluation, the routes that declined ------------
+
+
+def with_keys(keys=("k:1",), **fields) -> EventSnapshot:
+    """An Event carrying explicit correlation keys."""
+    return replace(event(**fields), correlation=tuple(keys))
+
+
+@pytest.mark.parametrize(
+    ("fields", "addressed"),
+    [
+        ({"source": "core.manual", "type": "operator.note", "work_id": 7}, True),
+        ({"source": "tests", "type": "operator.note", "work_id": 7}, False),
+        ({"source": "core.manual", "type": "core.manual.note", "work_id": 7}, False),
+        ({"source": "core.manual", "type": "operator.note"}, False),
+    ],
+)
+def test_r30_only_an_operator_event_naming_its_work_is_addressed(fields, addressed):
+    assert is_addressed(event(**fields)) is addressed
+
+
+def test_r30_addressed_input_carries_the_events_keys_and_its_evaluation():
+    ready = running_work(status="ready", active_attempt=None, queued_binding="plain")
+    evaluation = nothing_matched()
+    decision = decide(
+        event=with_keys(("k:new",), work_id=7, **ADDRESSED),
+        evaluation=evaluation,
+        scope=scope_with(),
+        world=world_with(ready),
+    )
+    assert (decision.reason, decision.keys, decision.attach_keys) == (
+        Reason.ADDRESSED,
+        ("k:new",),
+        ("k:new",),
+    )
+    assert decision.evaluation is evaluation
+
+
+def test_r28_an_unmatched_event_carries_its_keys_the_routes_that_declined_and_its_evaluation():
+    evaluation = nothing_matched()
+    decision = decide(event=with_keys(), evaluation=evaluation, scope=scope_with(), world=world_with())
+    assert (decision.effect, decision.reason, decision.keys) == (Effect.UNMATCHED, Reason.NO_MATCH, ("k:1",))
+    assert decision.refusals == ({"route": "r", "reason": "not mine"},) and decision.evaluation is evaluation
+
+
+def test_r26_a_conflict_carries_the_events_keys_and_its_evaluation():
+    evaluation = nothing_matched()
+    decision = decide(
+        event=with_keys(work_id=99), evaluation=evaluation, scope=scope_with(), world=world_with()
+    )
+    assert (decision.effect, decision.keys) == (Effect.CONFLICT, ("k:1",))
+    assert decision.evaluation is evaluation
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["existing-work", "new-work"])
+def test_r28_a_route_failure_carries_the_failing_route_the_keys_and_the_routes_that_declined(existing):
+    failed = RouteError(RouteErrorCode.HANDLER_FAILED, "boom", route="second")
+    evaluation = Evaluation((RouteVerdict("r", SCOPE, Verdict.SKIP, "not mine"),), error=failed)
+    world = world_with(running_work(), keys={"k:1": 7}) if existing else world_with()
+    decision = decide(event=with_keys(), evaluation=evaluation, scope=scope_with(), world=world)
+    assert (decision.effect, decision.reason, decision.route) == (Effect.ERROR, "handler_failed", "second")
+    assert (decision.work_id, decision.keys, decision.error) == (7 if existing else None, ("k:1",), failed)
+    assert decision.refusals == ({"route": "r", "reason": "not mine"},) and decision.evaluation is evaluation
+
+
+def test_r42_a_subscription_wakes_only_the_wait_its_work_is_waiting_on_and_matches_with_its_own_match():
+    chosen = route()
+    work, sub = subscribed()
+    cases = {
+        "running": (replace(work, status="running"), sub),
+        "no-wait": (replace(work, active_wait=None), sub),
+        "another-wait": (replace(work, active_wait=replace(work.active_wait, id=99)), sub),
+        "its-match-refuses": (work, replace(sub, match={"type": "y.*"})),
+        "its-own-work": (work, replace(sub, work_id=7)),
+    }
+    for name, (waiting, subscription) in cases.items():
+        world = world_with(waiting, running_work(), keys={"k:1": 7})
+        world.subscriptions.append(subscription)
+        decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+        assert decision.also_wakes == (), name
+    keyed = replace(sub, match={"type": "x.*", "keys": ["k:1"]})
+    world = world_with(work)
+    world.subscriptions.append(keyed)
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+    assert [s.work_id for s in decision.also_wakes] == [8]
