@@ -498,3 +498,23 @@ def test_r42_a_subscription_wakes_only_the_wait_its_work_is_waiting_on_and_match
     world.subscriptions.append(keyed)
     decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
     assert [s.work_id for s in decision.also_wakes] == [8]
+
+
+def test_r44_input_for_existing_work_carries_its_route_keys_and_evaluation_whatever_the_policy():
+    world = world_with(running_work(status="ready", active_attempt=None), keys={"k:1": 7})
+    dropping = route("drop")
+    evaluation = matched(dropping)
+    dropped = decide(event=event(), evaluation=evaluation, scope=scope_with(dropping), world=world)
+    assert (dropped.effect, dropped.reason, dropped.work_id) == (Effect.DROP, "matched", 7)
+    assert (dropped.route, dropped.route_scope, dropped.keys) == ("r", SCOPE, ("k:1",))
+    assert dropped.evaluation is evaluation
+    queueing = route("queue")
+    evaluation = matched(queueing)
+    queued = decide(event=event(), evaluation=evaluation, scope=scope_with(queueing), world=world)
+    assert (queued.effect, queued.work_id, queued.new_work, queued.keys) == (Effect.QUEUE, 7, False, ("k:1",))
+    assert queued.evaluation is evaluation
+    broken = route("queue", "broken")
+    failed = decide(event=event(), evaluation=matched(broken), scope=scope_with(broken), world=world)
+    assert (failed.effect, failed.work_id, failed.keys) == (Effect.ERROR, 7, ("k:1",))
+    unmatched = decide(event=with_keys(), evaluation=nothing_matched(), scope=scope_with(), world=world)
+    assert (unmatched.effect, unmatched.work_id, unmatched.keys) == (Effect.UNMATCHED, 7, ("k:1",))
