@@ -22,8 +22,10 @@ LOCAL_POSTGRES := postgres://postgres@127.0.0.1:5432/test
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-k r15 -x'
 PYTEST_ARGS ?=
 
-# Parallel mutants of make mutate (default: one per CPU).
+# Parallel mutants of make mutate (default: one per CPU), and which mutants it runs: a glob of
+# mutant names, e.g. MUTANTS='worklife.waits.*' for one module (default: every mutant).
 MUTATE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+MUTANTS ?=
 
 # uv writes the locks (make lock), from a virtualenv of its own.
 UV_VERSION := 0.13.9
@@ -101,9 +103,9 @@ test: $(DEV_STAMP) | $(VAR) ## Run the tests on the embedded default database (S
 test-postgres: $(DEV_STAMP) | $(VAR) ## Run the tests on PostgreSQL (DATABASE_URL, default the local server).
 	DATABASE_URL=$${DATABASE_URL:-$(LOCAL_POSTGRES)} $(PY) -m pytest $(PYTEST_ARGS)
 
-mutate: $(DEV_STAMP) ## Mutation testing (mutmut) of routing/engine/decide.py, routing/engine/evaluate.py, worklife/lifecycle.py.
+mutate: $(DEV_STAMP) ## Mutation testing (mutmut) of the routing decision, settlement and failures, the Work lifecycle, waits and input, the causal limits (MUTANTS='worklife.waits.*': one module).
 	rm -rf mutants
-	DATABASE_URL= TEST_DATABASE_NAME=:memory: $(VENV)/bin/mutmut run --max-children $(MUTATE_JOBS)
+	DATABASE_URL= TEST_DATABASE_NAME=:memory: $(VENV)/bin/mutmut run --max-children $(MUTATE_JOBS) $(MUTANTS)
 	$(VENV)/bin/mutmut results
 	@$(VENV)/bin/mutmut export-cicd-stats >/dev/null
 	@$(PY) -c 'import json; print("mutants: {total} in all, {killed} killed, {survived} survived, {no_tests} reached by no selected test, {timeout} timed out".format(**json.load(open("mutants/mutmut-cicd-stats.json"))))'

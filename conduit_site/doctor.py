@@ -145,7 +145,7 @@ class LoopBeat(RouteLoopHeartbeat):
     def text(self) -> str:
         """One line for the CLI."""
         age = "never" if self.age_seconds is None else f"{self.age} ago"
-        line = f"{self.loop}: last heartbeat {age} (generation {self.generation or '-'}, {counted(self.passes, 'pass,passes')})"
+        line = f"{self.loop}: last heartbeat {age} (generation {self.generation or '-'}, {counted(self.passes, 'pass,passes')}{', stopped' if self.stopped else ''})"
         if self.abandoned_calls:
             line += (
                 f", {self.abandoned_calls} abandoned handler call{'s' if self.abandoned_calls != 1 else ''}"
@@ -417,13 +417,16 @@ def loop_beats(*, now: datetime, limit: int = STALE_LOOPS_LISTED, fresh_only: bo
 
 def check_route_loop(*, now: datetime) -> Check:
     """Warn when no route loop has a heartbeat newer than :data:`HEARTBEAT_STALE` while
-    Events are unrouted, naming the loops and how old their last heartbeats are."""
+    Events are unrouted, naming the loops and how old their last heartbeats are. A loop whose
+    last beat says it stopped (a ``--once`` pass that exited) is not alive."""
     unrouted = Event.objects.filter(route_state=RouteState.UNROUTED).count()
     beats = loop_beats(now=now)
     fresh = [
         beat
         for beat in beats
-        if beat.age_seconds is not None and beat.age_seconds <= HEARTBEAT_STALE.total_seconds()
+        if not beat.stopped
+        and beat.age_seconds is not None
+        and beat.age_seconds <= HEARTBEAT_STALE.total_seconds()
     ]
     failing = [beat for beat in fresh if beat.failing]
     if failing:
@@ -452,8 +455,11 @@ def check_route_loop(*, now: datetime) -> Check:
             f"no route loop has ever recorded a heartbeat and {waiting}: is `manage.py route_loop` running?"
         )
     else:
-        names = ", ".join(f"{beat.loop} ({duration(beat.age_seconds)} ago)" for beat in beats)
-        summary = f"no route loop heartbeat newer than {limit} while {waiting}; last heartbeats: {names}"
+        names = ", ".join(
+            f"{beat.loop} ({duration(beat.age_seconds)} ago{', stopped' if beat.stopped else ''})"
+            for beat in beats
+        )
+        summary = f"no live route loop heartbeat newer than {limit} while {waiting}; last heartbeats: {names}"
     return Check("route_loop", WARN, summary, tuple(beats), len(beats))
 
 

@@ -121,6 +121,8 @@ class World:
     attempt_work: dict[int, int] = field(default_factory=dict)  # execution (attempt) id -> work id
     missing_works: set[int] = field(default_factory=set)
     subscriptions: list[SubscriptionView] = field(default_factory=list)
+    # The Work the window starts, by its temporary (negative) id: the seq of the Event that starts it.
+    started: dict[int, int] = field(default_factory=dict)
     _next_new: int = -1
 
     def new_work_id(self) -> int:
@@ -139,6 +141,7 @@ class World:
         work = self.works.get(decision.work_id)
         if work is None:  # started by this decision
             work = WorkView(id=decision.work_id, scope=event.scope, status=_READY, binding=decision.binding)
+            self.started[work.id] = event.seq
         status, active_wait, queued_binding = work.status, work.active_wait, work.queued_binding
         if (
             decision.effect in (Effect.START, Effect.QUEUE)
@@ -286,7 +289,7 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
         if owner is not None:
             targets.setdefault(owner, f"key {key}")
     if len(targets) > 1:
-        named = ", ".join(f"Work {w} by {how}" for w, how in sorted(targets.items()))
+        named = ", ".join(f"{_work_named(w, world)} by {how}" for w, how in sorted(targets.items()))
         return _conflict(evaluation, keys, f"conflicting targets: {named}")
     work = world.works[next(iter(targets))] if targets else None
     if work is not None and work.scope != event.scope:
@@ -325,6 +328,13 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
             )
     decision = _decide_existing(event, evaluation, scope, work, keys, unowned)
     return replace(decision, timed_out_wait=timed_out) if timed_out is not None else decision
+
+
+def _work_named(work_id: int, world: World) -> str:
+    """A Work as a reason names it: a Work this window starts has no id yet (its temporary one
+    is negative), so it is named by the Event that starts it."""
+    starter = world.started.get(work_id) if work_id < 0 else None
+    return f"Work {work_id}" if starter is None else f"the Work Event #{starter} starts"
 
 
 def _decide_new(

@@ -144,6 +144,21 @@ def failures_keep_failing(min_count: int):
     )
 
 
+def failures_of_other_generations(generation: str):
+    """A queryset of the seqs (annotated ``seq``) of Events whose failures were counted under
+    another configuration generation than ``generation``: a new generation tries them at
+    once (R14)."""
+    from django.db.models import BigIntegerField
+    from django.db.models.functions import Cast
+
+    return (
+        KV.objects.filter(namespace=FAILURES_NAMESPACE)
+        .exclude(value__generation=generation)
+        .annotate(seq=Cast("key", BigIntegerField()))
+        .values("seq")
+    )
+
+
 def failure_put_in_tx(seq: int, failure: RouteFailure, now: datetime) -> None:
     """Store ``failure`` as the one counted on Event ``seq`` (replacing any earlier entry)."""
     value = failure.as_entry()

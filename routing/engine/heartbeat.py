@@ -21,8 +21,8 @@ from worklife.heartbeat import Heartbeats
 @dataclass(frozen=True, slots=True)
 class RouteLoopHeartbeat:
     """A route loop's heartbeat: the generation it routes with, its passes and routed Events
-    since it started, its handler calls abandoned at their deadline (now and in all), and
-    ``failing`` while its passes fail in a row."""
+    since it started, its handler calls abandoned at their deadline (now and in all),
+    ``failing`` while its passes fail in a row, and ``stopped`` once it has exited."""
 
     loop: str
     at: datetime

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError
+
 from causal.clock import Clock
 from causal.models import Event, RouteState
 from infra.identity import loop_identity
@@ -17,6 +19,7 @@ from routing.engine.claims import (
     forget_stale_targets,
     release_dead_claims,
 )
+from routing.engine.failures import failures_of_other_generations
 from routing.engine.handler_pool import HandlerPool
 from routing.engine.heartbeat import RouteLoopHeartbeat, heartbeat_clear, heartbeat_write
 from routing.engine.options import RouterOptions
@@ -168,7 +171,7 @@ class RouteLoop:
             # Its last beat says it stopped: it no longer counts as alive (doctor, /metrics).
             try:
                 self._heartbeat(self.router.configuration.label if self.router else "", stopped=True)
-            except Exception:  # noqa: BLE001 - stopping goes on; the beat goes stale on its own
+            except DatabaseError:  # the database may be why the loop stops: the beat ages out
                 logger.warning("route_loop.heartbeat_failed", exc_info=True)
         if self.router is not None:
             # Its carried Events are given back and its published targets withdrawn.
@@ -188,11 +191,15 @@ class RouteLoop:
         previous = self.router.configuration.label if self.router else None
         self.router = build_router(clock=self.clock, generation=live, options=self.options, pool=self.pool)
         self.router.owner = self.owner
-        if previous is not None:
-            # A new generation retries failing Events at once (R14).
-            Event.objects.filter(route_state=RouteState.UNROUTED, retry_at__isnull=False).update(
-                retry_at=None
+        backing_off = Event.objects.filter(route_state=RouteState.UNROUTED, retry_at__isnull=False)
+        if previous is None:
+            # A loop (re)started, or one pass (--once): those that failed under an earlier
+            # generation are tried at once too, not after their backoff (R14).
+            backing_off = backing_off.filter(
+                seq__in=failures_of_other_generations(self.router.configuration.label)
             )
+        # A new generation retries failing Events at once (R14).
+        backing_off.update(retry_at=None)
         logger.info(
             "route_loop.generation",
             extra={"generation": self.router.configuration.label, "previous": previous},

@@ -96,6 +96,9 @@ class Settlement:
     bridges: tuple[Bridge, ...] = ()
     duplicate_of: int | None = None
     held: str = ""  # the Work's wait is blocked by the causal limits: why (R41)
+    # An earlier Event of the window won the wait of the Work this Event routes to: (its seq,
+    # the wait). Nothing is stored: trace reports it (R41).
+    won_first: tuple[int, WaitView] | None = None
 
     @property
     def settled(self) -> bool:
@@ -103,7 +106,14 @@ class Settlement:
 
     @classmethod
     def settled_by(
-        cls, seq: int, decision: Decision, *, forget_failure: bool, bridges: tuple[Bridge, ...], held: str
+        cls,
+        seq: int,
+        decision: Decision,
+        *,
+        forget_failure: bool,
+        bridges: tuple[Bridge, ...],
+        held: str,
+        won_first: tuple[int, WaitView] | None = None,
     ) -> Settlement:
         """The settlement of an Event ``decision`` routes (``failed`` when it carries the
         error routing gave up with). Built by position, in the fields' order: one a settled
@@ -124,6 +134,7 @@ class Settlement:
             bridges,
             None,
             held,
+            won_first,
         )
 
 
@@ -159,6 +170,8 @@ class Settler:
         self.options = options
         self.failures = failures
         self.limits = limits
+        # The waits the window's Events have won so far: Work id -> (the winner's seq, the wait).
+        self.won: dict[int, tuple[int, WaitView]] = {}
 
     def settle(self, event: EventSnapshot, evaluation: Evaluation | None) -> Settlement:
         """Settle ``event``; ``evaluation`` is ``None`` for an Event that backs off (its handlers
@@ -260,13 +273,18 @@ class Settler:
             earliest = min(in_flight.values())
             if earliest < event.seq:
                 return self._beside(event, tokens, earliest)
+        won_first = self.won.get(decision.work_id) if self.won and decision.work_id is not None else None
         bridges: list[Bridge] = []
         if decision.effect == Effect.WAKE:
             decision, bridge = self._wake(event, decision)
             bridges.append(bridge)
+            if decision.effect == Effect.WAKE:
+                self.won[decision.work_id] = (event.seq, decision.wake_wait)
         if decision.also_wakes:
             decision, woken = self._subscription_wakes(event, decision)
             bridges.extend(woken)
+            for sub in decision.also_wakes:
+                self.won[sub.work_id] = (event.seq, sub.wait)
         held = ""
         work = world.works.get(decision.work_id) if decision.work_id is not None else None
         if decision.reason == Reason.CONTEXT and work is not None and work.active_wait is not None:
@@ -275,7 +293,12 @@ class Settler:
                 held = f"wait {wait.name or wait.id} is blocked by the causal limits ({wait.blocked_reason})"
         world.apply(event, decision)
         return Settlement.settled_by(
-            event.seq, decision, forget_failure=failure is not None, bridges=tuple(bridges), held=held
+            event.seq,
+            decision,
+            forget_failure=failure is not None,
+            bridges=tuple(bridges),
+            held=held,
+            won_first=won_first,
         )
 
     def _beside(self, event: EventSnapshot, tokens: set[tuple], behind: int) -> Settlement:

@@ -630,6 +630,12 @@ def _notes(settlement: Settlement) -> list[str]:
     if decision.timed_out_wait is not None:
         wait = decision.timed_out_wait
         notes.append(f"the due timeout of wait {wait.name or wait.id} wins first: the Work is ready again")
+    if settlement.won_first is not None:
+        winner, wait = settlement.won_first
+        notes.append(
+            f"earlier Event #{winner} wins Work {decision.work_id}'s wait {wait.name or wait.id} first: "
+            "the Work runs again and this Event routes to it as usual"
+        )
     if decision.effect == Effect.CONFLICT:
         notes.append("conflicting identities: routing would leave the Event unrouted with this reason")
     for sub in decision.also_wakes:

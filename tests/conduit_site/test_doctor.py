@@ -124,21 +124,39 @@ def test_r23_route_loop_check_warns_about_a_stale_heartbeat_while_events_are_unr
     loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
     try:
         loop.step()
+        fresh = check(doctor.doctor(clock=clock), "route_loop")
+        assert fresh.ok and loop.owner in fresh.summary
+
+        clock.advance(seconds=61)
+        stale = check(doctor.doctor(clock=clock), "route_loop")
+        assert not stale.ok
+        assert f"{loop.owner} (61 s ago)" in stale.summary and "1 Event is unrouted" in stale.summary
+        assert [beat.loop for beat in stale.items] == [loop.owner]
+        assert stale.items[0].passes == 1
     finally:
         loop.close()
-    fresh = check(doctor.doctor(clock=clock), "route_loop")
-    assert fresh.ok and loop.owner in fresh.summary
-
-    clock.advance(seconds=61)
-    stale = check(doctor.doctor(clock=clock), "route_loop")
-    assert not stale.ok
-    assert f"{loop.owner} (61 s ago)" in stale.summary and "1 Event is unrouted" in stale.summary
-    assert [beat.loop for beat in stale.items] == [loop.owner]
-    assert stale.items[0].passes == 1
 
     # Once nothing is unrouted an idle (or stopped) loop is no warning.
     controls.event_skip(seq=event.seq, user="ops", clock=clock)
     assert check(doctor.doctor(clock=clock), "route_loop").ok
+
+
+def test_r23_a_route_loop_that_exited_is_not_counted_as_alive(clock):
+    """A ``route_loop --once`` pass writes its heartbeat and exits: doctor does not count it
+    as a live route loop, and names it as stopped."""
+    apply(clock, SCRIPTED_ONLY)
+    accept(clock, "x", {"behaviour": "fail"})
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        loop.step()
+        assert check(doctor.doctor(clock=clock), "route_loop").ok
+    finally:
+        loop.close()
+    stopped = check(doctor.doctor(clock=clock), "route_loop")
+    assert not stopped.ok and stopped.total == 1
+    assert f"{loop.owner} (0 s ago, stopped)" in stopped.summary and "1 Event is unrouted" in stopped.summary
+    assert stopped.items[0].stopped and "stopped" in stopped.items[0].text
+    assert stopped.as_dict()["items"][0]["stopped"] is True
 
 
 def test_r23_handler_calls_check_warns_about_abandoned_calls_of_a_live_loop(clock):

@@ -627,6 +627,7 @@ def test_settlements_are_built_by_position_in_the_fields_order():
         "bridges",
         "duplicate_of",
         "held",
+        "won_first",
     ]
 
 

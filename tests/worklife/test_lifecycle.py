@@ -7,6 +7,7 @@ import pytest
 from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
 from routing.models import RouteRecord
+from tests.causal.factories import EventFactory
 from tests.routing.routerkit import accept, apply, router
 from tests.worklife.attemptkit import attempt_renew_lease, attempt_start, pending_inputs_in_tx, work_complete
 from tests.worklife.factories import (
@@ -17,7 +18,7 @@ from tests.worklife.factories import (
 )
 from worklife import lifecycle
 from worklife.errors import StaleLease, WorkError, WorkTerminal
-from worklife.inputs import consume_inputs_in_tx
+from worklife.inputs import consume_inputs_in_tx, intents
 from worklife.models import (
     CorrelationKey,
     DependencySubscription,
@@ -169,6 +170,155 @@ def test_r50_child_takes_parent_scope_and_trigger_from_the_attempt(clock, runnin
     assert event.data == {"work": child.pk, "parent": work.pk, "attempt": attempt.pk}
     assert event.depth == 1 and event.root_id == attempt.trigger_id
     assert CorrelationKey.objects.get(key="child:1").work_id == child.pk
+
+
+def later_attempt(clock, work, attempt):
+    """The first attempt consumes its input and completes, leaving the Work ready with a later
+    Event queued; the next attempt starts with that Event as its trigger."""
+    consume_all(clock, work, attempt)
+    later = accept(clock, "x.later", {"keys": []}, correlation=["pr:acme/api#1"])
+    router(clock).route(later.seq)
+    work_complete(attempt_id=attempt.pk, lease_epoch=1, clock=clock)
+    second = attempt_start(
+        work_id=work.pk, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    return later, second
+
+
+def test_r50_a_later_attempts_child_is_caused_by_that_attempts_trigger(clock, running):
+    """The child's core.work.created Event descends from the trigger of the attempt that
+    creates it, not from the Work's first trigger."""
+    work, attempt = running
+    later, second = later_attempt(clock, work, attempt)
+    assert second.trigger_id == later.seq != work.trigger_id
+    created = lifecycle.work_create_child(
+        attempt_id=second.pk, lease_epoch=second.lease_epoch, binding="plain", clock=clock
+    )
+    assert created.event.parent_id == later.seq
+    assert created.event.data["attempt"] == second.pk
+
+
+def test_r46_input_consumed_already_cannot_be_consumed_again_by_a_later_attempt(clock, running):
+    """Consumed input keeps the attempt that consumed it: a later attempt naming it again is
+    refused and nothing changes."""
+    from django.db import transaction
+
+    work, attempt = running
+    consumed = list(WorkInput.objects.filter(work=work, state=InputState.PENDING))
+    consume_all(clock, work, attempt)
+    _, second = later_attempt(clock, work, attempt)
+    with pytest.raises(WorkError, match="not pending"), transaction.atomic():
+        consume_inputs_in_tx(
+            attempt_id=second.pk,
+            lease_epoch=second.lease_epoch,
+            input_ids=[row.pk for row in consumed],
+            clock=clock,
+        )
+    assert set(
+        WorkInput.objects.filter(pk__in=[r.pk for r in consumed]).values_list("attempt_id", flat=True)
+    ) == {attempt.pk}
+
+
+def test_r46_consuming_input_confirms_the_intents_behind_it_and_nothing_else(clock, running):
+    """Consumption marks the named input consumed by the attempt, at the clock's time, and
+    confirms the attempt's intents for those Events alone; naming an input twice is naming it
+    once."""
+    from django.db import transaction
+
+    work, attempt = running
+    first = WorkInput.objects.get(work=work, state=InputState.PENDING)
+    edited, again = (
+        accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1}, id=f"ed{n}")
+        for n in range(2)
+    )
+    r = router(clock)
+    r.route(edited.seq)
+    r.route(again.seq)
+    r.close()
+    injected = WorkInput.objects.get(event=edited)
+    # Intents for the same Event that are not this attempt's pending ones at its epoch: an
+    # earlier attempt's, one of an earlier lease epoch, and this epoch's for the other Event
+    # superseded already. Consumption leaves them as they are.
+    earlier = AttemptFactory(work=work, number=0, state="failed", ended_at=clock())
+    others = [
+        IntentFactory(attempt=earlier, event=edited),
+        IntentFactory(attempt=attempt, lease_epoch=0, event=edited),
+    ]
+    clock.advance(3)
+    with transaction.atomic():
+        rows = consume_inputs_in_tx(
+            attempt_id=attempt.pk,
+            lease_epoch=1,
+            input_ids=[injected.pk, first.pk, injected.pk],
+            clock=clock,
+        )
+    assert [(row.pk, row.state, row.attempt_id, row.consumed_at) for row in rows] == [
+        (first.pk, "consumed", attempt.pk, clock()),
+        (injected.pk, "consumed", attempt.pk, clock()),
+    ]
+    stored = WorkInput.objects.filter(pk__in=[first.pk, injected.pk])
+    assert set(stored.values_list("state", "attempt_id", "consumed_at")) == {
+        ("consumed", attempt.pk, clock())
+    }
+    mine = Intent.objects.filter(work=work, attempt=attempt, lease_epoch=1)
+    assert set(mine.values_list("event_id", "state", "confirmed_at")) == {
+        (edited.seq, "confirmed", clock()),
+        (again.seq, "pending", None),
+    }
+    assert set(Intent.objects.filter(pk__in=[i.pk for i in others]).values_list("state", flat=True)) == {
+        "pending"
+    }
+    assert WorkInput.objects.get(event=again).state == InputState.PENDING
+
+
+def test_r46_a_superseded_intent_is_not_confirmed_by_consuming_its_input(clock, running):
+    from django.db import transaction
+
+    work, attempt = running
+    consume_all(clock, work, attempt)
+    edited = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
+    router(clock).route(edited.seq)
+    Intent.objects.filter(event=edited).update(state="superseded")
+    with transaction.atomic():
+        consume_inputs_in_tx(
+            attempt_id=attempt.pk,
+            lease_epoch=1,
+            input_ids=[WorkInput.objects.get(event=edited).pk],
+            clock=clock,
+        )
+    assert Intent.objects.get(event=edited).state == "superseded"
+
+
+def test_r46_intents_inspects_the_intents_of_a_work_or_an_attempt_in_event_order(clock, running):
+    work, attempt = running
+    earlier = AttemptFactory(work=work, number=0, state="failed", ended_at=clock())
+    first, second, third = EventFactory(), EventFactory(), EventFactory()
+    mine = [IntentFactory(attempt=attempt, event=second), IntentFactory(attempt=attempt, event=first)]
+    older = IntentFactory(attempt=earlier, event=third)
+    elsewhere = IntentFactory()
+    assert [i.pk for i in intents(attempt_id=attempt.pk)] == [mine[1].pk, mine[0].pk]
+    assert [i.pk for i in intents(work_id=work.pk)] == [mine[1].pk, mine[0].pk, older.pk]
+    assert [i.pk for i in intents(work_id=work.pk, attempt_id=earlier.pk)] == [older.pk]
+    assert [i.pk for i in intents(work_id=elsewhere.work_id, attempt_id=earlier.pk)] == []
+    assert {i.pk for i in intents()} == {*(i.pk for i in mine), older.pk, elsewhere.pk}
+
+
+def test_r46_input_of_another_work_is_not_consumed(clock, running):
+    from django.db import transaction
+
+    work, attempt = running
+    other = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 2})
+    router(clock).route(other.seq)
+    foreign = WorkInput.objects.get(event=other)
+    mine = WorkInput.objects.get(work=work, state=InputState.PENDING)
+    with (
+        pytest.raises(WorkError, match="^some input does not belong to this attempt's Work$"),
+        transaction.atomic(),
+    ):
+        consume_inputs_in_tx(
+            attempt_id=attempt.pk, lease_epoch=1, input_ids=[mine.pk, foreign.pk], clock=clock
+        )
+    assert set(WorkInput.objects.values_list("state", flat=True)) == {InputState.PENDING}
 
 
 def test_r50_child_with_a_stale_lease_is_refused(clock, running):

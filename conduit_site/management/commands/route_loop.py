@@ -112,7 +112,7 @@ class Command(BaseCommand):
             with collector_tuned():
                 if options["once"]:
                     # One pass: no next window is claimed and asked, only to be given back.
-                    self._report(loop.step(claim_ahead=False))
+                    self._report(loop.step(claim_ahead=False), left=loop.backlog())
                     self._job_batch()
                 elif options["drain"]:
                     self._drain(loop, stop)
@@ -223,8 +223,10 @@ class Command(BaseCommand):
             self.stdout.write(f"bulk job {job.pk} {job.state}: {job.succeeded} done, {job.refused} refused")
         return job is not None
 
-    def _report(self, result) -> None:
+    def _report(self, result, *, left: int) -> None:
+        # ``left``: every Event still unrouted, not only those of the pass's window (an Event
+        # behind one given up on, or past the window, routes in a later pass).
         self.stdout.write(
-            f"pass: {result.settled} routed, {result.unrouted} left unrouted"
+            f"pass: {result.settled} routed, {left} unrouted left"
             + (f", generation {result.generation}" if result.generation else ", no configuration applied")
         )

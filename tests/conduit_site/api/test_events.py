@@ -1109,6 +1109,20 @@ def test_trace_takes_the_same_default_scope(client):
 
 
 @pytest.mark.django_db
+def test_trace_explains_an_event_the_token_could_not_send(client, acme):
+    """A trace explains routing, not access: a token that may read Events but not send input
+    traces an Event naming a Work, which acceptance refuses from the same token (403)."""
+    headers = bearer(user__username="webhook")  # accept and read only
+    addressed = {"source": "tests", "type": "x.note", "scope": "acme", "work_id": 3}
+    assert post(client, cloud_event(work_id=3), headers).status_code == 403
+    traced = client.post("/api/trace", {"event": addressed}, content_type="application/json", headers=headers)
+    assert traced.status_code == 200, traced.content
+    body = traced.json()
+    assert body["effect"] == "conflict" and "work_id 3 names no Work" in body["unrouted_reason"]
+    assert not Event.objects.exists()
+
+
+@pytest.mark.django_db
 def test_api_token_create_takes_a_default_scope(acme, capsys):
     from tests.routing.factories import UserFactory
 

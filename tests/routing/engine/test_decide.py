@@ -6,17 +6,17 @@ to one rule of ``routing/engine/decide.py`` fails here (``make mutate`` runs the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from routing.config.effective import EffectiveBinding, EffectiveRoute, EffectiveScope
-from routing.engine.decide import Effect, Reason, World, decide
+from routing.engine.decide import Effect, Reason, SubscriptionView, World, decide, is_addressed, replace
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict
-from routing.errors import RouteErrorCode
+from routing.errors import RouteError, RouteErrorCode
 from routing.extension import EventSnapshot, RouteDecision
 from tests.worklife.viewkit import attempt
-from worklife.views import WorkView
+from worklife.views import WaitView, WorkView
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SCOPE = "acme"
@@ -300,3 +300,221 @@ def test_one_line_keeps_what_the_split_and_join_would_give(reason):
         else line.encode()[:REFUSAL_MAX_BYTES].decode(errors="ignore")
     )
     assert one_line(reason) == expected
+
+
+# --- R41, R42: waits at their boundaries --------------------------------------------------------
+
+
+def waiting_work(*, timeout_at=None, blocked_reason: str = "", keys=None) -> WorkView:
+    """Work 7 waiting on wait 5 ("review") for ``x.happened``, with ``keys`` when given."""
+    match = {"type": "x.*", **({"keys": list(keys)} if keys else {})}
+    wait = WaitView(id=5, name="review", match=match, timeout_at=timeout_at, blocked_reason=blocked_reason)
+    return running_work(status="waiting", active_wait=wait)
+
+
+def test_r41_a_wait_timing_out_exactly_as_the_event_arrives_has_timed_out_first():
+    """An Event decided at the wait's very ``timeout_at`` finds the timeout won: the Work is
+    ready again and the Event is its ordinary input, not the wait's winner."""
+    chosen = route()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(timeout_at=NOW), keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.work_id) == (Effect.QUEUE, 7)
+    assert decision.timed_out_wait is not None and decision.timed_out_wait.id == 5
+    # A moment before its timeout the wait still decides: the Event wins it.
+    later = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(timeout_at=NOW + timedelta(microseconds=1)), keys={"k:1": 7}),
+    )
+    assert (later.effect, later.timed_out_wait) == (Effect.WAKE, None)
+
+
+def test_r41_a_wait_the_causal_limits_blocked_is_not_won_by_a_later_matching_event():
+    """Its earlier winner's wake was refused by the causal limits: a new Event matching the
+    blocked wait is kept as context, it does not take the win."""
+    chosen = route()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(blocked_reason="causal limits refuse the wake"), keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.reason, decision.wake_wait) == (Effect.QUEUE, Reason.CONTEXT, None)
+
+
+def test_r41_a_wait_naming_keys_is_won_only_by_an_event_carrying_one_of_them():
+    chosen = route()
+    scope = scope_with(chosen)
+    work = waiting_work(keys=["k:review"])
+    other_key = decide(
+        event=event(),
+        evaluation=matched(chosen, keys=("k:1",)),
+        scope=scope,
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (other_key.effect, other_key.reason) == (Effect.QUEUE, Reason.CONTEXT)
+    its_key = decide(
+        event=event(),
+        evaluation=matched(chosen, keys=("k:1", "k:review")),
+        scope=scope,
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (its_key.effect, its_key.wake_wait.id) == (Effect.WAKE, 5)
+
+
+def subscribed(*, scope: str = SCOPE, blocked_reason: str = "") -> tuple[WorkView, SubscriptionView]:
+    """Work 8, in scope ``other``, waiting on wait 6 with a dependency subscription on ``scope``."""
+    wait = WaitView(id=6, name="deps", match={"type": "x.*"}, timeout_at=None, blocked_reason=blocked_reason)
+    work = WorkView(id=8, scope="other", status="waiting", binding="triage", active_wait=wait)
+    return work, SubscriptionView(
+        id=1, work_id=8, work_scope="other", wait=wait, scope=scope, match={"type": "x.*"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("subscription", "wakes"),
+    [
+        pytest.param({}, True, id="its-scope"),
+        pytest.param({"scope": "elsewhere"}, False, id="another-scope"),
+        pytest.param({"blocked_reason": "causal limits refuse the wake"}, False, id="blocked"),
+    ],
+)
+def test_r42_a_subscription_is_woken_only_by_its_own_scope_and_not_while_blocked(subscription, wakes):
+    """A window holding Events of two scopes: one of scope ``acme`` wakes a subscription on
+    ``acme`` only; a subscription whose wait the causal limits block is not woken either."""
+    work, sub = subscribed(**subscription)
+    chosen = route()
+    world = world_with(work)
+    world.subscriptions.append(sub)
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+    assert decision.effect == Effect.START
+    assert [s.work_id for s in decision.also_wakes] == ([8] if wakes else [])
+
+
+def test_r26_a_conflict_with_work_started_earlier_in_the_window_names_the_event_that_starts_it():
+    """The Work an earlier Event of the same window starts has only a temporary id: the
+    conflict's reason names it by that Event, never as "Work -1"."""
+    chosen = route()
+    scope = scope_with(chosen)
+    world = world_with(running_work())
+    starter = event(seq=5)
+    started = decide(event=starter, evaluation=matched(chosen, keys=("k:new",)), scope=scope, world=world)
+    assert started.effect == Effect.START and started.work_id < 0
+    world.apply(starter, started)
+    conflict = decide(
+        event=event(seq=10, work_id=7), evaluation=matched(chosen, keys=("k:new",)), scope=scope, world=world
+    )
+    assert conflict.effect == Effect.CONFLICT
+    assert conflict.reason == "conflicting targets: the Work Event #5 starts by key k:new, Work 7 by work_id"
+
+
+# --- what each decision carries: its keys, its evaluation, the routes that declined ------------
+
+
+def with_keys(keys=("k:1",), **fields) -> EventSnapshot:
+    """An Event carrying explicit correlation keys."""
+    return replace(event(**fields), correlation=tuple(keys))
+
+
+@pytest.mark.parametrize(
+    ("fields", "addressed"),
+    [
+        ({"source": "core.manual", "type": "operator.note", "work_id": 7}, True),
+        ({"source": "tests", "type": "operator.note", "work_id": 7}, False),
+        ({"source": "core.manual", "type": "core.manual.note", "work_id": 7}, False),
+        ({"source": "core.manual", "type": "operator.note"}, False),
+    ],
+)
+def test_r30_only_an_operator_event_naming_its_work_is_addressed(fields, addressed):
+    assert is_addressed(event(**fields)) is addressed
+
+
+def test_r30_addressed_input_carries_the_events_keys_and_its_evaluation():
+    ready = running_work(status="ready", active_attempt=None, queued_binding="plain")
+    evaluation = nothing_matched()
+    decision = decide(
+        event=with_keys(("k:new",), work_id=7, **ADDRESSED),
+        evaluation=evaluation,
+        scope=scope_with(),
+        world=world_with(ready),
+    )
+    assert (decision.reason, decision.keys, decision.attach_keys) == (
+        Reason.ADDRESSED,
+        ("k:new",),
+        ("k:new",),
+    )
+    assert decision.evaluation is evaluation
+
+
+def test_r28_an_unmatched_event_carries_its_keys_the_routes_that_declined_and_its_evaluation():
+    evaluation = nothing_matched()
+    decision = decide(event=with_keys(), evaluation=evaluation, scope=scope_with(), world=world_with())
+    assert (decision.effect, decision.reason, decision.keys) == (Effect.UNMATCHED, Reason.NO_MATCH, ("k:1",))
+    assert decision.refusals == ({"route": "r", "reason": "not mine"},) and decision.evaluation is evaluation
+
+
+def test_r26_a_conflict_carries_the_events_keys_and_its_evaluation():
+    evaluation = nothing_matched()
+    decision = decide(
+        event=with_keys(work_id=99), evaluation=evaluation, scope=scope_with(), world=world_with()
+    )
+    assert (decision.effect, decision.keys) == (Effect.CONFLICT, ("k:1",))
+    assert decision.evaluation is evaluation
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["existing-work", "new-work"])
+def test_r28_a_route_failure_carries_the_failing_route_the_keys_and_the_routes_that_declined(existing):
+    failed = RouteError(RouteErrorCode.HANDLER_FAILED, "boom", route="second")
+    evaluation = Evaluation((RouteVerdict("r", SCOPE, Verdict.SKIP, "not mine"),), error=failed)
+    world = world_with(running_work(), keys={"k:1": 7}) if existing else world_with()
+    decision = decide(event=with_keys(), evaluation=evaluation, scope=scope_with(), world=world)
+    assert (decision.effect, decision.reason, decision.route) == (Effect.ERROR, "handler_failed", "second")
+    assert (decision.work_id, decision.keys, decision.error) == (7 if existing else None, ("k:1",), failed)
+    assert decision.refusals == ({"route": "r", "reason": "not mine"},) and decision.evaluation is evaluation
+
+
+def test_r42_a_subscription_wakes_only_the_wait_its_work_is_waiting_on_and_matches_with_its_own_match():
+    chosen = route()
+    work, sub = subscribed()
+    cases = {
+        "running": (replace(work, status="running"), sub),
+        "no-wait": (replace(work, active_wait=None), sub),
+        "another-wait": (replace(work, active_wait=replace(work.active_wait, id=99)), sub),
+        "its-match-refuses": (work, replace(sub, match={"type": "y.*"})),
+        "its-own-work": (work, replace(sub, work_id=7)),
+    }
+    for name, (waiting, subscription) in cases.items():
+        world = world_with(waiting, running_work(), keys={"k:1": 7})
+        world.subscriptions.append(subscription)
+        decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+        assert decision.also_wakes == (), name
+    keyed = replace(sub, match={"type": "x.*", "keys": ["k:1"]})
+    world = world_with(work)
+    world.subscriptions.append(keyed)
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+    assert [s.work_id for s in decision.also_wakes] == [8]
+
+
+def test_r44_input_for_existing_work_carries_its_route_keys_and_evaluation_whatever_the_policy():
+    world = world_with(running_work(status="ready", active_attempt=None), keys={"k:1": 7})
+    dropping = route("drop")
+    evaluation = matched(dropping)
+    dropped = decide(event=event(), evaluation=evaluation, scope=scope_with(dropping), world=world)
+    assert (dropped.effect, dropped.reason, dropped.work_id) == (Effect.DROP, "matched", 7)
+    assert (dropped.route, dropped.route_scope, dropped.keys) == ("r", SCOPE, ("k:1",))
+    assert dropped.evaluation is evaluation
+    queueing = route("queue")
+    evaluation = matched(queueing)
+    queued = decide(event=event(), evaluation=evaluation, scope=scope_with(queueing), world=world)
+    assert (queued.effect, queued.work_id, queued.new_work, queued.keys) == (Effect.QUEUE, 7, False, ("k:1",))
+    assert queued.evaluation is evaluation
+    broken = route("queue", "broken")
+    failed = decide(event=event(), evaluation=matched(broken), scope=scope_with(broken), world=world)
+    assert (failed.effect, failed.work_id, failed.keys) == (Effect.ERROR, 7, ("k:1",))
+    unmatched = decide(event=with_keys(), evaluation=nothing_matched(), scope=scope_with(), world=world)
+    assert (unmatched.effect, unmatched.work_id, unmatched.keys) == (Effect.UNMATCHED, 7, ("k:1",))

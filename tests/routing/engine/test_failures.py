@@ -11,15 +11,27 @@ import logging
 import socket
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
+from django.db import transaction
 from django.urls import reverse
 
 from causal.models import KV, Event, RouteState
 from controls.events import event_reroute
 from routing.engine.evaluate import snapshots_isolated
-from routing.engine.failures import FAILURES_NAMESPACE, backoff_for, gives_up
+from routing.engine.failures import (
+    FAILURES_NAMESPACE,
+    RouteFailure,
+    backoff_for,
+    failure_put_in_tx,
+    failures_forget_in_tx,
+    failures_keep_failing,
+    failures_read,
+    gives_up,
+)
 from routing.engine.handler_pool import HandlerPool, PoolExhausted
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
@@ -28,6 +40,7 @@ from routing.errors import RouteError, RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
 from routing.setup.trace import trace
+from tests.causal.factories import KVFactory
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
@@ -463,6 +476,46 @@ def test_r14_a_newly_applied_generation_is_tried_at_once(clock):
     fresh.close()
 
 
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+@pytest.mark.parametrize("restart", ["loop", "once"])
+def test_r14_a_generation_applied_while_no_loop_runs_is_tried_at_once_after_a_restart(clock, restart):
+    """A new generation applied while the route loop is stopped: the restarted loop, or one
+    pass of ``route_loop --once``, tries the Events backing off at once. An Event that failed
+    under the live generation keeps its backoff. ``--once`` reads the system clock: the fake
+    one is set a day ahead of it, so that no backoff has ended by then."""
+    clock.set(datetime.now(UTC) + timedelta(days=1))
+    apply(clock, SCRIPTED_ONLY)
+    sample_handlers.BROKEN.update({"flaky", "steady"})
+    event = accept(clock, "x", {}, id="flaky")
+    first = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        first.step()
+    finally:
+        first.close()
+    assert state(event) == RouteState.UNROUTED and sample_handlers.CALLS == ["flaky"]
+    sample_handlers.BROKEN.discard("flaky")
+    apply(clock, SCRIPTED_ONLY)  # generation 2, no time has passed, no loop running
+    steady = accept(clock, "x", {}, id="steady")
+    r = router(clock)
+    r.route(steady.seq)  # fails under generation 2: it backs off
+    r.close()
+    assert sample_handlers.CALLS == ["flaky", "steady"]
+    if restart == "once":
+        out = io.StringIO()
+        call_command("route_loop", "--once", stdout=out)
+    else:
+        again = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+        try:
+            again.step()
+        finally:
+            again.close()
+    assert state(event) == RouteState.ROUTED and record(event).generation == "2"
+    assert sample_handlers.CALLS == ["flaky", "steady", "flaky"]
+    steady.refresh_from_db()
+    assert steady.route_state == RouteState.UNROUTED and steady.retry_at > clock()
+
+
 # --- R59: skip and reroute with doctor's check through the CLI --------------------------------------------------
 
 
@@ -839,3 +892,94 @@ def test_trace_classifies_handler_errors_as_routing_does(clock):
         **dict.fromkeys(TRANSIENT, ("error", "handler_failed")),
         **dict.fromkeys(PROGRAMMING, ("failed", "handler_panic")),
     }
+
+
+# --- the stored failure, read back (R13, R14) ----------------------------------------------------------
+
+
+FAILURE = RouteFailure(
+    code="handler_failed",
+    route="pr",
+    error="boom",
+    count=3,
+    first_failed_at=datetime(2026, 1, 5, 12, 0, tzinfo=UTC),
+    last_failed_at=datetime(2026, 1, 5, 12, 1, tzinfo=UTC),
+    backoff_until=datetime(2026, 1, 5, 12, 1, 8, tzinfo=UTC),
+    generation="4",
+)
+
+
+def test_r14_a_stored_failure_reads_back_as_it_was_counted():
+    assert RouteFailure.from_entry(FAILURE.as_entry()) == FAILURE
+    error = FAILURE.as_error()
+    assert (error.code, error.message, error.route, error.attempts, error.backoff_until) == (
+        RouteErrorCode.HANDLER_FAILED,
+        "boom",
+        "pr",
+        3,
+        FAILURE.backoff_until,
+    )
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{}, {"route": None, "error": None, "count": None, "generation": None, "last_failed_at": ""}],
+)
+def test_r14_a_stored_failure_missing_its_fields_reads_as_empty(entry):
+    assert RouteFailure.from_entry(entry) == RouteFailure(
+        code="",
+        route="",
+        error="",
+        count=0,
+        first_failed_at=None,
+        last_failed_at=None,
+        backoff_until=None,
+        generation="",
+    )
+
+
+@pytest.mark.django_db
+def test_r23_the_events_whose_route_keeps_failing_are_those_with_as_many_failures(clock):
+    for seq, count in ((11, 1), (12, 3), (13, 5)):
+        with transaction.atomic():
+            failure_put_in_tx(seq, replace(FAILURE, count=count), clock())
+    KVFactory(namespace="elsewhere", key="14", value={"count": 9})
+    assert sorted(row["seq"] for row in failures_keep_failing(3)) == [12, 13]
+
+
+def test_r14_a_stored_failure_keeps_its_error_short_and_its_missing_times_missing():
+    unset = replace(FAILURE, error="e" * 5000, last_failed_at=None, backoff_until=None)
+    entry = unset.as_entry()
+    assert entry["error"] == "e" * 4000 and entry["last_failed_at"] is None
+    assert RouteFailure.from_entry(entry) == replace(unset, error="e" * 4000)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stored", [3, 70], ids=["few", "many"])
+def test_r13_failures_are_read_for_the_events_asked_alone(clock, stored):
+    """However many failures are stored (a few are read at once, many looked up one by one)."""
+    with transaction.atomic():
+        for seq in range(1, stored + 1):
+            failure_put_in_tx(seq, replace(FAILURE, count=seq), clock())
+    read = failures_read([2, 3, 999])
+    assert {seq: failure.count for seq, failure in read.items()} == {2: 2, 3: 3}
+
+
+@pytest.mark.django_db
+def test_r13_a_failure_counted_again_replaces_the_entry_and_forgetting_it_leaves_the_others(clock):
+    elsewhere = KVFactory(namespace="elsewhere", key="5", value={"count": 9}, version=1)
+    with transaction.atomic():
+        failure_put_in_tx(5, FAILURE, clock())
+        failure_put_in_tx(6, FAILURE, clock())
+    entry = KV.objects.get(namespace=FAILURES_NAMESPACE, key="5")
+    assert (entry.version, entry.updated_at) == (1, clock())
+    clock.advance(10)
+    with transaction.atomic():
+        failure_put_in_tx(5, replace(FAILURE, count=4), clock())
+    entry.refresh_from_db()
+    assert (entry.version, entry.updated_at, entry.value["count"]) == (2, clock(), 4)
+    with transaction.atomic():
+        failures_forget_in_tx([5])
+    assert list(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", flat=True)) == ["6"]
+    elsewhere.refresh_from_db()
+    assert (elsewhere.value, elsewhere.version) == ({"count": 9}, 1)

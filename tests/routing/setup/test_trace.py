@@ -241,6 +241,21 @@ def test_r41_a_due_timeout_wins_first_and_is_reported(clock, live):
     assert any("timeout" in note for note in result.notes)
 
 
+def test_r41_an_earlier_accepted_event_that_wins_the_wait_first_is_reported(clock, live):
+    """The route loop stopped, an accepted Event that wins the wait is unrouted: a trace of a
+    later Event for the same Work says that Event wins the wait first, and the later Event
+    routes to the running Work as usual."""
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    winner = accept(clock, "github.pull_request.review_submitted", {"repo": "acme/api", "number": 1})
+    result = trace(payload=pr(1, "edited"), clock=clock)
+    # The running attempt takes it as its route says (inject), no longer as context.
+    assert (result.effect, result.work_id) == ("inject", work_id)
+    assert f"earlier Event #{winner.seq} wins Work {work_id}'s wait review first" in " ".join(result.notes)
+    # Nothing wins first: no such note.
+    alone = trace(payload=pr(2, "edited"), clock=clock)
+    assert not any("wins" in note for note in alone.notes)
+
+
 def test_r44_policy_with_fallbacks_for_existing_work(clock, live):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
     router(clock).route(first.seq)
