@@ -10,14 +10,15 @@ the route loop finishes it; ``--no-wait`` leaves it to the route loop from the s
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from causal.clock import system_clock
-from controls.jobs import bulk_job_as_dict, bulk_job_items, bulk_job_run
-from controls.models import BulkJob
 from infra.cli import print_json
+
+if TYPE_CHECKING:
+    from controls.models import BulkJob
 
 # How many refused targets the text output names (--json lists every outcome's first page).
 REFUSALS_SHOWN = 10
@@ -70,6 +71,9 @@ def parse_filters(items: list[str], *, keys: tuple[str, ...]) -> dict[str, str]:
 def job_run_foreground(command: BaseCommand, job: BulkJob, options: dict[str, Any]) -> None:
     """Run ``job`` to its end here, showing its progress on a terminal; print the result (as JSON
     with ``--json``). Exits non-zero when any target was refused (the others are done)."""
+    # Imported here: the commands that offer a job (``events``, ``work``) load it only to run one.
+    from controls.jobs import bulk_job_as_dict, bulk_job_items, bulk_job_run
+
     as_json = bool(options.get("json"))
     if options.get("no_wait"):
         if as_json:
