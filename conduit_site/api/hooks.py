@@ -37,8 +37,9 @@ REFUSAL_STATUS = {
 
 
 # No token: the receiver checks the delivery's signature. The API's front door answers a method
-# other than POST (405), a body too large to read (413) and an unknown receiver (404).
-@api_view(["POST"], public=True, errors={ReceiverNotFound: (404, "not_found")})
+# other than POST (405), a body too large to read (413), an unknown receiver (404), and more
+# deliveries to one receiver than CONDUIT_ACCEPT_RATE_PER_MINUTE (429).
+@api_view(["POST"], public=True, accept_methods=["POST"], errors={ReceiverNotFound: (404, "not_found")})
 def receive(request: HttpRequest, name: str) -> JsonResponse:
     """Receive one delivery for receiver ``name`` (see the module's documentation)."""
     delivery = Delivery.of(request_bytes(request), request.headers.items())

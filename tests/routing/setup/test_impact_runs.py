@@ -134,7 +134,7 @@ def test_impact_progress_starting_answers_the_progress_with_the_button_disabled(
     run = ImpactRun.objects.get()
     assert launched == [run.pk]
     assert body.lstrip().startswith(
-        f'<section id="candidate-impact" data-swap-statuses="400" hx-get="/config/impact/{run.pk}/" '
+        f'<section id="candidate-impact" data-swap-statuses="400 429" hx-get="/config/impact/{run.pk}/" '
         'hx-trigger="every 1s"'
     )
     assert 'id="impact-start" disabled aria-disabled="true">Preview running…</button>' in body
