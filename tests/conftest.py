@@ -121,3 +121,12 @@ def layer_path(settings, tmp_path):
         }
     }
     return path
+
+
+@pytest.fixture(autouse=True)
+def rate_limits_counted_per_test():
+    """Each test starts with no request counted against the API's rate limits: the counts live in
+    the process's cache, and ids (a token's, a user's) repeat from test to test."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -13,6 +13,7 @@ docs/operations.md.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -59,7 +60,9 @@ def rate_count(limits: Iterable[Limit]) -> Exceeded | None:
     for limit in limits:
         if limit.per_minute <= 0:
             continue
-        key = f"{PREFIX}:{limit.key}:{window}"
+        # Hashed: a key may hold any text of the request (a receiver's path), which some cache
+        # backends refuse.
+        key = f"{PREFIX}:{hashlib.sha256(limit.key.encode()).hexdigest()[:32]}:{window}"
         cache.add(key, 0, timeout=2 * WINDOW_SECONDS)
         try:
             count = cache.incr(key)
