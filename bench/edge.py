@@ -4,7 +4,8 @@ meanwhile, and when they are dropped) and a viewer's flood of impact previews (a
 accept latency meanwhile).
 
     python bench/edge.py [--compare] [--only bodies|slow|impact] [--slow-clients 3000]
-        [--header-timeout 20] [--previews 50] [--events 10000]
+        [--header-timeout 20]
+        [--max-seconds 120] [--previews 50] [--events 10000]
 
 Bodies (``bodies``):
 
@@ -31,7 +32,8 @@ after their first byte (the acceptance: after the header timeout, with 408 or a 
 Impact previews (``impact``): the same server, on a database of ``--events`` accepted Events all
 in a scope that ``--previews // 10`` candidates change. One viewer sends ``--previews`` impact
 previews at once (``GET /api/candidates/ID/impact?events=N``, spread over the candidates) and
-polls the jobs it was given until they end, while an operator accepts an Event every 50 ms
+polls the jobs it was given until they end (at most ``--max-seconds``, then it cancels them),
+while an operator accepts an Event every 50 ms
 through ``POST /api/events``: how the previews were answered (202 job, 429 refused), how long
 the jobs took, and the operator's accept latency (the acceptance: p99 under 1 s).
 
@@ -241,6 +243,8 @@ def healthz(port: int) -> tuple[int, float]:
 
 
 def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
@@ -414,7 +418,7 @@ def api_call(
         connection.close()
 
 
-def impact_previews(env: dict[str, str], var: str, previews: int, events: int) -> None:
+def impact_previews(env: dict[str, str], var: str, previews: int, events: int, max_seconds: float) -> None:
     """A viewer's ``previews`` impact previews at once while an operator accepts Events."""
     candidates = max(1, previews // 10)
     started = time.perf_counter()
@@ -447,7 +451,7 @@ def impact_previews(env: dict[str, str], var: str, previews: int, events: int) -
 
         accepting = threading.Thread(target=operator_accepts)
         accepting.start()
-        time.sleep(2)
+        time.sleep(10)
         quiet = list(latencies)
         begun = time.perf_counter()
         with ThreadPoolExecutor(max_workers=previews) as pool:
@@ -472,7 +476,7 @@ def impact_previews(env: dict[str, str], var: str, previews: int, events: int) -
         )
         during_start = len(latencies)
         ended: dict[int, tuple[str, float, int, int]] = {}
-        while len(ended) < len(jobs):
+        while len(ended) < len(jobs) and time.perf_counter() - begun < max_seconds:
             for job in jobs:
                 if job in ended:
                     continue
@@ -483,6 +487,12 @@ def impact_previews(env: dict[str, str], var: str, previews: int, events: int) -
         during = latencies[during_start:]
         stop.set()
         accepting.join()
+        for job in jobs:
+            if job not in ended:
+                _, body, _, _ = api_call(port, "DELETE", f"/api/impact/{job}", viewer)
+                print(
+                    f"  job {job}: still running after {max_seconds:g} s ({body['traced']} of {body['total']}): cancelled"
+                )
         for job, (status, seconds, traced, total) in sorted(ended.items()):
             print(f"  job {job}: {status} after {seconds:.1f} s ({traced} of {total} Events looked at)")
         print(
@@ -491,7 +501,7 @@ def impact_previews(env: dict[str, str], var: str, previews: int, events: int) -
         )
         print(
             f"  operator's accepts while the jobs ran: {len(during)}, p50 {percentile(during, 0.5) * 1000:.1f} ms, "
-            f"p99 {percentile(during, 0.99) * 1000:.1f} ms, max {max(during) * 1000:.1f} ms; "
+            f"p99 {percentile(during, 0.99) * 1000:.1f} ms, max {max(during, default=0) * 1000:.1f} ms; "
             f"statuses {dict(sorted(accept_statuses.items()))}"
         )
     finally:
@@ -539,6 +549,7 @@ def bodies(env: dict[str, str], var: str, token: str, compare: bool) -> None:
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", action="store_true", help="also send the chunked bodies to plain daphne")
     parser.add_argument(
@@ -554,6 +565,12 @@ def main() -> None:
     parser.add_argument("--previews", type=int, default=50, help="impact previews at once (default 50)")
     parser.add_argument(
         "--events", type=int, default=10000, help="Events each preview looks at (default 10000)"
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=120,
+        help="how long the operator accepts while the jobs run, at most; then unfinished jobs are cancelled",
     )
     args = parser.parse_args()
     if (
@@ -582,7 +599,7 @@ def main() -> None:
                 subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
                 slow_clients(env, var, args.slow_clients, args.header_timeout)
             else:
-                impact_previews(env, var, args.previews, args.events)
+                impact_previews(env, var, args.previews, args.events, args.max_seconds)
 
 
 if __name__ == "__main__":

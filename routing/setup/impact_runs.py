@@ -166,13 +166,15 @@ def impact_run_waited(run_id: int, *, clock: Clock) -> None:
     ImpactRun.objects.filter(pk=run_id, status=ImpactRunStatus.RUNNING).update(waited_at=clock())
 
 
-def impact_run_cancel(run_id: int, *, clock: Clock) -> bool:
-    """Ask the run ``run_id`` to stop: it stops at its next chunk. Whether it was running."""
+def impact_run_cancel(run_id: int, *, clock: Clock, by: str) -> bool:
+    """Ask the run ``run_id`` to stop (``by`` names who asked): it stops at its next chunk.
+    Whether it was running. A run is the candidate's, shared by whoever asked for it, as its
+    page is shown to every reader, so any reader may cancel it; the run keeps who did."""
     now = clock()
     with transaction.atomic():
         return bool(
             ImpactRun.objects.filter(pk=run_id, status=ImpactRunStatus.RUNNING).update(
-                status=ImpactRunStatus.CANCELLED, error="cancelled", updated_at=now, finished_at=now
+                status=ImpactRunStatus.CANCELLED, error=f"cancelled by {by}", updated_at=now, finished_at=now
             )
         )
 

@@ -367,8 +367,9 @@ PATHS: dict[str, Any] = {
         "delete": {
             "operationId": "impact_job_cancel",
             "summary": "Cancel an impact preview job",
-            "description": "Stops the job at its next chunk (status `cancelled`); a job that ended stays as it "
-            "is. Only the user who started it may cancel it (403 otherwise).",
+            "description": "Stops the job at its next chunk (status `cancelled`, `error` naming who cancelled "
+            "it); a job that ended stays as it is. A job is its candidate's, shared by whoever asked for it: "
+            "any user who may read may cancel it. Needs `routing.view_event`.",
             "parameters": [RUN_ID_PARAMETER],
             "responses": {
                 "200": {"description": "The job, as it is now.", "content": json_content(ref("ImpactJob"))},

@@ -295,10 +295,10 @@ def test_a_background_run_cancelled_or_abandoned_stops_in_its_thread(clock, cand
     settings.CONDUIT_IMPACT_ABANDON_SECONDS = 30
     events(60)
     cancelled, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=60, by="ada")
-    assert impact_runs.impact_run_cancel(cancelled.pk, clock=clock)
+    assert impact_runs.impact_run_cancel(cancelled.pk, clock=clock, by="bob")
     impact_runs.impact_run_launch(cancelled.pk, clock).join(timeout=60)
     cancelled.refresh_from_db()
-    assert (cancelled.status, cancelled.error, cancelled.traced) == ("cancelled", "cancelled", 0)
+    assert (cancelled.status, cancelled.error, cancelled.traced) == ("cancelled", "cancelled by bob", 0)
 
     other = apply_config(CHANGED, candidate=True)
     abandoned, _ = impact_runs.impact_run_start(candidate=other, clock=clock, events=60, by="ada")
