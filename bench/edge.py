@@ -449,6 +449,11 @@ def impact_previews(env: dict[str, str], var: str, previews: int, events: int, m
                 n += 1
                 stop.wait(0.05)
 
+        # Warm both web processes up (their first requests load the app) before anything counts.
+        warm, deadline = 0, time.monotonic() + 120
+        while warm < 10 and time.monotonic() < deadline:
+            status, _, seconds, _ = api_call(port, "GET", "/api/events?limit=1", operator)
+            warm = warm + 1 if seconds < 0.5 else 0
         accepting = threading.Thread(target=operator_accepts)
         accepting.start()
         time.sleep(10)
