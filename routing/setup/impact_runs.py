@@ -314,8 +314,8 @@ def _finish(run_id: int, report: ImpactReport, clock: Clock) -> ImpactRun:
     ]
     now = clock()
     with transaction.atomic():
-        ImpactRunChange.objects.bulk_create(rows, batch_size=500)
-        ImpactRun.objects.filter(pk=run_id).update(
+        # A run cancelled after its last chunk stays cancelled, its changes not stored.
+        finished = ImpactRun.objects.filter(pk=run_id, status=ImpactRunStatus.RUNNING).update(
             status=ImpactRunStatus.DONE,
             examined=report.examined,
             changed=report.changed,
@@ -327,6 +327,8 @@ def _finish(run_id: int, report: ImpactReport, clock: Clock) -> ImpactRun:
             updated_at=now,
             finished_at=now,
         )
+        if finished:
+            ImpactRunChange.objects.bulk_create(rows, batch_size=500)
     logger.info("impact.done", extra={"run": run_id, "changed": report.changed, "seconds": report.seconds})
     return ImpactRun.objects.get(pk=run_id)
 

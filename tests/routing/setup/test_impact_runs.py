@@ -339,3 +339,17 @@ def test_a_console_start_past_the_quota_answers_429_with_retry_after(admin, cand
     assert refused.status_code == 429 and refused["Retry-After"] == "10"
     assert "as many as allowed at once" in refused.content.decode()
     assert ImpactRun.objects.count() == 1
+
+
+def test_a_run_cancelled_after_its_last_chunk_stays_cancelled_with_nothing_stored(clock, candidate):
+    events(30)
+    run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=30, by="ada")
+
+    def cancelled_at_the_end(done: int, total: int) -> None:
+        if done == total:
+            impact_runs.impact_run_cancel(run.pk, clock=clock, by="bob")
+
+    run = impact_runs.impact_run_execute(run_id=run.pk, clock=clock, progress=cancelled_at_the_end)
+
+    assert (run.status, run.error, run.changed) == ("cancelled", "cancelled by bob", 0)
+    assert not ImpactRunChange.objects.exists()
