@@ -310,6 +310,26 @@ CONDUIT_MAX_API_BODY_BYTES = env_int("CONDUIT_MAX_API_BODY_BYTES", DATA_UPLOAD_M
 CONDUIT_HEADER_TIMEOUT = float(os.environ.get("CONDUIT_HEADER_TIMEOUT", "30"))
 CONDUIT_IDLE_TIMEOUT = float(os.environ.get("CONDUIT_IDLE_TIMEOUT", "180"))
 CONDUIT_MAX_CONNECTIONS = env_int("CONDUIT_MAX_CONNECTIONS", 4096)
+# Expensive reads (docs/operations.md, "Quotas and rate limits"). An impact preview over more
+# than CONDUIT_IMPACT_INLINE_EVENTS Events runs in the background as a job: at most
+# CONDUIT_IMPACT_JOBS_PER_LOGIN of one login and CONDUIT_IMPACT_JOBS_PER_TOKEN of one API token
+# at once, CONDUIT_IMPACT_JOBS_TOTAL on the whole site (counted in the database, so across
+# processes and hosts); past them a start is refused with 429 and Retry-After. A job nobody
+# polled for CONDUIT_IMPACT_ABANDON_SECONDS stops. 0 turns a quota off.
+CONDUIT_IMPACT_INLINE_EVENTS = env_int("CONDUIT_IMPACT_INLINE_EVENTS", 500)
+CONDUIT_IMPACT_JOBS_PER_LOGIN = env_int("CONDUIT_IMPACT_JOBS_PER_LOGIN", 2)
+CONDUIT_IMPACT_JOBS_PER_TOKEN = env_int("CONDUIT_IMPACT_JOBS_PER_TOKEN", 2)
+CONDUIT_IMPACT_JOBS_TOTAL = env_int("CONDUIT_IMPACT_JOBS_TOTAL", 4)
+CONDUIT_IMPACT_ABANDON_SECONDS = env_int("CONDUIT_IMPACT_ABANDON_SECONDS", 30)
+# The API's rate limits, requests a minute (fixed one-minute windows, answered 429 with
+# Retry-After past them): each API token, and each login over all its tokens; acceptance from
+# senders (POST /api/events per token, /hooks/NAME per receiver) counts apart, with its own
+# higher limit. Counted in Django's cache: each web process by itself with the default local
+# memory cache (so a deployment of N web processes allows up to N times these), shared when
+# CACHES names a shared cache. 0 turns a limit off.
+CONDUIT_API_RATE_PER_MINUTE = env_int("CONDUIT_API_RATE_PER_MINUTE", 600)
+CONDUIT_API_LOGIN_RATE_PER_MINUTE = env_int("CONDUIT_API_LOGIN_RATE_PER_MINUTE", 1200)
+CONDUIT_ACCEPT_RATE_PER_MINUTE = env_int("CONDUIT_ACCEPT_RATE_PER_MINUTE", 6000)
 # How deeply an accepted JSON document may nest arrays and objects: deeper input is refused
 # before it is parsed, so no document can exhaust a parser's or the router's stack.
 CONDUIT_MAX_JSON_DEPTH = env_int("CONDUIT_MAX_JSON_DEPTH", 64)

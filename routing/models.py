@@ -295,6 +295,8 @@ class ImpactRunStatus(models.TextChoices):
     RUNNING = "running", "running"
     DONE = "done", "done"
     FAILED = "failed", "failed"
+    # Stopped between chunks: asked to (its starter cancelled it) or nobody waited for it.
+    CANCELLED = "cancelled", "cancelled"
 
 
 class ImpactRun(models.Model):
@@ -326,14 +328,24 @@ class ImpactRun(models.Model):
     seconds = models.FloatField(default=0)
     error = models.TextField(blank=True, default="")
     started_by = models.CharField(max_length=150, blank=True, default="")
+    # The API token it was started with (none from the console): its quota is per token too.
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     started_at = models.DateTimeField()
     # The last progress written: a running run not heard of for a while was lost with its process.
     updated_at = models.DateTimeField()
+    # The last time someone asked for it (started it, polled it): a run nobody waits for stops.
+    waited_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["candidate", "id"], name="impactrun_candidate_idx")]
+        indexes = [
+            models.Index(fields=["candidate", "id"], name="impactrun_candidate_idx"),
+            # The quotas count the running runs of a login and of a token.
+            models.Index(fields=["status", "started_by"], name="impactrun_running_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"impact preview {self.pk} of candidate {self.candidate_number} ({self.status})"

@@ -96,7 +96,8 @@ def test_handlers(settings):
 @pytest.fixture(autouse=True)
 def empty_cache():
     """Each test starts with an empty cache: the database is rolled back after a test, so
-    what a test cached (the trends' settled buckets, the configurations read) must not outlive
+    what a test cached (the trends' settled buckets, the configurations read, the requests
+    counted against the API's rate limits, whose ids repeat from test to test) must not outlive
     it."""
     from django.core.cache import cache
 

@@ -21,11 +21,16 @@ What the decorator does, in order:
    ``401`` with a JSON error and ``WWW-Authenticate: Bearer``; then ``request.user`` is the
    token's user and ``request.api_token`` the token. ``public=True`` skips this (the schema),
    and so does a method of ``public_methods`` (``OPTIONS`` of the CloudEvents webhook handshake);
-2. refuses a method not in ``methods`` with ``405`` and an ``Allow`` header;
-3. refuses (``403``) a token without the ``permission`` of the method (one for all methods, or
+2. counts the request against the API's rate limits (``conduit_site.api.ratelimit``): per
+   token and per login (``CONDUIT_API_RATE_PER_MINUTE``, ``CONDUIT_API_LOGIN_RATE_PER_MINUTE``),
+   or, for a method of ``accept_methods`` (acceptance from senders), per token or, public, per
+   path (a receiver) with ``CONDUIT_ACCEPT_RATE_PER_MINUTE``; past one, ``429`` with
+   ``Retry-After``;
+3. refuses a method not in ``methods`` with ``405`` and an ``Allow`` header;
+4. refuses (``403``) a token without the ``permission`` of the method (one for all methods, or
    one per method): the token's user must have it and a narrowed token's scopes must allow it
    (``routing.access.roles``). Every endpoint but a public one names its permissions;
-4. calls the view and maps the domain errors it raises to JSON ``4xx`` responses: an
+5. calls the view and maps the domain errors it raises to JSON ``4xx`` responses: an
    :class:`ApiError` as it says; exceptions listed in ``errors=`` or registered with
    :func:`register_api_error`, most specific class first; ``ObjectDoesNotExist``/``Http404`` →
    404; ``PermissionDenied`` → 403. An exception with a ``details()`` method (like
@@ -51,6 +56,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from causal.clock import system_clock
+from conduit_site.api.ratelimit import Limit, rate_count
 from routing.acceptance.envelopes import (
     BatchConflict,
     EnvelopeInvalid,
@@ -168,6 +174,32 @@ def _authenticate(request: HttpRequest) -> JsonResponse | None:
     return None
 
 
+def _rate_limited(request: HttpRequest, *, accepting: bool) -> JsonResponse | None:
+    """Count the request against its rate limits; 429 with ``Retry-After`` past one."""
+    token = getattr(request, "api_token", None)
+    if accepting:
+        key = f"accept:token:{token.pk}" if token is not None else f"accept:path:{request.path}"
+        what = f"API token {token.prefix}" if token is not None else f"{request.path}"
+        limits = [Limit(key, settings.CONDUIT_ACCEPT_RATE_PER_MINUTE, what)]
+    elif token is not None:
+        limits = [
+            Limit(f"api:token:{token.pk}", settings.CONDUIT_API_RATE_PER_MINUTE, f"API token {token.prefix}"),
+            Limit(
+                f"api:login:{token.user_id}",
+                settings.CONDUIT_API_LOGIN_RATE_PER_MINUTE,
+                f"user {request.user.get_username()!r} (all its tokens)",
+            ),
+        ]
+    else:
+        return None
+    exceeded = rate_count(limits)
+    if exceeded is None:
+        return None
+    response = json_error(429, "rate_limited", exceeded.message, retry_after=exceeded.retry_after)
+    response["Retry-After"] = str(exceeded.retry_after)
+    return response
+
+
 def api_permitted(request: HttpRequest, permission: str) -> bool:
     """Whether the request's token may use ``permission``: its user has it and, for a narrowed
     token, one of its scopes allows it."""
@@ -218,6 +250,7 @@ def api_view(
     permission: str | Mapping[str, str] | None = None,
     public: bool = False,
     public_methods: Iterable[str] = (),
+    accept_methods: Iterable[str] = (),
     errors: ErrorMapping | None = None,
 ) -> Callable[[View], View]:
     """Make a function a JSON API endpoint: token authentication, ``methods`` only (405
@@ -228,7 +261,8 @@ def api_view(
     required unless ``public=True``, which serves without a token (only for documents like
     the schema). ``public_methods`` are served without a token and need no permission (a
     handshake that reads and stores nothing). ``errors`` maps further exception classes to
-    ``(status, code)`` for this view.
+    ``(status, code)`` for this view. ``accept_methods`` accept Events from senders: they count
+    against the acceptance rate limit instead of the API's.
     """
     allowed = tuple(method.upper() for method in methods)
     if not allowed:
@@ -237,6 +271,7 @@ def api_view(
     if not open_methods <= set(allowed):
         raise ValueError("api_view's public_methods must be among its methods")
     guarded = tuple(method for method in allowed if method not in open_methods)
+    accepting = frozenset(method.upper() for method in accept_methods)
     if isinstance(permission, str):
         permissions = dict.fromkeys(guarded, permission)
     else:
@@ -249,6 +284,8 @@ def api_view(
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             open_method = public or request.method in open_methods
             response = None if open_method else _authenticate(request)
+            if response is None and (not open_method or request.method in accepting):
+                response = _rate_limited(request, accepting=request.method in accepting)
             if response is None and request.method not in allowed:
                 response = json_error(
                     405,

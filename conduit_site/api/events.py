@@ -64,6 +64,7 @@ ALLOWED_METHODS = "GET, POST, OPTIONS"
     ["GET", "POST", "OPTIONS"],
     permission={"GET": VIEW_EVENT, "POST": ACCEPT_EVENT},
     public_methods=["OPTIONS"],
+    accept_methods=["POST"],
 )
 def events_collection(request: HttpRequest) -> HttpResponse:
     """``POST``: accept Events (:func:`events_accept`); ``GET``: list them

@@ -44,8 +44,11 @@ CLOUDEVENTS_ALLOWED_METHODS = "POST, OPTIONS"
 
 
 # No token: the receiver checks the delivery's signature. The API's front door answers a method
-# other than POST and OPTIONS (405), a body too large to read (413) and an unknown receiver (404).
-@api_view(["POST", "OPTIONS"], public=True, errors={ReceiverNotFound: (404, "not_found")})
+# other than POST and OPTIONS (405), a body too large to read (413), an unknown receiver (404),
+# and more deliveries to one receiver than CONDUIT_ACCEPT_RATE_PER_MINUTE (429).
+@api_view(
+    ["POST", "OPTIONS"], public=True, accept_methods=["POST"], errors={ReceiverNotFound: (404, "not_found")}
+)
 def receive(request: HttpRequest, name: str) -> HttpResponse:
     """Receive one delivery for receiver ``name`` (see the module's documentation); ``OPTIONS``:
     the CloudEvents webhook validation handshake, for a ``cloudevents`` receiver."""

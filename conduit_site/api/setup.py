@@ -1,14 +1,23 @@
 """The setup session through the JSON API: store a candidate, read its diff against live and
 its effective route tree, preview its impact, apply or discard it. (Tracing an Event against a
-candidate is ``POST /api/trace`` with ``generation: "candidate:ID"``.)"""
+candidate is ``POST /api/trace`` with ``generation: "candidate:ID"``.)
+
+An impact preview over at most ``CONDUIT_IMPACT_INLINE_EVENTS`` Events is answered at once; a
+larger one is a job (``routing.setup.impact_runs``), traced in a thread of the web process as
+the console's are: ``202`` with the job and its ``Location`` (``/api/impact/ID``), which the
+client polls until it is ``done`` (the report) and may cancel (``DELETE``). Past its login's or
+token's quota of running jobs, ``429`` with ``Retry-After``; a job nobody polls stops."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
 
-from causal.clock import system_clock
+from causal.clock import Clock, system_clock
 from conduit_site.api.auth import ApiError, api_view, request_json
 from infra.times import timestamp
 from routing.acceptance.envelopes import json_whole
@@ -17,7 +26,7 @@ from routing.config.problems import ConfigInvalid
 from routing.config.reader import MAX_DOCUMENT_BYTES
 from routing.config.selectors import load_configuration
 from routing.config.services import config_candidate
-from routing.models import Generation
+from routing.models import Generation, ImpactRun, ImpactRunStatus
 from routing.setup.candidates import (
     CandidateNotFound,
     CandidateStale,
@@ -27,7 +36,22 @@ from routing.setup.candidates import (
     candidate_get,
     effective_tree,
 )
-from routing.setup.impact import ImpactInvalid, impact_preview
+from routing.setup.impact import ImpactInvalid, check_limit, impact_preview
+from routing.setup.impact_runs import (
+    ImpactBusy,
+    impact_run_cancel,
+    impact_run_get,
+    impact_run_launch,
+    impact_run_lost,
+    impact_run_report,
+    impact_run_start,
+    impact_run_waited,
+)
+
+# The trusted clock, and how a started job is traced: in a thread of this process (tests
+# inject their own).
+clock: Clock = system_clock
+launch: Callable[[int, Clock], Any] = impact_run_launch
 
 # A document of MAX_DOCUMENT_BYTES may double in size as a JSON string (escaped quotes,
 # backslashes, newlines).
@@ -118,15 +142,67 @@ def candidate_detail(request: HttpRequest, candidate_id: int) -> JsonResponse:
 
 @api_view(["GET"], permission=VIEW_EVENT, errors=ERRORS)
 def candidate_impact(request: HttpRequest, candidate_id: int) -> JsonResponse:
-    """The impact preview over the latest ``events`` Events (default 1000, at most 10000)."""
+    """The impact preview over the latest ``events`` Events (default 1000, at most 10000): at
+    once up to ``CONDUIT_IMPACT_INLINE_EVENTS``, else a job (202; 429 past a quota)."""
     raw = request.GET.get("events", "")
     events = None
     if raw != "":
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 6:
             raise ImpactInvalid("events", f"events must be a whole number from 1 to 10000, not {raw!r}")
         events = int(raw)
-    report = impact_preview(candidate=candidate_get(candidate_id), clock=system_clock, events=events)
-    return JsonResponse(report.as_dict())
+    candidate = candidate_get(candidate_id)
+    if check_limit(events) <= settings.CONDUIT_IMPACT_INLINE_EVENTS:
+        report = impact_preview(candidate=candidate, clock=clock, events=events)
+        return JsonResponse(report.as_dict())
+    token = getattr(request, "api_token", None)
+    try:
+        run, created = impact_run_start(
+            candidate=candidate,
+            clock=clock,
+            events=events,
+            by=request.user.get_username(),
+            token_id=token.pk if token is not None else None,
+        )
+    except ImpactBusy as exc:
+        raise ApiError.answering(exc, status=429, headers={"Retry-After": str(exc.retry_after)}) from exc
+    if created:
+        launch(run.pk, clock)
+    response = JsonResponse(job_json(impact_run_get(run.pk)), status=202)
+    response["Location"] = reverse("api-impact-job", args=[run.pk])
+    return response
+
+
+def job_json(run: ImpactRun, *, report: bool = False) -> dict[str, Any]:
+    """An impact preview job: its state and progress, and with ``report`` its report once done."""
+    status = run.status
+    if impact_run_lost(run, now=clock()):
+        status = ImpactRunStatus.FAILED
+    return {
+        "id": run.pk,
+        "url": reverse("api-impact-job", args=[run.pk]),
+        "candidate": run.candidate_number,
+        "events": run.events,
+        "status": str(status),
+        "traced": run.traced,
+        "total": run.total,
+        "started_by": run.started_by,
+        "started_at": timestamp(run.started_at),
+        "finished_at": timestamp(run.finished_at) if run.finished_at else None,
+        "error": run.error or ("lost with its process" if status != run.status else ""),
+        "report": impact_run_report(run) if report and status == ImpactRunStatus.DONE else None,
+    }
+
+
+@api_view(["GET", "DELETE"], permission=VIEW_EVENT)
+def impact_job(request: HttpRequest, run_id: int) -> JsonResponse:
+    """``GET``: the impact preview job, its report once done (polling it keeps it running);
+    ``DELETE``: cancel it (it stops at its next chunk; the run names who cancelled it)."""
+    run = impact_run_get(run_id)
+    if request.method == "DELETE":
+        impact_run_cancel(run.pk, clock=clock, by=request.user.get_username())
+    else:
+        impact_run_waited(run.pk, clock=clock)
+    return JsonResponse(job_json(impact_run_get(run.pk), report=request.method == "GET"))
 
 
 @api_view(["POST"], permission=APPLY_CONFIGURATION, errors=ERRORS)

@@ -25,6 +25,7 @@ urlpatterns = [
     path("candidates", setup.candidates, name="api-candidates"),
     path("candidates/<id:candidate_id>", setup.candidate_detail, name="api-candidate-detail"),
     path("candidates/<id:candidate_id>/impact", setup.candidate_impact, name="api-candidate-impact"),
+    path("impact/<id:run_id>", setup.impact_job, name="api-impact-job"),
     path("candidates/<id:candidate_id>/apply", setup.candidate_apply_endpoint, name="api-candidate-apply"),
     path(
         "candidates/<id:candidate_id>/discard",

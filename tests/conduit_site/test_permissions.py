@@ -64,6 +64,8 @@ API = {
     ("api-candidates", "POST"): "configure",
     ("api-candidate-detail", "GET"): "read",
     ("api-candidate-impact", "GET"): "read",
+    ("api-impact-job", "GET"): "read",
+    ("api-impact-job", "DELETE"): "read",
     ("api-candidate-apply", "POST"): "configure",
     ("api-candidate-discard", "POST"): "configure",
     ("api-work", "GET"): "read",

@@ -77,6 +77,7 @@ PATHS: dict[str, Any] = _merged(
     *(_tagged(resource.PATHS, resource.TAG) for resource in RESOURCES),
     _tagged(DOCUMENT_PATHS, DOCUMENT_TAG),
 )
+auth.answer_rate_limited(PATHS)
 auth.answer_forbidden(PATHS)
 
 

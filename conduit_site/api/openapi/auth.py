@@ -35,6 +35,16 @@ RESPONSES: dict[str, Any] = {
 }
 
 
+def answer_rate_limited(paths: dict[str, Any]) -> None:
+    """Every operation that needs a token counts against the rate limits of its token and its
+    user (``conduit_site.api.ratelimit``): each can answer 429. (The receivers' webhook, which
+    counts per receiver, says so itself.)"""
+    for operations in paths.values():
+        for operation in operations.values():
+            if "401" in operation["responses"] and operation.get("security") != []:
+                operation["responses"].setdefault("429", response_ref("TooManyRequests"))
+
+
 def answer_forbidden(paths: dict[str, Any]) -> None:
     """Every operation that needs a token needs a permission too (``routing.access.roles``): each that can
     answer 401 can answer 403 (an operation without a token, ``"security": []``, has no permission to

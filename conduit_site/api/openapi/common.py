@@ -108,6 +108,13 @@ PARAMETERS: dict[str, Any] = {
         "description": "The candidate's id (``manage.py config candidate`` prints it).",
         "schema": ID,
     },
+    "run_id": {
+        "name": "run_id",
+        "in": "path",
+        "required": True,
+        "description": "The impact preview job's id (the `id` a preview answered with 202).",
+        "schema": ID,
+    },
     "event_format": {
         "name": "format",
         "in": "query",
@@ -147,6 +154,7 @@ SEQ_PARAMETER = parameter_ref("seq")
 WORK_ID_PARAMETER = parameter_ref("work_id")
 CANDIDATE_ID_PARAMETER = parameter_ref("candidate_id")
 JOB_ID_PARAMETER = parameter_ref("job_id")
+RUN_ID_PARAMETER = parameter_ref("run_id")
 EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
 WEBHOOK_PARAMETERS = [parameter_ref("webhook_request_origin"), parameter_ref("webhook_request_rate")]
 
@@ -184,6 +192,10 @@ SCHEMAS: dict[str, Any] = {
             "message": {"type": "string"},
             "field": {"type": ["string", "null"], "description": "The field at fault, when one is."},
             "index": {"type": "integer", "description": "The Event's position in a batch."},
+            "retry_after": {
+                "type": "integer",
+                "description": "With 429: seconds to wait before trying again.",
+            },
             "errors": {
                 "type": "array",
                 "items": {"type": "object"},
@@ -202,6 +214,18 @@ RESPONSES: dict[str, Any] = {
         "content": json_content(ref("Error")),
     },
     "UnsupportedMediaType": {"description": "The body is not JSON.", "content": json_content(ref("Error"))},
+    "TooManyRequests": {
+        "description": "Past a rate limit (error rate_limited: requests a minute per API token, per user "
+        "over all its tokens, or for acceptance per token or per receiver) or a quota of running jobs "
+        "(error too_many_requests); `retry_after` and the header say when to try again. Nothing is stored.",
+        "headers": {
+            "Retry-After": {
+                "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                "description": "Seconds to wait.",
+            }
+        },
+        "content": json_content(ref("Error")),
+    },
 }
 
 

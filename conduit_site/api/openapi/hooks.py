@@ -142,6 +142,7 @@ PATHS: dict[str, Any] = {
                 },
                 "413": response_ref("TooLarge"),
                 "415": response_ref("UnsupportedMediaType"),
+                "429": response_ref("TooManyRequests"),
                 "503": {
                     "description": "The receiver's secret cannot be read by the server (secret_unavailable): "
                     "its environment variable is not set, or its file is missing. Nothing is stored.",

@@ -8,6 +8,8 @@ from typing import Any
 from conduit_site.api.openapi.common import (
     CANDIDATE_ID_PARAMETER,
     EMPTY_VALUE,
+    NULLABLE_TIMESTAMP,
+    RUN_ID_PARAMETER,
     TIMESTAMP,
     json_content,
     ref,
@@ -161,6 +163,27 @@ SCHEMAS: dict[str, Any] = {
             },
         ],
     },
+    "ImpactJob": {
+        "type": "object",
+        "description": "An impact preview run in the background: its state and progress, and once `done` "
+        "its report (on `GET /api/impact/{run_id}`; null otherwise). `failed` and `cancelled` say why in "
+        "`error`: a job nobody polled for CONDUIT_IMPACT_ABANDON_SECONDS stops as `cancelled`.",
+        "required": ["id", "url", "candidate", "events", "status", "traced", "total", "error", "report"],
+        "properties": {
+            "id": {"type": "integer"},
+            "url": {"type": "string", "description": "Where to poll it."},
+            "candidate": {"type": "integer", "description": "The candidate's id (kept after it is applied)."},
+            "events": {"type": "integer", "minimum": 1},
+            "status": {"type": "string", "enum": ["running", "done", "failed", "cancelled"]},
+            "traced": {"type": "integer", "minimum": 0, "description": "Events looked at so far."},
+            "total": {"type": "integer", "minimum": 0, "description": "Events to look at (0 until known)."},
+            "started_by": {"type": "string"},
+            "started_at": TIMESTAMP,
+            "finished_at": NULLABLE_TIMESTAMP,
+            "error": {"type": "string"},
+            "report": {"anyOf": [ref("ImpactReport"), {"type": "null"}]},
+        },
+    },
     "StoredCandidate": {
         "allOf": [
             ref("Generation"),
@@ -306,7 +329,11 @@ PATHS: dict[str, Any] = {
             "summary": "Preview a candidate's impact on recent Events",
             "description": "Traces the latest `events` accepted Events again, against the live generation and "
             "against the candidate, and answers only those that would route otherwise, grouped. Writes "
-            "nothing.",
+            "nothing. Up to CONDUIT_IMPACT_INLINE_EVENTS (500) Events the report is the answer (200); more "
+            "are traced in the background as a job (202, `Location` the job to poll until it is `done`), "
+            "the candidate's running job when it has one. A user or token with as many jobs running as "
+            "its quota allows (CONDUIT_IMPACT_JOBS_PER_LOGIN, CONDUIT_IMPACT_JOBS_PER_TOKEN, "
+            "CONDUIT_IMPACT_JOBS_TOTAL on the site) is refused with 429 and Retry-After.",
             "parameters": [
                 CANDIDATE_ID_PARAMETER,
                 {
@@ -321,12 +348,46 @@ PATHS: dict[str, Any] = {
             ],
             "responses": {
                 "200": {"description": "What would change.", "content": json_content(ref("ImpactReport"))},
+                "202": {
+                    "description": "Too many Events to answer at once: the job that traces them.",
+                    "headers": {"Location": {"schema": {"type": "string"}, "description": "The job."}},
+                    "content": json_content(ref("ImpactJob")),
+                },
                 "400": response_ref("Invalid"),
                 "401": response_ref("Unauthorized"),
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),
             },
         }
+    },
+    "/api/impact/{run_id}": {
+        "get": {
+            "operationId": "impact_job",
+            "summary": "Poll an impact preview job",
+            "description": "The job's state and progress, and once `done` its report. Polling keeps it going: "
+            "a job nobody polled for CONDUIT_IMPACT_ABANDON_SECONDS (30) stops. Needs `routing.view_event`.",
+            "parameters": [RUN_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "The job.", "content": json_content(ref("ImpactJob"))},
+                "401": response_ref("Unauthorized"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        },
+        "delete": {
+            "operationId": "impact_job_cancel",
+            "summary": "Cancel an impact preview job",
+            "description": "Stops the job at its next chunk (status `cancelled`, `error` naming who cancelled "
+            "it); a job that ended stays as it is. A job is its candidate's, shared by whoever asked for it: "
+            "any user who may read may cancel it. Needs `routing.view_event`.",
+            "parameters": [RUN_ID_PARAMETER],
+            "responses": {
+                "200": {"description": "The job, as it is now.", "content": json_content(ref("ImpactJob"))},
+                "401": response_ref("Unauthorized"),
+                "404": response_ref("NotFound"),
+                "405": response_ref("MethodNotAllowed"),
+            },
+        },
     },
     "/api/candidates/{candidate_id}/apply": {
         "post": {

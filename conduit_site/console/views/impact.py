@@ -3,7 +3,8 @@ impact section and a run's own page show, and that page (``config/impact/<run>/`
 
 A run is started from its candidate's page (``setup.candidate_impact``) and traced in the
 background (``routing.setup.impact_runs``); while it runs, its section polls this page every
-second (htmx) and shows "Events traced N of M", the start button disabled; then the roll-up by
+second (htmx), which keeps it going (a run nobody polls for CONDUIT_IMPACT_ABANDON_SECONDS
+stops), and shows "Events traced N of M", the start button disabled; then the roll-up by
 effect and route, each group with its replay, and the changed Events 50 a page (``?page=N``).
 Reading needs ``routing.view_event``.
 """
@@ -36,6 +37,7 @@ from routing.setup.impact_runs import (
     impact_run_pages,
     impact_run_rollup,
     impact_run_summary,
+    impact_run_waited,
 )
 
 TEMPLATE = "routing/impact_run.html"
@@ -119,6 +121,9 @@ def impact_run_view(request: HttpRequest, run_id: int) -> HttpResponse:
         run = impact_run_get(run_id)
     except ImpactRun.DoesNotExist:
         raise Http404(f"no impact preview {run_id}") from None
+    if run.status == ImpactRunStatus.RUNNING:
+        # The page polls while it runs: someone still waits for it (a run nobody polls stops).
+        impact_run_waited(run.pk, clock=clock)
     context = {
         "section": "config",
         **impact_section_context(request, run, page=page_number(request, impact_run_pages(run))),

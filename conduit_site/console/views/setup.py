@@ -48,7 +48,7 @@ from routing.setup.candidates import (
     effective_tree,
 )
 from routing.setup.impact import ImpactInvalid
-from routing.setup.impact_runs import impact_run_get, impact_run_latest, impact_run_start
+from routing.setup.impact_runs import ImpactBusy, impact_run_get, impact_run_latest, impact_run_start
 from routing.setup.trace import TraceRefused, samples, trace_offered
 
 SETUP_TEMPLATE = "routing/setup.html"
@@ -293,6 +293,7 @@ def candidate_impact(request: HttpRequest, candidate_id: int) -> HttpResponse:
     form = ImpactForm(request.POST)
     error = ""
     run, created = None, False
+    status, retry_after = 400, 0
     if form.is_valid():
         try:
             run, created = impact_run_start(
@@ -303,10 +304,18 @@ def candidate_impact(request: HttpRequest, candidate_id: int) -> HttpResponse:
             )
         except ImpactInvalid as exc:
             error = exc.message
+        except ImpactBusy as exc:
+            # Past the login's quota of running previews: refused, told when to try again.
+            error, status, retry_after = exc.message, 429, exc.retry_after
     if run is None:
         context = _candidate_context(request, candidate)
         context.update(impact_form=form, impact_error=error)
-        return render_console(request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=400)
+        response = render_console(
+            request, CANDIDATE_TEMPLATE, context, partials=CANDIDATE_PARTIALS, status=status
+        )
+        if retry_after:
+            response["Retry-After"] = str(retry_after)
+        return response
     if created:
         impact.launch(run.pk, clock)
     if not getattr(request, "htmx", False):

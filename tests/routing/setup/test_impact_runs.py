@@ -9,6 +9,8 @@ from datetime import timedelta
 import factory
 import pytest
 from django.db import connections
+from django.db.models.sql import UpdateQuery
+from django.db.models.sql.constants import NO_RESULTS
 from django.urls import reverse
 
 from causal.models import Event
@@ -134,7 +136,7 @@ def test_impact_progress_starting_answers_the_progress_with_the_button_disabled(
     run = ImpactRun.objects.get()
     assert launched == [run.pk]
     assert body.lstrip().startswith(
-        f'<section id="candidate-impact" data-swap-statuses="400" hx-get="/config/impact/{run.pk}/" '
+        f'<section id="candidate-impact" data-swap-statuses="400 429" hx-get="/config/impact/{run.pk}/" '
         'hx-trigger="every 1s"'
     )
     assert 'id="impact-start" disabled aria-disabled="true">Preview running…</button>' in body
@@ -227,3 +229,146 @@ def test_impact_progress_a_group_of_one_is_replayed_as_this_event(admin, clock, 
     candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
     body = admin.get(reverse("impact-run", args=[run.pk])).content.decode()
     assert "Replay this Event</button>" in body and "Replay these 1<" not in body
+
+
+# --- stopping a run nobody waits for ------------------------------------------------------------
+
+
+class Poller:
+    """Polls a run from a connection of its own, as a web request would while the run traces."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.connection = connections.create_connection("default")
+
+    def __call__(self, when) -> None:
+        query = ImpactRun.objects.filter(pk=self.run_id).query.chain(UpdateQuery)
+        query.add_update_values({"waited_at": when})
+        query.get_compiler(connection=self.connection).execute_sql(NO_RESULTS)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def traced_with_a_second_a_chunk(run, clock, *, poll_every: int = 0) -> list[int]:
+    """Trace ``run`` with its progress written at each Event, a second apart on the run's clock,
+    polled every ``poll_every`` Events (0: never); the progress told, in order."""
+    told: list[int] = []
+    written = {"n": 0}
+
+    def writer_clock():
+        return clock() + timedelta(seconds=written["n"])
+
+    writer = impact_runs.ProgressWriter(run.pk, writer_clock)
+    poller = Poller(run.pk)
+
+    def progress(done: int, total: int) -> None:
+        told.append(done)
+        written["n"] += 1
+        if poll_every and done % poll_every == 0:
+            poller(writer_clock())
+        writer(done, total)
+
+    try:
+        impact_runs.impact_run_execute(run_id=run.pk, clock=clock, progress=progress)
+    finally:
+        writer.close()
+        poller.close()
+    return told
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_nobody_polls_stops_between_chunks_and_stores_nothing(clock, candidate, monkeypatch, settings):
+    monkeypatch.setattr(impact_runs, "PROGRESS_SECONDS", 0)
+    settings.CONDUIT_IMPACT_ABANDON_SECONDS = 30
+    events(300)
+    run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=300, by="ada")
+
+    with pytest.raises(impact_runs.ImpactCancelled):
+        traced_with_a_second_a_chunk(run, clock)
+
+    run.refresh_from_db()
+    # Event 29's chunk, 30 s after the run was last waited for, was written; the next, 31 s
+    # after, found nobody waiting and stopped the tracing there (its thread then marks the run
+    # cancelled: test_a_background_run_cancelled_or_abandoned_stops_in_its_thread).
+    assert (run.status, run.traced, run.total) == ("running", 29, 300)
+    assert not ImpactRunChange.objects.exists() and run.changed == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_polled_while_it_traces_runs_to_its_end(clock, candidate, monkeypatch, settings):
+    monkeypatch.setattr(impact_runs, "PROGRESS_SECONDS", 0)
+    settings.CONDUIT_IMPACT_ABANDON_SECONDS = 30
+    events(300)
+    run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=300, by="ada")
+
+    told = traced_with_a_second_a_chunk(run, clock, poll_every=20)
+
+    run.refresh_from_db()
+    assert told == list(range(301))
+    assert (run.status, run.traced, run.changed) == ("done", 300, 200)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_background_run_cancelled_or_abandoned_stops_in_its_thread(clock, candidate, settings):
+    settings.CONDUIT_IMPACT_ABANDON_SECONDS = 30
+    events(60)
+    cancelled, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=60, by="ada")
+    assert impact_runs.impact_run_cancel(cancelled.pk, clock=clock, by="bob")
+    impact_runs.impact_run_launch(cancelled.pk, clock).join(timeout=60)
+    cancelled.refresh_from_db()
+    assert (cancelled.status, cancelled.error, cancelled.traced) == ("cancelled", "cancelled by bob", 0)
+
+    other = apply_config(CHANGED, candidate=True)
+    abandoned, _ = impact_runs.impact_run_start(candidate=other, clock=clock, events=60, by="ada")
+    clock.advance(31)  # nobody polled it since it started
+    impact_runs.impact_run_launch(abandoned.pk, clock).join(timeout=60)
+    abandoned.refresh_from_db()
+    assert (abandoned.status, abandoned.traced) == ("cancelled", 0)
+    assert abandoned.error == "stopped: nobody waited for it any more"
+    assert not ImpactRunChange.objects.exists()
+
+
+def test_a_login_past_its_quota_of_running_runs_is_refused_and_nothing_is_stored(clock, settings):
+    settings.CONDUIT_IMPACT_JOBS_PER_LOGIN = 1
+    settings.CONDUIT_IMPACT_JOBS_TOTAL = 2
+    apply_config()
+    first, second, third = (apply_config(CHANGED, candidate=True) for _ in range(3))
+    impact_runs.impact_run_start(candidate=first, clock=clock, events=10, by="ada")
+
+    with pytest.raises(impact_runs.ImpactBusy) as busy:
+        impact_runs.impact_run_start(candidate=second, clock=clock, events=10, by="ada")
+    assert busy.value.retry_after == impact_runs.RETRY_AFTER_SECONDS
+    impact_runs.impact_run_start(candidate=second, clock=clock, events=10, by="bob")
+    with pytest.raises(impact_runs.ImpactBusy, match="on this site"):
+        impact_runs.impact_run_start(candidate=third, clock=clock, events=10, by="cy")
+    assert ImpactRun.objects.count() == 2
+    clock.advance(61)  # runs lost with their process no longer count
+    impact_runs.impact_run_start(candidate=third, clock=clock, events=10, by="ada")
+
+
+def test_a_console_start_past_the_quota_answers_429_with_retry_after(admin, candidate, monkeypatch, settings):
+    settings.CONDUIT_IMPACT_JOBS_PER_LOGIN = 1
+    monkeypatch.setattr(impact_views, "launch", lambda run_id, clock: None)
+    other = apply_config(CHANGED, candidate=True)
+    admin.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, **HTMX)
+
+    refused = admin.post(reverse("candidate-impact", args=[other.pk]), {"events": "10"}, **HTMX)
+
+    assert refused.status_code == 429 and refused["Retry-After"] == "10"
+    assert "as many as allowed at once" in refused.content.decode()
+    assert ImpactRun.objects.count() == 1
+
+
+def test_a_run_cancelled_after_its_last_chunk_stays_cancelled_with_nothing_stored(clock, candidate):
+    events(30)
+    run, _ = impact_runs.impact_run_start(candidate=candidate, clock=clock, events=30, by="ada")
+
+    def cancelled_at_the_end(done: int, total: int) -> None:
+        if done == total:
+            impact_runs.impact_run_cancel(run.pk, clock=clock, by="bob")
+
+    run = impact_runs.impact_run_execute(run_id=run.pk, clock=clock, progress=cancelled_at_the_end)
+
+    assert (run.status, run.error, run.changed) == ("cancelled", "cancelled by bob", 0)
+    assert not ImpactRunChange.objects.exists()
