@@ -30,6 +30,7 @@ from conduit_site.console.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATE
 from routing.access.services import api_token_create
 from routing.models import ApiToken
 from tests.causal.factories import EventFactory
+from tests.controls.factories import BulkJobFactory
 from tests.routing.factories import T0, ImpactRunFactory, UserFactory, apply_config, user_with_role
 from tests.worklife.factories import WorkFactory
 
@@ -73,6 +74,9 @@ API = {
     ("api-work-detail", "GET"): "read",
     ("api-work-cancel", "POST"): "cancel",
     ("api-work-bulk", "POST"): "retry",
+    # Cancelling a job needs the permission of its control: the world's job is a bulk retry.
+    ("api-job-detail", "GET"): "read",
+    ("api-job-cancel", "POST"): "retry",
     ("api-work-retry", "POST"): "retry",
     ("api-work-send", "POST"): "send",
     ("api-work-rebind", "POST"): "rebind",
@@ -116,6 +120,9 @@ CONSOLE = {
     ("work-rebind", "POST"): "rebind",
     ("config-list", "GET"): "read",
     ("setup", "GET"): "read",
+    ("setup-check", "POST"): "read",
+    ("job-detail", "GET"): "read",
+    ("job-cancel", "POST"): "retry",
     ("candidate-create", "POST"): "configure",
     ("candidate-detail", "GET"): "read",
     ("candidate-trace", "POST"): "read",
@@ -181,7 +188,14 @@ def world():
     work = WorkFactory(binding="agent")
     candidate = apply_config(candidate=True)
     run = ImpactRunFactory(candidate=candidate)
-    return {"seq": event.seq, "work_id": work.pk, "candidate_id": candidate.pk, "run_id": run.pk}
+    job = BulkJobFactory()
+    return {
+        "seq": event.seq,
+        "work_id": work.pk,
+        "candidate_id": candidate.pk,
+        "run_id": run.pk,
+        "job_id": job.pk,
+    }
 
 
 def principal_user(who: str):
@@ -206,6 +220,7 @@ def url_for(name: str, world: dict[str, int]) -> str:
         {"work_id": world["work_id"]},
         {"candidate_id": world["candidate_id"]},
         {"run_id": world["run_id"]},
+        {"job_id": world["job_id"]},
     ):
         try:
             return reverse(name, kwargs=kwargs)
@@ -330,7 +345,7 @@ MATRIX_SIZE = len(PRINCIPALS) * (len(API) + len(CONSOLE) + len(ADMIN_SITE) + len
 
 def test_the_matrix_covers_five_principals_on_every_route():
     # 5 principals x (routes and methods of the API, the console, the admin site and 4 websockets).
-    assert MATRIX_SIZE == 5 * 87 == 435
+    assert MATRIX_SIZE == 5 * 94 == 470
 
 
 # --- narrowing a token ---------------------------------------------------------------------------
