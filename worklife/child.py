@@ -280,8 +280,9 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def _worker() -> int:
-    """Run Python targets, one attempt at a time, as the loop starts them."""
+def _worker(*, once: bool = False) -> int:
+    """Run Python targets, one attempt at a time, as the loop starts them (``once``: the first
+    one only, then return: a process of one attempt)."""
     call_fd = int(os.environ[CALL_FD_ENV])
     channel = _Channel(os.fdopen(call_fd, "wb", buffering=0))
     stdin = sys.stdin.buffer
@@ -369,6 +370,8 @@ def _worker() -> int:
             outcome["value"] = repr(outcome.get("value"))
         outcome["reusable"] = _threads() <= baseline
         channel.send(run._signed(outcome))
+        if once:
+            return 0
 
 
 def _import(reference: str) -> Any:
@@ -384,4 +387,5 @@ if __name__ == "__main__":
     # the very CallRefused its calls raise.
     from worklife.child import _worker as worker
 
-    sys.exit(worker())
+    # One attempt, then out: threads the target left end with the process.
+    os._exit(worker(once=True))

@@ -311,3 +311,31 @@ def child_on(run):
         return {"child": run.create_child(run.params["binding"], keys=[f"kid-{run.work_id}"])}
     except CallRefused as refused:
         return {"refused": str(refused)}
+
+
+def spy_or_victim(run):
+    """A spy (the first input's ``role``) wraps ``json.dumps``, which its process writes every
+    line with, so that a result of any other attempt becomes ``{"FOREIGN": true}`` and the
+    line's secret is kept, and returns at once leaving no thread. A victim waits a little and
+    says what its process looks like: its own attempt, ``json.dumps``, the spy's builtin."""
+    import builtins
+    import json
+
+    if run.inputs[0]["role"] == "victim":
+        time.sleep(0.2)
+        return {
+            "attempt": run.attempt_id,
+            "json.dumps": f"{json.dumps.__module__}.{json.dumps.__qualname__}",
+            "spy": hasattr(builtins, "conduit_spy"),
+        }
+    original = json.dumps
+    builtins.conduit_spy = []
+
+    def spying(obj, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("op") == "result" and obj.get("attempt") != run.attempt_id:
+            builtins.conduit_spy.append(obj.get("token"))
+            obj = {**obj, "value": {"FOREIGN": True}}
+        return original(obj, *args, **kwargs)
+
+    json.dumps = spying
+    return "spying"
