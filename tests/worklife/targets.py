@@ -339,3 +339,11 @@ def spy_or_victim(run):
 
     json.dumps = spying
     return "spying"
+
+
+def peeks(run):
+    """Try to read what a Work must not reach (``tests.worklife.isolationkit.PEEK``)."""
+    from tests.worklife.isolationkit import peek
+
+    print(peek(run.inputs[0]["data"]["paths"]))
+    return "peeked"

@@ -115,7 +115,7 @@ def test_ending_a_python_attempt_ends_the_daemon_its_target_started(mechanism, w
         executor.close()
 
 
-def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_not_reused(
+def test_a_python_attempt_that_returns_leaves_nothing_running_and_the_next_runs_in_a_new_process(
     mechanism, work_tmp
 ):
     pidfile = work_tmp / "daemon.pid"
@@ -128,7 +128,7 @@ def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_
         execution = executor.start(work_id=1, attempt_id=604, binding_settings=settings, inputs=[])
         outcome = execution.wait(timeout=10)
         assert outcome is not None and outcome.ok, outcome
-        execution.release()  # the loop gives the worker back once the outcome is in
+        execution.release()  # as the loop does once the outcome is in
         assert ended(outcome.result) and ended(execution.pid)
         pidfile.unlink()
         clean = executor.start(
@@ -140,8 +140,8 @@ def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_
         again = executor.start(
             work_id=1, attempt_id=606, binding_settings={"target": "tests.worklife.targets:noop"}, inputs=[]
         )
-        assert again.pid == clean.pid  # a worker with nothing left behind is reused
-        again.wait(timeout=10)
+        assert again.pid not in (clean.pid, execution.pid)  # a process of its own, every attempt
+        assert again.wait(timeout=10).ok
     finally:
         executor.close()
 
