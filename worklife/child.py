@@ -280,7 +280,7 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def _worker(*, once: bool = False) -> int:
+def serve_attempts(*, once: bool = False) -> int:
     """Run Python targets, one attempt at a time, as the loop starts them (``once``: the first
     one only, then return: a process of one attempt)."""
     call_fd = int(os.environ[CALL_FD_ENV])
@@ -385,7 +385,7 @@ def _import(reference: str) -> Any:
 if __name__ == "__main__":
     # Run as worklife.child, not __main__: a target that imports worklife.child then catches
     # the very CallRefused its calls raise.
-    from worklife.child import _worker as worker
+    from worklife.child import serve_attempts as worker
 
     # One attempt, then out: threads the target left end with the process.
     os._exit(worker(once=True))

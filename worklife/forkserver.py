@@ -7,7 +7,7 @@ It runs in the attempt's side of the protocol (no Django). The loop starts it as
 environment and, as file descriptors, its standard input, output and error, its call pipe and
 (when there is one) its cgroup's ``cgroup.procs``. The server forks: the new process joins the
 cgroup, becomes the leader of a session of its own, takes those descriptors and the
-environment, runs one attempt (:func:`worklife.child._worker`) and exits. The server answers
+environment, runs one attempt (:func:`worklife.child.serve_attempts`) and exits. The server answers
 ``{"op": "forked", "id": …, "pid": …}`` and, when one of its processes ends,
 ``{"op": "exited", "pid": …, "status": …}``. It holds no attempt's secret: the attempt's run line
 goes to the attempt's own standard input.
@@ -61,9 +61,9 @@ def _attempt(request: dict, fds: list[int], closing: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ["CONDUIT_CALL_FD"] = str(call)
-        from worklife.child import _worker
+        from worklife.child import serve_attempts
 
-        code = _worker(once=True)
+        code = serve_attempts(once=True)
     except BaseException:  # noqa: BLE001 - the process's boundary: it must never return to the server
         traceback.print_exc()
     finally:

@@ -14,6 +14,7 @@ from infra.words import counted
 from routing.engine.configurations import LiveConfigurations
 from routing.engine.live import drain as drain_live
 from routing.engine.live import publish_routed
+from worklife.executors.isolation import isolation, make_undumpable
 from worklife.runner import WorkRunner
 
 
@@ -67,6 +68,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # Its environment holds the server's secrets: no process of its user may read it.
+        make_undumpable()
         if options["slots"] < 1:
             raise CommandError("--slots must be at least 1")
         if options["wait_slots"] is not None and options["wait_slots"] < 0:
@@ -106,7 +109,10 @@ class Command(BaseCommand):
                     f"{c.failed} failed, {c.refused} dispatches refused"
                 )
             else:
-                self.stdout.write(f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}")
+                self.stdout.write(
+                    f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}; "
+                    f"isolation: {isolation().describe()}"
+                )
                 runner.run(stop, poll_interval=options["poll_interval"], stop_grace=options["stop_grace"])
                 self.stdout.write("work_loop stopped")
         finally:
