@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 # A command: its first input line carries the paths; it prints what it could read of each.
@@ -25,11 +26,15 @@ def _ancestors() -> list[int]:
 
 
 def peek(paths: list[str]) -> str:
-    """One line per attempt: ``PATH: read N bytes <start>`` or ``PATH: refused (error)``."""
+    """One line per attempt: ``PATH: read N bytes <start>`` or ``PATH: refused (error)``, each
+    after an attempt to unmount what may cover it."""
     attempts = [f"/proc/{pid}/{part}" for pid in _ancestors() for part in ("environ", "mem")]
     attempts += ["/proc/1/environ", *paths]
     lines = []
+    libc = ctypes.CDLL(None, use_errno=True)
     for path in attempts:
+        # First try to take away what covers it (a namespace's tmpfs): that must fail too.
+        libc.umount2(path.encode(), 2)  # MNT_DETACH
         try:
             if os.path.isdir(path):
                 got = ",".join(sorted(os.listdir(path))).encode()
@@ -41,3 +46,24 @@ def peek(paths: list[str]) -> str:
         else:
             lines.append(f"{path}: read {len(got)} bytes {got[:4096]!r}")
     return "\n".join(lines)
+
+
+# Run as an ordinary user (the work user), as a work loop that is not root: start a command
+# attempt that peeks at the paths given, and print the isolation line and what it read.
+UNPRIVILEGED_LOOP = r"""
+import json, sys
+import django
+django.setup()
+from worklife.executors import CommandExecutor
+from worklife.executors.isolation import isolation
+paths = json.loads(sys.argv[1])
+print("isolation:", isolation().describe())
+executor = CommandExecutor()
+execution = executor.start(
+    work_id=1, attempt_id=1, inputs=[{"data": {"paths": paths}}],
+    binding_settings={"argv": [sys.executable, "-c", sys.argv[2], sys.argv[3]]},
+)
+outcome = execution.wait(timeout=60)
+print(execution.output()[0])
+print("outcome:", outcome)
+"""
