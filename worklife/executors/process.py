@@ -136,6 +136,14 @@ class ChildProcess:
     def exited(self) -> int | None:
         return self.popen.poll()
 
+    def exited_within(self, timeout: float) -> bool:
+        """Whether the process exits within ``timeout`` seconds."""
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def join_readers(self, timeout: float = 2.0) -> None:
         deadline = time.monotonic() + timeout
         for thread in self._threads:

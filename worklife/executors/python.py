@@ -34,6 +34,9 @@ _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 
 logger = logging.getLogger("conduit.worklife.executors")
 
+RELEASE_WAIT = 0.05
+"""Seconds an attempt's process has to exit after its result before it is ended."""
+
 
 def binding_key(binding_settings: Mapping[str, Any]) -> str:
     """What names a binding to the worker pool: its settings (target, params, env, …) as
@@ -192,9 +195,11 @@ class PythonExecution(ProcessExecution):
         self.worker.process.kill()
 
     def release(self) -> None:
-        """The attempt's process exits after its result; what it left running ends now."""
+        """The attempt's process exits right after its result (what it left running is ended
+        with it, :class:`Containment`); one still running a moment later (its target wrote its
+        own result line and went on) is ended now."""
         self.worker.process.close_stdin()
-        if self.worker.alive or self.worker.process.containment.others():
+        if not self.worker.process.exited_within(RELEASE_WAIT):
             self.worker.process.kill()
 
 
