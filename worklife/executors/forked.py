@@ -20,7 +20,7 @@ from worklife.executors.environment import PROCESS_MARK_ENV
 from worklife.executors.output import Tail, start_reader
 from worklife.forkserver import CONTROL_FD_ENV
 
-FORK_TIMEOUT = 30.0
+FORK_TIMEOUT = 10.0
 
 
 class ForkedPopen:
@@ -129,8 +129,7 @@ class ForkServer:
             for fd in ours:
                 os.close(fd)
             raise OSError(f"the Python fork server {self.pid} did not start an attempt process")
-        pid = box[0]
-        child = self._children[pid]
+        child = box[0]
         child.stdin = os.fdopen(ours[0], "wb")
         child.stdout = os.fdopen(ours[1], "rb")
         child.stderr = os.fdopen(ours[2], "rb")
@@ -152,7 +151,7 @@ class ForkServer:
                     self._children[child.pid] = child
                     done, box = self._waiting.pop(reply["id"], (None, None))
                 if done is not None:
-                    box.append(child.pid)
+                    box.append(child)  # the object: it may exit before fork() reads it
                     done.set()
             elif reply.get("op") == "exited":
                 with self._lock:

@@ -275,8 +275,10 @@ class PythonExecutor(Executor):
             except OSError:
                 if server is None:
                     raise
+                # A server that cannot fork (its import hangs or killed it): this attempt gets
+                # an interpreter of its own, the next a new server.
                 self._drop(key, server)
-                continue
+                worker = _Worker(binding_env, key=key)
             execution = PythonExecution(attempt_id, worker)
             message = {
                 "kind": "run",
