@@ -16,15 +16,13 @@ with ``@conduit ``): ``emit``, ``wait``, ``child``, ``successor``, ``schedule``,
 and ``received`` (see :class:`Run`).
 
 This module runs in the attempt's process: it imports nothing from Django, so a target's
-process starts quickly. ``python -m worklife.child`` is a worker that runs Python targets one
-attempt at a time, each started by a ``{"kind": "run", ..., "token": T}`` line. ``T`` is the
-attempt's secret, a random value the loop makes for that attempt only and gives nowhere else
-(never in the environment): every line the worker writes for the attempt (its calls, its
-output, its result) carries ``"attempt": A, "token": T``, and the loop refuses a line whose
-attempt is not the one it runs there or whose token is not that attempt's. After each attempt
-the worker says whether it is fit to run another (``"reusable"``: the target left no thread
-running); the loop reuses a worker only for the same binding, only after an attempt that
-succeeded and left nothing running (see docs/work-engine.md).
+process starts quickly. ``python -m worklife.child`` runs one Python attempt and exits (a
+binding's fork server, :mod:`worklife.forkserver`, forks a process that does the same), started
+by a ``{"kind": "run", ..., "token": T}`` line. ``T`` is the attempt's secret, a random value
+the loop makes for that attempt only and gives nowhere else (never in the environment): every
+line the process writes for the attempt (its calls, its output, its result) carries
+``"attempt": A, "token": T``, and the loop refuses a line whose attempt is not the one it runs
+there or whose token is not that attempt's (see docs/work-engine.md).
 """
 
 from __future__ import annotations
