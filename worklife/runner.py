@@ -58,6 +58,7 @@ from worklife.executors import (
     start_attempt,
 )
 from worklife.executors.containment import lost_attempt_process_kill, pid_alive
+from worklife.executors.isolation import isolation
 from worklife.heartbeat import WorkLoopHeartbeat, heartbeat_write
 from worklife.lifecycle import UnroutedInput, work_create_successor, works_complete
 from worklife.models import (
@@ -643,6 +644,7 @@ class WorkRunner:
                 refused=self.counters.refused,
                 lost=self.counters.lost,
                 stopped=stopped,
+                isolation=isolation().describe(),
             ),
             clock=self.clock,
         )

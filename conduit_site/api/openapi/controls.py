@@ -143,7 +143,7 @@ SCHEMAS: dict[str, Any] = {
                 "roots refused in "
                 "the last hour (root_seq, refusals, kinds, last_at); work_loop: work loops' last "
                 "heartbeats (loop, at, age_seconds, slots, running, started, completed, failed, refused, "
-                "lost, stopped); parked_work: parked Work (work_id, scope, failures, last_error, "
+                "lost, stopped, isolation: what its Work cannot reach); parked_work: parked Work (work_id, scope, failures, last_error, "
                 "parked_at).",
                 "items": {"type": "object"},
             },
