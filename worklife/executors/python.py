@@ -201,6 +201,8 @@ class PythonExecution(ProcessExecution):
         self.worker.process.close_stdin()
         if not self.worker.process.exited_within(RELEASE_WAIT):
             self.worker.process.kill()
+        else:
+            self.worker.process.containment.end()  # now, not only once its watcher gets to it
 
 
 class PythonExecutor(Executor):
