@@ -15,9 +15,9 @@ runs them) on a fresh SQLite database, it
    avoid (accept, route, start the attempt, complete it: four transactions) under the same
    journal and synchronous settings.
 
-The binding's Python workers are reused from one attempt to the next (one binding: every
-attempt may reuse a worker); ``--no-reuse`` sets the binding's ``reuse: false`` (a worker
-started for each attempt), to measure what reuse saves.
+Each attempt runs in a process of its own, forked from the binding's pre-imported fork server
+(``reuse: true``, the default); ``--no-reuse`` sets the binding's ``reuse: false`` (a new
+interpreter started for each attempt), to measure what the fork server saves.
 
 ``--limits`` puts flow control on the binding (docs/flow-control.md): a concurrency limit of
 ``--slots`` and a throttle of ``--throttle`` starts per second, so every claim locks and counts
@@ -141,7 +141,7 @@ def main() -> None:
         "--synchronous", default="FULL", choices=["FULL", "NORMAL"], help="SQLite synchronous (default FULL)."
     )
     parser.add_argument(
-        "--no-reuse", action="store_true", help="A Python worker started for each attempt (reuse: false)."
+        "--no-reuse", action="store_true", help="A new interpreter started for each attempt (reuse: false)."
     )
     parser.add_argument(
         "--limits",
@@ -233,7 +233,7 @@ def main() -> None:
     floor_s = raw_floor(args.n, f"{tmp}/raw.sqlite3", args.synchronous)
     shutil.rmtree(tmp, ignore_errors=True)
     floor = args.n / floor_s
-    workers = "a worker per attempt" if args.no_reuse else "workers reused"
+    workers = "a new interpreter per attempt" if args.no_reuse else "a process forked per attempt"
     if args.limits:
         workers += f"; concurrency limit {args.slots} and throttle {args.throttle}/s on the binding"
     print(

@@ -230,6 +230,7 @@ class WorkLoopBeat(WorkLoopHeartbeat):
             f"{self.loop}: last heartbeat {self.age} ago{stopped} (running {self.running} of {self.slots} "
             f"slots; {self.started} started, {self.completed} completed, {self.failed} failed, "
             f"{self.refused} refused, {self.lost} lost)"
+            + (f"; isolation: {self.isolation}" if self.isolation else "")
         )
 
 

@@ -282,6 +282,10 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "conduit_site.errors.SecretsHiddenFilter"
 # Route handlers and executors: name -> dotted path. The built-ins are present unless a
 # deployment removes them; a user's package adds its own.
 CONDUIT_ROUTE_HANDLERS = {"match": "routing.handlers.Match"}
+# The user a Work's processes run as when the work loop runs as root (nobody unless set): with no
+# supplementary groups, in a mount namespace where var/ and the secrets folder are hidden
+# (worklife/executors/isolation.py, docs/work-engine.md).
+CONDUIT_WORK_USER = os.environ.get("CONDUIT_WORK_USER", "")
 CONDUIT_EXECUTORS = {
     "python": "worklife.executors.PythonExecutor",
     "command": "worklife.executors.CommandExecutor",

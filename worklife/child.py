@@ -16,15 +16,13 @@ with ``@conduit ``): ``emit``, ``wait``, ``child``, ``successor``, ``schedule``,
 and ``received`` (see :class:`Run`).
 
 This module runs in the attempt's process: it imports nothing from Django, so a target's
-process starts quickly. ``python -m worklife.child`` is a worker that runs Python targets one
-attempt at a time, each started by a ``{"kind": "run", ..., "token": T}`` line. ``T`` is the
-attempt's secret, a random value the loop makes for that attempt only and gives nowhere else
-(never in the environment): every line the worker writes for the attempt (its calls, its
-output, its result) carries ``"attempt": A, "token": T``, and the loop refuses a line whose
-attempt is not the one it runs there or whose token is not that attempt's. After each attempt
-the worker says whether it is fit to run another (``"reusable"``: the target left no thread
-running); the loop reuses a worker only for the same binding, only after an attempt that
-succeeded and left nothing running (see docs/work-engine.md).
+process starts quickly. ``python -m worklife.child`` runs one Python attempt and exits (a
+binding's fork server, :mod:`worklife.forkserver`, forks a process that does the same), started
+by a ``{"kind": "run", ..., "token": T}`` line. ``T`` is the attempt's secret, a random value
+the loop makes for that attempt only and gives nowhere else (never in the environment): every
+line the process writes for the attempt (its calls, its output, its result) carries
+``"attempt": A, "token": T``, and the loop refuses a line whose attempt is not the one it runs
+there or whose token is not that attempt's (see docs/work-engine.md).
 """
 
 from __future__ import annotations
@@ -295,8 +293,9 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def _worker() -> int:
-    """Run Python targets, one attempt at a time, as the loop starts them."""
+def serve_attempts(*, once: bool = False) -> int:
+    """Run Python targets, one attempt at a time, as the loop starts them (``once``: the first
+    one only, then return: a process of one attempt)."""
     call_fd = int(os.environ[CALL_FD_ENV])
     channel = _Channel(os.fdopen(call_fd, "wb", buffering=0))
     stdin = sys.stdin.buffer
@@ -387,6 +386,8 @@ def _worker() -> int:
             outcome["value"] = repr(outcome.get("value"))
         outcome["reusable"] = _threads() <= baseline
         channel.send(run._signed(outcome))
+        if once:
+            return 0
 
 
 def _import(reference: str) -> Any:
@@ -400,6 +401,7 @@ def _import(reference: str) -> Any:
 if __name__ == "__main__":
     # Run as worklife.child, not __main__: a target that imports worklife.child then catches
     # the very CallRefused its calls raise.
-    from worklife.child import _worker as worker
+    from worklife.child import serve_attempts as worker
 
-    sys.exit(worker())
+    # One attempt, then out: threads the target left end with the process.
+    os._exit(worker(once=True))

@@ -92,7 +92,8 @@ class Heartbeats[B: Beat]:
 @dataclass(frozen=True, slots=True)
 class WorkLoopHeartbeat:
     """A work loop's heartbeat: its slots, what it runs now and its counters since it started;
-    ``stopped`` once it has stopped (its last beat)."""
+    ``stopped`` once it has stopped (its last beat); ``isolation``: what its attempts' processes
+    cannot reach (:func:`worklife.executors.isolation.isolation`, ``""`` from a loop before it)."""
 
     loop: str
     at: datetime
@@ -104,6 +105,7 @@ class WorkLoopHeartbeat:
     refused: int
     lost: int
     stopped: bool
+    isolation: str = ""
 
     def value(self) -> dict[str, Any]:
         """The beat as stored."""
@@ -117,6 +119,7 @@ class WorkLoopHeartbeat:
             "refused": self.refused,
             "lost": self.lost,
             "stopped": self.stopped,
+            "isolation": self.isolation,
         }
 
     @classmethod
@@ -133,6 +136,7 @@ class WorkLoopHeartbeat:
             refused=_count(value, "refused"),
             lost=_count(value, "lost"),
             stopped=bool(value.get("stopped", False)),
+            isolation=str(value.get("isolation") or ""),
         )
 
 

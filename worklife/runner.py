@@ -58,6 +58,7 @@ from worklife.executors import (
     start_attempt,
 )
 from worklife.executors.containment import lost_attempt_process_kill, pid_alive
+from worklife.executors.isolation import isolation
 from worklife.flow import (
     flow_claim_order,
     flow_next_release,
@@ -689,6 +690,7 @@ class WorkRunner:
                 refused=self.counters.refused,
                 lost=self.counters.lost,
                 stopped=stopped,
+                isolation=isolation().describe(),
             ),
             clock=self.clock,
         )

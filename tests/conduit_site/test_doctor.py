@@ -33,6 +33,7 @@ from tests.routing.factories import UserFactory, api_token_with_secret
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router
 from tests.worklife.factories import AttemptFactory, WorkFactory, WorkInputFactory
 from worklife.attempts import attempt_fail
+from worklife.executors.isolation import isolation
 from worklife.heartbeat import HEARTBEATS_NAMESPACE as WORK_HEARTBEATS_NAMESPACE
 from worklife.lifecycle import work_cancel_in_tx
 from worklife.models import Work
@@ -422,6 +423,24 @@ def test_r23_doctor_page_shows_the_checks(client, clock, live):
     assert reverse("event-skip", args=[stuck.seq]) not in client.get(url).content.decode()
     partial = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="doctor-checks").content.decode()
     assert partial.strip().startswith('<section id="doctor-checks"')
+
+
+def test_doctor_says_what_the_work_of_each_work_loop_cannot_reach(client, clock, live, monkeypatch):
+    from conduit_site.management.commands import doctor as doctor_command
+
+    monkeypatch.setattr(doctor_command, "system_clock", clock)
+    runner = WorkRunner(clock=clock, configurations=LiveConfigurations(), slots=3, lease_seconds=30)
+    runner.step()
+    said = isolation().describe()
+    assert said.startswith("children run as nobody, in a mount namespace hiding ") or os.geteuid() != 0
+    out = io.StringIO()
+    call_command("doctor", stdout=out)
+    assert f"{runner.owner}: last heartbeat 0 s ago" in out.getvalue()
+    assert f"lost); isolation: {said}" in out.getvalue()
+    _, secret = api_token_with_secret(user__username="mon")
+    body = client.get(reverse("api-doctor"), headers={"Authorization": f"Bearer {secret}"}).json()
+    loops = next(c for c in body["checks"] if c["name"] == "work_loop")["items"]
+    assert [(beat["loop"], beat["isolation"]) for beat in loops] == [(runner.owner, said)]
 
 
 def test_doctor_cli_api_and_page_show_work_loops_and_parked_work(client, clock, live, monkeypatch):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 
@@ -273,11 +272,10 @@ def keyed(run):
     return {"key": run.idempotency_key, "env": os.environ.get("CONDUIT_IDEMPOTENCY_KEY")}
 
 
-def kills_its_loop(run):
-    """End the work loop that runs it (the worker's parent), as a target that exhausts the
-    machine's memory gets its loop killed."""
-    os.kill(os.getppid(), signal.SIGKILL)
-    time.sleep(30)
+def runs_until_its_loop_dies(run):
+    """Run far longer than any test, as a target that exhausts the machine's memory does until
+    its loop is killed (the test kills it: a Work's process cannot signal its loop)."""
+    time.sleep(60)
 
 
 def sleeps(run):
@@ -333,3 +331,39 @@ def asks_later(run):
 
 def bad_value(run):
     raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "not text")
+
+
+def spy_or_victim(run):
+    """A spy (the first input's ``role``) wraps ``json.dumps``, which its process writes every
+    line with, so that a result of any other attempt becomes ``{"FOREIGN": true}`` and the
+    line's secret is kept, and returns at once leaving no thread. A victim waits a little and
+    says what its process looks like: its own attempt, ``json.dumps``, the spy's builtin."""
+    import builtins
+    import json
+
+    if run.inputs[0]["role"] == "victim":
+        time.sleep(0.2)
+        return {
+            "attempt": run.attempt_id,
+            "json.dumps": f"{json.dumps.__module__}.{json.dumps.__qualname__}",
+            "spy": hasattr(builtins, "conduit_spy"),
+        }
+    original = json.dumps
+    builtins.conduit_spy = []
+
+    def spying(obj, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("op") == "result" and obj.get("attempt") != run.attempt_id:
+            builtins.conduit_spy.append(obj.get("token"))
+            obj = {**obj, "value": {"FOREIGN": True}}
+        return original(obj, *args, **kwargs)
+
+    json.dumps = spying
+    return "spying"
+
+
+def peeks(run):
+    """Try to read what a Work must not reach (``tests.worklife.isolationkit.PEEK``)."""
+    from tests.worklife.isolationkit import peek
+
+    print(peek(run.inputs[0]["data"]["paths"]))
+    return "peeked"

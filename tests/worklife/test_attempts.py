@@ -141,8 +141,8 @@ def test_the_idempotency_key_changes_after_a_success(clock):
 
 
 @pytest.mark.usefixtures("engine")
-def test_targets_read_the_idempotency_key_and_it_survives_a_failed_attempt(clock, loop, tmp_path):
-    marker = tmp_path / "failed-once"
+def test_targets_read_the_idempotency_key_and_it_survives_a_failed_attempt(clock, loop, work_tmp):
+    marker = work_tmp / "failed-once"
     work = work_of(send(clock, "keyed", "k", marker=str(marker)))
     step_until(loop, lambda: attempts(work) and attempts(work)[0].state == "failed")
     clock.advance(2)  # a failure of its own backs off

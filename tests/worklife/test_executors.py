@@ -301,9 +301,27 @@ def test_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_anothe
         other, outcome = run_target(executor, 802, {"target": "tests.worklife.targets:reports_patches"})
         assert outcome.result == {"json.dumps": "json.dumps", "spy": False}
         assert other.pid != patched.pid
-        # The same binding's next Work does run in the worker (that is the reuse it pays for).
-        again, outcome = run_target(executor, 803, patching)
-        assert outcome.ok and again.pid == patched.pid
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize("reuse", [True, False], ids=["forked", "new-interpreter"])
+def test_a_spy_target_cannot_touch_the_next_attempt_of_its_own_binding(caplog, reuse):
+    """A target that wraps json.dumps (which its process writes every line with) to rewrite any
+    other attempt's result and keep its secret: the next attempt of the same binding runs in a
+    fresh process, completes with its own result, and sees json.dumps as it was."""
+    executor = PythonExecutor()
+    settings = {"target": "tests.worklife.targets:spy_or_victim", "reuse": reuse}
+    try:
+        with caplog.at_level(logging.WARNING, logger="conduit.worklife.executors"):
+            spy, outcome = run_target(executor, 951, settings, [{"role": "spy"}])
+            assert (outcome.ok, outcome.result) == (True, "spying")
+            victims = [run_target(executor, 952 + n, settings, [{"role": "victim"}]) for n in range(3)]
+        for n, (_, outcome) in enumerate(victims):
+            assert outcome.ok
+            assert outcome.result == {"attempt": 952 + n, "json.dumps": "json.dumps", "spy": False}
+        assert len({spy.pid, *(victim.pid for victim, _ in victims)}) == 4
+        assert [r for r in caplog.records if r.msg == "python.line_refused"] == []
     finally:
         executor.close()
 
@@ -311,12 +329,12 @@ def test_a_target_that_patches_json_dumps_does_not_reach_the_next_work_of_anothe
 # What the loop's log says of the lines each forger wrote: (attempt claimed, attempt running).
 FORGERIES = {
     "unsigned": [(901, 901, "bad token")] * 3,
-    # The line for the next attempt died with the forger's worker (not reused: its target left
-    # a thread running) before it was read.
+    # The line for the next attempt died with the forger's process (it exits after its result)
+    # before it was written.
     "next_only": [],
-    # Signed with its own secret, the forger completed its own attempt (its own to complete)
-    # and the loop reused its worker; the next attempt's secret it never had.
-    "own_then_next": [(902, 902, "bad token"), (901, 902, "another attempt")],
+    # Signed with its own secret, the forger completed its own attempt (its own to complete);
+    # its process was ended before it wrote for the next one, which it never shared anyway.
+    "own_then_next": [],
 }
 
 
@@ -341,39 +359,37 @@ def test_a_forged_result_completes_neither_its_attempt_nor_the_next(caplog, mode
             )
             outcome = victim.wait(timeout=30)
             assert outcome is not None and (outcome.ok, outcome.result) == (True, "victim's own")
-            assert (victim.pid == forger.pid) is (mode == "own_then_next")
+            assert victim.pid != forger.pid
             victim.release()
         refused = [r for r in caplog.records if r.msg == "python.line_refused"]
         assert [(r.claimed_attempt, r.current_attempt, r.reason) for r in refused] == FORGERIES[mode]
         after = executor.start(
             work_id=3, attempt_id=903, binding_settings=settings, inputs=[{"role": "victim"}]
         )
-        assert after.pid != forger.pid  # a worker that wrote a forged line is never reused
+        assert after.pid != forger.pid
         after.wait(timeout=30)
     finally:
         executor.close()
 
 
-def test_a_worker_is_replaced_after_a_failed_attempt_and_when_its_target_leaves_a_thread():
+def test_every_attempt_runs_in_a_process_of_its_own_whatever_the_last_one_did():
     executor = PythonExecutor()
     try:
         failed, outcome = run_target(executor, 811, {"target": "tests.worklife.ext_executors:boom"})
         assert not outcome.ok
         after, _ = run_target(executor, 812, {"target": "tests.worklife.ext_executors:boom"})
-        assert after.pid != failed.pid
         threads = {"target": "tests.worklife.targets:leaves_a_thread"}
         left, outcome = run_target(executor, 813, threads)
         assert outcome.ok
         next_one, _ = run_target(executor, 814, threads)
-        assert next_one.pid != left.pid
         plain = {"target": "tests.worklife.targets:noop"}
         first, _ = run_target(executor, 815, plain)
         second, _ = run_target(executor, 816, plain)
-        assert second.pid == first.pid  # succeeded, nothing left: reused
         never = {**plain, "reuse": False}
         third, _ = run_target(executor, 817, never)
         fourth, _ = run_target(executor, 818, never)
-        assert len({first.pid, third.pid, fourth.pid}) == 3
+        runs = [failed, after, left, next_one, first, second, third, fourth]
+        assert len({run.pid for run in runs}) == len(runs)
         assert list(PythonExecutor.validate_settings({**plain, "reuse": "no"})) == [
             ("reuse", "expected true or false, got 'no'")
         ]

@@ -11,6 +11,7 @@ from causal.models import KV
 from routing.engine.configurations import LiveConfigurations
 from tests.causal.factories import KVFactory
 from tests.worklife.factories import T0
+from worklife.executors.isolation import isolation
 from worklife.heartbeat import (
     HEARTBEATS_NAMESPACE,
     WorkLoopHeartbeat,
@@ -58,6 +59,7 @@ def test_a_work_loop_beat_keeps_the_json_keys_running_loops_and_stored_rows_read
         "refused": 0,
         "lost": 0,
         "stopped": True,
+        "isolation": isolation().describe(),
     }
     beat = WorkLoopHeartbeat(
         loop="host:1:abc",

@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from worklife.executors.environment import PROCESS_MARK_ENV
+from worklife.executors.isolation import isolation
 
 logger = logging.getLogger(__name__)
 
@@ -205,10 +206,13 @@ def _marked_processes(needle: bytes, leader: int | None) -> set[int]:
             if fields[0] in (b"Z", b"X"):
                 continue  # dead already: its parent reaps it
             parent, group = int(fields[1]), int(fields[2])
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                environ = handle.read()
         except (OSError, ValueError, IndexError):
             continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            environ = b""  # an undumpable process (a forked Python attempt): found by its tree
         parents[pid] = parent
         if (needle in environ and needle in environ.split(b"\0")) or (
             leader is not None and (pid == leader or group == leader)
@@ -270,20 +274,27 @@ class Containment:
         return "cgroup" if self.cgroup else "marker"
 
     def spawn(self, popen: Callable[..., subprocess.Popen]) -> subprocess.Popen:
-        """Start the process with ``popen(preexec_fn=...)``, inside the cgroup if there is one."""
+        """Start the process with ``popen(preexec_fn=...)``, inside the cgroup if there is one,
+        isolated as :func:`~worklife.executors.isolation.isolation` says."""
+        plan = isolation()
         if self.cgroup is None:
-            return popen(preexec_fn=None)
-        fd = os.open(os.path.join(self.cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+            return popen(preexec_fn=plan.preexec())
+        fd = self.procs_fd()
         try:
-            # Only a write in the child before exec (nothing that could take a lock).
-            return popen(preexec_fn=lambda: os.write(fd, b"0"))
+            # Joins the cgroup first (as the loop's user still), then isolates.
+            return popen(preexec_fn=plan.preexec(lambda: os.write(fd, b"0")))
         except subprocess.SubprocessError as exc:
             _cgroup_remove(self.cgroup)
             self.cgroup = None
             _cgroups_broken(f"a child cannot join its cgroup: {exc}")
-            return popen(preexec_fn=None)
+            return popen(preexec_fn=plan.preexec())
         finally:
             os.close(fd)
+
+    def procs_fd(self) -> int:
+        """The cgroup's ``cgroup.procs`` open for writing (a process joins by writing ``0``)."""
+        assert self.cgroup is not None
+        return os.open(os.path.join(self.cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
 
     def started(self, popen: subprocess.Popen) -> None:
         self.leader = popen.pid
@@ -309,6 +320,11 @@ class Containment:
                 os.killpg(leader, signal.SIGKILL)
         # Also what left the cgroup (a privileged child can): the mark and the tree.
         _end_marked(self.needle, leader)
+
+    def remove(self) -> None:
+        """Once the leader has exited: remove the cgroup (ending what is left in it)."""
+        if self.cgroup is not None:
+            _cgroup_remove(self.cgroup)
 
     def end(self) -> None:
         """Once the leader has exited: end what it left running, remove the cgroup."""
@@ -338,17 +354,19 @@ def pid_alive(pid: str) -> bool:
 
 def lost_attempt_process_kill(pid: int, attempt_id: int) -> None:
     """End the process group of a lost attempt of this host, if the process is still the
-    attempt's (its environment names the attempt, or it is a Python worker)."""
+    attempt's (its environment names the attempt, or it is a Python attempt's process)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environ = handle.read()
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             cmdline = handle.read()
     except OSError:
         return
-    if (
-        f"CONDUIT_ATTEMPT_ID={attempt_id}".encode() not in environ.split(b"\0")
-        and b"worklife.child" not in cmdline
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        environ = b""  # a Python attempt's process is undumpable: its command line says what it is
+    if f"CONDUIT_ATTEMPT_ID={attempt_id}".encode() not in environ.split(b"\0") and not any(
+        module in cmdline for module in (b"worklife.child", b"worklife.forkserver")
     ):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):

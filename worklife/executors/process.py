@@ -16,6 +16,7 @@ from worklife.child import CALL_FD_ENV
 from worklife.executors.base import Execution, Outcome
 from worklife.executors.containment import Containment
 from worklife.executors.environment import PROCESS_MARK_ENV
+from worklife.executors.forked import ForkedPopen, ForkServer
 from worklife.executors.output import (
     PENDING_CALLS,
     Tail,
@@ -41,36 +42,41 @@ class ChildProcess:
         on_stdout: Callable[[bytes], None],
         on_overlong: Callable[[int], None],
         calls_on_stdout: bool = False,
+        server: ForkServer | None = None,
     ) -> None:
-        read_fd, write_fd = os.pipe()
-        os.set_inheritable(write_fd, True)
         self.containment = Containment()
-        full_env = {**env, CALL_FD_ENV: str(write_fd), PROCESS_MARK_ENV: self.containment.mark}
-        try:
-            self.popen = self.containment.spawn(
-                partial(
-                    subprocess.Popen,
-                    list(argv),
-                    cwd=cwd,
-                    env=full_env,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    pass_fds=(write_fd,),
-                    start_new_session=True,  # its own process group (signals reach its children)
+        if server is not None:
+            self.popen = self._fork(server, env)
+            call_stream = self.popen.calls
+        else:
+            read_fd, write_fd = os.pipe()
+            os.set_inheritable(write_fd, True)
+            full_env = {**env, CALL_FD_ENV: str(write_fd), PROCESS_MARK_ENV: self.containment.mark}
+            try:
+                self.popen = self.containment.spawn(
+                    partial(
+                        subprocess.Popen,
+                        list(argv),
+                        cwd=cwd,
+                        env=full_env,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        pass_fds=(write_fd,),
+                        start_new_session=True,  # its own process group (signals reach its children)
+                    )
                 )
-            )
-        except BaseException:
-            os.close(read_fd)
-            self.containment.end()
-            raise
-        finally:
-            os.close(write_fd)
+            except BaseException:
+                os.close(read_fd)
+                self.containment.end()
+                raise
+            finally:
+                os.close(write_fd)
+            call_stream = os.fdopen(read_fd, "rb")
         self.containment.started(self.popen)
         self.pid = self.popen.pid
         self._stdin_lock = threading.Lock()
         self.stderr = Tail()
-        call_stream = os.fdopen(read_fd, "rb")
         call_limit = call_line_limit()
         self._threads = [
             start_reader(
@@ -91,6 +97,19 @@ class ChildProcess:
             ),
             start_reader(f"conduit-stderr-{self.pid}", self.popen.stderr, self.stderr.add),
         ]
+
+    def _fork(self, server: ForkServer, env: Mapping[str, str]) -> ForkedPopen:
+        """The process forked by ``server`` (a Python binding's fork server), in this
+        containment's cgroup when there is one."""
+        cgroup_fd = self.containment.procs_fd() if self.containment.cgroup is not None else None
+        try:
+            return server.fork({**env, PROCESS_MARK_ENV: self.containment.mark}, cgroup_fd=cgroup_fd)
+        except BaseException:
+            self.containment.end()
+            raise
+        finally:
+            if cgroup_fd is not None:
+                os.close(cgroup_fd)
 
     def send(self, message: dict) -> bool:
         line = (json.dumps(message, default=str) + "\n").encode("utf-8")
@@ -116,6 +135,14 @@ class ChildProcess:
 
     def exited(self) -> int | None:
         return self.popen.poll()
+
+    def exited_within(self, timeout: float) -> bool:
+        """Whether the process exits within ``timeout`` seconds."""
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def join_readers(self, timeout: float = 2.0) -> None:
         deadline = time.monotonic() + timeout

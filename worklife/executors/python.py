@@ -1,6 +1,6 @@
-"""The ``python`` executor: a target function called with ``run`` in a worker process, reused
-only for the same binding after an attempt that succeeded and left nothing running; every line
-a worker writes for an attempt carries that attempt's id and secret."""
+"""The ``python`` executor: a target function called with ``run`` in a process of its own per
+attempt, forked from its binding's pre-imported fork server (or, with ``reuse: false``, a new
+interpreter); every line the process writes carries its attempt's id and secret."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from worklife.executors.base import (
     unknown_settings,
 )
 from worklife.executors.environment import env_of_binding, env_setting_problems, inherited_environment
+from worklife.executors.forked import ForkServer
 from worklife.executors.process import ChildProcess, ProcessExecution, overlong_error, parse_call
 
 # --- PythonExecutor ----------------------------------------------------------------------
@@ -34,6 +34,9 @@ _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 
 logger = logging.getLogger("conduit.worklife.executors")
 
+RELEASE_WAIT = 0.05
+"""Seconds an attempt's process has to exit after its result before it is ended."""
+
 
 def binding_key(binding_settings: Mapping[str, Any]) -> str:
     """What names a binding to the worker pool: its settings (target, params, env, …) as
@@ -41,29 +44,41 @@ def binding_key(binding_settings: Mapping[str, Any]) -> str:
     return json.dumps(binding_settings, sort_keys=True, separators=(",", ":"), default=str)
 
 
-class _Worker:
-    """A ``python -m worklife.child`` process that runs Python targets one attempt at a time,
-    all of one binding (``key``)."""
+def worker_environment(binding_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a binding's worker processes: the allow-list, the binding's ``env``,
+    and ``PYTHONPATH`` so that they import ``worklife.child`` and the targets from where this
+    loop imports them (the project, its virtualenv): the binding's, then the loop's."""
+    env = {**inherited_environment(), **binding_env}
+    paths = [binding_env.get("PYTHONPATH", ""), *sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
-    def __init__(self, binding_env: Mapping[str, str] | None = None, *, key: str = "") -> None:
+
+def project_directory() -> str | None:
+    return str(getattr(django_settings, "BASE_DIR", "") or "") or None
+
+
+class _Worker:
+    """The process of one attempt of a Python target: forked by its binding's fork server
+    (``server``), or, without one, a ``python -m worklife.child`` of its own."""
+
+    def __init__(
+        self, binding_env: Mapping[str, str] | None = None, *, key: str = "", server: ForkServer | None = None
+    ) -> None:
         self.current: PythonExecution | None = None
         self.key = key
-        # Set when the worker wrote a line for no attempt it runs: never reused again.
+        # Set when the worker wrote a line for no attempt it runs.
         self.tainted = False
         self.binding_env = dict(binding_env or {})
-        env = {**inherited_environment(), **self.binding_env}
-        # The worker imports ``worklife.child`` and the targets from where this loop imports
-        # them (the project, its virtualenv): the loop's own import path, after the binding's.
-        paths = [self.binding_env.get("PYTHONPATH", ""), *sys.path]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        env["PYTHONUNBUFFERED"] = "1"
         self.process = ChildProcess(
             [sys.executable, "-m", "worklife.child"],
-            env=env,
-            cwd=str(getattr(django_settings, "BASE_DIR", "") or "") or None,
+            env=server.env if server is not None else worker_environment(self.binding_env),
+            cwd=project_directory(),
             on_call=self._on_call,
             on_stdout=self._on_stdout,
             on_overlong=self._on_overlong,
+            server=server,
         )
         self.pid = self.process.pid
         self._watcher = threading.Thread(target=self._watch, name=f"conduit-worker-{self.pid}", daemon=True)
@@ -82,15 +97,13 @@ class _Worker:
             if message.get("traceback"):
                 execution.stderr.add(message["traceback"].encode("utf-8", errors="replace"))
             self.current = None
-            execution._worker_fit = message.get("reusable") is True
             execution._finish(_outcome(message, error))
             return
         execution._call(message)
 
     def _refuse(self, message: dict, execution: PythonExecution | None) -> None:
-        """A line for an attempt this worker does not run now, or without that attempt's secret
-        (a target forging another attempt's result or calls, or code an earlier attempt left
-        running): refused, logged, and the worker is not reused."""
+        """A line for an attempt this process does not run now, or without that attempt's
+        secret (a target forging another attempt's result or calls): refused and logged."""
         self.tainted = True
         claimed = message.get("attempt")
         logger.warning(
@@ -116,7 +129,6 @@ class _Worker:
         target may be waiting for an answer that cannot come)."""
         execution, self.current = self.current, None
         if execution is not None:
-            execution._tainted = True
             execution._finish(Outcome(ok=False, error=overlong_error(limit)))
         self.process.kill()
 
@@ -151,16 +163,12 @@ class _Worker:
 class PythonExecution(ProcessExecution):
     """An attempt of a Python target, run by a worker process of its own."""
 
-    def __init__(self, attempt_id: int, worker: _Worker, pool: PythonExecutor, *, reuse: bool = True) -> None:
+    def __init__(self, attempt_id: int, worker: _Worker) -> None:
         super().__init__(attempt_id)
         self.worker = worker
         self.pid = worker.pid
-        self._pool = pool
-        self._tainted = not reuse
-        # The attempt's secret, given to its worker in the run line only.
+        # The attempt's secret, given to its process in the run line only.
         self.token = secrets.token_hex(16)
-        # The worker said, with the result, that the target left no thread behind.
-        self._worker_fit = False
 
     def owns(self, message: dict) -> bool:
         """Whether a line the worker wrote is this attempt's: its id and its secret."""
@@ -178,50 +186,53 @@ class PythonExecution(ProcessExecution):
         return all(self.worker.process.send({"kind": "input", "event": e, "injected": True}) for e in events)
 
     def send_interrupt(self, reason: str) -> bool:
-        self._tainted = True  # an interrupted target may leave state behind: not reused
         return self.worker.process.send({"kind": "interrupt", "reason": reason})
 
     def signal(self, signum: int) -> None:
-        self._tainted = True
         self.worker.process.signal(signum)
 
     def kill(self) -> None:
-        self._tainted = True
         self.worker.process.kill()
 
     def release(self) -> None:
-        outcome = self.poll()
-        # Reused only after an attempt that succeeded, was never interrupted or ended, and
-        # whose target left no thread (nor process: _give_back) behind.
-        fit = outcome is not None and outcome.ok and self._worker_fit and not self._tainted
-        self._pool._give_back(self.worker, reusable=fit)
+        """The attempt's process exits right after its result (what it left running is ended
+        with it, :class:`Containment`); one still running a moment later (its target wrote its
+        own result line and went on) is ended now."""
+        self.worker.process.close_stdin()
+        if not self.worker.process.exited_within(RELEASE_WAIT):
+            self.worker.process.kill()
+        else:
+            self.worker.process.containment.end()  # now, not only once its watcher gets to it
 
 
 class PythonExecutor(Executor):
-    """Runs a Python function in a worker process: settings ``{"target": "module:function"}``
-    (plus ``params``, a mapping the function reads as ``run.params``, ``env``, variables added
-    to the worker's environment, ``timeout``, ``interrupt_grace`` and ``emit_sources``).
+    """Runs a Python function in a process of its own per attempt: settings
+    ``{"target": "module:function"}`` (plus ``params``, a mapping the function reads as
+    ``run.params``, ``env``, variables added to the process's environment, ``reuse``,
+    ``timeout``, ``interrupt_grace`` and ``emit_sources``).
 
-    The worker's environment is built, never inherited: the allow-list of the loop's own
+    The environment is built, never inherited: the allow-list of the loop's own
     (:data:`ENV_ALLOWED`), the binding's ``env``, ``PYTHONPATH`` (the binding's, then the
-    loop's import path, so the worker imports what the loop imports) and, while an attempt
+    loop's import path, so the process imports what the loop imports) and, while an attempt
     runs, ``CONDUIT_WORK_ID``, ``CONDUIT_ATTEMPT_ID``, ``CONDUIT_IDEMPOTENCY_KEY`` and
     ``TRACEPARENT`` (the triggering Event's, also ``run.traceparent``, when its sender gave
     one).
 
-    The function is called with a :class:`worklife.child.Run`. A worker runs the next attempt
-    (no start-up cost) only of the same binding (the same settings: :func:`binding_key`), and
-    only after an attempt that succeeded and left no thread or process running; one whose
-    attempt failed, was interrupted, timed out or was cancelled, or that wrote a line for
-    another attempt or without its attempt's secret, is ended. ``reuse: false`` gives every
-    attempt of the binding a worker of its own. Implements ``inject`` (input the function reads
-    with ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
+    The function is called with a :class:`worklife.child.Run`. Every attempt runs in a process
+    of its own, which exits after its result: nothing of one attempt (a patched module, a
+    thread, its secret) reaches another. By default (``reuse: true``) a binding (the same
+    settings: :func:`binding_key`) keeps a fork server that imported ``worklife.child`` and the
+    target's module once, and each attempt's process is forked from it (no interpreter start,
+    no imports); ``reuse: false`` starts a new interpreter for each attempt (the target's
+    module imported afresh each time). Implements ``inject`` (input the function reads with
+    ``run.receive()``) and ``interrupt`` (sets ``run.interrupted``).
     """
 
-    IDLE_WORKERS = 16
+    SERVERS = 16
+    """Fork servers kept (one per binding); past this the one used least lately ends."""
 
     def __init__(self) -> None:
-        self._idle: list[_Worker] = []
+        self._servers: dict[str, ForkServer] = {}
         self._runs: dict[int, PythonExecution] = {}
         self._lock = threading.Lock()
 
@@ -254,15 +265,23 @@ class PythonExecutor(Executor):
         traceparent: str = "",
         idempotency_key: str = "",
     ) -> PythonExecution:
-        """Run the target on an idle worker of the same binding (or a new one) with the first
-        inputs and the attempt's secret."""
+        """Start the attempt's process (forked from the binding's server, or a new one) and
+        give it the target, the first inputs and the attempt's secret."""
         binding_env = env_of_binding(binding_settings)
         key = binding_key(binding_settings)
         reuse = binding_settings.get("reuse", True) is not False
         for _ in range(3):
-            worker = self._take(key) if reuse else None
-            worker = worker or _Worker(binding_env, key=key)
-            execution = PythonExecution(attempt_id, worker, self, reuse=reuse)
+            server = self._server(key, binding_env, str(binding_settings["target"])) if reuse else None
+            try:
+                worker = _Worker(binding_env, key=key, server=server)
+            except OSError:
+                if server is None:
+                    raise
+                # A server that cannot fork (its import hangs or killed it): this attempt gets
+                # an interpreter of its own, the next a new server.
+                self._drop(key, server)
+                worker = _Worker(binding_env, key=key)
+            execution = PythonExecution(attempt_id, worker)
             message = {
                 "kind": "run",
                 "target": binding_settings["target"],
@@ -280,7 +299,7 @@ class PythonExecutor(Executor):
                     self._runs[attempt_id] = execution
                 return execution
             worker.process.kill()
-        raise OSError("could not start a Python worker process")
+        raise OSError("could not start a Python attempt process")
 
     def inject(self, *, attempt_id: int, inputs: Sequence[Any]) -> None:
         """Hand more input to a running attempt, in order."""
@@ -293,41 +312,33 @@ class PythonExecutor(Executor):
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.process.close_stdin()
-            worker.process.signal(signal.SIGTERM)
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.close()
 
-    def _take(self, key: str) -> _Worker | None:
-        """An idle worker that ran attempts of the binding ``key`` only (its environment is the
-        binding's), or ``None``."""
+    def _server(self, key: str, binding_env: Mapping[str, str], target: str) -> ForkServer:
+        """The binding's fork server (started on its first attempt)."""
         with self._lock:
-            for index in range(len(self._idle) - 1, -1, -1):
-                worker = self._idle[index]
-                if not worker.alive or worker.tainted:
-                    del self._idle[index]
-                elif worker.key == key:
-                    del self._idle[index]
-                    return worker
-        return None
+            server = self._servers.pop(key, None)
+            if server is not None and server.alive:
+                self._servers[key] = server  # the most recently used last
+                return server
+        fresh = ForkServer(
+            worker_environment(binding_env), module=target.partition(":")[0], cwd=project_directory()
+        )
+        with self._lock:
+            self._servers[key] = fresh
+            idle = [k for k, s in self._servers.items() if k != key and not s.busy]
+            ended = [self._servers.pop(k) for k in idle[: max(0, len(self._servers) - self.SERVERS)]]
+        for old in [*ended, *([server] if server is not None else [])]:
+            old.close()
+        return fresh
 
-    def _give_back(self, worker: _Worker, *, reusable: bool) -> None:
-        # A worker whose attempt left a process running is not reused: it is ended with it.
-        if (
-            reusable
-            and not worker.tainted
-            and worker.alive
-            and worker.current is None
-            and not worker.process.containment.others()
-        ):
-            with self._lock:
-                self._idle.append(worker)
-                # Past the bound, the worker idle longest goes (its binding ran least lately).
-                worker = self._idle.pop(0) if len(self._idle) > self.IDLE_WORKERS else None
-            if worker is None:
-                return
-        worker.process.close_stdin()
-        worker.process.kill()
+    def _drop(self, key: str, server: ForkServer) -> None:
+        with self._lock:
+            if self._servers.get(key) is server:
+                del self._servers[key]
+        server.close()
 
     def _running(self, attempt_id: int) -> PythonExecution:
         with self._lock:

@@ -120,8 +120,9 @@ SCHEMAS: dict[str, Any] = {
                 "roots refused in "
                 "the last hour (root_seq, refusals, kinds, last_at); work_loop: work loops' last "
                 "heartbeats (loop, at, age_seconds, slots, running, started, completed, failed, refused, "
-                "lost, stopped); parked_work: parked Work (work_id, scope, failures, last_error, "
-                "parked_at); pauses: the pauses in force (kind, scope, name, line, until).",
+                "lost, stopped, isolation: what its Work cannot reach); parked_work: parked Work (work_id, "
+                "scope, failures, last_error, parked_at); pauses: the pauses in force (kind, scope, name, "
+                "line, until).",
                 "items": {"type": "object"},
             },
         },

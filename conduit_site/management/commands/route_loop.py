@@ -20,6 +20,7 @@ from infra.wakeup import ACCEPTED, Listener
 from infra.words import counted
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
+from worklife.executors.isolation import make_undumpable
 
 logger = logging.getLogger("conduit.routing")
 
@@ -88,6 +89,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # Its environment holds the server's secrets: a Work's process of the same user (a work
+        # loop not run as root) may not read it (worklife/executors/isolation.py).
+        make_undumpable()
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         if options["call_timeout"] is not None and options["call_timeout"] <= 0:

@@ -19,6 +19,7 @@ from causal.clock import system_clock
 from conduit_site.supervision.restarts import restart_record
 from conduit_site.supervision.supervisor import START_ATTEMPTS, STARTUP_SECONDS, Child, Supervisor
 from infra import metrics
+from worklife.executors.isolation import make_undumpable
 
 ASGI_APPLICATION = "conduit_site.asgi:application"
 # daphne's command line with request bodies bounded before they are read (conduit_site/edge.py).
@@ -181,6 +182,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
+        # Its environment holds the server's secrets: a Work's process of the same user (a work
+        # loop not run as root) may not read it (worklife/executors/isolation.py).
+        make_undumpable()
         host: str = options["host"].strip()
         port: int = options["port"]
         if not host:

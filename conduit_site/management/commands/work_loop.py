@@ -14,6 +14,7 @@ from infra.connections import database_wait
 from infra.words import counted
 from routing.engine.configurations import LiveConfigurations
 from routing.engine.live import publish_routed
+from worklife.executors.isolation import isolation, make_undumpable
 from worklife.runner import WorkRunner
 
 
@@ -68,6 +69,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # Its environment holds the server's secrets: no process of its user may read it.
+        make_undumpable()
         if options["slots"] < 1:
             raise CommandError("--slots must be at least 1")
         if options["wait_slots"] is not None and options["wait_slots"] < 0:
@@ -109,7 +112,8 @@ class Command(BaseCommand):
             else:
                 announce(
                     self.stdout,
-                    f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}",
+                    f"work_loop {runner.owner} started with {counted(runner.slots, 'slots')}; "
+                    f"isolation: {isolation().describe()}",
                     owner=runner.owner,
                     slots=runner.slots,
                 )

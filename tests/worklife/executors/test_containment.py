@@ -65,8 +65,8 @@ def command(script: str, pidfile) -> dict:
     return {"argv": ["sh", "-c", script], "env": {"PIDFILE": str(pidfile)}}
 
 
-def test_ending_a_command_ends_the_daemon_it_started_with_setsid(mechanism, tmp_path):
-    pidfile = tmp_path / "daemon.pid"
+def test_ending_a_command_ends_the_daemon_it_started_with_setsid(mechanism, work_tmp):
+    pidfile = work_tmp / "daemon.pid"
     execution = CommandExecutor().start(
         work_id=1,
         attempt_id=601,
@@ -81,8 +81,8 @@ def test_ending_a_command_ends_the_daemon_it_started_with_setsid(mechanism, tmp_
     assert ended(daemon) and ended(execution.pid)
 
 
-def test_a_command_that_exits_leaves_nothing_running(mechanism, tmp_path):
-    pidfile = tmp_path / "daemon.pid"
+def test_a_command_that_exits_leaves_nothing_running(mechanism, work_tmp):
+    pidfile = work_tmp / "daemon.pid"
     script = f'{SETSID_DAEMON} while [ ! -s "$PIDFILE" ]; do sleep 0.02; done; exit 0'
     execution = CommandExecutor().start(
         work_id=1, attempt_id=602, binding_settings=command(script, pidfile), inputs=[]
@@ -92,8 +92,8 @@ def test_a_command_that_exits_leaves_nothing_running(mechanism, tmp_path):
     assert ended(pid_in(pidfile))
 
 
-def test_ending_a_python_attempt_ends_the_daemon_its_target_started(mechanism, tmp_path):
-    pidfile = tmp_path / "daemon.pid"
+def test_ending_a_python_attempt_ends_the_daemon_its_target_started(mechanism, work_tmp):
+    pidfile = work_tmp / "daemon.pid"
     executor = PythonExecutor()
     try:
         execution = executor.start(
@@ -115,10 +115,10 @@ def test_ending_a_python_attempt_ends_the_daemon_its_target_started(mechanism, t
         executor.close()
 
 
-def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_not_reused(
-    mechanism, tmp_path
+def test_a_python_attempt_that_returns_leaves_nothing_running_and_the_next_runs_in_a_new_process(
+    mechanism, work_tmp
 ):
-    pidfile = tmp_path / "daemon.pid"
+    pidfile = work_tmp / "daemon.pid"
     executor = PythonExecutor()
     settings = {
         "target": "tests.worklife.targets:leaves_a_daemon",
@@ -128,7 +128,7 @@ def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_
         execution = executor.start(work_id=1, attempt_id=604, binding_settings=settings, inputs=[])
         outcome = execution.wait(timeout=10)
         assert outcome is not None and outcome.ok, outcome
-        execution.release()  # the loop gives the worker back once the outcome is in
+        execution.release()  # as the loop does once the outcome is in
         assert ended(outcome.result) and ended(execution.pid)
         pidfile.unlink()
         clean = executor.start(
@@ -140,16 +140,16 @@ def test_a_python_attempt_that_returns_leaves_nothing_running_and_its_worker_is_
         again = executor.start(
             work_id=1, attempt_id=606, binding_settings={"target": "tests.worklife.targets:noop"}, inputs=[]
         )
-        assert again.pid == clean.pid  # a worker with nothing left behind is reused
-        again.wait(timeout=10)
+        assert again.pid not in (clean.pid, execution.pid)  # a process of its own, every attempt
+        assert again.wait(timeout=10).ok
     finally:
         executor.close()
 
 
-def test_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(tmp_path):
+def test_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(work_tmp):
     if containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
-    pidfile = tmp_path / "daemon.pid"
+    pidfile = work_tmp / "daemon.pid"
     execution = CommandExecutor().start(
         work_id=1,
         attempt_id=607,
@@ -166,14 +166,14 @@ def test_with_cgroups_even_a_double_forked_daemon_without_the_mark_ends(tmp_path
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cancelling_the_work_ends_the_daemon_its_command_started(clock, test_handlers, tmp_path):
+def test_cancelling_the_work_ends_the_daemon_its_command_started(clock, test_handlers, work_tmp):
     """Through the work loop: an operator's cancel ends the attempt, and with it the daemon."""
     from tests.routing.routerkit import accept, apply, router
     from tests.worklife.enginekit import runner, step_until
     from worklife.lifecycle import work_cancel_in_tx
     from worklife.models import Attempt, Work
 
-    pidfile = tmp_path / "daemon.pid"
+    pidfile = work_tmp / "daemon.pid"
     binding = {"executor": "command", "settings": command(f"{SETSID_DAEMON} echo started; wait", pidfile)}
     route = {
         "slot": "daemon",
@@ -221,10 +221,10 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monkeypatch, tmp_path):
+def test_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monkeypatch, work_tmp):
     if containment.containment_mechanism() != "cgroup":
         pytest.skip("this machine offers no writable cgroup v2 to this process")
-    pidfile = tmp_path / "daemon.pid"
+    pidfile = work_tmp / "daemon.pid"
     dying = subprocess.run(
         [sys.executable, "-c", DYING_LOOP, f"{SETSID_DAEMON} wait", str(pidfile)],
         cwd=settings.BASE_DIR,

@@ -78,8 +78,8 @@ def test_a_python_target_gets_the_allow_list_its_binding_env_and_still_imports(s
         assert_contained(env, server_environment, also={"PYTHONPATH", "PYTHONUNBUFFERED"})
         assert env["CONDUIT_WORK_ID"] == "6" and env["CONDUIT_ATTEMPT_ID"] == "60"
         execution.release()
-        # A worker kept for reuse runs the next attempt with that attempt's ids; a binding
-        # with another env gets a worker of its own.
+        # The next attempt's process, forked from the binding's server, has that attempt's
+        # ids; a binding with another env gets a server of its own.
         again = executor.start(
             work_id=7,
             attempt_id=70,
@@ -87,7 +87,7 @@ def test_a_python_target_gets_the_allow_list_its_binding_env_and_still_imports(s
             inputs=[],
         )
         assert again.wait(timeout=30).result["CONDUIT_ATTEMPT_ID"] == "70"
-        assert again.pid == execution.pid
+        assert again.pid != execution.pid
         again.release()
         other = executor.start(
             work_id=8,
