@@ -518,3 +518,68 @@ def test_r44_input_for_existing_work_carries_its_route_keys_and_evaluation_whate
     assert (failed.effect, failed.work_id, failed.keys) == (Effect.ERROR, 7, ("k:1",))
     unmatched = decide(event=with_keys(), evaluation=nothing_matched(), scope=scope_with(), world=world)
     assert (unmatched.effect, unmatched.work_id, unmatched.keys) == (Effect.UNMATCHED, 7, ("k:1",))
+
+
+# --- R11, R32, R34: input for a running attempt -------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["inject", "interrupt"])
+def test_r32_input_the_running_attempt_can_take_becomes_its_intent(policy):
+    chosen = route(policy)
+    work = running_work()
+    evaluation = matched(chosen)
+    decision = decide(
+        event=with_keys(("k:new",)),
+        evaluation=evaluation,
+        scope=scope_with(chosen),
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.reason, decision.work_id, decision.binding) == (
+        policy,
+        "matched",
+        7,
+        "triage",
+    )
+    assert (decision.input_kind, decision.intent_kind, decision.intent_attempt) == (
+        policy,
+        policy,
+        work.active_attempt,
+    )
+    assert (decision.attach_keys, decision.keys, decision.route) == (("k:new",), ("k:new", "k:1"), "r")
+    assert decision.evaluation is evaluation
+
+
+FALLBACKS = [
+    pytest.param("queue", Effect.QUEUE, "fallback queue: ", id="queue"),
+    pytest.param("drop", Effect.DROP, "fallback drop: ", id="drop"),
+    pytest.param("", Effect.HELD, "held until the attempt ends: ", id="held"),
+]
+
+
+@pytest.mark.parametrize(("fallback", "effect", "prefix"), FALLBACKS)
+@pytest.mark.parametrize(
+    ("running", "why"),
+    [
+        pytest.param(
+            attempt(binding="plain"), "attempt runs binding plain, route selects triage", id="binding"
+        ),
+        pytest.param(attempt(capabilities=()), "attempt's pinned capabilities lack inject", id="capability"),
+    ],
+)
+def test_r11_input_the_running_attempt_cannot_take_follows_the_routes_fallback(
+    fallback, effect, prefix, running, why
+):
+    chosen = route("inject", fallback=fallback)
+    evaluation = matched(chosen)
+    work = running_work(active_attempt=running, latest_attempt=running)
+    decision = decide(
+        event=with_keys(("k:new",)),
+        evaluation=evaluation,
+        scope=scope_with(chosen),
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.reason, decision.work_id) == (effect, prefix + why, 7)
+    assert (decision.route, decision.keys, decision.intent_attempt) == ("r", ("k:new", "k:1"), None)
+    assert decision.evaluation is evaluation
+    if effect == Effect.HELD:
+        assert (decision.binding, decision.input_kind, decision.attach_keys) == ("triage", "held", ("k:new",))
