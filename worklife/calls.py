@@ -59,6 +59,9 @@ class Running:
     emits: int = 0
     # Its binding's retry policy, pinned at start (``None``: the defaults).
     retry: Any = None
+    # The W3C traceparent of the Event that triggered it (``""``: none): its log lines carry the
+    # trace's ids (``worklife.tracing.trace_fields``).
+    traceparent: str = ""
 
 
 def authority(running: Running) -> dict[str, int]:

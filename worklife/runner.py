@@ -85,7 +85,7 @@ from worklife.scheduling import (
     work_hold_in_tx,
 )
 from worklife.timers import TimerError, timer_fire, timers_due
-from worklife.tracing import trigger_traceparent
+from worklife.tracing import trace_fields, trigger_traceparent
 from worklife.waits import waits_expire, waits_retry_blocked
 
 logger = logging.getLogger("conduit.worklife.runner")
@@ -273,7 +273,10 @@ class WorkRunner:
                     count=False,
                 )
             except WorkError:
-                logger.info("attempt.release_refused", extra={"attempt": running.attempt_id})
+                logger.info(
+                    "attempt.release_refused",
+                    extra={"attempt": running.attempt_id, **trace_fields(running.traceparent)},
+                )
             self._forget(running)
         for executor in self._executors.values():
             executor.close()
@@ -386,7 +389,12 @@ class WorkRunner:
             finished += 1
             if isinstance(result, WorkError):
                 logger.info(
-                    "attempt.complete_refused", extra={"attempt": running.attempt_id, "error": str(result)}
+                    "attempt.complete_refused",
+                    extra={
+                        "attempt": running.attempt_id,
+                        "error": str(result),
+                        **trace_fields(running.traceparent),
+                    },
                 )
             else:
                 self.counters.completed += 1
@@ -407,7 +415,10 @@ class WorkRunner:
                 **authority(running),
             )
         except WorkError as exc:
-            logger.info("attempt.fail_refused", extra={"attempt": running.attempt_id, "error": str(exc)})
+            logger.info(
+                "attempt.fail_refused",
+                extra={"attempt": running.attempt_id, "error": str(exc), **trace_fields(running.traceparent)},
+            )
         else:
             self.counters.failed += 1
             metrics.attempt_failed(
@@ -424,6 +435,7 @@ class WorkRunner:
                     "error": error[:500],
                     "failures": work.failures,
                     "parked": work.parked_at is not None,
+                    **trace_fields(running.traceparent),
                 },
             )
         self._forget(running)
@@ -617,6 +629,7 @@ class WorkRunner:
         self._touched.add(attempt.work_id)
         if attempt.concurrency_key:
             self._gates[attempt.pk] = attempt.concurrency_key
+        traceparent = trigger_traceparent(attempt.trigger_id, events)
         try:
             executor = self._executor(attempt.executor)
             execution = start_attempt(
@@ -625,7 +638,7 @@ class WorkRunner:
                 attempt_id=attempt.pk,
                 binding_settings=binding_settings,
                 inputs=[event_as_input(event) for event in events],
-                traceparent=trigger_traceparent(attempt.trigger_id, events),
+                traceparent=traceparent,
                 idempotency_key=attempt.idempotency_key,
             )
         except (OSError, RegistrationError, LookupError, ValueError, TypeError, KeyError) as exc:
@@ -658,6 +671,7 @@ class WorkRunner:
             binding=attempt.binding,
             emit_sources=tuple(emit_sources_of(binding_settings)),
             retry=retry,
+            traceparent=traceparent,
         )
         self.counters.started += 1
         metrics.attempt_started(attempt.work.scope, attempt.binding)

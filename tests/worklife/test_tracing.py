@@ -33,6 +33,7 @@ DOCUMENT = json.dumps(
                         "settings": {"argv": [sys.executable, "-c", PRINT_TRACEPARENT]},
                     },
                     "py": {"executor": "python", "settings": {"target": "tests.worklife.targets:traced"}},
+                    "fails": {"executor": "command", "settings": {"argv": [sys.executable, "-c", "exit(3)"]}},
                 },
                 "routes": [
                     {
@@ -41,7 +42,7 @@ DOCUMENT = json.dumps(
                         "params": {"type": f"tr.{b}", "keys": ["k:{data.key}"]},
                         "binding": b,
                     }
-                    for b in ("cmd", "py")
+                    for b in ("cmd", "py", "fails")
                 ],
             }
         ],
@@ -115,3 +116,14 @@ def test_a_reused_python_worker_does_not_keep_the_last_attempts_traceparent(cloc
 )
 def test_only_a_well_formed_traceparent_is_carried(value, kept):
     assert valid_traceparent(value) == (value if kept else "")
+
+
+def test_the_work_loops_line_about_a_failed_attempt_carries_its_triggers_trace_ids(clock, loop, caplog):
+    seq = accept(clock, "tr.fails", {"key": "f"}, scope="tr", traceparent=TRACEPARENT).seq
+    route_all(clock)
+    work = work_of(seq)
+    with caplog.at_level("WARNING", logger="conduit.worklife.runner"):
+        step_until(loop, lambda: any(r.msg == "attempt.failed" for r in caplog.records))
+    (line,) = [r for r in caplog.records if r.msg == "attempt.failed"]
+    assert line.work == work.pk
+    assert (line.trace_id, line.span_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
