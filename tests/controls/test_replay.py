@@ -503,6 +503,12 @@ def test_impact_preview_groups_offer_to_replay_their_events(client, clock, monke
 
     page = client.post(reverse("candidate-impact", args=[candidate.pk]), {"events": "10"}, follow=True)
     assert "impact-replay" not in page.content.decode()  # not before Apply
+    # Nor by posting the form by hand: the copies would route as before.
+    early = {"run": str(ImpactRun.objects.get().pk), "group": "unmatched → start", "route": "alerts"}
+    for confirm in ({}, {"count": "3", "confirm": "1"}):
+        refused = client.post(reverse("events-replay"), {**early, **confirm})
+        assert refused.status_code == 400 and "is not applied" in refused.content.decode()
+    assert not BulkJob.objects.exists() and not control_events()
     candidate_apply(candidate_id=candidate.pk, clock=clock, applied_by="ada")
     run_url = reverse("impact-run", args=[ImpactRun.objects.get().pk])
     body = client.get(run_url).content.decode()

@@ -25,7 +25,9 @@ from controls.bulk import BulkCountChanged
 from controls.events import REPLAY_EVENT
 from controls.jobs import events_replay_job
 from controls.replay import REPLAY_LIMIT, ReplayInvalid, replay_seqs
-from routing.setup.impact_runs import impact_run_seqs
+from routing.models import ImpactRun
+from routing.setup.candidates import candidate_applied_as
+from routing.setup.impact_runs import impact_run_get, impact_run_seqs
 
 TEMPLATE = "routing/events_replay.html"
 # The confirmation page names at most this many of the chosen Events.
@@ -44,6 +46,18 @@ def chosen_seqs(post: Any) -> tuple[list[int], str]:
         if not (run.isascii() and run.isdigit() and len(run) < 19):
             raise ReplayInvalid("run", "expected an impact preview's number")
         group, route = post.get("group", ""), post.get("route", "")
+        try:
+            preview = impact_run_get(int(run))
+        except ImpactRun.DoesNotExist:
+            raise ReplayInvalid("run", f"no impact preview has number {run}") from None
+        if candidate_applied_as(preview.candidate_number) is None:
+            # Copies route under the live configuration: before its candidate is applied they
+            # would route as before (unmatched again), so a preview's groups wait for Apply.
+            raise ReplayInvalid(
+                "run",
+                f"impact preview {run}'s candidate {preview.candidate_number} is not applied: "
+                "its groups are replayed once it is (the copies then route as it does)",
+            )
         seqs = impact_run_seqs(int(run), group=group, route=route)
         if not seqs:
             raise ReplayInvalid("group", f"impact preview {run} has no group {group!r} on route {route!r}")
