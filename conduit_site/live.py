@@ -70,6 +70,9 @@ HOLE_SECONDS = 60.0
 MAX_HOLES = 1000
 # Rows a pass reads at most; a pass that reads as many goes on at once.
 BATCH = 1000
+# After a wake-up the reader waits this long (seconds) before it reads, so that the commits of a
+# burst are read, and their groups told, in one pass.
+GATHER_SECONDS = 0.1
 # On PostgreSQL the reader reads at least this often (seconds) besides being woken by NOTIFY.
 PG_POLL_SECONDS = 2.0
 # Live updates are "behind" when a change committed this long ago has not been sent.
@@ -186,6 +189,9 @@ class LiveReader:
                     full = False
                 if not full:
                     listener.wait(poll, self._stop)
+                    # Commits that come meanwhile join the next pass: a stream of them costs at
+                    # most 1 / GATHER_SECONDS passes (and messages a group) a second.
+                    self._stop.wait(GATHER_SECONDS)
         finally:
             if listener is not None:
                 listener.close()

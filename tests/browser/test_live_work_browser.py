@@ -79,7 +79,9 @@ def test_live_work_list_shows_a_parked_work_within_2_s(asgi_server, browser, clo
     assert page.evaluate("window.notReloaded === true")
     # The filter holds: the ready Work is not shown; the page is the list's own.
     assert page.locator("#work-rows tbody tr").count() == 1
-    assert page.locator("#work-list").get_attribute("ws-connect") == "/ws/work/?status=parked"
+    assert (
+        page.locator("#work-list").get_attribute("ws-connect").startswith("/ws/work/?status=parked&outbox=")
+    )
     page.screenshot(path=str(tmp_path / "work-list-parked-live.png"), full_page=True)
     assert page.errors == []
 
