@@ -16,6 +16,7 @@ import json
 import re
 from datetime import datetime
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
@@ -56,7 +57,6 @@ LIST_TEXT_FILTERS = ("query", "data", "scope", "type", "state", "policy")
 NEXT_AFTER_HEADER = "Conduit-Next-After"
 # What a WebHook-Request-Origin may be: a host name (visible ASCII, no spaces), echoed back.
 WEBHOOK_ORIGIN = re.compile(r"^[\x21-\x7e]{1,255}$")
-WEBHOOK_ALLOWED_RATE = "*"
 ALLOWED_METHODS = "GET, POST, OPTIONS"
 
 
@@ -164,9 +164,10 @@ def _binary_headers(request: HttpRequest) -> dict[str, str]:
 def webhook_validation(request: HttpRequest, *, allow: str = ALLOWED_METHODS) -> HttpResponse:
     """The CloudEvents Webhook validation handshake (abuse protection, section 4): an
     ``OPTIONS`` with ``WebHook-Request-Origin`` is answered 200 with that origin in
-    ``WebHook-Allowed-Origin``, ``WebHook-Allowed-Rate: *`` (no rate limit) and ``Allow``
-    (``allow``); a plain ``OPTIONS`` gets ``Allow`` alone. Events still need a token (or a
-    receiver's signature) to be accepted."""
+    ``WebHook-Allowed-Origin``, ``WebHook-Allowed-Rate`` (acceptance's rate limit, requests a
+    minute: ``CONDUIT_ACCEPT_RATE_PER_MINUTE``; ``*`` when it is off) and ``Allow`` (``allow``); a
+    plain ``OPTIONS`` gets ``Allow`` alone. Events still need a token (or a receiver's signature)
+    to be accepted."""
     origin = request.headers.get("WebHook-Request-Origin")
     if origin is not None and not WEBHOOK_ORIGIN.match(origin):
         raise ApiError(
@@ -180,7 +181,8 @@ def webhook_validation(request: HttpRequest, *, allow: str = ALLOWED_METHODS) ->
     response["Allow"] = allow
     if origin is not None:
         response["WebHook-Allowed-Origin"] = origin
-        response["WebHook-Allowed-Rate"] = WEBHOOK_ALLOWED_RATE
+        rate = settings.CONDUIT_ACCEPT_RATE_PER_MINUTE
+        response["WebHook-Allowed-Rate"] = str(rate) if rate > 0 else "*"
     return response
 
 

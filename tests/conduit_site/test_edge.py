@@ -23,6 +23,7 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
+from tests.conduit_site.livekit import open_websocket
 from tests.routing.factories import api_token_with_secret, user_with_role
 from tests.support import ROOT, child_env, free_port
 
@@ -354,31 +355,6 @@ def test_past_the_connection_cap_a_new_connection_is_refused_until_some_close(st
         time.sleep(0.05)
 
 
-def open_websocket(served: Served, path: str, cookie: str) -> socket.socket:
-    """A websocket to ``path`` opened on a raw socket (the handshake answered ``101``)."""
-    sock = socket.create_connection(("127.0.0.1", served.port))
-    origin = f"127.0.0.1:{served.port}"
-    lines = [
-        f"GET {path} HTTP/1.1",
-        f"Host: {origin}",
-        f"Origin: http://{origin}",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-        "Sec-WebSocket-Version: 13",
-        f"Cookie: {cookie}",
-    ]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-    sock.settimeout(5)
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(1)
-        assert chunk, head
-        head += chunk
-    assert head.startswith(b"HTTP/1.1 101 "), head
-    return sock
-
-
 def frame_opcodes(data: bytes) -> list[int]:
     """The opcodes of the (unmasked) frames a server sent."""
     opcodes = []
@@ -397,7 +373,7 @@ def test_open_websockets_outlive_both_timeouts_and_count_towards_the_connection_
     client = Client()
     client.force_login(user_with_role("viewer"))
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    sockets = [open_websocket(strict, "/ws/events/", cookie) for _ in range(MAX_CONNECTIONS)]
+    sockets = [open_websocket(strict.port, "/ws/events/", cookie) for _ in range(MAX_CONNECTIONS)]
     try:
         # Neither timeout cuts them (the idle one, the longer, has passed once over).
         for sock in sockets:

@@ -170,7 +170,8 @@ PATHS: dict[str, Any] = {
                         },
                         "WebHook-Allowed-Rate": {
                             "schema": {"type": "string"},
-                            "description": "`*`: no limit.",
+                            "description": "Deliveries a minute the sender may make (acceptance's rate "
+                            "limit, CONDUIT_ACCEPT_RATE_PER_MINUTE); `*` when it is off.",
                         },
                     },
                 },

@@ -1002,16 +1002,20 @@ def test_batch_media_type_holds_an_array(client, auth, acme):
 
 
 @pytest.mark.django_db
-def test_webhook_validation_answers_the_origin_and_rate_without_a_token(client):
+def test_webhook_validation_answers_the_origin_and_rate_without_a_token(client, settings):
     response = client.options(EVENTS_URL, headers={"WebHook-Request-Origin": "eventemitter.example.com"})
     assert response.status_code == 200
     assert response["WebHook-Allowed-Origin"] == "eventemitter.example.com"
-    assert response["WebHook-Allowed-Rate"] == "*"
+    # The rate is acceptance's limit, requests a minute.
+    assert response["WebHook-Allowed-Rate"] == str(settings.CONDUIT_ACCEPT_RATE_PER_MINUTE) == "6000"
     assert "POST" in [method.strip() for method in response["Allow"].split(",")]
     rated = client.options(
         EVENTS_URL, headers={"WebHook-Request-Origin": "a.example", "WebHook-Request-Rate": "120"}
     )
-    assert rated.status_code == 200 and rated["WebHook-Allowed-Rate"] == "*"
+    assert rated.status_code == 200 and rated["WebHook-Allowed-Rate"] == "6000"
+    settings.CONDUIT_ACCEPT_RATE_PER_MINUTE = 0
+    unlimited = client.options(EVENTS_URL, headers={"WebHook-Request-Origin": "a.example"})
+    assert unlimited["WebHook-Allowed-Rate"] == "*"
 
 
 @pytest.mark.django_db
