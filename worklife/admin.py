@@ -16,6 +16,7 @@ from worklife.models import (
     Attempt,
     CorrelationKey,
     DependencySubscription,
+    FlowGate,
     Intent,
     Pause,
     Timer,
@@ -117,3 +118,12 @@ class PauseAdmin(HistoryAdmin):
     list_display = ("id", "kind", "scope", "name", "paused_by", "reason", "created_at", "until", "ended_at")
     list_filter = ("kind",)
     search_fields = ("=id", "=scope", "=name", "=paused_by")
+
+
+@admin.register(FlowGate)
+class FlowGateAdmin(HistoryAdmin):
+    """A flow control gate (``worklife.flow``): a row the work loops' claims lock, by name."""
+
+    list_display = ("id", "name")
+    search_fields = ("=id", "name")
+    ordering = ("name",)

@@ -57,7 +57,7 @@ def history_records():
     }
 
 
-@pytest.mark.parametrize("app_label", ["causal", "worklife", "routing"])
+@pytest.mark.parametrize("app_label", ["causal", "worklife", "routing", "controls", "infra"])
 def test_d6_every_model_is_registered(app_label):
     missing = [
         m.__name__ for m in apps.get_app_config(app_label).get_models() if m not in admin.site._registry
