@@ -234,6 +234,7 @@ def main() -> None:
         cluster.start()
         subprocess.run(["psql", f"{cluster.url}/postgres", "-qc", f"CREATE DATABASE {DATABASE}"], check=True)
         work = Path(tempfile.mkdtemp(prefix="conduit-pg-restart-"))
+        os.chmod(work, 0o1777)  # the attempts' log is written by the work user the attempts run as
         log, acked = work / "attempts.log", work / "acked.log"
         env = {
             **os.environ,

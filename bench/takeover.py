@@ -32,11 +32,14 @@ alone, never beside tests.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -291,11 +294,11 @@ def main() -> None:
     url = f"{server}/{args.database}"
     psql(f"{server}/postgres", f"DROP DATABASE IF EXISTS {args.database}")
     psql(f"{server}/postgres", f"CREATE DATABASE {args.database}")
-    work_dir = ROOT / "var" / "bench-takeover"
-    work_dir.mkdir(parents=True, exist_ok=True)
+    # Outside var/ (which a Work cannot see) and writable by the work user its attempts run as.
+    work_dir = Path(tempfile.mkdtemp(prefix="conduit-bench-takeover-"))
+    os.chmod(work_dir, 0o1777)
+    atexit.register(shutil.rmtree, work_dir, True)
     log, acked = work_dir / "attempts.log", work_dir / "acked.log"
-    for path in (log, acked):
-        path.unlink(missing_ok=True)
     env = {
         **os.environ,
         "DATABASE_URL": url,
