@@ -318,7 +318,7 @@ def slow_clients(env: dict[str, str], var: str, clients: int, header_timeout: fl
                         key.fileobj.send(SLOW_REQUEST[position : position + 1])
                         key.data[2] += 1
                     except OSError:
-                        pass
+                        pass  # the server dropped it: its close is read below
                 next_byte += TRICKLE_SECONDS
         still = len(selector.get_map())
         for key in list(selector.get_map().values()):

@@ -44,8 +44,6 @@ LIVE_CHANNEL = "conduit_live"
 # Outbox rows older than this are deleted (a page reconnecting from an older position refreshes
 # whole: the position is older than the outbox's first row).
 LIVE_RETENTION = timedelta(hours=1)
-_WORK_PAGE = re.compile(r"work\.([1-9][0-9]*)")
-_EVENT_PAGE = re.compile(r"event\.([1-9][0-9]*)")
 
 
 def group_name_for_work(work_id: int) -> str:
@@ -97,19 +95,6 @@ def work_changed_on_commit(work_ids: Iterable[int | None], *, using: str = DEFAU
     ids = _ids(work_ids)
     if ids:
         pages_changed_on_commit(groups=[WORK_GROUP], works=ids, using=using)
-
-
-def publish_on_commit(group: str, payload: Mapping | None = None, *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Record that the pages of one ``group`` changed (``work.<id>``, ``event.<seq>`` or a
-    list's group); ``payload`` is not kept: a page re-reads what it shows."""
-    if not isinstance(group, str) or not GROUP_NAME.fullmatch(group):
-        raise ValueError(f"group: {group!r} is not a valid group name (ids, letters, '.', '-', '_')")
-    if match := _WORK_PAGE.fullmatch(group):
-        pages_changed_on_commit(works=[int(match[1])], using=using)
-    elif match := _EVENT_PAGE.fullmatch(group):
-        pages_changed_on_commit(events=[int(match[1])], using=using)
-    else:
-        pages_changed_on_commit(groups=[group], using=using)
 
 
 # --- reading the outbox ------------------------------------------------------------------------

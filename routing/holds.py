@@ -14,13 +14,6 @@ from infra.wakeup import ACCEPTED, notify_on_commit
 from worklife.pauses import route_hold_prefix
 
 
-def route_held_count(*, scope: str, slot: str) -> int:
-    """How many unrouted Events the route ``slot`` of ``scope`` holds now."""
-    return Event.objects.filter(
-        route_state=RouteState.UNROUTED, unrouted_reason__startswith=route_hold_prefix(scope, slot)
-    ).count()
-
-
 def route_held_release(*, scope: str, slot: str) -> int:
     """Make the Events the route ``slot`` of ``scope`` held routable now (the route loop is woken);
     returns how many."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -320,7 +319,3 @@ class ScheduleTicker:
 
 def _timing(spec: ScheduleSpec) -> tuple:
     return (spec.scope, spec.name, spec.cron, spec.timezone, spec.every)
-
-
-def outcomes_fired(results: Iterable[Fired]) -> int:
-    return sum(1 for r in results if r.outcome == "fired")

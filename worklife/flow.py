@@ -272,7 +272,7 @@ def priority_parse(value: Any) -> tuple[int, str]:
 
 
 class _Skip(Exception):
-    pass
+    """A knob's field is missing or invalid: its problem is recorded, the knob left out."""
 
 
 def _part(name: str, raw: Mapping[str, Any], where: str, problems: list[tuple[str, str]]) -> Any:

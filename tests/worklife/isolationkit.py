@@ -21,7 +21,7 @@ def _ancestors() -> list[int]:
         with open(f"/proc/{pids[0]}/status") as handle:
             pids += [int(line.split()[1]) for line in handle if line.startswith("PPid:")]
     except OSError:
-        pass
+        pass  # it ended meanwhile: the pids found so far stand
     return pids
 
 

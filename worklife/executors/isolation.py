@@ -281,8 +281,3 @@ def isolation() -> Isolation:
     plan = replace(plan, missing=tuple(missing))
     logger.info("executors.isolation", extra={"isolation": plan.describe()})
     return plan
-
-
-def isolation_reset() -> None:
-    """Work the isolation out again (after settings changed)."""
-    isolation.cache_clear()

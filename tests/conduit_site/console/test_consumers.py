@@ -21,7 +21,7 @@ from conduit_site.console.consumers import CLOSE_BAD_REQUEST, CLOSE_NOT_FOUND, C
 from conduit_site.console.views import work as work_views
 from controls import events as controls
 from controls import work as work_controls
-from infra.live import EVENTS_GROUP, group_name_for_work, publish_on_commit, work_changed_on_commit
+from infra.live import EVENTS_GROUP, pages_changed_on_commit, work_changed_on_commit
 from routing.engine.live import publish_routed
 from tests.causal.factories import EventFactory
 from tests.routing.factories import RouteRecordFactory, UserFactory
@@ -97,8 +97,8 @@ def test_d4_work_socket_sends_the_work_history_partial_out_of_band(signed_in):
     def route_an_event():
         # A service's write: the record and the publish commit together.
         with transaction.atomic():
-            record = RouteRecordFactory(work=work, policy="queue", reason="matched-by-test")
-            publish_on_commit(group_name_for_work(work.pk), {"work_id": work.pk, "seq": record.event_id})
+            RouteRecordFactory(work=work, policy="queue", reason="matched-by-test")
+            pages_changed_on_commit(works=[work.pk])
 
     accepted, _, html = connect_and_collect(f"/ws/work/{work.pk}/", signed_in, route_an_event)
     assert accepted
@@ -114,7 +114,7 @@ def test_d4_rolled_back_change_sends_nothing(signed_in):
 
     def failed_write():
         with pytest.raises(RuntimeError), transaction.atomic():
-            publish_on_commit(group_name_for_work(work.pk), {"work_id": work.pk})
+            pages_changed_on_commit(works=[work.pk])
             raise RuntimeError("rolled back")
 
     accepted, _, html = connect_and_collect(
@@ -128,7 +128,7 @@ def test_d4_events_socket_sends_filtered_event_rows_out_of_band(signed_in):
         with transaction.atomic():
             EventFactory(scope="acme", type="github.push")
             EventFactory(scope="other", type="github.push")
-            publish_on_commit(EVENTS_GROUP, {"seq": 0})
+            pages_changed_on_commit(groups=[EVENTS_GROUP])
 
     accepted, _, html = connect_and_collect("/ws/events/?scope=acme", signed_in, accept_events)
     assert accepted
@@ -351,7 +351,7 @@ def test_a_paged_work_page_stays_live_on_its_page(client):
     def more_input():
         with transaction.atomic():
             WorkInputFactory(work=work)
-            publish_on_commit(group_name_for_work(work.pk), {"work_id": work.pk})
+            pages_changed_on_commit(works=[work.pk])
 
     path = f"/ws/work/{work.pk}/?input_order=newest&input_before={inputs[20]}"
     html = live_html(client, path, more_input)
