@@ -158,6 +158,23 @@ RUN_ID_PARAMETER = parameter_ref("run_id")
 EVENT_FORMAT_PARAMETER = parameter_ref("event_format")
 WEBHOOK_PARAMETERS = [parameter_ref("webhook_request_origin"), parameter_ref("webhook_request_rate")]
 
+
+def webhook_handshake_answer(allow: str) -> dict[str, Any]:
+    """The ``200`` of the CloudEvents webhook handshake (``OPTIONS``), ``allow`` its methods."""
+    return {
+        "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
+        "headers": {
+            "Allow": {"schema": {"type": "string"}, "description": allow},
+            "WebHook-Allowed-Origin": {"schema": {"type": "string"}, "description": "The origin asked for."},
+            "WebHook-Allowed-Rate": {
+                "schema": {"type": "string"},
+                "description": "Deliveries a minute the sender may make (acceptance's rate limit, "
+                "CONDUIT_ACCEPT_RATE_PER_MINUTE); `*` when it is off.",
+            },
+        },
+    }
+
+
 TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, with an offset."}
 EMPTY_VALUE: dict[str, Any] = {"type": "string", "maxLength": 0}
 """An empty query value (``?work=``): the filter left out."""

@@ -24,6 +24,7 @@ from conduit_site.api.openapi.common import (
     nullable,
     ref,
     response_ref,
+    webhook_handshake_answer,
 )
 from routing.records.filters import MAX_LIST_LIMIT, QUERY_MAX_LENGTH
 
@@ -580,21 +581,7 @@ PATHS: dict[str, Any] = {
             "security": [],
             "parameters": WEBHOOK_PARAMETERS,
             "responses": {
-                "200": {
-                    "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
-                    "headers": {
-                        "Allow": {"schema": {"type": "string"}, "description": "GET, POST, OPTIONS"},
-                        "WebHook-Allowed-Origin": {
-                            "schema": {"type": "string"},
-                            "description": "The origin asked for.",
-                        },
-                        "WebHook-Allowed-Rate": {
-                            "schema": {"type": "string"},
-                            "description": "Deliveries a minute the sender may make (acceptance's rate "
-                            "limit, CONDUIT_ACCEPT_RATE_PER_MINUTE); `*` when it is off.",
-                        },
-                    },
-                },
+                "200": webhook_handshake_answer("GET, POST, OPTIONS"),
                 "400": response_ref("Invalid"),
             },
         },

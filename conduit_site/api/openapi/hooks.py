@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from conduit_site.api.openapi.common import WEBHOOK_PARAMETERS, json_content, parameter_ref, ref, response_ref
+from conduit_site.api.openapi.common import (
+    WEBHOOK_PARAMETERS,
+    json_content,
+    parameter_ref,
+    ref,
+    response_ref,
+    webhook_handshake_answer,
+)
 
 TAG: dict[str, str] = {
     "name": "hooks",
@@ -160,21 +167,7 @@ PATHS: dict[str, Any] = {
             "security": [],
             "parameters": [NAME_PARAMETER, *WEBHOOK_PARAMETERS],
             "responses": {
-                "200": {
-                    "description": "Delivery allowed (with WebHook-Request-Origin), or the methods allowed.",
-                    "headers": {
-                        "Allow": {"schema": {"type": "string"}, "description": "POST, OPTIONS"},
-                        "WebHook-Allowed-Origin": {
-                            "schema": {"type": "string"},
-                            "description": "The origin asked for.",
-                        },
-                        "WebHook-Allowed-Rate": {
-                            "schema": {"type": "string"},
-                            "description": "Deliveries a minute the sender may make (acceptance's rate "
-                            "limit, CONDUIT_ACCEPT_RATE_PER_MINUTE); `*` when it is off.",
-                        },
-                    },
-                },
+                "200": webhook_handshake_answer("POST, OPTIONS"),
                 "400": response_ref("Invalid"),
                 "404": response_ref("NotFound"),
                 "405": response_ref("MethodNotAllowed"),
