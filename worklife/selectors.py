@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -24,6 +25,7 @@ from worklife.models import (
     DependencySubscription,
     InputState,
     Intent,
+    Pause,
     Timer,
     Wait,
     WaitState,
@@ -33,6 +35,7 @@ from worklife.models import (
     awaiting_binding_q,
     backing_off_at,
 )
+from worklife.pauses import active_pauses, hold_line, pause_holding, paused_work_q
 
 # The Work page's engine lists (attempts, waits, timers, intents, children) show the newest
 # this many; older rows are not shown (the page says so).
@@ -46,8 +49,10 @@ BACKING_OFF = "backing_off"
 AWAITING_BINDING = "awaiting_binding"
 # Ready Work flow control holds (a concurrency limit, a throttle, debounce, batch: worklife.flow).
 FLOW_HELD = "flow_held"
+# Ready Work an operator's pause of its scope or binding holds (worklife.pauses).
+PAUSED = "paused"
 # The Work states as people read them: a status, or one of the holds of a ready Work.
-WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF, AWAITING_BINDING, FLOW_HELD)
+WORK_STATES = (*WorkStatus.values, PARKED, BACKING_OFF, AWAITING_BINDING, FLOW_HELD, PAUSED)
 # The longest scope path Work stores (Work.scope).
 SCOPE_MAX_LENGTH = Work._meta.get_field("scope").max_length
 BINDING_MAX_LENGTH = Work._meta.get_field("binding").max_length
@@ -81,10 +86,14 @@ class WorkFilter:
                 raise ValueError(f"{name}: at most {most} characters, no NUL")
 
 
-def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QuerySet[Work]:
+def work_filtered(
+    filters: WorkFilter, *, now: datetime | None = None, pauses: Sequence[Pause] | None = None
+) -> QuerySet[Work]:
     """Work matching ``filters`` (exact scope, status, binding, an owned key's start), unordered. The
     status ``parked`` is ready Work parked after too many failures, ``backing_off`` ready Work
-    whose next try is after ``now``, and ``ready`` ready Work that is neither."""
+    whose next try is after ``now``, ``paused`` ready Work a pause of its scope or binding holds,
+    and ``ready`` ready Work that is none of the holds. ``pauses``: the pauses in force at
+    ``now``, when the caller has read them already."""
     now = now or system_clock()
     queryset = Work.objects.all()
     if filters.scope:
@@ -97,10 +106,16 @@ def work_filtered(filters: WorkFilter, *, now: datetime | None = None) -> QueryS
         queryset = queryset.filter(awaiting_binding_q())
     elif filters.status == FLOW_HELD:
         queryset = queryset.filter(flow_held_at(now))
+    elif filters.status == PAUSED:
+        held = paused_work_q(active_pauses(now) if pauses is None else pauses)
+        queryset = queryset.filter(held, status=WorkStatus.READY) if held is not None else queryset.none()
     elif filters.status == WorkStatus.READY:
         queryset = queryset.filter(
             status=WorkStatus.READY, parked_at__isnull=True, awaiting_binding=False
         ).exclude(backing_off_at(now))
+        held = paused_work_q(active_pauses(now) if pauses is None else pauses)
+        if held is not None:
+            queryset = queryset.exclude(held)
     elif filters.status:
         queryset = queryset.filter(status=filters.status)
     if filters.binding:
@@ -120,16 +135,23 @@ def work_page(
     limit: int = PAGE_SIZE,
     oldest: bool = False,
     now: datetime | None = None,
+    pauses: Sequence[Pause] | None = None,
 ) -> KeysetPage:
     """One page of Work, newest (highest id) first below ``before`` when given, or oldest
     first above it (``oldest``)."""
-    queryset = work_filtered(filters, now=now)
+    queryset = work_filtered(filters, now=now, pauses=pauses)
     return keyset_page(queryset, key="id", cursor=before, limit=limit, descending=not oldest)
 
 
-def work_total(filters: WorkFilter, *, cap: int = COUNT_CAP, now: datetime | None = None) -> ListTotal:
+def work_total(
+    filters: WorkFilter,
+    *,
+    cap: int = COUNT_CAP,
+    now: datetime | None = None,
+    pauses: Sequence[Pause] | None = None,
+) -> ListTotal:
     """How many Work match ``filters``, counted up to ``cap`` (one query)."""
-    return count_capped(work_filtered(filters, now=now), cap=cap)
+    return count_capped(work_filtered(filters, now=now, pauses=pauses), cap=cap)
 
 
 def work_get(work_id: int) -> Work:
@@ -300,8 +322,6 @@ def work_runnable(*, now: datetime) -> QuerySet[Work]:
     """Work a work_loop may start an attempt of at ``now``: ready, not parked, not backing
     off, not paused, with pending input or input to present again (a retry). The same rule as
     ``worklife.scheduling.claimable_work_in_tx``, without its locks."""
-    from worklife.pauses import active_pauses, paused_work_q
-
     pending = WorkInput.objects.filter(
         work=OuterRef("pk"), state=InputState.PENDING, kind__in=PRESENTED_KINDS
     )
@@ -403,8 +423,6 @@ def work_why_not_running(work: Work, *, now: datetime) -> WhyNotRunning:
             )
         return WhyNotRunning(NotRunning.NO_INPUT, "no input: nothing is queued for it")
     # It has something to run: a pause of its scope or binding holds it back first.
-    from worklife.pauses import active_pauses, hold_line, pause_holding
-
     binding = work.retry_binding or work.binding
     pause = pause_holding(scope=work.scope, binding=binding, pauses=active_pauses(now))
     if pause is not None:
@@ -477,6 +495,22 @@ def work_hold(work: Work, *, now: datetime) -> NotRunning | None:
     if flow_hold_active(work, now):
         return NotRunning.FLOW_HELD
     return None
+
+
+def work_pauses(
+    works: Iterable[Work], *, now: datetime, pauses: Sequence[Pause] | None = None
+) -> dict[int, Pause]:
+    """The pause holding each ready Work of ``works`` a scope or binding pause holds, by Work id:
+    the mark the Work list shows beside its status (one query for a page of Work, none when the
+    caller passes the ``pauses`` in force)."""
+    ready = [work for work in works if work.status == WorkStatus.READY]
+    if pauses is None:
+        pauses = active_pauses(now) if ready else []
+    holding = {
+        work.pk: pause_holding(scope=work.scope, binding=work.retry_binding or work.binding, pauses=pauses)
+        for work in ready
+    }
+    return {pk: pause for pk, pause in holding.items() if pause is not None}
 
 
 def _when(moment: datetime | None) -> str:

@@ -11,7 +11,7 @@ from infra.converters import MAX_ID
 from infra.times import parse_time
 from routing.records.filters import QUERY_MAX_LENGTH, EventListFilter, EventListInvalid
 from worklife.models import WorkStatus
-from worklife.selectors import AWAITING_BINDING, BACKING_OFF, FLOW_HELD, PARKED, WorkFilter
+from worklife.selectors import AWAITING_BINDING, BACKING_OFF, FLOW_HELD, PARKED, PAUSED, WorkFilter
 
 
 def _choices_with_any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -164,11 +164,13 @@ class WorkFilterForm(KeysetOrderForm):
                 (BACKING_OFF, "backing off"),
                 (AWAITING_BINDING, "waiting for a binding"),
                 (FLOW_HELD, "held by flow control"),
+                (PAUSED, "paused"),
             ]
         ),
         help_text=(
-            "The Work's state; ready means neither parked (after too many failures), backing"
-            " off (its next try is later) nor waiting for a binding that can run it."
+            "The Work's state; ready means none of: parked (after too many failures), backing"
+            " off (its next try is later), waiting for a binding that can run it, held by flow"
+            " control, paused (a pause of its scope or binding)."
         ),
     )
     binding = forms.CharField(required=False, max_length=128, help_text="The binding the Work runs on.")

@@ -340,7 +340,8 @@ PATHS: dict[str, Any] = {
                         "The Work's state (empty: any): `parked`, ready Work parked after too many failures;"
                         " `backing_off`, ready Work whose next try is later; `awaiting_binding`, ready Work whose"
                         " binding cannot run it (queue-only): it waits for a rebind; `flow_held`, ready Work"
-                        " flow control holds (docs/flow-control.md); `ready`, none of them."
+                        " flow control holds (docs/flow-control.md); `paused`, ready Work a pause of its scope or"
+                        " binding holds; `ready`, none of them."
                     ),
                 },
                 {

@@ -20,8 +20,10 @@ from infra.live import work_ws_list_path, work_ws_path
 from routing.access.roles import VIEW_EVENT
 from routing.records.selectors import event_routes, work_route_history_page, work_route_history_total
 from worklife.models import Work
+from worklife.pauses import active_pauses, hold_line
 from worklife.selectors import (
     ENGINE_LIST_LIMIT,
+    NotRunning,
     WorkFilter,
     presented_text,
     work_attempts,
@@ -33,6 +35,7 @@ from worklife.selectors import (
     work_intents,
     work_keys,
     work_page,
+    work_pauses,
     work_timers,
     work_total,
     work_unrouted_events,
@@ -68,7 +71,14 @@ def work_rows_context(
     """What the ``work-list`` partial needs: one page of Work, the total, the paging links
     and now (a backoff shows only while it lasts)."""
     now = clock()
-    page = work_page(filters, before=cursor, oldest=oldest, now=now)
+    # The pauses in force, read once: ``ready`` leaves out the Work they hold; the rows they hold
+    # read "paused".
+    pauses = active_pauses(now)
+    page = work_page(filters, before=cursor, oldest=oldest, now=now, pauses=pauses)
+    paused = work_pauses(page, now=now, pauses=pauses)
+    for work in page:
+        if work.pk in paused:
+            work.pause_line = hold_line(paused[work.pk])
     paging = list_paging_urls(
         "work-list", work_filter_params(filters), oldest=oldest, cursor=cursor, next_cursor=page.next_cursor
     )
@@ -77,7 +87,7 @@ def work_rows_context(
         "filter_params": work_filter_params(filters),
         "page": page,
         "paged": cursor is not None,
-        "total": work_total(filters, now=now),
+        "total": work_total(filters, now=now, pauses=pauses),
         "total_noun": "Work",
         "now": now,
         **paging,
@@ -107,9 +117,12 @@ def work_list(request: HttpRequest) -> HttpResponse:
 
 def _summary(work: Work, cursors: dict[str, Any]) -> dict[str, Any]:
     now = clock()
+    why = work_why_not_running(work, now=now)
+    if why.reason is NotRunning.PAUSED:
+        work.pause_line = why.text  # its status reads "paused", as in the Work list
     return {
         "now": now,
-        "why": work_why_not_running(work, now=now),
+        "why": why,
         "keys": work_keys(work.pk),
         "children": work_children(work.pk),
     }

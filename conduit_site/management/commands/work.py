@@ -46,7 +46,8 @@ from infra.words import counted
 from routing.acceptance.envelopes import loads
 from routing.serializers import attempt_json, work_json
 from worklife.flow import flow_hold_line
-from worklife.models import Attempt, Work, WorkStatus
+from worklife.models import Attempt, Pause, Work, WorkStatus
+from worklife.pauses import pause_line
 from worklife.selectors import (
     NotRunning,
     WorkFilter,
@@ -56,6 +57,7 @@ from worklife.selectors import (
     work_hold,
     work_keys,
     work_page,
+    work_pauses,
 )
 
 MAX_LIST_LIMIT = 200
@@ -108,7 +110,8 @@ def list_arguments(parser: CommandParser) -> None:
         default="",
         metavar="STATUS",
         help=f"Only Work in this status ({', '.join(WorkStatus.values)}), or 'parked', 'backing_off', "
-        "'awaiting_binding' or 'flow_held' (then 'ready' means none of them), as the Work list offers them.",
+        "'awaiting_binding', 'flow_held' or 'paused' (then 'ready' means none of them), as the Work list "
+        "offers them.",
     )
     parser.add_argument(
         "--binding", default="", metavar="NAME", help="Only Work on this binding (exact name)."
@@ -151,7 +154,8 @@ def list_run(command: BaseCommand, options: dict[str, Any]) -> None:
     if options["json"]:
         print_json(command, {"work": [work_json(work) for work in page], "next_before": page.next_cursor})
         return
-    lines = [work_line(work) for work in page] or ["No Work matches."]
+    paused = work_pauses(page, now=system_clock())
+    lines = [work_line(work, paused.get(work.pk)) for work in page] or ["No Work matches."]
     if page.has_next:
         lines.append(f"More: add --before {page.next_cursor} for the next page.")
     command.stdout.write("\n".join(lines))
@@ -189,7 +193,7 @@ def get_run(command: BaseCommand, options: dict[str, Any]) -> None:
         }
         print_json(command, payload)
         return
-    lines = [work_line(work)]
+    lines = [work_line(work, work_pauses([work], now=system_clock()).get(work.pk))]
     if work.retry_binding or work.rebind_binding:
         lines.append(
             f"  rebound: {work.rebind_binding or '-'} after attempt {work.rebind_after_attempt or 0}"
@@ -246,17 +250,18 @@ def _indented(label: str, text: str) -> list[str]:
     return [f"    {label}:", *(f"      {line}" for line in body)]
 
 
-def work_line(work: Work) -> str:
-    """A Work on one line: id, status (with "parked", or "backing off until T (N failures)", as
-    the console's Work list marks them), scope, binding, created."""
+def work_line(work: Work, pause: Pause | None = None) -> str:
+    """A Work on one line: id, status (with "parked", or "backing off until T (N failures)", or
+    "paused by …" when ``pause`` holds it, as the console's Work list marks them), scope,
+    binding, created."""
     by = f" by {work.created_by}" if work.created_by else ""
     return (
-        f"Work {work.pk}  {work.status}{_hold_mark(work)}  scope {work.scope}  "
+        f"Work {work.pk}  {work.status}{_hold_mark(work, pause)}  scope {work.scope}  "
         f"binding {work.binding or '-'}  created {timestamp(work.created_at)}{by}"
     )
 
 
-def _hold_mark(work: Work) -> str:
+def _hold_mark(work: Work, pause: Pause | None) -> str:
     """The mark after the status, as the console's Work list shows one: " (parked)", or
     " (backing off until T (N failures))", or nothing."""
     hold = work_hold(work, now=system_clock())
@@ -264,6 +269,8 @@ def _hold_mark(work: Work) -> str:
         return " (parked)"
     if hold is NotRunning.AWAITING_BINDING:
         return " (waiting for a binding that can run it)"
+    if pause is not None:
+        return f" ({pause_line(pause)})"
     if hold is NotRunning.BACKING_OFF:
         failures = f" ({failures_text(work.failures)})" if work.failures else ""
         return f" (backing off until {timestamp(work.retry_at)}{failures})"
