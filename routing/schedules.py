@@ -11,7 +11,8 @@ on ``(source, id)``), a second guard beside the lock.
 
 - **overlap** ``skip``: no fire while the last fire's Event is unrouted, queued, or taken by an
   attempt that runs or waits; ``allow`` fires anyway.
-- **catch_up** after downtime (fire times more than ``ON_TIME`` late): ``none`` fires none of
+- **catch_up** after downtime (fire times late by more than half the time to the next one,
+  at least a second, at most a minute: ``ScheduleSpec.is_late``): ``none`` fires none of
   them, ``last`` the latest, ``all`` up to ``catch_up_limit``, newest first, in order.
 - a paused schedule (``worklife.pauses``) skips its fire times; they are not caught up.
 """
@@ -138,8 +139,8 @@ def schedule_fire_in_tx(
     due = spec.due(state.handled_until, now, cap=max(spec.catch_up_limit, 1) + 1)
     if not due:
         return []
-    late = [t for t in due if now - t > spec.on_time]
-    on_time = [t for t in due if now - t <= spec.on_time]
+    late = [t for t in due if spec.is_late(t, now)]
+    on_time = [t for t in due if t not in late]
     if spec.catch_up == "none":
         chosen = on_time
     elif spec.catch_up == "last":

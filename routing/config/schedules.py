@@ -45,9 +45,10 @@ CATCH_UPS = ("none", "last", "all")
 DEFAULT_CATCH_UP_LIMIT = 10
 MIN_EVERY = 0.2
 MAX_EVERY = 366 * 86400.0
-# A fire time counts as on time (not missed) while it is at most this late (an interval shorter
-# than this: at most one interval late).
+# A fire time counts as on time (not missed) while it is at most half the time to the next one
+# late, within these bounds: a running loop is never that late, a loop that was down is.
 ON_TIME = timedelta(seconds=60)
+MIN_ON_TIME = timedelta(seconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -88,10 +89,11 @@ class ScheduleSpec:
             yield moment
             moment += step
 
-    @property
-    def on_time(self) -> timedelta:
-        """How late a fire time may be and still count as on time (not missed)."""
-        return min(ON_TIME, timedelta(seconds=self.every)) if self.every else ON_TIME
+    def is_late(self, moment: datetime, now: datetime) -> bool:
+        """Whether the fire time ``moment`` is missed at ``now``: later than half the time to the
+        next fire time (at least ``MIN_ON_TIME``, at most ``ON_TIME``)."""
+        gap = timedelta(seconds=self.every) if self.every else self.next_after(moment) - moment
+        return now - moment > min(ON_TIME, max(MIN_ON_TIME, gap / 2))
 
     def next_after(self, after: datetime) -> datetime:
         return next(self.fire_times(after))

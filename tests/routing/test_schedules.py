@@ -3,6 +3,9 @@ any number of loops; catch-up after downtime, overlap, pause and fire-now as dec
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -10,13 +13,15 @@ import pytest
 
 from causal.clock import system_clock
 from causal.models import RouteState
+from routing.config.schedules import ScheduleSpec
 from routing.config.selectors import live_generation, load_configuration
+from routing.config.services import config_apply
 from routing.engine.loop import RouteLoop
 from routing.models import ScheduleState
 from routing.schedules import schedule_event_id, schedule_fire_now, schedule_rows
 from tests.conduit_site.management.commands.loopkit import command_running, sigterm
 from tests.routing.routerkit import drain, router
-from tests.routing.schedulekit import apply_schedule, fire, fired_events, fired_ids
+from tests.routing.schedulekit import apply_schedule, fire, fired_events, fired_ids, schedule_document
 from worklife.models import PauseKind
 from worklife.pauses import PauseTarget, pause_create, pause_end
 
@@ -96,6 +101,23 @@ def test_after_five_missed_fire_times_catch_up_all_fires_the_newest_up_to_its_li
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("declared", "on_time", "missed"),
+    [
+        ({"every": 10}, 4.9, 5.1),  # half the interval
+        ({"every": 0.2}, 0.9, 1.1),  # at least a second
+        ({"every": 600}, 59, 61),  # at most a minute
+        ({"cron": "* * * * *"}, 29, 31),  # half the time to the next cron fire time
+    ],
+)
+def test_a_fire_time_is_missed_once_later_than_half_the_time_to_the_next_one(clock, declared, on_time, missed):
+    spec = ScheduleSpec(scope="s", name="tick", type="s.tick", **declared)
+    moment = spec.next_after(START)
+    assert not spec.is_late(moment, moment + timedelta(seconds=on_time))
+    assert spec.is_late(moment, moment + timedelta(seconds=missed))
+
+
+@pytest.mark.django_db
 def test_after_five_missed_fire_times_catch_up_all_within_its_limit_fires_every_one(clock):
     assert len(_stopped_for_five_fire_times(clock, catch_up="all", catch_up_limit=10)) == 5
 
@@ -171,14 +193,14 @@ def test_route_loops_fire_schedules_from_their_passes(clock):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_route_loop_processes_fire_each_of_100_fire_times_exactly_once():
-    """Two ``route_loop`` processes on the same database fire a 0.2 s schedule: over 100
-    consecutive fire times each is accepted once (the state row's lock, then the reserved id),
-    and both loops fired some."""
+def test_two_route_loops_on_two_hosts_fire_each_of_100_fire_times_exactly_once():
+    """Two ``route_loop`` processes on two hosts and one database fire a 0.2 s schedule: over
+    100 consecutive fire times each is accepted once (the state row's lock, then the reserved
+    id), and both hosts fired some."""
     apply_schedule(system_clock, every=0.2, overlap="allow", catch_up="all", catch_up_limit=100)
     with (
-        command_running("route_loop", "--poll-interval", "0.05") as one,
-        command_running("route_loop", "--poll-interval", "0.05") as two,
+        command_running("route_loop", "--poll-interval", "0.05", host="host-a") as one,
+        command_running("route_loop", "--poll-interval", "0.05", host="host-b") as two,
     ):
         deadline = time.monotonic() + 120
         while len(fired_events()) < 102:
@@ -193,4 +215,67 @@ def test_two_route_loop_processes_fire_each_of_100_fire_times_exactly_once():
     steps = {round((b - a).total_seconds(), 3) for a, b in zip(times, times[1:], strict=False)}
     assert steps == {0.2}, steps  # no fire time missed, none twice
     assert ScheduleState.objects.get().fired == len(events)
-    assert len({e.accepted_by for e in events}) == 2
+    assert {_host(e) for e in events} == {"host-a", "host-b"}
+
+
+def _host(event) -> str:
+    """The host whose route loop fired ``event`` (accepted by ``core.schedule host-a:PID:…``)."""
+    return event.accepted_by.removeprefix("core.schedule ").split(":")[0]
+
+
+def _catch_up_document() -> str:
+    """Scope ``s`` with one 2 s schedule per catch-up policy, named after it."""
+    document = json.loads(schedule_document(every=2, overlap="allow"))
+    scope = document["scopes"][0]
+    tick = scope["schedules"].pop("tick")
+    for policy in ("none", "last", "all"):
+        scope["schedules"][policy] = {**tick, "catch_up": policy, "catch_up_limit": 10}
+    return json.dumps(document)
+
+
+def _fired_times(name: str) -> list[datetime]:
+    prefix = f"schedule/{name}/"
+    return sorted(e.time for e in fired_events() if e.envelope_id.startswith(prefix))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_loops_on_two_hosts_stopped_for_five_fire_times_catch_up_as_each_policy_says():
+    """Two ``route_loop`` processes on two hosts fire three 2 s schedules (catch-up none, last,
+    all). Just after fire time L both are stopped (SIGSTOP) until 1.5 s past L+10, five fire
+    times later, then continued: ``none`` fires none of the five, ``last`` only L+10, ``all``
+    every one in order; each then fires on time again, every fire time once."""
+    config_apply(document=_catch_up_document(), clock=system_clock)
+    loop = ("route_loop", "--poll-interval", "0.05")
+    with command_running(*loop, host="host-a") as one, command_running(*loop, host="host-b") as two:
+        deadline = time.monotonic() + 60
+        while not all(len(_fired_times(name)) >= 2 for name in ("none", "last", "all")):
+            assert time.monotonic() < deadline, "the schedules did not fire"
+            assert one.poll() is None and two.poll() is None, (one.stderr.read(), two.stderr.read())
+            time.sleep(0.05)
+        last = max(max(_fired_times(name)) for name in ("none", "last", "all"))
+        assert {max(_fired_times(name)) for name in ("none", "last", "all")} == {last}
+        assert datetime.now(UTC) < last + timedelta(seconds=1.5), "too late to stop before L+2"
+        for proc in (one, two):
+            os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(max(0.0, (last + timedelta(seconds=11.5) - datetime.now(UTC)).total_seconds()))
+        finally:
+            for proc in (one, two):
+                os.kill(proc.pid, signal.SIGCONT)
+        again = last + timedelta(seconds=14)
+        while not all(again in _fired_times(name) for name in ("none", "last", "all")):
+            assert time.monotonic() < deadline + 30, "the schedules did not fire again"
+            time.sleep(0.1)
+        sigterm(one)
+        sigterm(two)
+
+    def after_last(name: str) -> list[int]:
+        times = [t for t in _fired_times(name) if last < t <= again]
+        return [round((t - last).total_seconds()) for t in times]
+
+    assert after_last("none") == [12, 14]
+    assert after_last("last") == [10, 12, 14]
+    assert after_last("all") == [2, 4, 6, 8, 10, 12, 14]
+    ids = [e.envelope_id for e in fired_events()]
+    assert len(ids) == len(set(ids))
+    assert {_host(e) for e in fired_events()} <= {"host-a", "host-b"}

@@ -1,6 +1,6 @@
-"""Flow control across work loops: two ``manage.py work_loop`` processes on one database respect
-one binding's concurrency limit, a per-key limit and a throttle together, checked from the
-attempts' start and end times."""
+"""Flow control across work loops: two ``manage.py work_loop`` processes on two hosts
+(``CONDUIT_HOSTNAME``) and one database respect one binding's concurrency limit, a per-key limit
+and a throttle together, checked from the attempts' start and end times."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _accept(binding: str, n: int, *, keys: int = 0) -> None:
 
 def _run_two_loops(total: int, timeout: float) -> None:
     loop = ("work_loop", "--slots", "6", "--poll-interval", "0.02")
-    with command_running(*loop) as first, command_running(*loop) as second:
+    with command_running(*loop, host="host-a") as first, command_running(*loop, host="host-b") as second:
         deadline = time.monotonic() + timeout
         while Work.objects.filter(status=WorkStatus.COMPLETED).count() < total:
             assert time.monotonic() < deadline, (
@@ -75,7 +75,7 @@ def test_two_work_loops_never_exceed_a_bindings_concurrency_limit_or_a_keys(cloc
     assert len(capped) == N and all(end is not None for _, end in capped)
     assert most_at_once(capped) == 3  # reached, never passed
     owners = set(Attempt.objects.filter(binding="capped").values_list("lease_owner", flat=True))
-    assert len(owners) == 2  # both loops ran them
+    assert {owner.split(":")[0] for owner in owners} == {"host-a", "host-b"}  # both hosts ran them
     for channel in range(4):
         rows = Attempt.objects.filter(binding="per_channel", work__inputs__event__data__channel=f"C{channel}")
         assert most_at_once(list(rows.values_list("started_at", "ended_at"))) == 1

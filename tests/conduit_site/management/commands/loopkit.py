@@ -12,12 +12,13 @@ from tests.support import child_env, manage_command
 
 
 @contextmanager
-def command_running(*args: str) -> Iterator[subprocess.Popen]:
+def command_running(*args: str, host: str = "") -> Iterator[subprocess.Popen]:
     """``manage.py ARGS`` in a new process on the test database, its output read as text; killed
-    on the way out if it still runs."""
+    on the way out if it still runs. ``host``: the process is on a host of that name
+    (``CONDUIT_HOSTNAME``), as the takeover bench runs two hosts on one machine."""
     proc = subprocess.Popen(
         manage_command(*args),
-        env=child_env(),
+        env=child_env(**({"CONDUIT_HOSTNAME": host} if host else {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
