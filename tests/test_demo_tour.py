@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import io
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,29 @@ def test_tour_input_sent_after_the_work_completed_is_dropped_as_the_tour_quotes(
         .replace(r"Work\ \#1", f"Work #{work.id}")
     )
     assert re.fullmatch(pattern + r"\.", said), said
+
+
+def test_the_tours_pause_holds_the_chat_agents_until_resumed_as_it_says(demo, client, monkeypatch):
+    """The tour's pause command, run as written, holds the chat thread's Work (its input queues;
+    the Work list's ``paused`` filter finds it, marked with who and why) until the tour's resume
+    command, after which it runs and completes."""
+    flat = " ".join(TOUR.split())
+    pause = re.search(r"`manage\.py (pause binding acme responder [^`]+)`", flat)
+    resume = re.search(r"`manage\.py (resume binding acme responder)`", flat)
+    assert pause and resume, "the tour shows no pause and resume"
+    call_command(*shlex.split(pause[1]), **QUIET)
+    (seq,) = demo_send(client, monkeypatch, ROOT / "demo/deliveries/slack/slack-message.json")
+    route_and_run()
+    work = Work.objects.get()
+    assert work.status == "ready" and not Attempt.objects.filter(work=work).exists()
+    listed = io.StringIO()
+    call_command("work", "list", "--status", "paused", stdout=listed)
+    assert f"Work {work.pk}  ready (paused by cli at " in listed.getvalue()
+    assert ": incident 42 (until " in listed.getvalue()
+    call_command(*shlex.split(resume[1]), **QUIET)
+    route_and_run()
+    work.refresh_from_db()
+    assert work.status == "completed"
+    assert [item for a in Attempt.objects.filter(work=work) for item in a.result["handled"]] == [
+        f"slack.message #{seq}"
+    ]
