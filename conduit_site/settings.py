@@ -181,6 +181,15 @@ if REDIS_URL:
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
+    # The cache counts the API's and the receivers' rate limits (conduit_site/api/ratelimit.py):
+    # in Redis they hold across web processes and hosts.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "conduit",
+        }
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # How often a web process reads the live-update outbox besides being woken (seconds): the
@@ -328,9 +337,9 @@ CONDUIT_IMPACT_ABANDON_SECONDS = env_int("CONDUIT_IMPACT_ABANDON_SECONDS", 30)
 # The API's rate limits, requests a minute (fixed one-minute windows, answered 429 with
 # Retry-After past them): each API token, and each login over all its tokens; acceptance from
 # senders (POST /api/events per token, /hooks/NAME per receiver) counts apart, with its own
-# higher limit. Counted in Django's cache: each web process by itself with the default local
-# memory cache (so a deployment of N web processes allows up to N times these), shared when
-# CACHES names a shared cache. 0 turns a limit off.
+# higher limit. Counted in Django's cache: in Redis with REDIS_URL (across processes and hosts),
+# else each web process by itself in its memory (so N web processes allow up to N times these).
+# 0 turns a limit off.
 CONDUIT_API_RATE_PER_MINUTE = env_int("CONDUIT_API_RATE_PER_MINUTE", 600)
 CONDUIT_API_LOGIN_RATE_PER_MINUTE = env_int("CONDUIT_API_LOGIN_RATE_PER_MINUTE", 1200)
 CONDUIT_ACCEPT_RATE_PER_MINUTE = env_int("CONDUIT_ACCEPT_RATE_PER_MINUTE", 6000)

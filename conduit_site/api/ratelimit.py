@@ -2,10 +2,9 @@
 (all its tokens together) and, for acceptance from senders, per token or per receiver.
 
 Fixed one-minute windows counted in Django's cache (``cache.add`` then ``cache.incr``, atomic
-in every backend Django ships). With the default local-memory cache each web process counts by
-itself, so the limits hold per process (a deployment of N web processes lets a client make up
-to N times as many requests); a shared cache in ``CACHES`` (the database cache, Redis) makes
-them hold across processes and hosts. A limit that must hold exactly across hosts, like the
+in the local-memory and the Redis caches). With ``REDIS_URL`` the cache is Redis and the limits
+hold across web processes and hosts; without it each web process counts in its own memory (a
+deployment of N web processes lets a client make up to N times as many requests). A limit that must hold exactly across hosts, like the
 impact previews' concurrency quotas, is counted in the database instead
 (``routing.setup.impact_runs``). The settings are in ``conduit_site/settings.py`` and
 docs/operations.md.

@@ -4,10 +4,15 @@ answered 429 with Retry-After past them; acceptance from senders (``POST /api/ev
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
+
 import pytest
 
 from conduit_site.api import ratelimit
 from tests.routing.factories import DEFAULT_TEST_CONFIG, api_token_with_secret, apply_config, user_with_role
+from tests.support import run_manage
 
 pytestmark = pytest.mark.django_db
 
@@ -106,3 +111,31 @@ def test_deliveries_to_a_receiver_count_per_receiver(client, minute, settings):
     elsewhere = client.post("/hooks/alerts", data=b"{}", content_type="application/json")
 
     assert statuses == [404, 404, 429] and elsewhere.status_code == 404
+
+
+COUNT_IN_A_PROCESS = """
+import json, sys
+from conduit_site.api import ratelimit
+limit = ratelimit.Limit(key=sys.argv[1], per_minute=5, what="a test")
+print(json.dumps([ratelimit.rate_count([limit]) is not None for _ in range(3)]))
+"""
+
+
+def _count_in_a_process(key: str, **env: str) -> list[bool]:
+    """Three requests counted against a limit of 5 a minute by a new process; which passed it."""
+    done = run_manage("shell", "-c", f"import sys; sys.argv = ['', {key!r}]\n{COUNT_IN_A_PROCESS}", **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_with_redis_the_rate_limits_count_across_processes_and_without_it_each_process_alone():
+    """Two web processes count one limit (5 a minute, 3 requests each): with ``REDIS_URL`` the
+    second process's third request passes it, as one process's would; without it, neither does."""
+    key = f"test-{uuid.uuid4().hex}"
+    redis = {"REDIS_URL": os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")}
+    assert _count_in_a_process(key, **redis) == [False, False, False]
+    assert _count_in_a_process(key, **redis) == [False, False, True]
+    alone = f"test-{uuid.uuid4().hex}"
+    assert _count_in_a_process(alone, REDIS_URL="") == [False, False, False]
+    assert _count_in_a_process(alone, REDIS_URL="") == [False, False, False]
