@@ -105,9 +105,15 @@ class RouteLoop:
         self.schedules = ScheduleTicker(clock=clock, owner=self.owner)
         # The router is built, and the handler plugins imported, before the first pass: a pass
         # routes Events, it does not import modules (about 0.1-0.4 s the first time).
-        self._ensure_router()
-        if self.router is None:
-            import_registered_handlers()
+        try:
+            self._ensure_router()
+            if self.router is None:
+                import_registered_handlers()
+        except DatabaseError:
+            raise  # the database, not the configuration: the loop cannot start
+        except Exception:  # noqa: BLE001 - a handler that cannot be imported or built: the first pass tries again and fails as a pass, where the loop reports it
+            logger.warning("route_loop.router_not_built", exc_info=True)
+            self.router = None
 
     def step(self, *, claim_ahead: bool = True) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route
