@@ -26,6 +26,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import Max, Min, Q
 from django.utils import timezone
 
+from infra.bulk import bulk_insert
 from infra.models import LiveChange
 from infra.wakeup import notify_on_commit
 
@@ -44,6 +45,8 @@ LIVE_CHANNEL = "conduit_live"
 # Outbox rows older than this are deleted (a page reconnecting from an older position refreshes
 # whole: the position is older than the outbox's first row).
 LIVE_RETENTION = timedelta(hours=1)
+# The outbox columns a writer gives (its id is its position).
+_CHANGE_COLUMNS = ("at", "groups", "works", "events")
 
 
 def group_name_for_work(work_id: int) -> str:
@@ -84,7 +87,12 @@ def pages_changed_on_commit(
     work_ids, seqs = _ids(works), _ids(events)
     if not (names or work_ids or seqs):
         return
-    LiveChange.objects.using(using).create(at=timezone.now(), groups=names, works=work_ids, events=seqs)
+    if using == DEFAULT_DB_ALIAS:
+        # The route loop writes a few a window: the set-based insert's prepared statement, not
+        # a model instance saved (about a third of a millisecond each).
+        bulk_insert(LiveChange, _CHANGE_COLUMNS, [[timezone.now(), names, work_ids, seqs]])
+    else:
+        LiveChange.objects.using(using).create(at=timezone.now(), groups=names, works=work_ids, events=seqs)
     notify_on_commit(LIVE_CHANNEL, using=using)
 
 

@@ -30,6 +30,7 @@ an attempt of that gate ends (:func:`flow_release`).
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,12 +39,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, connections
 from django.db.models import Case, Count, F, IntegerField, Max, Min, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce, Greatest, NullIf
 
 from causal.models import Event
 from causal.services import assert_in_tx
 from infra.live import work_changed_on_commit
+from infra.queries import in_list_chunks
 from worklife.models import (
     ACTIVE_ATTEMPT_STATES,
     PRESENTED_KINDS,
@@ -665,8 +668,22 @@ def flow_hold_in_tx(*, held: Mapping[int, Hold], now: datetime) -> None:
 def flow_inputs_arrived_in_tx(work_ids: Sequence[int]) -> None:
     """New input for ``work_ids`` (the router's commit): the Work batching its input is claimable
     again, so the next claim sees whether its batch is full. One statement."""
-    Work.objects.filter(pk__in=list(work_ids), hold_kind=HoldKind.BATCH, held_until__isnull=False).update(
-        held_until=None
+    # ``Work.objects.filter(pk__in=work_ids, hold_kind=BATCH, held_until__isnull=False)
+    # .update(held_until=None)`` through a statement written once per padded number of Works:
+    # the ORM built the IN list value by value on every window (about 1 ms a window of 500).
+    for keys, params in in_list_chunks(connection, sorted(set(work_ids))):
+        with connection.cursor() as cursor:
+            cursor.execute(_batch_arrived_sql(connection.alias, keys), [*params, HoldKind.BATCH.value])
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_arrived_sql(alias: str, keys: str) -> str:
+    quote = connections[alias].ops.quote_name
+    meta = Work._meta
+    held_until, hold_kind = (quote(meta.get_field(name).column) for name in ("held_until", "hold_kind"))
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {held_until} = NULL "
+        f"WHERE {quote(meta.pk.column)} IN {keys} AND {hold_kind} = %s AND {held_until} IS NOT NULL"
     )
 
 

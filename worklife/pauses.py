@@ -14,11 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
 from causal.clock import Clock
 from infra.live import work_changed_on_commit
+from infra.queries import CompiledOnce
 from worklife.errors import WorkError
 from worklife.models import Pause, PauseKind, Work, WorkStatus
 
@@ -121,11 +122,20 @@ def pause_end(*, target: PauseTarget, ended_by: str, clock: Clock) -> Pause:
 
 def active_pauses(now: datetime) -> list[Pause]:
     """The pauses in force at ``now``, oldest first (one query; there are few)."""
-    return list(
+    return [Pause.from_db(connection.alias, _PAUSE_COLUMNS, row) for row in _ACTIVE_PAUSES.rows([now])]
+
+
+# Every column of a pause, in the model's order (Pause.from_db takes them so).
+_PAUSE_COLUMNS = tuple(field.attname for field in Pause._meta.concrete_fields)
+# Read in every route commit: built and compiled once (CompiledOnce; ``now`` a one-value list).
+_ACTIVE_PAUSES = CompiledOnce(
+    lambda now: (
         Pause.objects.filter(ended_at__isnull=True)
-        .filter(Q(until__isnull=True) | Q(until__gt=now))
+        .filter(Q(until__isnull=True) | Q(until__gt=now[0]))
         .order_by("created_at", "pk")
+        .values_list(*_PAUSE_COLUMNS)
     )
+)
 
 
 def _in_scope(scope: str) -> Q:

@@ -23,7 +23,7 @@ from routing.engine.failures import failures_of_other_generations
 from routing.engine.handler_pool import HandlerPool
 from routing.engine.heartbeat import RouteLoopHeartbeat, heartbeat_clear, heartbeat_write
 from routing.engine.options import RouterOptions
-from routing.engine.router import GenerationChanged, Router, build_router
+from routing.engine.router import GenerationChanged, Router, build_router, import_registered_handlers
 from routing.schedules import ScheduleTicker
 
 logger = logging.getLogger("conduit.routing.loop")
@@ -103,6 +103,17 @@ class RouteLoop:
         forget_stale_targets(clock())
         # Schedules fire from this loop's passes, exactly once across loops (routing.schedules).
         self.schedules = ScheduleTicker(clock=clock, owner=self.owner)
+        # The router is built, and the handler plugins imported, before the first pass: a pass
+        # routes Events, it does not import modules (about 0.1-0.4 s the first time).
+        try:
+            self._ensure_router()
+            if self.router is None:
+                import_registered_handlers()
+        except DatabaseError:
+            raise  # the database, not the configuration: the loop cannot start
+        except Exception:  # noqa: BLE001 - a handler that cannot be imported or built: the first pass tries again and fails as a pass, where the loop reports it
+            logger.warning("route_loop.router_not_built", exc_info=True)
+            self.router = None
 
     def step(self, *, claim_ahead: bool = True) -> StepResult:
         """One pass: take the live generation (rebuilding the router when it changed), route

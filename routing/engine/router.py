@@ -615,6 +615,15 @@ def build_router(
     )
 
 
+def import_registered_handlers() -> None:
+    """Import every registered handler class (``CONDUIT_ROUTE_HANDLERS``) that can be: a loop
+    started before any configuration was applied builds its first router without importing."""
+    from routing.handlers.registry import find_handler_class, registered_handlers
+
+    for name in registered_handlers():
+        find_handler_class(name)
+
+
 def _handler_names(generation: Generation) -> set[str]:
     """The handlers the generation's routes name (every declared route is among the effective
     routes of the scope that declares it), from its kept configuration: no query."""

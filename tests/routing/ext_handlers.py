@@ -23,3 +23,13 @@ class NoMatchMethod:
 
 
 not_a_class = Always()
+
+
+class Unbuildable:
+    """A handler whose instance cannot be made (its extension misconfigured)."""
+
+    def __init__(self):
+        raise RuntimeError("the handler's upstream is not configured")
+
+    def match(self, event, route):
+        return RouteDecision(matched=True, reason="never reached")

@@ -72,6 +72,48 @@ def test_r58_routing_over_persistent_and_reopened_connections(reopen):
     assert_routing_invariants()
 
 
+UNBUILDABLE_ONLY = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: broken
+        handler: unbuildable
+        params: {}
+        binding: inbox
+        policy: queue
+"""
+
+
+@pytest.mark.django_db
+def test_a_route_loop_builds_its_router_before_its_first_pass(clock):
+    apply(clock, MATCH_ONLY)
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        assert loop.router is not None and loop.passes == 0
+        assert set(loop.router.handlers) == {"match"}
+        assert loop.step().generation_changed is False  # built already
+    finally:
+        loop.close()
+
+
+@pytest.mark.django_db
+def test_a_route_loop_whose_router_cannot_be_built_starts_and_fails_its_first_pass(clock, settings):
+    """A handler that cannot be instantiated does not stop the loop from starting: its first pass
+    tries again and fails as a pass, which the loop reports (and goes on)."""
+    settings.CONDUIT_ROUTE_HANDLERS = {"unbuildable": "tests.routing.ext_handlers.Unbuildable"}
+    apply(clock, UNBUILDABLE_ONLY)
+    loop = RouteLoop(clock=clock, options=RouterOptions(route_timeout=2.0))
+    try:
+        assert loop.router is None
+        with pytest.raises(RuntimeError, match="upstream is not configured"):
+            loop.step()
+    finally:
+        loop.close()
+
+
 @pytest.mark.django_db
 def test_router_statements_per_routed_event_are_bounded():
     apply(system_clock, MATCH_ONLY)
