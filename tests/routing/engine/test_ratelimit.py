@@ -19,7 +19,7 @@ scopes:
     routes:
       - slot: chat
         handler: match
-        params: {type: "chat.*"}
+        params: {type: "chat.*", keys: ["user:{data.user}"]}
         binding: inbox
         policy: queue
         rate_limit: {limit: 2, period: 1m, key: "{data.user}"}
@@ -64,3 +64,85 @@ def test_a_route_over_its_rate_limit_drops_the_events_with_the_reason(clock):
     assert Event.objects.get(pk=seqs[4]).route_state == RouteState.ROUTED
     assert RouteRecord.objects.get(event_id=seqs[4]).work_id is None
     assert sorted(RateLimitTake.objects.values_list("event_seq", flat=True)) == seqs[:3]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_limit_with_a_key_counts_each_key_apart(clock):
+    apply(clock, DOCUMENT)
+    users = ["ann", "bob", "ann", "ann", "bob", "bob", "bob", "cy"]
+    seqs = [accept(clock, "chat.message", {"user": user}).seq for user in users]
+    _route(clock)
+    decided = _decisions(seqs)
+    assert [policy for policy, _ in decided] == [
+        "start", "start", "queue", "drop", "queue", "drop", "drop", "start"
+    ]  # fmt: skip
+    assert decided[3][1] == "rate limited: route 'chat' in acme is over its rate limit 2 per 60 s (key ann)"
+    assert decided[6][1].endswith("(key bob)")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rate_limit_window_slides_and_the_dropped_events_do_not_count(clock):
+    apply(clock, DOCUMENT)
+    seqs, last = [], 0.0
+    for at in (0, 1, 2, 3, 6, 10.5, 11, 11.5, 12.5, 30):  # seconds; limit 3 per 10 s
+        clock.advance(at - last)
+        last = at
+        seqs.append(accept(clock, "bulk.item", {"n": at}).seq)
+    _route(clock)
+    assert [policy for policy, _ in _decisions(seqs)] == [
+        # 0, 1, 2 taken; 3, 6 over (three taken after -7 and -4); 10.5 (0 left the window
+        # at 10): two taken within 10 s before it (1, 2), so taken; 11: 1 has left, (2, 10.5)
+        # taken; 11.5: three (2, 10.5, 11); 12.5: 2 left the window: (10.5, 11), taken; 30.
+        "start", "start", "start", "drop", "drop", "start", "start", "drop", "start", "start",
+    ]  # fmt: skip
+
+
+def _burst(clock) -> tuple[list[int], list[str]]:
+    """Chat Events of three users over three minutes, some at the same moment; and what a
+    sliding window of 2 per 60 s per user, over their acceptance times, decides for each."""
+    import random
+
+    rng = random.Random(7)
+    seqs, expected, taken = [], [], []
+    for _ in range(60):
+        clock.advance(rng.choice((0, 0, 1, 5, 20)))
+        user = rng.choice(("ann", "bob", "cy"))
+        now = clock()
+        seqs.append(accept(clock, "chat.message", {"user": user}).seq)
+        within = [t for u, t in taken if u == user and (now - t).total_seconds() < 60]
+        if len(within) >= 2:
+            expected.append("drop")
+        else:
+            expected.append("take")
+            taken.append((user, now))
+    return seqs, expected
+
+
+def _taken_or_dropped(seqs: list[int]) -> list[str]:
+    return ["drop" if policy == "drop" else "take" for policy, _ in _decisions(seqs)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("window", [1, 4, 500])
+def test_a_rate_limit_decides_the_same_whatever_the_windows_the_events_are_routed_in(clock, window):
+    apply(clock, DOCUMENT)
+    seqs, expected = _burst(clock)  # accepted while no route loop ran
+    assert "drop" in expected and expected.count("take") > 6
+    _route(clock, limit=window)
+    assert _taken_or_dropped(seqs) == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_route_loops_taking_turns_decide_a_rate_limit_as_one_loop_does(clock):
+    apply(clock, DOCUMENT)
+    seqs, expected = _burst(clock)
+    loops = [router(clock), router(clock)]
+    loops[1].owner = "second-loop"
+    try:
+        for turn in range(200):
+            if not loops[turn % 2].route_pending(limit=3) and not loops[(turn + 1) % 2].route_pending(limit=3):
+                break
+    finally:
+        for loop in loops:
+            loop.close()
+    assert _taken_or_dropped(seqs) == expected
