@@ -117,6 +117,11 @@ class RateLimits:
         # What the commit writes: (counter, seq, accepted at) of each Event the window takes.
         self.takes: list[list[Any]] = []
 
+    def tokens(self, seq: int) -> set[tuple]:
+        """The Event's rate limit counter as a target (``("rate", counter)``), if it counts in one."""
+        counter = self.counters.get(seq)
+        return {("rate", counter[0])} if counter is not None else set()
+
     def settle(self, event: EventSnapshot, decision: Decision, evaluation: Evaluation | None) -> Decision:
         """``decision`` when its route takes the Event within its rate limit (the take counted),
         else the Event dropped with the reason; any other decision as it is."""

@@ -205,6 +205,11 @@ class Settler:
                 remember_keys=True,
             )
         if in_flight:
+            if self.rate_limits is not None:
+                # The rate limit's counter is a target beside other loops' commits only: an
+                # Event counting in it waits for an earlier one committing beside (which it
+                # counts), never for one left unrouted.
+                tokens = tokens | self.rate_limits.tokens(event.seq)
             beside = min(
                 (in_flight[t] for t in tokens if t in in_flight and in_flight[t] < event.seq), default=None
             )
