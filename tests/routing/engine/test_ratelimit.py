@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from causal.models import Event, RouteState
+from routing.acceptance.services import events_accept
 from routing.models import RateLimitTake, RouteRecord
-from tests.routing.routerkit import accept, apply, router
+from tests.routing.routerkit import accept, apply, drain_loop, router, run_route_loops
+from tests.support import child_env
 
 DOCUMENT = """
 version: 1
@@ -146,3 +148,55 @@ def test_two_route_loops_taking_turns_decide_a_rate_limit_as_one_loop_does(clock
         for loop in loops:
             loop.close()
     assert _taken_or_dropped(seqs) == expected
+
+
+# Only the built-in handler: the route loops run in processes of their own.
+ACROSS_WORKS = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: chat
+        handler: match
+        params: {type: "chat.*", keys: ["conv:{data.conv}"]}
+        binding: inbox
+        rate_limit: {limit: 3, period: 30s, key: "{data.user}"}
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_three_route_loop_processes_decide_a_rate_limit_as_one_loop_would(clock):
+    """A user's Events go to many conversations (many Works, routed side by side by the loops)
+    and count in the user's one rate limit: each decision is the one routing them one by one,
+    in acceptance order, makes."""
+    import random
+
+    apply(clock, ACROSS_WORKS)
+    rng = random.Random(3)
+    for batch in range(12):
+        clock.advance(rng.choice((1, 4, 12)))
+        payloads = [
+            {
+                "specversion": "1.0",
+                "id": f"m{batch}-{i}",
+                "source": "tests",
+                "scope": "acme",
+                "type": "chat.message",
+                "data": {"user": rng.choice("abcd"), "conv": rng.randrange(40)},
+            }
+            for i in range(rng.randrange(5, 25))
+        ]
+        events_accept(payloads=payloads, clock=clock, may_address_work=True)
+    expected, taken = {}, []
+    for seq, at, data in Event.objects.order_by("seq").values_list("seq", "accepted_at", "data"):
+        within = [t for user, t in taken if user == data["user"] and (at - t).total_seconds() < 30]
+        expected[seq] = "drop" if len(within) >= 3 else "take"
+        if expected[seq] == "take":
+            taken.append((data["user"], at))
+    assert 10 < list(expected.values()).count("drop") < len(expected) - 10
+    run_route_loops(3, 7, child_env())
+    drain_loop()
+    assert _taken_or_dropped(list(expected)) == list(expected.values())
+    assert RateLimitTake.objects.count() == list(expected.values()).count("take")
