@@ -139,7 +139,9 @@ class RateLimits:
         at = self.accepted[event.seq]
         after = at - timedelta(seconds=limit.period)
         mine = self.taken.setdefault(counter, [])
-        taken = self.counted.get(event.seq, 0) + sum(1 for seq, t in mine if seq < event.seq and after < t <= at)
+        taken = self.counted.get(event.seq, 0) + sum(
+            1 for seq, t in mine if seq < event.seq and after < t <= at
+        )
         if taken >= limit.limit:
             for_key = f" (key {key})" if limit.key is not None else ""
             why = (

@@ -8,7 +8,10 @@ import pytest
 
 from causal.models import Event, RouteState
 from routing.acceptance.services import events_accept
+from routing.config.problems import ConfigInvalid
+from routing.config.validate import parse_document
 from routing.models import RateLimitTake, RouteRecord
+from routing.setup.trace import trace
 from tests.routing.routerkit import accept, apply, drain_loop, router, run_route_loops
 from tests.support import child_env
 
@@ -200,3 +203,44 @@ def test_three_route_loop_processes_decide_a_rate_limit_as_one_loop_would(clock)
     drain_loop()
     assert _taken_or_dropped(list(expected)) == list(expected.values())
     assert RateLimitTake.objects.count() == list(expected.values()).count("take")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_says_the_rate_limit_would_drop_the_event(clock):
+    apply(clock, DOCUMENT)
+    for user in ("ann", "ann", "bob"):
+        accept(clock, "chat.message", {"user": user})
+    _route(clock)
+    payload = {"id": "t1", "source": "tests", "type": "chat.message", "scope": "acme"}
+    over = trace(payload={**payload, "data": {"user": "ann"}}, clock=clock)
+    assert (over.effect, over.route, over.state) == ("drop", "chat", RouteState.ROUTED)
+    assert over.reason == "rate limited: route 'chat' in acme is over its rate limit 2 per 60 s (key ann)"
+    under = trace(payload={**payload, "data": {"user": "bob"}}, clock=clock)
+    assert (under.effect, under.route) == ("queue", "chat")
+    clock.advance(60)
+    assert trace(payload={**payload, "data": {"user": "ann"}}, clock=clock).effect == "queue"
+
+
+@pytest.mark.parametrize(
+    ("declared", "place", "problem"),
+    [
+        ({"limit": 0, "period": "1m"}, "rate_limit.limit", "at least 1"),
+        ({"limit": 3}, "rate_limit.period", "required"),
+        ({"limit": 3, "period": "soon"}, "rate_limit.period", "expected a duration"),
+        ({"limit": 3, "period": "1m", "key": "{data.user!r}"}, "rate_limit.key", "bad key template"),
+        ({"limit": 3, "period": "1m", "per": "user"}, "rate_limit.per", "unknown key 'per'"),
+        (30, "rate_limit", "expected a mapping"),
+    ],
+)
+def test_a_bad_rate_limit_is_refused_with_its_place(declared, place, problem):
+    document = DOCUMENT.replace("rate_limit: {limit: 3, period: 10s}", f"rate_limit: {declared!r}")
+    with pytest.raises(ConfigInvalid) as refused:
+        parse_document(document)
+    found = [(p.place, p.message) for p in refused.value.problems]
+    assert len(found) == 1 and found[0][0] == f"scopes[0].routes[1].{place}", found
+    assert problem in found[0][1]
+
+
+def test_a_route_rate_limit_is_read_as_a_throttle_is_written():
+    route = parse_document(DOCUMENT).scopes[0].routes[0]
+    assert route.rate_limit == {"limit": 2, "period": "1m", "key": "{data.user}"}
