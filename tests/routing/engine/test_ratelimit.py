@@ -11,6 +11,7 @@ from routing.acceptance.services import events_accept
 from routing.config.problems import ConfigInvalid
 from routing.config.validate import parse_document
 from routing.models import RateLimitTake, RouteRecord
+from routing.records.explain import route_why
 from routing.setup.trace import trace
 from tests.routing.routerkit import accept, apply, drain_loop, router, run_route_loops
 from tests.support import child_env
@@ -69,6 +70,10 @@ def test_a_route_over_its_rate_limit_drops_the_events_with_the_reason(clock):
     assert Event.objects.get(pk=seqs[4]).route_state == RouteState.ROUTED
     assert RouteRecord.objects.get(event_id=seqs[4]).work_id is None
     assert sorted(RateLimitTake.objects.values_list("event_seq", flat=True)) == seqs[:3]
+    record = RouteRecord.objects.select_related("work").get(event_id=seqs[4])
+    assert str(route_why(Event.objects.get(pk=seqs[4]), record)) == (
+        "Dropped: route 'bulk' in acme is over its rate limit 3 per 10 s."
+    )
 
 
 @pytest.mark.django_db(transaction=True)
