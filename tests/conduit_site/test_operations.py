@@ -425,6 +425,26 @@ def test_metrics_count_the_events_a_route_dropped_over_its_rate_limit_by_route(c
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_api_gives_an_event_dropped_over_a_rate_limit_its_reason(client, clock, reader_auth):
+    document = json.loads(DOCUMENT)
+    document["scopes"][0]["routes"][0]["rate_limit"] = {"limit": 1, "period": "1m", "key": "{data.key}"}
+    config_apply(document=json.dumps(document), clock=clock)
+    taken, dropped = (accept(clock, "ops.py", {"key": "a"}, scope="ops") for _ in range(2))
+    loop = RouteLoop(clock=clock)
+    try:
+        while not loop.step().empty:
+            pass
+    finally:
+        loop.close()
+    first = client.get(f"/api/events/{taken.seq}/route", headers=reader_auth).json()
+    route = client.get(f"/api/events/{dropped.seq}/route", headers=reader_auth).json()
+    assert first["policy"] == "start"
+    # The drop names the Work the Event was for: it shows in that Work's history.
+    assert (route["policy"], route["route"], route["work"]) == ("drop", "py", first["work"])
+    assert route["reason"] == "rate limited: route 'py' in ops is over its rate limit 1 per 60 s (key a)"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_causal_refusals_are_counted_by_kind(client, clock, settings, metrics_on):
     from causal.limits import Causal, CausalRefused, Limits
     from causal.services import Envelope
