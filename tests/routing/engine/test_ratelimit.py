@@ -249,3 +249,25 @@ def test_a_bad_rate_limit_is_refused_with_its_place(declared, place, problem):
 def test_a_route_rate_limit_is_read_as_a_throttle_is_written():
     route = parse_document(DOCUMENT).scopes[0].routes[0]
     assert route.rate_limit == {"limit": 2, "period": "1m", "key": "{data.user}"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_limit_costs_a_window_two_statements_and_a_route_without_one_none(clock):
+    """The window's counts in one statement and its takes in one insert, whatever its size; a
+    configuration without a rate limit reads and writes nothing for them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def statements(document: str, type_: str, n: int) -> list[str]:
+        apply(clock, document)
+        for i in range(n):
+            accept(clock, type_, {"n": i, "user": f"u{i % 3}"})
+        with CaptureQueriesContext(connection) as captured:
+            _route(clock)
+        return [q["sql"] for q in captured]
+
+    free = statements(DOCUMENT, "free.item", 10)
+    assert not [sql for sql in free if "ratelimittake" in sql.lower()]
+    few, many = statements(DOCUMENT, "chat.message", 5), statements(DOCUMENT, "chat.message", 40)
+    assert len([sql for sql in few if "ratelimittake" in sql.lower()]) == 2
+    assert len([sql for sql in many if "ratelimittake" in sql.lower()]) == 2
