@@ -63,7 +63,7 @@ def setup_django(tmp: str) -> None:
 
 
 class Clock:
-    """Acceptance times 30 Events a second (routing reads its own clock)."""
+    """The acceptance clock: each batch of 30 Events a second later (routing reads its own)."""
 
     def __init__(self) -> None:
         from causal.clock import system_clock
@@ -71,7 +71,6 @@ class Clock:
         self.now = system_clock()
 
     def __call__(self):
-        self.now += timedelta(seconds=1 / 30)
         return self.now
 
 
@@ -89,8 +88,9 @@ def accept(scope: str, n: int, clock: Clock, start: int) -> None:
         }
         for i in range(n)
     ]
-    for first in range(0, n, 1000):
-        events_accept(payloads=payloads[first : first + 1000], clock=clock)
+    for first in range(0, n, 30):
+        clock.now += timedelta(seconds=1)
+        events_accept(payloads=payloads[first : first + 30], clock=clock)
 
 
 def route(batch_size: int) -> tuple[float, int]:
