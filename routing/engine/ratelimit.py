@@ -18,7 +18,7 @@ configuration without a rate limit reads and writes nothing for them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
@@ -82,7 +82,12 @@ def counts_before(candidates: Sequence[tuple[int, str, datetime, datetime]]) -> 
             )
             counts.update(cursor.fetchall())
             return counts
-        adapt = connection.ops.adapt_datetimefield_value
+
+        # The text SQLite stores a time as (Django's adapt_datetimefield_value, UTC), without
+        # its checks: two a candidate.
+        def adapt(moment: datetime) -> str:
+            return str(moment.astimezone(UTC).replace(tzinfo=None))
+
         chunk = max(1, connection.features.max_query_params // 4)
         for start in range(0, len(candidates), chunk):
             part = candidates[start : start + chunk]
