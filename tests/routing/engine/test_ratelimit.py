@@ -271,3 +271,25 @@ def test_a_rate_limit_costs_a_window_two_statements_and_a_route_without_one_none
     few, many = statements(DOCUMENT, "chat.message", 5), statements(DOCUMENT, "chat.message", 40)
     assert len([sql for sql in few if "ratelimittake" in sql.lower()]) == 2
     assert len([sql for sql in many if "ratelimittake" in sql.lower()]) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_a_paused_route_held_are_judged_by_their_acceptance_times_on_resume(clock):
+    from routing.holds import route_held_release
+    from worklife.models import PauseKind
+    from worklife.pauses import PauseTarget, pause_create, pause_end
+
+    apply(clock, DOCUMENT)
+    route = PauseTarget(PauseKind.ROUTE, "acme", "bulk")
+    pause_create(target=route, paused_by="alice", reason="", until=None, clock=clock)
+    seqs = []
+    for n in range(5):  # 4 s apart: never 3 within 10 s
+        seqs.append(accept(clock, "bulk.item", {"n": n}).seq)
+        clock.advance(4)
+    _route(clock)
+    assert not RouteRecord.objects.filter(event_id__in=seqs).exists()
+    assert not RateLimitTake.objects.exists()  # held, not taken
+    pause_end(target=route, ended_by="alice", clock=clock)
+    route_held_release(scope="acme", slot="bulk")
+    _route(clock)  # all at once, a minute later: judged as they were accepted
+    assert [policy for policy, _ in _decisions(seqs)] == ["start"] * 5
