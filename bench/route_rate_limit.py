@@ -5,7 +5,7 @@
 Sets up Django on a fresh SQLite database in a temporary directory (the shipped settings) and
 applies one configuration of three scopes with the same route: ``free`` without a rate limit,
 ``counted`` with one no Event reaches (100 per minute per user: every Event is counted and taken)
-and ``limited`` with one that drops most of them (20 per minute per user). Events are accepted 30
+and ``limited`` with one that drops about half of them (20 per minute per user). Events are accepted 30
 a second over 40 users (45 a minute each). A count reads, for each Event, the takes of its key
 within the period before it: at most about ``limit`` index entries.
 For each scope in turn it accepts ``--n`` Events (a third start Work, the rest queue on it),
