@@ -6,6 +6,7 @@ Counters and histograms (declared beside what they count):
 
 - ``conduit_events_accepted_total{scope}`` (:mod:`causal.metrics`);
 - ``conduit_events_routed_total{scope,policy}``, ``conduit_route_failures_total{code}``,
+  ``conduit_events_rate_limited_total{scope,route}`` (Events dropped over a route's rate limit),
   ``conduit_route_latency_seconds`` (:mod:`routing.engine.metrics`);
 - ``conduit_attempts_started_total``, ``…_completed_total``, ``…_failed_total``,
   ``…_parked_total`` and ``conduit_attempt_duration_seconds``, each ``{scope,binding}``

@@ -3,7 +3,7 @@ API tokens.
 
 A generation (with its scopes, bindings, routes and receivers) is a stored document that routing
 and RouteRecords name, and a RouteRecord is the one decision about an Event (R27): all history,
-read-only, as are the counts of what receivers refused (the receivers write them) and the impact
+read-only, as are the Events routes with a rate limit took (what the limits count), the counts of what receivers refused (the receivers write them) and the impact
 previews' runs and changed Events (their runs write them). API tokens
 have their own admin (``routing.access.admin``): added with the secret shown once, revoked by an
 action; so do logins (a role, never superuser) and groups (the roles, read-only), replacing
@@ -24,6 +24,7 @@ from routing.models import (
     Generation,
     ImpactRun,
     ImpactRunChange,
+    RateLimitTake,
     Receiver,
     ReceiverCount,
     Route,
@@ -94,6 +95,13 @@ class RouteRecordAdmin(HistoryAdmin):
     list_select_related = ("event", "work")
     search_fields = ("=event__seq", "=event__envelope_id", "=work__id", "=route")
     ordering = ("-event",)
+
+
+@admin.register(RateLimitTake)
+class RateLimitTakeAdmin(HistoryAdmin):
+    list_display = ("event_seq", "name", "accepted_at")
+    search_fields = ("=event_seq", "=name")
+    ordering = ("-event_seq",)
 
 
 @admin.register(Receiver)

@@ -141,6 +141,8 @@ class Route(models.Model):
     start = models.BooleanField(default=True)
     # Raises the priority of the Work its Events arrive at (worklife.flow).
     priority = models.SmallIntegerField(default=0)
+    # At most so many Events taken per period, per key; the others dropped (routing.engine.ratelimit).
+    rate_limit = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["scope", "position"]
@@ -265,6 +267,25 @@ class RouteRecord(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.event_id}: {self.policy} ({self.reason or '-'})"
+
+
+class RateLimitTake(models.Model):
+    """An Event a route with a rate limit took (started, queued or attached it as input): what
+    the limit counts, by its counter's name (``rate_limit:<declaring scope>:<slot>[:<key>]``) and
+    the Event's acceptance time (``routing.engine.ratelimit``). Dropped Events are not here."""
+
+    name = models.CharField(max_length=600)
+    event_seq = models.BigIntegerField(unique=True)
+    accepted_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The router's count: per name, the Events taken within a period before an Event.
+            models.Index(fields=["name", "accepted_at", "event_seq"], name="ratelimittake_window_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.event_seq}"
 
 
 class ApiToken(models.Model):

@@ -9,7 +9,7 @@ from django.db.models import Q
 
 from causal.retention import Releases
 from causal.services import assert_in_tx
-from routing.models import ImpactRun, ImpactRunChange, RouteRecord
+from routing.models import ImpactRun, ImpactRunChange, RateLimitTake, RouteRecord
 
 # A route record keeps its Event while it names a Work (the Work's history); one naming none is
 # deleted with its Event.
@@ -17,13 +17,15 @@ RECORD_RELEASES: Releases = {RouteRecord._meta.get_field("event"): Q(work__isnul
 
 
 def route_records_delete_in_tx(*, work_ids: list[int] = (), event_seqs: list[int] = ()) -> int:
-    """Delete the route records of the Works ``work_ids`` and of the Events ``event_seqs``."""
+    """Delete the route records of the Works ``work_ids`` and of the Events ``event_seqs`` (and
+    the rate limits' takes of those Events, which are not counted in the result)."""
     assert_in_tx()
     deleted = 0
     if work_ids:
         deleted += RouteRecord.objects.filter(work_id__in=work_ids).delete()[0]
     if event_seqs:
         deleted += RouteRecord.objects.filter(event_id__in=event_seqs).delete()[0]
+        RateLimitTake.objects.filter(event_seq__in=event_seqs).delete()
     return deleted
 
 

@@ -61,8 +61,9 @@ from worklife.models import (
 
 FLOW_KEYS = ("concurrency", "throttle", "priority", "debounce", "batch")
 """The binding keys flow control owns in the configuration document."""
-ROUTE_FLOW_KEYS = ("priority",)
-"""The route keys flow control owns."""
+ROUTE_FLOW_KEYS = ("priority", "rate_limit")
+"""The route keys flow control owns (a route's ``rate_limit`` is enforced by the router, which
+drops the Events over it: ``routing.engine.ratelimit``)."""
 
 PRIORITY_RANGE = (-100, 100)
 # A Work held on a concurrency gate is looked at again after this long even if no attempt of
@@ -179,6 +180,13 @@ def _per(key: KeyTemplate | None) -> str:
     return f" per key {key.text}" if key is not None else ""
 
 
+def rate_limit_text(limit: Limit | None) -> str | None:
+    """A route's rate limit in words (``30 per 60 s per key {data.user}``), ``None`` without one."""
+    if limit is None:
+        return None
+    return f"{limit.limit} per {seconds_text(limit.period)}{_per(limit.key)}"
+
+
 def seconds_text(seconds: float | None) -> str:
     """``30 s``, ``1.5 s``, ``2 min``: how the Work pages say a duration."""
     if seconds is None:
@@ -238,33 +246,60 @@ def flow_parse(declared: Mapping[str, Any], place: str) -> tuple[FlowPolicy, lis
     ``batch``; others are ignored here) parsed, with every problem as ``(place, message)``."""
     problems: list[tuple[str, str]] = []
     found: dict[str, Any] = {}
-    allowed = {
-        "concurrency": ("limit", "key"),
-        "throttle": ("limit", "period", "key"),
-        "debounce": ("quiet", "max_wait"),
-        "batch": ("size", "wait"),
-    }
-    for name, keys in allowed.items():
-        raw = declared.get(name)
-        if raw is None:
-            continue
-        where = f"{place}.{name}"
-        if not isinstance(raw, Mapping):
-            problems.append((where, f"expected a mapping with {', '.join(keys)}, got {type(raw).__name__}"))
-            continue
-        unknown = [k for k in raw if k not in keys]
-        for key in unknown:
-            problems.append((f"{where}.{key}", f"unknown key {key!r} (expected one of: {', '.join(keys)})"))
-        try:
-            found[name] = _part(name, raw, where, problems)
-        except _Skip:
-            continue
+    for name in _KNOB_KEYS:
+        knob = _knob(name, declared.get(name), f"{place}.{name}", problems)
+        if knob is not None:
+            found[name] = knob
     priority, problem = priority_parse(declared.get("priority", 0))
     if problem:
         problems.append((f"{place}.priority", problem))
     if problems:
         return NO_FLOW, problems
     return FlowPolicy(priority=priority, **found), problems
+
+
+# Each knob declared as a mapping, and its keys (a route's ``rate_limit`` is written as a throttle).
+_KNOB_KEYS = {
+    "concurrency": ("limit", "key"),
+    "throttle": ("limit", "period", "key"),
+    "debounce": ("quiet", "max_wait"),
+    "batch": ("size", "wait"),
+}
+
+
+def _knob(name: str, raw: Any, where: str, problems: list[tuple[str, str]]) -> Any:
+    """One knob declared as a mapping, parsed (``None`` when absent or invalid: its problems
+    are appended to ``problems``)."""
+    if raw is None:
+        return None
+    keys = _KNOB_KEYS[name]
+    if not isinstance(raw, Mapping):
+        problems.append((where, f"expected a mapping with {', '.join(keys)}, got {type(raw).__name__}"))
+        return None
+    for key in raw:
+        if key not in keys:
+            problems.append((f"{where}.{key}", f"unknown key {key!r} (expected one of: {', '.join(keys)})"))
+    try:
+        return _part(name, raw, where, problems)
+    except _Skip:
+        return None
+
+
+def rate_limit_parse(value: Any, place: str) -> tuple[Limit | None, list[tuple[str, str]]]:
+    """A route's ``rate_limit: {limit: N, period: P, key: T}`` (``key`` optional), written and
+    checked as a binding's ``throttle`` is: the Limit (``None`` when not declared) and every
+    problem as ``(place, message)``. The router drops the Events over it."""
+    problems: list[tuple[str, str]] = []
+    limit = _knob("throttle", value, place, problems)
+    return (None if problems else limit), problems
+
+
+def rate_limit_policy(stored: Mapping[str, Any] | None) -> Limit | None:
+    """A stored route's rate limit (stored documents were validated: a problem here means the
+    rules tightened since, and the limit is left off)."""
+    if not stored:
+        return None
+    return rate_limit_parse(stored, "rate_limit")[0]
 
 
 def priority_parse(value: Any) -> tuple[int, str]:

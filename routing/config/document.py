@@ -39,6 +39,9 @@ class ParsedRoute:
     place: str = ""
     # Raises the priority of the Work an Event arrives at through this route (worklife.flow).
     priority: int = 0
+    # At most so many Events taken per period (per key), the others dropped, as declared
+    # (``{limit, period, key}``; ``routing.engine.ratelimit``), ``None``: no rate limit.
+    rate_limit: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from routing.config.document import ParsedScope
 from routing.extension import RouteInfo, freeze
-from worklife.flow import NO_FLOW, FlowPolicy, flow_policy
+from worklife.flow import NO_FLOW, FlowPolicy, Limit, flow_policy, rate_limit_policy, rate_limit_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,9 @@ class EffectiveRoute:
     start: bool
     overrides: str = ""
     priority: int = 0
+    # At most ``limit`` Events taken per ``period`` (per rendered key), the others dropped
+    # (routing.engine.ratelimit); ``None``: no rate limit.
+    rate_limit: Limit | None = None
     _info: RouteInfo | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +120,12 @@ class Configuration:
                 if route.priority
             }
         )
+
+    @functools.cached_property
+    def rate_limited(self) -> bool:
+        """Whether any route of the configuration declares a rate limit (without one, routing
+        reads and writes nothing for rate limits)."""
+        return any(route.rate_limit is not None for scope in self.scopes.values() for route in scope.routes)
 
     def scope_or_empty(self, path: str) -> EffectiveScope:
         """The effective scope at ``path``; a scope that left the configuration has no routes
@@ -185,6 +194,7 @@ def resolve_scopes(scopes: Iterable[ParsedScope]) -> dict[str, EffectiveScope]:
                 start=route.start,
                 overrides=routes[replaced].scope if replaced is not None else "",
                 priority=route.priority,
+                rate_limit=rate_limit_policy(route.rate_limit),
             )
             if replaced is None:
                 index[route.slot] = len(routes)
@@ -242,6 +252,7 @@ def effective_scope_as_dict(scope: EffectiveScope) -> dict[str, Any]:
                 "fallback": r.fallback,
                 "start": r.start,
                 "priority": r.priority,
+                "rate_limit": rate_limit_text(r.rate_limit),
             }
             for r in scope.routes
         ],

@@ -63,6 +63,7 @@ def _read_configuration(generation: Generation) -> Configuration:
                     fallback=r.fallback,
                     start=r.start,
                     priority=r.priority,
+                    rate_limit=r.rate_limit,
                 )
                 for r in sorted(row.routes.all(), key=lambda r: r.position)
             ),

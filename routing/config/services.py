@@ -96,6 +96,7 @@ def _config_store_in_tx(
                 fallback=r.fallback,
                 start=r.start,
                 priority=r.priority,
+                rate_limit=r.rate_limit,
             )
             for position, r in enumerate(declared.routes)
         )

@@ -27,7 +27,14 @@ from worklife.executors import (
     registered_executors,
     validate_binding,
 )
-from worklife.flow import FLOW_KEYS, ROUTE_FLOW_KEYS, flow_declared, flow_parse, priority_parse
+from worklife.flow import (
+    FLOW_KEYS,
+    ROUTE_FLOW_KEYS,
+    flow_declared,
+    flow_parse,
+    priority_parse,
+    rate_limit_parse,
+)
 from worklife.retry import retry_policy_problems
 
 POLICIES: tuple[str, ...] = ("queue", "inject", "interrupt", "drop")
@@ -408,6 +415,9 @@ class _Validator:
         priority, problem = priority_parse(route.get("priority", 0))
         if problem:
             self.problem(f"{place}.priority", problem)
+        rate_limit = route.get("rate_limit")
+        for where, message in rate_limit_parse(rate_limit, f"{place}.rate_limit")[1]:
+            self.problem(where, message)
         if policy in BINDING_POLICIES and not binding:
             self.problem(f"{place}.binding", f"policy {policy!r} needs a binding")
         if handler is not None:
@@ -426,6 +436,7 @@ class _Validator:
             start=start if isinstance(start, bool) else True,
             place=place,
             priority=priority,
+            rate_limit=rate_limit if isinstance(rate_limit, dict) else None,
         )
 
     def handler(self, name: str, params: dict[str, Any] | None, place: str) -> None:

@@ -218,18 +218,19 @@ def publish_targets(
     *,
     owner: str,
     untils: Sequence[datetime],
-    decided: Mapping[int, tuple[Sequence[str], int | None]],
+    decided: Mapping[int, tuple[Sequence[str], int | None] | tuple[Sequence[str], int | None, str]],
     clock: Clock,
 ) -> None:
     """Publish, for the Events ``owner`` claimed until one of ``untils``, what each Event's route
-    decided beyond its explicit targets (``decided``: seq -> (keys, Work id); an Event whose
-    routes decided neither is left out). Another loop's commit then knows what these Events
+    decided beyond its explicit targets (``decided``: seq -> (keys, Work id[, the rate limit's
+    counter it would count in, routing.engine.ratelimit]); an Event whose routes decided none
+    is left out). Another loop's commit then knows what these Events
     touch before they commit, and commits its own later Events that share none of it beside
     this window instead of after it (:func:`published_targets`). A lease: it need not survive
     a power loss (it only matters while the claim does)."""
     value = {
         "untils": [until.timestamp() for until in untils],
-        "events": {str(seq): [list(keys), work_id] for seq, (keys, work_id) in decided.items()},
+        "events": {str(seq): [list(entry[0]), *entry[1:]] for seq, entry in decided.items()},
     }
     with lease_transaction():
         kv_replace(namespace=TARGETS_NAMESPACE, key=owner, value=value, clock=clock)
@@ -237,12 +238,13 @@ def publish_targets(
 
 def published_targets(
     held: Iterable[tuple[int, str, datetime | None]],
-) -> dict[int, tuple[list[str], int | None]]:
+) -> dict[int, tuple[list[str], int | None, str]]:
     """What the routes of Events other loops hold decided, as published: ``held`` is (seq,
     claimed_by, claimed_until) of each. An Event is known only when its holder published for
     the very claim it holds (its ``claimed_until`` among the publication's): a publication of an earlier claim says
-    nothing about this one. Returns seq -> (decided keys, decided Work id), an Event whose
-    routes decided nothing beyond its explicit targets mapping to ``([], None)``."""
+    nothing about this one. Returns seq -> (decided keys, decided Work id, rate limit counter or
+    ""), an Event whose routes decided nothing beyond its explicit targets mapping to
+    ``([], None, "")``."""
     held = list(held)
     if not held:
         return {}
@@ -250,7 +252,7 @@ def published_targets(
     publications = dict(
         KV.objects.filter(namespace=TARGETS_NAMESPACE, key__in=owners).values_list("key", "value")
     )
-    known: dict[int, tuple[list[str], int | None]] = {}
+    known: dict[int, tuple[list[str], int | None, str]] = {}
     for seq, claimed_by, claimed_until in held:
         publication = publications.get(claimed_by)
         if (
@@ -259,8 +261,8 @@ def published_targets(
             or claimed_until.timestamp() not in publication["untils"]
         ):
             continue
-        keys, work_id = publication["events"].get(str(seq), ((), None))
-        known[seq] = (list(keys), work_id)
+        keys, work_id, *counter = publication["events"].get(str(seq), ((), None))
+        known[seq] = (list(keys), work_id, counter[0] if counter else "")
     return known
 
 

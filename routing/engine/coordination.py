@@ -20,6 +20,7 @@ from routing.engine.claims import held_elsewhere, publish_targets
 from routing.engine.evaluate import Evaluation
 from routing.engine.heartbeat import other_loops_alive
 from routing.engine.options import RouterOptions
+from routing.engine.ratelimit import counter_of
 from routing.engine.settle import RouteOutcome
 from routing.extension import EventSnapshot
 
@@ -117,7 +118,12 @@ class Coordination:
                 continue
             decision = evaluation.decision
             keys = [k for k in decision.keys if k not in event.correlation]
-            if keys or decision.work_id is not None:
+            route = evaluation.route
+            if route is not None and route.rate_limit is not None:
+                # The counter it would count in: other loops' later Events counting in it
+                # commit after this one (each sees the takes before it).
+                decided[event.seq] = (keys, decision.work_id, counter_of(route, event)[0])
+            elif keys or decision.work_id is not None:
                 decided[event.seq] = (keys, decision.work_id)
         publish_targets(owner=self.owner, untils=untils, decided=decided, clock=self.clock)
 

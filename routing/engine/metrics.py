@@ -1,5 +1,5 @@
 """The route loop's metrics, recorded once per pass: Events settled by scope and policy, route
-failures by code, and the route latency (acceptance to the route decision) of the Events it
+failures by code, the Events dropped over a route's rate limit by route, and the route latency (acceptance to the route decision) of the Events it
 routed. Label values come from the configuration (scopes), the decision's policies and the route
 error codes: their number is bounded, and no Event id is ever a label (docs/operations.md).
 
@@ -20,6 +20,8 @@ from django.db import connection
 
 from causal.models import Event, RouteState
 from infra.metrics import Counter, Histogram, enabled
+from routing.engine.decide import Effect
+from routing.engine.ratelimit import is_rate_limited
 from routing.engine.settle import RouteOutcome
 
 EVENTS_ROUTED = Counter(
@@ -38,9 +40,16 @@ ROUTE_LATENCY = Histogram(
     "Seconds from an Event's acceptance to its route decision, for the Events routed (not given up on).",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
 )
+EVENTS_RATE_LIMITED = Counter(
+    "conduit_events_rate_limited_total",
+    "Events dropped because the route that would take them was over its rate limit, by the scope "
+    "that declares the route and the route's slot.",
+    ("scope", "route"),
+)
 FAILED = "failed"
 # The states as plain strings (an enum member's lookup costs more, once an Event).
 _ROUTED, _FAILED = RouteState.ROUTED.value, RouteState.FAILED.value
+_DROP = Effect.DROP
 
 
 def pass_routed(
@@ -52,6 +61,7 @@ def pass_routed(
         return
     failures: Tally[tuple[str]] = Tally()
     settled: Tally[tuple[str, str]] = Tally()
+    rate_limited: Tally[tuple[str, str]] = Tally()
     scope_of = scopes.get
     routed = False
     for outcome in outcomes:
@@ -62,10 +72,14 @@ def pass_routed(
             routed = True
             decision = outcome.decision
             settled[(scope_of(outcome.seq, ""), decision.effect if decision is not None else "")] += 1
+            if decision is not None and decision.effect == _DROP and is_rate_limited(decision.reason):
+                rate_limited[(decision.route_scope, decision.route)] += 1
         elif state == _FAILED:
             settled[(scope_of(outcome.seq, ""), FAILED)] += 1
     ROUTE_FAILURES.inc_counts(failures)
     EVENTS_ROUTED.inc_counts(settled)
+    if rate_limited:
+        EVENTS_RATE_LIMITED.inc_counts(rate_limited)
     if routed and commits:
         ROUTE_LATENCY.observe_many(latencies_routed_at(commits))
 

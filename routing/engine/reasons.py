@@ -11,3 +11,6 @@ FALLBACK_DROP = "fallback drop: "
 HELD = "held until the attempt ends: "
 # The Event a waiting Work was waiting for: "wins wait <name or id>".
 WINS_WAIT = "wins wait "
+# An Event a route with a rate limit would have taken, dropped because the route took its limit
+# within the period before it: "rate limited: route 'chat' in acme is over its rate limit …".
+RATE_LIMITED = "rate limited: "

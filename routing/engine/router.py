@@ -526,6 +526,7 @@ class Router:
                 writer.release(seq)
             for event, settlement, evaluation in settled.settled:
                 writer.write(event, settlement, evaluation)
+            writer.rate_takes = settled.rate_takes
             ids = writer.flush()
             self.last_commits.append(now)
             # Each outcome is built once, after the writes, naming the Work it started by its id.

@@ -37,6 +37,7 @@ from routing.extension import EventSnapshot
 if TYPE_CHECKING:
     from causal.limits import Refusal
     from routing.config.effective import Configuration
+    from routing.engine.ratelimit import RateLimits
 
 # An Event whose routing failed unexpectedly, and whose failure could not even be recorded, is
 # looked at again after this long (an operator may skip it sooner).
@@ -158,8 +159,11 @@ class Settler:
         limits: BridgeLimits,
         in_flight: dict[tuple, int] | None = None,
         route_holds: Mapping[tuple[str, str], str] | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         self.world = world
+        # The window's rate limits (None: no route of the configuration declares one).
+        self.rate_limits = rate_limits
         # Paused routes by (declaring scope, slot): the line the Events they hold record.
         self.route_holds = route_holds or {}
         self.blocked = blocked
@@ -201,6 +205,11 @@ class Settler:
                 remember_keys=True,
             )
         if in_flight:
+            if self.rate_limits is not None:
+                # The rate limit's counter is a target beside other loops' commits only: an
+                # Event counting in it waits for an earlier one committing beside (which it
+                # counts), never for one left unrouted.
+                tokens = tokens | self.rate_limits.tokens(event.seq)
             beside = min(
                 (in_flight[t] for t in tokens if t in in_flight and in_flight[t] < event.seq), default=None
             )
@@ -273,6 +282,9 @@ class Settler:
             earliest = min(in_flight.values())
             if earliest < event.seq:
                 return self._beside(event, tokens, earliest)
+        if self.rate_limits is not None and decision.route:
+            # Over its route's rate limit, an Event the route would take is dropped instead.
+            decision = self.rate_limits.settle(event, decision, evaluation)
         won_first = self.won.get(decision.work_id) if self.won and decision.work_id is not None else None
         bridges: list[Bridge] = []
         if decision.effect == Effect.WAKE:

@@ -20,6 +20,7 @@ from routing.engine.coordination import EarlierClaimed
 from routing.engine.evaluate import Evaluation
 from routing.engine.failures import failures_read
 from routing.engine.options import RouterOptions
+from routing.engine.ratelimit import read_rate_limits
 from routing.engine.settle import RouteOutcome, Settlement, Settler
 from routing.engine.world import (
     UNKNOWN_AND_UNHELD,
@@ -36,6 +37,13 @@ from worklife.pauses import active_pauses, route_holds
 # built and compiled once per shape.
 _STATES = CompiledOnce(
     lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list("seq", "route_state", "waiting_on")
+)
+# The same with the Events' acceptance times, which rate limits count by (read only when a route
+# of the configuration declares one).
+_STATES_ACCEPTED = CompiledOnce(
+    lambda seqs: Event.objects.filter(seq__in=Listed(seqs)).values_list(
+        "seq", "route_state", "waiting_on", "accepted_at"
+    )
 )
 
 
@@ -54,6 +62,8 @@ class SettledWindow:
     waiting: set[int] = field(default_factory=set)
     # Whether another route loop's claims were met (it is about).
     met_other_loop: bool = False
+    # (counter, seq, accepted at) of each Event a route with a rate limit took (RateLimitTake).
+    rate_takes: list[list] = field(default_factory=list)
 
 
 def settle_window(
@@ -81,11 +91,12 @@ def settle_window(
     not known yet comes before the whole window."""
     result = SettledWindow()
     seqs = [e.seq for e in window]
-    rows = _STATES.rows(seqs)
-    states = {seq: state for seq, state, _ in rows}
+    rate_limited = configuration.rate_limited
+    rows = _STATES_ACCEPTED.rows(seqs) if rate_limited else _STATES.rows(seqs)
+    states = {row[0]: row[1] for row in rows}
     absent = {seq for seq in seqs if seq not in states} if hypothetical else set()
     states.update(dict.fromkeys(absent, RouteState.UNROUTED))
-    result.waiting = {seq for seq, _, behind in rows if behind is not None}
+    result.waiting = {row[0] for row in rows if row[2] is not None}
     still = {seq for seq, state in states.items() if state == RouteState.UNROUTED}
     events = [e for e in window if e.seq in still]
     # The failures as they are now: an operator's reroute may have forgotten an Event's
@@ -106,6 +117,11 @@ def settle_window(
     result.met_other_loop = bool(in_flight) or (unknown is not None and unknown != unheld)
     if unknown is not None and not any(e.seq < unknown for e in events):
         raise EarlierClaimed(unknown, orphaned=unknown == unheld)
+    rate_limits = None
+    if rate_limited:
+        # A trace's Event not accepted yet would be accepted now.
+        accepted = {row[0]: row[3] for row in rows} | dict.fromkeys(absent, now)
+        rate_limits = read_rate_limits(events, evaluations, accepted)
     settler = Settler(
         route_holds=route_holds(active_pauses(now)),
         world=world,
@@ -115,6 +131,7 @@ def settle_window(
         failures=failures,
         limits=BridgeVerdicts(causal, hypothetical=absent),
         in_flight=in_flight,
+        rate_limits=rate_limits,
     )
     for event in window:
         if event.seq not in still:
@@ -131,4 +148,6 @@ def settle_window(
         settlement = settler.settle(event, evaluation)
         result.settled.append((event, settlement, evaluation))
         result.outcomes.append(settlement)
+    if rate_limits is not None:
+        result.rate_takes = rate_limits.takes
     return result

@@ -260,7 +260,7 @@ def outside_blockers(
         keys.setdefault(seq, []).append((scope, key))
     # Earlier Events another live loop holds now, looked at once for every use below.
     held_seqs = {row[0] for row in rows if held_elsewhere(row[4], row[5], owner=owner, now=now)}
-    published: dict[int, tuple[list[str], int | None]] = {}
+    published: dict[int, tuple[list[str], int | None, str]] = {}
     if honour_claims and in_flight is not None:
         published = published_targets((row[0], row[4], row[5]) for row in rows if row[0] in held_seqs)
         for seq, scope, *_ in rows:
@@ -297,6 +297,9 @@ def outside_blockers(
         if decided is not None:
             if decided[1] is not None:
                 tokens.add(("work", decided[1]))
+            if decided[2]:
+                # Its route's rate limit: the window's Events counting in it commit after it.
+                tokens.add(("rate", decided[2]))
             block(in_flight, tokens, seq)
             continue
         block(blocked, tokens, seq)

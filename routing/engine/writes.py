@@ -28,7 +28,7 @@ from routing.engine.failures import (
 from routing.engine.live import publish_routed
 from routing.engine.settle import Bridge, Settlement
 from routing.extension import EventSnapshot
-from routing.models import Disposition, RouteRecord
+from routing.models import Disposition, RateLimitTake, RouteRecord
 from worklife.intake import (
     inputs_add_in_tx,
     intents_record_in_tx,
@@ -80,6 +80,8 @@ class Writes:
     blocked_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # wait -> (reason, event)
     # (declaring scope, slot) -> priority of the routes that raise their Work's (worklife.flow).
     route_priorities: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # (counter, seq, accepted at) of the Events routes with a rate limit took (routing.engine.ratelimit).
+    rate_takes: list[list] = field(default_factory=list)
 
     def write(self, event: EventSnapshot, settlement: Settlement, evaluation: Evaluation | None) -> None:
         """Queue exactly what ``settlement`` says happens to ``event``."""
@@ -220,6 +222,8 @@ class Writes:
             ),
             resolve(self.records, 1),
         )
+        if self.rate_takes:
+            bulk_insert(RateLimitTake, ("name", "event_seq", "accepted_at"), self.rate_takes)
         for state, seqs in self.settled.items():
             update_rows(
                 Event,

@@ -52,6 +52,8 @@ _FALLBACK_QUEUE, _FALLBACK_DROP, _HELD, _WINS_WAIT = (
     reasons.WINS_WAIT,
 )
 
+_RATE_LIMITED = reasons.RATE_LIMITED
+
 _ENDED = {WorkStatus.COMPLETED: "had already completed", WorkStatus.CANCELLED: "had already been cancelled"}
 
 
@@ -151,6 +153,9 @@ def _dropped(record: RouteRecord, work: str, route: str) -> Why:
     if reason.startswith(_FALLBACK_DROP):
         why = reason.removeprefix(_FALLBACK_DROP)
         return Why(f"{work}'s running attempt could not take it ({why}), so it was dropped (fallback: drop).")
+    if reason.startswith(_RATE_LIMITED):
+        why = reason.removeprefix(_RATE_LIMITED)
+        return Why(f"Dropped: {why}.")
     because = f": {reason}" if reason else ""
     return Why(f"Dropped by {route} (policy: drop){because}.")
 

@@ -390,8 +390,58 @@ def test_metrics_count_real_routed_events_and_attempts(client, clock, settings, 
     assert value(after, "conduit_work_parked") == 1
     # Labels name scopes, bindings, policies, codes and buckets: never an Event's id or seq.
     labels = {pair for (name, pairs) in after if name.startswith("conduit_") for pair in pairs}
-    assert {name for name, _ in labels} <= {"scope", "policy", "code", "binding", "le", "loop", "kind"}
+    assert {name for name, _ in labels} <= {
+        "scope",
+        "policy",
+        "code",
+        "binding",
+        "le",
+        "loop",
+        "kind",
+        "route",
+    }
     assert not {v for _, v in labels} & set(Event.objects.values_list("envelope_id", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metrics_count_the_events_a_route_dropped_over_its_rate_limit_by_route(client, clock, metrics_on):
+    document = json.loads(DOCUMENT)
+    document["scopes"][0]["routes"][0]["rate_limit"] = {"limit": 2, "period": "1m"}
+    config_apply(document=json.dumps(document), clock=clock)
+    before = scrape(client)
+    for key in "abcde":
+        accept(clock, "ops.py", {"key": key}, scope="ops")
+    loop = RouteLoop(clock=clock)
+    try:
+        while not loop.step().empty:
+            pass
+    finally:
+        loop.close()
+    after = scrape(client)
+    dropped = value(after, "conduit_events_rate_limited_total", scope="ops", route="py") - value(
+        before, "conduit_events_rate_limited_total", scope="ops", route="py"
+    )
+    assert dropped == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_gives_an_event_dropped_over_a_rate_limit_its_reason(client, clock, reader_auth):
+    document = json.loads(DOCUMENT)
+    document["scopes"][0]["routes"][0]["rate_limit"] = {"limit": 1, "period": "1m", "key": "{data.key}"}
+    config_apply(document=json.dumps(document), clock=clock)
+    taken, dropped = (accept(clock, "ops.py", {"key": "a"}, scope="ops") for _ in range(2))
+    loop = RouteLoop(clock=clock)
+    try:
+        while not loop.step().empty:
+            pass
+    finally:
+        loop.close()
+    first = client.get(f"/api/events/{taken.seq}/route", headers=reader_auth).json()
+    route = client.get(f"/api/events/{dropped.seq}/route", headers=reader_auth).json()
+    assert first["policy"] == "start"
+    # The drop names the Work the Event was for: it shows in that Work's history.
+    assert (route["policy"], route["route"], route["work"]) == ("drop", "py", first["work"])
+    assert route["reason"] == "rate limited: route 'py' in ops is over its rate limit 1 per 60 s (key a)"
 
 
 @pytest.mark.django_db(transaction=True)

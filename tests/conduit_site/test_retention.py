@@ -14,9 +14,9 @@ from causal.limits import PINS_NAMESPACE
 from causal.models import KV, Event, EventKey
 from conduit_site.retention import site_prune
 from routing.acceptance.services import events_accept
-from routing.models import RouteRecord
+from routing.models import RateLimitTake, RouteRecord
 from tests.causal.factories import EventFactory, KVFactory
-from tests.routing.factories import RouteRecordFactory
+from tests.routing.factories import RateLimitTakeFactory, RouteRecordFactory
 from tests.routing.history import history_payloads, history_violations
 from tests.routing.routerkit import MATCH_ONLY, apply, drain_loop
 from tests.worklife.factories import (
@@ -86,6 +86,9 @@ def rows():
     # Routed Events with no Work: the old one goes, the young one stays.
     r["unmatched"] = RouteRecordFactory(event=routed(), policy="unmatched").event
     r["young_unmatched"] = RouteRecordFactory(event=routed(at=YOUNG), policy="unmatched").event
+    # What a rate limit counted goes with its Event.
+    RateLimitTakeFactory(event=r["unmatched"])
+    RateLimitTakeFactory(event=r["young_unmatched"])
     return r
 
 
@@ -125,6 +128,7 @@ def test_prune_deletes_exactly_old_terminal_work_and_the_events_nothing_keeps(ro
         str(rows["kept_root"].seq)
     ]
     assert not EventKey.objects.filter(key="k:chain").exists()
+    assert list(RateLimitTake.objects.values_list("event_seq", flat=True)) == [rows["young_unmatched"].seq]
     assert counts.rows["work"] == 3
     assert counts.rows["events"] == 9
     assert counts.rows["route_records"] == 4

@@ -20,6 +20,7 @@ from routing.models import (
     GenerationKind,
     ImpactRun,
     ImpactRunChange,
+    RateLimitTake,
     ReceiverCount,
     RouteRecord,
     Scope,
@@ -227,6 +228,19 @@ class RouteRecordFactory(factory.django.DjangoModelFactory):
     policy = "queue"
     reason = ""
     decided_at = T0
+
+
+class RateLimitTakeFactory(factory.django.DjangoModelFactory):
+    """An Event a route with a rate limit took (``event=``: the Event)."""
+
+    class Meta:
+        model = RateLimitTake
+        exclude = ("event",)
+
+    event = factory.SubFactory("tests.causal.factories.EventFactory", route_state="routed")
+    name = "rate_limit:acme:chat"
+    event_seq = factory.SelfAttribute("event.seq")
+    accepted_at = factory.SelfAttribute("event.accepted_at")
 
 
 # --- receivers ---------------------------------------------------------------------------------

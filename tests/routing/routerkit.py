@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import tempfile
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +18,7 @@ from routing.engine.configurations import LiveConfigurations
 from routing.engine.loop import RouteLoop
 from routing.engine.options import RouterOptions
 from routing.engine.router import Router, build_router
+from tests.support import manage_command
 from worklife.dispatch import dispatch_many_in_tx
 from worklife.errors import WorkError
 
@@ -273,3 +277,29 @@ def pr(number=1, action="opened", **extra):
         "data": {"repo": "acme/api", "number": number},
         **extra,
     }
+
+
+def run_route_loops(count: int, batch_size: int, env: dict[str, str]) -> None:
+    """Run ``count`` ``route_loop --drain`` processes side by side until all have ended. Their
+    output goes to files, not pipes: a loop blocked writing to a full pipe that nobody reads yet
+    would hold its claims and stall the others."""
+    with contextlib.ExitStack() as stack:
+        procs = []
+        for _ in range(count):
+            out = stack.enter_context(tempfile.TemporaryFile("w+"))
+            procs.append(
+                (
+                    subprocess.Popen(
+                        manage_command("route_loop", "--drain", "--batch-size", str(batch_size)),
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    ),
+                    out,
+                )
+            )
+        for proc, out in procs:
+            proc.wait(timeout=900)
+            out.seek(0)
+            assert proc.returncode == 0, out.read()[-2000:]

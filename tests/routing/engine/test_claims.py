@@ -196,14 +196,21 @@ def test_r9_published_targets_are_known_for_their_claim_only_and_stale_ones_go(c
     that ended without withdrawing it) is forgotten when a route loop starts."""
     now = clock()
     until = now + timedelta(seconds=60)
-    publish_targets(owner="loop-a", untils=[until], decided={7: (["k1"], None), 8: ([], 42)}, clock=clock)
+    decided = {7: (["k1"], None), 8: ([], 42), 11: ([], None, "rate_limit:acme:chat:ann")}
+    publish_targets(owner="loop-a", untils=[until], decided=decided, clock=clock)
     held = [
         (7, "loop-a", until),
         (8, "loop-a", until),
         (9, "loop-a", until),
         (10, "loop-a", until + timedelta(1)),
+        (11, "loop-a", until),
     ]
-    assert published_targets(held) == {7: (["k1"], None), 8: ([], 42), 9: ([], None)}
+    assert published_targets(held) == {
+        7: (["k1"], None, ""),
+        8: ([], 42, ""),
+        9: ([], None, ""),
+        11: ([], None, "rate_limit:acme:chat:ann"),
+    }
     assert published_targets([(7, "loop-b", until)]) == {}
     clock.advance(3601)
     publish_targets(owner="loop-b", untils=[until], decided={}, clock=clock)

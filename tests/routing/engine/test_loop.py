@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import tempfile
 import time
 
 import pytest
@@ -29,8 +26,9 @@ from tests.routing.routerkit import (
     assert_routing_invariants,
     conversation_payloads,
     drain_loop,
+    run_route_loops,
 )
-from tests.support import child_env, manage_command, run_manage
+from tests.support import child_env, run_manage
 from worklife.models import WorkInput
 
 
@@ -202,32 +200,6 @@ def test_r9_four_route_loop_processes_share_one_database(batch_size, claim_secon
     print(
         f"{n} Events routed by 4 processes (windows of {batch_size}, claims of {claim_seconds} s) in {elapsed:.1f} s"
     )
-
-
-def run_route_loops(count: int, batch_size: int, env: dict[str, str]) -> None:
-    """Run ``count`` ``route_loop --drain`` processes side by side until all have ended. Their
-    output goes to files, not pipes: a loop blocked writing to a full pipe that nobody reads yet
-    would hold its claims and stall the others."""
-    with contextlib.ExitStack() as stack:
-        procs = []
-        for _ in range(count):
-            out = stack.enter_context(tempfile.TemporaryFile("w+"))
-            procs.append(
-                (
-                    subprocess.Popen(
-                        manage_command("route_loop", "--drain", "--batch-size", str(batch_size)),
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        text=True,
-                    ),
-                    out,
-                )
-            )
-        for proc, out in procs:
-            proc.wait(timeout=900)
-            out.seek(0)
-            assert proc.returncode == 0, out.read()[-2000:]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,295 @@
+"""A route's rate limit (routing.engine.ratelimit): the Events a route would take beyond its
+limit within its period, by acceptance time, are dropped with the reason; the window slides; the
+decisions do not depend on how the Events are cut into windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from causal.models import Event, RouteState
+from routing.acceptance.services import events_accept
+from routing.config.problems import ConfigInvalid
+from routing.config.validate import parse_document
+from routing.models import RateLimitTake, RouteRecord
+from routing.records.explain import route_why
+from routing.setup.trace import trace
+from tests.routing.routerkit import accept, apply, drain_loop, router, run_route_loops
+from tests.support import child_env
+
+DOCUMENT = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: chat
+        handler: match
+        params: {type: "chat.*", keys: ["user:{data.user}"]}
+        binding: inbox
+        policy: queue
+        rate_limit: {limit: 2, period: 1m, key: "{data.user}"}
+      - slot: bulk
+        handler: match
+        params: {type: "bulk.*", keys: ["bulk:{data.n}"]}
+        binding: inbox
+        rate_limit: {limit: 3, period: 10s}
+      - slot: free
+        handler: match
+        params: {type: "free.*"}
+        binding: inbox
+"""
+
+
+def _decisions(seqs: list[int]) -> list[tuple[str, str]]:
+    records = {r.event_id: r for r in RouteRecord.objects.filter(event_id__in=seqs)}
+    return [(records[s].policy, records[s].reason) for s in seqs]
+
+
+def _route(clock, *, limit: int | None = None) -> None:
+    r = router(clock)
+    try:
+        for _ in range(100):
+            if not r.route_pending(limit=limit):
+                break
+    finally:
+        r.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_route_over_its_rate_limit_drops_the_events_with_the_reason(clock):
+    apply(clock, DOCUMENT)
+    seqs = []
+    for _ in range(5):
+        seqs.append(accept(clock, "bulk.item", {"n": len(seqs)}).seq)
+        clock.advance(1)
+    _route(clock)
+    decided = _decisions(seqs)
+    assert [policy for policy, _ in decided] == ["start", "start", "start", "drop", "drop"]
+    assert decided[3][1] == "rate limited: route 'bulk' in acme is over its rate limit 3 per 10 s"
+    assert Event.objects.get(pk=seqs[4]).route_state == RouteState.ROUTED
+    assert RouteRecord.objects.get(event_id=seqs[4]).work_id is None
+    assert sorted(RateLimitTake.objects.values_list("event_seq", flat=True)) == seqs[:3]
+    record = RouteRecord.objects.select_related("work").get(event_id=seqs[4])
+    assert str(route_why(Event.objects.get(pk=seqs[4]), record)) == (
+        "Dropped: route 'bulk' in acme is over its rate limit 3 per 10 s."
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_limit_with_a_key_counts_each_key_apart(clock):
+    apply(clock, DOCUMENT)
+    users = ["ann", "bob", "ann", "ann", "bob", "bob", "bob", "cy"]
+    seqs = [accept(clock, "chat.message", {"user": user}).seq for user in users]
+    _route(clock)
+    decided = _decisions(seqs)
+    assert [policy for policy, _ in decided] == [
+        "start", "start", "queue", "drop", "queue", "drop", "drop", "start"
+    ]  # fmt: skip
+    assert decided[3][1] == "rate limited: route 'chat' in acme is over its rate limit 2 per 60 s (key ann)"
+    assert decided[6][1].endswith("(key bob)")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rate_limit_window_slides_and_the_dropped_events_do_not_count(clock):
+    apply(clock, DOCUMENT)
+    seqs, last = [], 0.0
+    for at in (0, 1, 2, 3, 6, 10.5, 11, 11.5, 12.5, 30):  # seconds; limit 3 per 10 s
+        clock.advance(at - last)
+        last = at
+        seqs.append(accept(clock, "bulk.item", {"n": at}).seq)
+    _route(clock)
+    assert [policy for policy, _ in _decisions(seqs)] == [
+        # 0, 1, 2 taken; 3, 6 over (three taken after -7 and -4); 10.5 (0 left the window
+        # at 10): two taken within 10 s before it (1, 2), so taken; 11: 1 has left, (2, 10.5)
+        # taken; 11.5: three (2, 10.5, 11); 12.5: 2 left the window: (10.5, 11), taken; 30.
+        "start", "start", "start", "drop", "drop", "start", "start", "drop", "start", "start",
+    ]  # fmt: skip
+
+
+def _burst(clock) -> tuple[list[int], list[str]]:
+    """Chat Events of three users over three minutes, some at the same moment; and what a
+    sliding window of 2 per 60 s per user, over their acceptance times, decides for each."""
+    import random
+
+    rng = random.Random(7)
+    seqs, expected, taken = [], [], []
+    for _ in range(60):
+        clock.advance(rng.choice((0, 0, 1, 5, 20)))
+        user = rng.choice(("ann", "bob", "cy"))
+        now = clock()
+        seqs.append(accept(clock, "chat.message", {"user": user}).seq)
+        within = [t for u, t in taken if u == user and (now - t).total_seconds() < 60]
+        if len(within) >= 2:
+            expected.append("drop")
+        else:
+            expected.append("take")
+            taken.append((user, now))
+    return seqs, expected
+
+
+def _taken_or_dropped(seqs: list[int]) -> list[str]:
+    return ["drop" if policy == "drop" else "take" for policy, _ in _decisions(seqs)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("window", [1, 4, 500])
+def test_a_rate_limit_decides_the_same_whatever_the_windows_the_events_are_routed_in(clock, window):
+    apply(clock, DOCUMENT)
+    seqs, expected = _burst(clock)  # accepted while no route loop ran
+    assert "drop" in expected and expected.count("take") > 6
+    _route(clock, limit=window)
+    assert _taken_or_dropped(seqs) == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_route_loops_taking_turns_decide_a_rate_limit_as_one_loop_does(clock):
+    apply(clock, DOCUMENT)
+    seqs, expected = _burst(clock)
+    loops = [router(clock), router(clock)]
+    loops[1].owner = "second-loop"
+    try:
+        for turn in range(200):
+            if not any(loops[(turn + i) % 2].route_pending(limit=3, claim_ahead=False) for i in (0, 1)):
+                break
+    finally:
+        for loop in loops:
+            loop.close()
+    assert _taken_or_dropped(seqs) == expected
+
+
+# Only the built-in handler: the route loops run in processes of their own.
+ACROSS_WORKS = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: chat
+        handler: match
+        params: {type: "chat.*", keys: ["conv:{data.conv}"]}
+        binding: inbox
+        rate_limit: {limit: 3, period: 30s, key: "{data.user}"}
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_three_route_loop_processes_decide_a_rate_limit_as_one_loop_would(clock):
+    """A user's Events go to many conversations (many Works, routed side by side by the loops)
+    and count in the user's one rate limit: each decision is the one routing them one by one,
+    in acceptance order, makes."""
+    import random
+
+    apply(clock, ACROSS_WORKS)
+    rng = random.Random(3)
+    for batch in range(12):
+        clock.advance(rng.choice((1, 4, 12)))
+        payloads = [
+            {
+                "specversion": "1.0",
+                "id": f"m{batch}-{i}",
+                "source": "tests",
+                "scope": "acme",
+                "type": "chat.message",
+                "data": {"user": rng.choice("abcd"), "conv": rng.randrange(40)},
+            }
+            for i in range(rng.randrange(5, 25))
+        ]
+        events_accept(payloads=payloads, clock=clock, may_address_work=True)
+    expected, taken = {}, []
+    for seq, at, data in Event.objects.order_by("seq").values_list("seq", "accepted_at", "data"):
+        within = [t for user, t in taken if user == data["user"] and (at - t).total_seconds() < 30]
+        expected[seq] = "drop" if len(within) >= 3 else "take"
+        if expected[seq] == "take":
+            taken.append((data["user"], at))
+    assert 10 < list(expected.values()).count("drop") < len(expected) - 10
+    run_route_loops(3, 7, child_env())
+    drain_loop()
+    assert _taken_or_dropped(list(expected)) == list(expected.values())
+    assert RateLimitTake.objects.count() == list(expected.values()).count("take")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_says_the_rate_limit_would_drop_the_event(clock):
+    apply(clock, DOCUMENT)
+    for user in ("ann", "ann", "bob"):
+        accept(clock, "chat.message", {"user": user})
+    _route(clock)
+    payload = {"id": "t1", "source": "tests", "type": "chat.message", "scope": "acme"}
+    over = trace(payload={**payload, "data": {"user": "ann"}}, clock=clock)
+    assert (over.effect, over.route, over.state) == ("drop", "chat", RouteState.ROUTED)
+    assert over.reason == "rate limited: route 'chat' in acme is over its rate limit 2 per 60 s (key ann)"
+    under = trace(payload={**payload, "data": {"user": "bob"}}, clock=clock)
+    assert (under.effect, under.route) == ("queue", "chat")
+    clock.advance(60)
+    assert trace(payload={**payload, "data": {"user": "ann"}}, clock=clock).effect == "queue"
+
+
+@pytest.mark.parametrize(
+    ("declared", "place", "problem"),
+    [
+        ({"limit": 0, "period": "1m"}, "rate_limit.limit", "at least 1"),
+        ({"limit": 3}, "rate_limit.period", "required"),
+        ({"limit": 3, "period": "soon"}, "rate_limit.period", "expected a duration"),
+        ({"limit": 3, "period": "1m", "key": "{data.user!r}"}, "rate_limit.key", "bad key template"),
+        ({"limit": 3, "period": "1m", "per": "user"}, "rate_limit.per", "unknown key 'per'"),
+        (30, "rate_limit", "expected a mapping"),
+    ],
+)
+def test_a_bad_rate_limit_is_refused_with_its_place(declared, place, problem):
+    document = DOCUMENT.replace("rate_limit: {limit: 3, period: 10s}", f"rate_limit: {declared!r}")
+    with pytest.raises(ConfigInvalid) as refused:
+        parse_document(document)
+    found = [(p.place, p.message) for p in refused.value.problems]
+    assert len(found) == 1 and found[0][0] == f"scopes[0].routes[1].{place}", found
+    assert problem in found[0][1]
+
+
+def test_a_route_rate_limit_is_read_as_a_throttle_is_written():
+    route = parse_document(DOCUMENT).scopes[0].routes[0]
+    assert route.rate_limit == {"limit": 2, "period": "1m", "key": "{data.user}"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_limit_costs_a_window_two_statements_and_a_route_without_one_none(clock):
+    """The window's counts in one statement and its takes in one insert, whatever its size; a
+    configuration without a rate limit reads and writes nothing for them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def statements(document: str, type_: str, n: int) -> list[str]:
+        apply(clock, document)
+        for i in range(n):
+            accept(clock, type_, {"n": i, "user": f"u{i % 3}"})
+        with CaptureQueriesContext(connection) as captured:
+            _route(clock)
+        return [q["sql"] for q in captured]
+
+    free = statements(DOCUMENT, "free.item", 10)
+    assert not [sql for sql in free if "ratelimittake" in sql.lower()]
+    few, many = statements(DOCUMENT, "chat.message", 5), statements(DOCUMENT, "chat.message", 40)
+    assert len([sql for sql in few if "ratelimittake" in sql.lower()]) == 2
+    assert len([sql for sql in many if "ratelimittake" in sql.lower()]) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_a_paused_route_held_are_judged_by_their_acceptance_times_on_resume(clock):
+    from routing.holds import route_held_release
+    from worklife.models import PauseKind
+    from worklife.pauses import PauseTarget, pause_create, pause_end
+
+    apply(clock, DOCUMENT)
+    route = PauseTarget(PauseKind.ROUTE, "acme", "bulk")
+    pause_create(target=route, paused_by="alice", reason="", until=None, clock=clock)
+    seqs = []
+    for n in range(5):  # 4 s apart: never 3 within 10 s
+        seqs.append(accept(clock, "bulk.item", {"n": n}).seq)
+        clock.advance(4)
+    _route(clock)
+    assert not RouteRecord.objects.filter(event_id__in=seqs).exists()
+    assert not RateLimitTake.objects.exists()  # held, not taken
+    pause_end(target=route, ended_by="alice", clock=clock)
+    route_held_release(scope="acme", slot="bulk")
+    _route(clock)  # all at once, a minute later: judged as they were accepted
+    assert [policy for policy, _ in _decisions(seqs)] == ["start"] * 5
