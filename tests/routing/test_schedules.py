@@ -110,7 +110,9 @@ def test_after_five_missed_fire_times_catch_up_all_fires_the_newest_up_to_its_li
         ({"cron": "* * * * *"}, 29, 31),  # half the time to the next cron fire time
     ],
 )
-def test_a_fire_time_is_missed_once_later_than_half_the_time_to_the_next_one(clock, declared, on_time, missed):
+def test_a_fire_time_is_missed_once_later_than_half_the_time_to_the_next_one(
+    clock, declared, on_time, missed
+):
     spec = ScheduleSpec(scope="s", name="tick", type="s.tick", **declared)
     moment = spec.next_after(START)
     assert not spec.is_late(moment, moment + timedelta(seconds=on_time))
