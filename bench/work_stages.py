@@ -55,13 +55,13 @@ def install() -> None:
     from worklife.executors import containment, forked, process, python
 
     _timed(runner.WorkRunner, "_pass", "pass (whole)")
-    _timed(runner.WorkRunner, "_claim", "claim (pass: claim tx + starts + pids tx)")
+    _timed(runner.WorkRunner, "_claim", "claim (pass: claim tx + starts)")
     _timed(runner, "claimable_work_in_tx", "claim: ready Work query")
     _timed(runner, "dispatch_many_in_tx", "claim: dispatch (attempts made)")
     _timed(runner, "presented_events_many_in_tx", "claim: inputs read")
-    _timed(runner, "attempts_pid", "claim: pids commit")
+    _timed(runner, "attempts_pid", "pids recorded (in the next tx)")
     _timed(runner.WorkRunner, "_finish", "finish (pass: outcomes + commit)")
-    _timed(runner, "works_complete", "complete: commit")
+    _timed(runner, "works_complete", "complete: commit (with the pids)")
     _timed(runner.WorkRunner, "_forget", "release (per attempt)")
     _timed(runner.WorkRunner, "_sync", "sync (pass)")
     _timed(runner.AttemptCalls, "answer_all", "calls (pass)")

@@ -292,9 +292,9 @@ def main() -> None:
         works = Work.objects.count()
         throughput_attempts = [
             (pk, result if isinstance(result, float) else None, (made - accepted_at).total_seconds())
-            for pk, result, made, accepted_at in Attempt.objects.filter(trigger__seq__lte=first_seq).values_list(
-                "pk", "result", "started_at", "trigger__accepted_at"
-            )
+            for pk, result, made, accepted_at in Attempt.objects.filter(
+                trigger__seq__lte=first_seq
+            ).values_list("pk", "result", "started_at", "trigger__accepted_at")
         ]
     finally:
         for proc in loops:
