@@ -1,7 +1,7 @@
 """The Work engine end to end, beside a raw sqlite3 floor, in one run.
 
     python bench/work_throughput.py [--n 2000] [--latency-n 200] [--rate 20] [--slots 8] [--no-reuse]
-                                    [--limits]
+                                    [--limits] [--profile]
 
 With ``manage.py route_loop`` and ``manage.py work_loop`` running as processes (as ``serve``
 runs them) on a fresh SQLite database, it
@@ -23,12 +23,20 @@ interpreter started for each attempt), to measure what the fork server saves.
 ``--slots`` and a throttle of ``--throttle`` starts per second, so every claim locks and counts
 both gates; run it in turns with and without to compare.
 
+``--profile`` runs the work loop with timers around its stages (``bench/work_stages.py``; the
+product is unchanged) and a target that returns the time it was called, and prints, beside the
+figures, each stage's count, mean, p50 and p99: the loop's passes (claim, dispatch, the pids'
+commit, the completions' commit, release) and each attempt's life (the loop starts it, its
+target is called, its result reaches the loop, its completion is committed). The timers cost
+a little: compare throughput with runs without it.
+
 Prints the figures and the ratio engine/floor.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -49,7 +57,7 @@ scopes:
     bindings:
       agent:
         executor: python
-        settings: {target: "bench.targets:noop", reuse: REUSE}LIMITS
+        settings: {target: "bench.targets:TARGET", reuse: REUSE}LIMITS
     routes:
       - slot: jobs
         handler: match
@@ -86,6 +94,53 @@ def wait_all_completed(total: int, timeout: float) -> float:
             )
         time.sleep(0.01)
     return time.perf_counter()
+
+
+def stats(values: list[float]) -> str:
+    """count, mean, p50 and p99 of durations in seconds, in milliseconds."""
+    if not values:
+        return "      0"
+    mean = sum(values) / len(values)
+    return (
+        f"{len(values):7d}  mean {mean * 1000:8.2f}  p50 {percentile(values, 0.5) * 1000:8.2f}"
+        f"  p99 {percentile(values, 0.99) * 1000:8.2f} ms"
+    )
+
+
+def print_profile(profile: dict, attempts: list[tuple[int, float | None, float]]) -> None:
+    """The loop's stages (per call) and each attempt's life, split where the loop and the
+    target saw it: ``attempts`` holds (attempt id, the time its target was called, the time
+    its row was made minus its Event's acceptance)."""
+    print("stages of the work loop (per call; count, mean, p50, p99)")
+    for stage, values in sorted(profile["durations"].items()):
+        if stage == "complete: attempts per commit":
+            mean = sum(values) / len(values) if values else 0
+            print(f"  {stage:44s} {len(values):7d}  mean {mean:8.2f}  max {max(values or [0]):5.0f}")
+        else:
+            print(f"  {stage:44s} {stats(values)}")
+    moments = {k: {int(a): t for a, t in v.items()} for k, v in profile["moments"].items()}
+    life: dict[str, list[float]] = {
+        "accepted -> attempt made (route, queue)": [],
+        "loop starts it -> started (fork, run line)": [],
+        "loop starts it -> target called": [],
+        "target called -> result reaches the loop": [],
+        "result reaches the loop -> committed": [],
+    }
+    for attempt_id, called, queued in attempts:
+        start, started = moments["start"].get(attempt_id), moments["started"].get(attempt_id)
+        result, committed = moments["result"].get(attempt_id), moments["committed"].get(attempt_id)
+        life["accepted -> attempt made (route, queue)"].append(queued)
+        if start is not None and started is not None:
+            life["loop starts it -> started (fork, run line)"].append(started - start)
+        if start is not None and called is not None:
+            life["loop starts it -> target called"].append(called - start)
+        if called is not None and result is not None:
+            life["target called -> result reaches the loop"].append(result - called)
+        if result is not None and committed is not None:
+            life["result reaches the loop -> committed"].append(committed - result)
+    print("an attempt's life (the throughput phase; count, mean, p50, p99)")
+    for stage, values in life.items():
+        print(f"  {stage:44s} {stats(values)}")
 
 
 def raw_floor(n: int, path: str, synchronous: str) -> float:
@@ -154,6 +209,11 @@ def main() -> None:
         default=10000,
         help="With --limits, attempt starts allowed per second (10,000).",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="Time the work loop's stages and each attempt's life; print them beside the figures.",
+    )
     args = parser.parse_args()
     limits = (
         f"\n        concurrency: {{limit: {args.slots}}}\n        throttle: {{limit: {args.throttle}, period: 1s}}"
@@ -185,14 +245,22 @@ def main() -> None:
     from routing.config.services import config_apply
     from worklife.models import Attempt, Work
 
-    document = DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true").replace("LIMITS", limits)
+    document = (
+        DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true")
+        .replace("LIMITS", limits)
+        .replace("TARGET", "stamp" if args.profile else "noop")
+    )
     config_apply(document=document, clock=system_clock)
     connection.close()
+    profile_path = f"{tmp}/profile.json"
+    work_loop = (
+        [sys.executable, str(ROOT / "bench" / "work_stages.py"), profile_path]
+        if args.profile
+        else [*manage, "work_loop"]
+    )
     loops = [
         subprocess.Popen([*manage, "route_loop", "--poll-interval", "0.02"], cwd=ROOT),
-        subprocess.Popen(
-            [*manage, "work_loop", "--slots", str(args.slots), "--poll-interval", "0.02"], cwd=ROOT
-        ),
+        subprocess.Popen([*work_loop, "--slots", str(args.slots), "--poll-interval", "0.02"], cwd=ROOT),
     ]
     try:
         time.sleep(3)  # both loops up (Django start-up is not what this measures)
@@ -222,6 +290,12 @@ def main() -> None:
             ends.append((ended_at - accepted_at).total_seconds() * 1000)
         attempts_total = Attempt.objects.count()
         works = Work.objects.count()
+        throughput_attempts = [
+            (pk, result if isinstance(result, float) else None, (made - accepted_at).total_seconds())
+            for pk, result, made, accepted_at in Attempt.objects.filter(
+                trigger__seq__lte=first_seq
+            ).values_list("pk", "result", "started_at", "trigger__accepted_at")
+        ]
     finally:
         for proc in loops:
             proc.send_signal(signal.SIGTERM)
@@ -230,10 +304,13 @@ def main() -> None:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    profile = json.loads(Path(profile_path).read_text()) if args.profile else None
     floor_s = raw_floor(args.n, f"{tmp}/raw.sqlite3", args.synchronous)
     shutil.rmtree(tmp, ignore_errors=True)
     floor = args.n / floor_s
     workers = "a new interpreter per attempt" if args.no_reuse else "a process forked per attempt"
+    if args.profile:
+        workers += "; stages timed (--profile)"
     if args.limits:
         workers += f"; concurrency limit {args.slots} and throttle {args.throttle}/s on the binding"
     print(
@@ -258,6 +335,8 @@ def main() -> None:
     print(
         f"target                     >= 200 attempts/s end to end: {'met' if throughput >= 200 else 'NOT met'}"
     )
+    if profile is not None:
+        print_profile(profile, throughput_attempts)
 
 
 if __name__ == "__main__":

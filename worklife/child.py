@@ -54,7 +54,6 @@ IDEMPOTENCY_KEY_ENV = "CONDUIT_IDEMPOTENCY_KEY"
 
 # What wakes a ``receive`` when an interrupt arrives (never an input).
 _INTERRUPTED = object()
-TASKS = "/proc/self/task"
 
 
 class CallRefused(Exception):
@@ -285,14 +284,6 @@ class _Output(io.TextIOBase):
         return len(text)
 
 
-def _threads() -> int:
-    """How many threads this process runs (``_thread.start_new_thread`` ones included)."""
-    try:
-        return len(os.listdir(TASKS))
-    except OSError:
-        return threading.active_count()
-
-
 def serve_attempts(*, once: bool = False) -> int:
     """Run Python targets, one attempt at a time, as the loop starts them (``once``: the first
     one only, then return: a process of one attempt)."""
@@ -344,8 +335,6 @@ def serve_attempts(*, once: bool = False) -> int:
         starts.put(None)
 
     threading.Thread(target=read, name="conduit-stdin", daemon=True).start()
-    # This thread and the reader: a target that leaves more behind unfits the worker for reuse.
-    baseline = _threads()
     while True:
         start = starts.get()
         if start is None:
@@ -384,7 +373,6 @@ def serve_attempts(*, once: bool = False) -> int:
             json.dumps(outcome.get("value"))
         except (TypeError, ValueError):
             outcome["value"] = repr(outcome.get("value"))
-        outcome["reusable"] = _threads() <= baseline
         channel.send(run._signed(outcome))
         if once:
             return 0

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -162,6 +162,10 @@ class WorkRunner:
         self._gates: dict[int, str] = {}
         self._freed: set[str] = set()
         self._ended: set[int] = set()
+        # The processes of the attempts this loop started, not recorded yet (by attempt id): they
+        # ride in the next transaction the loop makes anyway (the completions', the claim's), or
+        # in one of their own at the end of that pass.
+        self._pids: dict[int, int | None] = {}
         self.calls = AttemptCalls(
             clock=clock, causal=self.causal, touched=self._touched, scopes=configurations
         )
@@ -190,6 +194,7 @@ class WorkRunner:
     def _pass(self) -> StepResult:
         mono = time.monotonic()
         before = len(self.running)
+        carried = bool(self._pids)
         self.calls.answer_all(self.running.values())
         self._sync(mono)
         finished = self._finish(mono)
@@ -200,6 +205,10 @@ class WorkRunner:
         if mono >= self._next_rescue:
             self._rescue()
         started = 0 if self.stopping else self._claim()
+        if carried and self._pids:
+            # No transaction of this pass took them: one of their own.
+            with self._recording_pids():
+                pass
         if mono >= self._next_heartbeat:
             self._heartbeat()
         if self.maintenance is not None and mono >= self._next_maintenance and not self.stopping:
@@ -374,11 +383,12 @@ class WorkRunner:
 
     def _complete(self, completing: list[Running], mono: float) -> int:
         """Complete the Work of attempts that ended well, in one transaction (R47)."""
-        results = works_complete(
-            authorities=[(r.attempt_id, r.epoch) for r in completing],
-            clock=self.clock,
-            outputs={r.attempt_id: self._output(r) for r in completing},
-        )
+        with self._recording_pids():  # the processes started last pass, in the same commit
+            results = works_complete(
+                authorities=[(r.attempt_id, r.epoch) for r in completing],
+                clock=self.clock,
+                outputs={r.attempt_id: self._output(r) for r in completing},
+            )
         finished = 0
         for running in completing:
             result = results[running.attempt_id]
@@ -579,7 +589,7 @@ class WorkRunner:
         priorities = priorities_of(live.configuration) if live else {}
         routes = routes_raise_priority(live.configuration) if live else False
         order, annotations = flow_claim_order(priorities, now=now, routes=routes)
-        with transaction.atomic():
+        with self._recording_pids():
             if self._freed or self._ended:
                 # In the claim's commit: no commit of its own.
                 flow_release(attempt_ids=self._ended, gates=self._freed)
@@ -618,10 +628,24 @@ class WorkRunner:
                 starts = [(d.attempt, events[d.attempt.pk], d.settings, d.retry) for d in attempts]
         for attempt, presented, binding_settings, retry in starts:
             self._start(attempt, presented, binding_settings, retry)
-        pids = {a.pk: self.running[a.pk].execution.pid for a, *_ in starts if a.pk in self.running}
-        if pids:
-            attempts_pid(pids)
+        # Recorded in the next transaction this loop makes (see ``_pids``).
+        self._pids.update(
+            {a.pk: self.running[a.pk].execution.pid for a, *_ in starts if a.pk in self.running}
+        )
         return len(starts)
+
+    @contextlib.contextmanager
+    def _recording_pids(self) -> Iterator[None]:
+        """A transaction that also records the processes of the attempts started since the last
+        one (kept for the next when it rolls back): no commit of their own under load."""
+        pids, self._pids = self._pids, {}
+        try:
+            with transaction.atomic():
+                attempts_pid(pids)
+                yield
+        except BaseException:
+            self._pids = {**pids, **self._pids}
+            raise
 
     def _start(
         self, attempt: Attempt, events: list[Event], binding_settings: dict, retry: RetryPolicy | None = None

@@ -115,7 +115,7 @@ def test_r32_inject_and_interrupt_reach_a_running_command(clock, loop):
 def test_r32_an_interrupt_a_command_ignores_ends_in_sigterm_after_the_grace(clock, loop):
     seq = send(clock, "stubborn", "s")
     work = work_of(seq)
-    step_until(loop, lambda: status(work) == "running" and bool(loop.running))
+    step_until(loop, lambda: bool(loop.running) and attempts(work)[0].pid is not None)
     pid = attempts(work)[0].pid
     started = time.monotonic()
     send(clock, "stubborn", "s", "stop")

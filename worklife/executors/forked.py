@@ -95,11 +95,11 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._gone and self.popen.poll() is None
 
-    @property
-    def busy(self) -> bool:
-        """Whether an attempt process it started still runs."""
+    def processes(self) -> int:
+        """The attempt processes it started that still run or are being started (those
+        forked ahead included)."""
         with self._lock:
-            return bool(self._children or self._waiting)
+            return len(self._children) + len(self._waiting)
 
     def fork(self, env: Mapping[str, str], *, cgroup_fd: int | None = None) -> ForkedPopen:
         """A new attempt process with ``env`` and pipes of its own (its call pipe is named by

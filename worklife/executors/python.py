@@ -8,6 +8,7 @@ import hmac
 import json
 import logging
 import os
+import queue
 import re
 import secrets
 import sys
@@ -68,6 +69,7 @@ class _Worker:
     ) -> None:
         self.current: PythonExecution | None = None
         self.key = key
+        self.server = server
         # Set when the worker wrote a line for no attempt it runs.
         self.tainted = False
         self.binding_env = dict(binding_env or {})
@@ -231,10 +233,26 @@ class PythonExecutor(Executor):
     SERVERS = 16
     """Fork servers kept (one per binding); past this the one used least lately ends."""
 
+    AHEAD = 16
+    """Attempt processes a binding's fork server keeps forked ahead at most (each with its
+    pipes, its readers and its cgroup, waiting for an attempt's run line, having run nothing):
+    an attempt starts on a ready process, and the executor's threads fork its replacement off
+    the loop's thread. A binding keeps as many as its attempts took lately, up to this."""
+
+    FORKERS = 4
+    """Threads that fork processes ahead (their requests to the fork servers overlap)."""
+
     def __init__(self) -> None:
         self._servers: dict[str, ForkServer] = {}
         self._runs: dict[int, PythonExecution] = {}
         self._lock = threading.Lock()
+        # Processes forked ahead, by binding key, how many are being forked, and the threads
+        # that fork them (their jobs: a binding's key and server).
+        self._ready: dict[str, list[_Worker]] = {}
+        self._forking: dict[str, int] = {}
+        self._jobs: queue.SimpleQueue[tuple[str, ForkServer] | None] = queue.SimpleQueue()
+        self._forkers: list[threading.Thread] = []
+        self._closed = False
 
     @classmethod
     def validate_settings(cls, settings: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
@@ -272,8 +290,9 @@ class PythonExecutor(Executor):
         reuse = binding_settings.get("reuse", True) is not False
         for _ in range(3):
             server = self._server(key, binding_env, str(binding_settings["target"])) if reuse else None
+            worker = self._take_ready(key, server) if server is not None else None
             try:
-                worker = _Worker(binding_env, key=key, server=server)
+                worker = worker or _Worker(binding_env, key=key, server=server)
             except OSError:
                 if server is None:
                     raise
@@ -312,9 +331,60 @@ class PythonExecutor(Executor):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             servers, self._servers = list(self._servers.values()), {}
+            forkers, self._forkers = self._forkers, []
+        for _ in forkers:
+            self._jobs.put(None)
         for server in servers:
-            server.close()
+            server.close()  # its processes forked ahead end with it
+
+    # -- processes forked ahead --------------------------------------------------------------
+    def _take_ready(self, key: str, server: ForkServer) -> _Worker | None:
+        """A process ``server`` forked ahead for the binding, if one is ready; its replacement
+        is forked off this thread (two when none was ready, up to :data:`AHEAD`)."""
+        with self._lock:
+            ready = self._ready.setdefault(key, [])
+            worker = None
+            while ready and worker is None:
+                candidate = ready.pop(0)
+                if candidate.server is server and candidate.alive and candidate.current is None:
+                    worker = candidate
+                else:
+                    candidate.process.kill()
+            forking = self._forking.get(key, 0)
+            wanted = (
+                0 if self._closed else min(1 if worker is not None else 2, self.AHEAD - len(ready) - forking)
+            )
+            self._forking[key] = forking + max(0, wanted)
+            for _ in range(wanted):
+                self._jobs.put((key, server))
+            while len(self._forkers) < min(self.FORKERS, self._jobs.qsize() + len(self._forkers)):
+                thread = threading.Thread(target=self._fork_ahead, name="conduit-fork-ahead", daemon=True)
+                self._forkers.append(thread)
+                thread.start()
+        return worker
+
+    def _fork_ahead(self) -> None:
+        """A thread of the executor that forks the processes the bindings are owed (several at
+        once: their forks overlap)."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            key, server = job
+            try:
+                worker = _Worker(key=key, server=server) if server.alive else None
+            except OSError:
+                worker = None  # the server cannot fork: the next attempt's start finds it so
+            with self._lock:
+                if key in self._forking:
+                    self._forking[key] -= 1
+                if worker is not None and not self._closed and self._servers.get(key) is server:
+                    self._ready.setdefault(key, []).append(worker)
+                    worker = None
+            if worker is not None:
+                worker.process.kill()
 
     def _server(self, key: str, binding_env: Mapping[str, str], target: str) -> ForkServer:
         """The binding's fork server (started on its first attempt)."""
@@ -328,16 +398,23 @@ class PythonExecutor(Executor):
         )
         with self._lock:
             self._servers[key] = fresh
-            idle = [k for k, s in self._servers.items() if k != key and not s.busy]
+            idle = [
+                k
+                for k, s in self._servers.items()
+                if k != key and s.processes() <= len(self._ready.get(k, ()))
+            ]
             ended = [self._servers.pop(k) for k in idle[: max(0, len(self._servers) - self.SERVERS)]]
+            for k in idle[: len(ended)]:
+                self._ready.pop(k, None)
         for old in [*ended, *([server] if server is not None else [])]:
-            old.close()
+            old.close()  # with the processes it forked ahead
         return fresh
 
     def _drop(self, key: str, server: ForkServer) -> None:
         with self._lock:
             if self._servers.get(key) is server:
                 del self._servers[key]
+                self._ready.pop(key, None)
         server.close()
 
     def _running(self, attempt_id: int) -> PythonExecution:
