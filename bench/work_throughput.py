@@ -271,8 +271,8 @@ def pgbench_floor(server: str, clients: int, suffix: str, seconds: int = 10) -> 
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_table() -> dict[int, tuple[int, float]]:
-    """Every process's parent and CPU seconds (its own and its waited-for children's)."""
+def _proc_table() -> dict[int, tuple[int, float, float]]:
+    """Every process's parent, its own CPU seconds and its waited-for children's."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -282,8 +282,9 @@ def _proc_table() -> dict[int, tuple[int, float]]:
                 fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # after the name: state ppid ... utime(14) stime(15) cutime(16) cstime(17), 1-based
-        table[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / TICKS)
+        # after the name: state ppid ... utime stime cutime cstime (fields 14 to 17 of stat)
+        own = (int(fields[11]) + int(fields[12])) / TICKS
+        table[int(entry)] = (int(fields[1]), own, (int(fields[13]) + int(fields[14])) / TICKS)
     return table
 
 
@@ -292,18 +293,19 @@ def tree_cpu(roots: list[int]) -> float:
     parents' children's time)."""
     table = _proc_table()
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
+    for pid, (ppid, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     total, todo = 0.0, list(roots)
     while todo:
         pid = todo.pop()
         if pid in table:
-            total += table[pid][1]
+            total += table[pid][1] + table[pid][2]
             todo.extend(children.get(pid, ()))
     return total
 
 
 def own_cpu(pids: list[int]) -> dict[int, float]:
+    """Each process's own CPU seconds (its threads', not its children's)."""
     table = _proc_table()
     return {pid: table[pid][1] for pid in pids if pid in table}
 
@@ -417,6 +419,8 @@ def postgres_run(args: argparse.Namespace, document: str) -> dict[int, float]:
                 backends = sampler.backends()
                 route_cpu, loops_cpu = tree_cpu([procs[0].pid]), tree_cpu([p.pid for p in procs[1:]])
                 pg_cpu = own_cpu(backends)
+                work_pids = [p.pid for p in procs[1:]]
+                loops_own = sum(own_cpu(work_pids).values())
                 busy, total = machine_busy()
                 self_cpu = resource.getrusage(resource.RUSAGE_SELF)
                 sampler.start()
@@ -429,6 +433,7 @@ def postgres_run(args: argparse.Namespace, document: str) -> dict[int, float]:
                 sampler.stop()
                 route_cpu = tree_cpu([procs[0].pid]) - route_cpu
                 loops_cpu = tree_cpu([p.pid for p in procs[1:]]) - loops_cpu
+                loops_own = sum(own_cpu(work_pids).values()) - loops_own
                 pg_after = own_cpu(sampler.backends())
                 pg_cpu = sum(cpu - pg_cpu.get(pid, 0.0) for pid, cpu in pg_after.items())
                 busy_after, total_after = machine_busy()
@@ -469,7 +474,9 @@ def postgres_run(args: argparse.Namespace, document: str) -> dict[int, float]:
                 "others' work included)"
             )
             print(
-                f"  CPU per attempt   {loops_cpu / args.n * 1000:.1f} ms work loops and attempts, "
+                f"  CPU per attempt   {loops_cpu / args.n * 1000:.1f} ms work loops and attempts (the loops' own "
+                f"{loops_own / args.n * 1000:.1f} ms, their fork servers' and attempts' "
+                f"{(loops_cpu - loops_own) / args.n * 1000:.1f} ms), "
                 f"{route_cpu / args.n * 1000:.1f} ms route loop, {pg_cpu / args.n * 1000:.1f} ms PostgreSQL; "
                 f"{(loops_cpu + route_cpu + pg_cpu) / elapsed:.2f} of {cores} cores while it ran"
             )
