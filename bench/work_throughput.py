@@ -2,6 +2,7 @@
 
     python bench/work_throughput.py [--n 2000] [--latency-n 200] [--rate 20] [--slots 8] [--no-reuse]
                                     [--limits] [--profile]
+    python bench/work_throughput.py --postgres [--loops 1,2] [--n 2000] [--runs N]
 
 With ``manage.py route_loop`` and ``manage.py work_loop`` running as processes (as ``serve``
 runs them) on a fresh SQLite database, it
@@ -30,6 +31,17 @@ commit, the completions' commit, release) and each attempt's life (the loop star
 target is called, its result reaches the loop, its completion is committed). The timers cost
 a little: compare throughput with runs without it.
 
+``--postgres`` runs it on PostgreSQL instead (``BENCH_POSTGRES_URL``; a scratch database
+``conduit_bench_work`` made and dropped for each loop count): one route loop and 1, then 2
+(``--loops``) work loops of ``--slots`` each on one database, N Events accepted at once, and
+attempts completed per second from the first acceptance to the last completion (no latency
+phase). While they run it samples ``pg_stat_activity`` ten times a second (what the loops'
+backends wait on) and, around the run, the CPU seconds of the loops with their attempts, of
+their PostgreSQL backends and of the whole machine, and the load average. The floor is
+``pgbench`` in the same run, with as many clients as work loops, running a script of the four
+short transactions a Work needs (accept; route: Work and input; start the attempt; complete
+it) on tables of its own: its tps are Work/s.
+
 Prints the figures and the ratio engine/floor.
 """
 
@@ -38,13 +50,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +99,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def wait_all_completed(total: int, timeout: float) -> float:
+def wait_all_completed(total: int, timeout: float, poll: float = 0.01) -> float:
     from worklife.models import Work
 
     deadline = time.monotonic() + timeout
@@ -92,7 +108,7 @@ def wait_all_completed(total: int, timeout: float) -> float:
             raise SystemExit(
                 f"only {Work.objects.filter(status='completed').count()} of {total} Work completed in {timeout:.0f} s"
             )
-        time.sleep(0.01)
+        time.sleep(poll)
     return time.perf_counter()
 
 
@@ -178,6 +194,335 @@ def raw_floor(n: int, path: str, synchronous: str) -> float:
     return elapsed
 
 
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+# The floor's four transactions per Work (raw_floor's, in SQL): pgbench counts one run of the
+# script as one transaction, so its tps are Work/s.
+PGBENCH_SCHEMA = """
+CREATE TABLE event (seq bigserial PRIMARY KEY, body text, state text);
+CREATE TABLE work (id bigserial PRIMARY KEY, status text);
+CREATE TABLE input (id bigserial PRIMARY KEY, work bigint, event bigint, state text);
+CREATE INDEX input_work ON input (work);
+CREATE TABLE attempt (id bigserial PRIMARY KEY, work bigint, state text);
+"""
+PGBENCH_SCRIPT = """
+BEGIN;
+INSERT INTO event (body, state) VALUES ('{}', 'unrouted') RETURNING seq \\gset
+END;
+BEGIN;
+INSERT INTO work (status) VALUES ('ready') RETURNING id AS work \\gset
+INSERT INTO input (work, event, state) VALUES (:work, :seq, 'pending');
+UPDATE event SET state = 'routed' WHERE seq = :seq;
+END;
+BEGIN;
+INSERT INTO attempt (work, state) VALUES (:work, 'running') RETURNING id AS attempt \\gset
+UPDATE input SET state = 'consumed' WHERE work = :work;
+UPDATE work SET status = 'running' WHERE id = :work;
+END;
+BEGIN;
+UPDATE attempt SET state = 'succeeded' WHERE id = :attempt;
+UPDATE work SET status = 'completed' WHERE id = :work;
+END;
+"""
+
+
+def pgbench_floor(server: str, clients: int, suffix: str, seconds: int = 10) -> float:
+    """Work/s of PGBENCH_SCRIPT with ``clients`` clients on a scratch database of its own."""
+    db = f"conduit_pgbench_work{suffix}"
+    admin = server + "/postgres"
+    subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {db}"], check=True)
+    subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {db}"], check=True)
+    try:
+        subprocess.run(["psql", f"{server}/{db}", "-qc", PGBENCH_SCHEMA], check=True)
+        host = server.split("@", 1)[1].split(":")[0]
+        with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+            script.write(PGBENCH_SCRIPT)
+            script.flush()
+            out = subprocess.run(
+                [
+                    "pgbench",
+                    "-h",
+                    host,
+                    "-U",
+                    "postgres",
+                    "-n",
+                    "-f",
+                    script.name,
+                    "-c",
+                    str(clients),
+                    "-j",
+                    str(clients),
+                    "-T",
+                    str(seconds),
+                    db,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+    finally:
+        subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {db}"], check=True)
+    for line in out.splitlines():
+        if line.startswith("tps"):
+            return float(line.split("=")[1].split()[0])
+    raise RuntimeError(f"pgbench printed no tps:\n{out}")
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, float, float]]:
+    """Every process's parent, its own CPU seconds and its waited-for children's."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the name: state ppid ... utime stime cutime cstime (fields 14 to 17 of stat)
+        own = (int(fields[11]) + int(fields[12])) / TICKS
+        table[int(entry)] = (int(fields[1]), own, (int(fields[13]) + int(fields[14])) / TICKS)
+    return table
+
+
+def tree_cpu(roots: list[int]) -> float:
+    """CPU seconds of ``roots`` and all their descendants alive (reaped ones count in their
+    parents' children's time)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            total += table[pid][1] + table[pid][2]
+            todo.extend(children.get(pid, ()))
+    return total
+
+
+def own_cpu(pids: list[int]) -> dict[int, float]:
+    """Each process's own CPU seconds (its threads', not its children's)."""
+    table = _proc_table()
+    return {pid: table[pid][1] for pid in pids if pid in table}
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(f) for f in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields) - idle) / TICKS, sum(fields) / TICKS
+
+
+class WaitSampler(threading.Thread):
+    """Samples what the database's client backends are doing, ``interval`` apart."""
+
+    def __init__(self, url: str, interval: float = 0.1):
+        super().__init__(daemon=True)
+        import psycopg
+
+        self.db = psycopg.connect(url, autocommit=True)
+        self.interval = interval
+        self.samples: Counter[str] = Counter()
+        self.stopping = threading.Event()
+
+    def backends(self) -> list[int]:
+        rows = self.db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchall()
+        return [pid for (pid,) in rows]
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            rows = self.db.execute(
+                "SELECT state, wait_event_type, wait_event FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'"
+            ).fetchall()
+            for state, kind, event in rows:
+                if state == "active":
+                    self.samples[f"active: {kind}:{event}" if kind else "active: on CPU"] += 1
+                elif state == "idle":
+                    self.samples["idle (waiting for its client)"] += 1
+                else:
+                    self.samples[f"{state} (its client works)"] += 1
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.is_alive():
+            self.join()
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f} (5 min {five:.1f})"
+
+
+def postgres_run(args: argparse.Namespace, document: str) -> dict[int, float]:
+    """The engine with each number of work loops in ``args.loops`` (and one route loop) on one
+    PostgreSQL database, each beside pgbench's floor; returns attempts/s by loop count."""
+    base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+    server = base.rsplit("/", 1)[0]
+    admin = server + "/postgres"
+    database = f"conduit_bench_work{args.database_suffix}"
+    url = f"{server}/{database}"
+    tmp = tempfile.mkdtemp(prefix="conduit-work-bench-")
+    os.environ.update(
+        {
+            "DATABASE_URL": url,
+            "CONDUIT_VAR_DIR": tmp,
+            "DEBUG": "false",
+            "LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "conduit_site.settings",
+        }
+    )
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from causal.clock import system_clock
+    from routing.acceptance.services import events_accept
+    from routing.config.services import config_apply
+    from worklife.models import Attempt, Work
+
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    results: dict[int, float] = {}
+    try:
+        for loops in args.loops:
+            connection.close()
+            subprocess.run(
+                ["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=True
+            )
+            subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {database}"], check=True)
+            subprocess.run([*manage, "migrate", "--noinput", "-v0"], check=True, cwd=ROOT)
+            config_apply(document=document, clock=system_clock)
+            connection.close()
+            procs = [subprocess.Popen([*manage, "route_loop", "--poll-interval", "0.02"], cwd=ROOT)]
+            procs += [
+                subprocess.Popen(
+                    [*manage, "work_loop", "--slots", str(args.slots), "--poll-interval", "0.02"], cwd=ROOT
+                )
+                for _ in range(loops)
+            ]
+            sampler = WaitSampler(url)
+            try:
+                deadline = time.monotonic() + 60
+                while len(sampler.backends()) < len(procs) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                time.sleep(2)  # every loop past its start-up (not what this measures)
+                backends = sampler.backends()
+                route_cpu, loops_cpu = tree_cpu([procs[0].pid]), tree_cpu([p.pid for p in procs[1:]])
+                pg_cpu = own_cpu(backends)
+                work_pids = [p.pid for p in procs[1:]]
+                loops_own = sum(own_cpu(work_pids).values())
+                busy, total = machine_busy()
+                self_cpu = resource.getrusage(resource.RUSAGE_SELF)
+                sampler.start()
+                started = time.perf_counter()
+                payloads = [payload(i, "t") for i in range(args.n)]
+                for i in range(0, args.n, 500):
+                    events_accept(payloads=payloads[i : i + 500], clock=system_clock)
+                accepted = time.perf_counter()
+                finished = wait_all_completed(args.n, timeout=600, poll=0.05)
+                sampler.stop()
+                route_cpu = tree_cpu([procs[0].pid]) - route_cpu
+                loops_cpu = tree_cpu([p.pid for p in procs[1:]]) - loops_cpu
+                loops_own = sum(own_cpu(work_pids).values()) - loops_own
+                pg_after = own_cpu(sampler.backends())
+                pg_cpu = sum(cpu - pg_cpu.get(pid, 0.0) for pid, cpu in pg_after.items())
+                busy_after, total_after = machine_busy()
+                self_after = resource.getrusage(resource.RUSAGE_SELF)
+                engine_load = load()
+                attempts = Attempt.objects.count() / max(Work.objects.count(), 1)
+            finally:
+                for proc in procs:
+                    proc.send_signal(signal.SIGTERM)
+                for proc in procs:
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                sampler.stop()
+                sampler.db.close()
+            elapsed = finished - started
+            results[loops] = args.n / elapsed
+            bench_cpu = (self_after.ru_utime + self_after.ru_stime) - (self_cpu.ru_utime + self_cpu.ru_stime)
+            cores = os.cpu_count() or 1
+            floor = pgbench_floor(server, loops, args.database_suffix)
+            floor_load = load()
+            print(
+                f"{loops} work loop(s)     {results[loops]:,.0f} attempts/s end to end ({args.n} Work in "
+                f"{elapsed:.1f} s, accepted in {accepted - started:.1f} s; {attempts:.2f} attempts a Work)   "
+                f"[{engine_load}]",
+                flush=True,
+            )
+            print(
+                f"  pgbench floor     {floor:,.0f} Work/s (4 transactions a Work, {loops} client(s), 10 s)   "
+                f"ratio {results[loops] / floor:.2f}   [{floor_load}]"
+            )
+            print(
+                f"  CPU seconds       work loops and attempts {loops_cpu:.1f}, route loop {route_cpu:.1f}, "
+                f"PostgreSQL backends {pg_cpu:.1f}, "
+                f"bench {bench_cpu:.1f}; the machine {busy_after - busy:.1f} of "
+                f"{(total_after - total):.1f} ({cores} cores: {(busy_after - busy) / (total_after - total):.0%} busy, "
+                "others' work included)"
+            )
+            print(
+                f"  CPU per attempt   {loops_cpu / args.n * 1000:.1f} ms work loops and attempts (the loops' own "
+                f"{loops_own / args.n * 1000:.1f} ms, their fork servers' and attempts' "
+                f"{(loops_cpu - loops_own) / args.n * 1000:.1f} ms), "
+                f"{route_cpu / args.n * 1000:.1f} ms route loop, {pg_cpu / args.n * 1000:.1f} ms PostgreSQL; "
+                f"{(loops_cpu + route_cpu + pg_cpu) / elapsed:.2f} of {cores} cores while it ran"
+            )
+            sampled = sum(sampler.samples.values())
+            print(
+                f"  backends sampled  {sampled} (every {sampler.interval:g} s, all client backends of the database)"
+            )
+            for what, count in sampler.samples.most_common(8):
+                print(f"    {count / max(sampled, 1):5.1%}  {what}")
+    finally:
+        connection.close()
+        subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    first = args.loops[0]
+    for loops in args.loops[1:]:
+        print(f"{loops} work loops / {first}   {results[loops] / results[first]:.2f}x")
+    return results
+
+
+def postgres_main(args: argparse.Namespace, document: str) -> None:
+    workers = "a new interpreter per attempt" if args.no_reuse else "a process forked per attempt"
+    if args.limits:
+        workers += f"; concurrency limit {args.slots} and throttle {args.throttle}/s on the binding"
+    print(
+        f"work  {args.n} no-op Work on PostgreSQL, one route loop and {' / '.join(map(str, args.loops))} "
+        f"work loop(s) of {args.slots} slots ({workers}); {os.cpu_count()} cores"
+    )
+    runs = []
+    for run in range(1, args.runs + 1):
+        if args.runs > 1:
+            print(f"--- run {run} of {args.runs}", flush=True)
+        runs.append(postgres_run(args, document))
+    if args.runs > 1:
+        first = args.loops[0]
+        print(f"--- {args.runs} runs")
+        for loops in args.loops:
+            rates = [run[loops] for run in runs]
+            line = f"{loops} work loop(s)  " + " / ".join(f"{r:,.0f}" for r in rates)
+            line += f" attempts/s   median {statistics.median(rates):,.0f}"
+            if loops != first:
+                ratios = [run[loops] / run[first] for run in runs]
+                line += f";  / {first}: " + " / ".join(f"{r:.2f}" for r in ratios)
+                line += f"   median {statistics.median(ratios):.2f}"
+            print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -214,13 +559,47 @@ def main() -> None:
         action="store_true",
         help="Time the work loop's stages and each attempt's life; print them beside the figures.",
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="On PostgreSQL: one route loop and 1, then 2 work loops on one database, beside pgbench.",
+    )
+    parser.add_argument(
+        "--loops",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="With --postgres: the work loop counts to run, comma-separated (default 1,2).",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="With --postgres: run every loop count N times in turns and print the medians (default 1).",
+    )
+    parser.add_argument(
+        "--database-suffix",
+        default="",
+        help="With --postgres: appended to the scratch databases' names (several benches at once).",
+    )
     args = parser.parse_args()
+    if args.postgres and args.profile:
+        parser.error("--profile runs on SQLite only")
+    if args.runs < 1 or any(loops < 1 for loops in args.loops):
+        parser.error("--runs and --loops must be at least 1")
     limits = (
         f"\n        concurrency: {{limit: {args.slots}}}\n        throttle: {{limit: {args.throttle}, period: 1s}}"
         if args.limits
         else ""
     )
 
+    document = (
+        DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true")
+        .replace("LIMITS", limits)
+        .replace("TARGET", "stamp" if args.profile else "noop")
+    )
+    if args.postgres:
+        postgres_main(args, document)
+        return
     tmp = tempfile.mkdtemp(prefix="conduit-work-bench-")
     os.environ.update(
         {
@@ -245,11 +624,6 @@ def main() -> None:
     from routing.config.services import config_apply
     from worklife.models import Attempt, Work
 
-    document = (
-        DOCUMENT.replace("REUSE", "false" if args.no_reuse else "true")
-        .replace("LIMITS", limits)
-        .replace("TARGET", "stamp" if args.profile else "noop")
-    )
     config_apply(document=document, clock=system_clock)
     connection.close()
     profile_path = f"{tmp}/profile.json"
