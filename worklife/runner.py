@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from causal.limits import Causal, CausalRefused
 from causal.models import Event
 from infra.connections import connections_refresh
 from infra.identity import host_name, loop_identity
+from infra.wakeup import STOP_CHECK_SECONDS
 from worklife import metrics
 from worklife.attempts import (
     Rescued,
@@ -152,6 +154,9 @@ class WorkRunner:
         self.publish = publish or (lambda work_ids: None)
         self.causal = causal or Causal(clock)
         self.running: dict[int, Running] = {}
+        # Set by the running attempts' executions when they have something for the loop (a
+        # call, an outcome): an idle loop waits on it, its poll interval at most.
+        self._wake = threading.Event()
         self.counters = Counters()
         self.stopping = False
         self._executors: dict[str, Executor] = {}
@@ -225,9 +230,14 @@ class WorkRunner:
 
     def run(self, stop: Any, *, poll_interval: float = 0.1, stop_grace: float = 10.0) -> None:
         """Step until ``stop`` (a ``threading.Event``) is set; then let running attempts finish
-        for up to ``stop_grace`` seconds, end the rest and give their Work back."""
+        for up to ``stop_grace`` seconds, end the rest and give their Work back.
+
+        After a pass that started and finished nothing, the loop waits ``poll_interval``
+        seconds, or less: until one of its attempts has something for it (a call, its result)."""
         self.release_dead_owners()
         while not stop.is_set():
+            # What arrives from here on (during the pass included) cuts the next wait short.
+            self._wake.clear()
             try:
                 result = self.step()
             except Exception:  # noqa: BLE001 - the loop boundary: log with the stack and go on
@@ -235,9 +245,18 @@ class WorkRunner:
                 stop.wait(1.0)
                 continue
             if result.started == 0 and result.finished == 0:
-                stop.wait(poll_interval)
+                self._idle(stop, poll_interval)
         # ``stop`` is set now: the grace is waited out with sleeps, not a busy loop.
         self.shutdown(grace=stop_grace)
+
+    def _idle(self, stop: Any, seconds: float) -> None:
+        """Wait ``seconds``, until an attempt wakes the loop, or until ``stop`` is set (seen
+        within :data:`~infra.wakeup.STOP_CHECK_SECONDS`)."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._wake.wait(min(remaining, STOP_CHECK_SECONDS)):
+                return
 
     def drain(self, *, timeout: float = 60.0, wait: Callable[[float], Any] = time.sleep) -> int:
         """Step until no Work is claimable and nothing runs (or ``timeout``); the passes run. Work
@@ -697,6 +716,7 @@ class WorkRunner:
             retry=retry,
             traceparent=traceparent,
         )
+        execution.wake_with(self._wake.set)
         self.counters.started += 1
         metrics.attempt_started(attempt.work.scope, attempt.binding)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 import pytest
 
@@ -206,6 +207,22 @@ def test_r2_python_executor_reports_a_failing_target():
     outcome = execution.wait(timeout=10)
     assert outcome is not None and not outcome.ok
     assert outcome.error == "RuntimeError: agent crashed"
+
+
+@pytest.mark.parametrize("executor", [CommandExecutor, PythonExecutor])
+def test_an_execution_wakes_its_loop_when_its_outcome_arrives_and_at_once_when_it_is_in(executor):
+    settings = (
+        {"argv": [sys.executable, "-c", "import time; time.sleep(0.5)"]}
+        if executor is CommandExecutor
+        else {"target": "tests.worklife.targets:brief"}
+    )
+    execution = executor().start(work_id=4, attempt_id=40, binding_settings=settings, inputs=[])
+    woken, late = threading.Event(), threading.Event()
+    execution.wake_with(woken.set)
+    assert woken.wait(30) and execution.poll() is not None and execution.poll().ok
+    execution.wake_with(late.set)  # the loop that looks after its outcome is in
+    assert late.is_set()
+    execution.release()
 
 
 def test_r2_command_executor_feeds_inputs_on_stdin():

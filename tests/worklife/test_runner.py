@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 
 from causal.models import Event
 from tests.worklife import enginekit
@@ -584,3 +585,28 @@ def test_parked_attempts_past_the_wait_bound_hold_slots_again(clock):
         assert [len(attempts(w)) for w in waiting] == [1, 1, 1, 0]
     finally:
         loop.shutdown(grace=0)
+
+
+def test_an_idle_loop_commits_an_attempts_result_when_it_arrives_not_after_its_poll_interval(clock):
+    loop = runner(clock)
+    work = work_of(send(clock, "brief", "idle"))
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            # Its second pass finds nothing to do while the target sleeps: the loop waits.
+            loop.run(stop, poll_interval=60.0, stop_grace=0)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20.0
+        while status(work) != "completed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status(work) == "completed", "the loop waited out its poll interval"
+    finally:
+        stop.set()
+        thread.join(10.0)
+    assert not thread.is_alive()

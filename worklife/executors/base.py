@@ -6,7 +6,7 @@ from __future__ import annotations
 import abc
 import inspect
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -91,6 +91,12 @@ class Execution(abc.ABC):
 
     def release(self) -> None:
         """Give back what the execution holds (a reusable worker) once its outcome is in."""
+        return None
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` whenever the loop has something to do for this attempt (a call to
+        answer, its outcome), so that an idle loop need not wait out its poll interval; at once
+        when it has already. A hint only: the loop polls as well (the default never calls it)."""
         return None
 
 

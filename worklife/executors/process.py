@@ -177,6 +177,7 @@ class ProcessExecution(Execution):
         self.stdout = Tail()
         self.stderr = Tail()
         self.result: Any = None
+        self._wake: Callable[[], None] | None = None
 
     # -- what the reader threads feed ---------------------------------------------------------
     def _call(self, message: dict) -> None:
@@ -192,12 +193,18 @@ class ProcessExecution(Execution):
             while len(self._calls) >= PENDING_CALLS and not self._done.is_set():
                 self._taken.wait(0.1)
             self._calls.append(message)
+            wake = self._wake
+        if wake is not None:
+            wake()
 
     def _finish(self, outcome: Outcome) -> None:
         with self._lock:
             if self._outcome is None:
                 self._outcome = outcome
+            wake = self._wake
         self._done.set()
+        if wake is not None:
+            wake()
 
     # -- the Execution API --------------------------------------------------------------------
     def poll(self) -> Outcome | None:
@@ -215,3 +222,10 @@ class ProcessExecution(Execution):
 
     def output(self) -> tuple[str, str]:
         return self.stdout.text(), self.stderr.text()
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._wake = wake
+            pending = bool(self._calls) or self._outcome is not None
+        if pending:
+            wake()
