@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -607,6 +608,9 @@ def test_a_refusal_without_an_envelope_records_empty_names_and_the_callers_work(
         )
     stored = CausalDiagnostic.objects.get(pk=refused.diagnostic.pk)
     assert (stored.source, stored.type, stored.envelope_id) == ("", "", "")
+    with derived_atomic():
+        anonymous = refuse(Refusal(kind="missing_parent", detail="no parent"), clock=clock)
+    assert (anonymous.diagnostic.work_id, anonymous.diagnostic.attempt_id) == (None, None)
     assert (stored.work_id, stored.attempt_id, stored.detail) == (7, 9, "no parent")
     # A work id given by the caller wins over the envelope's (next minute: a record of its own).
     clock.advance(minutes=1)
@@ -859,3 +863,104 @@ def test_derive_in_tx_meeting_an_event_accepted_meanwhile_keeps_the_callers_effe
     assert accepted.created is False and accepted.event.envelope_id == "raced"
     assert not KV.objects.filter(namespace__in=[PINS_NAMESPACE, BUCKETS_NAMESPACE]).exists()
     assert KV.objects.filter(namespace="tests.effects", key="before").exists()
+
+
+@pytest.mark.django_db
+def test_a_refusal_recorded_in_the_callers_transaction_is_counted_once_and_commits_with_it(clock, root):
+    from causal.limits import refusal_record_in_tx
+    from causal.services import kv_put_in_tx
+
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=0))
+    with derived_atomic():
+        with pytest.raises(CausalRefused):  # left to the boundary to write
+            causal.derive_in_tx(parent=None, envelope=envelope("orphan"))
+        with pytest.raises(CausalRefused) as refused:
+            causal.derive_in_tx(parent=root, envelope=envelope("timer"))
+        recorded = refusal_record_in_tx(refused.value)
+        assert recorded is refused.value.diagnostic and recorded.pk is not None
+        kv_put_in_tx(namespace="tests.effects", key="marked-refused", value={"ok": True}, clock=clock)
+    diagnostic = CausalDiagnostic.objects.get(kind="rate_exceeded")
+    assert (diagnostic.pk, diagnostic.occurrences) == (recorded.pk, 1)
+    assert CausalDiagnostic.objects.get(kind="missing_parent").occurrences == 1
+    # Rolled back with the caller's consequence, it is not written after the boundary either.
+    with pytest.raises(RuntimeError, match="caller"), derived_atomic():
+        with pytest.raises(CausalRefused) as again:
+            causal.derive_in_tx(parent=root, envelope=envelope("timer-2"))
+        refusal_record_in_tx(again.value)
+        raise RuntimeError("the caller fails")
+    assert CausalDiagnostic.objects.get(kind="rate_exceeded").occurrences == 1
+
+
+@pytest.mark.django_db
+def test_a_refusal_is_counted_in_the_metrics_by_its_kind(settings, clock, root):
+    from prometheus_client import REGISTRY
+
+    settings.CONDUIT_METRICS = True
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("conduit_causal_refusals_total", {"kind": "rate_exceeded"}) or 0.0
+
+    before = counted()
+    with pytest.raises(CausalRefused):
+        Causal(clock, Limits(max_depth=32, rate_per_minute=0)).derive(
+            parent=root, envelope=envelope("counted")
+        )
+    assert counted() == before + 1
+
+
+def test_a_missing_limit_setting_is_named(settings, clock):
+    del settings.CONDUIT_CAUSAL_MAX_DEPTH
+    with pytest.raises(
+        ImproperlyConfigured, match="CONDUIT_CAUSAL_MAX_DEPTH must be a non-negative integer, got None"
+    ):
+        Causal(clock)
+
+
+class _NoOffset(tzinfo):
+    """A time zone that cannot tell its offset: a datetime in it is naive for Python."""
+
+    def utcoffset(self, dt):
+        return None
+
+    def tzname(self, dt):
+        return "unknown"
+
+    def dst(self, dt):
+        return None
+
+
+@pytest.mark.django_db
+def test_a_clock_whose_time_zone_has_no_offset_is_refused_as_naive(root):
+    causal = Causal(lambda: datetime(2026, 1, 5, 12, 0, tzinfo=_NoOffset()), Limits(32, 128))
+    with pytest.raises(ValueError, match="aware"):
+        causal.derive(parent=root, envelope=envelope("no-offset"))
+
+
+@pytest.mark.django_db
+def test_pins_and_buckets_are_written_in_utc_whatever_the_process_time_zone(monkeypatch, root):
+    paris = datetime(2026, 1, 5, 13, 0, tzinfo=ZoneInfo("Europe/Paris"))
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    try:
+        Causal(lambda: paris, Limits(32, 128)).derive(parent=root, envelope=envelope("local"))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert KV.objects.get(namespace=PINS_NAMESPACE, key=str(root.seq)).value["pinned_at"] == (
+        "2026-01-05T12:00:00+00:00"
+    )
+    bucket = KV.objects.get(namespace=BUCKETS_NAMESPACE, key=f"{root.seq}:{MINUTE}")
+    assert bucket.value["minute"] == "2026-01-05T12:00:00+00:00"
+
+
+@pytest.mark.django_db
+def test_derive_in_tx_meeting_a_kv_row_written_meanwhile_twice_gives_up_with_the_integrity_error(
+    causal, root, monkeypatch
+):
+    from django.db import IntegrityError
+
+    calls = racing_insert(monkeypatch, a_bucket_appears(root), times=2)
+    with pytest.raises(IntegrityError), derived_atomic():
+        causal.derive_in_tx(parent=root, envelope=envelope("raced"))
+    assert calls == [2, 2]
+    assert not Event.objects.filter(envelope_id="raced").exists()
