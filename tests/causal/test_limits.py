@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +17,7 @@ from causal.limits import (
     Causal,
     CausalRefused,
     Limits,
+    Pin,
     bucket_key,
     derived_atomic,
     minute_start,
@@ -23,7 +25,7 @@ from causal.limits import (
     pin_key,
 )
 from causal.models import KV, CausalDiagnostic, DiagnosticKind, Event
-from tests.causal.factories import EventFactory
+from tests.causal.factories import EventFactory, KVFactory
 from tests.causal.support import (
     SECRET,
     assert_redacted,
@@ -571,3 +573,394 @@ def test_r53_restarted_process_with_other_settings_keeps_the_pinned_limits(clock
     )
     assert (fresh["accepted"], fresh["refused"], fresh["replayed"]) == (2, 1, 0)
     assert KV.objects.get(namespace=PINS_NAMESPACE, key=str(fresh["root_seq"])).value["rate_per_minute"] == 2
+
+
+# --- what a refusal, a dry run and a derivation record, field by field -------------------------
+
+
+@pytest.mark.django_db
+def test_a_refusals_diagnostic_names_its_parent_work_and_envelope(clock, root):
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=0))
+    with pytest.raises(CausalRefused) as refused:
+        causal.derive(parent=root, envelope=envelope("from-work", work_id=4242))
+    detail = f"root #{root.seq} already has 0 of 0 derived Events in the minute 2026-01-05T12:00Z"
+    assert (refused.value.detail, str(refused.value)) == (detail, detail)
+    assert (refused.value.root_seq, refused.value.parent_seq) == (root.seq, root.seq)
+    diagnostic = CausalDiagnostic.objects.get()
+    assert (diagnostic.parent_seq, diagnostic.work_id, diagnostic.attempt_id) == (root.seq, 4242, None)
+    assert (diagnostic.source, diagnostic.type, diagnostic.envelope_id) == (
+        "tests.agent",
+        "test.derived",
+        "from-work",
+    )
+    assert diagnostic.detail == detail
+
+
+@pytest.mark.django_db
+def test_a_refusal_without_an_envelope_records_empty_names_and_the_callers_work(clock):
+    from causal.limits import Refusal, refuse
+
+    with pytest.raises(RuntimeError, match=r"^refuse\(\) must run inside causal.limits.derived_atomic\(\)"):
+        refuse(Refusal(kind="missing_parent", detail="no parent"), clock=clock)
+    with derived_atomic():
+        refused = refuse(
+            Refusal(kind="missing_parent", detail="no parent"), clock=clock, work_id=7, attempt_id=9
+        )
+    stored = CausalDiagnostic.objects.get(pk=refused.diagnostic.pk)
+    assert (stored.source, stored.type, stored.envelope_id) == ("", "", "")
+    with derived_atomic():
+        anonymous = refuse(Refusal(kind="missing_parent", detail="no parent"), clock=clock)
+    assert (anonymous.diagnostic.work_id, anonymous.diagnostic.attempt_id) == (None, None)
+    assert (stored.work_id, stored.attempt_id, stored.detail) == (7, 9, "no parent")
+    # A work id given by the caller wins over the envelope's (next minute: a record of its own).
+    clock.advance(minutes=1)
+    with derived_atomic():
+        refused = refuse(
+            Refusal(kind="missing_parent", detail="no parent"),
+            clock=clock,
+            envelope=envelope("e", work_id=1),
+            work_id=2,
+        )
+    assert CausalDiagnostic.objects.get(pk=refused.diagnostic.pk).work_id == 2
+
+
+@pytest.mark.django_db
+def test_a_refusals_diagnostic_cuts_long_names_to_their_columns(clock):
+    long = envelope("i" * 600, source="s" * 600, type="t" * 300)
+    with pytest.raises(CausalRefused) as refused:
+        Causal(clock, Limits(max_depth=1, rate_per_minute=1)).derive(parent=None, envelope=long)
+    diagnostic = CausalDiagnostic.objects.get(pk=refused.value.diagnostic.pk)
+    assert (len(diagnostic.source), len(diagnostic.type), len(diagnostic.envelope_id)) == (512, 255, 512)
+    assert diagnostic.detail == "a derived Event needs a parent"
+
+
+@pytest.mark.django_db
+def test_refusals_of_two_roots_in_one_minute_are_counted_apart(clock, root):
+    refusing = Causal(clock, Limits(max_depth=32, rate_per_minute=0))
+    other = EventFactory()
+    for parent, name in ((root, "a"), (other, "b"), (root, "c")):
+        with pytest.raises(CausalRefused):
+            refusing.derive(parent=parent, envelope=envelope(name))
+    counted = CausalDiagnostic.objects.order_by("id").values_list("root_seq", "occurrences")
+    assert list(counted) == [(root.seq, 2), (other.seq, 1)]
+
+
+def test_a_new_thread_starts_outside_any_refusal_boundary():
+    from causal.limits import in_refusal_boundary
+
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(in_refusal_boundary()))
+    thread.start()
+    thread.join()
+    assert seen == [False]
+
+
+def test_a_pin_decodes_its_root_limits_and_time():
+    value = {"max_depth": 3, "rate_per_minute": 4, "pinned_at": "2026-01-05T12:00:00+00:00"}
+    assert pin_from_value(7, value) == Pin(
+        root_seq=7,
+        limits=Limits(max_depth=3, rate_per_minute=4),
+        pinned_at=datetime(2026, 1, 5, 12, tzinfo=UTC),
+    )
+
+
+@pytest.mark.django_db
+def test_the_bucket_records_its_root_minute_and_limit_and_counts_its_versions(clock, root):
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=128))
+    causal.derive(parent=root, envelope=envelope("one"))
+    clock.advance(seconds=5)
+    causal.derive(parent=root, envelope=envelope("two"))
+    bucket = KV.objects.get(namespace=BUCKETS_NAMESPACE, key=f"{root.seq}:{MINUTE}")
+    assert bucket.value == {
+        "root_seq": root.seq,
+        "minute": "2026-01-05T12:00:00+00:00",
+        "limit": 128,
+        "count": 2,
+    }
+    assert (bucket.version, bucket.updated_at) == (2, clock.now)
+    pin = KV.objects.get(namespace=PINS_NAMESPACE, key=str(root.seq))
+    assert (pin.version, pin.updated_at) == (1, datetime(2026, 1, 5, 12, tzinfo=UTC))
+
+
+@pytest.mark.django_db
+def test_a_bucket_row_without_a_count_counts_as_empty(clock, root):
+    KVFactory(namespace=BUCKETS_NAMESPACE, key=f"{root.seq}:{MINUTE}", value={})
+    Causal(clock, Limits(max_depth=32, rate_per_minute=1)).derive(parent=root, envelope=envelope("first"))
+    assert bucket_count(root.seq, MINUTE) == 1
+
+
+@pytest.mark.django_db
+def test_derived_events_record_who_accepted_them(causal, root):
+    assert causal.derive(
+        parent=root, envelope=envelope("a"), accepted_by="worklife.emit"
+    ).event.accepted_by == ("worklife.emit")
+    with derived_atomic():
+        named = causal.derive_in_tx(parent=root, envelope=envelope("b"), accepted_by="worklife.timer").event
+        unnamed = causal.derive_in_tx(parent=root, envelope=envelope("c")).event
+    assert Event.objects.get(seq=named.seq).accepted_by == "worklife.timer"
+    assert Event.objects.get(seq=unnamed.seq).accepted_by == "core.causal"
+
+
+@pytest.mark.django_db
+def test_a_deduplicated_derivation_says_it_created_nothing(causal, root):
+    causal.derive(parent=root, envelope=envelope("once"))
+    again = causal.derive(parent=root, envelope=envelope("once"))
+    assert again.created is False
+
+
+@pytest.mark.django_db
+def test_derive_in_tx_outside_a_boundary_and_with_a_bad_envelope_say_what_is_wrong(causal, root):
+    with pytest.raises(
+        RuntimeError, match=r"^Causal\.derive_in_tx\(\) must run inside causal\.limits\.derived_atomic"
+    ):
+        with transaction.atomic():
+            causal.derive_in_tx(parent=root, envelope=envelope("no-boundary"))
+    with pytest.raises(RuntimeError, match=r"so that a refusal's diagnostic survives the rollback$"):
+        with transaction.atomic():
+            causal.derive_in_tx(parent=root, envelope=envelope("no-boundary"))
+    with pytest.raises(TypeError, match="got dict$"):
+        causal.derive(parent=root, envelope={"id": "x"})
+
+
+# --- the dry run's fields (R41) ---------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_would_refuse_names_root_parent_limit_count_and_minute(clock, root):
+    causal = Causal(clock, Limits(max_depth=1, rate_per_minute=3))
+    child = causal.derive(parent=root, envelope=envelope("child")).event
+    depth = causal.would_refuse(parent=child)
+    assert (depth.kind, depth.root_seq, depth.parent_seq, depth.limit, depth.count) == (
+        "depth_exceeded",
+        root.seq,
+        child.seq,
+        1,
+        2,
+    )
+    assert causal.would_refuse(parent=root, pending=1) is None
+    rate = causal.would_refuse(parent=root, pending=2)  # 1 spent + 2 planned = 3
+    assert (rate.kind, rate.root_seq, rate.parent_seq, rate.limit, rate.count) == (
+        "rate_exceeded",
+        root.seq,
+        root.seq,
+        3,
+        3,
+    )
+    assert rate.minute == datetime(2026, 1, 5, 12, tzinfo=UTC)
+
+
+@pytest.mark.django_db
+def test_would_refuse_child_judges_by_the_pinned_limits_and_plans_nothing_by_default(clock, root):
+    Causal(clock, Limits(max_depth=5, rate_per_minute=2)).derive(parent=root, envelope=envelope("pinning"))
+    stricter = Causal(clock, Limits(max_depth=0, rate_per_minute=1))
+    assert stricter.would_refuse_child(parent_seq=root.seq, root_seq=root.seq, depth=0) is None
+    refusal = stricter.would_refuse_child(parent_seq=root.seq, root_seq=root.seq, depth=0, pending=1)
+    assert (refusal.kind, refusal.root_seq, refusal.limit, refusal.count) == ("rate_exceeded", root.seq, 2, 2)
+
+
+@pytest.mark.django_db
+def test_would_refuse_child_of_a_hypothetical_root_names_it_as_the_root(clock):
+    causal = Causal(clock, Limits(max_depth=0, rate_per_minute=1))
+    depth = causal.would_refuse_child(parent_seq=55, root_seq=None, depth=0)
+    assert (depth.kind, depth.root_seq, depth.parent_seq) == ("depth_exceeded", 55, 55)
+    rate = Causal(clock, Limits(max_depth=3, rate_per_minute=0)).would_refuse_child(
+        parent_seq=55, root_seq=None, depth=0
+    )
+    assert (rate.kind, rate.root_seq, rate.count) == ("rate_exceeded", 55, 0)
+
+
+# --- a KV row or an Event appearing between the check and the write ---------------------------
+# The other writer is simulated on the test's own connection: a wrapper around the check's
+# insert writes the conflicting row for real just before it, so the insert meets a real
+# IntegrityError (or the acceptance a real duplicate).
+
+
+def racing_insert(monkeypatch, race, times: int = 1) -> list[int]:
+    """Make ``race()`` run just before each of the first ``times`` KV inserts of the check."""
+    import causal.limits
+
+    calls: list[int] = []
+    insert = causal.limits._kv_insert
+
+    def raced(rows, now):
+        calls.append(len(rows))
+        if len(calls) <= times:
+            race()
+        insert(rows, now)
+
+    monkeypatch.setattr(causal.limits, "_kv_insert", raced)
+    return calls
+
+
+def a_bucket_appears(root: Event, count: int = 5):
+    return lambda: KVFactory(namespace=BUCKETS_NAMESPACE, key=f"{root.seq}:{MINUTE}", value={"count": count})
+
+
+@pytest.mark.django_db
+def test_derive_meeting_a_kv_row_written_meanwhile_checks_again_on_fresh_reads(causal, root, monkeypatch):
+    calls = racing_insert(monkeypatch, a_bucket_appears(root))
+    accepted = causal.derive(parent=root, envelope=envelope("raced"))
+    assert accepted.created and calls == [2, 2]  # the pin and the token, twice
+    assert bucket_count(root.seq, MINUTE) == 1
+    assert KV.objects.filter(namespace=PINS_NAMESPACE).count() == 1
+
+
+@pytest.mark.django_db
+def test_derive_meeting_a_kv_row_written_meanwhile_twice_gives_up_with_the_integrity_error(
+    causal, root, monkeypatch
+):
+    from django.db import IntegrityError
+
+    calls = racing_insert(monkeypatch, a_bucket_appears(root), times=2)
+    with pytest.raises(IntegrityError):
+        causal.derive(parent=root, envelope=envelope("raced"))
+    assert calls == [2, 2]
+    assert not Event.objects.filter(envelope_id="raced").exists()
+
+
+@pytest.mark.django_db
+def test_derive_in_tx_meeting_a_kv_row_written_meanwhile_retries_only_its_own_savepoint(
+    causal, root, clock, monkeypatch
+):
+    from causal.services import kv_put_in_tx
+
+    calls = racing_insert(monkeypatch, a_bucket_appears(root))
+    with derived_atomic():
+        kv_put_in_tx(namespace="tests.effects", key="before", value={"ok": True}, clock=clock)
+        accepted = causal.derive_in_tx(parent=root, envelope=envelope("raced"))
+    assert accepted.created and calls == [2, 2]
+    # The failed attempt's writes went with its savepoint, the caller's effect stayed.
+    assert bucket_count(root.seq, MINUTE) == 1
+    assert KV.objects.filter(namespace="tests.effects", key="before").exists()
+
+
+def an_event_is_accepted(clock, name: str):
+    from causal.services import event_accept_in_tx
+
+    return lambda: event_accept_in_tx(envelope=envelope(name), clock=clock)
+
+
+@pytest.mark.django_db
+def test_derive_meeting_an_event_accepted_meanwhile_returns_it_and_gives_the_token_back(
+    causal, root, clock, monkeypatch
+):
+    racing_insert(monkeypatch, an_event_is_accepted(clock, "raced"))
+    accepted = causal.derive(parent=root, envelope=envelope("raced"))
+    assert accepted.created is False and accepted.event.envelope_id == "raced"
+    assert not KV.objects.filter(namespace__in=[PINS_NAMESPACE, BUCKETS_NAMESPACE]).exists()
+
+
+@pytest.mark.django_db
+def test_derive_in_tx_meeting_an_event_accepted_meanwhile_keeps_the_callers_effects(
+    causal, root, clock, monkeypatch
+):
+    from causal.services import kv_put_in_tx
+
+    racing_insert(monkeypatch, an_event_is_accepted(clock, "raced"))
+    with derived_atomic():
+        kv_put_in_tx(namespace="tests.effects", key="before", value={"ok": True}, clock=clock)
+        accepted = causal.derive_in_tx(parent=root, envelope=envelope("raced"))
+    assert accepted.created is False and accepted.event.envelope_id == "raced"
+    assert not KV.objects.filter(namespace__in=[PINS_NAMESPACE, BUCKETS_NAMESPACE]).exists()
+    assert KV.objects.filter(namespace="tests.effects", key="before").exists()
+
+
+@pytest.mark.django_db
+def test_a_refusal_recorded_in_the_callers_transaction_is_counted_once_and_commits_with_it(clock, root):
+    from causal.limits import refusal_record_in_tx
+    from causal.services import kv_put_in_tx
+
+    causal = Causal(clock, Limits(max_depth=32, rate_per_minute=0))
+    with derived_atomic():
+        with pytest.raises(CausalRefused):  # left to the boundary to write
+            causal.derive_in_tx(parent=None, envelope=envelope("orphan"))
+        with pytest.raises(CausalRefused) as refused:
+            causal.derive_in_tx(parent=root, envelope=envelope("timer"))
+        recorded = refusal_record_in_tx(refused.value)
+        assert recorded is refused.value.diagnostic and recorded.pk is not None
+        kv_put_in_tx(namespace="tests.effects", key="marked-refused", value={"ok": True}, clock=clock)
+    diagnostic = CausalDiagnostic.objects.get(kind="rate_exceeded")
+    assert (diagnostic.pk, diagnostic.occurrences) == (recorded.pk, 1)
+    assert CausalDiagnostic.objects.get(kind="missing_parent").occurrences == 1
+    # Rolled back with the caller's consequence, it is not written after the boundary either.
+    with pytest.raises(RuntimeError, match="caller"), derived_atomic():
+        with pytest.raises(CausalRefused) as again:
+            causal.derive_in_tx(parent=root, envelope=envelope("timer-2"))
+        refusal_record_in_tx(again.value)
+        raise RuntimeError("the caller fails")
+    assert CausalDiagnostic.objects.get(kind="rate_exceeded").occurrences == 1
+
+
+@pytest.mark.django_db
+def test_a_refusal_is_counted_in_the_metrics_by_its_kind(settings, clock, root):
+    from prometheus_client import REGISTRY
+
+    settings.CONDUIT_METRICS = True
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("conduit_causal_refusals_total", {"kind": "rate_exceeded"}) or 0.0
+
+    before = counted()
+    with pytest.raises(CausalRefused):
+        Causal(clock, Limits(max_depth=32, rate_per_minute=0)).derive(
+            parent=root, envelope=envelope("counted")
+        )
+    assert counted() == before + 1
+
+
+def test_a_missing_limit_setting_is_named(settings, clock):
+    del settings.CONDUIT_CAUSAL_MAX_DEPTH
+    with pytest.raises(
+        ImproperlyConfigured, match="CONDUIT_CAUSAL_MAX_DEPTH must be a non-negative integer, got None"
+    ):
+        Causal(clock)
+
+
+class _NoOffset(tzinfo):
+    """A time zone that cannot tell its offset: a datetime in it is naive for Python."""
+
+    def utcoffset(self, dt):
+        return None
+
+    def tzname(self, dt):
+        return "unknown"
+
+    def dst(self, dt):
+        return None
+
+
+@pytest.mark.django_db
+def test_a_clock_whose_time_zone_has_no_offset_is_refused_as_naive(root):
+    causal = Causal(lambda: datetime(2026, 1, 5, 12, 0, tzinfo=_NoOffset()), Limits(32, 128))
+    with pytest.raises(ValueError, match="aware"):
+        causal.derive(parent=root, envelope=envelope("no-offset"))
+
+
+@pytest.mark.django_db
+def test_pins_and_buckets_are_written_in_utc_whatever_the_process_time_zone(monkeypatch, root):
+    paris = datetime(2026, 1, 5, 13, 0, tzinfo=ZoneInfo("Europe/Paris"))
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    try:
+        Causal(lambda: paris, Limits(32, 128)).derive(parent=root, envelope=envelope("local"))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert KV.objects.get(namespace=PINS_NAMESPACE, key=str(root.seq)).value["pinned_at"] == (
+        "2026-01-05T12:00:00+00:00"
+    )
+    bucket = KV.objects.get(namespace=BUCKETS_NAMESPACE, key=f"{root.seq}:{MINUTE}")
+    assert bucket.value["minute"] == "2026-01-05T12:00:00+00:00"
+
+
+@pytest.mark.django_db
+def test_derive_in_tx_meeting_a_kv_row_written_meanwhile_twice_gives_up_with_the_integrity_error(
+    causal, root, monkeypatch
+):
+    from django.db import IntegrityError
+
+    calls = racing_insert(monkeypatch, a_bucket_appears(root), times=2)
+    with pytest.raises(IntegrityError), derived_atomic():
+        causal.derive_in_tx(parent=root, envelope=envelope("raced"))
+    assert calls == [2, 2]
+    assert not Event.objects.filter(envelope_id="raced").exists()
