@@ -357,7 +357,11 @@ def test_r41_a_wait_naming_keys_is_won_only_by_an_event_carrying_one_of_them():
         scope=scope,
         world=world_with(work, keys={"k:1": 7}),
     )
-    assert (other_key.effect, other_key.reason) == (Effect.QUEUE, Reason.CONTEXT)
+    assert (other_key.effect, other_key.reason, other_key.input_kind) == (
+        Effect.QUEUE,
+        Reason.CONTEXT,
+        "context",
+    )
     its_key = decide(
         event=event(),
         evaluation=matched(chosen, keys=("k:1", "k:review")),
@@ -365,6 +369,47 @@ def test_r41_a_wait_naming_keys_is_won_only_by_an_event_carrying_one_of_them():
         world=world_with(work, keys={"k:1": 7}),
     )
     assert (its_key.effect, its_key.wake_wait.id) == (Effect.WAKE, 5)
+
+
+def test_r35_a_queue_route_queues_input_for_a_running_attempt_whatever_its_capabilities():
+    """Policy ``queue`` never asks the running attempt for a control: the input queues for the
+    next attempt, with neither an intent nor a fallback."""
+    chosen = route("queue")
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen),
+        scope=scope_with(chosen),
+        world=world_with(running_work(), keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.work_id, decision.intent_kind) == (Effect.QUEUE, 7, "")
+    assert decision.input_kind == "queue" and not decision.reason.startswith("fallback")
+
+
+def test_r41_a_wait_naming_a_source_is_won_only_by_an_event_from_a_source_it_matches():
+    chosen = route()
+    scope = scope_with(chosen)
+    wait = WaitView(
+        id=5, name="review", match={"type": "x.*", "source": "https://github.com/*"}, timeout_at=None
+    )
+    work = running_work(status="waiting", active_wait=wait)
+    elsewhere = decide(
+        event=event(source="https://gitlab.com/acme"),
+        evaluation=matched(chosen),
+        scope=scope,
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (elsewhere.effect, elsewhere.reason, elsewhere.input_kind) == (
+        Effect.QUEUE,
+        Reason.CONTEXT,
+        "context",
+    )
+    github = decide(
+        event=event(source="https://github.com/acme/web"),
+        evaluation=matched(chosen),
+        scope=scope,
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (github.effect, github.wake_wait.id) == (Effect.WAKE, 5)
 
 
 def subscribed(*, scope: str = SCOPE, blocked_reason: str = "") -> tuple[WorkView, SubscriptionView]:
