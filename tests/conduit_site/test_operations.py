@@ -24,10 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from causal.models import Event
 from routing.config.services import config_apply
 from routing.engine.heartbeat import HEARTBEATS_NAMESPACE
-from routing.engine.loop import RouteLoop
 from tests.causal.factories import KVFactory
 from tests.routing.factories import api_token_with_secret
-from tests.routing.routerkit import accept
+from tests.routing.routerkit import accept, drain_loop
 from tests.support import child_env, run_manage
 from tests.worklife.enginekit import runner, step_until
 from tests.worklife.factories import WorkFactory
@@ -353,12 +352,7 @@ def test_metrics_count_real_routed_events_and_attempts(client, clock, settings, 
     accept(clock, "ops.none", {}, scope="ops")
     accept(clock, "ops.scripted", {"behaviour": "invalid"}, scope="ops")
     clock.advance(seconds=0.03)  # each Event's route latency
-    loop = RouteLoop(clock=clock)
-    try:
-        while not loop.step().empty:
-            pass
-    finally:
-        loop.close()
+    drain_loop(clock)
     work = runner(clock)
     try:
         step_until(
@@ -411,12 +405,7 @@ def test_metrics_count_the_events_a_route_dropped_over_its_rate_limit_by_route(c
     before = scrape(client)
     for key in "abcde":
         accept(clock, "ops.py", {"key": key}, scope="ops")
-    loop = RouteLoop(clock=clock)
-    try:
-        while not loop.step().empty:
-            pass
-    finally:
-        loop.close()
+    drain_loop(clock)
     after = scrape(client)
     dropped = value(after, "conduit_events_rate_limited_total", scope="ops", route="py") - value(
         before, "conduit_events_rate_limited_total", scope="ops", route="py"
@@ -430,12 +419,7 @@ def test_the_api_gives_an_event_dropped_over_a_rate_limit_its_reason(client, clo
     document["scopes"][0]["routes"][0]["rate_limit"] = {"limit": 1, "period": "1m", "key": "{data.key}"}
     config_apply(document=json.dumps(document), clock=clock)
     taken, dropped = (accept(clock, "ops.py", {"key": "a"}, scope="ops") for _ in range(2))
-    loop = RouteLoop(clock=clock)
-    try:
-        while not loop.step().empty:
-            pass
-    finally:
-        loop.close()
+    drain_loop(clock)
     first = client.get(f"/api/events/{taken.seq}/route", headers=reader_auth).json()
     route = client.get(f"/api/events/{dropped.seq}/route", headers=reader_auth).json()
     assert first["policy"] == "start"
