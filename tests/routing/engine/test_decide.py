@@ -383,6 +383,26 @@ def test_r35_a_queue_route_queues_input_for_a_running_attempt_whatever_its_capab
     )
     assert (decision.effect, decision.work_id, decision.intent_kind) == (Effect.QUEUE, 7, "")
     assert decision.input_kind == "queue" and not decision.reason.startswith("fallback")
+    assert (decision.route, decision.route_scope, decision.binding) == ("r", SCOPE, "triage")
+
+
+def test_each_work_a_window_starts_has_a_temporary_id_of_its_own_that_later_input_finds():
+    """Work started in a window has no id yet: each gets a negative one of its own, by which the
+    window's later Events for its keys attach to it (and their reasons name its Event)."""
+    chosen = route()
+    scope = scope_with(chosen)
+    world = world_with()
+    started = []
+    for seq, key in ((10, "k:a"), (11, "k:b")):
+        decision = decide(
+            event=event(seq=seq), evaluation=matched(chosen, keys=(key,)), scope=scope, world=world
+        )
+        world.apply(event(seq=seq), decision)
+        started.append(decision)
+    assert all(d.new_work and d.work_id < 0 for d in started)
+    assert started[0].work_id != started[1].work_id
+    later = decide(event=event(seq=12), evaluation=matched(chosen, keys=("k:b",)), scope=scope, world=world)
+    assert (later.effect, later.work_id, later.new_work) == (Effect.QUEUE, started[1].work_id, False)
 
 
 def test_r41_a_wait_naming_a_source_is_won_only_by_an_event_from_a_source_it_matches():
