@@ -245,11 +245,15 @@ def test_r30_addressed_input_for_a_waiting_work_is_context():
 # --- the router's fast copies and refusal lines ----------------------------------------------
 
 
-def test_replace_copies_like_dataclasses_replace_and_leaves_the_original():
+def test_replace_copies_like_dataclasses_replace_and_leaves_the_original(monkeypatch):
     import dataclasses
 
     from routing.config.effective import EffectiveRoute as Route
+    from routing.engine import decide as decide_module
     from routing.engine.decide import Decision, replace
+
+    # Each class is met for the first time here, as in a process that just started.
+    monkeypatch.setattr(decide_module, "_SHAPES", {})
 
     work = WorkView(id=7, scope=SCOPE, status="ready", binding="triage", max_input_seq=3)
     decision = Decision(Effect.QUEUE, "why", work_id=7, binding="triage", keys=("k",))
@@ -270,6 +274,13 @@ def test_replace_copies_like_dataclasses_replace_and_leaves_the_original():
     assert moved.binding == "plain" and moved.info().binding == "plain"
     with pytest.raises((TypeError, KeyError)):
         replace(decision, no_such_field=1)
+    # One field, or a keyword-only one: dataclasses.replace's way.
+    one = dataclasses.make_dataclass("One", ["a"])(1)
+    keyword = dataclasses.make_dataclass("Keyword", ["a", ("b", int, dataclasses.field(kw_only=True))])(
+        1, b=2
+    )
+    assert replace(one, a=5) == dataclasses.replace(one, a=5)
+    assert replace(keyword, a=5) == dataclasses.replace(keyword, a=5)
 
 
 @pytest.mark.parametrize(
