@@ -472,6 +472,51 @@ def test_r42_a_subscription_is_woken_only_by_its_own_scope_and_not_while_blocked
     assert [s.work_id for s in decision.also_wakes] == ([8] if wakes else [])
 
 
+def test_a_window_sees_its_earlier_decisions_the_woken_work_running_the_started_one_ready():
+    """What a decision does is mirrored in the window's world for its later Events: a Work its
+    Event woke runs (its wait over), the Work it started is ready on its route's binding with
+    that Event as its input, named by it."""
+    chosen = route()
+    work, sub = subscribed()
+    world = world_with(work)
+    world.subscriptions.append(sub)
+    first = event(seq=10)
+    decision = decide(
+        event=first, evaluation=matched(chosen, keys=("k:new",)), scope=scope_with(chosen), world=world
+    )
+    world.apply(first, decision)
+    assert (world.works[8].status, world.works[8].active_wait) == ("running", None)
+    started = world.works[decision.work_id]
+    assert (started.status, started.binding, started.queued_binding, started.max_input_seq) == (
+        "ready",
+        "triage",
+        "triage",
+        10,
+    )
+    assert world.started == {decision.work_id: 10}
+
+
+def test_a_window_sees_a_timed_out_wait_end_and_context_input_leave_the_queued_binding():
+    """A Work whose wait timed out is ready again for the window's later Events; input for a
+    running Work leaves it running, and input kept as context does not set the binding its
+    queue runs on."""
+    chosen = route()
+    scope = scope_with(chosen)
+    world = world_with(waiting_work(timeout_at=NOW), keys={"k:1": 7})
+    timed_out = decide(event=event(seq=10), evaluation=matched(chosen), scope=scope, world=world)
+    world.apply(event(seq=10), timed_out)
+    assert (world.works[7].status, world.works[7].active_wait) == ("ready", None)
+    world = world_with(running_work(), keys={"k:1": 7})
+    queued = decide(event=event(seq=11), evaluation=matched(chosen), scope=scope, world=world)
+    world.apply(event(seq=11), queued)
+    assert world.works[7].status == "running"
+    world = world_with(waiting_work(keys=["k:review"]), keys={"k:1": 7})
+    context = decide(event=event(seq=12), evaluation=matched(chosen, keys=("k:1",)), scope=scope, world=world)
+    assert context.input_kind == "context"
+    world.apply(event(seq=12), context)
+    assert (world.works[7].status, world.works[7].queued_binding) == ("waiting", "")
+
+
 def test_r26_a_conflict_with_work_started_earlier_in_the_window_names_the_event_that_starts_it():
     """The Work an earlier Event of the same window starts has only a temporary id: the
     conflict's reason names it by that Event, never as "Work -1"."""
