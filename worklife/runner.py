@@ -211,9 +211,7 @@ class WorkRunner:
             self._rescue()
         started = 0 if self.stopping else self._claim()
         if carried and self._pids:
-            # No transaction of this pass took them: one of their own.
-            with self._recording_pids():
-                pass
+            self._record_pids()
         if mono >= self._next_heartbeat:
             self._heartbeat()
         if self.maintenance is not None and mono >= self._next_maintenance and not self.stopping:
@@ -662,6 +660,17 @@ class WorkRunner:
             with transaction.atomic():
                 attempts_pid(pids)
                 yield
+        except BaseException:
+            self._pids = {**pids, **self._pids}
+            raise
+
+    def _record_pids(self) -> None:
+        """Record the pids carried from this pass in a transaction of their own (no transaction
+        of the pass took them); kept for the next pass when it fails."""
+        pids, self._pids = self._pids, {}
+        try:
+            with transaction.atomic():
+                attempts_pid(pids)
         except BaseException:
             self._pids = {**pids, **self._pids}
             raise
