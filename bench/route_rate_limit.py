@@ -16,7 +16,6 @@ SQL statements per window of ``--batch-size`` (counted on one more window of eac
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.trace import setup_django  # noqa: E402 - the same fresh database as the trace bench
 
 DOCUMENT = """
 version: 1
@@ -46,20 +47,6 @@ LIMITS = {
     "counted": '        rate_limit: {limit: 100, period: 1m, key: "{data.user}"}\n',
     "limited": '        rate_limit: {limit: 20, period: 1m, key: "{data.user}"}\n',
 }
-
-
-def setup_django(tmp: str) -> None:
-    os.environ["DATABASE_URL"] = f"sqlite:///{tmp}/conduit.sqlite3"
-    os.environ["CONDUIT_VAR_DIR"] = tmp
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conduit_site.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DEBUG"] = "false"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 class Clock:

@@ -83,6 +83,17 @@ scopes:
 """
 
 
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each loop, then wait for each (killed after 30 s)."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def payload(n: int, prefix: str) -> dict:
     return {
         "specversion": "1.0",
@@ -441,13 +452,7 @@ def postgres_run(args: argparse.Namespace, document: str) -> dict[int, float]:
                 engine_load = load()
                 attempts = Attempt.objects.count() / max(Work.objects.count(), 1)
             finally:
-                for proc in procs:
-                    proc.send_signal(signal.SIGTERM)
-                for proc in procs:
-                    try:
-                        proc.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+                stop_all(procs)
                 sampler.stop()
                 sampler.db.close()
             elapsed = finished - started
@@ -671,13 +676,7 @@ def main() -> None:
             ).values_list("pk", "result", "started_at", "trigger__accepted_at")
         ]
     finally:
-        for proc in loops:
-            proc.send_signal(signal.SIGTERM)
-        for proc in loops:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(loops)
     profile = json.loads(Path(profile_path).read_text()) if args.profile else None
     floor_s = raw_floor(args.n, f"{tmp}/raw.sqlite3", args.synchronous)
     shutil.rmtree(tmp, ignore_errors=True)
