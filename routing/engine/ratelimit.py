@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
+from causal.models import Event
 from routing.engine import reasons
 from routing.engine.decide import Decision, Effect, replace
+from routing.engine.evaluate import snapshots_isolated
 from routing.extension import EventSnapshot
-from routing.models import RateLimitTake
+from routing.models import RateLimitTake, RouteRecord
 from worklife.flow import gate_name, rate_limit_text
 
 if TYPE_CHECKING:
-    from routing.config.effective import EffectiveRoute
+    from routing.config.effective import Configuration, EffectiveRoute
     from routing.engine.evaluate import Evaluation
 
 # The effects by which a route takes an Event (a wake is no route's: every route is bypassed).
@@ -170,13 +172,74 @@ class RateLimits:
         return decision
 
 
+class RateLedger:
+    """The takes of a replay: an impact preview walks the Events it examines in acceptance
+    order, each traced as if accepted at its own acceptance time, and a rate limit counts the
+    takes of the configuration traced among the Events walked before it (not the recorded
+    takes, which are the live configuration's). One ledger per configuration; Events accepted
+    before the first one walked count in none (docs/flow-control.md)."""
+
+    def __init__(self) -> None:
+        self._takes: dict[str, list[datetime]] = {}
+
+    def count(self, counter: str, after: datetime, until: datetime) -> int:
+        """The takes counted in ``counter`` at a time in ``(after, until]``."""
+        return sum(1 for at in self._takes.get(counter, ()) if after < at <= until)
+
+    def record(self, takes: Iterable[Sequence[Any]]) -> None:
+        """Count ``(counter, seq, accepted at)`` takes (:attr:`RateLimits.takes`)."""
+        for counter, _seq, at in takes:
+            self._takes.setdefault(counter, []).append(at)
+
+
+RECORDED_CAP = 10_000
+"""The most recent Events a trace reads per rate-limited route (:func:`recorded_takes`): a
+limit is at most this, so reading more would not change what it decides."""
+
+
+def recorded_takes(configuration: Configuration, scope: str, *, now: datetime) -> RateLedger:
+    """A ledger of what routing took through each rate-limited route of ``scope`` in
+    ``configuration`` within its period before ``now``: the Events whose route records name the
+    route's slot in a scope inheriting it, with a taking policy, counted in the configuration's
+    counters (keys rendered by its templates). A trace against a configuration that is not live
+    counts these: the recorded takes (``RateLimitTake``) are the live configuration's, and a
+    limit it does not declare has none."""
+    ledger = RateLedger()
+    effective = configuration.scopes.get(scope)
+    limited = [route for route in effective.routes if route.rate_limit is not None] if effective else []
+    for route in limited:
+        assert route.rate_limit is not None
+        inheriting = [
+            s.path
+            for s in configuration.scopes.values()
+            if any(r.slot == route.slot and r.scope == route.scope for r in s.routes)
+        ]
+        after = now - timedelta(seconds=route.rate_limit.period)
+        accepted = dict(
+            RouteRecord.objects.filter(
+                route=route.slot,
+                scope__in=inheriting,
+                policy__in=TAKES,
+                event__accepted_at__gt=after,
+                event__accepted_at__lte=now,
+            )
+            .order_by("-event")
+            .values_list("event", "event__accepted_at")[:RECORDED_CAP]
+        )
+        for event in snapshots_isolated(Event.objects.filter(seq__in=list(accepted))):
+            ledger.record([(counter_of(route, event)[0], event.seq, accepted[event.seq])])
+    return ledger
+
+
 def read_rate_limits(
     events: Iterable[EventSnapshot],
     evaluations: Mapping[int, Evaluation],
     accepted: Mapping[int, datetime],
+    ledger: RateLedger | None = None,
 ) -> RateLimits:
     """The rate limits of a window's Events (``accepted``: their acceptance times), read in one
-    statement for the Events whose routes chose a route with a rate limit."""
+    statement for the Events whose routes chose a route with a rate limit; counted in
+    ``ledger`` instead when a replay gives one."""
     counters: dict[int, tuple[str, str]] = {}
     candidates: list[tuple[int, str, datetime, datetime]] = []
     for event in events:
@@ -187,7 +250,11 @@ def read_rate_limits(
         counter = counters[event.seq] = counter_of(route, event)
         at = accepted[event.seq]
         candidates.append((event.seq, counter[0], at - timedelta(seconds=route.rate_limit.period), at))
-    return RateLimits(counted=counts_before(candidates), counters=counters, accepted=accepted)
+    if ledger is not None:
+        counted = {seq: ledger.count(counter, after, until) for seq, counter, after, until in candidates}
+    else:
+        counted = counts_before(candidates)
+    return RateLimits(counted=counted, counters=counters, accepted=accepted)
 
 
 def is_rate_limited(reason: str) -> bool:

@@ -73,6 +73,7 @@ from routing.engine.handler_pool import HandlerPool
 from routing.engine.logs import log_decided, log_decided_enabled
 from routing.engine.options import RouterOptions
 from routing.engine.pipeline import Ahead
+from routing.engine.ratelimit import RateLedger
 from routing.engine.settle import BEHIND_COMMIT_BESIDE, CONFLICT_RECHECK, RouteOutcome, Settlement
 from routing.engine.window import settle_window
 from routing.engine.world import SnapshotReads, explicit_tokens
@@ -258,6 +259,7 @@ class Router:
         memo: SnapshotReads | None = None,
         accepted: bool = True,
         only: frozenset[str] | None = None,
+        replay: tuple[RateLedger, datetime] | None = None,
     ) -> tuple[Settlement, Evaluation | None]:
         """What :meth:`route` would do with ``event`` now, writing nothing: the same window (the
         earlier unrouted input it must wait behind), the same evaluation (an Event backing off
@@ -269,7 +271,9 @@ class Router:
         when the caller has read it already, ``memo`` remembers world reads for the next
         trace, and ``accepted=False`` says the Event is hypothetical (it has no failures to
         read). ``only`` asks the Event's routes in those slots alone (a trace's filter, R37);
-        the earlier input it waits behind is asked about all of its routes, as routing asks."""
+        the earlier input it waits behind is asked about all of its routes, as routing asks.
+        ``replay`` (a ledger, a time): the hypothetical Event's rate limits count as if it was
+        accepted then, in the ledger (an impact preview's replay, :class:`RateLedger`)."""
         window = list(window) if window is not None else self.window_for(event)
         absent = frozenset() if accepted else frozenset({event.seq})
         asked: dict[int, Evaluation] = {}
@@ -292,6 +296,7 @@ class Router:
                     honour_claims=False,
                     hypothetical=True,
                     memo=memo,
+                    replay=replay,
                 )
             return [RouteOutcome.of(o) if type(o) is Settlement else o for o in settled.outcomes]
 

@@ -20,7 +20,7 @@ from routing.engine.coordination import EarlierClaimed
 from routing.engine.evaluate import Evaluation
 from routing.engine.failures import failures_read
 from routing.engine.options import RouterOptions
-from routing.engine.ratelimit import read_rate_limits
+from routing.engine.ratelimit import RateLedger, read_rate_limits
 from routing.engine.settle import RouteOutcome, Settlement, Settler
 from routing.engine.world import (
     UNKNOWN_AND_UNHELD,
@@ -80,13 +80,16 @@ def settle_window(
     in_flight: dict[tuple, int] | None = None,
     hypothetical: bool = False,
     memo: SnapshotReads | None = None,
+    replay: tuple[RateLedger, datetime] | None = None,
 ) -> SettledWindow:
     """Settle ``window`` in acceptance order on the world read now, writing nothing.
 
     ``honour_claims``: other loops' claims count (a route loop's window); ``in_flight``: the
     targets of earlier Events committing beside this window (PostgreSQL), filled as read.
     ``hypothetical``: an Event of the window not accepted yet is a trace's (a root of its own,
-    no failures), and ``memo`` may remember world reads for later traces. Raises
+    no failures), and ``memo`` may remember world reads for later traces. ``replay`` (a
+    ledger, a time): the Event not accepted yet counts as accepted at that time, and rate limits
+    count and record takes in the ledger (an impact preview's replay). Raises
     :class:`~routing.engine.coordination.EarlierClaimed` when an earlier Event whose targets are
     not known yet comes before the whole window."""
     result = SettledWindow()
@@ -119,9 +122,10 @@ def settle_window(
         raise EarlierClaimed(unknown, orphaned=unknown == unheld)
     rate_limits = None
     if rate_limited:
-        # A trace's Event not accepted yet would be accepted now.
-        accepted = {row[0]: row[3] for row in rows} | dict.fromkeys(absent, now)
-        rate_limits = read_rate_limits(events, evaluations, accepted)
+        # A trace's Event not accepted yet would be accepted now (a replay's: when it was).
+        ledger, at = replay if replay is not None else (None, now)
+        accepted = {row[0]: row[3] for row in rows} | dict.fromkeys(absent, at)
+        rate_limits = read_rate_limits(events, evaluations, accepted, ledger)
     settler = Settler(
         route_holds=route_holds(active_pauses(now)),
         world=world,
@@ -150,4 +154,6 @@ def settle_window(
         result.outcomes.append(settlement)
     if rate_limits is not None:
         result.rate_takes = rate_limits.takes
+        if replay is not None:
+            replay[0].record(take for take in rate_limits.takes if take[1] in absent)
     return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from causal.clock import Clock
@@ -193,34 +194,42 @@ def impact_preview(
     and one whose routes answer alike in both (:meth:`~routing.setup.trace.Tracer.inputs`) is not
     traced: neither can change. ``exhaustive=True`` traces every Event against both (a test
     holds the reports equal). ``progress(done, total)`` is told, before each Event and at the
-    end, how many of the ``total`` Events to look at it has looked at."""
+    end, how many of the ``total`` Events to look at it has looked at.
+
+    Rate limits are replayed: the Events are walked oldest first, and a route's rate limit
+    counts the Events each configuration's own traces took through it within its period before
+    the Event's acceptance time (:class:`~routing.engine.ratelimit.RateLedger`), so a limit
+    only the candidate declares shows the Events it would have dropped. Events of a scope with a
+    rate-limited route in either configuration are always traced (their takes count)."""
     limit, live = impact_checked(candidate, events)
     started = time.perf_counter()
     rows = recent_events(limit)
-    if not exhaustive:
-        diff = configuration_diff(load_configuration(live), load_configuration(candidate))
-        changed = {scope.path for scope in diff.changed}
-        rows_looked_at = [event for event in rows if event.scope in changed]
-    else:
-        rows_looked_at = rows
-    groups: dict[str, list[ImpactChange]] = {}
+    changes: list[ImpactChange] = []
     traced = 0
-    total = len(rows_looked_at)
     with tracers(live, candidate, clock=clock) as (before, after):
-        for done, event in enumerate(rows_looked_at):
+        limited = {e.scope for e in rows if before.rate_limited(e.scope) or after.rate_limited(e.scope)}
+        if not exhaustive:
+            diff = configuration_diff(load_configuration(live), load_configuration(candidate))
+            changed = {scope.path for scope in diff.changed} | limited
+            rows_looked_at = [event for event in rows if event.scope in changed]
+        else:
+            rows_looked_at = rows
+        total = len(rows_looked_at)
+        # Oldest first: the rate limits' replay counts the takes of the Events before.
+        for done, event in enumerate(reversed(rows_looked_at)):
             if progress is not None:
                 progress(done, total)
             payload, operator = offered(event)
-            if not exhaustive:
+            if not exhaustive and event.scope not in limited:
                 inputs = before.inputs(payload, operator)
                 if inputs is not None and inputs == after.inputs(payload, operator):
                     continue
             traced += 1
-            live_outcome = _outcome(before, payload, operator)
-            candidate_outcome = _outcome(after, payload, operator)
+            live_outcome = _outcome(before, payload, operator, event.accepted_at)
+            candidate_outcome = _outcome(after, payload, operator, event.accepted_at)
             group = change_group(live_outcome, candidate_outcome)
             if group is not None:
-                groups.setdefault(group, []).append(
+                changes.append(
                     ImpactChange(
                         seq=event.seq,
                         type=event.type,
@@ -232,6 +241,9 @@ def impact_preview(
                 )
     if progress is not None:
         progress(total, total)
+    groups: dict[str, list[ImpactChange]] = {}
+    for change in reversed(changes):  # newest first
+        groups.setdefault(change.group, []).append(change)
     return ImpactReport(
         live=live.label,
         candidate=candidate.pk,
@@ -251,8 +263,8 @@ def offered(event: Event) -> tuple[dict[str, Any], bool]:
     return payload, event.source == MANUAL_SOURCE
 
 
-def _outcome(trace_one: Tracer, payload: dict[str, Any], operator: bool) -> Outcome:
+def _outcome(trace_one: Tracer, payload: dict[str, Any], operator: bool, accepted_at: datetime) -> Outcome:
     try:
-        return Outcome(result=trace_one(payload, operator=operator))
+        return Outcome(result=trace_one(payload, operator=operator, accepted_at=accepted_at))
     except TraceRefused as exc:
         return Outcome(refused=exc)

@@ -26,10 +26,11 @@ from infra.snapshots import read_snapshot
 from routing.acceptance.envelopes import EnvelopeInvalid, parse_envelope
 from routing.acceptance.services import check_event_size, duplicate_conflict
 from routing.config.effective import EffectiveScope
-from routing.config.selectors import find_generation, live_generation
+from routing.config.selectors import find_generation, live_generation, live_generation_id
 from routing.engine.decide import MANUAL_SOURCE, Effect, Reason
 from routing.engine.evaluate import Evaluation, RouteVerdict, Verdict, snapshots_isolated
 from routing.engine.options import RouterOptions
+from routing.engine.ratelimit import RateLedger, recorded_takes
 from routing.engine.router import Router, build_router
 from routing.engine.settle import DUPLICATE, HELD_BY_PAUSE, Settlement, duplicate
 from routing.engine.world import SnapshotReads
@@ -177,7 +178,13 @@ def trace(
     router = build_router(clock=clock, generation=target, options=options or RouterOptions(workers=1))
     try:
         return _trace(
-            router, payload, operator=operator, default_scope=default_scope, filter=filter, as_new=as_new
+            router,
+            payload,
+            operator=operator,
+            default_scope=default_scope,
+            filter=filter,
+            as_new=as_new,
+            recorded=generation is not None and target.pk != live_generation_id(),
         )
     finally:
         router.close()
@@ -197,7 +204,7 @@ def trace_candidate(
         raise TraceRefused(None, f"{candidate} is not a candidate")
     router = build_router(clock=clock, generation=candidate, options=options or RouterOptions(workers=1))
     try:
-        return _trace(router, payload, operator=operator, filter=filter)
+        return _trace(router, payload, operator=operator, filter=filter, recorded=True)
     finally:
         router.close()
 
@@ -361,10 +368,21 @@ class Tracer:
     def __init__(self, router: Router, reads: TraceReads) -> None:
         self._router = router
         self._reads = reads
+        self.ledger = RateLedger()
 
-    def __call__(self, payload: Any, operator: bool = False) -> TraceResult:
-        """Trace ``payload`` like :func:`trace`."""
-        return _trace(self._router, payload, operator=operator, reads=self._reads)
+    def __call__(
+        self, payload: Any, operator: bool = False, *, accepted_at: datetime | None = None
+    ) -> TraceResult:
+        """Trace ``payload`` like :func:`trace`. With ``accepted_at`` (a replay of Events in
+        acceptance order), its rate limits count as if it was accepted then, among the takes of
+        this tracer's earlier replayed traces (:class:`RateLedger`)."""
+        replay = (self.ledger, accepted_at) if accepted_at is not None else None
+        return _trace(self._router, payload, operator=operator, reads=self._reads, replay=replay)
+
+    def rate_limited(self, scope: str) -> bool:
+        """Whether a route of ``scope`` has a rate limit in this tracer's configuration."""
+        effective = self._router.configuration.scopes.get(scope)
+        return effective is not None and any(route.rate_limit is not None for route in effective.routes)
 
     def inputs(self, payload: Any, operator: bool = False) -> tuple | None:
         """What a trace of ``payload`` takes from this configuration, without deciding: the
@@ -435,7 +453,12 @@ def _trace(
     default_scope: str | None = None,
     filter: Sequence[str] | None = None,
     as_new: bool = False,
+    replay: tuple[RateLedger, datetime] | None = None,
+    recorded: bool = False,
 ) -> TraceResult:
+    """Trace ``payload`` with ``router``. ``recorded``: the router's configuration is not the
+    live one, so its rate limits count what routing recorded through their routes
+    (:func:`~routing.engine.ratelimit.recorded_takes`), not the live configuration's takes."""
     envelope = _admitted(router, payload, operator=operator, default_scope=default_scope)
     label = router.configuration.label
     scope = router.configuration.scope_or_empty(envelope.scope)
@@ -451,12 +474,16 @@ def _trace(
             _refuse_conflict(envelope, accepted)
             # Acceptance would store nothing: no route is asked (deduplication, R5).
             return _result(label, scope, duplicate(snap.seq, accepted), None, event=accepted, only=only)
+        if recorded and replay is None and router.configuration.rate_limited:
+            now = router.clock()
+            replay = (recorded_takes(router.configuration, envelope.scope, now=now), now)
         settlement, evaluation = router.simulate(
             snap,
             window=reads.window(router, snap) if shared else None,
             memo=reads.world if shared else None,
             accepted=False,
             only=only,
+            replay=replay,
         )
         result = _result(label, scope, settlement, evaluation, only=only)
         flow, hold = _flow(scope, result, snap, router.clock())

@@ -293,3 +293,114 @@ def test_events_a_paused_route_held_are_judged_by_their_acceptance_times_on_resu
     route_held_release(scope="acme", slot="bulk")
     _route(clock)  # all at once, a minute later: judged as they were accepted
     assert [policy for policy, _ in _decisions(seqs)] == ["start"] * 5
+
+
+BULK_AT = (0, 1, 2, 3, 6, 10.5, 11, 11.5, 12.5, 30)  # seconds; the limit: 3 per 10 s
+BULK_DROPPED = (3, 6, 11.5)  # as routing drops them (the sliding-window test above)
+UNLIMITED = DOCUMENT.replace("        rate_limit: {limit: 3, period: 10s}\n", "")
+
+
+def _bulk(clock, live: str) -> dict[float, int]:
+    """The bulk Events accepted at :data:`BULK_AT` and routed by ``live``: their seqs by time."""
+    apply(clock, live)
+    seqs, last = {}, 0.0
+    for at in BULK_AT:
+        clock.advance(at - last)
+        last = at
+        seqs[at] = accept(clock, "bulk.item", {"n": at}).seq
+    _route(clock)
+    clock.advance(3600)  # an hour later: now, no limit counts anything
+    return seqs
+
+
+def _preview(clock, document: str, *, exhaustive: bool = False) -> dict[int, tuple]:
+    from routing.setup.impact import impact_preview
+    from tests.routing.factories import apply_config
+
+    report = impact_preview(
+        candidate=apply_config(document, candidate=True), clock=clock, exhaustive=exhaustive
+    )
+    return {
+        change.seq: (
+            change.group,
+            change.live.effect,
+            change.candidate.effect,
+            change.candidate.result.reason,
+        )
+        for _, changes in report.groups
+        for change in changes
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("exhaustive", [False, True], ids=["quick", "exhaustive"])
+def test_an_impact_preview_replays_a_rate_limit_only_the_candidate_declares(clock, exhaustive):
+    seqs = _bulk(clock, UNLIMITED)
+    assert not RateLimitTake.objects.exists()  # live counts nothing for the limit
+
+    changes = _preview(clock, DOCUMENT, exhaustive=exhaustive)
+
+    # Each Event judged at its acceptance time among the candidate's own takes before it: the
+    # Events routing would drop, not every Event of the last 10 s before now (none) nor every
+    # Event the live routing took within 10 s before it (3, 6, 11, 11.5 and 12.5).
+    assert sorted(changes) == [seqs[at] for at in BULK_DROPPED]
+    # Live, each would join the Work its earlier self started (its key is taken).
+    group, live, candidate, reason = changes[seqs[11.5]]
+    assert (live, candidate) == ("queue", "drop") and group == "queue → drop"
+    assert reason == "rate limited: route 'bulk' in acme is over its rate limit 3 per 10 s"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_impact_preview_of_a_removed_rate_limit_shows_the_events_it_dropped(clock):
+    seqs = _bulk(clock, DOCUMENT)
+    dropped = sorted(
+        RouteRecord.objects.filter(event_id__in=seqs.values(), policy="drop").values_list("event", flat=True)
+    )
+    assert dropped == [seqs[at] for at in BULK_DROPPED]
+
+    changes = _preview(clock, UNLIMITED)
+
+    assert sorted(changes) == dropped
+    assert {(live, candidate) for _, live, candidate, _ in changes.values()} == {("drop", "start")}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_impact_preview_of_an_unchanged_rate_limit_shows_no_change_to_its_events(clock):
+    _bulk(clock, DOCUMENT)
+    # Another route of the scope changes: the bulk Events are traced, both replays alike.
+    assert _preview(clock, DOCUMENT.replace('type: "free.*"', 'type: "gratis.*"')) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_against_a_candidate_counts_what_routing_took_through_a_route_it_limits(clock):
+    from routing.setup.trace import trace_candidate
+    from tests.routing.factories import apply_config
+
+    apply(clock, UNLIMITED.replace('        rate_limit: {limit: 2, period: 1m, key: "{data.user}"}\n', ""))
+    for user in ("ann", "ann", "bob"):
+        accept(clock, "chat.message", {"user": user})
+    for n in range(3):
+        accept(clock, "bulk.item", {"n": n})
+    _route(clock)
+    assert not RateLimitTake.objects.exists()  # live limits nothing
+    candidate = apply_config(DOCUMENT, candidate=True)
+    payload = {"id": "t1", "source": "tests", "scope": "acme"}
+
+    def traced(type: str, data: dict):
+        return trace_candidate(
+            candidate=candidate, payload={**payload, "type": type, "data": data}, clock=clock
+        )
+
+    over = traced("chat.message", {"user": "ann"})
+    assert (over.effect, over.route) == ("drop", "chat")
+    assert over.reason == "rate limited: route 'chat' in acme is over its rate limit 2 per 60 s (key ann)"
+    assert traced("chat.message", {"user": "bob"}).effect == "queue"
+    assert (
+        traced("bulk.item", {"n": 9}).reason
+        == "rate limited: route 'bulk' in acme is over its rate limit 3 per 10 s"
+    )
+    clock.advance(10)
+    assert traced("bulk.item", {"n": 9}).effect == "start"
+    assert traced("chat.message", {"user": "ann"}).effect == "drop"
+    clock.advance(50)
+    assert traced("chat.message", {"user": "ann"}).effect == "queue"
