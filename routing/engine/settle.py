@@ -95,7 +95,6 @@ class Settlement:
     forget_failure: bool = False  # settled: the failures counted on it are forgotten
     remember_keys: bool = False  # unsettled: keep the keys its route decided (others wait behind)
     bridges: tuple[Bridge, ...] = ()
-    duplicate_of: int | None = None
     held: str = ""  # the Work's wait is blocked by the causal limits: why (R41)
     # An earlier Event of the window won the wait of the Work this Event routes to: (its seq,
     # the wait). Nothing is stored: trace reports it (R41).
@@ -133,7 +132,6 @@ class Settlement:
             forget_failure,
             False,
             bridges,
-            None,
             held,
             won_first,
         )
@@ -142,7 +140,7 @@ class Settlement:
 def duplicate(seq: int, accepted: int) -> Settlement:
     """An Event whose ``(source, id)`` is already accepted as ``accepted``: acceptance stores
     nothing, so nothing is routed (deduplication)."""
-    return Settlement(seq, DUPLICATE, reason=f"already accepted as Event #{accepted}", duplicate_of=accepted)
+    return Settlement(seq, DUPLICATE, reason=f"already accepted as Event #{accepted}")
 
 
 class Settler:

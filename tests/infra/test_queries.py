@@ -625,7 +625,6 @@ def test_settlements_are_built_by_position_in_the_fields_order():
         "forget_failure",
         "remember_keys",
         "bridges",
-        "duplicate_of",
         "held",
         "won_first",
     ]

@@ -205,6 +205,50 @@ def test_r42_a_subscription_wake_goes_through_the_bridge_and_the_limits(clock, l
     assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
 
 
+@pytest.mark.parametrize("through", ["its-wait", "a-subscription"])
+def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_events(
+    clock, live, settings, through
+):
+    """The window's first matching Event is refused the wake (depth limit 0); its later matching
+    Events see the wait blocked, as the next window would: they are kept as context (the Work
+    held), not refused again."""
+    from tests.worklife.factories import DependencySubscriptionFactory
+
+    waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    if through == "a-subscription":
+        wait = Wait.objects.get(work_id=waiting_id, state="active")
+        DependencySubscriptionFactory(
+            wait=wait, work_id=waiting_id, scope="acme/web", match={"type": "chat.*"}
+        )
+        payloads = [
+            {
+                "source": "chat",
+                "type": "chat.message",
+                "scope": "acme/web",
+                "data": {"thread": t},
+                "id": f"b{t}",
+            }
+            for t in ("x", "y")
+        ]
+    else:
+        payloads = [pr(1, "review_submitted", id=f"b{n}") for n in (1, 2)]
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 0
+    first, later = (accept_payload(clock, payload) for payload in payloads)
+    router(clock).route_pending()  # one window
+    assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=first.seq).exists()
+    assert not CausalDiagnostic.objects.filter(parent_seq=later.seq).exists()
+    assert "depth" in Wait.objects.get(work_id=waiting_id, state="active").blocked_reason
+    if through == "its-wait":
+        # Both kept as the Work's context: the first saying its wake is refused, the later one
+        # that the wait is blocked.
+        predicted = trace(payload=pr(1, "review_submitted", id="b3"), clock=clock)
+        assert any("wait review is blocked by the causal limits" in note for note in predicted.notes)
+        assert list(RouteRecord.objects.filter(event__in=[first, later]).values_list("policy", "reason")) == [
+            ("queue", "context"),
+            ("queue", "context"),
+        ]
+
+
 def test_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
     from tests.worklife.factories import DependencySubscriptionFactory
 
