@@ -193,8 +193,9 @@ class RateLedger:
 
 
 RECORDED_CAP = 10_000
-"""The most recent Events a trace reads per rate-limited route (:func:`recorded_takes`): a
-limit is at most this, so reading more would not change what it decides."""
+"""The most recent Events a trace reads per rate-limited route (:func:`recorded_takes`), or the
+route's limit when that is more: a limit without a key counts exactly (once it has ``limit``
+takes, more cannot change what it decides); one with a key counts among these Events."""
 
 
 def recorded_takes(configuration: Configuration, scope: str, *, now: datetime) -> RateLedger:
@@ -224,7 +225,7 @@ def recorded_takes(configuration: Configuration, scope: str, *, now: datetime) -
                 event__accepted_at__lte=now,
             )
             .order_by("-event")
-            .values_list("event", "event__accepted_at")[:RECORDED_CAP]
+            .values_list("event", "event__accepted_at")[: max(RECORDED_CAP, route.rate_limit.limit)]
         )
         for event in snapshots_isolated(Event.objects.filter(seq__in=list(accepted))):
             ledger.record([(counter_of(route, event)[0], event.seq, accepted[event.seq])])
