@@ -338,7 +338,7 @@ class Settler:
         if gives_up(error=error, failures=count, first_failed_at=first, now=now, options=self.options):
             error = replace(error, attempts=count)
             return replace(decision, error=error, reason=error.code.value)
-        until = now + backoff_for(count) if error.retried else None
+        until = now + backoff_for(count)  # retried: one that is not is given up on at once
         error = replace(error, attempts=count, backoff_until=until)
         counted = RouteFailure(
             code=error.code.value,

@@ -983,3 +983,23 @@ def test_r13_a_failure_counted_again_replaces_the_entry_and_forgetting_it_leaves
     assert list(KV.objects.filter(namespace=FAILURES_NAMESPACE).values_list("key", flat=True)) == ["6"]
     elsewhere.refresh_from_db()
     assert (elsewhere.value, elsewhere.version) == ({"count": 9}, 1)
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r28_an_event_backing_off_is_traced_with_the_routes_that_declined_before_the_failing_one(clock):
+    from routing.setup.trace import trace_event
+
+    apply(clock, DECLINE_THEN_FAIL)
+    event = accept(clock, "x.note", {"behaviour": "fail"})  # retried: it backs off
+    clock.advance(5)
+    drain(router(clock))
+    assert state(event) == RouteState.UNROUTED
+    counted = RouteFailure.from_entry(failure(event))
+    assert (counted.count, counted.first_failed_at, counted.last_failed_at) == (1, clock(), clock())
+
+    clock.advance(3600)  # past its backoff: tracing it asks its routes again
+    traced = trace_event(seq=event.seq, clock=clock)
+
+    assert (traced.state, traced.effect) == (RouteState.UNROUTED, "error")
+    assert [r["route"] for r in traced.refusals] == ["pulls", "chats"]
