@@ -16,7 +16,7 @@ from routing.setup.trace import TraceRefused, trace, trace_event, trace_offered
 from tests.routing import sample_handlers
 from tests.routing.routerkit import accept, apply, pr, router
 from tests.worklife.attemptkit import attempt_start
-from worklife.models import Wait, Work
+from worklife.models import Wait, Work, WorkInput
 from worklife.waits import attempt_wait
 
 pytestmark = pytest.mark.django_db
@@ -98,6 +98,8 @@ def test_r41_a_wake_the_causal_limits_would_refuse_is_predicted_as_context(clock
     assert_agrees(predicted, event)
     assert "depth" in Wait.objects.get(work_id=work_id, state="active").blocked_reason
     assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
+    # Kept as the waiting Work's context, not as input for its next attempt.
+    assert WorkInput.objects.get(event_id=event.seq).kind == "context"
 
 
 def test_r41_an_allowed_wake_is_predicted_and_derives_the_bridge(clock, live):
