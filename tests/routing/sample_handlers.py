@@ -1,7 +1,7 @@
 """Route handlers for tests, registered with ``settings.CONDUIT_ROUTE_HANDLERS``.
 
 ``Scripted`` decides from the Event's data: ``data.behaviour`` picks a failure, otherwise it
-matches with ``data.keys`` as correlation keys. Tests flip ``BROKEN`` (Event ids that fail
+matches with ``data.keys`` as correlation keys (and ``data.work`` as the Work it names). Tests flip ``BROKEN`` (Event ids that fail
 transiently) and release ``RELEASE`` (what a hanging call waits for).
 """
 
@@ -38,7 +38,9 @@ class Scripted:
             raise Unavailable("upstream is restarting")
         if behaviour == "skip":
             return skip(data.get("why", "not for me"))
-        return RouteDecision(True, reason="scripted", keys=tuple(data.get("keys", ())))
+        return RouteDecision(
+            True, reason="scripted", keys=tuple(data.get("keys", ())), work_id=data.get("work")
+        )
 
 
 class Mutating:

@@ -183,6 +183,34 @@ def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
     assert Work.objects.get(pk=work_id).status == "ready"
 
 
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r19_unrouted_input_blocks_the_events_its_work_emitted_or_a_route_sends_to_it(clock):
+    """Later input reaches a Work through its running attempt (an Event its execution emitted) or
+    through the Work its route names, without a key: both wait behind its unrouted input."""
+    apply(clock)
+    r = router(clock)
+    opened = pr(clock, 1)
+    r.route(opened.seq)
+    work_id = record(opened).work_id
+    attempt = attempt_start(
+        work_id=work_id, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    sample_handlers.BROKEN.add("flaky")
+    flaky = accept(clock, "x.note", {}, correlation=["pr:acme/api#1"], id="flaky")
+    emitted = accept(clock, "x.note", {}, execution_id=attempt.pk)
+    named = accept(clock, "x.note", {"work": work_id})
+    drain(r)
+    for later in (emitted, named):
+        later.refresh_from_db()
+        assert (later.route_state, later.waiting_on_id) == (RouteState.UNROUTED, flaky.seq)
+    sample_handlers.BROKEN.clear()
+    clock.advance(3)
+    drain(r)
+    assert [record(e).work_id for e in (flaky, emitted, named)] == [work_id] * 3
+    assert inputs(work_id) == [opened.seq, flaky.seq, emitted.seq, named.seq]
+
+
 # --- R59: an always-failing route ---------------------------------------------------------------------
 
 
