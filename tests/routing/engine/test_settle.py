@@ -207,7 +207,7 @@ def test_r42_a_subscription_wake_goes_through_the_bridge_and_the_limits(clock, l
     assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=event.seq).exists()
 
 
-@pytest.mark.parametrize("through", ["its-wait", "a-subscription"])
+@pytest.mark.parametrize("through", ["its-wait", "a-subscription", "a-subscription-then-its-wait"])
 def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_events(
     clock, live, settings, through
 ):
@@ -217,7 +217,7 @@ def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_ev
     from tests.worklife.factories import DependencySubscriptionFactory
 
     waiting_id = _waiting(clock, {"type": "github.pull_request.review*"})
-    if through == "a-subscription":
+    if through.startswith("a-subscription"):
         wait = Wait.objects.get(work_id=waiting_id, state="active")
         DependencySubscriptionFactory(
             wait=wait, work_id=waiting_id, scope="acme/web", match={"type": "chat.*"}
@@ -232,6 +232,8 @@ def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_ev
             }
             for t in ("x", "y")
         ]
+        if through.endswith("its-wait"):
+            payloads[1] = pr(1, "review_submitted", id="b2")
     else:
         payloads = [pr(1, "review_submitted", id=f"b{n}") for n in (1, 2)]
     settings.CONDUIT_CAUSAL_MAX_DEPTH = 0
