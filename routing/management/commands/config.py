@@ -17,6 +17,7 @@ from routing.config.problems import ConfigInvalid, GenerationNotFound
 from routing.config.selectors import find_generation, load_configuration
 from routing.config.services import config_apply, config_candidate
 from routing.config.validate import CONTROL_POLICIES, parse_document
+from routing.engine.ratelimit import is_rate_limited
 from routing.setup.candidates import CandidateNotFound, ConfigDiff, candidate_diff, candidate_get
 from routing.setup.impact import DEFAULT_EVENTS, MAX_EVENTS, ImpactInvalid, ImpactReport, impact_preview
 
@@ -260,7 +261,8 @@ class Command(BaseCommand):
 
 
 def _outcome(outcome) -> str:
-    """One side of an impact change on one line: effect, route/binding, Work or refusal."""
+    """One side of an impact change on one line: effect, route/binding, Work or refusal, and
+    a rate limit's reason for a drop."""
     if outcome.result is None:
         return f"refused ({outcome.refused.field}): {outcome.refused.message}"
     result = outcome.result
@@ -269,6 +271,8 @@ def _outcome(outcome) -> str:
         text += f" by {result.route}" + (f" on {result.binding}" if result.binding else "")
     if result.work_id:
         text += f" (Work {result.work_id})"
+    if result.effect == "drop" and is_rate_limited(result.reason):
+        text += f": {result.reason}"  # why the route would drop it (its other drops say by it)
     return text
 
 

@@ -404,3 +404,23 @@ def test_a_trace_against_a_candidate_counts_what_routing_took_through_a_route_it
     assert traced("chat.message", {"user": "ann"}).effect == "drop"
     clock.advance(50)
     assert traced("chat.message", {"user": "ann"}).effect == "queue"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_config_preview_prints_why_the_candidate_s_rate_limit_would_drop_an_event(clock):
+    import io
+
+    from django.core.management import call_command
+
+    from tests.routing.factories import apply_config
+
+    seqs = _bulk(clock, UNLIMITED)
+    candidate = apply_config(DOCUMENT, candidate=True)
+    out = io.StringIO()
+    call_command("config", "preview", str(candidate.pk), stdout=out)
+    assert "queue → drop: 3" in out.getvalue()
+    work = RouteRecord.objects.get(event_id=seqs[11.5]).work_id
+    assert (
+        f"  #{seqs[11.5]} bulk.item in acme: queue by bulk on inbox (Work {work})  |  drop by bulk (Work {work}): "
+        "rate limited: route 'bulk' in acme is over its rate limit 3 per 10 s"
+    ) in out.getvalue()
