@@ -169,15 +169,19 @@ def attempts_renew(*, owner: str, held: dict[int, int], until: datetime) -> None
         )
 
 
-def attempts_pid(pids: dict[int, int | None]) -> None:
-    """Record the process each attempt runs in (one statement), so that a loop of the same
-    host can end it when the attempt is lost."""
-    rows = [(pid, attempt_id) for attempt_id, pid in pids.items() if pid is not None]
+def attempts_pid(pids: dict[int, tuple[int, int | None] | None]) -> None:
+    """Record the process each attempt runs in and when it started (one statement): ``{attempt
+    id: (pid, start time)}``, so that a loop of the same host can end it when the attempt is
+    lost, and only it."""
+    rows = [
+        (process[0], process[1], attempt_id) for attempt_id, process in pids.items() if process is not None
+    ]
     if rows:
         quote = connection.ops.quote_name
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {quote(Attempt._meta.db_table)} SET {quote('pid')} = %s WHERE {quote('id')} = %s",
+                f"UPDATE {quote(Attempt._meta.db_table)} SET {quote('pid')} = %s, {quote('pid_started')} = %s "
+                f"WHERE {quote('id')} = %s",
                 rows,
             )
 
@@ -190,6 +194,7 @@ class Rescued:
     work_id: int
     owner: str
     pid: int | None
+    pid_started: int | None = None
 
 
 def attempts_rescue(
@@ -203,11 +208,11 @@ def attempts_rescue(
     lapsed = Q(lease_until__lt=now) | (Q(lease_owner__in=gone) if gone else Q(pk__in=[]))
     candidates = list(
         Attempt.objects.filter(lapsed, state__in=ACTIVE_ATTEMPT_STATES).values_list(
-            "pk", "lease_epoch", "lease_owner", "pid", "work_id"
+            "pk", "lease_epoch", "lease_owner", "pid", "pid_started", "work_id"
         )[:limit]
     )
     rescued = []
-    for attempt_id, epoch, owner, pid, work_id in candidates:
+    for attempt_id, epoch, owner, pid, pid_started, work_id in candidates:
         try:
             attempt_fail(
                 attempt_id=attempt_id,
@@ -218,7 +223,7 @@ def attempts_rescue(
             )
         except WorkError:
             continue  # it moved on meanwhile (completed, renewed, cancelled)
-        rescued.append(Rescued(attempt_id, work_id, owner, pid))
+        rescued.append(Rescued(attempt_id, work_id, owner, pid, pid_started))
     return rescued
 
 

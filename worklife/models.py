@@ -226,6 +226,9 @@ class Attempt(models.Model):
     # Who runs it: the work_loop holding the lease, and the process it started.
     lease_owner = models.CharField(max_length=255, blank=True, default="")
     pid = models.IntegerField(null=True, blank=True)
+    # When that process started, in clock ticks after the host booted (/proc/PID/stat): a pid
+    # the host gave another process since does not match, so a rescue never ends that one.
+    pid_started = models.BigIntegerField(null=True, blank=True)
     # The same for every attempt that presents the same input again (after a failed or lost
     # one); new after a success. Executors make side effects exactly-once with it.
     idempotency_key = models.CharField(max_length=64, blank=True, default="")

@@ -59,7 +59,7 @@ from worklife.executors import (
     executor_class,
     start_attempt,
 )
-from worklife.executors.containment import lost_attempt_process_kill, pid_alive
+from worklife.executors.containment import lost_attempt_process_kill, pid_alive, process_started
 from worklife.executors.isolation import isolation
 from worklife.flow import (
     flow_claim_order,
@@ -170,7 +170,7 @@ class WorkRunner:
         # The processes of the attempts this loop started, not recorded yet (by attempt id): they
         # ride in the next transaction the loop makes anyway (the completions', the claim's), or
         # in one of their own at the end of that pass.
-        self._pids: dict[int, int | None] = {}
+        self._pids: dict[int, tuple[int, int | None] | None] = {}
         self.calls = AttemptCalls(
             clock=clock, causal=self.causal, touched=self._touched, scopes=configurations
         )
@@ -583,7 +583,7 @@ class WorkRunner:
             and rescued.owner.startswith(f"{host_name()}:")
             and rescued.attempt_id not in self.running
         ):
-            lost_attempt_process_kill(rescued.pid, rescued.attempt_id)
+            lost_attempt_process_kill(rescued.pid, rescued.attempt_id, rescued.pid_started)
 
     # -- 5. claims ------------------------------------------------------------------------------
     def parked(self) -> int:
@@ -646,9 +646,10 @@ class WorkRunner:
         for attempt, presented, binding_settings, retry in starts:
             self._start(attempt, presented, binding_settings, retry)
         # Recorded in the next transaction this loop makes (see ``_pids``).
-        self._pids.update(
-            {a.pk: self.running[a.pk].execution.pid for a, *_ in starts if a.pk in self.running}
-        )
+        for attempt, *_ in starts:
+            if attempt.pk in self.running:
+                pid = self.running[attempt.pk].execution.pid
+                self._pids[attempt.pk] = (pid, process_started(pid)) if pid is not None else None
         return len(starts)
 
     @contextlib.contextmanager

@@ -17,6 +17,7 @@ from causal.models import Event
 from tests.worklife import enginekit
 from tests.worklife.attemptkit import attempt_renew_lease
 from tests.worklife.enginekit import attempts, route_all, runner, send, setup, status, step_until, work_of
+from worklife.executors.containment import process_started
 from worklife.lifecycle import work_cancel_in_tx
 from worklife.models import Attempt, Intent, Timer, Wait, Work, WorkInput
 
@@ -118,6 +119,8 @@ def test_r32_an_interrupt_a_command_ignores_ends_in_sigterm_after_the_grace(cloc
     work = work_of(seq)
     step_until(loop, lambda: bool(loop.running) and attempts(work)[0].pid is not None)
     pid = attempts(work)[0].pid
+    # Recorded with when it started: a rescue ends this process, never another given its pid.
+    assert attempts(work)[0].pid_started == process_started(pid) is not None
     started = time.monotonic()
     send(clock, "stubborn", "s", "stop")
     step_until(loop, lambda: not loop.running, timeout=10)

@@ -352,9 +352,30 @@ def pid_alive(pid: str) -> bool:
     return True
 
 
-def lost_attempt_process_kill(pid: int, attempt_id: int) -> None:
+def process_started(pid: int | None) -> int | None:
+    """When process ``pid`` of this host started, in clock ticks after boot (``/proc/PID/stat``,
+    field 22), or ``None`` when it is gone or unreadable: with the pid, it names one process,
+    never another the pid is given to later."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def lost_attempt_process_kill(pid: int, attempt_id: int, started: int | None = None) -> None:
     """End the process group of a lost attempt of this host, if the process is still the
-    attempt's (its environment names the attempt, or it is a Python attempt's process)."""
+    attempt's: it started when the attempt's process did (``started``, recorded with the pid),
+    or, where no start was recorded, its environment names the attempt or it is a Python
+    attempt's process."""
+    if started is not None:
+        if process_started(pid) == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        return
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             cmdline = handle.read()

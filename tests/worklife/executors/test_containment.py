@@ -244,3 +244,24 @@ def test_what_a_killed_loops_attempt_left_ends_when_a_loop_next_starts_one(monke
     assert execution.wait(timeout=10).ok
     assert ended(daemon) and ended(int(leader))
     assert not os.path.exists(cgroup)
+
+
+def test_a_lost_attempts_process_is_ended_only_while_its_pid_names_the_process_that_started():
+    """The host gives an ended process's pid to another process sooner or later (32,768 pids
+    here): a Python attempt's process cannot show its environment, so its command line alone
+    matched any Python attempt's, another deployment's included. The start time recorded with
+    the pid tells them apart."""
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "worklife.child"], start_new_session=True
+    )
+    try:
+        started = containment.process_started(other.pid)
+        assert started is not None
+        # The recorded process started at another time: this one only has its pid now.
+        containment.lost_attempt_process_kill(other.pid, attempt_id=1, started=started - 1)
+        assert not ended(other.pid, within=0.5)
+        containment.lost_attempt_process_kill(other.pid, attempt_id=1, started=started)
+        assert other.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        other.kill()
+        other.wait()
