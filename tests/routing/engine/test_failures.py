@@ -147,9 +147,10 @@ def test_r15_the_limits_come_from_the_options():
     )
 
 
-@pytest.mark.usefixtures("handlers")
-@pytest.mark.django_db
-def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
+def _running_work_and_failing_input(clock):
+    """A Work (pull request 1) with a running attempt, and an Event for it whose route fails
+    until ``sample_handlers.BROKEN`` is cleared: (router, its first input, its id, the attempt,
+    the failing Event)."""
     apply(clock)
     r = router(clock)
     opened = pr(clock, 1)
@@ -160,6 +161,13 @@ def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
     )
     sample_handlers.BROKEN.add("flaky")
     flaky = accept(clock, "x.note", {}, correlation=["pr:acme/api#1"], id="flaky")
+    return r, opened, work_id, attempt, flaky
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
+    r, opened, work_id, attempt, flaky = _running_work_and_failing_input(clock)
     later = pr(clock, 1, action="edited")
     other = pr(clock, 2)
     drain(r)
@@ -188,16 +196,7 @@ def test_r19_unrouted_input_blocks_its_works_later_input_and_complete(clock):
 def test_r19_unrouted_input_blocks_the_events_its_work_emitted_or_a_route_sends_to_it(clock):
     """Later input reaches a Work through its running attempt (an Event its execution emitted) or
     through the Work its route names, without a key: both wait behind its unrouted input."""
-    apply(clock)
-    r = router(clock)
-    opened = pr(clock, 1)
-    r.route(opened.seq)
-    work_id = record(opened).work_id
-    attempt = attempt_start(
-        work_id=work_id, binding="triage", executor="python", generation=1, capabilities=[], clock=clock
-    )
-    sample_handlers.BROKEN.add("flaky")
-    flaky = accept(clock, "x.note", {}, correlation=["pr:acme/api#1"], id="flaky")
+    r, opened, work_id, attempt, flaky = _running_work_and_failing_input(clock)
     emitted = accept(clock, "x.note", {}, execution_id=attempt.pk)
     named = accept(clock, "x.note", {"work": work_id})
     drain(r)
