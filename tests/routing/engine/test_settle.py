@@ -241,6 +241,7 @@ def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_ev
     router(clock).route_pending()  # one window
     assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=first.seq).exists()
     assert not CausalDiagnostic.objects.filter(parent_seq=later.seq).exists()
+    assert RouteRecord.objects.get(event=later).disposition == "routed"
     assert "depth" in Wait.objects.get(work_id=waiting_id, state="active").blocked_reason
     if through == "its-wait":
         # Both kept as the Work's context: the first saying its wake is refused, the later one
@@ -251,6 +252,26 @@ def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_ev
             ("queue", "context"),
             ("queue", "context"),
         ]
+
+
+def test_r41_a_trace_behind_an_unrouted_event_whose_wake_is_refused_says_the_wait_is_blocked(
+    clock, live, settings
+):
+    """The trace routes the earlier unrouted Event first, as routing will: its wake refused, the
+    wait is blocked, and the traced Event is held as the Work's context, saying why."""
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 0
+    first = accept_payload(clock, pr(1, "review_submitted", id="t1"))  # not routed yet
+    predicted = trace(payload=pr(1, "review_submitted", id="t2"), clock=clock)
+    assert (predicted.effect, predicted.reason, predicted.work_id) == ("queue", "context", work_id)
+    assert any(
+        "wait review is blocked by the causal limits" in note and "depth" in note for note in predicted.notes
+    ), predicted.notes
+    assert Wait.objects.get(work_id=work_id, state="active").blocked_reason == ""  # a trace writes nothing
+    second = accept_payload(clock, pr(1, "review_submitted", id="t2"))
+    router(clock).route_pending()
+    assert_agrees(predicted, second)
+    assert RouteRecord.objects.get(event=first).reason == "context"
 
 
 def test_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
