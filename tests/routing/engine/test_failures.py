@@ -199,10 +199,16 @@ def test_r19_unrouted_input_blocks_the_events_its_work_emitted_or_a_route_sends_
     r, opened, work_id, attempt, flaky = _running_work_and_failing_input(clock)
     emitted = accept(clock, "x.note", {}, execution_id=attempt.pk)
     named = accept(clock, "x.note", {"work": work_id})
+    unknown = accept(clock, "x.note", {}, execution_id=attempt.pk + 1000)  # no such attempt: no Work
     drain(r)
     for later in (emitted, named):
         later.refresh_from_db()
         assert (later.route_state, later.waiting_on_id) == (RouteState.UNROUTED, flaky.seq)
+    unknown.refresh_from_db()
+    assert (unknown.waiting_on_id, unknown.unrouted_reason) == (
+        None,
+        f"conflicting identity (failure 1): execution_id {attempt.pk + 1000} names no attempt",
+    )
     sample_handlers.BROKEN.clear()
     clock.advance(3)
     drain(r)
