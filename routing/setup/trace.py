@@ -290,7 +290,12 @@ def trace_event(
         scope = router.configuration.scope_or_empty(event.scope)
         only = _limits(scope, filter)
         snap = snapshots_isolated(Event.objects.filter(seq=seq))[0]
-        settlement, evaluation = router.simulate(snap, only=only)
+        replay = None
+        if router.configuration.rate_limited and target.pk != live_generation_id():
+            # Not the live configuration: its rate limits count what routing recorded.
+            at = Event.objects.values_list("accepted_at", flat=True).get(seq=seq)
+            replay = (recorded_takes(router.configuration, event.scope, now=at), at)
+        settlement, evaluation = router.simulate(snap, only=only, replay=replay)
         return _result(router.configuration.label, scope, settlement, evaluation, event=seq, only=only)
     finally:
         router.close()

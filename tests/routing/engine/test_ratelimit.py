@@ -373,7 +373,7 @@ def test_an_impact_preview_of_an_unchanged_rate_limit_shows_no_change_to_its_eve
 
 @pytest.mark.django_db(transaction=True)
 def test_a_trace_against_a_candidate_counts_what_routing_took_through_a_route_it_limits(clock):
-    from routing.setup.trace import trace_candidate
+    from routing.setup.trace import trace_candidate, trace_event
     from tests.routing.factories import apply_config
 
     apply(clock, UNLIMITED.replace('        rate_limit: {limit: 2, period: 1m, key: "{data.user}"}\n', ""))
@@ -399,6 +399,11 @@ def test_a_trace_against_a_candidate_counts_what_routing_took_through_a_route_it
         traced("bulk.item", {"n": 9}).reason
         == "rate limited: route 'bulk' in acme is over its rate limit 3 per 10 s"
     )
+    # An accepted Event not routed yet, traced against the candidate, counts the same way.
+    waiting = accept(clock, "bulk.item", {"n": 10})
+    as_candidate = trace_event(seq=waiting.seq, clock=clock, generation=f"candidate:{candidate.pk}")
+    assert (as_candidate.effect, as_candidate.route) == ("drop", "bulk")
+    assert trace_event(seq=waiting.seq, clock=clock).effect == "start"  # live limits nothing
     clock.advance(10)
     assert traced("bulk.item", {"n": 9}).effect == "start"
     assert traced("chat.message", {"user": "ann"}).effect == "drop"
