@@ -694,6 +694,7 @@ def test_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock
     drain(router(clock))
     rec = record(event)
     assert (rec.disposition, rec.reason) == ("failed", "handler_panic")
+    assert "deciding this Event failed unexpectedly" in rec.error and "a bug in deciding" in rec.error
     assert [r["route"] for r in rec.refusals] == ["pulls", "chats"]
 
 
