@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import os
@@ -56,11 +57,9 @@ def kill_processes_with_env(name: str, value: str) -> int:
         except OSError:
             continue
         if needle in environ:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry), signal.SIGKILL)
                 killed += 1
-            except ProcessLookupError:
-                pass
     return killed
 
 
