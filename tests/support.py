@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.machinery
 import importlib.util
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -40,27 +38,6 @@ def child_env(**extra: str) -> dict[str, str]:
     env.update({"DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "conduit_site.settings"})
     env.update(extra)
     return env
-
-
-def kill_processes_with_env(name: str, value: str) -> int:
-    """SIGKILL every process whose environment sets ``name=value`` (a test's own folder): what a
-    server a test started left running in sessions of its own, which its process group does not
-    reach. Returns how many it killed."""
-    needle = f"{name}={value}".encode()
-    killed = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                environ = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if needle in environ:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
-    return killed
 
 
 def manage_command(*args: str) -> list[str]:

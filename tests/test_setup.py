@@ -38,7 +38,8 @@ from routing.models import RouteRecord
 from routing.receivers.services import delivery_map
 from routing.receivers.verify import Delivery
 from tests.routing.factories import UserFactory, apply_config
-from tests.support import child_env, demo_send_module, free_port, kill_processes_with_env
+from tests.support import child_env, demo_send_module, free_port
+from worklife.executors import containment
 
 ROOT = Path(settings.BASE_DIR)
 FIND_PYTHON = ROOT / "scripts" / "find-python"
@@ -868,7 +869,8 @@ def test_make_run_shares_the_demo_secret_with_receivers_test_and_its_port_with_d
             server.communicate(timeout=60)
         # Nothing of it may outlive the test: its loops would go on routing and running Work in
         # the test database under the next tests.
-        kill_processes_with_env("CONDUIT_VAR_DIR", str(var))
+        # (containment's own sweep: every process whose environment carries the mark, and theirs).
+        containment._end_marked(f"CONDUIT_VAR_DIR={var}".encode(), None)
         server.kill()
         server.communicate(timeout=30)
     assert tested.returncode == 0, tested.stderr + tested.stdout

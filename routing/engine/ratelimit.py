@@ -227,6 +227,10 @@ def recorded_takes(configuration: Configuration, scope: str, *, now: datetime) -
             .order_by("-event")
             .values_list("event", "event__accepted_at")[: max(RECORDED_CAP, route.rate_limit.limit)]
         )
+        if route.rate_limit.key is None:  # one counter: no Event needs reading to name it
+            counter = gate_name("rate_limit", route.scope, route.slot, "")
+            ledger.record((counter, seq, at) for seq, at in accepted.items())
+            continue
         for event in snapshots_isolated(Event.objects.filter(seq__in=list(accepted))):
             ledger.record([(counter_of(route, event)[0], event.seq, accepted[event.seq])])
     return ledger

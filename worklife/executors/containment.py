@@ -200,9 +200,7 @@ def _marked_processes(needle: bytes, leader: int | None) -> set[int]:
         if pid == me:
             continue
         try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                stat = handle.read()
-            fields = stat[stat.rindex(b")") + 2 :].split()
+            fields = _stat_fields(pid)
             if fields[0] in (b"Z", b"X"):
                 continue  # dead already: its parent reaps it
             parent, group = int(fields[1]), int(fields[2])
@@ -359,11 +357,16 @@ def process_started(pid: int | None) -> int | None:
     if pid is None:
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+        return int(_stat_fields(pid)[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first)."""
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        stat = handle.read()
+    return stat[stat.rindex(b")") + 2 :].split()
 
 
 def lost_attempt_process_kill(pid: int, attempt_id: int, started: int | None = None) -> None:
