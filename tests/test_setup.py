@@ -870,7 +870,7 @@ def test_make_run_shares_the_demo_secret_with_receivers_test_and_its_port_with_d
         # Nothing of it may outlive the test: its loops would go on routing and running Work in
         # the test database under the next tests.
         # (containment's own sweep: every process whose environment carries the mark, and theirs).
-        containment._end_marked(f"CONDUIT_VAR_DIR={var}".encode(), None)
+        containment.end_marked(f"CONDUIT_VAR_DIR={var}".encode(), None)
         server.kill()
         server.communicate(timeout=30)
     assert tested.returncode == 0, tested.stderr + tested.stdout

@@ -228,7 +228,7 @@ def _marked_processes(needle: bytes, leader: int | None) -> set[int]:
     return found
 
 
-def _end_marked(needle: bytes, leader: int | None, *, keep: int | None = None) -> int:
+def end_marked(needle: bytes, leader: int | None, *, keep: int | None = None) -> int:
     """Stop, then kill, the processes :func:`_marked_processes` finds (but ``keep``): each
     round stops what it found, until a round finds nothing new, so a process that forks while
     it is ended cannot outrun it. Returns how many were killed."""
@@ -317,7 +317,7 @@ class Containment:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(leader, signal.SIGKILL)
         # Also what left the cgroup (a privileged child can): the mark and the tree.
-        _end_marked(self.needle, leader)
+        end_marked(self.needle, leader)
 
     def remove(self) -> None:
         """Once the leader has exited: remove the cgroup (ending what is left in it)."""
@@ -331,7 +331,7 @@ class Containment:
                 _cgroup_kill(self.cgroup)
             _cgroup_remove(self.cgroup)
         else:
-            _end_marked(self.needle, None)
+            end_marked(self.needle, None)
 
 
 # --- a lost attempt's process (a loop of this host died) ---------------------------------------
