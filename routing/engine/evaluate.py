@@ -23,7 +23,6 @@ from routing.extension import EventSnapshot, Invalid, RouteDecision, Unavailable
 logger = logging.getLogger("conduit.routing")
 
 if TYPE_CHECKING:
-    from causal.models import Event
     from routing.config.effective import EffectiveRoute, EffectiveScope
     from routing.engine.handler_pool import Steps
 
@@ -68,27 +67,6 @@ class Evaluation:
     def bypassed(self) -> Evaluation:
         """The same routes, none consulted (terminal Work, a won wait)."""
         return Evaluation(tuple(RouteVerdict(v.route, v.scope, Verdict.BYPASSED) for v in self.verdicts))
-
-
-def snapshot(event: Event) -> EventSnapshot:
-    """A detached, read-only snapshot of an Event row: handlers never see a model (R5)."""
-    from routing.extension import freeze
-
-    return EventSnapshot(
-        seq=event.seq,
-        id=event.envelope_id,
-        source=event.source,
-        type=event.type,
-        subject=event.subject,
-        scope=event.scope,
-        time=event.time,
-        data=freeze(event.data),
-        correlation=tuple(event.correlation or ()),
-        work_id=event.work_id,
-        execution_id=event.execution_id,
-        causation_id=event.parent_id,
-        depth=event.depth,
-    )
 
 
 SNAPSHOT_FIELDS = (
