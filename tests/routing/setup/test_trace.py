@@ -183,10 +183,15 @@ def test_r37_trace_filter_refuses_unknown_routes_naming_the_known_ones(clock, li
 def test_r43_terminal_work_bypasses_every_route(clock, live):
     first = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 1})
     router(clock).route(first.seq)
+    asked = trace(payload=pr(1, "edited"), clock=clock)
     Work.objects.filter(pk=RouteRecord.objects.get(event=first).work_id).update(status="completed")
     result = trace(payload=pr(1, "edited"), clock=clock)
     assert result.effect == "drop" and result.reason == "terminal"
-    assert {v.verdict for v in result.verdicts} == {"bypassed"}
+    # Every route of the scope, in order, each named with its scope, none consulted.
+    assert len(asked.verdicts) > 1
+    assert [(v.route, v.scope, v.verdict) for v in result.verdicts] == [
+        (v.route, v.scope, "bypassed") for v in asked.verdicts
+    ]
 
 
 def _waiting(clock, match, timeout_at=None):
