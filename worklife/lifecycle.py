@@ -63,15 +63,10 @@ class Created:
     event: Event
 
 
-def unrouted_input_for(work_id: int) -> list[int]:
-    """Seqs of accepted, still unrouted Events whose explicit targets name this Work: its id,
-    one of its attempts, or a key it owns."""
-    return unrouted_inputs_for([work_id]).get(work_id, [])
-
-
 def unrouted_inputs_for(work_ids: Sequence[int]) -> dict[int, list[int]]:
-    """:func:`unrouted_input_for` for several Work at once (three queries), by Work id; Work
-    with none are left out."""
+    """Seqs of accepted, still unrouted Events whose explicit targets name one of these Work
+    (its id, one of its attempts, or a key it owns), by Work id, in three queries; Work with
+    none are left out."""
     ids = list(work_ids)
     owners = {
         (scope, key): work_id
