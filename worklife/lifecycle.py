@@ -23,7 +23,6 @@ from causal.models import Event, EventKey, RouteState
 from causal.services import Envelope, assert_in_tx
 from infra.live import work_changed_on_commit
 from worklife.attempts import (
-    attempt_end_in_tx,
     attempts_end_in_tx,
     attempts_output_in_tx,
     check_authority,
@@ -188,23 +187,7 @@ def work_cancel_in_tx(*, work_id: int, clock: Clock, by: str = "") -> Work:
         work = Work.objects.select_for_update().get(pk=work_id)
         if work.is_terminal:
             raise WorkTerminal(f"Work {work_id} is already {work.status}")
-        now = clock()
-        for attempt in Attempt.objects.select_for_update().filter(work=work, state__in=ACTIVE_ATTEMPT_STATES):
-            attempt_end_in_tx(attempt=attempt, state=AttemptState.CANCELLED, now=now)
-        Wait.objects.filter(work=work, state=WaitState.ACTIVE).update(state=WaitState.CANCELLED, ended_at=now)
-        Timer.objects.filter(work=work, state=TimerState.PENDING).update(state=TimerState.CANCELLED)
-        WorkInput.objects.filter(work=work, state=InputState.PENDING).update(state=InputState.DROPPED)
-        work.intents.filter(state=IntentState.PENDING).update(state=IntentState.SUPERSEDED)
-        work.subscriptions.filter(active=True).update(active=False)
-        Work.objects.filter(pk=work.pk).update(
-            status=WorkStatus.CANCELLED,
-            version=F("version") + 1,
-            updated_at=now,
-            ended_at=now,
-            retry_at=None,
-            pending_run=False,
-        )
-        work_changed_on_commit([work.pk])
+        works_cancel_in_tx(works=[work], now=clock())
         work.refresh_from_db()
         return work
 

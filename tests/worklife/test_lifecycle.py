@@ -11,10 +11,14 @@ from tests.causal.factories import EventFactory
 from tests.routing.routerkit import accept, apply, router
 from tests.worklife.attemptkit import attempt_renew_lease, attempt_start, pending_inputs_in_tx, work_complete
 from tests.worklife.factories import (
+    T0,
     AttemptFactory,
     DependencySubscriptionFactory,
     IntentFactory,
     TimerFactory,
+    WaitFactory,
+    WorkFactory,
+    WorkInputFactory,
 )
 from worklife import lifecycle
 from worklife.errors import StaleLease, WorkError, WorkTerminal
@@ -425,3 +429,92 @@ def test_r60_successor_target_scope(clock, running):
     assert RouteRecord.objects.get(event=follow).work_id == created.work.pk
     assert RouteRecord.objects.get(event=old).work_id == work.pk
     assert RouteRecord.objects.get(event=old).reason == "terminal"
+
+
+def _cancel_one(work, now, clock):
+    lifecycle.work_cancel_in_tx(work_id=work.pk, clock=clock)
+
+
+def _cancel_many(work, now, clock):
+    from django.db import transaction
+
+    with transaction.atomic():
+        done = WorkFactory(status="completed", ended_at=T0)  # terminal already: left as it is
+        assert lifecycle.works_cancel_in_tx(works=[work, done], now=now) == ([work.pk], 1)
+    assert Work.objects.get(pk=done.pk).status == "completed"
+
+
+def _belongings(work, *, attempt_state="running"):
+    """One of each row a cancel ends, live, beside one already ended, of ``work``."""
+    live = AttemptFactory(work=work, state=attempt_state)
+    ended = AttemptFactory(work=work, state="succeeded", ended_at=T0)
+    wait = WaitFactory(work=work, attempt=live)
+    return {
+        "attempts": (live, ended),
+        "waits": (wait, WaitFactory(work=work, attempt=ended, state="woken", ended_at=T0)),
+        "timers": (TimerFactory(work=work), TimerFactory(work=work, state="fired")),
+        "inputs": (WorkInputFactory(work=work), WorkInputFactory(work=work, state="consumed")),
+        "intents": (IntentFactory(attempt=live), IntentFactory(attempt=ended, state="confirmed")),
+        "subscriptions": (
+            DependencySubscriptionFactory(wait=wait, work=work),
+            DependencySubscriptionFactory(work=work, active=False),
+        ),
+    }
+
+
+def _states(rows):
+    """Each row's state as stored now (subscriptions: whether active), with its end time."""
+    fields = {"subscriptions": ("active",), "timers": ("state",), "inputs": ("state",), "intents": ("state",)}
+    return {
+        name: [
+            tuple(
+                type(row)
+                .objects.filter(pk=row.pk)
+                .values_list(*fields.get(name, ("state", "ended_at")))
+                .get()
+            )
+            for row in pair
+        ]
+        for name, pair in rows.items()
+    }
+
+
+@pytest.mark.parametrize("cancel", [_cancel_one, _cancel_many], ids=["one", "many"])
+def test_r48_cancel_ends_exactly_the_live_rows_of_the_cancelled_work(clock, cancel):
+    """A cancel (of one Work, or of many at once) ends the Work's live attempt, wait, timer,
+    input, intent and subscription, and nothing already ended, nor another Work's rows."""
+    now = clock()
+    work = WorkFactory(status="running", version=4, retry_at=T0, pending_run=True)
+    bystander = WorkFactory(status="running", version=4, retry_at=T0, pending_run=True)
+    mine, theirs = _belongings(work), _belongings(bystander)
+    untouched = _states(theirs)
+
+    cancel(work, now, clock)
+
+    assert _states(mine) == {
+        "attempts": [("cancelled", now), ("succeeded", T0)],
+        "waits": [("cancelled", now), ("woken", T0)],
+        "timers": [("cancelled",), ("fired",)],
+        "inputs": [("dropped",), ("consumed",)],
+        "intents": [("superseded",), ("confirmed",)],
+        "subscriptions": [(False,), (False,)],
+    }
+    assert _states(theirs) == untouched
+    cancelled = Work.objects.get(pk=work.pk)
+    assert (cancelled.status, cancelled.version, cancelled.updated_at, cancelled.ended_at) == (
+        "cancelled",
+        5,
+        now,
+        now,
+    )
+    assert (cancelled.retry_at, cancelled.pending_run) == (None, False)
+    other = Work.objects.get(pk=bystander.pk)
+    assert (other.status, other.version, other.retry_at, other.pending_run) == ("running", 4, T0, True)
+
+
+def test_r48_cancelling_only_terminal_work_at_once_cancels_nothing(clock):
+    from django.db import transaction
+
+    with transaction.atomic():
+        done = WorkFactory(status="completed", ended_at=T0)
+        assert lifecycle.works_cancel_in_tx(works=[done], now=clock()) == ([], 0)
