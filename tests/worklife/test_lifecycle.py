@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from causal.limits import Causal, CausalRefused, Limits
@@ -445,19 +447,22 @@ def _cancel_many(work, now, clock):
 
 
 def _belongings(work, *, attempt_state="running"):
-    """One of each row a cancel ends, live, beside one already ended, of ``work``."""
+    """One of each row a cancel ends, live, beside one already ended, of ``work`` (and a wait
+    of no attempt, with its subscription)."""
     live = AttemptFactory(work=work, state=attempt_state)
     ended = AttemptFactory(work=work, state="succeeded", ended_at=T0)
     wait = WaitFactory(work=work, attempt=live)
+    unattended = WaitFactory(work=work, attempt=None)  # a wait no attempt's end reaches
     return {
         "attempts": (live, ended),
-        "waits": (wait, WaitFactory(work=work, attempt=ended, state="woken", ended_at=T0)),
+        "waits": (wait, WaitFactory(work=work, attempt=ended, state="woken", ended_at=T0), unattended),
         "timers": (TimerFactory(work=work), TimerFactory(work=work, state="fired")),
         "inputs": (WorkInputFactory(work=work), WorkInputFactory(work=work, state="consumed")),
         "intents": (IntentFactory(attempt=live), IntentFactory(attempt=ended, state="confirmed")),
         "subscriptions": (
             DependencySubscriptionFactory(wait=wait, work=work),
             DependencySubscriptionFactory(work=work, active=False),
+            DependencySubscriptionFactory(wait=unattended, work=work),
         ),
     }
 
@@ -483,7 +488,7 @@ def _states(rows):
 def test_r48_cancel_ends_exactly_the_live_rows_of_the_cancelled_work(clock, cancel):
     """A cancel (of one Work, or of many at once) ends the Work's live attempt, wait, timer,
     input, intent and subscription, and nothing already ended, nor another Work's rows."""
-    now = clock()
+    clock.now = now = T0 + timedelta(minutes=5)  # later than every row was made or ended
     work = WorkFactory(status="running", version=4, retry_at=T0, pending_run=True)
     bystander = WorkFactory(status="running", version=4, retry_at=T0, pending_run=True)
     mine, theirs = _belongings(work), _belongings(bystander)
@@ -493,11 +498,11 @@ def test_r48_cancel_ends_exactly_the_live_rows_of_the_cancelled_work(clock, canc
 
     assert _states(mine) == {
         "attempts": [("cancelled", now), ("succeeded", T0)],
-        "waits": [("cancelled", now), ("woken", T0)],
+        "waits": [("cancelled", now), ("woken", T0), ("cancelled", now)],
         "timers": [("cancelled",), ("fired",)],
         "inputs": [("dropped",), ("consumed",)],
         "intents": [("superseded",), ("confirmed",)],
-        "subscriptions": [(False,), (False,)],
+        "subscriptions": [(False,), (False,), (False,)],
     }
     assert _states(theirs) == untouched
     cancelled = Work.objects.get(pk=work.pk)
