@@ -1037,3 +1037,98 @@ def test_r28_an_event_backing_off_is_traced_with_the_routes_that_declined_before
 
     assert (traced.state, traced.effect) == (RouteState.UNROUTED, "error")
     assert [r["route"] for r in traced.refusals] == ["pulls", "chats"]
+
+
+# --- an Event whose stored data cannot be read ---------------------------------------------------
+
+
+def _store_unreadable_data(event) -> None:
+    """Store data nested deeper than the interpreter's stack under ``event`` (valid JSON the
+    database accepts, as one written by something else could hold): reading it for routing
+    raises RecursionError."""
+    from django.db import connection
+
+    deep = "[" * 990 + "]" * 990
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE causal_event SET data = %s{cast} WHERE seq = %s", [deep, event.seq])
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r10_an_event_whose_data_cannot_be_read_comes_back_alone_with_its_fields_and_the_error(clock, caplog):
+    """The Events read for a window beside one whose stored data cannot be decoded are read
+    as they are; that one comes back with every field but its data, and a handler_panic
+    saying why, with its stack (R10): one Event's content never fails the read of others."""
+    apply(clock, SCRIPTED_ONLY)
+    before = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"])
+    broken = accept(clock, "x.broken", {"keys": ["k2"]}, correlation=["k2", "k3"], subject="s/2", id="b2")
+    after = accept(clock, "x", {"keys": ["k4"]}, correlation=["k4"])
+    _store_unreadable_data(broken)
+    caplog.set_level(logging.INFO, logger="conduit.routing")
+
+    window = snapshots_isolated(
+        Event.objects.filter(seq__in=[before.seq, broken.seq, after.seq]).order_by("seq")
+    )
+
+    assert [type(s).__name__ for s in window] == ["EventSnapshot", "UnreadableSnapshot", "EventSnapshot"]
+    assert window[0].data == {"keys": ("k1",)} and window[2].data == {"keys": ("k4",)}
+    unreadable = window[1]
+    stored = Event.objects.defer("data").get(seq=broken.seq)
+    assert (
+        unreadable.seq,
+        unreadable.id,
+        unreadable.source,
+        unreadable.type,
+        unreadable.subject,
+        unreadable.scope,
+        unreadable.time,
+        unreadable.data,
+        unreadable.correlation,
+        unreadable.work_id,
+        unreadable.execution_id,
+        unreadable.causation_id,
+        unreadable.depth,
+    ) == (
+        broken.seq,
+        "b2",
+        "tests",
+        "x.broken",
+        "s/2",
+        "acme",
+        stored.time,
+        None,
+        ("k2", "k3"),
+        stored.work_id,
+        stored.execution_id,
+        stored.parent_id,
+        stored.depth,
+    )
+    error = unreadable.error
+    assert (error.code, error.route) == (RouteErrorCode.HANDLER_PANIC, "")
+    assert error.message.startswith("the Event's data cannot be read for routing: RecursionError: ")
+    assert error.stack.startswith("Traceback (most recent call last):") and "RecursionError" in error.stack
+    assert [(r.getMessage(), r.fallback) for r in caplog.records if r.name == "conduit.routing"] == [
+        ("route.snapshot_read_failed", "row by row")
+    ]
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r10_routing_records_an_event_whose_data_cannot_be_read_as_a_panic_and_routes_the_rest(clock):
+    """The route loop's claimed window holds an Event whose data cannot be read: it is
+    recorded failed with handler_panic (its routes never asked), the Events beside it route."""
+    apply(clock, SCRIPTED_ONLY)
+    before = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"])
+    broken = accept(clock, "x", {"keys": ["k2"]}, correlation=["k2"])
+    after = accept(clock, "x", {"keys": ["k4"]}, correlation=["k4"])
+    _store_unreadable_data(broken)
+    calls = len(sample_handlers.CALLS)
+    r = router(clock, batch_size=10)
+    drain(r)
+    r.close()
+    assert [state(before), state(after)] == [RouteState.ROUTED, RouteState.ROUTED]
+    rec = record(broken)
+    assert (rec.disposition, rec.reason) == ("failed", "handler_panic")
+    assert rec.error.startswith("the Event's data cannot be read for routing: RecursionError: ")
+    assert len(sample_handlers.CALLS) - calls == 2  # only the two readable Events were asked about
