@@ -92,15 +92,18 @@ def snapshots(queryset) -> list[EventSnapshot]:
     return snapshots_of(queryset.values_list(*SNAPSHOT_FIELDS))
 
 
-def snapshots_of(rows: Iterable[tuple]) -> list[EventSnapshot]:
-    """Detached snapshots of Event rows holding :data:`SNAPSHOT_FIELDS`, in that order."""
+def snapshots_of(
+    rows: Iterable[tuple], make: Callable[..., EventSnapshot] = EventSnapshot
+) -> list[EventSnapshot]:
+    """Detached snapshots of Event rows holding :data:`SNAPSHOT_FIELDS`, in that order (each
+    made by ``make``, given the snapshot's fields in order)."""
     from routing.extension import freeze
 
     # Positional, in EventSnapshot's field order (seq, id, source, type, subject, scope, time,
     # data, correlation, work_id, execution_id, causation_id, depth): a window builds hundreds,
     # and matching thirteen keywords cost about 0.4 µs a snapshot.
     return [
-        EventSnapshot(
+        make(
             seq,
             envelope_id,
             source,
@@ -137,7 +140,7 @@ class SnapshotRead:
     """:func:`snapshots_isolated` of the Events ``build(*lists)`` selects, read through a
     statement built and compiled once per shape (:class:`infra.queries.CompiledOnce`:
     ``lists`` are its value lists) for a read made on every pass. When the rows cannot all
-    become snapshots, the query is read again as :func:`snapshots_isolated` reads it."""
+    become snapshots, the query is read again row by row, as :func:`snapshots_isolated` does."""
 
     def __init__(self, build: Callable[..., Any]) -> None:
         from infra.queries import CompiledOnce
@@ -146,13 +149,7 @@ class SnapshotRead:
         self._rows = CompiledOnce(lambda *lists: build(*lists).values_list(*SNAPSHOT_FIELDS))
 
     def snapshots(self, *lists: list) -> list[EventSnapshot]:
-        try:
-            return snapshots_of(self._rows.rows(*lists))
-        except (OperationalError, InterfaceError):
-            raise  # the database, not an Event
-        except Exception:  # noqa: BLE001 - one Event's content: found row by row below
-            logger.info("route.snapshot_read_failed", extra={"fallback": "row by row"})
-        return snapshots_isolated(self.build(*lists))
+        return _isolated(lambda: snapshots_of(self._rows.rows(*lists)), lambda: self.build(*lists))
 
 
 @frozen
@@ -165,7 +162,8 @@ class UnreadableSnapshot(EventSnapshot):
 
 
 def panic(exc: BaseException, what: str, *, route: str = "") -> RouteError:
-    """A ``handler_panic`` for an unexpected exception, with its stack (R10)."""
+    """A ``handler_panic`` for an unexpected exception, with its stack (R10): its last 8,000
+    characters."""
     import traceback
 
     return RouteError(
@@ -180,44 +178,33 @@ def snapshots_isolated(queryset) -> list[EventSnapshot]:
     """:func:`snapshots`, except that an Event whose row cannot become a snapshot comes back
     as an :class:`UnreadableSnapshot` (its fields without data, and the error) instead of
     failing the whole read. Reads row by row only when the whole read failed."""
+    return _isolated(lambda: snapshots(queryset), lambda: queryset)
+
+
+def _isolated(read: Callable[[], list[EventSnapshot]], queryset: Callable[[], Any]) -> list[EventSnapshot]:
+    """``read()``; when an Event's content fails it, the Events of ``queryset()`` row by row."""
     from causal.models import Event
 
     try:
-        return snapshots(queryset)
+        return read()
     except (OperationalError, InterfaceError):
         raise  # the database, not an Event
     except Exception:  # noqa: BLE001 - one Event's content: find it below, row by row
         logger.info("route.snapshot_read_failed", extra={"fallback": "row by row"})
     found: list[EventSnapshot] = []
-    for seq in list(queryset.values_list("seq", flat=True)):
+    data_at = SNAPSHOT_FIELDS.index("data")
+    for seq in list(queryset().values_list("seq", flat=True)):
         one = Event.objects.filter(seq=seq)
         try:
             found.extend(snapshots(one))
         except (OperationalError, InterfaceError):
             raise
         except Exception as exc:  # noqa: BLE001 - isolated to this Event, recorded on it
-            error = panic(exc, "the Event's data cannot be read for routing")
-            fields = [f for f in SNAPSHOT_FIELDS if f != "data"]
-            for row in one.values_list(*fields):
-                values = dict(zip(fields, row, strict=True))
-                found.append(
-                    UnreadableSnapshot(
-                        seq=values["seq"],
-                        id=values["envelope_id"],
-                        source=values["source"],
-                        type=values["type"],
-                        subject=values["subject"],
-                        scope=values["scope"],
-                        time=values["time"],
-                        data=None,
-                        correlation=tuple(values["correlation"] or ()),
-                        work_id=values["work_id"],
-                        execution_id=values["execution_id"],
-                        causation_id=values["parent_id"],
-                        depth=values["depth"],
-                        error=error,
-                    )
-                )
+            unreadable = functools.partial(
+                UnreadableSnapshot, error=panic(exc, "the Event's data cannot be read for routing")
+            )
+            rows = one.values_list(*SNAPSHOT_FIELDS[:data_at], *SNAPSHOT_FIELDS[data_at + 1 :])
+            found.extend(snapshots_of([(*row[:data_at], None, *row[data_at:]) for row in rows], unreadable))
     return found
 
 
@@ -267,14 +254,7 @@ def evaluate(
                 route=route.slot,
             )
         except Exception as exc:  # noqa: BLE001 - a handler's panic is recovered here (R12)
-            import traceback
-
-            error = RouteError(
-                RouteErrorCode.HANDLER_PANIC,
-                f"route {route.slot}: {type(exc).__name__}: {exc}",
-                route=route.slot,
-                stack="".join(traceback.format_exception(exc)),
-            )
+            error = panic(exc, f"route {route.slot}", route=route.slot)
         else:
             if not isinstance(decision, RouteDecision):
                 error = RouteError(

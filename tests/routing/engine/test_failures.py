@@ -318,6 +318,11 @@ def test_r59_a_removed_handler_is_given_up_on_at_once(clock, settings):
     assert "handler 'scripted' is not registered" in rec.error
     assert state(event) == RouteState.FAILED and failure(event) is None
     assert sample_handlers.CALLS == []
+    predicted = trace(payload={"source": "tests", "type": "x", "scope": "acme", "data": {}}, clock=clock)
+    assert [(v.route, v.scope, v.verdict, v.reason) for v in predicted.verdicts] == [
+        ("scripted", "acme", "error", "handler not registered")
+    ]
+    assert (predicted.effect, predicted.error) == ("failed", rec.error)
 
 
 @pytest.mark.usefixtures("handlers")
@@ -1107,7 +1112,9 @@ def test_r10_an_event_whose_data_cannot_be_read_comes_back_alone_with_its_fields
     error = unreadable.error
     assert (error.code, error.route) == (RouteErrorCode.HANDLER_PANIC, "")
     assert error.message.startswith("the Event's data cannot be read for routing: RecursionError: ")
-    assert error.stack.startswith("Traceback (most recent call last):") and "RecursionError" in error.stack
+    lines = error.stack.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[1].startswith("  File ")
+    assert lines[-1] == "RecursionError: maximum recursion depth exceeded"
     assert [(r.getMessage(), r.fallback) for r in caplog.records if r.name == "conduit.routing"] == [
         ("route.snapshot_read_failed", "row by row")
     ]
@@ -1115,7 +1122,7 @@ def test_r10_an_event_whose_data_cannot_be_read_comes_back_alone_with_its_fields
 
 @pytest.mark.usefixtures("handlers")
 @pytest.mark.django_db
-def test_r10_routing_records_an_event_whose_data_cannot_be_read_as_a_panic_and_routes_the_rest(clock):
+def test_r10_routing_records_an_event_whose_data_cannot_be_read_as_a_panic_and_routes_the_rest(clock, caplog):
     """The route loop's claimed window holds an Event whose data cannot be read: it is
     recorded failed with handler_panic (its routes never asked), the Events beside it route."""
     apply(clock, SCRIPTED_ONLY)
@@ -1124,9 +1131,13 @@ def test_r10_routing_records_an_event_whose_data_cannot_be_read_as_a_panic_and_r
     after = accept(clock, "x", {"keys": ["k4"]}, correlation=["k4"])
     _store_unreadable_data(broken)
     calls = len(sample_handlers.CALLS)
+    caplog.set_level(logging.INFO, logger="conduit.routing")
     r = router(clock, batch_size=10)
     drain(r)
     r.close()
+    # The claimed window is read once whole, then once row by row.
+    failed = [r for r in caplog.records if r.getMessage() == "route.snapshot_read_failed"]
+    assert [(r.name, r.fallback) for r in failed] == [("conduit.routing", "row by row")]
     assert [state(before), state(after)] == [RouteState.ROUTED, RouteState.ROUTED]
     rec = record(broken)
     assert (rec.disposition, rec.reason) == ("failed", "handler_panic")

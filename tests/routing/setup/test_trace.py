@@ -120,17 +120,18 @@ def test_r40_each_route_gets_a_verdict_with_its_reason(clock, live):
     result = trace(
         payload={"source": "s", "type": "chat.message", "scope": "acme", "data": {"thread": "a"}}, clock=clock
     )
-    verdicts = [(v.route, v.verdict) for v in result.verdicts]
+    verdicts = [(v.route, v.scope, v.verdict) for v in result.verdicts]
     assert verdicts == [
-        ("pr", "skip"),
-        ("chat", "match"),
-        ("ops", "not_reached"),
-        ("follow-up", "not_reached"),
-        ("noise", "not_reached"),
-        ("scripted", "not_reached"),
+        ("pr", "acme", "skip"),
+        ("chat", "acme", "match"),
+        ("ops", "acme", "not_reached"),
+        ("follow-up", "acme", "not_reached"),
+        ("noise", "acme", "not_reached"),
+        ("scripted", "acme", "not_reached"),
     ]
     assert "does not match" in result.verdicts[0].reason
     assert result.verdicts[1].reason
+    assert [v.reason for v in result.verdicts[2:]] == ["", "", "", ""], "routes not reached say nothing"
 
 
 def test_r37_trace_filter_limits_the_routes_evaluated(clock, live):
