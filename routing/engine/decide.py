@@ -302,7 +302,11 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
     if work.terminal:
         # Terminal records are immutable; late input is checkpointed as terminal (R43, R49).
         return Decision(
-            Effect.DROP, Reason.TERMINAL, work_id=work.id, keys=keys, evaluation=evaluation.bypassed()
+            Effect.DROP,
+            Reason.TERMINAL,
+            work_id=work.id,
+            keys=keys,
+            evaluation=evaluation.bypassed(f"not asked: Work {work.id} is {work.status}"),
         )
     if work.max_input_seq > event.seq:
         return _conflict(evaluation, keys, f"Work {work.id} already has later input #{work.max_input_seq}")
@@ -324,7 +328,9 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
                 attach_keys=unowned,
                 keys=keys,
                 wake_wait=wait,
-                evaluation=evaluation.bypassed(),
+                evaluation=evaluation.bypassed(
+                    f"not asked: the Event {reasons.WINS_WAIT}{wait.name or wait.id}"
+                ),
             )
     decision = _decide_existing(event, evaluation, scope, work, keys, unowned)
     return replace(decision, timed_out_wait=timed_out) if timed_out is not None else decision

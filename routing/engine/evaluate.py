@@ -64,9 +64,9 @@ class Evaluation:
         """Each route that declined, in route order, its reason cut to one line (R28)."""
         return [{"route": v.route, "reason": v.reason} for v in self.verdicts if v.verdict == Verdict.SKIP]
 
-    def bypassed(self) -> Evaluation:
-        """The same routes, none consulted (terminal Work, a won wait)."""
-        return Evaluation(tuple(RouteVerdict(v.route, v.scope, Verdict.BYPASSED) for v in self.verdicts))
+    def bypassed(self, why: str) -> Evaluation:
+        """The same routes, none consulted (terminal Work, a won wait), each saying ``why``."""
+        return Evaluation(tuple(RouteVerdict(v.route, v.scope, Verdict.BYPASSED, why) for v in self.verdicts))
 
 
 SNAPSHOT_FIELDS = (
@@ -212,8 +212,8 @@ def evaluate(
     event: EventSnapshot,
     scope: EffectiveScope,
     handlers: Mapping[str, Any],
-    steps: Steps | None = None,
-    verdicts: list[RouteVerdict] | None = None,
+    steps: Steps | None,
+    verdicts: list[RouteVerdict],
 ) -> Evaluation:
     """Ask each route of ``scope`` in order; the first match wins (R6).
 
@@ -226,8 +226,6 @@ def evaluate(
     deadline counts from there (R12); ``verdicts`` is the list the routes' verdicts are
     appended to as they answer, so a caller that gives up waiting knows what was said.
     """
-    if verdicts is None:
-        verdicts = []
     routes = scope.routes
     for index, route in enumerate(routes):
         if steps is not None:

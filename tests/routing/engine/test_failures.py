@@ -425,7 +425,10 @@ def test_r59_a_panicking_handler_is_recovered_with_its_stack(clock):
     assert outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_PANIC
     rec = record(event)
     assert (rec.disposition, rec.reason, rec.attempts) == ("failed", "handler_panic", 1)
-    assert rec.error.startswith("route scripted: RuntimeError: handler bug: boom")
+    assert (rec.route, rec.error.split("\n")[0]) == (
+        "scripted",
+        "route scripted: RuntimeError: handler bug: boom",
+    )
     assert "Traceback (most recent call last)" in rec.error
     assert 'raise RuntimeError("handler bug: boom")' in rec.error
 
@@ -1071,6 +1074,9 @@ def test_r10_an_event_whose_data_cannot_be_read_comes_back_alone_with_its_fields
     after = accept(clock, "x", {"keys": ["k4"]}, correlation=["k4"])
     _store_unreadable_data(broken)
     caplog.set_level(logging.INFO, logger="conduit.routing")
+    readable = Event.objects.filter(seq__in=[before.seq, after.seq]).order_by("seq")
+    assert [s.seq for s in snapshots_isolated(readable)] == [before.seq, after.seq]
+    assert not caplog.records, "a window of readable Events is read whole, once"
 
     window = snapshots_isolated(
         Event.objects.filter(seq__in=[before.seq, broken.seq, after.seq]).order_by("seq")
@@ -1143,3 +1149,14 @@ def test_r10_routing_records_an_event_whose_data_cannot_be_read_as_a_panic_and_r
     assert (rec.disposition, rec.reason) == ("failed", "handler_panic")
     assert rec.error.startswith("the Event's data cannot be read for routing: RecursionError: ")
     assert len(sample_handlers.CALLS) - calls == 2  # only the two readable Events were asked about
+
+
+def test_r10_a_panic_keeps_the_last_8000_characters_of_its_stack():
+    from routing.engine.evaluate import panic
+
+    try:
+        raise RuntimeError("x" * 10_000 + " the end")
+    except RuntimeError as exc:
+        error = panic(exc, "deciding this Event failed unexpectedly", route="chat")
+    assert (error.code, error.route) == (RouteErrorCode.HANDLER_PANIC, "chat")
+    assert len(error.stack) == 8000 and error.stack.endswith("x the end\n")

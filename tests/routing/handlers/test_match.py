@@ -93,14 +93,14 @@ def test_the_same_refusal_is_one_shared_decision_and_verdict():
 
     scope = EffectiveScope(path="acme", routes=(effective("a"), effective("b")), bindings={})
     handlers = {"match": Match()}
-    one = evaluate(snap(type="github.issue"), scope, handlers).verdicts
-    two = evaluate(snap(type="github.issue", seq=2), scope, handlers).verdicts
+    one = evaluate(snap(type="github.issue"), scope, handlers, None, []).verdicts
+    two = evaluate(snap(type="github.issue", seq=2), scope, handlers, None, []).verdicts
     assert [(v.route, v.verdict, v.reason) for v in one] == [
         ("a", Verdict.SKIP, "type github.issue does not match github.pull_request.*"),
         ("b", Verdict.SKIP, "type github.issue does not match github.pull_request.*"),
     ]
     assert all(a is b for a, b in zip(one, two, strict=True))
-    pushed = evaluate(snap(type="github.push"), scope, handlers).verdicts
+    pushed = evaluate(snap(type="github.push"), scope, handlers, None, []).verdicts
     assert [v.reason for v in pushed] == ["type github.push does not match github.pull_request.*"] * 2
 
 

@@ -188,10 +188,11 @@ def test_r43_terminal_work_bypasses_every_route(clock, live):
     Work.objects.filter(pk=RouteRecord.objects.get(event=first).work_id).update(status="completed")
     result = trace(payload=pr(1, "edited"), clock=clock)
     assert result.effect == "drop" and result.reason == "terminal"
-    # Every route of the scope, in order, each named with its scope, none consulted.
+    # Every route of the scope, in order, each named with its scope, none consulted, saying why.
     assert len(asked.verdicts) > 1
-    assert [(v.route, v.scope, v.verdict) for v in result.verdicts] == [
-        (v.route, v.scope, "bypassed") for v in asked.verdicts
+    work_id = RouteRecord.objects.get(event=first).work_id
+    assert [(v.route, v.scope, v.verdict, v.reason) for v in result.verdicts] == [
+        (v.route, v.scope, "bypassed", f"not asked: Work {work_id} is completed") for v in asked.verdicts
     ]
 
 
@@ -217,7 +218,9 @@ def test_r41_the_event_that_wins_the_wait_bypasses_routes_and_wakes(clock, live)
     work_id = _waiting(clock, {"type": "github.pull_request.review*"})
     result = trace(payload=pr(1, "review_submitted"), clock=clock)
     assert (result.effect, result.work_id) == ("wake", work_id)
-    assert {v.verdict for v in result.verdicts} == {"bypassed"}
+    assert {(v.verdict, v.reason) for v in result.verdicts} == {
+        ("bypassed", "not asked: the Event wins wait review")
+    }
     event = accept(clock, "github.pull_request.review_submitted", {"repo": "acme/api", "number": 1})
     router(clock).route(event.seq)
     assert RouteRecord.objects.get(event=event).policy == "wake"
