@@ -641,3 +641,219 @@ def test_r47_completing_many_attempts_at_once_takes_as_many_statements_as_comple
         return len(queries)
 
     assert statements(3) == statements(1)
+
+
+def test_r50_a_child_of_work_without_a_trigger_runs_with_a_root_event_addressed_to_it(clock):
+    """A child's core.work.created Event carries the data given, is addressed to the child and
+    is its trigger (stored, and on the Work returned); without a trigger to descend from it is
+    a root. The child runs on its binding without waiting for input."""
+    clock.now = now = T0 + timedelta(minutes=5)
+    attempt = AttemptFactory(work__status="running")
+    created = lifecycle.work_create_child(
+        attempt_id=attempt.pk,
+        lease_epoch=1,
+        binding="plain",
+        keys=["child:1"],
+        data={"task": "lint"},
+        clock=clock,
+    )
+    child = Work.objects.get(pk=created.work.pk)
+    event = Event.objects.get(seq=created.event.seq)
+    assert (
+        child.parent_id,
+        child.scope,
+        child.binding,
+        child.status,
+        child.pending_run,
+        child.created_at,
+    ) == (
+        attempt.work_id,
+        "acme",
+        "plain",
+        "ready",
+        True,
+        now,
+    )
+    assert (child.trigger_id, created.work.trigger_id) == (event.seq, event.seq)
+    assert (event.type, event.source, event.scope, event.work_id, event.parent_id, event.depth) == (
+        "core.work.created",
+        "core.worklife",
+        "acme",
+        child.pk,
+        None,
+        0,
+    )
+    assert event.data == {
+        "work": child.pk,
+        "parent": attempt.work_id,
+        "attempt": attempt.pk,
+        "data": {"task": "lint"},
+    }
+    assert CorrelationKey.objects.get(key="child:1").work_id == child.pk
+
+
+def test_r50_a_child_whose_data_cannot_be_stored_is_refused_saying_why(clock):
+    attempt = AttemptFactory(work__status="running")
+    with pytest.raises(WorkError, match=r"^data\.data\.text: NUL characters \(\\u0000\) are not allowed$"):
+        lifecycle.work_create_child(
+            attempt_id=attempt.pk, lease_epoch=1, binding="plain", data={"text": "a\x00b"}, clock=clock
+        )
+    assert not Work.objects.filter(parent=attempt.work).exists()
+
+
+def test_r26_a_child_key_another_work_owns_is_refused_naming_its_owner(clock):
+    attempt = AttemptFactory(work__status="running")
+    CorrelationKeyFactory(work__scope="acme/web", key="shared")  # the same key in another scope
+    CorrelationKeyFactory(key="first")
+    owner = CorrelationKeyFactory(key="shared").work
+    with pytest.raises(WorkError) as refused:
+        lifecycle.work_create_child(
+            attempt_id=attempt.pk, lease_epoch=1, binding="plain", keys=["mine", "shared"], clock=clock
+        )
+    assert str(refused.value) == f"key 'shared' in scope acme is owned by Work {owner.pk}"
+    assert not Work.objects.filter(parent=attempt.work).exists()
+    assert not CorrelationKey.objects.filter(key="mine").exists()
+
+
+def test_r50_a_successor_takes_new_keys_and_runs_with_an_event_carrying_its_data(clock):
+    clock.now = now = T0 + timedelta(minutes=5)
+    done = WorkFactory(status="completed", ended_at=T0)
+    with pytest.raises(WorkError, match="^a successor needs its own external keys$"):
+        lifecycle.work_create_successor(
+            predecessor_id=done.pk, scope="acme", binding="triage", keys=[], clock=clock
+        )
+    assert not Work.objects.filter(predecessor=done).exists()
+
+    created = lifecycle.work_create_successor(
+        predecessor_id=done.pk,
+        scope="acme/web",
+        binding="triage",
+        keys=["next:1"],
+        data={"why": "reopened"},
+        clock=clock,
+    )
+    successor = Work.objects.get(predecessor=done)
+    event = Event.objects.get(seq=created.event.seq)
+    assert (
+        successor.pk,
+        successor.scope,
+        successor.binding,
+        successor.pending_run,
+        successor.created_at,
+    ) == (
+        created.work.pk,
+        "acme/web",
+        "triage",
+        True,
+        now,
+    )
+    assert (successor.trigger_id, created.work.trigger_id) == (event.seq, event.seq)
+    assert (event.work_id, event.scope, event.data) == (
+        successor.pk,
+        "acme/web",
+        {"work": successor.pk, "predecessor": done.pk, "data": {"why": "reopened"}},
+    )
+
+
+def test_r30_the_first_input_of_an_opened_work_becomes_its_trigger_and_stays_it():
+    opened, bystander = WorkFactory(), WorkFactory()
+    first, second = EventFactory(), EventFactory()
+    with transaction.atomic():
+        lifecycle.work_trigger_set_in_tx(work_id=opened.pk, event=first)
+        lifecycle.work_trigger_set_in_tx(work_id=opened.pk, event=second)
+    assert dict(Work.objects.filter(pk__in=[opened.pk, bystander.pk]).values_list("pk", "trigger_id")) == {
+        opened.pk: first.seq,
+        bystander.pk: None,
+    }
+
+
+REBIND_CASES = [
+    # (what the Work is, its fields, whether its retry takes the new binding, its retry_at after)
+    ("ready with nothing holding it", {}, False, None),
+    ("parked after lost attempts", {"parked_at": T0, "losses": 3, "pending_run": True}, True, None),
+    ("backing off", {"failures": 1, "retry_at": T0 + timedelta(minutes=1)}, True, T0 + timedelta(minutes=1)),
+    ("running again after a failure", {"status": "running", "failures": 1}, True, None),
+    (
+        "a refused dispatch looked at again later",
+        {"retry_at": T0 + timedelta(seconds=30)},
+        True,
+        T0 + timedelta(seconds=30),
+    ),
+    (
+        "waiting for a binding that can run it",
+        {"awaiting_binding": True, "retry_at": T0 + timedelta(seconds=30)},
+        True,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "retry", "retry_at"), [c[1:] for c in REBIND_CASES], ids=[c[0] for c in REBIND_CASES]
+)
+def test_r30_rebinding_records_the_binding_after_the_latest_attempt_and_moves_pending_input(
+    clock, fields, retry, retry_at
+):
+    """A rebind is recorded after the Work's latest attempt; a parked, backing-off or failed
+    Work's retry takes the new binding; a Work waiting for a binding is looked at again at
+    once; its pending queued, context and held input moves to the new binding, and nothing
+    else does."""
+    clock.now = now = T0 + timedelta(minutes=5)
+    bystander = WorkFactory()
+    AttemptFactory(work=bystander, number=5, state="failed", ended_at=T0)
+    AttemptFactory(work=bystander, number=6, state="failed", ended_at=T0)
+    work = WorkFactory(version=4, **fields)
+    AttemptFactory(work=work, number=2, state="failed", ended_at=T0)
+    AttemptFactory(work=work, number=1, state="failed", ended_at=T0)
+    moved = [WorkInputFactory(work=work, kind=kind) for kind in ("queue", "context", "held")]
+    kept = [
+        WorkInputFactory(work=work, kind="inject"),
+        WorkInputFactory(work=work, state="consumed"),
+        WorkInputFactory(work=bystander),
+    ]
+
+    with transaction.atomic():
+        rebound = lifecycle.work_rebind_in_tx(work_id=work.pk, binding="plain", now=now)
+
+    assert (rebound.work.pk, rebound.after_attempt, rebound.retry) == (work.pk, 2, retry)
+    shape = (
+        "rebind_binding",
+        "rebind_after_attempt",
+        "retry_binding",
+        "retry_at",
+        "awaiting_binding",
+        "version",
+        "updated_at",
+    )
+    stored = Work.objects.filter(pk=work.pk).values_list(*shape).get()
+    assert stored == ("plain", 2, "plain" if retry else "", retry_at, False, 5, now)
+    assert tuple(getattr(rebound.work, f) for f in shape) == stored
+    assert Work.objects.filter(pk=bystander.pk).values_list(*shape).get() == (
+        "",
+        None,
+        "",
+        None,
+        False,
+        1,
+        T0,
+    )
+    assert [
+        row.binding for row in WorkInput.objects.filter(pk__in=[r.pk for r in moved + kept]).order_by("pk")
+    ] == [
+        "plain",
+        "plain",
+        "plain",
+        "triage",
+        "triage",
+        "triage",
+    ]
+
+
+def test_r49_terminal_work_cannot_be_rebound(clock):
+    done = WorkFactory(status="completed", ended_at=T0)
+    with (
+        pytest.raises(WorkTerminal, match=f"^Work {done.pk} is completed: terminal Work cannot be rebound$"),
+        transaction.atomic(),
+    ):
+        lifecycle.work_rebind_in_tx(work_id=done.pk, binding="plain", now=clock())
+    assert Work.objects.filter(pk=done.pk).values_list("rebind_binding", "version").get() == ("", 1)
