@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from causal.limits import Causal, CausalRefused, Limits
 from causal.models import Event
@@ -15,6 +17,7 @@ from tests.worklife.attemptkit import attempt_renew_lease, attempt_start, pendin
 from tests.worklife.factories import (
     T0,
     AttemptFactory,
+    CorrelationKeyFactory,
     DependencySubscriptionFactory,
     IntentFactory,
     TimerFactory,
@@ -26,6 +29,7 @@ from worklife import lifecycle
 from worklife.errors import StaleLease, WorkError, WorkTerminal
 from worklife.inputs import consume_inputs_in_tx, intents
 from worklife.models import (
+    Attempt,
     CorrelationKey,
     DependencySubscription,
     InputState,
@@ -66,8 +70,6 @@ def running(clock):
 
 
 def consume_all(clock, work, attempt):
-    from django.db import transaction
-
     with transaction.atomic():
         pending = pending_inputs_in_tx(work_id=work.pk)
         consume_inputs_in_tx(
@@ -207,8 +209,6 @@ def test_r50_a_later_attempts_child_is_caused_by_that_attempts_trigger(clock, ru
 def test_r46_input_consumed_already_cannot_be_consumed_again_by_a_later_attempt(clock, running):
     """Consumed input keeps the attempt that consumed it: a later attempt naming it again is
     refused and nothing changes."""
-    from django.db import transaction
-
     work, attempt = running
     consumed = list(WorkInput.objects.filter(work=work, state=InputState.PENDING))
     consume_all(clock, work, attempt)
@@ -229,8 +229,6 @@ def test_r46_consuming_input_confirms_the_intents_behind_it_and_nothing_else(clo
     """Consumption marks the named input consumed by the attempt, at the clock's time, and
     confirms the attempt's intents for those Events alone; naming an input twice is naming it
     once."""
-    from django.db import transaction
-
     work, attempt = running
     first = WorkInput.objects.get(work=work, state=InputState.PENDING)
     edited, again = (
@@ -278,8 +276,6 @@ def test_r46_consuming_input_confirms_the_intents_behind_it_and_nothing_else(clo
 
 
 def test_r46_a_superseded_intent_is_not_confirmed_by_consuming_its_input(clock, running):
-    from django.db import transaction
-
     work, attempt = running
     consume_all(clock, work, attempt)
     edited = accept(clock, "github.pull_request.edited", {"repo": "acme/api", "number": 1})
@@ -310,8 +306,6 @@ def test_r46_intents_inspects_the_intents_of_a_work_or_an_attempt_in_event_order
 
 
 def test_r46_input_of_another_work_is_not_consumed(clock, running):
-    from django.db import transaction
-
     work, attempt = running
     other = accept(clock, "github.pull_request.opened", {"repo": "acme/api", "number": 2})
     router(clock).route(other.seq)
@@ -438,8 +432,6 @@ def _cancel_one(work, now, clock):
 
 
 def _cancel_many(work, now, clock):
-    from django.db import transaction
-
     with transaction.atomic():
         done = WorkFactory(status="completed", ended_at=T0)  # terminal already: left as it is
         assert lifecycle.works_cancel_in_tx(works=[work, done], now=now) == ([work.pk], 1)
@@ -518,8 +510,350 @@ def test_r48_cancel_ends_exactly_the_live_rows_of_the_cancelled_work(clock, canc
 
 
 def test_r48_cancelling_only_terminal_work_at_once_cancels_nothing(clock):
-    from django.db import transaction
-
     with transaction.atomic():
         done = WorkFactory(status="completed", ended_at=T0)
         assert lifecycle.works_cancel_in_tx(works=[done], now=clock()) == ([], 0)
+
+
+def test_r47_unrouted_input_of_a_work_is_what_names_its_key_its_id_or_one_of_its_attempts():
+    """The unrouted Events that hold a Work's completion, by Work asked about: those carrying a
+    key it owns (in its scope), its id, or the id of one of its attempts; routed ones, and
+    those addressed to Work not asked about, are not."""
+    first, second, third, other, idle = (WorkFactory() for _ in range(5))
+    key = {w.pk: CorrelationKeyFactory(work=w).key for w in (first, second, third, other)}
+    attempt = {w.pk: AttemptFactory(work=w).pk for w in (first, second, third, other)}
+
+    def unrouted(**fields):
+        return EventFactory(**fields).seq
+
+    held_first = [
+        unrouted(correlation=[key[first.pk]]),
+        unrouted(work_id=first.pk),
+        unrouted(execution_id=attempt[first.pk]),
+        unrouted(work_id=first.pk, execution_id=attempt[first.pk]),
+    ]
+    held_second = [
+        unrouted(correlation=[key[second.pk], "nobody's"]),
+        unrouted(work_id=other.pk, execution_id=attempt[second.pk]),
+    ]
+    held_third = [unrouted(execution_id=attempt[third.pk])]
+    for work in (first, second, third):
+        EventFactory(route_state="routed", correlation=[key[work.pk]])
+        EventFactory(route_state="routed", work_id=work.pk)
+        EventFactory(route_state="routed", execution_id=attempt[work.pk])
+    unrouted(correlation=[key[other.pk]])
+    unrouted(work_id=other.pk)
+    unrouted(execution_id=attempt[other.pk])
+    unrouted(scope="acme/web", correlation=[key[first.pk]])  # the same key in another scope
+
+    assert lifecycle.unrouted_inputs_for([first.pk, second.pk, third.pk, idle.pk]) == {
+        first.pk: held_first,
+        second.pk: held_second,
+        third.pk: held_third,
+    }
+
+
+def _summary(result):
+    if isinstance(result, WorkError):
+        return (type(result).__name__, str(result))
+    return ("Work", result.pk, result.status)
+
+
+WORK_STATE = (
+    "status",
+    "version",
+    "updated_at",
+    "ended_at",
+    "failures",
+    "losses",
+    "pending_run",
+    "retry_at",
+    "parked_at",
+    "last_error",
+)
+
+
+def test_r47_completing_several_attempts_at_once_answers_each_and_refuses_one_without_stopping_the_others(
+    clock,
+):
+    """Each attempt completes or is refused on its own: a stale or unknown attempt, or Work
+    with unrouted input (named, at most ten seqs), is refused and left as it was; the others
+    end succeeded now, and their Work, reset (failures, losses, backoff, park, last error), is
+    ready when input is still pending for it, else completed."""
+    clock.now = now = T0 + timedelta(minutes=5)
+    troubled = {
+        "status": "running",
+        "version": 4,
+        "failures": 2,
+        "losses": 1,
+        "pending_run": True,
+        "retry_at": T0,
+        "parked_at": T0,
+        "last_error": "attempt 1 failed: boom",
+    }
+    stale = AttemptFactory(work=WorkFactory(**troubled), lease_epoch=2)
+    held = AttemptFactory(work=WorkFactory(**troubled))
+    ready = AttemptFactory(work=WorkFactory(**troubled))
+    completed = AttemptFactory(work=WorkFactory(**troubled))
+    WorkInputFactory(work=ready.work)
+    WorkInputFactory(work=completed.work, state="consumed")
+    WorkInputFactory(work=held.work)
+    unrouted = [EventFactory(work_id=held.work_id).seq for _ in range(11)]
+    missing = completed.pk + 100
+
+    results = lifecycle.works_complete(
+        authorities=[(stale.pk, 1), (missing, 1), (held.pk, 1), (ready.pk, 1), (completed.pk, 1)], clock=clock
+    )
+
+    assert {attempt: _summary(result) for attempt, result in results.items()} == {
+        stale.pk: ("StaleLease", f"attempt {stale.pk} is at lease epoch 2, not 1"),
+        missing: ("StaleLease", f"no attempt {missing}"),
+        held.pk: (
+            "UnroutedInput",
+            f"Work {held.work_id} has unrouted input: " + ", ".join(f"#{seq}" for seq in unrouted[:10]),
+        ),
+        ready.pk: ("Work", ready.work_id, "ready"),
+        completed.pk: ("Work", completed.work_id, "completed"),
+    }
+    untouched = ("running", 4, T0, None, 2, 1, True, T0, T0, "attempt 1 failed: boom")
+    reset = (0, 0, False, None, None, "")
+    attempts = (stale, held, ready, completed)
+    assert [Work.objects.filter(pk=a.work_id).values_list(*WORK_STATE).get() for a in attempts] == [
+        untouched,
+        untouched,
+        ("ready", 5, now, None, *reset),
+        ("completed", 5, now, now, *reset),
+    ]
+    assert [Attempt.objects.filter(pk=a.pk).values_list("state", "ended_at").get() for a in attempts] == [
+        ("running", None),
+        ("running", None),
+        ("succeeded", now),
+        ("succeeded", now),
+    ]
+
+
+def test_r47_completing_many_attempts_at_once_takes_as_many_statements_as_completing_one(clock):
+    def statements(count):
+        attempts = [AttemptFactory(work__status="running") for _ in range(count)]
+        with CaptureQueriesContext(connection) as queries:
+            results = lifecycle.works_complete(authorities=[(a.pk, 1) for a in attempts], clock=clock)
+        assert {r.status for r in results.values()} == {"completed"}
+        return len(queries)
+
+    assert statements(3) == statements(1)
+
+
+def test_r50_a_child_of_work_without_a_trigger_runs_with_a_root_event_addressed_to_it(clock):
+    """A child's core.work.created Event carries the data given, is addressed to the child and
+    is its trigger (stored, and on the Work returned); without a trigger to descend from it is
+    a root. The child runs on its binding without waiting for input."""
+    clock.now = now = T0 + timedelta(minutes=5)
+    attempt = AttemptFactory(work__status="running")
+    created = lifecycle.work_create_child(
+        attempt_id=attempt.pk,
+        lease_epoch=1,
+        binding="plain",
+        keys=["child:1"],
+        data={"task": "lint"},
+        clock=clock,
+    )
+    child = Work.objects.get(pk=created.work.pk)
+    event = Event.objects.get(seq=created.event.seq)
+    assert (
+        child.parent_id,
+        child.scope,
+        child.binding,
+        child.status,
+        child.pending_run,
+        child.created_at,
+    ) == (
+        attempt.work_id,
+        "acme",
+        "plain",
+        "ready",
+        True,
+        now,
+    )
+    assert (child.trigger_id, created.work.trigger_id) == (event.seq, event.seq)
+    assert (event.type, event.source, event.scope, event.work_id, event.parent_id, event.depth) == (
+        "core.work.created",
+        "core.worklife",
+        "acme",
+        child.pk,
+        None,
+        0,
+    )
+    assert event.data == {
+        "work": child.pk,
+        "parent": attempt.work_id,
+        "attempt": attempt.pk,
+        "data": {"task": "lint"},
+    }
+    assert CorrelationKey.objects.get(key="child:1").work_id == child.pk
+
+
+def test_r50_a_child_whose_data_cannot_be_stored_is_refused_saying_why(clock):
+    attempt = AttemptFactory(work__status="running")
+    with pytest.raises(WorkError, match=r"^data\.data\.text: NUL characters \(\\u0000\) are not allowed$"):
+        lifecycle.work_create_child(
+            attempt_id=attempt.pk, lease_epoch=1, binding="plain", data={"text": "a\x00b"}, clock=clock
+        )
+    assert not Work.objects.filter(parent=attempt.work).exists()
+
+
+def test_r26_a_child_key_another_work_owns_is_refused_naming_its_owner(clock):
+    attempt = AttemptFactory(work__status="running")
+    CorrelationKeyFactory(work__scope="acme/web", key="shared")  # the same key in another scope
+    CorrelationKeyFactory(key="first")
+    owner = CorrelationKeyFactory(key="shared").work
+    with pytest.raises(WorkError) as refused:
+        lifecycle.work_create_child(
+            attempt_id=attempt.pk, lease_epoch=1, binding="plain", keys=["mine", "shared"], clock=clock
+        )
+    assert str(refused.value) == f"key 'shared' in scope acme is owned by Work {owner.pk}"
+    assert not Work.objects.filter(parent=attempt.work).exists()
+    assert not CorrelationKey.objects.filter(key="mine").exists()
+
+
+def test_r50_a_successor_takes_new_keys_and_runs_with_an_event_carrying_its_data(clock):
+    clock.now = now = T0 + timedelta(minutes=5)
+    done = WorkFactory(status="completed", ended_at=T0)
+    with pytest.raises(WorkError, match="^a successor needs its own external keys$"):
+        lifecycle.work_create_successor(
+            predecessor_id=done.pk, scope="acme", binding="triage", keys=[], clock=clock
+        )
+    assert not Work.objects.filter(predecessor=done).exists()
+
+    created = lifecycle.work_create_successor(
+        predecessor_id=done.pk,
+        scope="acme/web",
+        binding="triage",
+        keys=["next:1"],
+        data={"why": "reopened"},
+        clock=clock,
+    )
+    successor = Work.objects.get(predecessor=done)
+    event = Event.objects.get(seq=created.event.seq)
+    assert (
+        successor.pk,
+        successor.scope,
+        successor.binding,
+        successor.pending_run,
+        successor.created_at,
+    ) == (
+        created.work.pk,
+        "acme/web",
+        "triage",
+        True,
+        now,
+    )
+    assert (successor.trigger_id, created.work.trigger_id) == (event.seq, event.seq)
+    assert (event.work_id, event.scope, event.data) == (
+        successor.pk,
+        "acme/web",
+        {"work": successor.pk, "predecessor": done.pk, "data": {"why": "reopened"}},
+    )
+
+
+def test_r30_the_first_input_of_an_opened_work_becomes_its_trigger_and_stays_it():
+    opened, bystander = WorkFactory(), WorkFactory()
+    first, second = EventFactory(), EventFactory()
+    with transaction.atomic():
+        lifecycle.work_trigger_set_in_tx(work_id=opened.pk, event=first)
+        lifecycle.work_trigger_set_in_tx(work_id=opened.pk, event=second)
+    assert dict(Work.objects.filter(pk__in=[opened.pk, bystander.pk]).values_list("pk", "trigger_id")) == {
+        opened.pk: first.seq,
+        bystander.pk: None,
+    }
+
+
+REBIND_CASES = [
+    # (what the Work is, its fields, whether its retry takes the new binding, its retry_at after)
+    ("ready with nothing holding it", {}, False, None),
+    ("parked after lost attempts", {"parked_at": T0, "losses": 3, "pending_run": True}, True, None),
+    ("backing off", {"failures": 1, "retry_at": T0 + timedelta(minutes=1)}, True, T0 + timedelta(minutes=1)),
+    ("running again after a failure", {"status": "running", "failures": 1}, True, None),
+    (
+        "a refused dispatch looked at again later",
+        {"retry_at": T0 + timedelta(seconds=30)},
+        True,
+        T0 + timedelta(seconds=30),
+    ),
+    (
+        "waiting for a binding that can run it",
+        {"awaiting_binding": True, "retry_at": T0 + timedelta(seconds=30)},
+        True,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "retry", "retry_at"), [c[1:] for c in REBIND_CASES], ids=[c[0] for c in REBIND_CASES]
+)
+def test_r30_rebinding_records_the_binding_after_the_latest_attempt_and_moves_pending_input(
+    clock, fields, retry, retry_at
+):
+    """A rebind is recorded after the Work's latest attempt; a parked, backing-off or failed
+    Work's retry takes the new binding; a Work waiting for a binding is looked at again at
+    once; its pending queued, context and held input moves to the new binding, and nothing
+    else does."""
+    clock.now = now = T0 + timedelta(minutes=5)
+    bystander = WorkFactory()
+    AttemptFactory(work=bystander, number=5, state="failed", ended_at=T0)
+    AttemptFactory(work=bystander, number=6, state="failed", ended_at=T0)
+    work = WorkFactory(version=4, **fields)
+    AttemptFactory(work=work, number=2, state="failed", ended_at=T0)
+    AttemptFactory(work=work, number=1, state="failed", ended_at=T0)
+    moved = [WorkInputFactory(work=work, kind=kind) for kind in ("queue", "context", "held")]
+    kept = [
+        WorkInputFactory(work=work, kind="inject"),
+        WorkInputFactory(work=work, state="consumed"),
+        WorkInputFactory(work=bystander),
+    ]
+
+    with transaction.atomic():
+        rebound = lifecycle.work_rebind_in_tx(work_id=work.pk, binding="plain", now=now)
+
+    assert (rebound.work.pk, rebound.after_attempt, rebound.retry) == (work.pk, 2, retry)
+    shape = (
+        "rebind_binding",
+        "rebind_after_attempt",
+        "retry_binding",
+        "retry_at",
+        "awaiting_binding",
+        "version",
+        "updated_at",
+    )
+    stored = Work.objects.filter(pk=work.pk).values_list(*shape).get()
+    assert stored == ("plain", 2, "plain" if retry else "", retry_at, False, 5, now)
+    assert tuple(getattr(rebound.work, f) for f in shape) == stored
+    assert Work.objects.filter(pk=bystander.pk).values_list(*shape).get() == (
+        "",
+        None,
+        "",
+        None,
+        False,
+        1,
+        T0,
+    )
+    assert [
+        row.binding for row in WorkInput.objects.filter(pk__in=[r.pk for r in moved + kept]).order_by("pk")
+    ] == [
+        "plain",
+        "plain",
+        "plain",
+        "triage",
+        "triage",
+        "triage",
+    ]
+
+
+def test_r49_terminal_work_cannot_be_rebound(clock):
+    done = WorkFactory(status="completed", ended_at=T0)
+    with (
+        pytest.raises(WorkTerminal, match=f"^Work {done.pk} is completed: terminal Work cannot be rebound$"),
+        transaction.atomic(),
+    ):
+        lifecycle.work_rebind_in_tx(work_id=done.pk, binding="plain", now=clock())
+    assert Work.objects.filter(pk=done.pk).values_list("rebind_binding", "version").get() == ("", 1)
