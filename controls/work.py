@@ -234,7 +234,7 @@ def work_cancel(
         list(Work.objects.select_for_update().filter(pk=work_id).values_list("pk", flat=True))
         active = Attempt.objects.filter(work_id=work_id, state__in=ACTIVE_ATTEMPT_STATES).count()
         try:
-            work = lifecycle.work_cancel_in_tx(work_id=work_id, clock=clock, by=by)
+            work = lifecycle.work_cancel_in_tx(work_id=work_id, clock=clock)
         except Work.DoesNotExist:
             raise Work.DoesNotExist(f"no Work has id {work_id}") from None
         except WorkError as refused:

@@ -176,7 +176,7 @@ def works_complete(
     return results
 
 
-def work_cancel_in_tx(*, work_id: int, clock: Clock, by: str = "") -> Work:
+def work_cancel_in_tx(*, work_id: int, clock: Clock) -> Work:
     """Cancel a Work atomically (R48): its active attempts and waits are cancelled, its timers
     removed, its pending input leaves the queue, and the Work is terminal. Process cleanup
     follows the commit, in the scheduler. Needs no derived-Event token.

@@ -832,7 +832,7 @@ def test_r49_late_input_to_terminal_work_leaves_its_row_unchanged(clock, live, h
     r.route(first.seq)
     work_id = record(first).work_id
     if how == "cancelled":
-        work_cancel_in_tx(work_id=work_id, by="ops", clock=clock)
+        work_cancel_in_tx(work_id=work_id, clock=clock)
     else:
         Work.objects.filter(pk=work_id).update(status="completed")
     before = model_to_dict(Work.objects.get(pk=work_id))

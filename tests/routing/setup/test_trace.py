@@ -788,7 +788,7 @@ class TraceEqualsRouting(HypothesisTestCase):
         live = Attempt.objects.filter(work_id=work_id, state__in=["running", "waiting"]).first()
         try:
             if kind == "cancel":
-                work_cancel_in_tx(work_id=work_id, clock=clock, by="prop")
+                work_cancel_in_tx(work_id=work_id, clock=clock)
             elif kind == "complete":
                 if live is not None:
                     work_complete(attempt_id=live.pk, lease_epoch=live.lease_epoch, clock=clock)
