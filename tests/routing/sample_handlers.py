@@ -30,6 +30,10 @@ class Scripted:
             raise Invalid("payload has no author")
         if behaviour == "panic":
             raise RuntimeError("handler bug: boom")
+        if behaviour == "refused":  # an upstream's connection refused: retried like Unavailable
+            raise ConnectionRefusedError("upstream refused the connection")
+        if behaviour == "no-decision":
+            return "yes"
         if behaviour == "hang":
             RELEASE.wait(30)
             return skip("released")

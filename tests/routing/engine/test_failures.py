@@ -433,6 +433,49 @@ def test_r59_a_panicking_handler_is_recovered_with_its_stack(clock):
     assert 'raise RuntimeError("handler bug: boom")' in rec.error
 
 
+@pytest.mark.parametrize(
+    ("behaviour", "code", "message"),
+    [
+        ("fail", RouteErrorCode.HANDLER_FAILED, "route scripted: upstream is restarting"),
+        (
+            "refused",
+            RouteErrorCode.HANDLER_FAILED,
+            "route scripted: ConnectionRefusedError: upstream refused the connection",
+        ),
+        ("invalid", RouteErrorCode.HANDLER_INVALID, "route scripted: payload has no author"),
+        ("panic", RouteErrorCode.HANDLER_PANIC, "route scripted: RuntimeError: handler bug: boom"),
+        (
+            "no-decision",
+            RouteErrorCode.HANDLER_PANIC,
+            "route scripted: handler returned str, not a RouteDecision",
+        ),
+    ],
+)
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r10_what_a_handler_raises_or_returns_maps_to_a_code_naming_its_route(
+    clock, behaviour, code, message
+):
+    """Unavailable and an OS-level error are handler_failed (retried), Invalid is
+    handler_invalid, any other exception or an answer that is no RouteDecision is
+    handler_panic: each names the route, and trace shows that route's verdict as the error."""
+    apply(clock, SCRIPTED_ONLY)
+    payload = {"source": "tests", "type": "x", "scope": "acme", "data": {"behaviour": behaviour}}
+    predicted = trace(payload=payload, clock=clock)
+    assert [(v.route, v.scope, v.verdict, v.reason) for v in predicted.verdicts] == [
+        ("scripted", "acme", "error", message)
+    ]
+    event = accept(clock, "x", {"behaviour": behaviour})
+    r = router(clock)
+    outcome = r.route(event.seq)
+    r.close()
+    assert (outcome.error.code, outcome.error.route, outcome.error.message.split("\n")[0]) == (
+        code,
+        "scripted",
+        message,
+    )
+
+
 # --- R59: a failing earlier input in a later Event's batch (R17) ------------------------------------------------
 
 

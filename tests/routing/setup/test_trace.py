@@ -130,7 +130,7 @@ def test_r40_each_route_gets_a_verdict_with_its_reason(clock, live):
         ("scripted", "acme", "not_reached"),
     ]
     assert "does not match" in result.verdicts[0].reason
-    assert result.verdicts[1].reason
+    assert result.verdicts[1].reason == "type chat.message matches chat.message"
     assert [v.reason for v in result.verdicts[2:]] == ["", "", "", ""], "routes not reached say nothing"
 
 
