@@ -40,13 +40,14 @@ from routing.errors import RouteError, RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
 from routing.setup.trace import trace
-from tests.causal.factories import KVFactory
+from tests.causal.factories import EventFactory, KVFactory
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
 from tests.routing.factories import UserFactory
 from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain, router, state
 from tests.support import run_manage
 from tests.worklife.attemptkit import attempt_start, work_complete
+from tests.worklife.factories import AttemptFactory, WorkFactory
 from worklife.lifecycle import UnroutedInput
 from worklife.models import Work, WorkInput
 
@@ -1113,7 +1114,20 @@ def test_r10_an_event_whose_data_cannot_be_read_comes_back_alone_with_its_fields
     saying why, with its stack (R10): one Event's content never fails the read of others."""
     apply(clock, SCRIPTED_ONLY)
     before = accept(clock, "x", {"keys": ["k1"]}, correlation=["k1"])
-    broken = accept(clock, "x.broken", {"keys": ["k2"]}, correlation=["k2", "k3"], subject="s/2", id="b2")
+    # Every field set, a derived Event's included (its time, parent, depth, Work and attempt).
+    work = WorkFactory()
+    broken = EventFactory(
+        envelope_id="b2",
+        type="x.broken",
+        subject="s/2",
+        time=datetime(2026, 1, 5, 11, 59, tzinfo=UTC),
+        correlation=["k2", "k3"],
+        work_id=work.pk,
+        execution_id=AttemptFactory(work=work).pk,
+        parent=before,
+        root=before,
+        depth=1,
+    )
     after = accept(clock, "x", {"keys": ["k4"]}, correlation=["k4"])
     _store_unreadable_data(broken)
     caplog.set_level(logging.INFO, logger="conduit.routing")
@@ -1150,14 +1164,15 @@ def test_r10_an_event_whose_data_cannot_be_read_comes_back_alone_with_its_fields
         "x.broken",
         "s/2",
         "acme",
-        stored.time,
+        datetime(2026, 1, 5, 11, 59, tzinfo=UTC),
         None,
         ("k2", "k3"),
-        stored.work_id,
+        work.pk,
         stored.execution_id,
-        stored.parent_id,
-        stored.depth,
+        before.seq,
+        1,
     )
+    assert stored.execution_id is not None
     error = unreadable.error
     assert (error.code, error.route) == (RouteErrorCode.HANDLER_PANIC, "")
     assert error.message.startswith("the Event's data cannot be read for routing: RecursionError: ")
