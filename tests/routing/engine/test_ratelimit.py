@@ -429,3 +429,46 @@ def test_config_preview_prints_why_the_candidate_s_rate_limit_would_drop_an_even
         f"  #{seqs[11.5]} bulk.item in acme: queue by bulk on inbox (Work {work})  |  drop by bulk (Work {work}): "
         "rate limited: route 'bulk' in acme is over its rate limit 3 per 10 s"
     ) in out.getvalue()
+
+
+FAILING_FIRST = """
+version: 1
+scopes:
+  - path: acme
+    bindings:
+      inbox: {}
+    routes:
+      - slot: scripted
+        handler: scripted
+        binding: inbox
+        rate_limit: {limit: 1, period: 1m}
+"""
+
+
+@pytest.mark.usefixtures("test_handlers")
+@pytest.mark.django_db(transaction=True)
+def test_an_event_backing_off_does_not_hold_back_the_rate_limit_and_counts_once_taken(clock):
+    """An Event whose rate-limited route fails is not counted while it backs off: a later Event
+    of the same limit is judged without it (and takes the one slot); once routing takes the
+    earlier one, it is judged at its own acceptance time against the Events taken before it
+    (docs/flow-control.md, failures and retries)."""
+    from tests.routing import sample_handlers
+
+    apply(clock, FAILING_FIRST)
+    first = accept(clock, "x", {"keys": ["k1"]}, id="first")
+    clock.advance(1)
+    second = accept(clock, "x", {"keys": ["k2"]})
+    clock.advance(1)
+    third = accept(clock, "x", {"keys": ["k3"]})
+    sample_handlers.BROKEN.add("first")
+    try:
+        _route(clock)
+    finally:
+        sample_handlers.BROKEN.discard("first")
+    assert Event.objects.get(pk=first.seq).route_state == RouteState.UNROUTED
+    limited = "rate limited: route 'scripted' in acme is over its rate limit 1 per 60 s"
+    assert _decisions([second.seq, third.seq]) == [("start", "scripted"), ("drop", limited)]
+    clock.advance(600)  # past the backoff
+    _route(clock)
+    assert _decisions([first.seq]) == [("start", "scripted")]
+    assert sorted(RateLimitTake.objects.values_list("event_seq", flat=True)) == [first.seq, second.seq]
