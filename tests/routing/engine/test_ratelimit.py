@@ -13,7 +13,7 @@ from routing.config.validate import parse_document
 from routing.models import RateLimitTake, RouteRecord
 from routing.records.explain import route_why
 from routing.setup.trace import trace
-from tests.routing.routerkit import accept, apply, drain_loop, router, run_route_loops
+from tests.routing.routerkit import SCRIPTED_ONLY, accept, apply, drain_loop, router, run_route_loops
 from tests.support import child_env
 
 DOCUMENT = """
@@ -431,18 +431,8 @@ def test_config_preview_prints_why_the_candidate_s_rate_limit_would_drop_an_even
     ) in out.getvalue()
 
 
-FAILING_FIRST = """
-version: 1
-scopes:
-  - path: acme
-    bindings:
-      inbox: {}
-    routes:
-      - slot: scripted
-        handler: scripted
-        binding: inbox
-        rate_limit: {limit: 1, period: 1m}
-"""
+# The scripted route alone, limited to one take a minute.
+FAILING_FIRST = SCRIPTED_ONLY + "        rate_limit: {limit: 1, period: 1m}\n"
 
 
 @pytest.mark.usefixtures("test_handlers")
