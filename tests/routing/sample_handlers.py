@@ -25,7 +25,9 @@ class Scripted:
         data = event.data or {}
         behaviour = data.get("behaviour", "") if hasattr(data, "get") else ""
         if event.id in BROKEN or behaviour == "fail":
-            raise Unavailable("upstream is restarting")
+            raise Unavailable(
+                data.get("why", "upstream is restarting") if behaviour else "upstream is restarting"
+            )
         if behaviour == "invalid":
             raise Invalid("payload has no author")
         if behaviour == "panic":

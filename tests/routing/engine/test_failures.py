@@ -1218,3 +1218,20 @@ def test_r10_a_panic_keeps_the_last_8000_characters_of_its_stack():
         error = panic(exc, "deciding this Event failed unexpectedly", route="chat")
     assert (error.code, error.route) == (RouteErrorCode.HANDLER_PANIC, "chat")
     assert len(error.stack) == 8000 and error.stack.endswith("x the end\n")
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r14_a_retried_failures_stored_reason_is_cut_at_a_thousand_characters(clock):
+    """However long the message a failing handler gives, the reason stored on the Event backing
+    off is its first 1,000 characters: the code, the failure's count, the route and the message."""
+    apply(clock, SCRIPTED_ONLY)
+    event = accept(clock, "x", {"behaviour": "fail", "why": "upstream says: " + "z" * 3000})
+    r = router(clock)
+    outcome = r.route(event.seq)
+    r.close()
+    assert not outcome.settled and outcome.error.code == RouteErrorCode.HANDLER_FAILED
+    event.refresh_from_db()
+    assert state(event) == RouteState.UNROUTED
+    expected = "handler_failed (failure 1): route scripted: upstream says: " + "z" * 3000
+    assert event.unrouted_reason == expected[:1000]
