@@ -52,7 +52,6 @@ class WorkView:
     id: int
     scope: str
     status: str
-    version: int = 1
     binding: str = ""
     retry_binding: str = ""
     rebind_binding: str = ""
@@ -89,7 +88,6 @@ WORK_VIEW_FIELDS = (
     "id",
     "scope",
     "status",
-    "version",
     "binding",
     "retry_binding",
     "rebind_binding",

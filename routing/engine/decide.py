@@ -159,7 +159,6 @@ class World:
             work.id,
             work.scope,
             status,
-            work.version,
             work.binding,
             work.retry_binding,
             work.rebind_binding,

@@ -297,7 +297,6 @@ def test_work_views_compiled_once_equal_the_orm_for_every_shape():
             work.pk,
             work.scope,
             work.status,
-            work.version,
             work.binding,
             work.retry_binding,
             work.rebind_binding,

@@ -242,6 +242,28 @@ def test_r30_addressed_input_for_a_waiting_work_is_context():
     assert (decision.effect, decision.binding, decision.input_kind) == (Effect.QUEUE, "plain", "context")
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"retry_binding": "plain"},
+        {"rebind_binding": "plain", "rebind_after_attempt": 1},
+        {"latest_attempt": attempt(binding="plain")},
+    ],
+    ids=["retry-state", "rebind", "latest-attempt"],
+)
+def test_r30_later_addressed_input_in_a_window_is_queued_where_the_first_was(fields):
+    """The window mirrors the whole Work an Event's input went to: addressed input after it in
+    the same window is queued on the binding the Work runs on next (its retry state's, its
+    rebind's, its latest attempt's) as the first was, not on the binding it started on."""
+    waiting = running_work(status="waiting", active_attempt=None, **fields)
+    world = world_with(waiting)
+    for seq in (10, 11):
+        addressed = event(seq=seq, work_id=waiting.id, **ADDRESSED)
+        decision = decide(event=addressed, evaluation=nothing_matched(), scope=scope_with(), world=world)
+        assert (decision.effect, decision.binding, decision.input_kind) == (Effect.QUEUE, "plain", "context")
+        world.apply(addressed, decision)
+
+
 # --- the router's fast copies and refusal lines ----------------------------------------------
 
 
