@@ -254,6 +254,36 @@ def test_r41_a_wake_refused_in_a_window_blocks_the_wait_for_the_windows_later_ev
         ]
 
 
+def test_r42_a_subscription_wake_refused_in_a_window_leaves_the_other_subscriptions_wakeable(
+    clock, live, settings
+):
+    """In one window, the first Event's subscription wake is refused (the Event is as deep as the
+    causal limits allow: its bridge would be deeper); that blocks its own wait only. The later
+    Event still wakes another Work's subscription, as it would in a window of its own."""
+    from tests.worklife.factories import DependencySubscriptionFactory
+
+    blocked_id = _waiting(clock, {"type": "github.pull_request.review*"}, number=1)
+    woken_id = _waiting(clock, {"type": "github.pull_request.review*"}, number=2)
+    for work_id, source in ((blocked_id, "alpha"), (woken_id, "beta")):
+        wait = Wait.objects.get(work_id=work_id, state="active")
+        DependencySubscriptionFactory(
+            wait=wait, work_id=work_id, scope="acme/web", match={"type": "chat.*", "source": source}
+        )
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 2
+    deep, shallow = (
+        accept(clock, "chat.message", {"thread": source}, source=source, scope="acme/web")
+        for source in ("alpha", "beta")
+    )
+    Event.objects.filter(pk=deep.seq).update(depth=2)  # two derivations below its root
+    router(clock).route_pending()  # one window
+    assert CausalDiagnostic.objects.filter(kind="depth_exceeded", parent_seq=deep.seq).exists()
+    assert "depth" in Wait.objects.get(work_id=blocked_id, state="active").blocked_reason
+    assert Work.objects.get(pk=blocked_id).status == "waiting"
+    assert Work.objects.get(pk=woken_id).status == "running"
+    bridge = Event.objects.get(type="core.wait.woken")
+    assert (bridge.parent_id, bridge.work_id) == (shallow.seq, woken_id)
+
+
 def test_r41_a_trace_behind_an_unrouted_event_whose_wake_is_refused_says_the_wait_is_blocked(
     clock, live, settings
 ):
