@@ -55,13 +55,13 @@ def install() -> None:
     from worklife.executors import containment, forked, process, python
 
     _timed(runner.WorkRunner, "_pass", "pass (whole)")
-    _timed(runner.WorkRunner, "_claim", "claim (pass: claim tx + starts)")
+    _timed(runner.WorkRunner, "_claim", "complete + claim (pass: one tx + starts)")
     _timed(runner, "claimable_work_in_tx", "claim: ready Work query")
     _timed(runner, "dispatch_many_in_tx", "claim: dispatch (attempts made)")
     _timed(runner, "presented_events_many_in_tx", "claim: inputs read")
     _timed(runner, "attempts_pid", "pids recorded (in the next tx)")
-    _timed(runner.WorkRunner, "_finish", "finish (pass: outcomes + commit)")
-    _timed(runner, "works_complete", "complete: commit (with the pids)")
+    _timed(runner.WorkRunner, "_finish", "finish (pass: outcomes)")
+    _timed(runner, "works_complete", "complete: statements (in the claim tx)")
     _timed(runner.WorkRunner, "_forget", "release (per attempt)")
     _timed(runner.WorkRunner, "_sync", "sync (pass)")
     _timed(runner.AttemptCalls, "answer_all", "calls (pass)")
@@ -92,18 +92,17 @@ def install() -> None:
 
     python.PythonExecution._finish = finish
 
-    original_complete = runner.WorkRunner._complete
+    original_completed = runner.WorkRunner._completed
 
-    def complete(self, completing, mono):
-        try:
-            return original_complete(self, completing, mono)
-        finally:
-            now = time.time()
-            for running in completing:
-                moments["committed"][running.attempt_id] = now
+    def completed(self, completing, results, mono):
+        now = time.time()  # called once the claim's transaction committed them
+        for running in completing:
+            moments["committed"][running.attempt_id] = now
+        if completing:
             _record("complete: attempts per commit", float(len(completing)))
+        return original_completed(self, completing, results, mono)
 
-    runner.WorkRunner._complete = complete
+    runner.WorkRunner._completed = completed
 
 
 def main() -> None:

@@ -8,12 +8,14 @@ held while an attempt runs):
 2. read what changed for them: a cancel or a lost lease ends the process (W3); a woken or
    timed-out wait answers the attempt's ``wait``; pending inject and interrupt intents are
    delivered (R32) and confirmed once received (W4);
-3. commit the outcomes of attempts that ended: complete (R47), or fail with backoff and a
-   bound, then park (W5); end attempts past their binding's ``timeout``;
+3. take the outcomes of attempts that ended: fail with backoff and a bound, then park (W5);
+   end attempts past their binding's ``timeout``;
 4. renew its leases; fire due timers (R56), time out due waits and try again the wakes the
    causal limits blocked; mark lost the attempts whose lease lapsed (any loop's);
-5. claim ready Work for the free slots and start attempts (:mod:`worklife.dispatch`): the
-   configuration is pinned and checked (R36), the input consumed in the same transaction (R46).
+5. in one transaction, complete the Work of the attempts that ended well (R47) and claim ready
+   Work for the slots they and the others left free (:mod:`worklife.dispatch`): the
+   configuration is pinned and checked (R36), the input consumed in the same transaction (R46);
+   then start the attempts.
 
 The router never runs anything (R33, W7); this loop is the only caller of executors.
 """
@@ -199,18 +201,20 @@ class WorkRunner:
     def _pass(self) -> StepResult:
         mono = time.monotonic()
         before = len(self.running)
-        carried = bool(self._pids)
+        # The pids of the attempts the last pass started: recorded in this pass's first transaction.
+        carried = set(self._pids)
         self.calls.answer_all(self.running.values())
         self._sync(mono)
-        finished = self._finish(mono)
+        finished, completing = self._finish(mono)
         self._enforce(mono)
         if mono >= self._next_renew:
             self._renew()
         self._fire_due(mono)
         if mono >= self._next_rescue:
             self._rescue()
-        started = 0 if self.stopping else self._claim()
-        if carried and self._pids:
+        completed, started = self._claim(completing, mono)
+        finished += completed
+        if not carried.isdisjoint(self._pids):  # no transaction of this pass took them
             self._record_pids()
         if mono >= self._next_heartbeat:
             self._heartbeat()
@@ -368,7 +372,9 @@ class WorkRunner:
                 running.interrupted_at = mono
 
     # -- 3. outcomes ------------------------------------------------------------------------
-    def _finish(self, mono: float) -> int:
+    def _finish(self, mono: float) -> tuple[int, list[Running]]:
+        """End the attempts whose process ended but did not complete; returns how many, and the
+        attempts that ended well: their Work is completed in the claim's transaction."""
         finished = 0
         completing: list[Running] = []
         for running in list(self.running.values()):
@@ -394,18 +400,11 @@ class WorkRunner:
                 finished += 1
             else:
                 completing.append(running)
-        if completing:
-            finished += self._complete(completing, mono)
-        return finished
+        return finished, completing
 
-    def _complete(self, completing: list[Running], mono: float) -> int:
-        """Complete the Work of attempts that ended well, in one transaction (R47)."""
-        with self._recording_pids():  # the processes started last pass, in the same commit
-            results = works_complete(
-                authorities=[(r.attempt_id, r.epoch) for r in completing],
-                clock=self.clock,
-                outputs={r.attempt_id: self._output(r) for r in completing},
-            )
+    def _completed(self, completing: list[Running], results: dict[int, Any], mono: float) -> int:
+        """After the commit that completed their Work (R47): forget the attempts it completed or
+        refused; keep, to try again, those whose completion would overtake unrouted input."""
         finished = 0
         for running in completing:
             result = results[running.attempt_id]
@@ -596,53 +595,43 @@ class WorkRunner:
         """Slots in use: every attempt of this loop but the parked ones kept beside the slots."""
         return len(self.running) - min(self.parked(), self.wait_slots)
 
-    def _claim(self) -> int:
-        free = self.slots - self.occupied()
-        if free <= 0:
-            return 0
+    def _claim(self, completing: list[Running], mono: float) -> tuple[int, int]:
+        """One transaction for the pass's writes: complete the Work of the attempts that ended well,
+        release the concurrency gates of those that ended, claim ready Work for the free slots
+        (theirs included) and consume its input; then start the attempts. Returns how many
+        attempts finished and how many started.
+
+        An attempt holding a concurrency gate is completed in a commit of its own first: the gate
+        is seen free by every loop's claim, not refilled by this loop in the same commit (one loop
+        would keep a binding's gate to itself while the others have slots free)."""
+        finished = 0
+        gated = [r for r in completing if r.attempt_id in self._gates]
+        if gated:
+            completing = [r for r in completing if r.attempt_id not in self._gates]
+            with self._recording_pids():
+                results = self._complete_in_tx(gated)
+            finished += self._completed(gated, results, mono)
+        free = 0 if self.stopping else self.slots - self.occupied()
+        if not completing and free <= 0:
+            return finished, 0
         now = self.clock()
         starts: list[tuple[Attempt, list[Event], dict, RetryPolicy | None]] = []
-        live = self.configurations.live()
-        priorities = priorities_of(live.configuration) if live else {}
-        routes = routes_raise_priority(live.configuration) if live else False
-        order, annotations = flow_claim_order(priorities, now=now, routes=routes)
+        results = {}
+        ended, gates = set(self._ended), set(self._freed)
         with self._recording_pids():
-            if self._freed or self._ended:
-                # In the claim's commit: no commit of its own.
-                flow_release(attempt_ids=self._ended, gates=self._freed)
-                self._freed.clear()
-                self._ended.clear()
-            work_ids = claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
-            if not work_ids:
-                return 0
-            dispatched = dispatch_many_in_tx(
-                work_ids=work_ids,
-                configurations=self.configurations,
-                clock=self.clock,
-                lease_until=now + self.lease,
-                lease_owner=self.owner,
-            )
-            attempts = []
-            for work_id, outcome in dispatched.items():
-                if isinstance(outcome, FlowHeld):
-                    metrics.flow_held(outcome.hold.kind)
-                    self._touched.add(work_id)
-                elif isinstance(outcome, WorkError):
-                    self.counters.refused += 1
-                    news = work_hold_in_tx(
-                        work_id=work_id,
-                        reason=str(outcome),
-                        now=now,
-                        queue_only=getattr(outcome, "queue_only", False),
-                    )
-                    self._touched.add(work_id)
-                    if news:  # once per refusal, not at every look again
-                        logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(outcome)})
-                else:
-                    attempts.append(outcome)
-            if attempts:
-                events = presented_events_many_in_tx(attempts=[d.attempt for d in attempts], now=now)
-                starts = [(d.attempt, events[d.attempt.pk], d.settings, d.retry) for d in attempts]
+            if completing:
+                results = self._complete_in_tx(completing)
+                if not self.stopping:
+                    free += sum(1 for r in completing if not isinstance(results[r.attempt_id], UnroutedInput))
+            if free > 0:
+                if ended or gates:
+                    flow_release(attempt_ids=ended, gates=gates)
+                if work_ids := self._claimable(now, free):
+                    starts = self._dispatch(work_ids, now)
+        if free > 0:
+            self._ended -= ended
+            self._freed -= gates
+        finished += self._completed(completing, results, mono)
         for attempt, presented, binding_settings, retry in starts:
             self._start(attempt, presented, binding_settings, retry)
         # Recorded in the next transaction this loop makes (see ``_pids``).
@@ -650,7 +639,56 @@ class WorkRunner:
             if attempt.pk in self.running:
                 pid = self.running[attempt.pk].execution.pid
                 self._pids[attempt.pk] = (pid, process_started(pid)) if pid is not None else None
-        return len(starts)
+        return finished, len(starts)
+
+    def _complete_in_tx(self, completing: list[Running]) -> dict[int, Any]:
+        return works_complete(
+            authorities=[(r.attempt_id, r.epoch) for r in completing],
+            clock=self.clock,
+            outputs={r.attempt_id: self._output(r) for r in completing},
+        )
+
+    def _claimable(self, now: Any, free: int) -> list[int]:
+        live = self.configurations.live()
+        priorities = priorities_of(live.configuration) if live else {}
+        routes = routes_raise_priority(live.configuration) if live else False
+        order, annotations = flow_claim_order(priorities, now=now, routes=routes)
+        return claimable_work_in_tx(now=now, limit=free, order=order, annotations=annotations)
+
+    def _dispatch(
+        self, work_ids: list[int], now: Any
+    ) -> list[tuple[Attempt, list[Event], dict, RetryPolicy | None]]:
+        """Make the attempts of the claimed Work (in the claim's transaction); hold or refuse the
+        Work that cannot start now."""
+        dispatched = dispatch_many_in_tx(
+            work_ids=work_ids,
+            configurations=self.configurations,
+            clock=self.clock,
+            lease_until=now + self.lease,
+            lease_owner=self.owner,
+        )
+        attempts = []
+        for work_id, outcome in dispatched.items():
+            if isinstance(outcome, FlowHeld):
+                metrics.flow_held(outcome.hold.kind)
+                self._touched.add(work_id)
+            elif isinstance(outcome, WorkError):
+                self.counters.refused += 1
+                news = work_hold_in_tx(
+                    work_id=work_id,
+                    reason=str(outcome),
+                    now=now,
+                    queue_only=getattr(outcome, "queue_only", False),
+                )
+                self._touched.add(work_id)
+                if news:  # once per refusal, not at every look again
+                    logger.info("work.dispatch_refused", extra={"work": work_id, "reason": str(outcome)})
+            else:
+                attempts.append(outcome)
+        if not attempts:
+            return []
+        events = presented_events_many_in_tx(attempts=[d.attempt for d in attempts], now=now)
+        return [(d.attempt, events[d.attempt.pk], d.settings, d.retry) for d in attempts]
 
     @contextlib.contextmanager
     def _recording_pids(self) -> Iterator[None]:

@@ -613,3 +613,38 @@ def test_an_idle_loop_commits_an_attempts_result_when_it_arrives_not_after_its_p
         stop.set()
         thread.join(10.0)
     assert not thread.is_alive()
+
+
+def test_a_pass_completes_the_attempts_that_ended_and_claims_for_their_slots_in_one_commit(
+    clock, monkeypatch
+):
+    """With its slots full of attempts that returned, one pass completes their Work and starts the
+    next Work in the slots they free, committing once (the new attempts' pids ride along in the
+    next pass's commit): the commits per Work stay at accept, route, claim and complete, the last
+    two shared by a pass."""
+    loop = runner(clock, slots=2)
+    try:
+        works = [work_of(send(clock, "py", f"c{n}")) for n in range(4)]
+        loop.step()
+        first = [w for w in works if attempts(w)]
+        assert len(first) == 2 and loop.occupied() == 2
+        deadline = time.monotonic() + 20.0
+        while not all(r.execution.poll() is not None for r in loop.running.values()):
+            assert time.monotonic() < deadline, "the attempts did not return"
+            time.sleep(0.02)
+        commits = []
+        wrapper = type(connections["default"])
+        real_commit = wrapper.commit
+
+        def counted(conn):
+            commits.append(conn.alias)
+            return real_commit(conn)
+
+        monkeypatch.setattr(wrapper, "commit", counted)
+        loop.step()
+        monkeypatch.undo()
+        assert [status(w) for w in first] == ["completed", "completed"]
+        assert sum(bool(attempts(w)) for w in works) == 4 and loop.occupied() == 2
+        assert len(commits) == 1
+    finally:
+        loop.shutdown(grace=0)
