@@ -236,7 +236,7 @@ def decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveScop
     settles also wakes the waiting Works whose dependency subscriptions on its scope it
     matches (R42)."""
     decision = _decide(event=event, evaluation=evaluation, scope=scope, world=world)
-    if not decision.settles or decision.error is not None or not world.subscriptions:
+    if not decision.settles or not world.subscriptions:  # an error never settles
         return decision
     wakes = tuple(sub for sub in world.subscriptions if _subscription_wakes(sub, event, decision, world))
     return replace(decision, also_wakes=wakes) if wakes else decision

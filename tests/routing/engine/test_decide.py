@@ -663,6 +663,64 @@ def test_r44_input_for_existing_work_carries_its_route_keys_and_evaluation_whate
     assert (unmatched.effect, unmatched.work_id, unmatched.keys) == (Effect.UNMATCHED, 7, ("k:1",))
 
 
+def test_r44_an_event_for_no_work_carries_its_routes_reason_keys_and_evaluation_whatever_the_policy():
+    """As for existing Work: a drop, a route that starts no Work and a start each carry the
+    matching route's reason, the keys, the routes that declined before it (where the record keeps
+    them) and the evaluation a trace shows."""
+
+    def evaluated(chosen: EffectiveRoute) -> Evaluation:
+        return Evaluation(
+            (
+                RouteVerdict("q", SCOPE, Verdict.SKIP, "not mine"),
+                RouteVerdict(chosen.slot, chosen.scope, Verdict.MATCH, "matched"),
+            ),
+            route=chosen,
+            decision=RouteDecision(matched=True, reason="matched", keys=("k:1",)),
+        )
+
+    dropping = route("drop")
+    evaluation = evaluated(dropping)
+    dropped = decide(event=event(), evaluation=evaluation, scope=scope_with(dropping), world=world_with())
+    assert (dropped.effect, dropped.reason, dropped.work_id, dropped.keys) == (
+        Effect.DROP,
+        "matched",
+        None,
+        ("k:1",),
+    )
+    assert (dropped.route, dropped.route_scope) == ("r", SCOPE) and dropped.evaluation is evaluation
+    attaching = route("queue", start=False)
+    evaluation = evaluated(attaching)
+    unmatched = decide(event=event(), evaluation=evaluation, scope=scope_with(attaching), world=world_with())
+    assert (unmatched.effect, unmatched.reason, unmatched.keys) == (
+        Effect.UNMATCHED,
+        Reason.NO_WORK,
+        ("k:1",),
+    )
+    assert unmatched.refusals == ({"route": "q", "reason": "not mine"},)
+    assert unmatched.evaluation is evaluation
+    starting = route("queue")
+    evaluation = evaluated(starting)
+    started = decide(event=event(), evaluation=evaluation, scope=scope_with(starting), world=world_with())
+    assert (started.effect, started.new_work, started.reason, started.keys) == (
+        Effect.START,
+        True,
+        "matched",
+        ("k:1",),
+    )
+    assert started.evaluation is evaluation
+
+
+def test_r44_a_key_a_route_decides_twice_is_carried_and_attached_once():
+    chosen = route()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen, keys=("k:1", "k:1")),
+        scope=scope_with(chosen),
+        world=world_with(),
+    )
+    assert (decision.keys, decision.attach_keys) == (("k:1",), ("k:1",))
+
+
 # --- R11, R32, R34: input for a running attempt -------------------------------------------------------
 
 
