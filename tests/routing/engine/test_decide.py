@@ -610,6 +610,35 @@ def test_r26_a_conflict_carries_the_events_keys_and_its_evaluation():
     assert decision.evaluation is evaluation
 
 
+@pytest.mark.parametrize(
+    ("execution_id", "chosen_work", "why"),
+    [
+        (555, None, "execution_id 555 names no attempt"),
+        (None, 99, "route chose Work 99, which does not exist"),
+        (101, 8, "conflicting targets: Work 7 by execution_id 101, Work 8 by route"),
+    ],
+    ids=["unknown-attempt", "route-chose-no-work", "attempt-and-route-disagree"],
+)
+def test_r26_each_identity_conflict_says_which_target_and_carries_the_keys_and_evaluation(
+    execution_id, chosen_work, why
+):
+    """An execution_id naming no attempt, a route choosing a Work that does not exist, and an
+    attempt's Work and the route's choice disagreeing: each conflict names its targets the way it
+    found them, with the Event's keys and evaluation kept for the record and the trace."""
+    chosen = route()
+    evaluation = Evaluation(
+        (RouteVerdict(chosen.slot, chosen.scope, Verdict.MATCH, "matched"),),
+        route=chosen,
+        decision=RouteDecision(matched=True, reason="matched", keys=("k:1",), work_id=chosen_work),
+    )
+    world = world_with(running_work(), running_work(id=8))
+    world.attempt_work[101] = 7
+    snap = replace(event(), execution_id=execution_id)
+    decision = decide(event=snap, evaluation=evaluation, scope=scope_with(chosen), world=world)
+    assert (decision.effect, decision.reason, decision.keys) == (Effect.CONFLICT, why, ("k:1",))
+    assert decision.evaluation is evaluation
+
+
 @pytest.mark.parametrize("existing", [True, False], ids=["existing-work", "new-work"])
 def test_r28_a_route_failure_carries_the_failing_route_the_keys_and_the_routes_that_declined(existing):
     failed = RouteError(RouteErrorCode.HANDLER_FAILED, "boom", route="second")
