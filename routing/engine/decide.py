@@ -296,7 +296,7 @@ def _decide(*, event: EventSnapshot, evaluation: Evaluation, scope: EffectiveSco
     unowned = tuple([k for k in keys if (event.scope, k) not in world.owners])
 
     if work is None:
-        return _decide_new(event, evaluation, scope, keys, unowned, world)
+        return _decide_new(evaluation, scope, keys, unowned, world)
 
     if work.terminal:
         # Terminal records are immutable; late input is checkpointed as terminal (R43, R49).
@@ -343,7 +343,6 @@ def _work_named(work_id: int, world: World) -> str:
 
 
 def _decide_new(
-    event: EventSnapshot,
     evaluation: Evaluation,
     scope: EffectiveScope,
     keys: tuple,

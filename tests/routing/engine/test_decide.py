@@ -639,6 +639,48 @@ def test_r26_each_identity_conflict_says_which_target_and_carries_the_keys_and_e
     assert decision.evaluation is evaluation
 
 
+@pytest.mark.parametrize(
+    ("work", "why"),
+    [
+        (running_work(scope="other"), "Work 7 is in scope other, not acme"),
+        (running_work(max_input_seq=20), "Work 7 already has later input #20"),
+    ],
+    ids=["another-scope", "later-input"],
+)
+def test_r26_a_conflict_with_the_work_found_says_why_and_carries_the_keys_and_evaluation(work, why):
+    chosen = route()
+    evaluation = matched(chosen)
+    decision = decide(
+        event=event(),
+        evaluation=evaluation,
+        scope=scope_with(chosen),
+        world=world_with(work, keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.reason, decision.keys) == (Effect.CONFLICT, why, ("k:1",))
+    assert decision.evaluation is evaluation
+
+
+def test_r26_input_as_late_as_the_works_latest_is_no_conflict():
+    """Only input later than the Event conflicts: the Work's latest input being this Event's
+    own seq (its input kept from an earlier pass) is not later."""
+    chosen = route()
+    world = world_with(running_work(status="ready", active_attempt=None, max_input_seq=10), keys={"k:1": 7})
+    decision = decide(event=event(seq=10), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+    assert (decision.effect, decision.work_id) == (Effect.QUEUE, 7)
+
+
+def test_r49_late_input_for_terminal_work_keeps_the_events_keys_on_its_record():
+    chosen = route()
+    world = world_with(running_work(status="completed", active_attempt=None), keys={"k:1": 7})
+    decision = decide(event=event(), evaluation=matched(chosen), scope=scope_with(chosen), world=world)
+    assert (decision.effect, decision.reason, decision.work_id, decision.keys) == (
+        Effect.DROP,
+        Reason.TERMINAL,
+        7,
+        ("k:1",),
+    )
+
+
 @pytest.mark.parametrize("existing", [True, False], ids=["existing-work", "new-work"])
 def test_r28_a_route_failure_carries_the_failing_route_the_keys_and_the_routes_that_declined(existing):
     failed = RouteError(RouteErrorCode.HANDLER_FAILED, "boom", route="second")
