@@ -355,7 +355,13 @@ def test_r41_a_wait_timing_out_exactly_as_the_event_arrives_has_timed_out_first(
         scope=scope_with(chosen),
         world=world_with(waiting_work(timeout_at=NOW), keys={"k:1": 7}),
     )
-    assert (decision.effect, decision.work_id) == (Effect.QUEUE, 7)
+    # Ordinary queued input of a ready Work: not kept as a waiting Work's context.
+    assert (decision.effect, decision.work_id, decision.reason, decision.input_kind) == (
+        Effect.QUEUE,
+        7,
+        "matched",
+        "queue",
+    )
     assert decision.timed_out_wait is not None and decision.timed_out_wait.id == 5
     # A moment before its timeout the wait still decides: the Event wins it.
     later = decide(
@@ -364,7 +370,12 @@ def test_r41_a_wait_timing_out_exactly_as_the_event_arrives_has_timed_out_first(
         scope=scope_with(chosen),
         world=world_with(waiting_work(timeout_at=NOW + timedelta(microseconds=1)), keys={"k:1": 7}),
     )
-    assert (later.effect, later.timed_out_wait) == (Effect.WAKE, None)
+    assert (later.effect, later.timed_out_wait, later.input_kind, later.wake_wait.id) == (
+        Effect.WAKE,
+        None,
+        "queue",
+        5,
+    )
 
 
 def test_r41_a_wait_the_causal_limits_blocked_is_not_won_by_a_later_matching_event():
