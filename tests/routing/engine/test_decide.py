@@ -378,6 +378,18 @@ def test_r41_a_wait_timing_out_exactly_as_the_event_arrives_has_timed_out_first(
     )
 
 
+def test_r41_an_event_winning_a_wait_says_so_and_attaches_the_keys_the_work_has_not_got():
+    chosen = route()
+    decision = decide(
+        event=event(),
+        evaluation=matched(chosen, keys=("k:1", "k:new")),
+        scope=scope_with(chosen),
+        world=world_with(waiting_work(), keys={"k:1": 7}),
+    )
+    assert (decision.effect, decision.reason, decision.work_id) == (Effect.WAKE, "wins wait review", 7)
+    assert (decision.keys, decision.attach_keys) == (("k:1", "k:new"), ("k:new",))
+
+
 def test_r41_a_wait_the_causal_limits_blocked_is_not_won_by_a_later_matching_event():
     """Its earlier winner's wake was refused by the causal limits: a new Event matching the
     blocked wait is kept as context, it does not take the win."""
