@@ -235,13 +235,13 @@ class Settler:
             decision = decide(event=event, evaluation=evaluation, scope=scope, world=world)
         except Exception as exc:  # noqa: BLE001 - one Event's decision never fails the window
             error = panic(exc, "deciding this Event failed unexpectedly")
+            # Counted below as every error is, which gives it its code as reason. The routes
+            # were asked: what they answered is kept (R28), for the record and the trace.
             decision = Decision(
                 Effect.ERROR,
-                error.code.value,
                 error=error,
-                # The routes that declined before the decision failed are kept (R28).
                 refusals=tuple(evaluation.refusals),
-                evaluation=Evaluation((), error=error),
+                evaluation=evaluation,
             )
         if decision.effect == Effect.CONFLICT:
             # Counted like a retried failure (R13-R15): it backs off and is given up on after

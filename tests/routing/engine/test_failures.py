@@ -39,7 +39,7 @@ from routing.engine.router import build_router
 from routing.errors import RouteError, RouteErrorCode
 from routing.extension import RouteDecision
 from routing.models import RouteRecord
-from routing.setup.trace import trace
+from routing.setup.trace import trace, trace_event
 from tests.causal.factories import EventFactory, KVFactory
 from tests.conftest import FakeClock
 from tests.routing import sample_handlers
@@ -743,10 +743,21 @@ def test_r28_an_event_whose_decision_panics_keeps_the_routes_that_declined(clock
         raise RuntimeError("a bug in deciding")
 
     monkeypatch.setattr(settle_module, "decide", broken_decide)
+    # The trace shows what the routes answered, and the panic, given up on at once.
+    predicted = trace_event(seq=event.seq, clock=clock)
+    assert [(v.route, v.verdict) for v in predicted.verdicts] == [
+        ("pulls", "skip"),
+        ("chats", "skip"),
+        ("scripted", "match"),
+    ]
+    assert (predicted.effect, predicted.reason, predicted.attempts) == ("failed", "handler_panic", 1)
     drain(router(clock))
     rec = record(event)
-    assert (rec.disposition, rec.reason) == ("failed", "handler_panic")
-    assert "deciding this Event failed unexpectedly" in rec.error and "a bug in deciding" in rec.error
+    assert (rec.disposition, rec.reason, rec.attempts) == ("failed", "handler_panic", 1)
+    assert (
+        rec.error.split("\n")[0] == "deciding this Event failed unexpectedly: RuntimeError: a bug in deciding"
+    )
+    assert "Traceback (most recent call last)" in rec.error
     assert [r["route"] for r in rec.refusals] == ["pulls", "chats"]
 
 
