@@ -1246,3 +1246,36 @@ def test_r14_a_retried_failures_stored_reason_is_cut_at_a_thousand_characters(cl
     assert state(event) == RouteState.UNROUTED
     expected = "handler_failed (failure 1): route scripted: upstream says: " + "z" * 3000
     assert event.unrouted_reason == expected[:1000]
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r26_a_conflicting_event_holds_later_input_for_the_keys_its_route_decided(clock):
+    """A conflict backs off like a route failure and, like every Event left unrouted, keeps the
+    keys its route decided: an Event accepted later with one of them waits behind it in a later
+    pass. Its trace says it is a conflict, and why."""
+    apply(clock, SCRIPTED_ONLY)
+    payload = {
+        "source": "tests",
+        "type": "x",
+        "scope": "acme",
+        "data": {"keys": ["k:new"]},
+        "work_id": 999999,
+    }
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.effect, predicted.reason, predicted.state) == (
+        "conflict",
+        "conflicting_identity",
+        RouteState.UNROUTED,
+    )
+    assert predicted.unrouted_reason == "conflicting identity (failure 1): work_id 999999 names no Work"
+    conflicting = accept(clock, "x", {"keys": ["k:new"]}, work_id=999999)
+    r = router(clock)
+    drain(r)
+    assert state(conflicting) == RouteState.UNROUTED
+    later = accept(clock, "x", {"keys": ["k:new"]})
+    drain(r)
+    r.close()
+    later.refresh_from_db()
+    assert (later.route_state, later.waiting_on_id) == (RouteState.UNROUTED, conflicting.seq)
+    assert not Work.objects.exists()
