@@ -1279,3 +1279,23 @@ def test_r26_a_conflicting_event_holds_later_input_for_the_keys_its_route_decide
     later.refresh_from_db()
     assert (later.route_state, later.waiting_on_id) == (RouteState.UNROUTED, conflicting.seq)
     assert not Work.objects.exists()
+
+
+@pytest.mark.usefixtures("handlers")
+@pytest.mark.django_db
+def test_r26_a_conflicts_stored_reason_is_cut_at_a_thousand_characters(clock):
+    """Two Works owning keys of 502 characters each, and an Event carrying both: the conflict's
+    reason names both keys; the reason stored on the Event is its first 1,000 characters."""
+    apply(clock, SCRIPTED_ONLY)
+    first, second = "k:" + "a" * 500, "k:" + "b" * 500
+    r = router(clock)
+    for key in (first, second):
+        accept(clock, "x", {"keys": [key]})
+        drain(r)
+    both = accept(clock, "x", {"keys": [first, second]})
+    drain(r)
+    r.close()
+    works = sorted(Work.objects.values_list("pk", flat=True))
+    why = f"conflicting targets: Work {works[0]} by key {first}, Work {works[1]} by key {second}"
+    both.refresh_from_db()
+    assert both.unrouted_reason == f"conflicting identity (failure 1): {why}"[:1000]
