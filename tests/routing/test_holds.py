@@ -4,6 +4,8 @@ resume routes them in acceptance order."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from causal.models import Event, RouteState
@@ -59,6 +61,8 @@ def test_a_held_event_is_looked_at_again_and_stays_held_while_the_route_is_pause
     pause_create(target=ROUTE, paused_by="alice", reason="", until=None, clock=clock)
     seq = accept(clock, "t.noop", {"key": "c"}, scope="t").seq
     route_all(clock)
+    # Looked at again 30 s later, not at every pass.
+    assert Event.objects.get(pk=seq).retry_at == clock() + timedelta(seconds=30)
     clock.advance(31)
     route_all(clock)
     state, reason = _state(seq)
@@ -76,3 +80,17 @@ def test_a_trace_says_a_paused_route_would_hold_the_event(clock):
     assert (result.effect, result.state, result.route) == ("held", RouteState.UNROUTED, "noop")
     assert result.notes[0].startswith("held: route 'noop' in t is paused by alice")
     assert result.notes[0].endswith("routing would hold it unrouted until the route resumes")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_a_paused_route_holds_keeps_later_input_for_its_key_behind_it_in_the_same_window(clock):
+    """Held, the Event still holds its key's later input, even input another route takes:
+    acceptance order on every key."""
+    setup(clock)
+    pause_create(target=ROUTE, paused_by="alice", reason="", until=None, clock=clock)
+    held = accept(clock, "t.noop", {"key": "d"}, scope="t").seq
+    behind = accept(clock, "t.py", {"key": "d"}, scope="t").seq
+    route_all(clock)
+    assert _state(held)[0] == RouteState.UNROUTED
+    assert Event.objects.get(pk=behind).route_state == RouteState.UNROUTED
+    assert Event.objects.get(pk=behind).waiting_on_id == held

@@ -1252,8 +1252,8 @@ def test_r14_a_retried_failures_stored_reason_is_cut_at_a_thousand_characters(cl
 @pytest.mark.django_db
 def test_r26_a_conflicting_event_holds_later_input_for_the_keys_its_route_decided(clock):
     """A conflict backs off like a route failure and, like every Event left unrouted, keeps the
-    keys its route decided: an Event accepted later with one of them waits behind it in a later
-    pass. Its trace says it is a conflict, and why."""
+    keys its route decided: an Event with one of them waits behind it, in the same window and in a
+    later pass. Its trace says it is a conflict, and why."""
     apply(clock, SCRIPTED_ONLY)
     payload = {
         "source": "tests",
@@ -1270,14 +1270,16 @@ def test_r26_a_conflicting_event_holds_later_input_for_the_keys_its_route_decide
     )
     assert predicted.unrouted_reason == "conflicting identity (failure 1): work_id 999999 names no Work"
     conflicting = accept(clock, "x", {"keys": ["k:new"]}, work_id=999999)
+    same_window = accept(clock, "x", {"keys": ["k:new"]})
     r = router(clock)
     drain(r)
     assert state(conflicting) == RouteState.UNROUTED
     later = accept(clock, "x", {"keys": ["k:new"]})
     drain(r)
     r.close()
-    later.refresh_from_db()
-    assert (later.route_state, later.waiting_on_id) == (RouteState.UNROUTED, conflicting.seq)
+    for behind in (same_window, later):
+        behind.refresh_from_db()
+        assert (behind.route_state, behind.waiting_on_id) == (RouteState.UNROUTED, conflicting.seq)
     assert not Work.objects.exists()
 
 
