@@ -84,13 +84,16 @@ def test_a_trace_says_a_paused_route_would_hold_the_event(clock):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_event_a_paused_route_holds_keeps_later_input_for_its_key_behind_it_in_the_same_window(clock):
-    """Held, the Event still holds its key's later input, even input another route takes:
-    acceptance order on every key."""
+    """Held, the Event still holds its key's later input, even input another route takes, in its
+    window and in later passes: acceptance order on every key."""
     setup(clock)
     pause_create(target=ROUTE, paused_by="alice", reason="", until=None, clock=clock)
     held = accept(clock, "t.noop", {"key": "d"}, scope="t").seq
     behind = accept(clock, "t.py", {"key": "d"}, scope="t").seq
     route_all(clock)
+    later = accept(clock, "t.py", {"key": "d"}, scope="t").seq  # a later pass: the key is remembered
+    route_all(clock)
     assert _state(held)[0] == RouteState.UNROUTED
-    assert Event.objects.get(pk=behind).route_state == RouteState.UNROUTED
-    assert Event.objects.get(pk=behind).waiting_on_id == held
+    for seq in (behind, later):
+        assert Event.objects.get(pk=seq).route_state == RouteState.UNROUTED
+        assert Event.objects.get(pk=seq).waiting_on_id == held
