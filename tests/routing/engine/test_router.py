@@ -950,6 +950,49 @@ def test_r9_a_window_commits_beside_an_earlier_one_that_published_its_targets(cl
     assert record(other).work_id != record(first).work_id
 
 
+@pytest.mark.django_db(transaction=True)
+def test_r42_a_subscription_wake_waits_for_an_earlier_event_committing_beside(clock):
+    """A wake through a dependency subscription names none of the woken Work's targets, so an
+    earlier Event another loop is committing may win the same wait. On PostgreSQL loop B leaves
+    its waking Event for after A's commit (waiting on A's Event, nothing written); A's Event then
+    wins the wait, and B's routes as the Work's context once the wait is over."""
+    from tests.worklife.factories import DependencySubscriptionFactory
+    from worklife.models import Wait
+    from worklife.waits import attempt_wait
+
+    apply(clock, SCRIPTED_ONLY)
+    opened = accept(clock, "x", {"keys": ["k0"]})
+    drain(router(clock))
+    work_id = record(opened).work_id
+    attempt = attempt_start(
+        work_id=work_id, binding="inbox", executor="python", generation=1, capabilities=[], clock=clock
+    )
+    attempt_wait(attempt_id=attempt.pk, lease_epoch=1, match={"type": "never"}, clock=clock, name="dep")
+    wait = Wait.objects.get(work_id=work_id, state="active")
+    DependencySubscriptionFactory(wait=wait, work_id=work_id, scope="acme", match={"type": "x"})
+    first = accept(clock, "x", {"keys": ["k1"]})
+    waker = accept(clock, "x", {"keys": ["k2"]})
+    a, b = loops(clock, "loop-a", "loop-b", batch_size=10, claim_seconds=0.2)
+    try:
+        held = a.claim_window(1)
+        assert [e.seq for e in b.claim_window(10)] == [waker.seq]
+        evaluations, backing_off = a.asker.ask(held).result()
+        a.coordination.publish(held, evaluations, backing_off, {}, a._claimed_until)
+        outcomes = b.route_pending()
+        if connection.vendor == "postgresql":
+            assert [(o.seq, o.state, o.reason, o.waiting_on) for o in outcomes] == [
+                (waker.seq, RouteState.UNROUTED, BEHIND_COMMIT_BESIDE, first.seq)
+            ]
+        a._pass(held, honour_claims=True)
+        drain(b)
+    finally:
+        a.close()
+        b.close()
+    assert [state(e) for e in (first, waker)] == [RouteState.ROUTED] * 2
+    wait.refresh_from_db()
+    assert (wait.state, wait.woken_by_id) == ("woken", first.seq)
+
+
 AUDIT = DOCUMENT.replace(
     """      - slot: noise""",
     """      - slot: audit
