@@ -29,7 +29,7 @@ from tests.routing.routerkit import DOCUMENT, HANDLERS, accept, apply, pr, route
 from tests.worklife.attemptkit import attempt_start, work_complete
 from worklife.errors import WorkError
 from worklife.lifecycle import work_cancel_in_tx
-from worklife.models import Attempt, Work
+from worklife.models import Attempt, Wait, Work
 from worklife.waits import attempt_wait
 
 pytestmark = pytest.mark.django_db
@@ -263,6 +263,19 @@ def test_r41_an_earlier_accepted_event_that_wins_the_wait_first_is_reported(cloc
     # Nothing wins first: no such note.
     alone = trace(payload=pr(2, "edited"), clock=clock)
     assert not any("wins" in note for note in alone.notes)
+
+
+def test_r42_an_earlier_accepted_event_that_wins_the_wait_through_a_subscription_is_reported(clock, live):
+    """As for the wait's own match: an unrouted Event that wakes the Work through a dependency
+    subscription wins first, and a trace of later input for the Work says so."""
+    from tests.worklife.factories import DependencySubscriptionFactory
+
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    wait = Wait.objects.get(work_id=work_id, state="active")
+    DependencySubscriptionFactory(wait=wait, work_id=work_id, scope="acme/web", match={"type": "chat.*"})
+    winner = accept(clock, "chat.message", {"thread": "w"}, source="chat", scope="acme/web")
+    result = trace(payload=pr(1, "edited"), clock=clock)
+    assert f"earlier Event #{winner.seq} wins Work {work_id}'s wait review first" in " ".join(result.notes)
 
 
 def test_r44_policy_with_fallbacks_for_existing_work(clock, live):
