@@ -304,6 +304,26 @@ def test_r41_a_trace_behind_an_unrouted_event_whose_wake_is_refused_says_the_wai
     assert RouteRecord.objects.get(event=first).reason == "context"
 
 
+def test_r41_an_event_dropped_for_a_work_whose_wait_is_blocked_is_not_said_to_hold_it(clock, live, settings):
+    """Only input kept as a waiting Work's context is held by its blocked wait: an Event a drop
+    route takes for that Work is dropped, and its trace says nothing of the Work being held."""
+    from worklife.models import CorrelationKey
+
+    work_id = _waiting(clock, {"type": "github.pull_request.review*"})
+    settings.CONDUIT_CAUSAL_MAX_DEPTH = 0
+    accept_payload(clock, pr(1, "review_submitted", id="bw1"))
+    router(clock).route_pending()  # its wake refused: the wait is blocked
+    assert Wait.objects.get(work_id=work_id, state="active").blocked_reason
+    key = CorrelationKey.objects.filter(work_id=work_id).values_list("key", flat=True).first()
+    payload = {"source": "s", "type": "noise.ping", "scope": "acme", "id": "bw2", "correlation": [key]}
+    predicted = trace(payload=payload, clock=clock)
+    assert (predicted.effect, predicted.work_id) == ("drop", work_id)
+    assert not any("held" in note for note in predicted.notes), predicted.notes
+    event = accept_payload(clock, payload)
+    router(clock).route(event.seq)
+    assert_agrees(predicted, event)
+
+
 def test_r42_an_allowed_subscription_wake_derives_its_bridge(clock, live):
     from tests.worklife.factories import DependencySubscriptionFactory
 
